@@ -1,0 +1,55 @@
+# pgsched developer entry points. Every target bootstraps what it needs:
+# a fresh machine only needs python3, go and Debian's postgresql-15.
+#
+#   make demo   local control plane + Postgres + helm install + example ScheduledJobs
+#   make test   lint, type-check and the whole test suite (what CI runs)
+#   make bench  the benchmarks in bench/ (not part of the test run)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: venv k8s lint test test-unit test-db test-cluster demo bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+# Kubernetes control-plane and helm binaries, built from the official Go modules into
+# .cache/k8s/<version>/bin (built once per machine, then reused).
+k8s:
+	hack/k8s/build.sh
+
+lint: venv
+	$(BIN)/ruff check operator tests bench examples
+	$(BIN)/ruff format --check operator tests bench examples
+	$(BIN)/mypy
+
+# The test command the README documents and CI runs.
+test: venv k8s lint
+	$(BIN)/pytest
+
+test-unit: venv
+	$(BIN)/pytest tests/unit
+
+test-db: venv
+	$(BIN)/pytest tests/unit tests/db
+
+test-cluster: venv k8s
+	$(BIN)/pytest -m cluster
+
+demo: venv k8s
+	$(BIN)/python -m pgsched.devenv.demo
+
+bench: venv
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
