@@ -1,0 +1,1 @@
+"""The ``pgsched`` command line."""

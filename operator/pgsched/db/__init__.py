@@ -1,0 +1,1 @@
+"""Database access: connections, migrations and the named SQL queries."""

@@ -1,0 +1,29 @@
+"""Opening connections the way every pgsched component needs them.
+
+Connections are autocommit; transactions are explicit (``with conn.transaction():``) so each
+phase of a tick is visibly one commit. Isolation is READ COMMITTED on purpose: the dispatcher
+relies on each statement taking a fresh snapshot, so counts read after acquiring an advisory
+lock include every claim committed before the lock was granted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+
+Connection = psycopg.Connection[DictRow]
+
+
+def connect(dsn: str, *, application_name: str = "pgsched", **kwargs: Any) -> Connection:
+    """Open an autocommit connection that returns rows as dicts."""
+    conn = psycopg.connect(
+        dsn,
+        autocommit=True,
+        row_factory=dict_row,
+        application_name=application_name,
+        **kwargs,
+    )
+    conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn

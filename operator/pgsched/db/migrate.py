@@ -1,0 +1,147 @@
+"""Versioned schema migrations: plain SQL files applied in order, recorded in a ledger.
+
+``pgsched/sql/migrations/NNNN_name.sql`` are applied in version order, each in its own
+transaction together with its ledger row (``pgsched.schema_migrations``), so a migration is
+either fully applied and recorded or not at all.
+
+Several operator replicas start at once and all try to migrate: the whole run is serialized
+by a session advisory lock, so the second replica waits, then finds nothing left to do.
+A migration file that changed after it was applied, or a database newer than this code,
+stops the run with an explanation instead of guessing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import LiteralString, cast
+
+import psycopg
+
+from pgsched.db.connection import Connection
+
+log = logging.getLogger(__name__)
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_LOCK = "pgsched:migrate"
+
+
+class MigrationError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    applied: list[int]
+    current: int
+
+
+def available() -> list[Migration]:
+    folder = resources.files("pgsched") / "sql" / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(
+                Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8"))
+            )
+    found.sort(key=lambda migration: migration.version)
+    versions = [migration.version for migration in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise MigrationError(f"migration versions must be 1..N without gaps, found {versions}")
+    return found
+
+
+def latest_version() -> int:
+    return available()[-1].version
+
+
+def current_version(conn: Connection) -> int:
+    """The schema version recorded in the database (0 when pgsched was never installed)."""
+    row = conn.execute(
+        "SELECT to_regclass('pgsched.schema_migrations') IS NOT NULL AS ok"
+    ).fetchone()
+    if not row or not row["ok"]:
+        return 0
+    row = conn.execute(
+        "SELECT coalesce(max(version), 0) AS v FROM pgsched.schema_migrations"
+    ).fetchone()
+    return int(row["v"]) if row else 0
+
+
+def migrate(conn: Connection) -> MigrateResult:
+    """Bring the schema up to date; safe to call from many processes at once."""
+    migrations = available()
+    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [_LOCK])
+    try:
+        with conn.transaction():
+            conn.execute("CREATE SCHEMA IF NOT EXISTS pgsched")
+            conn.execute(
+                """
+                CREATE TABLE IF NOT EXISTS pgsched.schema_migrations (
+                    version    integer PRIMARY KEY,
+                    name       text        NOT NULL,
+                    checksum   text        NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now()
+                )
+                """
+            )
+        applied = {
+            row["version"]: row["checksum"]
+            for row in conn.execute("SELECT version, checksum FROM pgsched.schema_migrations")
+        }
+        _check_ledger(applied, migrations)
+        done = []
+        for migration in migrations:
+            if migration.version in applied:
+                continue
+            log.info("applying migration %04d_%s", migration.version, migration.name)
+            try:
+                with conn.transaction():
+                    conn.execute(cast(LiteralString, migration.sql))
+                    conn.execute(
+                        "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
+                        " VALUES (%s, %s, %s)",
+                        [migration.version, migration.name, migration.checksum],
+                    )
+            except psycopg.Error as error:
+                raise MigrationError(
+                    f"migration {migration.version:04d}_{migration.name} failed and was rolled"
+                    f" back: {error}"
+                ) from error
+            done.append(migration.version)
+        return MigrateResult(applied=done, current=migrations[-1].version)
+    finally:
+        if not conn.closed and not conn.broken:
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [_LOCK])
+
+
+def _check_ledger(applied: dict[int, str], migrations: list[Migration]) -> None:
+    known = {migration.version: migration for migration in migrations}
+    newer = sorted(version for version in applied if version not in known)
+    if newer:
+        raise MigrationError(
+            f"the database has schema version {max(newer)} but this pgsched only knows up to"
+            f" {migrations[-1].version}; upgrade pgsched (never downgrade it past a migration)"
+        )
+    for version, checksum in applied.items():
+        if known[version].checksum != checksum:
+            migration = known[version]
+            raise MigrationError(
+                f"migration {version:04d}_{migration.name} was applied with different contents;"
+                " applied migrations must never be edited, add a new one instead"
+            )

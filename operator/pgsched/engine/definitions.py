@@ -1,0 +1,170 @@
+"""Definitions: the durable intent behind each ScheduledJob.
+
+``upsert`` is idempotent and generation-aware, so every operator replica can call it for
+every event it sees: an older generation arriving late never overwrites a newer one, and
+re-applying the same generation changes nothing that matters.
+
+``next_run_at`` is recomputed only when something that decides *when* changed (schedule
+text, kind, zone, DST policy); editing the job template of a daily job must not move or
+repeat today's run. After a schedule change the next occurrence is the first one after
+both "now" and the last materialized occurrence, so a change never repeats a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pgsched import schedule
+from pgsched.db import clock, queries
+from pgsched.db.connection import Connection
+from pgsched.engine import runs
+from pgsched.engine.models import Definition, Run
+from pgsched.schedule import timeline, zones
+from pgsched.spec import DefinitionSpec
+
+log = logging.getLogger(__name__)
+
+_TIMING_FIELDS = ("schedule_kind", "schedule", "time_zone", "dst_gap", "dst_repeat")
+
+
+@dataclass(frozen=True)
+class DefinitionKey:
+    """Identity of a definition: the ScheduledJob's uid, name and generation."""
+
+    id: UUID
+    namespace: str
+    name: str
+    generation: int
+    created_at: datetime
+
+    @property
+    def hash_seed(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def upsert(
+    conn: Connection,
+    key: DefinitionKey,
+    spec: DefinitionSpec,
+    *,
+    raw_spec: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Definition:
+    """Create or update a definition from a validated spec; returns the stored row."""
+    with conn.transaction():
+        at = clock.now(conn, now)
+        row = conn.execute(queries.get("definition_for_update"), {"id": key.id}).fetchone()
+        existing = Definition.from_row(row) if row else None
+        if existing is not None and existing.generation > key.generation:
+            log.info(
+                "ignoring generation %s of %s: generation %s is already stored",
+                key.generation,
+                key.hash_seed,
+                existing.generation,
+            )
+            return existing
+        next_run_at = _next_run_at(existing, key, spec, at)
+        params = {
+            "id": key.id,
+            "namespace": key.namespace,
+            "name": key.name,
+            "generation": key.generation,
+            "schedule_kind": spec.schedule_kind,
+            "schedule": spec.schedule,
+            "time_zone": spec.time_zone,
+            "dst_gap": spec.dst_gap,
+            "dst_repeat": spec.dst_repeat,
+            "anchor": key.created_at,
+            "catch_up": spec.catch_up,
+            "catch_up_limit": spec.catch_up_limit,
+            "starting_deadline_seconds": spec.starting_deadline_seconds,
+            "max_concurrent_runs": spec.max_concurrent_runs,
+            "concurrency_policy": spec.concurrency_policy,
+            "active_deadline_seconds": spec.active_deadline_seconds,
+            "retry_policy": json.dumps(spec.retry_policy.to_json()),
+            "heartbeat_interval_seconds": spec.heartbeat_interval_seconds,
+            "heartbeat_timeout_seconds": spec.heartbeat_timeout_seconds,
+            "orphan_timeout_seconds": spec.orphan_timeout_seconds,
+            "cancel_grace_seconds": spec.cancel_grace_seconds,
+            "failure_suspend_threshold": spec.failure_suspend_threshold,
+            "suspended": spec.suspend,
+            "spec": json.dumps(raw_spec if raw_spec is not None else dict(spec.extra)),
+            "next_run_at": next_run_at,
+            "now": at,
+        }
+        stored = conn.execute(queries.get("upsert_definition"), params).fetchone()
+        assert stored is not None
+        return Definition.from_row(stored)
+
+
+def _next_run_at(
+    existing: Definition | None, key: DefinitionKey, spec: DefinitionSpec, now: datetime
+) -> datetime | None:
+    if existing is not None and all(
+        getattr(existing, name) == getattr(spec, name) for name in _TIMING_FIELDS
+    ):
+        return existing.next_run_at
+    timing = spec.build_schedule(hash_seed=key.hash_seed, anchor=key.created_at)
+    if spec.schedule_kind == "once":
+        # A one-shot runs even if its time has passed (catchUp decides); it is never
+        # materialized twice because the occurrence key is unique.
+        first = timing.next_after(datetime.min.replace(tzinfo=now.tzinfo))
+        return first.at if first else None
+    after = now
+    if existing is not None and existing.last_scheduled_for is not None:
+        after = max(after, existing.last_scheduled_for)
+    upcoming = timing.next_after(after)
+    return upcoming.at if upcoming else None
+
+
+def schedule_of(definition: Definition) -> timeline.Schedule:
+    """The definition's schedule, built by the same code that validated it."""
+    return schedule.build(
+        definition.schedule_kind,
+        definition.schedule,
+        zone=definition.time_zone,
+        dst=zones.DstPolicy(gap=definition.dst_gap, repeat=definition.dst_repeat),
+        hash_seed=definition.key,
+        anchor=definition.anchor,
+    )
+
+
+def get(conn: Connection, definition_id: UUID) -> Definition | None:
+    row = conn.execute(queries.get("definition_by_id"), {"id": definition_id}).fetchone()
+    return Definition.from_row(row) if row else None
+
+
+def find(conn: Connection, namespace: str, name: str) -> Definition | None:
+    row = conn.execute(
+        queries.get("definition_by_name"), {"namespace": namespace, "name": name}
+    ).fetchone()
+    return Definition.from_row(row) if row else None
+
+
+def delete(conn: Connection, definition_id: UUID, *, now: datetime | None = None) -> list[Run]:
+    """Mark deleted, cancel queued runs, ask running ones to stop.
+
+    Returns the runs that were asked to stop cooperatively (still RUNNING)."""
+    with conn.transaction():
+        at = clock.now(conn, now)
+        conn.execute(queries.get("mark_definition_deleted"), {"id": definition_id, "now": at})
+        outcome = runs.cancel_definition(conn, definition_id, why="ScheduledJob deleted", now=at)
+    return outcome.asked_to_stop
+
+
+def set_suspended(
+    conn: Connection, definition_id: UUID, suspended: bool, *, now: datetime | None = None
+) -> Definition | None:
+    """Suspend or resume. Resuming also clears an automatic suspension and its streak."""
+    with conn.transaction():
+        at = clock.now(conn, now)
+        params = {"id": definition_id, "suspended": suspended, "now": at}
+        row = conn.execute(queries.get("set_definition_suspended"), params).fetchone()
+        if row and not suspended:
+            row = conn.execute(queries.get("clear_auto_suspend"), params).fetchone()
+    return Definition.from_row(row) if row else None

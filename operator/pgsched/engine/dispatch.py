@@ -1,0 +1,221 @@
+"""Dispatch: claim due runs under per-definition caps, then launch them.
+
+One claim transaction, exactly as the seed describes it:
+
+1. select about ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
+   rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
+   disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
+   crowding out the others before caps are applied;
+2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
+   every candidate definition, in one sorted order (inside ``pgsched.lock_definitions_for_dispatch``),
+   so dispatchers claiming runs of the same definition serialize and never deadlock;
+3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: a fresh
+   snapshot that includes every claim committed before our lock was granted);
+4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
+   cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
+
+The commit releases every lock. Launching happens afterwards, outside the transaction: a
+launch failure ends the run ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle``
+applies the retry policy to it like to any other failure.
+
+``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
+due run of a definition at its cap as ``SKIPPED/ConcurrencyPolicy``; ``Replace`` asks the
+oldest running runs to stop (cooperatively) and leaves the new run queued until they have.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+from pgsched.engine import definitions, lease
+from pgsched.engine.launcher import Launcher
+from pgsched.engine.models import Definition, Run
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OVERSHOOT = 4
+
+
+@dataclass
+class DispatchResult:
+    claimed: list[Run] = field(default_factory=list)
+    launched: int = 0
+    launch_failed: list[int] = field(default_factory=list)
+    at_cap: set[UUID] = field(default_factory=set)
+    skipped: list[int] = field(default_factory=list)
+    replace_requested: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Limits:
+    max_runs: int
+    policy: str
+    deleted: bool
+    running: int
+    stopping: int  # running, but already asked to stop
+
+
+def run_once(
+    conn: Connection,
+    launcher: Launcher,
+    *,
+    batch_size: int = 50,
+    overshoot: int = DEFAULT_OVERSHOOT,
+    definition_ids: list[UUID] | None = None,
+    now: datetime | None = None,
+    lock_definitions: bool = True,
+) -> DispatchResult:
+    """Claim and launch up to ``batch_size`` due runs.
+
+    ``definition_ids`` restricts the claim (run-now dispatches its own definition at once).
+    ``lock_definitions=False`` exists only so the chaos self-test can prove the invariant
+    checker catches the over-cap claims that skipping the advisory locks allows.
+    """
+    result = claim(
+        conn,
+        batch_size=batch_size,
+        overshoot=overshoot,
+        definition_ids=definition_ids,
+        now=now,
+        lock_definitions=lock_definitions,
+    )
+    if result.claimed:
+        launch(conn, launcher, result, now=now)
+    return result
+
+
+def claim(
+    conn: Connection,
+    *,
+    batch_size: int = 50,
+    overshoot: int = DEFAULT_OVERSHOOT,
+    definition_ids: list[UUID] | None = None,
+    now: datetime | None = None,
+    lock_definitions: bool = True,
+) -> DispatchResult:
+    """The claim transaction alone (steps 1-4)."""
+    result = DispatchResult()
+    with conn.transaction():
+        candidates = conn.execute(
+            queries.get("claim_candidates"),
+            {"now": now, "limit": batch_size * overshoot, "definition_ids": definition_ids},
+        ).fetchall()
+        if not candidates:
+            return result
+        owner_ids = sorted({row["definition_id"] for row in candidates})
+        if lock_definitions:
+            conn.execute(queries.get("lock_definitions"), {"definition_ids": owner_ids})
+        limits = {
+            row["id"]: _Limits(
+                row["max_concurrent_runs"],
+                row["concurrency_policy"],
+                row["deleted"],
+                row["running"],
+                row["stopping"],
+            )
+            for row in conn.execute(queries.get("dispatch_limits"), {"definition_ids": owner_ids})
+        }
+        chosen, skipped, replace = _choose(candidates, limits, batch_size, result)
+        if skipped:
+            conn.execute(
+                queries.get("skip_runs"),
+                {
+                    "ids": skipped,
+                    "reason": "ConcurrencyPolicy",
+                    "error": "the definition was at maxConcurrentRuns and concurrencyPolicy is Skip",
+                    "now": now,
+                },
+            )
+            result.skipped = skipped
+        for definition_id, count in replace.items():
+            rows = conn.execute(
+                queries.get("cancel_oldest_running"),
+                {"definition_id": definition_id, "count": count, "now": now},
+            ).fetchall()
+            result.replace_requested += [row["id"] for row in rows]
+        if chosen:
+            rows = conn.execute(queries.get("claim_runs"), {"ids": chosen, "now": now}).fetchall()
+            result.claimed = sorted((Run.from_row(row) for row in rows), key=lambda run: run.id)
+    return result
+
+
+def _choose(
+    candidates: list[dict[str, object]],
+    limits: dict[UUID, _Limits],
+    batch_size: int,
+    result: DispatchResult,
+) -> tuple[list[int], list[int], Counter[UUID]]:
+    """Walk candidates in scheduled order; take what the caps allow."""
+    room = {
+        definition_id: max(0, item.max_runs - item.running)
+        for definition_id, item in limits.items()
+    }
+    chosen: list[int] = []
+    skipped: list[int] = []
+    waiting: Counter[UUID] = Counter()
+    for row in candidates:
+        definition_id = row["definition_id"]
+        run_id = row["id"]
+        assert isinstance(definition_id, UUID) and isinstance(run_id, int)
+        item = limits[definition_id]
+        if item.deleted:
+            continue  # its runs are being cancelled by the deletion
+        if room[definition_id] > 0 and len(chosen) < batch_size:
+            room[definition_id] -= 1
+            chosen.append(run_id)
+            continue
+        if room[definition_id] > 0:
+            continue  # the batch is full; not a cap problem
+        result.at_cap.add(definition_id)
+        if row["trigger"] == "schedule" and item.policy == "Skip":
+            skipped.append(run_id)
+        elif row["trigger"] == "schedule" and item.policy == "Replace":
+            waiting[definition_id] += 1
+    # Runs already asked to stop free their slots soon: ask only for the difference, or a
+    # cap of 2 would see its second run cancelled while the first is still stopping.
+    replace: Counter[UUID] = Counter()
+    for definition_id, count in waiting.items():
+        item = limits[definition_id]
+        extra = min(count, item.running) - item.stopping
+        if extra > 0:
+            replace[definition_id] = extra
+    return chosen, skipped, replace
+
+
+def launch(
+    conn: Connection, launcher: Launcher, result: DispatchResult, *, now: datetime | None = None
+) -> None:
+    """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced)."""
+    owners: dict[UUID, Definition] = {}
+    for run in result.claimed:
+        assert run.lease_token is not None
+        run_lease = lease.Lease(run.id, run.lease_token)
+        try:
+            definition = owners.get(run.definition_id) or definitions.get(conn, run.definition_id)
+            assert definition is not None
+            owners[run.definition_id] = definition
+            handle = launcher.launch(run, definition)
+        except Exception as error:
+            log.warning("run %s: launch failed: %s", run.id, error)
+            lease.finish(
+                conn,
+                run_lease,
+                "FAILED",
+                reason="LaunchFailed",
+                error=f"{type(error).__name__}: {error}",
+                now=now,
+            )
+            result.launch_failed.append(run.id)
+            continue
+        result.launched += 1
+        if handle:
+            conn.execute(
+                queries.get("record_launch"),
+                {"id": run.id, "lease_token": run.lease_token, "handle": handle},
+            )

@@ -1,0 +1,34 @@
+"""What dispatch hands claimed runs to. The engine knows only this protocol.
+
+The Kubernetes launcher (``pgsched.k8s.launcher``) creates a Job per run; tests use a
+recording launcher; benchmarks use :class:`NullLauncher`. ``launch`` is called after the
+claim committed and outside any transaction or lock, so a slow API server delays launches
+but never holds up other claimers.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pgsched.engine.models import Definition, Run
+
+
+class LaunchError(Exception):
+    """The run could not be started; it is failed with reason ``LaunchFailed``."""
+
+
+class Launcher(Protocol):
+    def launch(self, run: Run, definition: Definition) -> str | None:
+        """Start the run's workload; return a handle to record (the Job name) or None.
+
+        Must be idempotent per run id: after a crash the same run may be launched again.
+        Raise :class:`LaunchError` (or any exception) if it cannot be started.
+        """
+        ...
+
+
+class NullLauncher:
+    """Launches nothing. For benchmarks of the claim path and engine-only use."""
+
+    def launch(self, run: Run, definition: Definition) -> str | None:
+        return None

@@ -1,0 +1,86 @@
+"""The job side of a run: heartbeat, lease state and finish, all fenced by the lease token.
+
+A claim gives the run a fresh ``lease_token``. Every write from the job side names both the
+run id and that token and requires ``status = 'RUNNING'``, so once a run was reaped,
+cancelled or otherwise ended, its (possibly still alive) worker updates zero rows: it learns
+it lost the lease and can stop, and it can never overwrite a terminal status (I4).
+
+These calls go through SQL functions (``pgsched.heartbeat`` & co.), the same ones a job pod
+calls with its narrow database role.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+
+log = logging.getLogger(__name__)
+
+LeaseState = Literal["active", "cancel_requested", "lost"]
+FinalStatus = Literal["COMPLETED", "FAILED", "CANCELLED"]
+
+
+@dataclass(frozen=True)
+class Lease:
+    run_id: int
+    token: UUID
+
+
+def heartbeat(conn: Connection, lease: Lease, *, now: datetime | None = None) -> LeaseState:
+    """Stamp ``heartbeat_at``; returns whether to go on, stop for cancel, or stop (lost)."""
+    row = conn.execute(
+        queries.get("heartbeat"),
+        {"run_id": lease.run_id, "lease_token": lease.token, "now": now},
+    ).fetchone()
+    assert row is not None
+    return row["state"]  # type: ignore[no-any-return]
+
+
+def state(conn: Connection, lease: Lease) -> LeaseState:
+    """Read-only check for a checkpoint: is the run still ours, and was cancel requested?"""
+    row = conn.execute(
+        queries.get("lease_state"), {"run_id": lease.run_id, "lease_token": lease.token}
+    ).fetchone()
+    assert row is not None
+    return row["state"]  # type: ignore[no-any-return]
+
+
+def finish(
+    conn: Connection,
+    lease: Lease,
+    status: FinalStatus,
+    *,
+    reason: str | None = None,
+    error: str | None = None,
+    exit_code: int | None = None,
+    retry_hint: Literal["retry", "never"] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Record the run's outcome. False means the lease was lost: nothing was changed."""
+    row = conn.execute(
+        queries.get("finish_run"),
+        {
+            "run_id": lease.run_id,
+            "lease_token": lease.token,
+            "status": status,
+            "reason": reason,
+            "error": error,
+            "exit_code": exit_code,
+            "retry_hint": retry_hint,
+            "now": now,
+        },
+    ).fetchone()
+    finished = bool(row and row["finished"])
+    if not finished:
+        log.warning(
+            "run %s: lease lost, %s not recorded (the run was already ended elsewhere)",
+            lease.run_id,
+            status,
+        )
+    return finished

@@ -1,0 +1,260 @@
+"""Materialization: due definitions become run rows.
+
+For each definition whose ``next_run_at`` has passed, the occurrences between it and now
+are turned into rows and ``next_run_at`` is advanced to the first occurrence after now —
+in the same transaction. The advance is the idempotency marker: a crash before the commit
+loses both, a crash after keeps both, and the unique occurrence key turns any repeat (two
+leaders) into a no-op.
+
+What happens to more than one due occurrence (the scheduler was down, or the definition is
+suspended) is the definition's ``catchUp`` policy; every occurrence that will not run is
+still written, as ``SKIPPED`` with a reason, so "why didn't it run at 09:00?" has an answer:
+
+- ``latest`` (default): run the most recent missed occurrence, skip the older ones;
+- ``all``: run them all, oldest first, but at most ``catchUpLimit`` (the most recent ones);
+- ``none``: skip every occurrence that is more than ``late_after`` late.
+
+Occurrences of a suspended definition are recorded as ``SKIPPED/Suspended``, so resuming
+never replays what suspension skipped. An occurrence already past its starting deadline is
+recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
+``SKIPPED/DSTGap``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from itertools import islice
+
+from pgsched.db import clock, queries
+from pgsched.db.connection import Connection
+from pgsched.engine import definitions
+from pgsched.engine.models import Definition
+from pgsched.schedule import Occurrence, Schedule
+
+log = logging.getLogger(__name__)
+
+# After a very long outage, record at most this many missed occurrences one by one.
+MAX_RECORDED_MISSES = 1000
+DEFAULT_LATE_AFTER = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class NewRun:
+    scheduled_for: datetime
+    status: str  # QUEUED or SKIPPED
+    reason: str | None = None
+    error: str | None = None
+    deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    runs: list[NewRun]
+    next_run_at: datetime | None
+    last_scheduled_for: datetime | None
+
+
+@dataclass
+class MaterializeResult:
+    definitions: int = 0
+    queued: int = 0
+    skipped: int = 0
+    failed_definitions: list[str] = field(default_factory=list)
+
+    def add(self, other: MaterializeResult) -> None:
+        self.definitions += other.definitions
+        self.queued += other.queued
+        self.skipped += other.skipped
+        self.failed_definitions += other.failed_definitions
+
+
+def run_once(
+    conn: Connection,
+    *,
+    now: datetime | None = None,
+    batch_size: int = 500,
+    late_after: timedelta = DEFAULT_LATE_AFTER,
+) -> MaterializeResult:
+    """Materialize every due definition: recurring ones first, then one-shots."""
+    result = MaterializeResult()
+    for kinds in (["cron", "rrule"], ["once"]):
+        while True:
+            batch = _materialize_batch(
+                conn, kinds=kinds, now=now, batch_size=batch_size, late_after=late_after
+            )
+            result.add(batch)
+            if batch.definitions < batch_size:
+                break
+    return result
+
+
+def _materialize_batch(
+    conn: Connection,
+    *,
+    kinds: list[str],
+    now: datetime | None,
+    batch_size: int,
+    late_after: timedelta,
+) -> MaterializeResult:
+    result = MaterializeResult()
+    with conn.transaction():
+        at = clock.now(conn, now)
+        rows = conn.execute(
+            queries.get("due_definitions"), {"now": at, "kinds": kinds, "limit": batch_size}
+        ).fetchall()
+        columns: dict[str, list[object]] = {
+            name: []
+            for name in (
+                "definition_ids",
+                "statuses",
+                "scheduled_for",
+                "deadlines",
+                "reasons",
+                "errors",
+            )
+        }
+        advance: dict[str, list[object]] = {"ids": [], "next_run_at": [], "last_scheduled_for": []}
+        for row in rows:
+            definition = Definition.from_row(row)
+            try:
+                plan = plan_definition(definition, now=at, late_after=late_after)
+            except Exception as error:
+                # One definition that cannot be planned (say, its zone vanished from the tz
+                # database) must not block the others. It stays due, so it is retried and
+                # reported on every tick until fixed.
+                log.error("cannot materialize %s: %s", definition.key, error)
+                result.failed_definitions.append(definition.key)
+                continue
+            for run in plan.runs:
+                columns["definition_ids"].append(definition.id)
+                columns["statuses"].append(run.status)
+                columns["scheduled_for"].append(run.scheduled_for)
+                columns["deadlines"].append(run.deadline_at)
+                columns["reasons"].append(run.reason)
+                columns["errors"].append(run.error)
+                if run.status == "QUEUED":
+                    result.queued += 1
+                else:
+                    result.skipped += 1
+            advance["ids"].append(definition.id)
+            advance["next_run_at"].append(plan.next_run_at)
+            advance["last_scheduled_for"].append(plan.last_scheduled_for)
+        if columns["definition_ids"]:
+            conn.execute(queries.get("insert_occurrences"), {**columns, "now": at})
+        if advance["ids"]:
+            conn.execute(queries.get("advance_definitions"), advance)
+        result.definitions = len(rows)
+    return result
+
+
+def plan_definition(
+    definition: Definition, *, now: datetime, late_after: timedelta = DEFAULT_LATE_AFTER
+) -> Plan:
+    """Decide, without touching the database, which rows a due definition produces."""
+    assert definition.next_run_at is not None
+    schedule = definitions.schedule_of(definition)
+    stream = schedule.occurrences_after(definition.next_run_at - timedelta(microseconds=1))
+    due: list[Occurrence] = []
+    upcoming: Occurrence | None = None
+    for occurrence in islice(stream, MAX_RECORDED_MISSES + 1):
+        if occurrence.at > now:
+            upcoming = occurrence
+            break
+        due.append(occurrence)
+    truncated = len(due) > MAX_RECORDED_MISSES
+    if truncated:
+        # Years of missed minutes: record the oldest ones, find the recent ones directly.
+        due = due[:MAX_RECORDED_MISSES]
+        due += _recent(schedule, now=now, count=definition.catch_up_limit, after=due[-1].at)
+        upcoming = schedule.next_after(now)
+    runs = _decide(definition, due, now=now, late_after=late_after, truncated=truncated)
+    return Plan(
+        runs=runs,
+        next_run_at=upcoming.at if upcoming else None,
+        last_scheduled_for=due[-1].at if due else None,
+    )
+
+
+def _decide(
+    definition: Definition,
+    due: list[Occurrence],
+    *,
+    now: datetime,
+    late_after: timedelta,
+    truncated: bool,
+) -> list[NewRun]:
+    runnable = [occurrence.at for occurrence in due if not occurrence.skipped]
+    if definition.is_suspended:
+        chosen: set[datetime] = set()
+    elif definition.catch_up == "all":
+        chosen = set(runnable[-definition.catch_up_limit :])
+    elif definition.catch_up == "none":
+        chosen = {runnable[-1]} if runnable and now - runnable[-1] <= late_after else set()
+    else:
+        chosen = set(runnable[-1:])
+    deadline = (
+        timedelta(seconds=definition.starting_deadline_seconds)
+        if definition.starting_deadline_seconds
+        else None
+    )
+    runs = []
+    for index, occurrence in enumerate(due):
+        at = occurrence.at
+        if occurrence.skipped:
+            runs.append(NewRun(at, "SKIPPED", "DSTGap", _DST_GAP_NOTE))
+        elif definition.is_suspended:
+            why = definition.auto_suspend_reason or "spec.suspend is true"
+            runs.append(NewRun(at, "SKIPPED", "Suspended", f"the definition is suspended: {why}"))
+        elif at not in chosen:
+            note = _missed_note(definition, late_after)
+            if truncated and index == MAX_RECORDED_MISSES - 1:
+                note += (
+                    "; more occurrences after this one were missed and are not recorded one by one"
+                )
+            runs.append(NewRun(at, "SKIPPED", "MissedDowntime", note))
+        elif deadline is not None and at + deadline <= now:
+            runs.append(
+                NewRun(
+                    at,
+                    "SKIPPED",
+                    "DeadlineMissed",
+                    f"materialized {now - at} late, past startingDeadlineSeconds "
+                    f"({definition.starting_deadline_seconds})",
+                )
+            )
+        else:
+            runs.append(NewRun(at, "QUEUED", deadline_at=at + deadline if deadline else None))
+    return runs
+
+
+_DST_GAP_NOTE = "the local time does not exist on this day (DST gap) and dstPolicy.gap is skip"
+
+
+def _missed_note(definition: Definition, late_after: timedelta) -> str:
+    if definition.catch_up == "all":
+        return f"missed; catchUp is all but only the latest catchUpLimit ({definition.catch_up_limit}) run"
+    if definition.catch_up == "none":
+        return f"missed by more than {int(late_after.total_seconds())}s and catchUp is none"
+    return "missed; catchUp is latest, so only the most recent missed occurrence runs"
+
+
+def _recent(schedule: Schedule, *, now: datetime, count: int, after: datetime) -> list[Occurrence]:
+    """The last ``count`` occurrences in (after, now], found by widening a window back
+    from now instead of walking forward through years of occurrences."""
+    window = timedelta(hours=1)
+    while True:
+        start = max(after, now - window)
+        found = list(_until(schedule.occurrences_after(start), now))
+        if len(found) >= count or start == after:
+            return found[-count:]
+        window *= 4
+
+
+def _until(stream: Iterator[Occurrence], end: datetime) -> Iterator[Occurrence]:
+    for occurrence in stream:
+        if occurrence.at > end:
+            return
+        yield occurrence

@@ -1,0 +1,94 @@
+"""Rows as frozen objects: what the store hands to the rest of the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Literal, Self
+from uuid import UUID
+
+RunStatus = Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SKIPPED"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"})
+
+
+class _Row:
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        """Build from a dict row, ignoring columns the dataclass does not declare (so a
+        later migration that adds a column does not break older readers)."""
+        names = {item.name for item in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{key: value for key, value in row.items() if key in names})
+
+
+@dataclass(frozen=True)
+class Definition(_Row):
+    id: UUID
+    namespace: str
+    name: str
+    generation: int
+    schedule_kind: Literal["cron", "rrule", "once"]
+    schedule: str
+    time_zone: str
+    dst_gap: Literal["shift", "skip"]
+    dst_repeat: Literal["first", "last", "both"]
+    anchor: datetime
+    catch_up: Literal["latest", "all", "none"]
+    catch_up_limit: int
+    starting_deadline_seconds: int | None
+    max_concurrent_runs: int
+    concurrency_policy: Literal["Queue", "Skip", "Replace"]
+    active_deadline_seconds: int | None
+    retry_policy: dict[str, Any]
+    heartbeat_interval_seconds: int
+    heartbeat_timeout_seconds: int
+    orphan_timeout_seconds: int
+    cancel_grace_seconds: int
+    failure_suspend_threshold: int | None
+    consecutive_failures: int
+    suspended: bool
+    auto_suspended_at: datetime | None
+    auto_suspend_reason: str | None
+    spec: dict[str, Any]
+    next_run_at: datetime | None
+    last_scheduled_for: datetime | None
+    deleted_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_suspended(self) -> bool:
+        return self.suspended or self.auto_suspended_at is not None
+
+
+@dataclass(frozen=True)
+class Run(_Row):
+    id: int
+    definition_id: UUID
+    status: RunStatus
+    trigger: Literal["schedule", "manual", "retry", "backfill"]
+    scheduled_for: datetime
+    deadline_at: datetime | None
+    attempt: int
+    retry_of: int | None
+    request_token: str | None
+    lease_token: UUID | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool
+    cancel_requested_at: datetime | None
+    reason: str | None
+    error: str | None
+    exit_code: int | None
+    retry_hint: str | None
+    k8s_job_name: str | None
+    settled_at: datetime | None
+    created_at: datetime
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

@@ -1,0 +1,109 @@
+"""Operations on runs that users trigger: run now, cancel, and reading history.
+
+Run-now inserts a QUEUED row and nothing else: the run is claimed by the same dispatch
+path as every scheduled run (caps, SKIP LOCKED, leases), never launched directly. A request
+token makes it idempotent — the same token twice is one run, which is what lets the
+operator retry an annotation event or a replica see it twice without doubling the run.
+
+Cancellation is cooperative. A QUEUED run is cancelled at once (nothing is running); a
+RUNNING one gets ``cancel_requested``, which its worker sees on its next heartbeat or
+checkpoint. A worker that ignores it past ``cancelGraceSeconds`` is stopped by the reaper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+from pgsched.engine.models import Run
+
+
+class UnknownDefinition(LookupError):
+    pass
+
+
+def get(conn: Connection, run_id: int) -> Run | None:
+    row = conn.execute(queries.get("run_by_id"), {"id": run_id}).fetchone()
+    return Run.from_row(row) if row else None
+
+
+def history(conn: Connection, definition_id: UUID, *, limit: int = 50) -> list[Run]:
+    rows = conn.execute(
+        queries.get("runs_of_definition"), {"definition_id": definition_id, "limit": limit}
+    ).fetchall()
+    return [Run.from_row(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    run: Run
+    created: bool  # False when the token was used before: the earlier run is returned
+
+
+def run_now(
+    conn: Connection,
+    definition_id: UUID,
+    *,
+    token: str,
+    trigger: str = "manual",
+    scheduled_for: datetime | None = None,
+) -> Enqueued:
+    """Queue a manual run, once per ``token``."""
+    if not token:
+        raise ValueError(
+            "a run-now request needs a non-empty token (it makes the request idempotent)"
+        )
+    with conn.transaction():
+        params = {
+            "definition_id": definition_id,
+            "token": token,
+            "trigger": trigger,
+            "scheduled_for": scheduled_for,
+        }
+        row = conn.execute(queries.get("enqueue_manual"), params).fetchone()
+        if row:
+            return Enqueued(Run.from_row(row), created=True)
+        row = conn.execute(queries.get("run_by_request"), params).fetchone()
+        if row is None:
+            raise UnknownDefinition(f"no live definition with id {definition_id}")
+        return Enqueued(Run.from_row(row), created=False)
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    cancelled: list[Run]  # were QUEUED: now CANCELLED
+    asked_to_stop: list[Run]  # were RUNNING: cancel_requested set
+
+
+def cancel_run(
+    conn: Connection, run_id: int, *, why: str = "cancelled by request", now: datetime | None = None
+) -> CancelOutcome:
+    return _cancel(conn, run_id=run_id, definition_id=None, why=why, now=now)
+
+
+def cancel_definition(
+    conn: Connection, definition_id: UUID, *, why: str, now: datetime | None = None
+) -> CancelOutcome:
+    """Cancel every queued run of a definition and ask its running ones to stop."""
+    return _cancel(conn, run_id=None, definition_id=definition_id, why=why, now=now)
+
+
+def _cancel(
+    conn: Connection,
+    *,
+    run_id: int | None,
+    definition_id: UUID | None,
+    why: str,
+    now: datetime | None,
+) -> CancelOutcome:
+    params = {"run_id": run_id, "definition_id": definition_id, "why": why, "now": now}
+    with conn.transaction():
+        cancelled = conn.execute(queries.get("cancel_queued"), params).fetchall()
+        asked = conn.execute(queries.get("request_cancel_running"), params).fetchall()
+    return CancelOutcome(
+        cancelled=[Run.from_row(row) for row in cancelled],
+        asked_to_stop=[Run.from_row(row) for row in asked],
+    )

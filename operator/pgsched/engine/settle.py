@@ -1,0 +1,159 @@
+"""Settling terminal runs: retries as new rows, failure streaks, auto-suspension.
+
+A run can end in many places — its own worker (job pod, SDK runner), the reaper, a failed
+launch, the Kubernetes outcome watch — but its consequences are applied in exactly one:
+this phase, which picks up terminal runs not yet settled. That keeps the retry rule in one
+place and makes it crash-safe: the retry row, the streak update and ``settled_at`` commit
+together, and a unique key on ``retry_of`` means a failed attempt is retried at most once
+even if two leaders settle at the same time.
+
+A retry is a new QUEUED row (``trigger = 'retry'``, ``attempt = n + 1``,
+``scheduled_for = now + backoff``, ``retry_of`` = the failed run); the failed row keeps
+its own status, reason and error. The backoff needs no timer: dispatch only claims rows
+whose ``scheduled_for`` has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from pgsched.db import clock, queries
+from pgsched.db.connection import Connection
+from pgsched.engine.models import Definition, Run
+from pgsched.engine.retry import RetryPolicy
+
+log = logging.getLogger(__name__)
+
+_SYSTEM_RANDOM = random.SystemRandom()
+
+
+@dataclass(frozen=True)
+class Retried:
+    failed: Run
+    retry_id: int
+    delay: timedelta
+
+
+@dataclass
+class SettleResult:
+    settled: int = 0
+    retried: list[Retried] = field(default_factory=list)
+    final_failures: list[Run] = field(default_factory=list)
+    auto_suspended: list[tuple[UUID, str]] = field(default_factory=list)
+
+
+def run_once(
+    conn: Connection,
+    *,
+    now: datetime | None = None,
+    batch_size: int = 500,
+    rng: random.Random = _SYSTEM_RANDOM,
+) -> SettleResult:
+    result = SettleResult()
+    while True:
+        count = _settle_batch(conn, result, now=now, batch_size=batch_size, rng=rng)
+        if count < batch_size:
+            return result
+
+
+def _settle_batch(
+    conn: Connection,
+    result: SettleResult,
+    *,
+    now: datetime | None,
+    batch_size: int,
+    rng: random.Random,
+) -> int:
+    with conn.transaction():
+        at = clock.now(conn, now)
+        runs = [
+            Run.from_row(row)
+            for row in conn.execute(queries.get("unsettled_runs"), {"limit": batch_size})
+        ]
+        if not runs:
+            return 0
+        owners = {
+            row["id"]: Definition.from_row(row)
+            for row in conn.execute(
+                queries.get("definitions_by_ids"),
+                {"ids": sorted({run.definition_id for run in runs})},
+            )
+        }
+        streaks = {
+            definition_id: owners[definition_id].consecutive_failures for definition_id in owners
+        }
+        touched: set[UUID] = set()
+        for run in runs:
+            definition = owners[run.definition_id]
+            if run.status == "COMPLETED":
+                streaks[definition.id] = 0
+                touched.add(definition.id)
+            elif run.status == "FAILED":
+                retried = _retry(conn, run, definition, now=at, rng=rng)
+                if retried is not None:
+                    result.retried.append(retried)
+                else:
+                    result.final_failures.append(run)
+                    streaks[definition.id] += 1
+                    touched.add(definition.id)
+        if touched:
+            ids = sorted(touched)
+            suspended = conn.execute(
+                queries.get("update_failure_streaks"),
+                {"ids": ids, "streaks": [streaks[i] for i in ids], "now": at},
+            ).fetchall()
+            for row in suspended:
+                if row["suspended_now"]:
+                    log.warning(
+                        "auto-suspended %s: %s", owners[row["id"]].key, row["auto_suspend_reason"]
+                    )
+                    result.auto_suspended.append((row["id"], row["auto_suspend_reason"]))
+        conn.execute(queries.get("mark_settled"), {"ids": [run.id for run in runs], "now": at})
+        result.settled += len(runs)
+        return len(runs)
+
+
+def _retry(
+    conn: Connection, run: Run, definition: Definition, *, now: datetime, rng: random.Random
+) -> Retried | None:
+    if definition.deleted_at is not None:
+        return None
+    policy = RetryPolicy.from_json(definition.retry_policy)
+    decision = policy.decide(reason=run.reason, attempt=run.attempt, hint=run.retry_hint, rng=rng)
+    if not decision.retry:
+        log.info(
+            "run %s (%s, attempt %s) not retried: %s",
+            run.id,
+            definition.key,
+            run.attempt,
+            decision.why,
+        )
+        return None
+    scheduled_for = now + decision.delay
+    deadline = definition.starting_deadline_seconds
+    row = conn.execute(
+        queries.get("insert_retry"),
+        {
+            "definition_id": run.definition_id,
+            "scheduled_for": scheduled_for,
+            "deadline_at": scheduled_for + timedelta(seconds=deadline) if deadline else None,
+            "attempt": run.attempt + 1,
+            "retry_of": run.id,
+        },
+    ).fetchone()
+    if row is None:  # another leader retried it first
+        return None
+    log.info(
+        "run %s (%s) failed with %s; attempt %s queued as run %s in %.1fs",
+        run.id,
+        definition.key,
+        run.reason,
+        run.attempt + 1,
+        row["id"],
+        decision.delay.total_seconds(),
+    )
+    return Retried(failed=run, retry_id=row["id"], delay=decision.delay)

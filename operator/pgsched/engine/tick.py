@@ -1,0 +1,199 @@
+"""The tick loop: every replica runs it, one replica leads each tick.
+
+One tick is: try the leader lock; materialize due definitions (recurring, then one-shots);
+reap orphans; settle terminal runs (retries); dispatch due runs; release the lock. Each
+phase is its own transaction on the tick's dedicated session, which holds the session-level
+leader lock across all of them.
+
+The loop fails open. A database error, a bug in one phase, a launcher exception: the tick
+logs it, drops its session (which releases the lock if the explicit unlock could not run)
+and the loop sleeps until the next tick. The worst case is always "this tick didn't
+happen", never a scheduler that died silently (I7).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from pgsched.db.connection import Connection
+from pgsched.engine import dispatch, leader, materialize, reap, settle
+from pgsched.engine.launcher import Launcher
+
+log = logging.getLogger(__name__)
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TickSettings:
+    """How often and how much one tick does. Validated on construction."""
+
+    interval_seconds: float = 1.0
+    dispatch_batch: int = 50
+    overshoot: int = dispatch.DEFAULT_OVERSHOOT
+    materialize_batch: int = 500
+    late_after_seconds: float = materialize.DEFAULT_LATE_AFTER.total_seconds()
+    lock_name: str = leader.DEFAULT_LOCK_NAME
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0.05 <= self.interval_seconds <= 3600:
+            problems.append(
+                f"tick interval {self.interval_seconds}s must be within 0.05..3600 (e.g. 1)"
+            )
+        if not 1 <= self.dispatch_batch <= 10_000:
+            problems.append(
+                f"dispatch batch {self.dispatch_batch} must be within 1..10000 (e.g. 50)"
+            )
+        if not 1 <= self.overshoot <= 100:
+            problems.append(f"overshoot {self.overshoot} must be within 1..100 (e.g. 4)")
+        if not 1 <= self.materialize_batch <= 100_000:
+            problems.append(
+                f"materialize batch {self.materialize_batch} must be within 1..100000 (e.g. 500)"
+            )
+        if self.late_after_seconds <= 0:
+            problems.append(f"late-after {self.late_after_seconds}s must be positive (e.g. 60)")
+        if not self.lock_name:
+            problems.append("the leader lock name must not be empty (e.g. pgsched:tick-leader)")
+        if problems:
+            raise SettingsError("; ".join(problems))
+
+
+@dataclass
+class TickResult:
+    leader: bool = False
+    materialized: materialize.MaterializeResult | None = None
+    reaped: reap.ReapResult | None = None
+    settled: settle.SettleResult | None = None
+    dispatched: dispatch.DispatchResult | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+class Ticker:
+    """Runs ticks on its own dedicated database session.
+
+    ``connect`` opens a new session (called again after any failure); ``clock`` returns
+    the pinned "now" for tests, or None to use the database clock. ``elect_leader=False``
+    makes every tick act as leader — only for tests that prove the invariants hold with
+    two leaders at once.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Connection],
+        launcher: Launcher,
+        settings: TickSettings | None = None,
+        *,
+        clock: Callable[[], datetime | None] = lambda: None,
+        elect_leader: bool = True,
+    ) -> None:
+        self._connect = connect
+        self._launcher = launcher
+        self.settings = settings or TickSettings()
+        self._clock = clock
+        self._elect = elect_leader
+        self._conn: Connection | None = None
+
+    def run_once(self) -> TickResult:
+        result = TickResult()
+        started = time.perf_counter()
+        try:
+            conn = self._session()
+            if self._elect and not leader.try_lead(conn, lock_name=self.settings.lock_name):
+                return result
+            result.leader = True
+            try:
+                self._phases(conn, result)
+            finally:
+                if self._elect:
+                    leader.stop_leading(conn, lock_name=self.settings.lock_name)
+        except Exception as error:
+            result.error = f"{type(error).__name__}: {error}"
+            log.error(
+                "tick failed, will retry next tick: %s",
+                result.error,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
+            self.close()  # a dead session releases the leader lock with it
+        finally:
+            result.durations["tick"] = time.perf_counter() - started
+        return result
+
+    def _phases(self, conn: Connection, result: TickResult) -> None:
+        settings = self.settings
+        now = self._clock()
+        with _timed(result, "materialize"):
+            result.materialized = materialize.run_once(
+                conn,
+                now=now,
+                batch_size=settings.materialize_batch,
+                late_after=timedelta(seconds=settings.late_after_seconds),
+            )
+        with _timed(result, "reap"):
+            result.reaped = reap.run_once(conn, now=now)
+        with _timed(result, "settle"):
+            result.settled = settle.run_once(conn, now=now)
+        with _timed(result, "dispatch"):
+            result.dispatched = dispatch.run_once(
+                conn,
+                self._launcher,
+                batch_size=settings.dispatch_batch,
+                overshoot=settings.overshoot,
+                now=now,
+            )
+
+    def run_forever(
+        self, stop: threading.Event, *, on_tick: Callable[[TickResult], None] | None = None
+    ) -> None:
+        """Tick every ``interval_seconds`` until ``stop`` is set; never raises."""
+        try:
+            while not stop.is_set():
+                result = self.run_once()
+                if on_tick is not None:
+                    try:
+                        on_tick(result)
+                    except Exception:
+                        log.exception("tick observer failed")
+                # A full batch means more is due right now: go again without sleeping.
+                busy = (
+                    result.dispatched is not None
+                    and len(result.dispatched.claimed) >= self.settings.dispatch_batch
+                )
+                if not busy:
+                    stop.wait(self.settings.interval_seconds)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # closing a broken session cannot fail in a way that matters
+                log.debug("closing the tick session failed", exc_info=True)
+            self._conn = None
+
+    def _session(self) -> Connection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self.close()
+            self._conn = self._connect()
+        return self._conn
+
+
+class _timed:
+    def __init__(self, result: TickResult, phase: str) -> None:
+        self.result = result
+        self.phase = phase
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.result.durations[self.phase] = time.perf_counter() - self.started

@@ -1,0 +1,44 @@
+"""Pure recurrence arithmetic: cron, RRULE and one-shot schedules in IANA time zones.
+
+Nothing here touches the database or reads the clock; callers pass "now" in. Build a
+:class:`~pgsched.schedule.timeline.Schedule` with :func:`build` and ask it for occurrences.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pgsched.schedule import cron, once, rrule, zones
+from pgsched.schedule.errors import ScheduleError
+from pgsched.schedule.timeline import Occurrence, Recurrence, Schedule
+
+ScheduleKind = Literal["cron", "rrule", "once"]
+
+__all__ = ["Occurrence", "Schedule", "ScheduleError", "ScheduleKind", "build"]
+
+
+def build(
+    kind: ScheduleKind,
+    text: str,
+    *,
+    zone: str,
+    dst: zones.DstPolicy | None = None,
+    hash_seed: str = "",
+    anchor: datetime,
+) -> Schedule:
+    """Parse a schedule.
+
+    ``hash_seed`` feeds cron's ``H`` field (the definition's ``namespace/name``);
+    ``anchor`` (an aware instant, normally the definition's creation time) is the RRULE's
+    DTSTART day when the text gives none.
+    """
+    tz = zones.load_zone(zone)
+    recurrence: Recurrence
+    if kind == "cron":
+        recurrence = cron.parse(text, hash_seed=hash_seed)
+    elif kind == "rrule":
+        recurrence = rrule.parse(text, zone_name=zone, anchor=zones.to_wall(anchor, tz))
+    else:
+        recurrence = once.parse(text)
+    return Schedule(recurrence=recurrence, zone=tz, dst=dst or zones.DstPolicy())

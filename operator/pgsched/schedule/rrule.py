@@ -1,0 +1,139 @@
+"""RFC 5545 recurrence rules (RRULE, with optional DTSTART, RDATE and EXDATE lines).
+
+Rules are expanded by python-dateutil on *naive local wall-clock* datetimes: DTSTART is
+anchored in the definition's time zone, so ``FREQ=DAILY;BYHOUR=8`` means 08:00 local, every
+day, whatever the UTC offset is that day. The mapping to instants happens afterwards in
+:mod:`pgsched.schedule.zones`.
+
+When the text has no DTSTART, the anchor is local midnight of the day the definition was
+created. dateutil fills every BYxxx part the rule leaves out from DTSTART, so anchoring at
+"now" would turn ``FREQ=DAILY;BYHOUR=8`` into 08:23:17 for a definition created at 14:23:17;
+anchoring at midnight gives the 08:00:00 users mean.
+
+Times inside the text must be local (floating) or carry ``TZID=<the definition's zone>``;
+a ``Z`` (UTC) or another zone is rejected rather than silently reinterpreted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from dateutil import rrule as du_rrule
+
+from pgsched.schedule.errors import ScheduleError
+
+_EXAMPLE = "FREQ=DAILY;BYHOUR=8;BYMINUTE=30"
+_INTERVAL_FREQS = {du_rrule.HOURLY, du_rrule.MINUTELY, du_rrule.SECONDLY}
+_PROPERTY = re.compile(r"^(DTSTART|RRULE|RDATE|EXDATE|EXRULE)([;:])", re.IGNORECASE)
+_TZID = re.compile(r"TZID=([^;:]+)", re.IGNORECASE)
+_TZID_PARAM = re.compile(r";TZID=[^;:]+", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RecurrenceRule:
+    text: str
+    rules: du_rrule.rruleset
+    is_interval: bool
+
+    def wall_times(self, start: datetime) -> Iterator[datetime]:
+        """Every occurrence's naive wall-clock time >= ``start``, in increasing order."""
+        yield from self.rules.xafter(start, inc=True)
+
+
+def parse(text: str, *, zone_name: str, anchor: datetime) -> RecurrenceRule:
+    """Parse RRULE text; ``anchor`` (naive local) is DTSTART when the text has none."""
+    lines = _split_lines(text)
+    dtstart: datetime | None = None
+    body: list[str] = []
+    for line in lines:
+        name = _property_name(line)
+        _check_zone(line, zone_name)
+        if name == "DTSTART":
+            dtstart = _parse_dtstart(line, zone_name)
+        else:
+            # The TZID was checked to be the definition's zone; dateutil rejects it on
+            # RDATE and would otherwise convert, so drop it and keep the floating time.
+            body.append(_TZID_PARAM.sub("", line) if name else f"RRULE:{line}")
+    if not any(_property_name(line) == "RRULE" for line in body):
+        raise ScheduleError(f"{text!r} has no RRULE part", example=_EXAMPLE)
+    start = dtstart or anchor.replace(hour=0, minute=0, second=0, microsecond=0)
+    try:
+        rules = du_rrule.rrulestr(
+            "\n".join(body), dtstart=start, forceset=True, ignoretz=True, unfold=True
+        )
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        raise ScheduleError(f"{text!r} is not a valid RRULE: {error}", example=_EXAMPLE) from None
+    assert isinstance(rules, du_rrule.rruleset)
+    inner = list(rules._rrule)
+    if inner and all(_never(rule) for rule in inner) and not rules._rdate:
+        raise ScheduleError(
+            f"{text!r} never produces an occurrence (its BY-parts contradict each other)",
+            example=_EXAMPLE,
+        )
+    return RecurrenceRule(
+        text=text.strip(),
+        rules=rules,
+        is_interval=any(rule._freq in _INTERVAL_FREQS for rule in inner),
+    )
+
+
+def _split_lines(text: str) -> list[str]:
+    lines = [line.strip() for line in text.strip().replace("\\n", "\n").splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        raise ScheduleError("the RRULE is empty", example=_EXAMPLE)
+    return lines
+
+
+def _property_name(line: str) -> str | None:
+    match = _PROPERTY.match(line)
+    return match.group(1).upper() if match else None
+
+
+def _check_zone(line: str, zone_name: str) -> None:
+    for tzid in _TZID.findall(line):
+        if tzid != zone_name:
+            raise ScheduleError(
+                f"{line!r} uses TZID={tzid} but the definition's timeZone is {zone_name}; "
+                "times in the rule are local to timeZone",
+                example=f"DTSTART;TZID={zone_name}:20260105T083000",
+            )
+    if re.search(r"\d{8}T\d{6}Z", line):
+        raise ScheduleError(
+            f"{line!r} gives a UTC time (trailing Z); write local times of timeZone {zone_name}",
+            example="DTSTART:20260105T083000",
+        )
+
+
+def _parse_dtstart(line: str, zone_name: str) -> datetime:
+    value = line.rsplit(":", 1)[-1].strip()
+    for layout in ("%Y%m%dT%H%M%S", "%Y%m%d"):
+        try:
+            return datetime.strptime(value, layout)
+        except ValueError:
+            continue
+    raise ScheduleError(
+        f"DTSTART value {value!r} is not a date-time like 20260105T083000",
+        example=f"DTSTART;TZID={zone_name}:20260105T083000",
+    )
+
+
+def _never(rule: du_rrule.rrule) -> bool:
+    """True if the rule's BY-parts match no date at all (``BYMONTH=2;BYMONTHDAY=31``).
+
+    dateutil would search such a rule until year 9999 (seconds of CPU per call, on every
+    tick), so check a yearly projection of the same BY-parts over 40 years instead: every
+    date the real rule can produce is a date the projection produces.
+    """
+    start = rule._dtstart
+    projection = rule.replace(
+        freq=du_rrule.YEARLY,
+        interval=1,
+        count=None,
+        bysetpos=None,
+        until=start.replace(year=start.year + 40, month=1, day=1),
+    )
+    return next(iter(projection), None) is None

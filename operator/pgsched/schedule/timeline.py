@@ -1,0 +1,98 @@
+"""A schedule: a recurrence in a time zone under a DST policy, as a stream of instants.
+
+This is the single code path that turns a definition into occurrence instants: the
+materializer, ``status.nextRuns`` and ``pgsched next`` all call
+:meth:`Schedule.occurrences_after`, so what the CLI predicts is what the engine runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from pgsched.schedule import zones
+from pgsched.schedule.once import OneShot
+
+
+class Recurrence(Protocol):
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def is_interval(self) -> bool: ...
+
+    def wall_times(self, start: datetime) -> Iterator[datetime]: ...
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    at: datetime  # UTC instant
+    skipped: bool = False  # a DST-gap occurrence under the "skip" policy
+
+
+@dataclass(frozen=True)
+class Schedule:
+    recurrence: Recurrence
+    zone: ZoneInfo
+    dst: zones.DstPolicy
+
+    @property
+    def zone_name(self) -> str:
+        return self.zone.key
+
+    def occurrences_after(self, after: datetime) -> Iterator[Occurrence]:
+        """Every occurrence strictly after the instant ``after``, in increasing order,
+        each instant once."""
+        if isinstance(self.recurrence, OneShot) and self.recurrence.instant is not None:
+            if self.recurrence.instant > after:
+                yield Occurrence(self.recurrence.instant)
+            return
+        start = zones.to_wall(after, self.zone)
+        if zones.transition_near(after, self.zone):
+            start -= zones.MAX_OFFSET_JUMP
+        # Wall-clock order and instant order differ only around a repeat (with "both",
+        # 01:30 EST comes after 01:45 EDT), so buffer instants in a heap and release one
+        # once no later wall-clock time can produce an earlier instant.
+        pending: list[tuple[datetime, bool]] = []
+        last: datetime | None = None
+        for wall in self.recurrence.wall_times(start):
+            floor = zones.earliest(wall, self.zone)
+            while pending and pending[0][0] < floor:
+                at, skipped = heapq.heappop(pending)
+                if at != last:
+                    last = at
+                    yield Occurrence(at, skipped)
+            for instant in zones.resolve(
+                wall, self.zone, self.dst, interval=self.recurrence.is_interval
+            ):
+                if instant.at > after:
+                    heapq.heappush(pending, (instant.at, instant.skipped))
+        while pending:
+            at, skipped = heapq.heappop(pending)
+            if at != last:
+                last = at
+                yield Occurrence(at, skipped)
+
+    def next_after(self, after: datetime) -> Occurrence | None:
+        return next(self.occurrences_after(after), None)
+
+    def upcoming(self, after: datetime, *, count: int) -> list[Occurrence]:
+        """The next ``count`` occurrences that will run (DST-skipped ones left out)."""
+        found: list[Occurrence] = []
+        for occurrence in self.occurrences_after(after):
+            if not occurrence.skipped:
+                found.append(occurrence)
+                if len(found) == count:
+                    break
+        return found
+
+
+def utc(moment: datetime) -> datetime:
+    """An aware datetime in UTC (naive input is taken to be UTC)."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)

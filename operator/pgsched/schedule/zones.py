@@ -1,0 +1,127 @@
+"""Wall-clock times to instants in an IANA time zone, with pgsched's DST rules.
+
+Recurrences produce *wall-clock* times ("08:00 every day in Europe/Sofia"); the database
+stores *instants*. Twice a year a wall-clock time has no instant (the spring-forward gap) or
+two (the autumn repeat). Libraries disagree on what to do there (dateutil 2.9 and 4.0 and
+zoneinfo each resolve a nonexistent time differently), so pgsched resolves them itself, by
+one documented rule:
+
+Fixed-time schedules (a cron hour field with explicit hours, an RRULE of FREQ=DAILY or
+coarser) follow the wall clock and run once per wall-clock occurrence:
+
+- gap, policy ``shift`` (default): run at the first valid instant after the gap, i.e. the
+  transition itself (02:30 on the New York spring-forward day runs at 03:00 EDT);
+- gap, policy ``skip``: do not run; the occurrence is recorded as ``SKIPPED/DSTGap``;
+- repeat, policy ``first`` (default): run at the first of the two instants (01:30 EDT);
+  ``last``: the second (01:30 EST); ``both``: at both.
+
+Interval schedules (a cron hour field of ``*`` or ``*/n``, an RRULE of FREQ=HOURLY or
+finer) follow elapsed time: they run at every instant whose local wall-clock time matches.
+A gap hour simply has no such instants (``0 * * * *`` runs 01:00 EST then 03:00 EDT, one
+hour apart); a repeated hour has two (01:00 EDT and 01:00 EST). The gap and repeat
+policies do not apply to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pgsched.schedule.errors import ScheduleError
+
+GapPolicy = Literal["shift", "skip"]
+RepeatPolicy = Literal["first", "last", "both"]
+
+# DST offsets change by at most a few hours, so a wall-clock time that maps to an instant
+# after T is never more than this much earlier than T's own wall-clock time.
+MAX_OFFSET_JUMP = timedelta(hours=4)
+
+
+@dataclass(frozen=True)
+class DstPolicy:
+    gap: GapPolicy = "shift"
+    repeat: RepeatPolicy = "first"
+
+
+@dataclass(frozen=True)
+class Instant:
+    """One resolved instant of a wall-clock time.
+
+    ``skipped`` is true for a gap occurrence under the ``skip`` policy: it is recorded
+    (as ``SKIPPED/DSTGap``) at the transition instant but never run.
+    """
+
+    at: datetime
+    skipped: bool = False
+
+
+def load_zone(name: str) -> ZoneInfo:
+    """Load an IANA zone by name, with an error that says how to fix a bad one."""
+    if not name or name != name.strip() or name.startswith("/") or ".." in name:
+        raise ScheduleError(f"{name!r} is not an IANA time zone name", example="Europe/Sofia")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(
+            f"unknown time zone {name!r}; use an IANA name from the tz database",
+            example="America/New_York",
+        ) from None
+
+
+def to_wall(at: datetime, zone: ZoneInfo) -> datetime:
+    """The naive local wall-clock time of an instant."""
+    return at.astimezone(zone).replace(tzinfo=None, fold=0)
+
+
+def transition_near(at: datetime, zone: ZoneInfo) -> bool:
+    """Whether a UTC offset change happens within MAX_OFFSET_JUMP of ``at``."""
+    before = (at - MAX_OFFSET_JUMP).astimezone(zone).utcoffset()
+    after = (at + MAX_OFFSET_JUMP).astimezone(zone).utcoffset()
+    return before != after
+
+
+def earliest(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The earliest instant a wall-clock time can stand for: the first of a repeated
+    time, the transition itself for a time in a gap. Non-decreasing in ``wall``."""
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if to_wall(first, zone) == wall:
+        return first
+    return _gap_end(wall, zone)
+
+
+def resolve(wall: datetime, zone: ZoneInfo, policy: DstPolicy, *, interval: bool) -> list[Instant]:
+    """The instants at which a wall-clock occurrence runs, in increasing order."""
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    first_exists = to_wall(first, zone) == wall
+    if first_exists and first == second:
+        return [Instant(first)]
+    if first_exists:  # a repeated wall-clock time: fold=0 is the earlier instant
+        if interval or policy.repeat == "both":
+            return [Instant(first), Instant(second)]
+        return [Instant(second if policy.repeat == "last" else first)]
+    if interval:
+        return []
+    return [Instant(_gap_end(wall, zone), skipped=policy.gap == "skip")]
+
+
+def _gap_end(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The transition instant that ends the gap containing ``wall``.
+
+    zoneinfo maps a nonexistent time to the instant computed with the old offset (fold=0)
+    or the new one (fold=1); the transition lies between the two. Bisect to the second.
+    """
+    low = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    high = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if low > high:
+        low, high = high, low
+    offset_after = (high + timedelta(seconds=1)).astimezone(zone).utcoffset()
+    while high - low > timedelta(seconds=1):
+        middle = low + (high - low) / 2
+        if middle.astimezone(zone).utcoffset() == offset_after:
+            high = middle
+        else:
+            low = middle
+    return high.replace(microsecond=0)

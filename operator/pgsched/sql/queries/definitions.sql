@@ -1,0 +1,70 @@
+-- name: definition_for_update
+SELECT * FROM pgsched.job_definitions WHERE id = %(id)s FOR UPDATE;
+
+-- name: definition_by_id
+SELECT * FROM pgsched.job_definitions WHERE id = %(id)s;
+
+-- name: definition_by_name
+SELECT * FROM pgsched.job_definitions
+WHERE namespace = %(namespace)s AND name = %(name)s AND deleted_at IS NULL;
+
+-- name: upsert_definition
+INSERT INTO pgsched.job_definitions AS d (
+    id, namespace, name, generation, schedule_kind, schedule, time_zone, dst_gap, dst_repeat,
+    anchor, catch_up, catch_up_limit, starting_deadline_seconds, max_concurrent_runs,
+    concurrency_policy, active_deadline_seconds, retry_policy, heartbeat_interval_seconds,
+    heartbeat_timeout_seconds, orphan_timeout_seconds, cancel_grace_seconds,
+    failure_suspend_threshold, suspended, spec, next_run_at, created_at, updated_at
+) VALUES (
+    %(id)s, %(namespace)s, %(name)s, %(generation)s, %(schedule_kind)s, %(schedule)s,
+    %(time_zone)s, %(dst_gap)s, %(dst_repeat)s, %(anchor)s, %(catch_up)s, %(catch_up_limit)s,
+    %(starting_deadline_seconds)s, %(max_concurrent_runs)s, %(concurrency_policy)s,
+    %(active_deadline_seconds)s, %(retry_policy)s, %(heartbeat_interval_seconds)s,
+    %(heartbeat_timeout_seconds)s, %(orphan_timeout_seconds)s, %(cancel_grace_seconds)s,
+    %(failure_suspend_threshold)s, %(suspended)s, %(spec)s, %(next_run_at)s, %(now)s, %(now)s
+)
+ON CONFLICT (id) DO UPDATE SET
+    namespace = EXCLUDED.namespace,
+    name = EXCLUDED.name,
+    generation = EXCLUDED.generation,
+    schedule_kind = EXCLUDED.schedule_kind,
+    schedule = EXCLUDED.schedule,
+    time_zone = EXCLUDED.time_zone,
+    dst_gap = EXCLUDED.dst_gap,
+    dst_repeat = EXCLUDED.dst_repeat,
+    catch_up = EXCLUDED.catch_up,
+    catch_up_limit = EXCLUDED.catch_up_limit,
+    starting_deadline_seconds = EXCLUDED.starting_deadline_seconds,
+    max_concurrent_runs = EXCLUDED.max_concurrent_runs,
+    concurrency_policy = EXCLUDED.concurrency_policy,
+    active_deadline_seconds = EXCLUDED.active_deadline_seconds,
+    retry_policy = EXCLUDED.retry_policy,
+    heartbeat_interval_seconds = EXCLUDED.heartbeat_interval_seconds,
+    heartbeat_timeout_seconds = EXCLUDED.heartbeat_timeout_seconds,
+    orphan_timeout_seconds = EXCLUDED.orphan_timeout_seconds,
+    cancel_grace_seconds = EXCLUDED.cancel_grace_seconds,
+    failure_suspend_threshold = EXCLUDED.failure_suspend_threshold,
+    suspended = EXCLUDED.suspended,
+    spec = EXCLUDED.spec,
+    next_run_at = EXCLUDED.next_run_at,
+    updated_at = EXCLUDED.updated_at
+RETURNING *;
+
+-- name: mark_definition_deleted
+UPDATE pgsched.job_definitions
+SET deleted_at = coalesce(deleted_at, %(now)s), next_run_at = NULL, updated_at = %(now)s
+WHERE id = %(id)s
+RETURNING *;
+
+-- name: set_definition_suspended
+UPDATE pgsched.job_definitions
+SET suspended = %(suspended)s, updated_at = %(now)s
+WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *;
+
+-- name: clear_auto_suspend
+UPDATE pgsched.job_definitions
+SET auto_suspended_at = NULL, auto_suspend_reason = NULL, consecutive_failures = 0,
+    updated_at = %(now)s
+WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *;

@@ -1,0 +1,12 @@
+-- The job side's operations. They go through the SECURITY DEFINER functions so the
+-- operator and job pods (with their narrow role) run exactly the same fenced statements.
+
+-- name: heartbeat
+SELECT pgsched.heartbeat(%(run_id)s, %(lease_token)s, %(now)s) AS state;
+
+-- name: lease_state
+SELECT pgsched.lease_state(%(run_id)s, %(lease_token)s) AS state;
+
+-- name: finish_run
+SELECT pgsched.finish_run(%(run_id)s, %(lease_token)s, %(status)s, %(reason)s, %(error)s,
+                          %(exit_code)s, %(retry_hint)s, %(now)s) AS finished;

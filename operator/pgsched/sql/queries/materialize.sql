@@ -1,0 +1,33 @@
+-- name: due_definitions
+-- SKIP LOCKED: a second leader (a paused one that woke up) takes other definitions or none.
+SELECT *
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL
+  AND next_run_at <= %(now)s
+  AND schedule_kind = ANY(%(kinds)s)
+ORDER BY next_run_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: insert_occurrences
+-- The unique occurrence key makes a repeat impossible even if two leaders ever raced here.
+INSERT INTO pgsched.job_runs
+    (definition_id, status, trigger, scheduled_for, deadline_at, reason, error,
+     finished_at, settled_at)
+SELECT o.definition_id, o.status, 'schedule', o.scheduled_for, o.deadline_at, o.reason,
+       o.error,
+       CASE WHEN o.status = 'SKIPPED' THEN %(now)s END,
+       CASE WHEN o.status = 'SKIPPED' THEN %(now)s END
+FROM unnest(%(definition_ids)s::uuid[], %(statuses)s::text[], %(scheduled_for)s::timestamptz[],
+            %(deadlines)s::timestamptz[], %(reasons)s::text[], %(errors)s::text[])
+     AS o(definition_id, status, scheduled_for, deadline_at, reason, error)
+ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
+DO NOTHING;
+
+-- name: advance_definitions
+UPDATE pgsched.job_definitions AS d
+SET next_run_at = a.next_run_at,
+    last_scheduled_for = coalesce(a.last_scheduled_for, d.last_scheduled_for)
+FROM unnest(%(ids)s::uuid[], %(next_run_at)s::timestamptz[], %(last_scheduled_for)s::timestamptz[])
+     AS a(id, next_run_at, last_scheduled_for)
+WHERE d.id = a.id;

@@ -1,0 +1,67 @@
+-- The reaper: one set-based UPDATE per orphan signature, never a per-row loop.
+-- Fenced on status = 'RUNNING', so a run that finished meanwhile is left alone.
+
+-- name: reap_stale_heartbeats
+UPDATE pgsched.job_runs AS r
+SET status = 'FAILED',
+    reason = 'HeartbeatLost',
+    error = format('no heartbeat since %%s (heartbeat.timeoutSeconds is %%s)',
+                   r.heartbeat_at, d.heartbeat_timeout_seconds),
+    finished_at = %(now)s
+FROM pgsched.job_definitions AS d
+WHERE r.definition_id = d.id
+  AND r.status = 'RUNNING'
+  AND r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
+RETURNING r.id;
+
+-- name: reap_never_heartbeated
+UPDATE pgsched.job_runs AS r
+SET status = 'FAILED',
+    reason = 'Orphaned',
+    error = format('started at %%s and never sent a heartbeat (heartbeat.orphanTimeoutSeconds is %%s)',
+                   r.started_at, d.orphan_timeout_seconds),
+    finished_at = %(now)s
+FROM pgsched.job_definitions AS d
+WHERE r.definition_id = d.id
+  AND r.status = 'RUNNING'
+  AND r.heartbeat_at IS NULL
+  AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)
+RETURNING r.id;
+
+-- name: reap_ignored_cancellations
+UPDATE pgsched.job_runs AS r
+SET status = 'CANCELLED',
+    reason = 'Cancelled',
+    error = format('did not stop within cancelGraceSeconds (%%s) after cancellation was requested at %%s; stopped by the engine',
+                   d.cancel_grace_seconds, r.cancel_requested_at),
+    finished_at = %(now)s
+FROM pgsched.job_definitions AS d
+WHERE r.definition_id = d.id
+  AND r.status = 'RUNNING'
+  AND r.cancel_requested
+  AND r.cancel_requested_at < %(now)s - make_interval(secs => d.cancel_grace_seconds)
+RETURNING r.id;
+
+-- name: reap_active_deadline
+UPDATE pgsched.job_runs AS r
+SET status = 'FAILED',
+    reason = 'DeadlineExceeded',
+    error = format('still running after activeDeadlineSeconds (%%s)', d.active_deadline_seconds),
+    finished_at = %(now)s
+FROM pgsched.job_definitions AS d
+WHERE r.definition_id = d.id
+  AND r.status = 'RUNNING'
+  AND d.active_deadline_seconds IS NOT NULL
+  AND r.started_at < %(now)s - make_interval(secs => d.active_deadline_seconds)
+RETURNING r.id;
+
+-- name: skip_missed_deadlines
+UPDATE pgsched.job_runs AS r
+SET status = 'SKIPPED',
+    reason = 'DeadlineMissed',
+    error = format('not started by its starting deadline %%s', r.deadline_at),
+    finished_at = %(now)s,
+    settled_at = %(now)s
+WHERE r.status = 'QUEUED'
+  AND r.deadline_at <= %(now)s
+RETURNING r.id;

@@ -1,0 +1,36 @@
+-- name: run_by_id
+SELECT * FROM pgsched.job_runs WHERE id = %(id)s;
+
+-- name: enqueue_manual
+-- Idempotent per (definition, request token): the second request returns nothing.
+INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)
+SELECT d.id, 'QUEUED', %(trigger)s, coalesce(%(scheduled_for)s::timestamptz, now()), %(token)s
+FROM pgsched.job_definitions AS d
+WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
+ON CONFLICT (definition_id, request_token) WHERE request_token IS NOT NULL DO NOTHING
+RETURNING *;
+
+-- name: run_by_request
+SELECT * FROM pgsched.job_runs WHERE definition_id = %(definition_id)s AND request_token = %(token)s;
+
+-- name: cancel_queued
+UPDATE pgsched.job_runs
+SET status = 'CANCELLED', reason = 'Cancelled', error = %(why)s,
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
+    cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now())
+WHERE status = 'QUEUED'
+  AND (id = %(run_id)s OR definition_id = %(definition_id)s)
+RETURNING *;
+
+-- name: request_cancel_running
+UPDATE pgsched.job_runs
+SET cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now())
+WHERE status = 'RUNNING' AND NOT cancel_requested
+  AND (id = %(run_id)s OR definition_id = %(definition_id)s)
+RETURNING *;
+
+-- name: runs_of_definition
+SELECT * FROM pgsched.job_runs
+WHERE definition_id = %(definition_id)s
+ORDER BY id DESC
+LIMIT %(limit)s;

@@ -1,0 +1,42 @@
+-- name: unsettled_runs
+-- Terminal runs whose consequences (retry, failure streak) are not applied yet.
+SELECT r.*
+FROM pgsched.job_runs AS r
+WHERE r.settled_at IS NULL
+  AND r.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+ORDER BY r.id
+LIMIT %(limit)s
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: definitions_by_ids
+SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]) FOR UPDATE;
+
+-- name: insert_retry
+-- One retry per failed attempt (unique retry_of), even if two leaders settle concurrently.
+INSERT INTO pgsched.job_runs
+    (definition_id, status, trigger, scheduled_for, deadline_at, attempt, retry_of, request_token)
+VALUES (%(definition_id)s, 'QUEUED', 'retry', %(scheduled_for)s, %(deadline_at)s,
+        %(attempt)s, %(retry_of)s, NULL)
+ON CONFLICT (retry_of) WHERE retry_of IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: mark_settled
+UPDATE pgsched.job_runs SET settled_at = %(now)s WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: update_failure_streaks
+-- A final failure extends the streak, a success resets it; reaching the threshold suspends.
+UPDATE pgsched.job_definitions AS d
+SET consecutive_failures = s.streak,
+    auto_suspended_at = CASE
+        WHEN d.auto_suspended_at IS NULL AND d.failure_suspend_threshold IS NOT NULL
+             AND s.streak >= d.failure_suspend_threshold THEN %(now)s
+        ELSE d.auto_suspended_at END,
+    auto_suspend_reason = CASE
+        WHEN d.auto_suspended_at IS NULL AND d.failure_suspend_threshold IS NOT NULL
+             AND s.streak >= d.failure_suspend_threshold
+        THEN format('%%s consecutive runs failed (failureSuspendThreshold is %%s)',
+                    s.streak, d.failure_suspend_threshold)
+        ELSE d.auto_suspend_reason END
+FROM unnest(%(ids)s::uuid[], %(streaks)s::integer[]) AS s(id, streak)
+WHERE d.id = s.id
+RETURNING d.id, d.auto_suspended_at = %(now)s AS suspended_now, d.auto_suspend_reason;

@@ -1,0 +1,61 @@
+"""Small builders shared by tests: definitions from spec snippets, a recording launcher."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pgsched import spec as spec_module
+from pgsched.db.connection import Connection
+from pgsched.engine import definitions
+from pgsched.engine.launcher import LaunchError
+from pgsched.engine.models import Definition, Run
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def define(
+    conn: Connection,
+    name: str = "job",
+    *,
+    namespace: str = "default",
+    now: datetime | None = None,
+    created_at: datetime | None = None,
+    generation: int = 1,
+    uid: uuid.UUID | None = None,
+    **spec: Any,
+) -> Definition:
+    """Upsert a definition from camelCase spec fields (default: every minute)."""
+    if not {"schedule", "rrule", "runAt"} & spec.keys():
+        spec["schedule"] = "* * * * *"
+    created = created_at or now or EPOCH
+    parsed = spec_module.parse(
+        spec, hash_seed=f"{namespace}/{name}", anchor=created, now=now or created
+    )
+    key = definitions.DefinitionKey(
+        id=uid or uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"),
+        namespace=namespace,
+        name=name,
+        generation=generation,
+        created_at=created,
+    )
+    return definitions.upsert(conn, key, parsed, raw_spec=spec, now=now)
+
+
+@dataclass
+class RecordingLauncher:
+    """Records every launch; fails launches of run ids in ``fail_ids``."""
+
+    launched: list[Run] = field(default_factory=list)
+    fail_ids: set[int] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def launch(self, run: Run, definition: Definition) -> str | None:
+        if run.id in self.fail_ids:
+            raise LaunchError(f"refusing to launch run {run.id} (test)")
+        with self._lock:
+            self.launched.append(run)
+        return f"{definition.name}-{run.id}"

@@ -1,0 +1,253 @@
+"""Spec validation: every bad field is named, with what is wrong and a valid example."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgsched import spec
+from pgsched.engine.retry import RetryPolicy
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def parse(**fields):
+    return spec.parse(fields, hash_seed="ns/job", anchor=NOW, now=NOW)
+
+
+def errors_of(**fields):
+    with pytest.raises(spec.SpecError) as caught:
+        parse(**fields)
+    return {error.path: error for error in caught.value.errors}
+
+
+def test_minimal_spec_gets_documented_defaults():
+    parsed = parse(schedule="0 8 * * *")
+    assert parsed.schedule_kind == "cron"
+    assert parsed.time_zone == "UTC"
+    assert (parsed.dst_gap, parsed.dst_repeat) == ("shift", "first")
+    assert parsed.max_concurrent_runs == 1
+    assert parsed.concurrency_policy == "Queue"
+    assert parsed.catch_up == "latest"
+    assert parsed.retry_policy == RetryPolicy()
+    assert (parsed.heartbeat_interval_seconds, parsed.heartbeat_timeout_seconds) == (10, 60)
+    assert parsed.orphan_timeout_seconds == 300
+
+
+def test_full_spec_round_trips():
+    parsed = parse(
+        rrule="FREQ=DAILY;BYHOUR=8",
+        timeZone="Europe/Sofia",
+        dstPolicy={"gap": "skip", "repeat": "both"},
+        maxConcurrentRuns=3,
+        concurrencyPolicy="Replace",
+        startingDeadlineSeconds=120,
+        catchUp="all",
+        catchUpLimit=5,
+        retryPolicy={
+            "maxAttempts": 5,
+            "backoff": {"initialSeconds": 1, "maxSeconds": 30, "multiplier": 3, "jitter": 0},
+            "retryOn": ["NonZeroExit", "*"],
+            "neverRetryOn": ["OOMKilled", "myapp.BudgetExhausted"],
+        },
+        heartbeat={"intervalSeconds": 5, "timeoutSeconds": 15, "orphanTimeoutSeconds": 600},
+        failureSuspendThreshold=4,
+        jobTemplate={"spec": {}},
+    )
+    assert parsed.schedule_kind == "rrule"
+    assert parsed.retry_policy.never_retry_on == ("OOMKilled", "myapp.BudgetExhausted")
+    assert parsed.retry_policy.backoff.multiplier == 3
+    assert parsed.heartbeat_timeout_seconds == 15
+    assert parsed.extra == {"jobTemplate": {"spec": {}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "path", "complaint", "example"),
+    [
+        ({"schedule": "61 * * * *"}, "schedule", "minute value 61", "*/15 * * * *"),
+        ({"rrule": "FREQ=DAILY;BYHOUR=25"}, "rrule", "hour must be in 0..23", "FREQ=DAILY"),
+        ({"runAt": "next tuesday"}, "runAt", "not an ISO 8601", "2026-12-24T18:00:00"),
+        (
+            {"schedule": "* * * * *", "timeZone": "Europe/Sofiya"},
+            "timeZone",
+            "unknown time zone 'Europe/Sofiya'",
+            "America/New_York",
+        ),
+        (
+            {"schedule": "* * * * *", "maxConcurrentRuns": -1},
+            "maxConcurrentRuns",
+            "-1 is out of range 1..",
+            "maxConcurrentRuns: 2",
+        ),
+        (
+            {"schedule": "* * * * *", "maxConcurrentRuns": "2"},
+            "maxConcurrentRuns",
+            "must be an integer, got string '2'",
+            "maxConcurrentRuns: 2",
+        ),
+        (
+            {"schedule": "* * * * *", "concurrencyPolicy": "Forbid"},
+            "concurrencyPolicy",
+            "'Forbid' is not one of Queue, Skip, Replace",
+            "concurrencyPolicy: Replace",
+        ),
+        (
+            {"schedule": "* * * * *", "retryPolicy": {"maxAttempts": 0}},
+            "retryPolicy.maxAttempts",
+            "0 is out of range 1..",
+            "maxAttempts: 3",
+        ),
+        (
+            {"schedule": "* * * * *", "retryPolicy": {"retryOn": "NonZeroExit"}},
+            "retryPolicy.retryOn",
+            "must be a list",
+            "retryOn: [NonZeroExit, HeartbeatLost]",
+        ),
+        (
+            {"schedule": "* * * * *", "retryPolicy": {"neverRetryOn": ["Non Zero"]}},
+            "retryPolicy.neverRetryOn[0]",
+            "'Non Zero' is not a failure reason",
+            "neverRetryOn: [NonZeroExit, HeartbeatLost]",
+        ),
+        (
+            {
+                "schedule": "* * * * *",
+                "retryPolicy": {"backoff": {"initialSeconds": 60, "maxSeconds": 10}},
+            },
+            "retryPolicy.backoff.maxSeconds",
+            "less than initialSeconds",
+            "maxSeconds: 600",
+        ),
+        (
+            {"schedule": "* * * * *", "retryPolicy": {"maxAttemps": 3}},
+            "retryPolicy.maxAttemps",
+            "unknown field",
+            None,
+        ),
+        (
+            {"schedule": "* * * * *", "heartbeat": {"intervalSeconds": 30, "timeoutSeconds": 40}},
+            "heartbeat.timeoutSeconds",
+            "at least twice intervalSeconds",
+            "timeoutSeconds: 90",
+        ),
+        (
+            {
+                "schedule": "* * * * *",
+                "heartbeat": {"timeoutSeconds": 600, "orphanTimeoutSeconds": 60},
+            },
+            "heartbeat.orphanTimeoutSeconds",
+            "at least timeoutSeconds",
+            "orphanTimeoutSeconds: 600",
+        ),
+        (
+            {"schedule": "* * * * *", "suspend": "yes"},
+            "suspend",
+            "must be true or false",
+            "suspend: true",
+        ),
+        (
+            {"schedule": "* * * * *", "job": {"kind": "Bad Kind"}},
+            "job.kind",
+            "is not a job kind name",
+            "kind: nightly-report",
+        ),
+        ({"schedule": "* * * * *", "scheduel": "x"}, "scheduel", "unknown field", None),
+    ],
+)
+def test_bad_field_is_named_with_the_value_and_an_example(fields, path, complaint, example):
+    found = errors_of(**fields)
+    assert path in found, found
+    assert complaint in found[path].message
+    if example:
+        assert example in (found[path].example or "")
+    assert str(found[path]).startswith(f"spec.{path}: ")
+
+
+def test_exactly_one_schedule_kind():
+    assert "none is set" in errors_of()["schedule"].message
+    both = errors_of(schedule="* * * * *", rrule="FREQ=DAILY")["schedule"]
+    assert "schedule and rrule are all set" in both.message
+
+
+def test_every_problem_is_reported_at_once():
+    found = errors_of(
+        schedule="* * * * *", timeZone="Nowhere/City", maxConcurrentRuns=0, catchUp="some"
+    )
+    assert {"timeZone", "maxConcurrentRuns", "catchUp"} <= found.keys()
+
+
+def test_a_recurring_schedule_without_future_occurrences_is_rejected():
+    found = errors_of(rrule="FREQ=DAILY;UNTIL=20200101T000000")
+    assert "no occurrence after 2026-06-01" in found["rrule"].message
+
+
+def test_a_one_shot_in_the_past_is_accepted():
+    assert parse(runAt="2020-01-01T00:00:00").schedule_kind == "once"
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+_keys = st.sampled_from(sorted(spec._ENGINE_FIELDS | spec._EXTRA_FIELDS) + ["bogus"])
+_values = st.one_of(
+    _json,
+    st.sampled_from(
+        [
+            "* * * * *",
+            "FREQ=DAILY;BYHOUR=8",
+            "2026-12-24T18:00:00",
+            "Europe/Sofia",
+            "H H * * *",
+            "0 0 31 2 *",
+            "@hourly",
+            "Queue",
+            "all",
+            "shift",
+        ]
+    ),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "gap",
+                "repeat",
+                "maxAttempts",
+                "backoff",
+                "retryOn",
+                "neverRetryOn",
+                "intervalSeconds",
+                "timeoutSeconds",
+                "orphanTimeoutSeconds",
+                "kind",
+                "args",
+            ]
+        ),
+        _json,
+        max_size=4,
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=8))
+def test_fuzzed_specs_raise_nothing_but_spec_errors(fields):
+    try:
+        spec.parse(fields, hash_seed="ns/job", anchor=NOW, now=NOW)
+    except spec.SpecError as error:
+        assert error.errors and all(str(item).startswith("spec.") for item in error.errors)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_fuzzed_schedule_text_raises_nothing_but_spec_errors(text):
+    for field in ("schedule", "rrule", "runAt"):
+        try:
+            spec.parse({field: text}, hash_seed="ns/job", anchor=NOW, now=NOW)
+        except spec.SpecError:
+            pass
