@@ -59,3 +59,17 @@ class RecordingLauncher:
         with self._lock:
             self.launched.append(run)
         return f"{definition.name}-{run.id}"
+
+
+def runs_of(conn: Connection, definition: Definition) -> list[dict[str, Any]]:
+    """All run rows of a definition, oldest first."""
+    return conn.execute(
+        "SELECT * FROM pgsched.job_runs WHERE definition_id = %s ORDER BY scheduled_for, id",
+        [definition.id],
+    ).fetchall()
+
+
+def reload(conn: Connection, definition: Definition) -> Definition:
+    found = definitions.get(conn, definition.id)
+    assert found is not None
+    return found

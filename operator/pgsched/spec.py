@@ -24,7 +24,7 @@ from typing import Any, Literal, cast
 
 from pgsched import schedule
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
-from pgsched.schedule import zones
+from pgsched.schedule import timeline, zones
 
 MAX_INT32 = 2**31 - 1
 _REASON = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -75,7 +75,7 @@ class DefinitionSpec:
     # The rest of the spec (jobTemplate, job, history limits), stored for the launcher.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def build_schedule(self, *, hash_seed: str, anchor: datetime) -> schedule.Schedule:
+    def build_schedule(self, *, hash_seed: str, anchor: datetime) -> timeline.Schedule:
         return schedule.build(
             self.schedule_kind,
             self.schedule,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -120,7 +121,7 @@ class TestIntervalJobsAcrossDst:
         for day in (utc(2026, 3, 8, 4), utc(2026, 11, 1, 4)):
             built = schedule.build("cron", "@hourly", zone=NEW_YORK, anchor=day)
             instants = [o.at for o in built.upcoming(day, count=30)]
-            gaps = {b - a for a, b in zip(instants, instants[1:])}
+            gaps = {b - a for a, b in itertools.pairwise(instants)}
             assert gaps == {timedelta(hours=1)}
 
     def test_rrule_hourly_is_an_interval_schedule(self):

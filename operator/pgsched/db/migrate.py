@@ -17,7 +17,6 @@ import logging
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import LiteralString, cast
 
 import psycopg
 
@@ -112,7 +111,7 @@ def migrate(conn: Connection) -> MigrateResult:
             log.info("applying migration %04d_%s", migration.version, migration.name)
             try:
                 with conn.transaction():
-                    conn.execute(cast(LiteralString, migration.sql))
+                    conn.execute(migration.sql)
                     conn.execute(
                         "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
                         " VALUES (%s, %s, %s)",

@@ -10,6 +10,7 @@ The server is tuned for throwaway use (``fsync=off``): fast, and unsafe for real
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -99,10 +100,8 @@ class PostgresServer:
         pid_file = self.data_dir / "postmaster.pid"
         if pid_file.exists():
             pid = int(pid_file.read_text().split()[0])
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
             deadline = time.monotonic() + 10
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)

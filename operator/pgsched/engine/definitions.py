@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -113,7 +113,7 @@ def _next_run_at(
     if spec.schedule_kind == "once":
         # A one-shot runs even if its time has passed (catchUp decides); it is never
         # materialized twice because the occurrence key is unique.
-        first = timing.next_after(datetime.min.replace(tzinfo=now.tzinfo))
+        first = timing.next_after(datetime(1970, 1, 1, tzinfo=UTC))
         return first.at if first else None
     after = now
     if existing is not None and existing.last_scheduled_for is not None:

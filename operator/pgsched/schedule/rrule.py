@@ -26,7 +26,8 @@ from dateutil import rrule as du_rrule
 from pgsched.schedule.errors import ScheduleError
 
 _EXAMPLE = "FREQ=DAILY;BYHOUR=8;BYMINUTE=30"
-_INTERVAL_FREQS = {du_rrule.HOURLY, du_rrule.MINUTELY, du_rrule.SECONDLY}
+_INTERVAL_FREQS = {"HOURLY", "MINUTELY", "SECONDLY"}
+_FREQ = re.compile(r"FREQ=([A-Z]+)", re.IGNORECASE)
 _PROPERTY = re.compile(r"^(DTSTART|RRULE|RDATE|EXDATE|EXRULE)([;:])", re.IGNORECASE)
 _TZID = re.compile(r"TZID=([^;:]+)", re.IGNORECASE)
 _TZID_PARAM = re.compile(r";TZID=[^;:]+", re.IGNORECASE)
@@ -64,19 +65,26 @@ def parse(text: str, *, zone_name: str, anchor: datetime) -> RecurrenceRule:
         rules = du_rrule.rrulestr(
             "\n".join(body), dtstart=start, forceset=True, ignoretz=True, unfold=True
         )
+        # The same RRULE lines one by one, to inspect them (rruleset hides its members).
+        members = [
+            du_rrule.rrulestr(line.split(":", 1)[1], dtstart=start, ignoretz=True)
+            for line in body
+            if _property_name(line) == "RRULE"
+        ]
     except (ValueError, TypeError, KeyError, IndexError) as error:
         raise ScheduleError(f"{text!r} is not a valid RRULE: {error}", example=_EXAMPLE) from None
     assert isinstance(rules, du_rrule.rruleset)
-    inner = list(rules._rrule)
-    if inner and all(_never(rule) for rule in inner) and not rules._rdate:
+    has_rdate = any(_property_name(line) == "RDATE" for line in body)
+    if not has_rdate and all(_never(rule, start) for rule in members):
         raise ScheduleError(
             f"{text!r} never produces an occurrence (its BY-parts contradict each other)",
             example=_EXAMPLE,
         )
+    frequencies = {match.upper() for match in _FREQ.findall(text)}
     return RecurrenceRule(
         text=text.strip(),
         rules=rules,
-        is_interval=any(rule._freq in _INTERVAL_FREQS for rule in inner),
+        is_interval=bool(frequencies & _INTERVAL_FREQS),
     )
 
 
@@ -121,14 +129,14 @@ def _parse_dtstart(line: str, zone_name: str) -> datetime:
     )
 
 
-def _never(rule: du_rrule.rrule) -> bool:
+def _never(rule: du_rrule.rrule | du_rrule.rruleset, start: datetime) -> bool:
     """True if the rule's BY-parts match no date at all (``BYMONTH=2;BYMONTHDAY=31``).
 
     dateutil would search such a rule until year 9999 (seconds of CPU per call, on every
     tick), so check a yearly projection of the same BY-parts over 40 years instead: every
     date the real rule can produce is a date the projection produces.
     """
-    start = rule._dtstart
+    assert isinstance(rule, du_rrule.rrule)
     projection = rule.replace(
         freq=du_rrule.YEARLY,
         interval=1,

@@ -1,0 +1,175 @@
+"""Dispatch: SKIP LOCKED claims under per-definition caps, launch outside the transaction."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from factories import RecordingLauncher, define, runs_of
+from pgsched.engine import dispatch, lease, materialize, runs, settle
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def queue(conn, job, count, *, at=T0, trigger="manual"):
+    for index in range(count):
+        runs.run_now(
+            conn,
+            job.id,
+            token=f"{job.name}-{at.isoformat()}-{index}",
+            trigger=trigger,
+            scheduled_for=at,
+        )
+
+
+def count_status(conn, job, status):
+    return sum(1 for row in runs_of(conn, job) if row["status"] == status)
+
+
+def test_claims_due_runs_and_launches_each_once_with_a_lease(conn):
+    job = define(conn, maxConcurrentRuns=5, now=T0)
+    queue(conn, job, 3)
+    launcher = RecordingLauncher()
+
+    result = dispatch.run_once(conn, launcher, now=T0 + timedelta(seconds=1))
+
+    assert len(result.claimed) == 3 and result.launched == 3
+    assert sorted(run.id for run in launcher.launched) == sorted(run.id for run in result.claimed)
+    rows = runs_of(conn, job)
+    assert {row["status"] for row in rows} == {"RUNNING"}
+    assert len({row["lease_token"] for row in rows}) == 3
+    assert {row["k8s_job_name"] for row in rows} == {f"job-{row['id']}" for row in rows}
+
+
+def test_runs_scheduled_in_the_future_are_not_claimed(conn):
+    job = define(conn, maxConcurrentRuns=5, now=T0)
+    queue(conn, job, 2, at=T0 + timedelta(minutes=5))
+    assert dispatch.run_once(conn, RecordingLauncher(), now=T0).claimed == []
+
+
+def test_cap_limits_running_runs_and_the_rest_stay_queued(conn):
+    job = define(conn, maxConcurrentRuns=2, now=T0)
+    queue(conn, job, 5)
+    first = dispatch.run_once(conn, RecordingLauncher(), now=T0)
+    second = dispatch.run_once(conn, RecordingLauncher(), now=T0)
+    assert len(first.claimed) == 2 and second.claimed == []
+    assert job.id in second.at_cap
+    assert (count_status(conn, job, "RUNNING"), count_status(conn, job, "QUEUED")) == (2, 3)
+
+
+def test_a_finished_run_makes_room_for_a_queued_one(conn):
+    job = define(conn, maxConcurrentRuns=1, now=T0)
+    queue(conn, job, 2)
+    [run] = dispatch.run_once(conn, RecordingLauncher(), now=T0).claimed
+    lease.finish(
+        conn, lease.Lease(run.id, run.lease_token), "COMPLETED", now=T0 + timedelta(seconds=5)
+    )
+    [following] = dispatch.run_once(
+        conn, RecordingLauncher(), now=T0 + timedelta(seconds=6)
+    ).claimed
+    assert following.id != run.id
+
+
+def test_overshoot_keeps_a_crowded_definition_from_starving_the_batch(conn):
+    crowded = define(conn, "crowded", maxConcurrentRuns=1, now=T0)
+    others = [define(conn, f"other-{index}", maxConcurrentRuns=1, now=T0) for index in range(3)]
+    # Ten runs ahead of everyone else: more than a batch of 4, fewer than 4 x 4 candidates.
+    queue(conn, crowded, 10, at=T0 - timedelta(minutes=1))
+    for job in others:
+        queue(conn, job, 1)
+    result = dispatch.run_once(conn, RecordingLauncher(), batch_size=4, now=T0)
+    assert {run.definition_id for run in result.claimed} == {
+        crowded.id,
+        *(job.id for job in others),
+    }
+
+
+def test_without_overshoot_the_crowded_definition_would_fill_the_candidate_pool(conn):
+    crowded = define(conn, "crowded", maxConcurrentRuns=1, now=T0)
+    other = define(conn, "other", maxConcurrentRuns=1, now=T0)
+    queue(conn, crowded, 10, at=T0 - timedelta(minutes=1))
+    queue(conn, other, 1)
+    result = dispatch.run_once(conn, RecordingLauncher(), batch_size=4, overshoot=1, now=T0)
+    assert {run.definition_id for run in result.claimed} == {crowded.id}
+
+
+def test_skip_policy_records_scheduled_runs_that_find_the_definition_at_cap(conn):
+    job = define(conn, schedule="* * * * *", concurrencyPolicy="Skip", now=T0)
+    materialize.run_once(conn, now=T0 + timedelta(minutes=1, seconds=1))
+    dispatch.run_once(conn, RecordingLauncher(), now=T0 + timedelta(minutes=1, seconds=1))
+    materialize.run_once(conn, now=T0 + timedelta(minutes=2, seconds=1))
+    result = dispatch.run_once(conn, RecordingLauncher(), now=T0 + timedelta(minutes=2, seconds=1))
+    assert len(result.skipped) == 1
+    last = runs_of(conn, job)[-1]
+    assert (last["status"], last["reason"]) == ("SKIPPED", "ConcurrencyPolicy")
+
+
+def test_replace_policy_asks_the_oldest_run_to_stop_once(conn):
+    job = define(
+        conn, schedule="* * * * *", concurrencyPolicy="Replace", maxConcurrentRuns=2, now=T0
+    )
+    for minute in (1, 2, 3):
+        at = T0 + timedelta(minutes=minute, seconds=1)
+        materialize.run_once(conn, now=at)
+        result = dispatch.run_once(conn, RecordingLauncher(), now=at)
+    oldest = runs_of(conn, job)[0]
+    assert result.replace_requested == [oldest["id"]]
+    # The next tick must not cancel the second run while the first is still stopping.
+    again = dispatch.run_once(conn, RecordingLauncher(), now=T0 + timedelta(minutes=3, seconds=2))
+    assert again.replace_requested == []
+    assert [row["cancel_requested"] for row in runs_of(conn, job)] == [True, False, False]
+
+
+def test_launch_failure_fails_the_run_and_settle_retries_it_as_a_new_row(conn):
+    job = define(
+        conn,
+        maxConcurrentRuns=5,
+        retryPolicy={"backoff": {"initialSeconds": 30, "jitter": 0}},
+        now=T0,
+    )
+    queue(conn, job, 1)
+    [queued] = runs_of(conn, job)
+    launcher = RecordingLauncher(fail_ids={queued["id"]})
+
+    result = dispatch.run_once(conn, launcher, now=T0)
+    settled = settle.run_once(conn, now=T0 + timedelta(seconds=1))
+
+    assert result.launch_failed == [queued["id"]]
+    failed, retry = runs_of(conn, job)
+    assert (failed["status"], failed["reason"]) == ("FAILED", "LaunchFailed")
+    assert "refusing to launch" in failed["error"]
+    assert (retry["status"], retry["trigger"], retry["attempt"], retry["retry_of"]) == (
+        "QUEUED",
+        "retry",
+        2,
+        failed["id"],
+    )
+    assert retry["scheduled_for"] == T0 + timedelta(seconds=31)
+    assert [item.retry_id for item in settled.retried] == [retry["id"]]
+
+
+def test_restricting_dispatch_to_one_definition(conn):
+    mine = define(conn, "mine", now=T0)
+    theirs = define(conn, "theirs", now=T0)
+    queue(conn, mine, 1)
+    queue(conn, theirs, 1)
+    result = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[mine.id], now=T0)
+    assert [run.definition_id for run in result.claimed] == [mine.id]
+
+
+def test_runs_of_a_deleted_definition_are_not_claimed(conn):
+    from pgsched.engine import definitions
+
+    job = define(conn, now=T0)
+    queue(conn, job, 1)
+    conn.execute("UPDATE pgsched.job_definitions SET deleted_at = now() WHERE id = %s", [job.id])
+    assert dispatch.run_once(conn, RecordingLauncher(), now=T0).claimed == []
+    assert definitions.get(conn, job.id).deleted_at is not None
+
+
+def test_run_now_is_idempotent_per_token(conn):
+    job = define(conn, now=T0)
+    first = runs.run_now(conn, job.id, token="deploy-42")
+    second = runs.run_now(conn, job.id, token="deploy-42")
+    assert first.created and not second.created
+    assert first.run.id == second.run.id
+    assert len(runs_of(conn, job)) == 1
