@@ -1,5 +1,7 @@
 """Opening connections the way every pgsched component needs them.
 
+PostgreSQL 14 or newer is required (``client_connection_check_interval``).
+
 Connections are autocommit; transactions are explicit (``with conn.transaction():``) so each
 phase of a tick is visibly one commit. Isolation is READ COMMITTED on purpose: the dispatcher
 relies on each statement taking a fresh snapshot, so counts read after acquiring an advisory
@@ -26,4 +28,8 @@ def connect(dsn: str, *, application_name: str = "pgsched", **kwargs: Any) -> Co
         **kwargs,
     )
     conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    # A backend waiting on a lock does not notice its client died (kill -9, a lost node)
+    # until the wait ends, and keeps its row locks meanwhile. With this check it notices
+    # within seconds and rolls back, so a dead claimer's candidates go back to the others.
+    conn.execute("SET client_connection_check_interval = '2s'")
     return conn

@@ -1,0 +1,120 @@
+"""Migrations: ordered, recorded, safe from many replicas at once, and never silently edited."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from pgsched.db import connection, migrate
+from pgsched.devenv.postgres import PostgresServer
+
+
+def _migrate(dsn: str) -> list[int]:
+    with connection.connect(dsn) as conn:
+        return migrate.migrate(conn).applied
+
+
+def fresh_database(postgres: PostgresServer, name: str) -> str:
+    with connection.connect(postgres.dsn()) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    return postgres.dsn(name)
+
+
+def test_eight_replicas_migrating_at_once_apply_each_migration_exactly_once(postgres):
+    dsn = fresh_database(postgres, "migrate_race")
+    with multiprocessing.get_context("spawn").Pool(8) as pool:
+        results = pool.map(_migrate, [dsn] * 8)
+    applied = sorted(version for result in results for version in result)
+    assert applied == [migration.version for migration in migrate.available()]
+    with connection.connect(dsn) as conn:
+        assert migrate.current_version(conn) == migrate.latest_version()
+
+
+def test_an_edited_applied_migration_stops_the_run(dsn, conn):
+    conn.execute("UPDATE pgsched.schema_migrations SET checksum = 'x' WHERE version = 1")
+    with pytest.raises(migrate.MigrationError, match="applied with different contents"):
+        migrate.migrate(conn)
+
+
+def test_a_database_newer_than_the_code_is_refused(dsn, conn):
+    conn.execute(
+        "INSERT INTO pgsched.schema_migrations (version, name, checksum) VALUES (999, 'future', 'x')"
+    )
+    with pytest.raises(migrate.MigrationError, match=r"schema version 999 .* upgrade pgsched"):
+        migrate.migrate(conn)
+
+
+def test_cli_migrate_reports_the_version_and_check_mode(postgres):
+    dsn = fresh_database(postgres, "migrate_cli")
+    command = [sys.executable, "-m", "pgsched.cli.main"]
+    pending = subprocess.run(
+        [*command, "migrate", "--check", "--dsn", dsn], capture_output=True, text=True
+    )
+    assert pending.returncode == 1 and "schema version 0" in pending.stdout
+    done = subprocess.run([*command, "migrate", "--dsn", dsn], capture_output=True, text=True)
+    assert done.returncode == 0 and "schema at version" in done.stdout
+    again = subprocess.run(
+        [*command, "migrate", "--check", "--dsn", dsn], capture_output=True, text=True
+    )
+    assert again.returncode == 0
+
+
+def test_cli_migrate_explains_an_unreachable_database():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgsched.cli.main",
+            "migrate",
+            "--dsn",
+            "host=127.0.0.1 port=1 user=x dbname=x",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "cannot connect to the database" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _plan(conn, query: str, params: dict) -> str:
+    rows = conn.execute(f"EXPLAIN {query}", params).fetchall()
+    return "\n".join(row["QUERY PLAN"] for row in rows)
+
+
+def test_claim_and_reap_queries_use_their_partial_indexes_with_a_large_history(conn):
+    from pgsched.db import queries
+
+    conn.execute(
+        "INSERT INTO pgsched.job_definitions (id, namespace, name, schedule_kind, schedule, anchor)"
+        " SELECT gen_random_uuid(), 'bench', 'def-' || g, 'cron', '* * * * *', now()"
+        " FROM generate_series(1, 100) g"
+    )
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, finished_at, settled_at)"
+        " SELECT d.id, 'COMPLETED', 'manual', now() - g * interval '1 second', now(), now()"
+        " FROM generate_series(1, 200000) g"
+        " JOIN LATERAL (SELECT id FROM pgsched.job_definitions OFFSET g % 100 LIMIT 1) d ON true"
+    )
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)"
+        " SELECT id, 'QUEUED', 'manual', now() FROM pgsched.job_definitions"
+    )
+    conn.execute("ANALYZE pgsched.job_runs")
+    claim = _plan(
+        conn,
+        queries.get("claim_candidates").as_string(conn),
+        {"now": None, "limit": 200, "definition_ids": None},
+    )
+    assert "job_runs_queued" in claim, claim
+    reap = _plan(
+        conn, queries.get("reap_stale_heartbeats").as_string(conn), {"now": datetime.now(UTC)}
+    )
+    assert "job_runs_running" in reap, reap
+    settle = _plan(conn, queries.get("unsettled_runs").as_string(conn), {"limit": 500})
+    assert "job_runs_unsettled" in settle, settle

@@ -1,0 +1,121 @@
+"""Many real processes racing over the same queue: no double claim (I1), never over cap (I2).
+
+Each racer is a separate OS process with its own connection. A sampler process watches
+live RUNNING counts while they race; afterwards the recorded run intervals are swept too.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import uuid
+
+import pytest
+
+import invariants
+import racers
+from pgsched.db import connection
+
+DEFINITIONS = 200
+RUNS_PER_DEFINITION = 15
+WORKERS = 8
+
+
+def seed_definitions(conn, *, count, runs_each, seed=11):
+    rng = random.Random(seed)
+    ids = [uuid.uuid4() for _ in range(count)]
+    caps = [rng.randint(1, 5) for _ in range(count)]
+    conn.execute(
+        "INSERT INTO pgsched.job_definitions (id, namespace, name, schedule_kind, schedule, anchor,"
+        " max_concurrent_runs)"
+        " SELECT id, 'race', 'def-' || n, 'cron', '0 0 1 1 *', now(), cap"
+        " FROM unnest(%s::uuid[], %s::int[]) WITH ORDINALITY AS t(id, cap, n)",
+        [ids, caps],
+    )
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)"
+        " SELECT d, 'QUEUED', 'manual', now() - random() * interval '10 seconds', 'seed-' || g"
+        " FROM unnest(%s::uuid[]) d, generate_series(1, %s) g",
+        [ids, runs_each],
+    )
+    return ids
+
+
+def race(dsn, target, workers, seconds, **kwargs):
+    context = multiprocessing.get_context("spawn")
+    stop, results = context.Event(), context.Queue()
+    watcher = context.Process(target=racers.sampler, args=(dsn, stop, results))
+    watcher.start()
+    try:
+        with context.Pool(workers) as pool:
+            launched = pool.starmap(
+                target,
+                [
+                    (dsn, worker, 1000 + worker, seconds, *kwargs.values())
+                    for worker in range(workers)
+                ],
+            )
+    finally:
+        stop.set()
+        samples, violations = results.get(timeout=30)
+        watcher.join(timeout=30)
+    return [run_id for batch in launched for run_id in batch], samples, violations
+
+
+def test_eight_dispatchers_never_double_claim_and_never_exceed_caps(dsn):
+    with connection.connect(dsn) as conn:
+        seed_definitions(conn, count=DEFINITIONS, runs_each=RUNS_PER_DEFINITION)
+
+    launched, samples, live_violations = race(dsn, racers.dispatcher, WORKERS, seconds=240)
+
+    total = DEFINITIONS * RUNS_PER_DEFINITION
+    assert invariants.no_double_launch(launched) == []
+    assert len(launched) == total
+    assert samples > 100, "the sampler must have watched the race"
+    assert live_violations == []
+    with connection.connect(dsn) as conn:
+        assert invariants.never_over_cap(conn) == []
+        assert invariants.every_attempt_terminal(conn) == []
+
+
+def test_invariants_hold_with_leader_election_bypassed(dsn):
+    """Three tick loops that all believe they lead: materialize, reap, settle and dispatch race."""
+    with connection.connect(dsn) as conn:
+        ids = seed_definitions(conn, count=100, runs_each=0)
+        # Every definition owes the last 30 minutes at once (catchUp all), so all three
+        # "leaders" try to materialize the same occurrences in their first ticks.
+        conn.execute(
+            "UPDATE pgsched.job_definitions SET schedule = '* * * * *', catch_up = 'all',"
+            " catch_up_limit = 30, next_run_at = date_trunc('minute', now()) - interval '29 minutes'"
+            " WHERE id = ANY(%s)",
+            [ids],
+        )
+
+    launched, samples, live_violations = race(dsn, racers.leaderless_ticker, 3, seconds=240)
+
+    assert invariants.no_double_launch(launched) == []
+    assert samples > 50 and live_violations == []
+    with connection.connect(dsn) as conn:
+        assert invariants.no_duplicate_occurrence(conn) == []
+        assert invariants.never_over_cap(conn) == []
+        assert invariants.every_attempt_terminal(conn) == []
+        queued = conn.execute(
+            "SELECT count(*) AS n FROM pgsched.job_runs WHERE trigger = 'schedule' AND status <> 'SKIPPED'"
+        ).fetchone()["n"]
+    assert queued >= 100 * 30 and len(launched) == queued
+
+
+@pytest.mark.parametrize("lock_definitions", [False])
+def test_the_checks_catch_over_cap_claims_when_the_advisory_lock_is_skipped(dsn, lock_definitions):
+    """The experiment can fail: without the per-definition lock, racers overshoot caps."""
+    with connection.connect(dsn) as conn:
+        seed_definitions(conn, count=5, runs_each=200)
+        conn.execute("UPDATE pgsched.job_definitions SET max_concurrent_runs = 1")
+
+    launched, _, live_violations = race(
+        dsn, racers.dispatcher, WORKERS, seconds=120, lock_definitions=lock_definitions
+    )
+
+    assert invariants.no_double_launch(launched) == []  # SKIP LOCKED still prevents double claims
+    with connection.connect(dsn) as conn:
+        assert invariants.never_over_cap(conn) != [] or live_violations != []

@@ -1,0 +1,114 @@
+"""The tick: one leader per tick, all phases in order, and failing open (I7)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from factories import RecordingLauncher, define, runs_of
+from pgsched.db import connection
+from pgsched.engine import leader, runs
+from pgsched.engine.tick import SettingsError, Ticker, TickSettings
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def ticker(dsn, launcher=None, *, at=None, **settings):
+    return Ticker(
+        lambda: connection.connect(dsn, application_name="pgsched-tick-test"),
+        launcher or RecordingLauncher(),
+        TickSettings(**settings),
+        clock=lambda: at,
+    )
+
+
+def test_a_tick_materializes_reaps_settles_and_dispatches(dsn, conn):
+    job = define(conn, schedule="*/5 * * * *", now=T0)
+    launcher = RecordingLauncher()
+    result = ticker(dsn, launcher, at=T0 + timedelta(minutes=5, seconds=1)).run_once()
+    assert result.leader and result.error is None
+    assert result.materialized.queued == 1 and len(result.dispatched.claimed) == 1
+    assert [run.definition_id for run in launcher.launched] == [job.id]
+    assert set(result.durations) == {"materialize", "reap", "settle", "dispatch", "tick"}
+
+
+def test_only_one_replica_leads_while_another_holds_the_lock(dsn, conn):
+    define(conn, schedule="* * * * *", now=T0)
+    with connection.connect(dsn) as other:
+        assert leader.try_lead(other)
+        result = ticker(dsn, at=T0 + timedelta(minutes=1)).run_once()
+        assert not result.leader and result.materialized is None
+        assert runs_of(conn, define(conn, schedule="* * * * *", now=T0)) == []
+        leader.stop_leading(other)
+    assert ticker(dsn, at=T0 + timedelta(minutes=1)).run_once().leader
+
+
+def test_the_leader_lock_is_released_explicitly_after_each_tick(dsn):
+    first = ticker(dsn, at=T0)
+    assert first.run_once().leader
+    # The first ticker keeps its session open, yet another replica can lead the next tick.
+    assert ticker(dsn, at=T0).run_once().leader
+    first.close()
+
+
+def test_a_tick_against_a_dead_database_fails_open_and_recovers(private_postgres):
+    dsn = private_postgres.dsn()
+    with connection.connect(dsn) as conn:
+        job = define(conn, maxConcurrentRuns=10, now=T0)
+        runs.run_now(conn, job.id, token="before", scheduled_for=T0)
+    launcher = RecordingLauncher()
+    replica = ticker(dsn, launcher, at=T0 + timedelta(seconds=1))
+    assert len(replica.run_once().dispatched.claimed) == 1
+
+    private_postgres.stop()
+    on_dead_session = replica.run_once()  # the open session learns the server went away
+    on_reconnect = replica.run_once()  # and a new one is refused
+    assert not on_dead_session.leader and "AdminShutdown" in on_dead_session.error
+    assert not on_reconnect.leader and "connection" in on_reconnect.error
+
+    private_postgres.start()
+    with connection.connect(dsn) as conn:
+        runs.run_now(conn, job.id, token="after", scheduled_for=T0)
+    recovered = replica.run_once()
+    assert recovered.error is None and len(recovered.dispatched.claimed) == 1
+    assert len(launcher.launched) == 2
+
+
+def test_the_loop_keeps_ticking_through_errors_and_stops_cleanly(dsn, conn):
+    class ExplodingLauncher:
+        calls = 0
+
+        def launch(self, run, definition):
+            ExplodingLauncher.calls += 1
+            raise RuntimeError("API server on fire")
+
+    job = define(conn, schedule="0 0 1 1 *", maxConcurrentRuns=50, retryPolicy={"maxAttempts": 1})
+    for index in range(3):
+        runs.run_now(conn, job.id, token=f"r{index}")
+    replica = Ticker(
+        lambda: connection.connect(dsn), ExplodingLauncher(), TickSettings(interval_seconds=0.05)
+    )
+    stop = threading.Event()
+    ticks: list[object] = []
+    thread = threading.Thread(
+        target=replica.run_forever, args=(stop,), kwargs={"on_tick": ticks.append}
+    )
+    thread.start()
+    time.sleep(0.5)
+    stop.set()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and len(ticks) > 3
+    assert ExplodingLauncher.calls == 3
+    assert {(row["status"], row["reason"]) for row in runs_of(conn, job)} == {
+        ("FAILED", "LaunchFailed")
+    }
+
+
+def test_settings_are_validated_with_actionable_messages():
+    with pytest.raises(
+        SettingsError, match=r"dispatch batch 0 must be within 1..10000 \(e.g. 50\)"
+    ):
+        TickSettings(dispatch_batch=0)

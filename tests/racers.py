@@ -1,0 +1,118 @@
+"""Process entry points for the race and fault tests (importable by spawned children).
+
+Each racer has its own process and its own connection, like a real replica. Work is
+simulated: a claimed run "runs" for a few milliseconds and is then finished through the
+same fenced ``lease.finish`` a job pod uses.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgsched.db import connection
+from pgsched.engine import dispatch, lease
+from pgsched.engine.models import Definition, Run
+from pgsched.engine.tick import Ticker, TickSettings
+
+
+@dataclass
+class SimulatedWork:
+    """A launcher whose 'workload' finishes after a random short time."""
+
+    rng: random.Random
+    min_seconds: float = 0.001
+    max_seconds: float = 0.03
+    launched: list[int] = field(default_factory=list)
+    pending: list[tuple[float, lease.Lease]] = field(default_factory=list)
+
+    def launch(self, run: Run, definition: Definition) -> str | None:
+        assert run.lease_token is not None
+        self.launched.append(run.id)
+        finish_at = time.monotonic() + self.rng.uniform(self.min_seconds, self.max_seconds)
+        self.pending.append((finish_at, lease.Lease(run.id, run.lease_token)))
+        return None
+
+    def finish_due(self, conn: connection.Connection) -> int:
+        now = time.monotonic()
+        due = [item for item in self.pending if item[0] <= now]
+        self.pending = [item for item in self.pending if item[0] > now]
+        for _, run_lease in due:
+            lease.finish(conn, run_lease, "COMPLETED")
+        return len(due)
+
+
+def _open_work(conn: connection.Connection) -> int:
+    row = conn.execute(
+        "SELECT count(*) AS n FROM pgsched.job_runs WHERE status IN ('QUEUED', 'RUNNING')"
+    ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def dispatcher(
+    dsn: str, worker: int, seed: int, seconds: float, lock_definitions: bool = True
+) -> list[int]:
+    """Claim-and-work loop until no QUEUED or RUNNING run is left; returns launched ids."""
+    rng = random.Random(seed)
+    work = SimulatedWork(rng)
+    deadline = time.monotonic() + seconds
+    with connection.connect(dsn, application_name=f"pgsched-racer-{worker}") as conn:
+        while time.monotonic() < deadline:
+            work.finish_due(conn)
+            result = dispatch.run_once(
+                conn, work, batch_size=rng.choice([1, 5, 10, 25]), lock_definitions=lock_definitions
+            )
+            if not result.claimed and not work.pending:
+                if _open_work(conn) == 0:
+                    break
+                time.sleep(0.002)
+        while work.pending:
+            work.finish_due(conn)
+            time.sleep(0.001)
+    return work.launched
+
+
+def leaderless_ticker(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
+    """A full tick loop that acts as leader on every tick, as a paused-then-woken leader would."""
+    work = SimulatedWork(random.Random(seed))
+    ticker = Ticker(
+        lambda: connection.connect(dsn, application_name=f"pgsched-ticker-{worker}"),
+        work,
+        TickSettings(dispatch_batch=10),
+        elect_leader=False,
+    )
+    deadline = time.monotonic() + seconds
+    with connection.connect(dsn) as conn:
+        idle = 0
+        while time.monotonic() < deadline and idle < 50:
+            work.finish_due(conn)
+            result = ticker.run_once()
+            assert result.error is None, result.error
+            busy = bool(result.dispatched and result.dispatched.claimed) or work.pending
+            idle = 0 if busy or _open_work(conn) else idle + 1
+            time.sleep(0.002)
+        while work.pending:
+            work.finish_due(conn)
+            time.sleep(0.001)
+    ticker.close()
+    return work.launched
+
+
+def sampler(dsn: str, stop: Any, results: Any) -> None:
+    """Sample live RUNNING counts against caps until ``stop`` is set (I2, observed live)."""
+    samples, violations = 0, []
+    with connection.connect(dsn, application_name="pgsched-sampler") as conn:
+        while not stop.is_set():
+            rows = conn.execute(
+                "SELECT r.definition_id, count(*) AS running, d.max_concurrent_runs AS cap"
+                " FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id"
+                " WHERE r.status = 'RUNNING'"
+                " GROUP BY r.definition_id, d.max_concurrent_runs"
+                " HAVING count(*) > d.max_concurrent_runs"
+            ).fetchall()
+            samples += 1
+            violations += [dict(row) for row in rows]
+    results.put((samples, violations))
