@@ -27,9 +27,14 @@ def connect(dsn: str, *, application_name: str = "pgsched", **kwargs: Any) -> Co
         application_name=application_name,
         **kwargs,
     )
+    configure(conn)
+    return conn
+
+
+def configure(conn: Connection) -> None:
+    """Session settings every pgsched connection needs (also used by connection pools)."""
     conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
     # A backend waiting on a lock does not notice its client died (kill -9, a lost node)
     # until the wait ends, and keeps its row locks meanwhile. With this check it notices
     # within seconds and rolls back, so a dead claimer's candidates go back to the others.
     conn.execute("SET client_connection_check_interval = '2s'")
-    return conn

@@ -122,6 +122,24 @@ def _next_run_at(
     return upcoming.at if upcoming else None
 
 
+def reject(
+    conn: Connection, key: DefinitionKey, rejection: str, *, now: datetime | None = None
+) -> Definition | None:
+    """Record that generation ``key.generation`` was invalid. The stored (older, valid)
+    definition stays in force; returns it, or None if no generation was ever valid."""
+    with conn.transaction():
+        row = conn.execute(
+            queries.get("reject_generation"),
+            {
+                "id": key.id,
+                "generation": key.generation,
+                "rejection": rejection,
+                "now": clock.now(conn, now),
+            },
+        ).fetchone()
+    return Definition.from_row(row) if row else None
+
+
 def schedule_of(definition: Definition) -> timeline.Schedule:
     """The definition's schedule, built by the same code that validated it."""
     return schedule.build(

@@ -54,6 +54,8 @@ class Definition(_Row):
     deleted_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    rejected_generation: int | None = None
+    rejection: str | None = None
 
     @property
     def key(self) -> str:

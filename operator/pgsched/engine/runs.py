@@ -107,3 +107,19 @@ def _cancel(
         cancelled=[Run.from_row(row) for row in cancelled],
         asked_to_stop=[Run.from_row(row) for row in asked],
     )
+
+
+def last_run(conn: Connection, definition_id: UUID) -> Run | None:
+    """The latest run that got past QUEUED (what ``status.lastRun`` shows)."""
+    row = conn.execute(queries.get("last_run"), {"definition_id": definition_id}).fetchone()
+    return Run.from_row(row) if row else None
+
+
+def running_count(conn: Connection, definition_id: UUID) -> int:
+    row = conn.execute(queries.get("running_count"), {"definition_id": definition_id}).fetchone()
+    return int(row["running"]) if row else 0
+
+
+def statuses(conn: Connection, run_ids: list[int]) -> dict[int, str]:
+    rows = conn.execute(queries.get("run_statuses"), {"ids": run_ids}).fetchall()
+    return {row["id"]: row["status"] for row in rows}

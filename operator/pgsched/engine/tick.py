@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import psycopg
+
 from pgsched.db.connection import Connection
 from pgsched.engine import dispatch, leader, materialize, reap, settle
 from pgsched.engine.launcher import Launcher
@@ -75,6 +77,7 @@ class TickResult:
     dispatched: dispatch.DispatchResult | None = None
     durations: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    database_error: bool = False
 
 
 class Ticker:
@@ -117,6 +120,7 @@ class Ticker:
                     leader.stop_leading(conn, lock_name=self.settings.lock_name)
         except Exception as error:
             result.error = f"{type(error).__name__}: {error}"
+            result.database_error = isinstance(error, psycopg.Error)
             log.error(
                 "tick failed, will retry next tick: %s",
                 result.error,

@@ -47,7 +47,9 @@ ON CONFLICT (id) DO UPDATE SET
     suspended = EXCLUDED.suspended,
     spec = EXCLUDED.spec,
     next_run_at = EXCLUDED.next_run_at,
-    updated_at = EXCLUDED.updated_at
+    updated_at = EXCLUDED.updated_at,
+    rejected_generation = NULL,
+    rejection = NULL
 RETURNING *;
 
 -- name: mark_definition_deleted
@@ -67,4 +69,11 @@ UPDATE pgsched.job_definitions
 SET auto_suspended_at = NULL, auto_suspend_reason = NULL, consecutive_failures = 0,
     updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
+RETURNING *;
+
+-- name: reject_generation
+-- An invalid spec never replaces the stored definition; remember why it was refused.
+UPDATE pgsched.job_definitions
+SET rejected_generation = %(generation)s, rejection = %(rejection)s, updated_at = %(now)s
+WHERE id = %(id)s AND generation < %(generation)s
 RETURNING *;

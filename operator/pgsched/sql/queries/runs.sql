@@ -34,3 +34,17 @@ SELECT * FROM pgsched.job_runs
 WHERE definition_id = %(definition_id)s
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: last_run
+-- The latest run that got past QUEUED (started, finished or skipped).
+SELECT * FROM pgsched.job_runs
+WHERE definition_id = %(definition_id)s AND status <> 'QUEUED'
+ORDER BY id DESC
+LIMIT 1;
+
+-- name: running_count
+SELECT count(*) AS running FROM pgsched.job_runs
+WHERE definition_id = %(definition_id)s AND status = 'RUNNING';
+
+-- name: run_statuses
+SELECT id, status FROM pgsched.job_runs WHERE id = ANY(%(ids)s::bigint[]);

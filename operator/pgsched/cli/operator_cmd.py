@@ -1,0 +1,59 @@
+"""``pgsched operator``: run the Kubernetes operator (settings from the environment)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from pgsched.cli import common
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "operator",
+        help="run the operator (watches ScheduledJobs, runs the tick loop)",
+        description="Run the pgsched operator. Configuration comes from PGSCHED_* environment "
+        "variables (see the README's configuration reference); flags override them.",
+    )
+    common.add_dsn(parser)
+    parser.add_argument(
+        "--namespace", action="append", default=[], help="namespace to watch (repeatable)"
+    )
+    parser.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
+    parser.add_argument(
+        "--image", help="pgsched image for the heartbeat sidecar (env PGSCHED_IMAGE)"
+    )
+    parser.add_argument(
+        "--migrate", action="store_true", help="apply schema migrations before starting"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pgsched.db import migrate
+    from pgsched.engine.tick import SettingsError
+    from pgsched.k8s import operator
+    from pgsched.k8s.settings import OperatorSettings
+
+    environ = dict(os.environ)
+    if args.dsn:
+        environ["PGSCHED_DSN"] = args.dsn
+    if args.namespace:
+        environ["PGSCHED_NAMESPACES"] = ",".join(args.namespace)
+    if args.all_namespaces:
+        environ["PGSCHED_ALL_NAMESPACES"] = "true"
+    if args.image:
+        environ["PGSCHED_IMAGE"] = args.image
+    try:
+        settings = OperatorSettings.from_environment(environ)
+    except SettingsError as error:
+        raise common.CommandError(str(error), code=2) from None
+    if args.migrate:
+        with common.connect(args, application_name="pgsched-migrate") as conn:
+            migrate.migrate(conn)
+    try:
+        operator.run(settings)
+    except operator.StartupError as error:
+        raise common.CommandError(f"cannot start: {error}") from None
+    return 0

@@ -1,0 +1,239 @@
+"""A small REST client for the Kubernetes API: JSON in, JSON out, every request visible.
+
+Authentication comes from the official client's config loaders (in-cluster service
+account, or a kubeconfig with certificates, tokens or exec plugins); requests go through
+urllib3 directly so pgsched controls what matters here:
+
+- a client-side token bucket (``ratelimit.TokenBucket``) in front of every request;
+- ``429 Too Many Requests``: wait for ``Retry-After`` (capped) and try again;
+- connection errors and 5xx: retry with exponential backoff, a bounded number of times;
+- any other error: raise :class:`ApiError` at once with the server's reason and message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes.client import Configuration
+
+from pgsched import metrics
+from pgsched.k8s.ratelimit import TokenBucket
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+_RETRYABLE_STATUS = {500, 502, 503, 504}
+_MAX_RETRY_AFTER = 30.0
+
+
+class ApiError(Exception):
+    """A non-2xx answer (after retries), with the API server's Status reason and message."""
+
+    def __init__(self, method: str, path: str, status: int, body: Obj) -> None:
+        self.status = status
+        self.reason = str(body.get("reason", ""))
+        self.message = str(body.get("message", "")) or json.dumps(body)[:500]
+        super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    attempts: int = 6
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+
+
+def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> Configuration:
+    """In-cluster credentials when running in a pod, else the kubeconfig (``$KUBECONFIG``)."""
+    configuration = Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return configuration
+        except kube_config.ConfigException:
+            log.debug("no in-cluster service account; falling back to a kubeconfig")
+    kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, context=context, client_configuration=configuration
+    )
+    return configuration
+
+
+class KubeApi:
+    def __init__(
+        self,
+        configuration: Configuration,
+        *,
+        limiter: TokenBucket,
+        retry: RetrySettings | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self._configuration = configuration
+        self._limiter = limiter
+        self._retry = retry or RetrySettings()
+        self._timeout = timeout
+        self._pool = urllib3.PoolManager(
+            num_pools=4,
+            maxsize=8,
+            cert_reqs="CERT_REQUIRED" if configuration.verify_ssl else "CERT_NONE",
+            ca_certs=configuration.ssl_ca_cert,
+            cert_file=configuration.cert_file,
+            key_file=configuration.key_file,
+        )
+
+    @classmethod
+    def from_environment(
+        cls, *, qps: float = 20.0, burst: int = 40, kubeconfig: str | None = None
+    ) -> KubeApi:
+        return cls(load_configuration(kubeconfig), limiter=TokenBucket(qps, burst))
+
+    def get(self, path: str, **params: Any) -> Obj:
+        return self.request("GET", path, params=params)
+
+    def create(self, path: str, body: Obj) -> Obj:
+        return self.request("POST", path, body=body)
+
+    def merge_patch(self, path: str, body: Obj) -> Obj:
+        return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+
+    def delete(self, path: str, *, propagation: str = "Background") -> Obj:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        return self.request("DELETE", path, body=body)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Obj | None = None,
+        params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        url = self._configuration.host.rstrip("/") + path
+        query = {key: value for key, value in (params or {}).items() if value is not None}
+        if query:
+            url += "?" + urlencode(query)
+        data = json.dumps(body).encode() if body is not None else None
+        attempt = 0
+        while True:
+            attempt += 1
+            waited = self._limiter.acquire()
+            if waited > 0:
+                metrics.KUBE_THROTTLED.labels("client").inc()
+                metrics.KUBE_THROTTLE_SECONDS.labels("client").inc(waited)
+            try:
+                response = self._pool.request(
+                    method,
+                    url,
+                    body=data,
+                    headers=self._headers(content_type),
+                    timeout=self._timeout,
+                    retries=False,
+                )
+            except urllib3.exceptions.HTTPError as error:
+                metrics.KUBE_REQUESTS.labels(method, "connection-error").inc()
+                if attempt >= self._retry.attempts:
+                    raise ApiError(
+                        method, path, 0, {"reason": "ConnectionError", "message": str(error)}
+                    ) from None
+                self._backoff(attempt, f"{method} {path}: {error}")
+                continue
+            metrics.KUBE_REQUESTS.labels(method, str(response.status)).inc()
+            if response.status < 300:
+                return json.loads(response.data) if response.data else {}
+            answer = _decode(response.data)
+            if response.status == 429 and attempt < self._retry.attempts:
+                delay = _retry_after(response.headers.get("Retry-After"))
+                metrics.KUBE_THROTTLED.labels("server").inc()
+                metrics.KUBE_THROTTLE_SECONDS.labels("server").inc(delay)
+                log.warning(
+                    "%s %s: API server asked us to slow down; retrying in %.1fs",
+                    method,
+                    path,
+                    delay,
+                )
+                time.sleep(delay)
+                continue
+            if response.status in _RETRYABLE_STATUS and attempt < self._retry.attempts:
+                self._backoff(attempt, f"{method} {path}: {response.status}")
+                continue
+            raise ApiError(method, path, response.status, answer)
+
+    def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {
+            "Content-Type": content_type,
+            "Accept": "application/json",
+            "User-Agent": "pgsched",
+        }
+        if self._configuration.refresh_api_key_hook is not None:
+            self._configuration.refresh_api_key_hook(self._configuration)
+        token = self._configuration.get_api_key_with_prefix("authorization") or (
+            self._configuration.get_api_key_with_prefix("BearerToken")
+        )
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    def _backoff(self, attempt: int, what: str) -> None:
+        delay = min(self._retry.max_delay, self._retry.base_delay * 2 ** (attempt - 1))
+        delay *= random.uniform(0.5, 1.0)
+        log.warning(
+            "%s; retrying in %.2fs (attempt %d of %d)", what, delay, attempt, self._retry.attempts
+        )
+        time.sleep(delay)
+
+
+def _retry_after(header: str | None) -> float:
+    try:
+        return max(0.1, min(_MAX_RETRY_AFTER, float(header or 1)))
+    except ValueError:
+        return 1.0
+
+
+def _decode(data: bytes) -> Obj:
+    try:
+        decoded = json.loads(data) if data else {}
+    except ValueError:
+        return {"message": data[:500].decode(errors="replace")}
+    return decoded if isinstance(decoded, dict) else {"message": str(decoded)}
+
+
+def path_of(
+    *,
+    group: str = "",
+    version: str = "v1",
+    namespace: str | None = None,
+    plural: str,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """``/api/v1/namespaces/ns/pods/x`` or ``/apis/batch/v1/...`` for a resource."""
+    root = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    parts = [root]
+    if namespace is not None:
+        parts.append(f"namespaces/{quote(namespace, safe='')}")
+    parts.append(plural)
+    if name is not None:
+        parts.append(quote(name, safe=""))
+    if subresource is not None:
+        parts.append(subresource)
+    return "/".join(parts)

@@ -1,0 +1,263 @@
+"""kopf handlers: thin adapters from resource events to engine calls.
+
+Every replica runs every handler (kopf in standalone mode, no peering): each handler is
+idempotent, so two replicas handling the same event do the same harmless thing twice.
+
+- ScheduledJob created/updated/resumed → validate, then upsert the definition (or record
+  the rejection, keeping the last valid generation in force), render the status, handle
+  the ``run-now`` and ``cancel`` annotations;
+- ScheduledJob deleted → the finalizer marks the definition deleted, cancels queued runs
+  and asks running ones to stop (their Jobs go with the ScheduledJob: owner references);
+- one of our Jobs finished or vanished → the run's outcome, recorded fenced.
+
+Business rules live in the engine; errors from the database are raised as
+``kopf.TemporaryError`` so kopf retries the handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import kopf
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from pgsched import spec as spec_module
+from pgsched.engine import definitions, runs
+from pgsched.k8s import api, names, outcomes, status
+from pgsched.k8s.publisher import Publisher
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Context:
+    """What handlers need, stored in kopf's ``memo`` at start-up."""
+
+    pool: ConnectionPool[Any]
+    kube: api.KubeApi
+    publisher: Publisher
+
+
+def _context(memo: Any) -> Context:
+    context = memo.get("pgsched")
+    assert isinstance(context, Context), "the operator start-up did not run"
+    return context
+
+
+def _key(meta: Any, uid: str, generation: int) -> definitions.DefinitionKey:
+    created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    return definitions.DefinitionKey(
+        id=UUID(uid),
+        namespace=meta["namespace"],
+        name=meta["name"],
+        generation=generation,
+        created_at=created,
+    )
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.PLURAL)
+@kopf.on.create(names.GROUP, names.VERSION, names.PLURAL)
+@kopf.on.update(names.GROUP, names.VERSION, names.PLURAL)
+def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) -> None:
+    context = _context(memo)
+    generation = int(meta.get("generation") or 1)
+    key = _key(meta, uid, generation)
+    now = datetime.now(UTC)
+    try:
+        with context.pool.connection() as conn:
+            try:
+                parsed = spec_module.parse(
+                    dict(spec), hash_seed=key.hash_seed, anchor=key.created_at, now=now
+                )
+            except spec_module.SpecError as error:
+                _reject(context, conn, key, body, str(error), now=now)
+                return
+            stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec))
+            context.publisher.patch_status(conn, stored, dict(body))
+            _handle_annotations(context, conn, key, meta)
+    except psycopg.Error as error:
+        raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
+    except api.ApiError as error:
+        raise kopf.TemporaryError(f"Kubernetes API error, will retry: {error}", delay=5) from error
+    if stored.generation == generation:
+        context.publisher.post_event(
+            namespace=key.namespace,
+            scheduled_job=key.name,
+            uid=key.id,
+            name=f"{key.name}.gen{generation}.scheduled",
+            event_type="Normal",
+            reason="Scheduled",
+            message=f"generation {generation} accepted; next run at {status.timestamp(stored.next_run_at) or 'never'}",
+            at=now,
+        )
+
+
+def _reject(
+    context: Context,
+    conn: Any,
+    key: definitions.DefinitionKey,
+    body: Any,
+    message: str,
+    *,
+    now: datetime,
+) -> None:
+    log.warning("%s generation %s rejected: %s", key.hash_seed, key.generation, message)
+    stored = definitions.reject(conn, key, message)
+    if stored is not None:
+        context.publisher.patch_status(conn, stored, dict(body))
+    else:
+        new = status.render_rejected(
+            dict(body.get("spec") or {}),
+            generation=key.generation,
+            message=message,
+            now=now,
+            current=dict(body.get("status") or {}),
+        )
+        path = api.path_of(
+            group=names.GROUP,
+            version=names.VERSION,
+            namespace=key.namespace,
+            plural=names.PLURAL,
+            name=key.name,
+            subresource="status",
+        )
+        context.kube.merge_patch(path, {"status": new})
+    context.publisher.post_event(
+        namespace=key.namespace,
+        scheduled_job=key.name,
+        uid=key.id,
+        name=f"{key.name}.gen{key.generation}.invalid",
+        event_type="Warning",
+        reason="InvalidSpec",
+        message=message,
+        at=now,
+    )
+
+
+def _handle_annotations(
+    context: Context, conn: Any, key: definitions.DefinitionKey, meta: Any
+) -> None:
+    annotations = dict(meta.get("annotations") or {})
+    token = annotations.get(names.ANNOTATION_RUN_NOW)
+    if token:
+        enqueued = runs.run_now(conn, key.id, token=f"annotation:{token}")
+        if enqueued.created:
+            log.info("%s: run-now %r queued run %s", key.hash_seed, token, enqueued.run.id)
+    target = annotations.get(names.ANNOTATION_CANCEL)
+    if target:
+        _cancel(conn, key, target)
+        # A cancel request is a one-shot command: clear it, so a later reconcile (or an
+        # operator restart) never cancels runs that started after the request.
+        path = api.path_of(
+            group=names.GROUP,
+            version=names.VERSION,
+            namespace=key.namespace,
+            plural=names.PLURAL,
+            name=key.name,
+        )
+        context.kube.merge_patch(
+            path, {"metadata": {"annotations": {names.ANNOTATION_CANCEL: None}}}
+        )
+
+
+def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
+    why = f"cancelled through the {names.ANNOTATION_CANCEL} annotation"
+    if target == "all":
+        outcome = runs.cancel_definition(conn, key.id, why=why)
+    elif target.isdigit():
+        run = runs.get(conn, int(target))
+        if run is None or run.definition_id != key.id:
+            log.warning(
+                "%s: cancel annotation names run %s, which is not one of its runs",
+                key.hash_seed,
+                target,
+            )
+            return
+        outcome = runs.cancel_run(conn, run.id, why=why)
+    else:
+        log.warning("%s: cancel annotation %r is neither a run id nor 'all'", key.hash_seed, target)
+        return
+    log.info(
+        "%s: cancel %s: %d queued runs cancelled, %d running runs asked to stop",
+        key.hash_seed,
+        target,
+        len(outcome.cancelled),
+        len(outcome.asked_to_stop),
+    )
+
+
+@kopf.on.delete(names.GROUP, names.VERSION, names.PLURAL)
+def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
+    context = _context(memo)
+    try:
+        with context.pool.connection() as conn:
+            stopping = definitions.delete(conn, UUID(uid))
+    except psycopg.Error as error:
+        raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
+    log.info(
+        "%s/%s deleted: definition marked deleted, %d running runs asked to stop",
+        meta["namespace"],
+        meta["name"],
+        len(stopping),
+    )
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN_ID: kopf.PRESENT})
+def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
+    deleted = event.get("type") == "DELETED"
+    if not deleted and not outcomes.finished(dict(body)):
+        return
+    context = _context(memo)
+    metadata = body["metadata"]
+    token = (metadata.get("annotations") or {}).get(names.ANNOTATION_LEASE)
+    run_id = metadata["labels"][names.LABEL_RUN_ID]
+    if not token or not run_id.isdigit():
+        return
+    pods_path = api.path_of(namespace=metadata["namespace"], plural="pods")
+    try:
+        pods = context.kube.get(
+            pods_path, labelSelector=f"batch.kubernetes.io/job-name={metadata['name']}"
+        )
+        with context.pool.connection() as conn:
+            outcome = outcomes.record(
+                conn,
+                int(run_id),
+                token,
+                job=dict(body),
+                pods=pods.get("items") or [],
+                deleted=deleted,
+            )
+    except (psycopg.Error, api.ApiError) as error:
+        # Event handlers are not retried by kopf: the run stays RUNNING and the Job's next
+        # event (or, failing that, the heartbeat reaper) settles it.
+        log.warning(
+            "run %s: could not record the outcome of Job %s yet: %s",
+            run_id,
+            metadata["name"],
+            error,
+        )
+        return
+    if outcome is not None:
+        log.info(
+            "run %s: Job %s ended, run %s %s",
+            run_id,
+            metadata["name"],
+            outcome.status,
+            outcome.reason or "",
+        )
+
+
+def _plain(value: Any) -> Any:
+    """kopf's spec views → plain JSON values, for storing."""
+    if hasattr(value, "items"):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value

@@ -1,0 +1,168 @@
+"""The batch/v1 Job for a claimed run (pure: no API calls).
+
+The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs:
+
+- name ``<scheduledjob>-<run-id>`` (deterministic, so launching twice is one Job), owned
+  by the ScheduledJob (garbage-collected with it), labelled with the run id and the
+  ScheduledJob, annotated with the run's lease token (the outcome watch fences with it);
+- ``backoffLimit: 0`` and ``restartPolicy: Never``: a retry is a new run row and a new Job,
+  never a pod restart that would hide an attempt from the audit trail;
+- a shared ``emptyDir`` at ``/pgsched`` in every container, where the heartbeat sidecar
+  writes ``/pgsched/cancel`` when the run is cancelled (the workload may poll it);
+- either the heartbeat sidecar (a native sidecar: an init container with
+  ``restartPolicy: Always``, running ``pgsched heartbeat``), or, for SDK jobs
+  (``spec.job``), the SDK runner as the first container's command, which heartbeats itself.
+
+The run's database credentials come from a Secret in the job's namespace (the narrow
+job role, never the operator's), so a ScheduledJob never carries a DSN.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pgsched.engine.models import Definition, Run
+from pgsched.k8s import names
+
+Obj = dict[str, Any]
+
+# Restricted Pod Security for what pgsched adds to a pod.
+_RESTRICTED: Obj = {
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    image: str
+    image_pull_policy: str = "IfNotPresent"
+    dsn_secret: str = "pgsched-job-dsn"
+    dsn_secret_key: str = "dsn"
+
+
+def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
+    spec = definition.spec
+    template = copy.deepcopy(spec.get("jobTemplate") or {})
+    metadata = template.get("metadata") or {}
+    job_spec: Obj = template.get("spec") or {}
+    pod_template: Obj = job_spec.setdefault("template", {})
+    pod_metadata: Obj = pod_template.setdefault("metadata", {})
+    pod_spec: Obj = pod_template.setdefault("spec", {})
+
+    run_labels = {
+        names.LABEL_RUN_ID: str(run.id),
+        names.LABEL_SCHEDULED_JOB: names.label_value(definition.name),
+        names.LABEL_ATTEMPT: str(run.attempt),
+    }
+    pod_metadata["labels"] = {**(pod_metadata.get("labels") or {}), **run_labels}
+    job_spec["backoffLimit"] = 0
+    if definition.active_deadline_seconds:
+        job_spec["activeDeadlineSeconds"] = definition.active_deadline_seconds
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["volumes"] = [
+        *(pod_spec.get("volumes") or []),
+        {"name": names.SHARED_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}},
+    ]
+
+    containers: list[Obj] = pod_spec.get("containers") or []
+    for container in containers:
+        container["volumeMounts"] = [
+            *(container.get("volumeMounts") or []),
+            {"name": names.SHARED_VOLUME, "mountPath": names.SHARED_MOUNT},
+        ]
+        container["env"] = [*(container.get("env") or []), *_workload_env(run)]
+    job = spec.get("job")
+    if job:
+        main = containers[0]
+        main["command"] = ["pgsched", "run"]
+        main["args"] = []
+        main["env"] += [*_lease_env(definition, run, settings), *_sdk_env(job)]
+    else:
+        pod_spec["initContainers"] = [
+            *(pod_spec.get("initContainers") or []),
+            _sidecar(definition, run, settings),
+        ]
+
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": names.job_name(definition.name, run.id),
+            "namespace": definition.namespace,
+            "labels": {**(metadata.get("labels") or {}), **run_labels},
+            "annotations": {
+                **(metadata.get("annotations") or {}),
+                names.ANNOTATION_LEASE: str(run.lease_token),
+                names.ANNOTATION_SCHEDULED_FOR: run.scheduled_for.isoformat(),
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": names.API_VERSION,
+                    "kind": names.KIND,
+                    "name": definition.name,
+                    "uid": str(definition.id),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": job_spec,
+    }
+
+
+def _workload_env(run: Run) -> list[Obj]:
+    return [
+        {"name": "PGSCHED_RUN_ID", "value": str(run.id)},
+        {"name": "PGSCHED_ATTEMPT", "value": str(run.attempt)},
+        {"name": "PGSCHED_SCHEDULED_FOR", "value": run.scheduled_for.isoformat()},
+        {"name": "PGSCHED_CANCEL_FILE", "value": names.CANCEL_FILE},
+    ]
+
+
+def _lease_env(definition: Definition, run: Run, settings: JobSettings) -> list[Obj]:
+    return [
+        {"name": "PGSCHED_LEASE_TOKEN", "value": str(run.lease_token)},
+        {
+            "name": "PGSCHED_DSN",
+            "valueFrom": {
+                "secretKeyRef": {"name": settings.dsn_secret, "key": settings.dsn_secret_key}
+            },
+        },
+        {
+            "name": "PGSCHED_HEARTBEAT_INTERVAL_SECONDS",
+            "value": str(definition.heartbeat_interval_seconds),
+        },
+    ]
+
+
+def _sdk_env(job: Obj) -> list[Obj]:
+    return [
+        {"name": "PGSCHED_JOB_KIND", "value": str(job["kind"])},
+        {"name": "PGSCHED_JOB_ARGS", "value": json.dumps(job.get("args") or {})},
+        {"name": "PGSCHED_JOB_MODULES", "value": ",".join(job.get("modules") or [])},
+    ]
+
+
+def _sidecar(definition: Definition, run: Run, settings: JobSettings) -> Obj:
+    return {
+        "name": names.SIDECAR_NAME,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "restartPolicy": "Always",
+        "command": ["pgsched", "heartbeat"],
+        "env": [*_workload_env(run), *_lease_env(definition, run, settings)],
+        "volumeMounts": [{"name": names.SHARED_VOLUME, "mountPath": names.SHARED_MOUNT}],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "32Mi"},
+            "limits": {"memory": "128Mi"},
+        },
+        "securityContext": dict(_RESTRICTED),
+    }

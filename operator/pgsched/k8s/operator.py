@@ -1,0 +1,188 @@
+"""``pgsched operator``: kopf for the resources, two threads for the engine.
+
+On start-up the operator checks the database (version, schema, that session advisory
+locks work — see ``db.preflight``) and refuses to start with an explanation if it cannot
+schedule safely. Then, on every replica:
+
+- kopf watches ScheduledJobs and our Jobs (``handlers``), in standalone mode: no peering,
+  every replica handles every event, handlers are idempotent;
+- the tick thread runs the engine loop; one replica leads each tick (advisory lock);
+- the publisher thread drains the run-events outbox into Events and statuses;
+- ``/healthz`` (kopf's liveness endpoint) fails when a thread is dead or the tick loop
+  stopped making progress; Prometheus metrics are served on their own port.
+
+SIGTERM stops kopf, then both threads (the tick thread finishes its tick and releases the
+leader lock explicitly; its session closing would release it anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import kopf
+import prometheus_client
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from pgsched import metrics
+from pgsched.db import connection, preflight
+from pgsched.engine.tick import Ticker, TickResult
+from pgsched.k8s import api, handlers
+from pgsched.k8s.launcher import KubernetesLauncher
+from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+class EngineThreads:
+    """The tick and publisher threads, with what the liveness probe needs to know."""
+
+    def __init__(self, settings: OperatorSettings, kube: api.KubeApi, publisher: Publisher) -> None:
+        self.settings = settings
+        self.stop = threading.Event()
+        self.last_tick = time.monotonic()
+        connect = self._connector("pgsched-tick")
+        self.ticker = Ticker(connect, KubernetesLauncher(kube, settings.jobs), settings.tick)
+        self.tick_thread = threading.Thread(
+            target=self.ticker.run_forever,
+            args=(self.stop,),
+            kwargs={"on_tick": self._observe},
+            name="pgsched-tick",
+            daemon=True,
+        )
+        self.publish_thread = threading.Thread(
+            target=publisher.run_forever,
+            args=(self._connector("pgsched-publisher"), self.stop),
+            kwargs={"interval": settings.publish_interval_seconds},
+            name="pgsched-publisher",
+            daemon=True,
+        )
+
+    def _connector(self, application_name: str) -> Any:
+        return lambda: connection.connect(
+            self.settings.dsn, application_name=application_name, connect_timeout=10
+        )
+
+    def start(self) -> None:
+        self.tick_thread.start()
+        self.publish_thread.start()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self.stop.set()
+        for thread in (self.tick_thread, self.publish_thread):
+            thread.join(timeout=timeout)
+
+    def _observe(self, result: TickResult) -> None:
+        self.last_tick = time.monotonic()
+        metrics.LEADER.set(1 if result.leader else 0)
+        metrics.TICKS.labels(
+            "error" if result.error else "leader" if result.leader else "follower"
+        ).inc()
+        if result.database_error:
+            metrics.DB_ERRORS.labels("tick").inc()
+        if result.leader:
+            for phase, seconds in result.durations.items():
+                metrics.TICK_DURATION.labels(phase).observe(seconds)
+        if result.reaped:
+            for signature, ids in result.reaped.run_ids.items():
+                if ids:
+                    metrics.REAPED.labels(signature).inc(len(ids))
+
+    def health(self) -> dict[str, Any]:
+        stalled_after = max(60.0, 20 * self.settings.tick.interval_seconds)
+        since = time.monotonic() - self.last_tick
+        problems = []
+        if not self.tick_thread.is_alive():
+            problems.append("the tick thread died")
+        if not self.publish_thread.is_alive():
+            problems.append("the publisher thread died")
+        if since > stalled_after:
+            problems.append(f"no tick finished for {since:.0f}s")
+        if problems:
+            raise kopf.PermanentError("; ".join(problems))
+        return {"seconds_since_tick": round(since, 3)}
+
+
+def check_database(settings: OperatorSettings) -> None:
+    with connection.connect(
+        settings.dsn, application_name="pgsched-preflight", connect_timeout=10
+    ) as conn:
+        failed = [check for check in preflight.run(conn) if not check.ok]
+    if failed:
+        raise StartupError("; ".join(f"{check.name}: {check.detail}" for check in failed))
+
+
+def run(settings: OperatorSettings) -> None:
+    """Run the operator until SIGTERM/SIGINT (blocks; call from the main thread)."""
+    check_database(settings)
+    host, _, port = settings.metrics_bind.rpartition(":")
+    prometheus_client.start_http_server(int(port), addr=host)
+    kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
+    publisher = Publisher(kube)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        settings.dsn,
+        min_size=1,
+        max_size=settings.pool_size,
+        open=True,
+        name="pgsched-handlers",
+        kwargs={
+            "autocommit": True,
+            "application_name": "pgsched-handlers",
+            "row_factory": dict_row,
+        },
+        configure=connection.configure,
+    )
+    threads = EngineThreads(settings, kube, publisher)
+
+    @kopf.on.startup()
+    def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+        settings.persistence.finalizer = "pgsched.dev/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix="pgsched.dev"
+        )
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix="pgsched.dev", key="last-handled-configuration"
+        )
+        settings.posting.level = logging.WARNING
+        settings.execution.max_workers = max(4, threads.settings.pool_size * 2)
+        settings.watching.server_timeout = 120
+        memo["pgsched"] = handlers.Context(pool=pool, kube=kube, publisher=publisher)
+        threads.start()
+
+    @kopf.on.probe(id="engine")
+    def _probe(**_: Any) -> dict[str, Any]:
+        return threads.health()
+
+    @kopf.on.cleanup()
+    def _cleanup(**_: Any) -> None:
+        threads.shutdown()
+
+    log.info(
+        "pgsched operator starting: namespaces=%s, tick every %ss, API %s qps (burst %s)",
+        "all" if settings.all_namespaces else ",".join(settings.namespaces),
+        settings.tick.interval_seconds,
+        settings.api_qps,
+        settings.api_burst,
+    )
+    try:
+        asyncio.run(
+            kopf.operator(
+                standalone=True,
+                clusterwide=settings.all_namespaces,
+                namespaces=list(settings.namespaces),
+                liveness_endpoint=f"http://{settings.health_bind}/healthz",
+                memo=kopf.Memo(),
+            )
+        )
+    finally:
+        threads.shutdown()
+        pool.close()

@@ -1,0 +1,140 @@
+"""What a finished Job says about its run, and recording it (fenced).
+
+Reading order, most specific first: a cancelled run ends ``CANCELLED`` however its pod
+exited; a Job failed by its ``activeDeadlineSeconds`` is ``DeadlineExceeded``; an evicted
+pod is ``Evicted``; a main container killed for memory is ``OOMKilled``; any other non-zero
+exit is ``NonZeroExit`` with the exit code; a Job deleted while its run was still running
+is ``JobDeleted``. These are the reasons ``retryOn``/``neverRetryOn`` match.
+
+The record is a fenced finish with the lease token the Job carries, so a Job of an
+attempt that was already reaped, or finished by the SDK runner itself, changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pgsched.db.connection import Connection
+from pgsched.engine import lease, runs
+from pgsched.engine.lease import FinalStatus
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: FinalStatus
+    reason: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+
+
+def finished(job: Obj) -> bool:
+    return bool(
+        _true_conditions(job) & {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
+    )
+
+
+def of_job(job: Obj, pods: list[Obj], *, deleted: bool, cancel_requested: bool) -> Outcome | None:
+    """The run's outcome, or None while the Job is still running."""
+    conditions = _true_conditions(job)
+    succeeded = bool(conditions & {"Complete", "SuccessCriteriaMet"})
+    failed = bool(conditions & {"Failed", "FailureTarget"})
+    if not (succeeded or failed or deleted):
+        return None
+    main = _main_termination(pods)
+    exit_code = main.get("exitCode") if main else None
+    if cancel_requested:
+        how = f"exit code {exit_code}" if exit_code is not None else "its Job was deleted"
+        return Outcome(
+            "CANCELLED", "Cancelled", f"stopped after cancellation was requested ({how})", exit_code
+        )
+    if succeeded:
+        return Outcome("COMPLETED", exit_code=exit_code)
+    if failed:
+        return _failure(job, pods, main)
+    return Outcome("FAILED", "JobDeleted", "the Job was deleted while the run was running")
+
+
+def _failure(job: Obj, pods: list[Obj], main: Obj | None) -> Outcome:
+    job_reason = _condition_reason(job, {"Failed", "FailureTarget"})
+    if job_reason == "DeadlineExceeded":
+        return Outcome("FAILED", "DeadlineExceeded", "the Job exceeded its activeDeadlineSeconds")
+    for pod in pods:
+        status = pod.get("status") or {}
+        disrupted = any(
+            item.get("type") == "DisruptionTarget" and item.get("status") == "True"
+            for item in status.get("conditions") or []
+        )
+        if status.get("reason") == "Evicted" or disrupted:
+            return Outcome("FAILED", "Evicted", status.get("message") or "the pod was evicted")
+    if main:
+        code = main.get("exitCode")
+        container = main.get("container", "?")
+        if main.get("reason") == "OOMKilled":
+            return Outcome(
+                "FAILED",
+                "OOMKilled",
+                f"container {container} was killed for exceeding its memory limit",
+                code,
+            )
+        detail = f": {main['message']}" if main.get("message") else ""
+        return Outcome(
+            "FAILED", "NonZeroExit", f"container {container} exited with code {code}{detail}", code
+        )
+    return Outcome("FAILED", "NonZeroExit", f"the Job failed ({job_reason or 'no reason given'})")
+
+
+def _true_conditions(job: Obj) -> set[str]:
+    return {
+        item["type"]
+        for item in (job.get("status") or {}).get("conditions") or []
+        if item.get("status") == "True"
+    }
+
+
+def _condition_reason(job: Obj, types: set[str]) -> str | None:
+    for item in (job.get("status") or {}).get("conditions") or []:
+        if item.get("type") in types and item.get("status") == "True":
+            return str(item.get("reason") or "") or None
+    return None
+
+
+def _main_termination(pods: list[Obj]) -> Obj | None:
+    """The first non-zero (else any) termination of a main container, newest pod first."""
+    found: list[Obj] = []
+    for pod in sorted(
+        pods, key=lambda item: item.get("metadata", {}).get("creationTimestamp", ""), reverse=True
+    ):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated")
+            if terminated:
+                found.append({**terminated, "container": status.get("name")})
+        if found:
+            break
+    failing = [item for item in found if item.get("exitCode")]
+    candidates = failing or found
+    return candidates[0] if candidates else None
+
+
+def record(
+    conn: Connection, run_id: int, lease_token: str, *, job: Obj, pods: list[Obj], deleted: bool
+) -> Outcome | None:
+    """Record a finished (or deleted) Job's outcome for its run; None if nothing changed."""
+    run = runs.get(conn, run_id)
+    if run is None or run.status != "RUNNING" or str(run.lease_token) != lease_token:
+        return None
+    outcome = of_job(job, pods, deleted=deleted, cancel_requested=run.cancel_requested)
+    if outcome is None:
+        return None
+    assert run.lease_token is not None
+    recorded = lease.finish(
+        conn,
+        lease.Lease(run.id, run.lease_token),
+        outcome.status,
+        reason=outcome.reason,
+        error=outcome.error,
+        exit_code=outcome.exit_code,
+    )
+    return outcome if recorded else None

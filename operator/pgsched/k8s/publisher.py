@@ -1,0 +1,333 @@
+"""The publisher: run status changes become what users see in Kubernetes.
+
+It drains the ``pgsched.run_events`` outbox (filled by triggers on every run status
+change, wherever it happened) in batches claimed with ``FOR UPDATE SKIP LOCKED``, so every
+replica can publish and each change is published by one of them. For each batch:
+
+- a Kubernetes Event per change users care about (started, succeeded, failed with its
+  reason, retried, cancelled, skipped), named deterministically so a batch published twice
+  after a crash posts each Event once (409 is success);
+- one status patch per ScheduledJob touched (``lastRun``, ``active``, ``nextRuns``, ...),
+  plus an Event when a condition flips (auto-suspension);
+- Job cleanup for ScheduledJobs whose runs ended: Jobs of runs the engine ended (reaped,
+  cancel grace expired) are deleted, finished Jobs beyond the history limits too;
+- run metrics (``pgsched_runs_total``, skew and duration histograms).
+
+The outbox rows are deleted in the same transaction, after the API calls succeeded; an
+API failure rolls the batch back and it is published again later (at least once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from pgsched import metrics
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+from pgsched.engine import definitions, runs
+from pgsched.engine.models import Definition
+from pgsched.k8s import api, names, status
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+_EVENTS: dict[str, tuple[str, str]] = {
+    "RUNNING": ("Normal", "RunStarted"),
+    "COMPLETED": ("Normal", "RunSucceeded"),
+    "FAILED": ("Warning", "RunFailed"),
+    "CANCELLED": ("Normal", "RunCancelled"),
+    "SKIPPED": ("Warning", "RunSkipped"),
+}
+_TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"}
+
+
+@dataclass
+class PublishResult:
+    events: int = 0
+    statuses: int = 0
+    jobs_deleted: int = 0
+    definitions: set[UUID] = field(default_factory=set)
+
+
+class Publisher:
+    def __init__(self, kube: api.KubeApi, *, batch_size: int = 200) -> None:
+        self._kube = kube
+        self._batch_size = batch_size
+
+    def run_once(self, conn: Connection) -> PublishResult:
+        result = PublishResult()
+        with conn.transaction():
+            rows = conn.execute(
+                queries.get("claim_run_events"), {"limit": self._batch_size}
+            ).fetchall()
+            if not rows:
+                return result
+            by_definition: dict[UUID, list[Obj]] = defaultdict(list)
+            for row in rows:
+                by_definition[row["definition_id"]].append(row)
+                _count(row)
+                if self._post_run_event(row):
+                    result.events += 1
+            for definition_id, changes in by_definition.items():
+                self._refresh(conn, definition_id, changes, result)
+            conn.execute(queries.get("delete_run_events"), {"ids": [row["id"] for row in rows]})
+        result.definitions = set(by_definition)
+        return result
+
+    def update_queue_depth(self, conn: Connection) -> None:
+        depth = {row["namespace"]: row["due"] for row in conn.execute(queries.get("queue_depth"))}
+        metrics.QUEUE_DEPTH.clear()
+        for namespace, due in depth.items():
+            metrics.QUEUE_DEPTH.labels(namespace).set(due)
+
+    def run_forever(self, connect: Any, stop: threading.Event, *, interval: float = 0.5) -> None:
+        """Publish until ``stop``; errors are logged and retried, never fatal."""
+        conn: Connection | None = None
+        last_depth = 0.0
+        while not stop.is_set():
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = connect()
+                published = self.run_once(conn)
+                if time.monotonic() - last_depth > 5:
+                    self.update_queue_depth(conn)
+                    last_depth = time.monotonic()
+                if published.events or published.statuses:
+                    continue  # more may be waiting
+            except Exception as error:
+                database = isinstance(error, psycopg.Error)
+                if database:
+                    metrics.DB_ERRORS.labels("publisher").inc()
+                log.warning("publishing run events failed, will retry: %s", error)
+                if conn is not None and (conn.broken or database):
+                    conn.close()
+                    conn = None
+            stop.wait(interval)
+        if conn is not None:
+            conn.close()
+
+    # -- Events -------------------------------------------------------------------------
+
+    def _post_run_event(self, row: Obj) -> bool:
+        kind = _event_kind(row)
+        if kind is None:
+            return False
+        event_type, reason = kind
+        return self.post_event(
+            namespace=row["namespace"],
+            scheduled_job=row["name"],
+            uid=row["definition_id"],
+            name=f"{row['name']}.run{row['run_id']}.{row['status'].lower()}",
+            event_type=event_type,
+            reason=reason,
+            message=_event_message(row),
+            at=row["at"],
+        )
+
+    def post_event(
+        self,
+        *,
+        namespace: str,
+        scheduled_job: str,
+        uid: UUID,
+        name: str,
+        event_type: str,
+        reason: str,
+        message: str,
+        at: datetime,
+    ) -> bool:
+        moment = status.timestamp(at)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name[:253], "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": scheduled_job,
+                "namespace": namespace,
+                "uid": str(uid),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "pgsched"},
+            "reportingComponent": "pgsched.dev/operator",
+            "reportingInstance": "pgsched",
+            "firstTimestamp": moment,
+            "lastTimestamp": moment,
+            "count": 1,
+        }
+        try:
+            self._kube.create(api.path_of(namespace=namespace, plural="events"), body)
+        except api.ApiError as error:
+            if error.conflict:
+                return False  # published before (a replayed batch)
+            if error.not_found:  # the namespace is gone
+                return False
+            raise
+        return True
+
+    # -- Status and cleanup ---------------------------------------------------------------
+
+    def _refresh(
+        self, conn: Connection, definition_id: UUID, changes: list[Obj], result: PublishResult
+    ) -> None:
+        definition = definitions.get(conn, definition_id)
+        if definition is None:
+            return
+        path = api.path_of(
+            group=names.GROUP,
+            version=names.VERSION,
+            namespace=definition.namespace,
+            plural=names.PLURAL,
+            name=definition.name,
+        )
+        if definition.deleted_at is None:
+            try:
+                current = self._kube.get(path)
+            except api.ApiError as error:
+                if error.not_found:
+                    return
+                raise
+            if current.get("metadata", {}).get("uid") == str(definition.id):
+                self.patch_status(conn, definition, current)
+                result.statuses += 1
+        if any(change["status"] in _TERMINAL for change in changes):
+            result.jobs_deleted += self._clean_up_jobs(conn, definition)
+
+    def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
+        """Render the ScheduledJob's status from the database and merge-patch it."""
+        old = current.get("status") or {}
+        new = status.render(
+            definition,
+            last_run=runs.last_run(conn, definition.id),
+            active=runs.running_count(conn, definition.id),
+            now=datetime.now(UTC),
+            current=old,
+        )
+        path = api.path_of(
+            group=names.GROUP,
+            version=names.VERSION,
+            namespace=definition.namespace,
+            plural=names.PLURAL,
+            name=definition.name,
+            subresource="status",
+        )
+        self._kube.merge_patch(path, {"status": new})
+        for condition in status.transitions(old, new):
+            suspended_at = definition.auto_suspended_at
+            if condition["reason"] == "TooManyFailures" and suspended_at is not None:
+                self.post_event(
+                    namespace=definition.namespace,
+                    scheduled_job=definition.name,
+                    uid=definition.id,
+                    name=f"{definition.name}.suspended.{int(suspended_at.timestamp())}",
+                    event_type="Warning",
+                    reason="AutoSuspended",
+                    message=condition["message"],
+                    at=suspended_at,
+                )
+        return new
+
+    def _clean_up_jobs(self, conn: Connection, definition: Definition) -> int:
+        collection = api.path_of(group="batch", namespace=definition.namespace, plural="jobs")
+        selector = f"{names.LABEL_SCHEDULED_JOB}={names.label_value(definition.name)}"
+        items = self._kube.get(collection, labelSelector=selector).get("items") or []
+        owned = [job for job in items if _owned_by(job, definition.id)]
+        run_ids = [int(job["metadata"]["labels"][names.LABEL_RUN_ID]) for job in owned]
+        known = runs.statuses(conn, run_ids)
+        doomed: list[Obj] = []
+        finished: dict[bool, list[Obj]] = {True: [], False: []}
+        for job in owned:
+            run_status = known.get(int(job["metadata"]["labels"][names.LABEL_RUN_ID]))
+            conditions = {
+                c["type"]
+                for c in (job.get("status") or {}).get("conditions") or []
+                if c.get("status") == "True"
+            }
+            if conditions & {"Complete", "SuccessCriteriaMet"}:
+                finished[True].append(job)
+            elif conditions & {"Failed", "FailureTarget"}:
+                finished[False].append(job)
+            elif (
+                run_status is not None
+                and run_status != "RUNNING"
+                and job["metadata"].get("deletionTimestamp") is None
+            ):
+                doomed.append(job)  # the engine ended the run (reaped, cancel grace): stop the pod
+        spec = definition.spec
+        limits = {
+            True: spec.get("successfulRunsHistoryLimit", 3),
+            False: spec.get("failedRunsHistoryLimit", 1),
+        }
+        for succeeded, jobs in finished.items():
+            jobs.sort(key=lambda job: job["metadata"].get("creationTimestamp", ""), reverse=True)
+            doomed += [
+                job
+                for job in jobs[int(limits[succeeded]) :]
+                if job["metadata"].get("deletionTimestamp") is None
+            ]
+        for job in doomed:
+            try:
+                self._kube.delete(f"{collection}/{job['metadata']['name']}")
+            except api.ApiError as error:
+                if not error.not_found:
+                    raise
+            log.info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
+        return len(doomed)
+
+
+def _owned_by(job: Obj, uid: UUID) -> bool:
+    return any(
+        ref.get("uid") == str(uid) for ref in job.get("metadata", {}).get("ownerReferences") or []
+    )
+
+
+def _event_kind(row: Obj) -> tuple[str, str] | None:
+    if row["status"] == "QUEUED":
+        return ("Normal", "RunRetrying") if row["trigger"] == "retry" else None
+    return _EVENTS.get(row["status"])
+
+
+def _event_message(row: Obj) -> str:
+    run = f"run {row['run_id']} (attempt {row['attempt']}, scheduled for {status.timestamp(row['scheduled_for'])})"
+    state = row["status"]
+    if state == "QUEUED":
+        return (
+            f"attempt {row['attempt']} queued as run {row['run_id']} for"
+            f" {status.timestamp(row['scheduled_for'])}: run {row['retry_of']} failed with"
+            f" {row['retry_of_reason']}"
+        )
+    if state == "RUNNING":
+        return f"{run} started"
+    if state == "COMPLETED":
+        return f"{run} succeeded"
+    detail = f"{row['reason']}: {row['error']}" if row.get("error") else str(row["reason"])
+    verb = {"FAILED": "failed", "CANCELLED": "was cancelled", "SKIPPED": "was skipped"}[state]
+    return f"{run} {verb}: {detail}"
+
+
+def _count(row: Obj) -> None:
+    namespace = row["namespace"]
+    metrics.RUNS.labels(namespace, row["status"], row["reason"] or "").inc()
+    if row["status"] == "RUNNING" and row["started_at"] is not None:
+        metrics.SCHEDULE_SKEW.labels(namespace).observe(
+            max(0.0, (row["started_at"] - row["scheduled_for"]).total_seconds())
+        )
+    if row["status"] in _TERMINAL and row["started_at"] and row["finished_at"]:
+        metrics.RUN_DURATION.labels(namespace, row["status"]).observe(
+            max(0.0, (row["finished_at"] - row["started_at"]).total_seconds())
+        )
+    if row["status"] == "QUEUED" and row["trigger"] == "retry":
+        metrics.RETRIES.labels(row["retry_of_reason"] or "").inc()

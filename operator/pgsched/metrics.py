@@ -1,0 +1,62 @@
+"""Prometheus metrics of the operator, in one place so names and labels stay consistent.
+
+Every replica exports its own view; sum across replicas in queries. Run outcomes are
+counted by the publisher, which sees each status change exactly once across replicas
+(outbox rows are claimed with SKIP LOCKED), so ``pgsched_runs_total`` summed over
+replicas is exact.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RUNS = Counter(
+    "pgsched_runs_total",
+    "Run status changes, by the status entered and its reason.",
+    ["namespace", "status", "reason"],
+)
+SCHEDULE_SKEW = Histogram(
+    "pgsched_schedule_to_start_seconds",
+    "From a run's scheduled time to its claim (start).",
+    ["namespace"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900),
+)
+RUN_DURATION = Histogram(
+    "pgsched_run_duration_seconds",
+    "From a run's start to its terminal status.",
+    ["namespace", "status"],
+    buckets=(1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 21600),
+)
+TICK_DURATION = Histogram(
+    "pgsched_tick_duration_seconds",
+    "Duration of whole ticks and of each phase, on the replica that led them.",
+    ["phase"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+LEADER = Gauge("pgsched_tick_leader", "1 if this replica led the latest tick, else 0.")
+TICKS = Counter("pgsched_ticks_total", "Ticks attempted by this replica, by result.", ["result"])
+REAPED = Counter(
+    "pgsched_reaped_runs_total", "Runs ended by the reaper, by signature.", ["signature"]
+)
+RETRIES = Counter(
+    "pgsched_retries_total", "Retry attempts queued, by the failure reason.", ["reason"]
+)
+QUEUE_DEPTH = Gauge(
+    "pgsched_queue_depth", "QUEUED runs that are due now, by namespace.", ["namespace"]
+)
+KUBE_REQUESTS = Counter(
+    "pgsched_kube_requests_total",
+    "Kubernetes API requests by verb and response code.",
+    ["verb", "code"],
+)
+KUBE_THROTTLED = Counter(
+    "pgsched_kube_throttled_total",
+    "Kubernetes API throttling: 'client' waits of our own rate limiter, 'server' 429 answers.",
+    ["source"],
+)
+KUBE_THROTTLE_SECONDS = Counter(
+    "pgsched_kube_throttle_seconds_total",
+    "Seconds spent waiting because of throttling.",
+    ["source"],
+)
+DB_ERRORS = Counter("pgsched_database_errors_total", "Database errors by component.", ["component"])

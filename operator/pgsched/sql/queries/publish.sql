@@ -1,0 +1,22 @@
+-- name: claim_run_events
+-- Any replica may publish: SKIP LOCKED hands each event to exactly one of them.
+SELECT e.id, e.run_id, e.definition_id, e.status, e.reason, e.attempt, e.trigger, e.at,
+       r.error, r.scheduled_for, r.started_at, r.finished_at, r.k8s_job_name, r.exit_code,
+       r.retry_of, (SELECT f.reason FROM pgsched.job_runs AS f WHERE f.id = r.retry_of) AS retry_of_reason,
+       d.namespace, d.name
+FROM pgsched.run_events AS e
+JOIN pgsched.job_runs AS r ON r.id = e.run_id
+JOIN pgsched.job_definitions AS d ON d.id = e.definition_id
+ORDER BY e.id
+LIMIT %(limit)s
+FOR UPDATE OF e SKIP LOCKED;
+
+-- name: delete_run_events
+DELETE FROM pgsched.run_events WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: queue_depth
+SELECT d.namespace, count(*) AS due
+FROM pgsched.job_runs AS r
+JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
+WHERE r.status = 'QUEUED' AND r.scheduled_for <= now()
+GROUP BY d.namespace;

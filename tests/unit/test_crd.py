@@ -1,0 +1,82 @@
+"""The CRD and the operator's validator describe the same spec, with the same defaults."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from pgsched import spec
+
+CRD = Path(__file__).parents[2] / "crds" / "scheduledjobs.pgsched.dev.yaml"
+
+
+def schema():
+    crd = yaml.safe_load(CRD.read_text())
+    [version] = crd["spec"]["versions"]
+    return crd, version
+
+
+def test_crd_names_match_the_design():
+    crd, version = schema()
+    assert crd["metadata"]["name"] == "scheduledjobs.pgsched.dev"
+    names = crd["spec"]["names"]
+    assert (names["kind"], names["shortNames"], names["categories"]) == (
+        "ScheduledJob",
+        ["sj"],
+        ["pgsched"],
+    )
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    columns = [column["name"] for column in version["additionalPrinterColumns"]]
+    assert columns == [
+        "Schedule",
+        "Timezone",
+        "Suspend",
+        "Active",
+        "Last Status",
+        "Last Run",
+        "Next Run",
+        "Age",
+    ]
+
+
+def test_crd_spec_fields_are_exactly_the_fields_the_validator_knows():
+    _, version = schema()
+    properties = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert set(properties) == spec._ENGINE_FIELDS | spec._EXTRA_FIELDS
+
+
+def test_crd_defaults_match_the_validator_defaults():
+    _, version = schema()
+    properties = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    parsed = spec.parse(
+        {"schedule": "* * * * *"},
+        anchor=datetime(2026, 1, 1, tzinfo=UTC),
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    retry = properties["retryPolicy"]["properties"]
+    backoff = retry["backoff"]["properties"]
+    assert properties["timeZone"]["default"] == parsed.time_zone
+    assert properties["maxConcurrentRuns"]["default"] == parsed.max_concurrent_runs
+    assert properties["concurrencyPolicy"]["default"] == parsed.concurrency_policy
+    assert properties["catchUp"]["default"] == parsed.catch_up
+    assert properties["catchUpLimit"]["default"] == parsed.catch_up_limit
+    assert properties["cancelGraceSeconds"]["default"] == parsed.cancel_grace_seconds
+    assert properties["dstPolicy"]["properties"]["gap"]["default"] == parsed.dst_gap
+    assert properties["dstPolicy"]["properties"]["repeat"]["default"] == parsed.dst_repeat
+    assert (
+        properties["heartbeat"]["properties"]["intervalSeconds"]["default"]
+        == parsed.heartbeat_interval_seconds
+    )
+    assert retry["maxAttempts"]["default"] == parsed.retry_policy.max_attempts
+    assert backoff["initialSeconds"]["default"] == parsed.retry_policy.backoff.initial_seconds
+    assert backoff["maxSeconds"]["default"] == parsed.retry_policy.backoff.max_seconds
+    assert backoff["multiplier"]["default"] == parsed.retry_policy.backoff.multiplier
+    assert backoff["jitter"]["default"] == parsed.retry_policy.backoff.jitter
+    enums = {
+        "concurrencyPolicy": ("Queue", "Skip", "Replace"),
+        "catchUp": ("latest", "all", "none"),
+    }
+    for field, values in enums.items():
+        assert tuple(properties[field]["enum"]) == values

@@ -1,0 +1,82 @@
+"""The Job built for a run: deterministic, owned, fenced, with the heartbeat sidecar."""
+
+from __future__ import annotations
+
+from k8sfixtures import TEMPLATE, definition, run
+from pgsched.k8s import jobs, names
+
+SETTINGS = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:0.1.0", dsn_secret="job-dsn")
+
+
+def env_of(container):
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container["env"]}
+
+
+def test_job_is_named_labelled_owned_and_never_retried_by_kubernetes():
+    job = jobs.build(definition(), run(), SETTINGS)
+    meta = job["metadata"]
+    assert meta["name"] == "nightly-report-42"
+    assert meta["labels"] == {
+        "team": "data",
+        names.LABEL_RUN_ID: "42",
+        names.LABEL_SCHEDULED_JOB: "nightly-report",
+        names.LABEL_ATTEMPT: "1",
+    }
+    assert meta["annotations"][names.ANNOTATION_LEASE] == "99999999-8888-7777-6666-555555555555"
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "ScheduledJob",
+        "11111111-2222-3333-4444-555555555555",
+        True,
+    )
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert job["spec"]["template"]["metadata"]["labels"][names.LABEL_RUN_ID] == "42"
+
+
+def test_heartbeat_runs_as_a_native_sidecar_with_the_lease_and_the_job_dsn_secret():
+    pod = jobs.build(definition(), run(), SETTINGS)["spec"]["template"]["spec"]
+    [sidecar] = pod["initContainers"]
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["command"] == ["pgsched", "heartbeat"]
+    assert sidecar["image"] == SETTINGS.image
+    env = env_of(sidecar)
+    assert env["PGSCHED_RUN_ID"] == "42"
+    assert env["PGSCHED_LEASE_TOKEN"] == "99999999-8888-7777-6666-555555555555"
+    assert env["PGSCHED_DSN"] == {"secretKeyRef": {"name": "job-dsn", "key": "dsn"}}
+    assert sidecar["securityContext"]["runAsNonRoot"] is True
+    [main] = pod["containers"]
+    assert env_of(main)["PGSCHED_CANCEL_FILE"] == "/pgsched/cancel"
+    assert "PGSCHED_LEASE_TOKEN" not in env_of(main)
+    assert {"name": "pgsched", "mountPath": "/pgsched"} in main["volumeMounts"]
+
+
+def test_sdk_jobs_run_the_runner_instead_of_a_sidecar():
+    spec = {
+        "jobTemplate": TEMPLATE,
+        "job": {"kind": "report", "args": {"days": 7}, "modules": ["app.jobs"]},
+    }
+    pod = jobs.build(definition(spec=spec), run(), SETTINGS)["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    [main] = pod["containers"]
+    assert main["command"] == ["pgsched", "run"]
+    env = env_of(main)
+    assert (env["PGSCHED_JOB_KIND"], env["PGSCHED_JOB_ARGS"], env["PGSCHED_JOB_MODULES"]) == (
+        "report",
+        '{"days": 7}',
+        "app.jobs",
+    )
+    assert env["PGSCHED_LEASE_TOKEN"] == "99999999-8888-7777-6666-555555555555"
+
+
+def test_active_deadline_is_passed_to_the_job_and_the_template_is_not_mutated():
+    job = jobs.build(definition(active_deadline_seconds=600), run(), SETTINGS)
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+    assert "initContainers" not in TEMPLATE["spec"]["template"]["spec"]
+
+
+def test_long_names_are_shortened_to_fit_a_label_value():
+    name = "a" * 70
+    built = jobs.build(definition(name=name), run(id=123456789), SETTINGS)
+    assert built["metadata"]["name"] == "a" * 53 + "-123456789"
+    assert len(built["metadata"]["labels"][names.LABEL_SCHEDULED_JOB]) == 63

@@ -1,0 +1,74 @@
+"""Operator settings from the environment, and the client-side rate limiter."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgsched.engine.tick import SettingsError
+from pgsched.k8s.ratelimit import TokenBucket
+from pgsched.k8s.settings import OperatorSettings
+
+BASE = {
+    "PGSCHED_DSN": "host=db",
+    "PGSCHED_NAMESPACES": "jobs, reports",
+    "PGSCHED_IMAGE": "pgsched:dev",
+}
+
+
+def test_settings_come_from_the_environment_with_defaults():
+    settings = OperatorSettings.from_environment(BASE)
+    assert settings.namespaces == ("jobs", "reports")
+    assert (settings.api_qps, settings.api_burst, settings.tick.interval_seconds) == (20.0, 40, 1.0)
+    assert settings.jobs.dsn_secret == "pgsched-job-dsn"
+
+
+def test_every_bad_setting_is_named_with_an_example():
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment(
+            {
+                "PGSCHED_API_QPS": "fast",
+                "PGSCHED_METRICS_BIND": "9090",
+                "PGSCHED_IMAGE_PULL_POLICY": "Sometimes",
+            }
+        )
+    message = str(caught.value)
+    for expected in (
+        "PGSCHED_DSN is required",
+        "PGSCHED_IMAGE is required",
+        "PGSCHED_NAMESPACES is empty",
+        "PGSCHED_API_QPS='fast' is not a number (example: PGSCHED_API_QPS=20)",
+        "PGSCHED_METRICS_BIND='9090' must be host:port",
+        "PGSCHED_IMAGE_PULL_POLICY='Sometimes'",
+    ):
+        assert expected in message
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_token_bucket_allows_a_burst_then_paces_to_qps():
+    clock = FakeClock()
+    bucket = TokenBucket(10, 5, clock=clock, sleep=clock.sleep)
+    waits = [bucket.acquire() for _ in range(15)]
+    assert waits[:5] == [0.0] * 5
+    assert all(wait > 0 for wait in waits[5:])
+    assert clock.now == pytest.approx(1.0)  # 10 more requests at 10 qps
+
+
+def test_token_bucket_refills_while_idle():
+    clock = FakeClock()
+    bucket = TokenBucket(10, 5, clock=clock, sleep=clock.sleep)
+    for _ in range(5):
+        bucket.acquire()
+    clock.now += 10
+    assert [bucket.acquire() for _ in range(5)] == [0.0] * 5
