@@ -72,8 +72,11 @@ def test_other_roles_cannot_call_the_lease_functions(conn, dsn):
     stranger = f"stranger_{uuid.uuid4().hex[:8]}"
     conn.execute(f"CREATE ROLE {stranger} LOGIN")
     try:
-        with connection.connect(dsn.replace("user=postgres", f"user={stranger}")) as outsider:
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                lease.heartbeat(outsider, lease.Lease(1, uuid.uuid4()))
+        outsider_dsn = dsn.replace("user=postgres", f"user={stranger}")
+        with (
+            connection.connect(outsider_dsn) as outsider,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            lease.heartbeat(outsider, lease.Lease(1, uuid.uuid4()))
     finally:
         conn.execute(f"DROP ROLE {stranger}")
