@@ -48,6 +48,7 @@ def gone(cluster: ControlPlane, namespace: str, name: str) -> bool:
 def terminated(pod: Obj, name: str, *, init: bool = False) -> Obj:
     key = "initContainerStatuses" if init else "containerStatuses"
     (status,) = [s for s in pod["status"][key] if s["name"] == name]
+    assert "terminated" in status["state"], f"{name} not terminated: {pod['status']}"
     return dict(status["state"]["terminated"])
 
 

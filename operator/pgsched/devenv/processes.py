@@ -146,14 +146,15 @@ def wait_port(host: str, port: int, *, timeout: float, process: ManagedProcess) 
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    stop_all()
-    # Re-raise with the default disposition so the exit status says "killed by signal".
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
+    stop_all()  # first, so nothing survives even if the unwinding below is cut short
+    # Then unwind like Ctrl-C: context managers remove work directories, pytest tears down
+    # its fixtures and reports the run as interrupted.
+    raise KeyboardInterrupt(f"received signal {signal.Signals(signum).name}")
 
 
 def install_signal_handlers() -> None:
-    """Also stop registered processes on SIGTERM/SIGHUP, unless someone else handles those.
+    """Treat SIGTERM/SIGHUP like Ctrl-C after stopping every registered process, unless the
+    program already handles those signals itself.
 
     Ctrl-C needs nothing: KeyboardInterrupt unwinds context managers and then reaches atexit.
     """

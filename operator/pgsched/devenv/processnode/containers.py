@@ -151,7 +151,9 @@ class ContainerSlot:
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.running
+        """Started and not yet collected. The pod's thread alone decides state, so a process
+        that exits between two steps counts as running until ``collect_exit`` sees it."""
+        return self.process is not None
 
     @property
     def never_started(self) -> bool:

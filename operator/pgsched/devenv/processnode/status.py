@@ -32,7 +32,7 @@ def container_status(slot: ContainerSlot, *, image_id: str) -> Obj:
         "ready": slot.ready or (slot.kind == "init" and slot.succeeded),
         "started": slot.running and slot.started.is_set(),
     }
-    if slot.process is not None and slot.process.running:
+    if slot.process is not None:
         status["containerID"] = f"devenv://{slot.process.pid}"
         status["state"] = {"running": {"startedAt": timestamp(slot.process.started_at)}}
     elif slot.termination is not None and not slot.waiting_reason:
