@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,7 +157,7 @@ def test_service_account_is_denied_without_rbac_and_allowed_with_a_role(
         return phase if phase in ("Succeeded", "Failed") else None
 
     for name in ("nobody", "reader"):
-        wait_for(lambda name=name: finished(name), 60, describe=f"pod {name} to finish")
+        wait_for(functools.partial(finished, name), 60, describe=f"pod {name} to finish")
 
     nobody_log = cluster.pod_logs(namespace, "nobody")
     assert finished("nobody") == "Failed"
@@ -245,9 +246,9 @@ def test_a_second_node_runs_pods_selected_for_it(cluster: ControlPlane, namespac
         )
         cluster.api.create(namespaced("pods", namespace), manifest)
 
-        def phase() -> str | None:
+        def phase() -> str:
             pod = cluster.api.get(namespaced("pods", namespace, "picky"))
-            return pod.get("status", {}).get("phase")
+            return str(pod.get("status", {}).get("phase"))
 
         wait_for(lambda: phase() == "Succeeded", 60, describe=lambda: f"phase {phase()}")
         pod = cluster.api.get(namespaced("pods", namespace, "picky"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -164,6 +165,21 @@ def test_deletion_sends_sigterm_and_sigkill_after_the_grace_period(
     assert "ignoring TERM" in cluster.pod_logs(namespace, "stubborn")
 
 
+def test_a_second_delete_with_a_shorter_grace_period_kills_sooner(
+    cluster: ControlPlane, namespace: str
+) -> None:
+    stubborn = container("main", "busybox", "sh", "-c", 'trap "" TERM; sleep 300')
+    create_pod(cluster, namespace, pod_manifest("slow", stubborn, terminationGracePeriodSeconds=60))
+    wait_phase(cluster, namespace, "slow", "Running")
+    cluster.kubectl("delete", "pod", "slow", "-n", namespace, "--wait=false")
+
+    started = time.monotonic()
+    cluster.kubectl("delete", "pod", "slow", "-n", namespace, "--grace-period=1", "--wait=false")
+
+    wait_for(lambda: gone(cluster, namespace, "slow"), 20, describe="slow pod deleted")
+    assert time.monotonic() - started < 10
+
+
 def test_active_deadline_fails_the_pod_with_reason_deadline_exceeded(
     cluster: ControlPlane, namespace: str
 ) -> None:
@@ -218,7 +234,7 @@ def test_readiness_probes_reach_replicas_on_their_own_pod_ips(
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     for name in ("web-a", "web-b"):
-        wait_for(lambda name=name: ready(name), 30, describe=f"{name} Ready")
+        wait_for(functools.partial(ready, name), 30, describe=f"{name} Ready")
     ips = {get_pod(cluster, namespace, n)["status"]["podIP"] for n in ("web-a", "web-b")}
     assert len(ips) == 2
     restarts = [
