@@ -156,10 +156,6 @@ class ContainerSlot:
         return self.process is not None
 
     @property
-    def never_started(self) -> bool:
-        return self.instances == 0
-
-    @property
     def succeeded(self) -> bool:
         return self.termination is not None and self.termination.exit_code == 0
 

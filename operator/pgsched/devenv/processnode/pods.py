@@ -240,7 +240,7 @@ class PodRunner:
             rule = self.ctx.images.resolve(spec["image"])
             probes.check_supported(spec)
             rewriter = volumes.MountRewriter(spec, self.volume_paths)
-            environment = self._environment(slot, rule, rewriter)
+            environment = self._environment(slot, rule)
             argv = [
                 rewriter.rewrite(envs.expand(word, environment))
                 for word in rule.argv(spec.get("command") or [], spec.get("args") or [])
@@ -252,6 +252,10 @@ class PodRunner:
             return
         except envs.ContainerConfigError as error:
             slot.waiting_reason, slot.waiting_message = "CreateContainerConfigError", str(error)
+            slot.not_before = time.monotonic() + 1.0
+            return
+        except OSError as error:  # e.g. the working directory cannot be created
+            slot.waiting_reason, slot.waiting_message = "CreateContainerError", str(error)
             slot.not_before = time.monotonic() + 1.0
             return
         if not argv:
@@ -285,9 +289,7 @@ class PodRunner:
         log.info("pod %s: started %s (pid %s): %s", self.ref, slot.name, slot.process.pid, argv)
         self._start_probers(slot, environment, cwd, rewriter)
 
-    def _environment(
-        self, slot: ContainerSlot, rule: ImageRule, rewriter: volumes.MountRewriter
-    ) -> dict[str, str]:
+    def _environment(self, slot: ContainerSlot, rule: ImageRule) -> dict[str, str]:
         service = serviceaccount.service_env(self.ctx.api)
         pod = self._pod_with_ips()
         declared = envs.container_env(slot.spec, pod, lookup=self._lookup, service_env=service)
