@@ -1,0 +1,168 @@
+"""Child processes that are always cleaned up, plus free loopback ports.
+
+Every process the launcher starts gets its own session (so its whole process group can be
+signalled), a log file, and an entry in a module-level registry. The registry is emptied at
+interpreter exit and on SIGTERM/SIGHUP, so a failed or interrupted test run never leaves an
+etcd or kube-apiserver behind holding ports. Processes are only ever signalled by the PID we
+started, never looked up by name.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+_registry: list[ManagedProcess] = []  # in start order
+_registry_lock = threading.Lock()
+
+
+class ManagedProcess:
+    """One started child process with its log file; stop() signals its process group."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = [os.fspath(arg) for arg in argv]
+        self.log_path = log_path
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._popen is None:
+            raise RuntimeError(f"{self.name} has not been started")
+        return self._popen.pid
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self._cwd,
+                start_new_session=True,
+            )
+        with _registry_lock:
+            _registry.append(self)
+
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self._popen is None else self._popen.poll()
+
+    def check_alive(self) -> None:
+        """Raise with the tail of the log if the process has exited."""
+        code = self.returncode()
+        if code is not None:
+            raise RuntimeError(
+                f"{self.name} exited with code {code}; last log lines ({self.log_path}):\n"
+                + log_tail(self.log_path)
+            )
+
+    def stop(self, *, grace: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace`` seconds, reap the child."""
+        popen = self._popen
+        if popen is None:
+            return
+        if popen.poll() is None:
+            _signal_group(popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=grace)
+        # The leader may be gone while children it spawned linger in the group.
+        _signal_group(popen.pid, signal.SIGKILL)
+        popen.wait()
+        with _registry_lock:
+            if self in _registry:
+                _registry.remove(self)
+
+    def rss_bytes(self) -> int:
+        """Resident set size of the process (not its children), from /proc."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def stop_all() -> None:
+    """Stop every registered process, newest first (nodes before the API server before etcd)."""
+    with _registry_lock:
+        processes = list(reversed(_registry))
+    for process in processes:
+        process.stop(grace=5.0)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the kernel picks it; good enough on loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(host: str, port: int, *, timeout: float, process: ManagedProcess) -> None:
+    """Wait until ``host:port`` accepts connections, failing fast if ``process`` died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        process.check_alive()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(0.5)
+            if sock.connect_ex((host, port)) == 0:
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{process.name} did not listen on {host}:{port} in {timeout}s")
+        time.sleep(0.05)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    stop_all()  # first, so nothing survives even if the unwinding below is cut short
+    # Then unwind like Ctrl-C: context managers remove work directories, pytest tears down
+    # its fixtures and reports the run as interrupted.
+    raise KeyboardInterrupt(f"received signal {signal.Signals(signum).name}")
+
+
+def install_signal_handlers() -> None:
+    """Treat SIGTERM/SIGHUP like Ctrl-C after stopping every registered process, unless the
+    program already handles those signals itself.
+
+    Ctrl-C needs nothing: KeyboardInterrupt unwinds context managers and then reaches atexit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            signal.signal(signum, _on_signal)
+
+
+atexit.register(stop_all)

@@ -1,0 +1,115 @@
+"""pytest fixtures for tests against the local Kubernetes control plane (marker ``cluster``).
+
+- ``cluster`` (session): a running ``pgsched.devenv.controlplane.ControlPlane`` with one
+  process node, ``node-1``. Its ``kubeconfig`` is the admin kubeconfig path; ``api`` is an
+  admin HTTP client; ``kubectl(...)``/``helm(...)`` run the real CLIs; ``pod_logs(...)``
+  replaces ``kubectl logs``; ``restart_apiserver()`` injects an API server restart.
+- ``namespace`` (per test): a fresh namespace whose ``default`` ServiceAccount exists,
+  deleted afterwards (which also stops its pods).
+- ``kubectl`` / ``helm`` (session): ``kubectl("get", "pods", "-n", ns)`` → CompletedProcess;
+  raises ``CommandError`` on a non-zero exit unless ``check=False``.
+
+Waiting: ``from pgsched.devenv.waiting import wait_for``.
+
+When the binaries are missing the cluster tests are skipped with the fix in the message —
+unless ``PGSCHED_REQUIRE_CLUSTER`` is set (CI sets it), in which case they fail. Set
+``PGSCHED_KEEP_CLUSTER=1`` to keep the work directory (component logs) after the run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from pgsched.devenv.binaries import Binaries, MissingBinariesError
+from pgsched.devenv.controlplane import ControlPlane
+from pgsched.devenv.kubeapi import ApiError
+from pgsched.devenv.waiting import wait_for
+
+Command = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ControlPlane]:
+    try:
+        binaries = Binaries.locate()
+    except MissingBinariesError as error:
+        if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
+            pytest.fail(f"{error} — PGSCHED_REQUIRE_CLUSTER is set, so this is an error")
+        pytest.skip(f"local control plane unavailable: {error}")
+    keep = bool(os.environ.get("PGSCHED_KEEP_CLUSTER"))
+    with ControlPlane(binaries=binaries, keep_work_dir=keep) as control_plane:
+        control_plane.add_node("node-1")
+        yield control_plane
+        if keep:
+            print(f"\ncontrol plane work dir kept: {control_plane.work_dir}")
+
+
+@pytest.fixture
+def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
+    name = f"t-{slug[:48].strip('-')}-{secrets.token_hex(3)}"
+    cluster.api.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    # Pods are only admitted once the ServiceAccount controller created `default`.
+    wait_for(
+        lambda: cluster.api.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        timeout=30,
+        describe=f"ServiceAccount {name}/default",
+    )
+    yield name
+    try:
+        cluster.api.delete(f"/api/v1/namespaces/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: ControlPlane) -> Command:
+    return cluster.kubectl
+
+
+@pytest.fixture(scope="session")
+def helm(cluster: ControlPlane) -> Command:
+    return cluster.helm
+
+
+# -- manifest builders shared by cluster tests -----------------------------------------------
+
+
+def container(name: str, image: str, *command: str, **fields: object) -> dict[str, object]:
+    """A container that runs ``command`` (fields in Kubernetes spelling, e.g. ``env=[...]``)."""
+    return {"name": name, "image": image, "command": list(command), **fields}
+
+
+def pod_manifest(
+    name: str,
+    *containers: dict[str, object],
+    restart_policy: str = "Never",
+    **spec: object,
+) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": restart_policy, "containers": list(containers), **spec},
+    }
+
+
+def job_manifest(name: str, *containers: dict[str, object]) -> dict[str, object]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": list(containers)}},
+        },
+    }
