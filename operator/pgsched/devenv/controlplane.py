@@ -57,6 +57,8 @@ CONTROLLERS = (
     "pod-garbage-collector-controller",
     "root-ca-certificate-publisher-controller",
     "clusterrole-aggregation-controller",
+    "cronjob-controller",  # the benchmarks compare pgsched with built-in CronJobs
+    "disruption-controller",  # PodDisruptionBudgets of the Helm chart
 )
 
 

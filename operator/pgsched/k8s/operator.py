@@ -124,6 +124,9 @@ def check_database(settings: OperatorSettings) -> None:
 def run(settings: OperatorSettings) -> None:
     """Run the operator until SIGTERM/SIGINT (blocks; call from the main thread)."""
     check_database(settings)
+    # kopf logs every handled event at INFO; pgsched logs what matters about runs itself.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)

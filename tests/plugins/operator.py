@@ -1,0 +1,295 @@
+"""Running the real operator against the local control plane and a real database.
+
+- ``crd`` (session): the ScheduledJob CRD from ``crds/`` applied and established.
+- ``job_dsn_secret``: a database role for job pods (member of ``pgsched_job``) and the
+  ``pgsched-job-dsn`` Secret holding its DSN in the test namespace, as the chart wires it.
+- ``operators``: start ``pgsched operator`` replicas as real processes (``operators.start()``),
+  each with its own health and metrics ports; stopped (and their logs printed on failure)
+  at the end of the test.
+- ``sj``: helpers to apply ScheduledJobs and read runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pgsched.db import connection
+from pgsched.devenv.controlplane import ControlPlane
+from pgsched.devenv.postgres import free_port
+from pgsched.devenv.waiting import wait_for
+
+ROOT = Path(__file__).parents[2]
+CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
+IMAGE = "ghcr.io/pgsched/pgsched:dev"
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: ControlPlane) -> None:
+    cluster.kubectl("apply", "-f", str(CRD))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/scheduledjobs.pgsched.dev", "--timeout=60s"
+    )
+
+
+@pytest.fixture
+def job_dsn_secret(
+    cluster: ControlPlane, namespace: str, dsn: str, conn: connection.Connection
+) -> str:
+    user = f"job_{uuid.uuid4().hex[:10]}"
+    conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
+    job_dsn = dsn.replace("user=postgres", f"user={user}")
+    cluster.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "pgsched-job-dsn",
+        "-n",
+        namespace,
+        f"--from-literal=dsn={job_dsn}",
+    )
+    return job_dsn
+
+
+@dataclass
+class OperatorProcess:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    health_port: int
+    metrics_port: int
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as response:
+            return str(response.read().decode())
+
+    def healthy(self) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
+            ) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@dataclass
+class Operators:
+    cluster: ControlPlane
+    dsn: str
+    namespace: str
+    work_dir: Path
+    started: list[OperatorProcess] = field(default_factory=list)
+
+    def start(self, *, wait: bool = True, **env: str) -> OperatorProcess:
+        health, metrics = free_port(), free_port()
+        index = len(self.started)
+        log_path = self.work_dir / f"operator-{index}.log"
+        environment = {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "PGSCHED_DSN": self.dsn,
+            "PGSCHED_NAMESPACES": self.namespace,
+            "PGSCHED_IMAGE": IMAGE,
+            "PGSCHED_TICK_INTERVAL_SECONDS": "0.2",
+            "PGSCHED_PUBLISH_INTERVAL_SECONDS": "0.2",
+            "PGSCHED_HEALTH_BIND": f"127.0.0.1:{health}",
+            "PGSCHED_METRICS_BIND": f"127.0.0.1:{metrics}",
+            "PGSCHED_LOG_LEVEL": "DEBUG" if os.environ.get("PGSCHED_DEBUG_OPERATOR") else "INFO",
+            **env,
+        }
+        environment.pop("KUBERNETES_SERVICE_HOST", None)
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pgsched.cli.main", "operator"],
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        handle = OperatorProcess(process, log_path, health, metrics)
+        self.started.append(handle)
+        if wait:
+            wait_for(
+                lambda: handle.healthy() or process.poll() is not None,
+                60,
+                describe=lambda: (
+                    f"operator {index} to become healthy; log:\n{handle.log()[-3000:]}"
+                ),
+            )
+            assert process.poll() is None, f"operator {index} exited:\n{handle.log()[-3000:]}"
+        return handle
+
+    def stop_all(self) -> None:
+        for handle in self.started:
+            handle.stop()
+
+
+@pytest.fixture
+def operators(
+    cluster: ControlPlane,
+    crd: None,
+    dsn: str,
+    namespace: str,
+    job_dsn_secret: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Operators]:
+    group = Operators(cluster, dsn, namespace, tmp_path)
+    yield group
+    group.stop_all()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for index, handle in enumerate(group.started):
+            print(f"\n----- operator {index} log (tail) -----\n{handle.log()[-6000:]}")
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{report.when}", report)
+
+
+@dataclass
+class ScheduledJobs:
+    """Apply ScheduledJobs in the test namespace and look at them and their runs."""
+
+    cluster: ControlPlane
+    namespace: str
+    conn: connection.Connection
+
+    def apply(
+        self, name: str, spec: dict[str, Any], *, annotations: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        manifest = {
+            "apiVersion": "pgsched.dev/v1alpha1",
+            "kind": "ScheduledJob",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "annotations": annotations or {},
+            },
+            "spec": spec,
+        }
+        self.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+        return self.get(name)
+
+    def get(self, name: str) -> dict[str, Any]:
+        output = self.cluster.kubectl("get", "sj", name, "-n", self.namespace, "-o", "json").stdout
+        return dict(json.loads(output))
+
+    def annotate(self, name: str, key: str, value: str) -> None:
+        self.cluster.kubectl(
+            "annotate", "sj", name, "-n", self.namespace, f"{key}={value}", "--overwrite"
+        )
+
+    def runs(self, name: str) -> list[dict[str, Any]]:
+        return self.conn.execute(
+            "SELECT r.* FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id"
+            " WHERE d.namespace = %s AND d.name = %s ORDER BY r.id",
+            [self.namespace, name],
+        ).fetchall()
+
+    def jobs(self, name: str) -> list[dict[str, Any]]:
+        output = self.cluster.kubectl(
+            "get",
+            "jobs",
+            "-n",
+            self.namespace,
+            "-l",
+            f"pgsched.dev/scheduledjob={name}",
+            "-o",
+            "json",
+        ).stdout
+        return list(json.loads(output)["items"])
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        output = self.cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            self.namespace,
+            "--field-selector",
+            f"involvedObject.name={name}",
+            "-o",
+            "json",
+        ).stdout
+        return list(json.loads(output)["items"])
+
+    def wait_runs(
+        self, name: str, predicate: Any, timeout: float = 60, what: str = "runs"
+    ) -> list[dict[str, Any]]:
+        return wait_for(
+            lambda: predicate(self.runs(name)) and self.runs(name),
+            timeout,
+            describe=lambda: (
+                f"{what} of {name}; runs: {[(r['id'], r['status'], r['reason'], r['error']) for r in self.runs(name)]}"
+            ),
+        )
+
+
+@pytest.fixture
+def sj(cluster: ControlPlane, namespace: str, conn: connection.Connection) -> ScheduledJobs:
+    return ScheduledJobs(cluster, namespace, conn)
+
+
+def busybox(command: str, **pod_spec: Any) -> dict[str, Any]:
+    """A jobTemplate running ``sh -c command`` (the process node runs it with the host's sh)."""
+    return {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
+                    ],
+                    **pod_spec,
+                }
+            }
+        }
+    }
+
+
+def now_plus(seconds: float) -> str:
+    from datetime import UTC, datetime, timedelta
+
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sleep_until_second(second: int) -> None:
+    """Sleep until the wall clock's seconds reach ``second`` (to avoid minute boundaries)."""
+    while int(time.time()) % 60 != second:
+        time.sleep(0.2)
