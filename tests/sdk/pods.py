@@ -82,7 +82,10 @@ class Pod:
                 )
             return next((line for line in self.lines if regex.search(line)), None)
 
-        return wait_for(found, timeout=timeout, what=f"a line matching {pattern!r}")  # type: ignore[no-any-return]
+        try:
+            return wait_for(found, timeout=timeout, what=f"a line matching {pattern!r}")  # type: ignore[no-any-return]
+        except AssertionError as error:
+            raise AssertionError(f"{error}; the output so far:\n{self.output}") from None
 
     def wait(self, timeout: float = 60.0) -> int:
         try:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pgsched.engine import lease
 from pgsched.engine.lease import Lease
 from pgsched.runner.heartbeat import HeartbeatLoop
-from pgsched.runner.session import Session
+from pgsched.runner.session import Session, describe_error
 from pgsched.sdk import CancelCause, Cancelled
 
 log = logging.getLogger(__name__)
@@ -76,10 +76,9 @@ class CancellationWatch:
             state = self._session.run(lambda conn: lease.state(conn, self._lease))
         except Exception as error:
             log.warning(
-                "run %s: could not check the lease (%s: %s); carrying on",
+                "run %s: could not check the lease (%s); carrying on",
                 self._lease.run_id,
-                type(error).__name__,
-                str(error).strip(),
+                describe_error(error),
             )
             return
         self._loop.observe(state)

@@ -34,7 +34,7 @@ from typing import Self
 
 from pgsched.engine import lease
 from pgsched.engine.lease import Lease, LeaseState
-from pgsched.runner.session import Session
+from pgsched.runner.session import Session, describe_error
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,11 @@ class HeartbeatLoop:
             state = self._session.run(lambda conn: lease.heartbeat(conn, self._lease))
         except Exception as error:
             self._failures += 1
-            message = f"{type(error).__name__}: {str(error).strip()}"
-            log.warning(
+            message = describe_error(error)
+            # 1st, 2nd, 4th, 8th... failure: an outage is visible without flooding the log.
+            level = logging.WARNING if self._failures & (self._failures - 1) == 0 else logging.DEBUG
+            log.log(
+                level,
                 "run %s: heartbeat failed (%s in a row), the work goes on; retrying: %s",
                 self._lease.run_id,
                 self._failures,

@@ -26,7 +26,7 @@ import psycopg
 from pgsched.engine import lease
 from pgsched.engine.lease import FinalStatus, Lease
 from pgsched.runner.exit_codes import ExitCode
-from pgsched.runner.session import Session
+from pgsched.runner.session import Session, describe_error
 from pgsched.sdk.kinds import RetryHint
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def record(
                     run_lease.run_id,
                     outcome.status,
                     attempt,
-                    str(error).strip(),
+                    describe_error(error),
                     int(outcome.exit_code),
                 )
                 return "unrecorded"
@@ -100,7 +100,7 @@ def record(
                 "run %s: recording %s failed (%s), retrying in %.1fs",
                 run_lease.run_id,
                 outcome.status,
-                str(error).strip(),
+                describe_error(error),
                 pause,
             )
             sleep(pause)
@@ -111,7 +111,7 @@ def record(
                 "run %s: recording %s failed and will not succeed by retrying: %s",
                 run_lease.run_id,
                 outcome.status,
-                str(error).strip(),
+                describe_error(error),
             )
             return "unrecorded"
         if finished:

@@ -31,6 +31,11 @@ CONNECT_TIMEOUT_SECONDS = 5
 TCP_USER_TIMEOUT_MS = 10_000
 
 
+def describe_error(error: BaseException) -> str:
+    """``Type: message`` on one line (libpq messages span several), for log lines."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
 class Session:
     def __init__(self, dsn: str, *, application_name: str) -> None:
         self._dsn = dsn

@@ -64,10 +64,9 @@ def check(kind: JobKind, args: Mapping[str, Any]) -> dict[str, Any]:
                 known = ", ".join(repr(known) for known in named) or "none"
                 problems.append(f"unknown argument {name!r} (known: {known})")
             continue
-        if name in hints:
-            expected = _mismatch(hints[name], value)
-            if expected is not None:
-                problems.append(f"{name!r} must be {expected}, got {_json(value)}")
+        complaint = _problem(hints[name], value, name) if name in hints else None
+        if complaint is not None:
+            problems.append(complaint)
     for name, parameter in named.items():
         if parameter.default is _EMPTY and name not in args:
             problems.append(f"missing required argument {name!r}")
@@ -125,34 +124,46 @@ def _type_hints(kind: JobKind) -> dict[str, Any]:
         return {}
 
 
-def _mismatch(annotation: Any, value: Any) -> str | None:
+def _problem(annotation: Any, value: Any, path: str) -> str | None:
     """None if ``value`` fits ``annotation`` (or the annotation is not one we check),
-    otherwise what was expected, in words."""
+    otherwise the complaint, naming the offending place (``tags[1]``, ``limits.x``)."""
     origin = typing.get_origin(annotation)
     if origin is typing.Union or origin is types.UnionType:
         options = typing.get_args(annotation)
-        failures = [_mismatch(option, value) for option in options]
-        if any(failure is None for failure in failures):
+        complaints = [_problem(option, value, path) for option in options]
+        if any(complaint is None for complaint in complaints):
             return None
-        return " or ".join(failure for failure in failures if failure)
-    base = origin or annotation
+        for option, complaint in zip(options, complaints, strict=True):
+            if _fits_outer(option, value):  # right container, wrong contents: say which
+                return complaint
+        expected = " or ".join(_SIMPLE[_base(option)][0] for option in options)
+        return f"{path!r} must be {expected}, got {_json(value)}"
+    base = _base(annotation)
     if base not in _SIMPLE:
         return None
-    expected, fits = _SIMPLE[base]
-    if not fits(value):
-        return expected
+    if not _fits_outer(annotation, value):
+        return f"{path!r} must be {_SIMPLE[base][0]}, got {_json(value)}"
     item_args = typing.get_args(annotation)
     if base is list and item_args:
         for index, item in enumerate(value):
-            inner = _mismatch(item_args[0], item)
-            if inner is not None:
-                return f"a list whose items are {inner} (item {index} is {_json(item)})"
+            complaint = _problem(item_args[0], item, f"{path}[{index}]")
+            if complaint is not None:
+                return complaint
     if base is dict and len(item_args) == 2:
         for key, item in value.items():
-            inner = _mismatch(item_args[1], item)
-            if inner is not None:
-                return f"an object whose values are {inner} ({key!r} is {_json(item)})"
+            complaint = _problem(item_args[1], item, f"{path}.{key}")
+            if complaint is not None:
+                return complaint
     return None
+
+
+def _base(annotation: Any) -> Any:
+    return typing.get_origin(annotation) or annotation
+
+
+def _fits_outer(annotation: Any, value: Any) -> bool:
+    checked = _SIMPLE.get(_base(annotation))
+    return checked is None or checked[1](value)
 
 
 def _json(value: Any) -> str:
