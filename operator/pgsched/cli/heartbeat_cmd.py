@@ -21,14 +21,14 @@ def register(commands: Any) -> None:
         " or its lease is lost, write the cancel file for the workload to poll. Never records"
         " a terminal status: the operator derives the outcome from the Job. See docs/sdk.md.",
     )
-    settings.add_flags(parser, settings.LEASE_VARIABLES)
+    settings.add_flags(parser, settings.SIDECAR_VARIABLES)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         contract = settings.from_environment(
-            os.environ, overrides=settings.flag_values(args, settings.LEASE_VARIABLES), job=False
+            os.environ, overrides=settings.flag_values(args, settings.SIDECAR_VARIABLES), job=False
         )
     except settings.SettingsError as error:
         raise CommandError(

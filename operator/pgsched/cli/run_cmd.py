@@ -10,7 +10,7 @@ from pgsched.cli.common import CommandError
 from pgsched.runner import sdk_runner, settings
 from pgsched.runner.exit_codes import ExitCode
 
-_VARIABLES = settings.LEASE_VARIABLES + settings.JOB_VARIABLES
+_VARIABLES = settings.RUNNER_VARIABLES
 
 
 def register(commands: Any) -> None:

@@ -89,9 +89,16 @@ FINISH_TIMEOUT = Variable(
     "300",
 )
 
-# What ``pgsched heartbeat`` reads; ``pgsched run`` reads these and JOB_VARIABLES.
-LEASE_VARIABLES = (RUN_ID, LEASE_TOKEN, DSN, HEARTBEAT_INTERVAL, CANCEL_FILE)
-JOB_VARIABLES = (ATTEMPT, JOB_KIND, JOB_ARGS, JOB_MODULES, FINISH_TIMEOUT)
+_LEASE = (RUN_ID, LEASE_TOKEN, DSN, HEARTBEAT_INTERVAL)
+SIDECAR_VARIABLES = (*_LEASE, CANCEL_FILE)  # pgsched heartbeat
+RUNNER_VARIABLES = (
+    *_LEASE,
+    ATTEMPT,
+    JOB_KIND,
+    JOB_ARGS,
+    JOB_MODULES,
+    FINISH_TIMEOUT,
+)  # pgsched run
 
 
 def add_flags(parser: argparse.ArgumentParser, variables: tuple[Variable, ...]) -> None:
@@ -207,7 +214,8 @@ def from_environment(
     cancel_file = Path(values.get(CANCEL_FILE.env) or DEFAULT_CANCEL_FILE)
     attempt, finish_timeout, selection = 1, DEFAULT_FINISH_TIMEOUT_SECONDS, None
     if job:
-        attempt = reader.integer(ATTEMPT) or 1
+        given_attempt = reader.integer(ATTEMPT)
+        attempt = 1 if given_attempt is None else given_attempt
         finish_timeout = reader.number(FINISH_TIMEOUT, DEFAULT_FINISH_TIMEOUT_SECONDS)
         kind = reader.required(JOB_KIND)
         args = reader.json_object(JOB_ARGS)

@@ -43,6 +43,11 @@ def test_flags_win_over_the_environment_and_unset_flags_do_not():
     assert (read.job.kind, read.attempt) == ("ledger-report", 2)
 
 
+def test_attempt_zero_is_refused_not_defaulted():
+    with pytest.raises(SettingsError, match=r"PGSCHED_ATTEMPT \(--attempt\): 0 must be 1 or more"):
+        settings.from_environment({**JOB_ENV, "PGSCHED_ATTEMPT": "0"}, job=True)
+
+
 def test_range_problems_are_found_by_the_dataclass_itself():
     with pytest.raises(SettingsError) as raised:
         RunnerSettings(
