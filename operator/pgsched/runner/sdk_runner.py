@@ -47,6 +47,9 @@ from pgsched.sdk.kinds import JobKind, Registry
 
 log = logging.getLogger(__name__)
 
+# Long enough for an in-flight heartbeat to finish or time out (see ``session``).
+_STOP_SECONDS = 15.0
+
 
 class SetupError(Exception):
     """The run cannot start: unimportable module, unknown kind or bad arguments."""
@@ -70,11 +73,11 @@ def run(settings: RunnerSettings, *, registry: Registry = sdk.registry) -> ExitC
     try:
         result = _execute(settings, settings.job, registry, watch)
         # Stop beating first: a beat after our own final write would read "lost".
-        loop.stop(timeout=settings.heartbeat_interval_seconds + 10)
+        loop.stop(timeout=_STOP_SECONDS)
         return _conclude(settings, session, result, loop)
     finally:
         restore()
-        loop.stop(timeout=1)
+        loop.stop(timeout=_STOP_SECONDS)
         session.close()
 
 
@@ -109,7 +112,8 @@ def prepare(selection: JobSelection, registry: Registry) -> tuple[JobKind, dict[
 
 def _execute(
     settings: RunnerSettings, selection: JobSelection, registry: Registry, watch: CancellationWatch
-) -> Outcome:
+) -> Outcome | None:
+    """The run's outcome, or None when the lease was lost (there is nothing to record)."""
     try:
         kind, kwargs = prepare(selection, registry)
     except SetupError as error:
@@ -155,7 +159,7 @@ def _execute(
 
 def _cancelled(
     kind: JobKind, ctx: sdk.JobContext, cancelled: sdk.Cancelled, watch: CancellationWatch
-) -> Outcome:
+) -> Outcome | None:
     ctx.logger.warning("stopping at a checkpoint: %s", cancelled)
     note = _compensate(kind, ctx, cancelled)
     cause = cancelled.cause
@@ -164,7 +168,7 @@ def _cancelled(
         watch.refresh()
         cause = watch.cause() or cause
     if cause == "lease-lost":
-        return Outcome("CANCELLED", ExitCode.LEASE_LOST)
+        return None
     error = f"stopped at a checkpoint: {cancelled}; {note}"
     if cause == "cancelled":
         return Outcome("CANCELLED", ExitCode.CANCELLED, reason="Cancelled", error=error)
@@ -191,9 +195,9 @@ def _compensate(kind: JobKind, ctx: sdk.JobContext, cancelled: sdk.Cancelled) ->
 
 
 def _conclude(
-    settings: RunnerSettings, session: Session, result: Outcome, loop: HeartbeatLoop
+    settings: RunnerSettings, session: Session, result: Outcome | None, loop: HeartbeatLoop
 ) -> ExitCode:
-    if result.exit_code is ExitCode.LEASE_LOST or loop.state == "lost":
+    if result is None or loop.state == "lost":
         log.warning(
             "run %s: the lease was lost; nothing recorded (the run already ended elsewhere)",
             settings.run_id,
