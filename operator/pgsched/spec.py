@@ -28,7 +28,8 @@ from pgsched.schedule import timeline, zones
 
 MAX_INT32 = 2**31 - 1
 _REASON = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_KIND = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+# A job kind name (spec.job.kind); the SDK validates registered names with the same pattern.
+JOB_KIND = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -515,7 +516,7 @@ def _extra_fields(check: _Checker) -> None:
         return
     check.unknown(job, {"kind", "args", "modules"}, "job.")
     kind = job.get("kind")
-    if not isinstance(kind, str) or not _KIND.match(kind):
+    if not isinstance(kind, str) or not JOB_KIND.match(kind):
         check.fail(
             "job.kind",
             f"{kind!r} is not a job kind name (lowercase letters, digits, '.', '_' or '-')",

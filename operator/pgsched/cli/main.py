@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from pgsched import __version__
-from pgsched.cli import migrate_cmd, operator_cmd
+from pgsched.cli import heartbeat_cmd, migrate_cmd, operator_cmd, run_cmd
 from pgsched.cli.common import CommandError
 
 
@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     migrate_cmd.register(commands)
     operator_cmd.register(commands)
+    run_cmd.register(commands)
+    heartbeat_cmd.register(commands)
     return parser
 
 

@@ -17,6 +17,7 @@ Business rules live in the engine; errors from the database are raised as
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +44,7 @@ class Context:
     pool: ConnectionPool[Any]
     kube: api.KubeApi
     publisher: Publisher
+    clock: Callable[[], datetime | None]
 
 
 def _context(memo: Any) -> Context:
@@ -69,7 +71,8 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
     context = _context(memo)
     generation = int(meta.get("generation") or 1)
     key = _key(meta, uid, generation)
-    now = datetime.now(UTC)
+    pinned = context.clock()
+    now = pinned or datetime.now(UTC)
     try:
         with context.pool.connection() as conn:
             try:
@@ -79,7 +82,7 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
             except spec_module.SpecError as error:
                 _reject(context, conn, key, body, str(error), now=now)
                 return
-            stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec))
+            stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec), now=pinned)
             context.publisher.patch_status(conn, stored, dict(body))
             _handle_annotations(context, conn, key, meta)
     except psycopg.Error as error:

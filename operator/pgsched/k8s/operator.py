@@ -51,7 +51,9 @@ class EngineThreads:
         self.stop = threading.Event()
         self.last_tick = time.monotonic()
         connect = self._connector("pgsched-tick")
-        self.ticker = Ticker(connect, KubernetesLauncher(kube, settings.jobs), settings.tick)
+        self.ticker = Ticker(
+            connect, KubernetesLauncher(kube, settings.jobs), settings.tick, clock=settings.clock
+        )
         self.tick_thread = threading.Thread(
             target=self.ticker.run_forever,
             args=(self.stop,),
@@ -124,9 +126,10 @@ def check_database(settings: OperatorSettings) -> None:
 def run(settings: OperatorSettings) -> None:
     """Run the operator until SIGTERM/SIGINT (blocks; call from the main thread)."""
     check_database(settings)
-    # kopf logs every handled event at INFO; pgsched logs what matters about runs itself.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if not log.isEnabledFor(logging.DEBUG):
+        # kopf logs every handled event at INFO; pgsched logs what matters about runs itself.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
@@ -149,16 +152,20 @@ def run(settings: OperatorSettings) -> None:
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         settings.persistence.finalizer = "pgsched.dev/finalizer"
+        # kopf leaves out of its diffs every annotation under its storage prefix, so that
+        # prefix must not be pgsched.dev/, home of the run-now and cancel annotations.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix="pgsched.dev"
+            prefix="kopf.pgsched.dev"
         )
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="pgsched.dev", key="last-handled-configuration"
+            prefix="kopf.pgsched.dev", key="last-handled-configuration"
         )
         settings.posting.level = logging.WARNING
         settings.execution.max_workers = max(4, threads.settings.pool_size * 2)
         settings.watching.server_timeout = 120
-        memo["pgsched"] = handlers.Context(pool=pool, kube=kube, publisher=publisher)
+        memo["pgsched"] = handlers.Context(
+            pool=pool, kube=kube, publisher=publisher, clock=threads.settings.clock
+        )
         threads.start()
 
     @kopf.on.probe(id="engine")

@@ -1,0 +1,41 @@
+"""``pgsched heartbeat``: the heartbeat sidecar the operator injects next to job containers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from typing import Any
+
+from pgsched.cli.common import CommandError
+from pgsched.runner import settings, sidecar
+from pgsched.runner.exit_codes import ExitCode
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "heartbeat",
+        help="keep a run's lease alive next to a job container (native sidecar)",
+        description="Heartbeat the run until SIGTERM, then exit 0. When the run is cancelled"
+        " or its lease is lost, write the cancel file for the workload to poll. Never records"
+        " a terminal status: the operator derives the outcome from the Job. See docs/sdk.md.",
+    )
+    settings.add_flags(parser, settings.SIDECAR_VARIABLES)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        contract = settings.from_environment(
+            os.environ, overrides=settings.flag_values(args, settings.SIDECAR_VARIABLES), job=False
+        )
+    except settings.SettingsError as error:
+        raise CommandError(
+            f"cannot start the heartbeat, the pod's configuration is incomplete:\n{error}",
+            code=ExitCode.CONFIGURATION,
+        ) from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    return sidecar.run(contract, stop)

@@ -1,0 +1,159 @@
+"""The heartbeat loop: keeps a run's lease alive from a background thread, and listens.
+
+One implementation serves both in-pod programs: the SDK runner (``pgsched run``) and the
+sidecar next to arbitrary containers (``pgsched heartbeat``).
+
+Every ``interval`` the loop calls ``pgsched.heartbeat(run_id, lease_token)`` on a session
+of its own. The answer is the lease state, and the loop keeps the latest one for the work
+to read (thread-safe), and calls ``on_change`` when it moves:
+
+- ``active`` — keep going;
+- ``cancel_requested`` — stop at the next checkpoint. The loop keeps beating: the run is
+  still alive while it stops (and compensates), and a silent one would be reaped as
+  ``HeartbeatLost`` instead of ending ``CANCELLED``;
+- ``lost`` — the run is no longer ours (reaped, ended elsewhere). Beating is pointless, so
+  the loop ends; the work must stop, and whatever it writes now is fenced away.
+
+States only move forward (active → cancel_requested → lost): no answer un-cancels a run or
+gives back a lost lease.
+
+A failed heartbeat — database down, connection dropped, a timeout — is logged and retried
+with a fresh connection, sooner than the normal interval; it never stops or fails the work
+(invariant I6). If the database stays away long enough the reaper fails the run as
+``HeartbeatLost``, and the loop learns it lost the lease on its first successful beat.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Self
+
+from pgsched.engine import lease
+from pgsched.engine.lease import Lease, LeaseState
+from pgsched.runner.session import Session, describe_error
+
+log = logging.getLogger(__name__)
+
+_RANK: dict[LeaseState, int] = {"active": 0, "cancel_requested": 1, "lost": 2}
+# After a failed beat, try again after at most this long (never later than the interval).
+RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Beat:
+    """The result of one heartbeat: the state the database answered, or the error."""
+
+    state: LeaseState | None
+    error: str | None = None
+
+
+class HeartbeatLoop:
+    def __init__(
+        self,
+        session: Session,
+        run_lease: Lease,
+        *,
+        interval_seconds: float,
+        on_change: Callable[[LeaseState], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._session = session
+        self._lease = run_lease
+        self._interval = interval_seconds
+        self._on_change = on_change
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._state: LeaseState = "active"
+        self._confirmed_at: float | None = None
+        self._failures = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def state(self) -> LeaseState:
+        with self._lock:
+            return self._state
+
+    @property
+    def interval_seconds(self) -> float:
+        return self._interval
+
+    def seconds_since_confirmed(self) -> float | None:
+        """How old the latest answer from the database is; None before the first one."""
+        with self._lock:
+            return None if self._confirmed_at is None else self._clock() - self._confirmed_at
+
+    def observe(self, state: LeaseState) -> None:
+        """Record a lease state learnt from the database (a beat, or a checkpoint's check)."""
+        with self._lock:
+            self._confirmed_at = self._clock()
+            previous = self._state
+            if _RANK[state] <= _RANK[previous]:
+                return
+            self._state = state
+        if state == "cancel_requested":
+            log.warning("run %s: cancellation requested", self._lease.run_id)
+        else:
+            log.warning(
+                "run %s: lease lost (the run was reaped or ended elsewhere)", self._lease.run_id
+            )
+        if self._on_change is not None:
+            try:
+                self._on_change(state)
+            except Exception:
+                log.exception("run %s: heartbeat state observer failed", self._lease.run_id)
+
+    def beat_once(self) -> Beat:
+        """One heartbeat. Never raises: a failure is returned (and logged)."""
+        try:
+            state = self._session.run(lambda conn: lease.heartbeat(conn, self._lease))
+        except Exception as error:
+            self._failures += 1
+            message = describe_error(error)
+            # 1st, 2nd, 4th, 8th... failure: an outage is visible without flooding the log.
+            level = logging.WARNING if self._failures & (self._failures - 1) == 0 else logging.DEBUG
+            log.log(
+                level,
+                "run %s: heartbeat failed (%s in a row), the work goes on; retrying: %s",
+                self._lease.run_id,
+                self._failures,
+                message,
+            )
+            return Beat(None, message)
+        if self._failures:
+            log.info(
+                "run %s: heartbeat restored after %s failed attempts",
+                self._lease.run_id,
+                self._failures,
+            )
+            self._failures = 0
+        self.observe(state)
+        return Beat(state)
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(
+            target=self._run, name=f"pgsched-heartbeat-{self._lease.run_id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop beating and wait for an in-flight beat (at most ``timeout`` seconds)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                beat = self.beat_once()
+                if self.state == "lost":
+                    return
+                delay = self._interval if beat.error is None else min(self._interval, RETRY_SECONDS)
+                self._stop.wait(delay)
+        finally:
+            self._session.close()

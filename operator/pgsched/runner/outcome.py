@@ -1,0 +1,125 @@
+"""The end of a run: what the job's result means, and writing it — fenced, and patiently.
+
+The terminal write goes through ``pgsched.finish_run``, which updates the row only while it
+is still ``RUNNING`` under our lease token. So a runner that was reaped while it worked (a
+zombie) changes nothing, and learns it: :func:`record` returns ``lease-lost``.
+
+The database may be briefly away exactly when the job ends (a restart, a failover). The
+write is then retried with a fresh connection and a growing pause, for up to
+``PGSCHED_FINISH_TIMEOUT_SECONDS``; only connection-level errors are retried, since any
+other error (a missing grant, say) would fail the same way every time. If the outcome
+cannot be written the runner still exits with the code that states it (see
+``exit_codes``), so the operator's Job watch can record it instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import psycopg
+
+from pgsched.engine import lease
+from pgsched.engine.lease import FinalStatus, Lease
+from pgsched.runner.exit_codes import ExitCode
+from pgsched.runner.session import Session, describe_error
+from pgsched.sdk.kinds import RetryHint
+
+log = logging.getLogger(__name__)
+
+Recorded = Literal["recorded", "lease-lost", "unrecorded"]
+
+# Enough for the message and the innermost frames; the full traceback is in the pod log.
+MAX_ERROR_CHARS = 4000
+TRACEBACK_FRAMES = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: FinalStatus
+    exit_code: ExitCode
+    reason: str | None = None
+    error: str | None = None
+    retry_hint: RetryHint | None = None
+
+
+def describe_exception(error: BaseException) -> str:
+    """``Type: message`` and the innermost frames, short enough for the run row."""
+    frames = traceback.extract_tb(error.__traceback__)[-TRACEBACK_FRAMES:]
+    text = f"{type(error).__name__}: {error}"
+    if frames:
+        text += "\n\nTraceback (innermost frames):\n" + "".join(traceback.format_list(frames))
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 15] + "\n[... truncated]"
+    return text.rstrip()
+
+
+def record(
+    session: Session,
+    run_lease: Lease,
+    outcome: Outcome,
+    *,
+    timeout_seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Recorded:
+    deadline = clock() + timeout_seconds
+    pause = 0.5
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            finished = session.run(
+                lambda conn: lease.finish(
+                    conn,
+                    run_lease,
+                    outcome.status,
+                    reason=outcome.reason,
+                    error=outcome.error,
+                    exit_code=int(outcome.exit_code),
+                    retry_hint=outcome.retry_hint,
+                )
+            )
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            if clock() + pause > deadline:
+                log.error(
+                    "run %s: could not record %s after %s attempts (%s); the exit code %s"
+                    " states the outcome",
+                    run_lease.run_id,
+                    outcome.status,
+                    attempt,
+                    describe_error(error),
+                    int(outcome.exit_code),
+                )
+                return "unrecorded"
+            log.warning(
+                "run %s: recording %s failed (%s), retrying in %.1fs",
+                run_lease.run_id,
+                outcome.status,
+                describe_error(error),
+                pause,
+            )
+            sleep(pause)
+            pause = min(pause * 2, 5.0)
+            continue
+        except psycopg.Error as error:
+            log.error(
+                "run %s: recording %s failed and will not succeed by retrying: %s",
+                run_lease.run_id,
+                outcome.status,
+                describe_error(error),
+            )
+            return "unrecorded"
+        if finished:
+            log.info(
+                "run %s: recorded %s%s",
+                run_lease.run_id,
+                outcome.status,
+                f" ({outcome.reason})" if outcome.reason else "",
+            )
+            return "recorded"
+        return "lease-lost"

@@ -1,0 +1,306 @@
+"""The in-pod contract: what the operator tells ``pgsched run`` and ``pgsched heartbeat``.
+
+Everything arrives as environment variables (the operator sets them on the container), and
+any of them can be overridden by a command-line flag for local runs. They are read once,
+at start-up, into a frozen :class:`RunnerSettings` that validates itself; a pod started
+with a broken contract stops at once with every problem listed, naming the variable, what
+is wrong and an example of a right value — before it touches the database or user code.
+
+The table of variables lives here, once: the CLI builds its flags from it and
+``docs/sdk.md`` documents the same names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from pgsched import spec
+from pgsched.engine.lease import Lease
+
+DEFAULT_CANCEL_FILE = Path("/pgsched/cancel")
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 10.0
+DEFAULT_FINISH_TIMEOUT_SECONDS = 300.0
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+@dataclass(frozen=True)
+class Variable:
+    env: str
+    flag: str
+    help: str
+    example: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.env} ({self.flag})"
+
+
+RUN_ID = Variable("PGSCHED_RUN_ID", "--run-id", "id of the run this pod executes", "42")
+LEASE_TOKEN = Variable(
+    "PGSCHED_LEASE_TOKEN",
+    "--lease-token",
+    "the run's lease token from its claim; fences every write",
+    "3f2c6a9e-8d1b-4c55-9a57-0e7d2b1c4f10",
+)
+DSN = Variable(
+    "PGSCHED_DSN",
+    "--dsn",
+    "connection string of the job database role",
+    "'host=db user=pgsched_job dbname=pgsched'",
+)
+HEARTBEAT_INTERVAL = Variable(
+    "PGSCHED_HEARTBEAT_INTERVAL_SECONDS",
+    "--heartbeat-interval",
+    f"seconds between heartbeats (default {DEFAULT_HEARTBEAT_INTERVAL_SECONDS:g})",
+    "10",
+)
+CANCEL_FILE = Variable(
+    "PGSCHED_CANCEL_FILE",
+    "--cancel-file",
+    f"file the sidecar writes when the run must stop (default {DEFAULT_CANCEL_FILE})",
+    str(DEFAULT_CANCEL_FILE),
+)
+ATTEMPT = Variable("PGSCHED_ATTEMPT", "--attempt", "the run's attempt number (1, 2, ...)", "1")
+JOB_KIND = Variable("PGSCHED_JOB_KIND", "--kind", "the job kind to run", "nightly-report")
+JOB_ARGS = Variable(
+    "PGSCHED_JOB_ARGS",
+    "--args",
+    "the job's arguments, a JSON object (default {})",
+    "'{\"days\": 7}'",
+)
+JOB_MODULES = Variable(
+    "PGSCHED_JOB_MODULES",
+    "--module",
+    "comma-separated Python modules that register job kinds",
+    "myapp.jobs,myapp.reports",
+)
+FINISH_TIMEOUT = Variable(
+    "PGSCHED_FINISH_TIMEOUT_SECONDS",
+    "--finish-timeout",
+    "how long to keep retrying the final status write while the database is unreachable"
+    f" (default {DEFAULT_FINISH_TIMEOUT_SECONDS:g})",
+    "300",
+)
+
+_LEASE = (RUN_ID, LEASE_TOKEN, DSN, HEARTBEAT_INTERVAL)
+SIDECAR_VARIABLES = (*_LEASE, CANCEL_FILE)  # pgsched heartbeat
+RUNNER_VARIABLES = (
+    *_LEASE,
+    ATTEMPT,
+    JOB_KIND,
+    JOB_ARGS,
+    JOB_MODULES,
+    FINISH_TIMEOUT,
+)  # pgsched run
+
+
+def add_flags(parser: argparse.ArgumentParser, variables: tuple[Variable, ...]) -> None:
+    """One flag per variable; a flag given on the command line wins over the environment."""
+    for variable in variables:
+        if variable is JOB_MODULES:
+            parser.add_argument(
+                variable.flag,
+                dest=variable.env,
+                action="append",
+                metavar="MODULE",
+                help=f"{variable.help}; repeatable (env {variable.env})",
+            )
+        else:
+            parser.add_argument(
+                variable.flag, dest=variable.env, help=f"{variable.help} (env {variable.env})"
+            )
+
+
+def flag_values(args: argparse.Namespace, variables: tuple[Variable, ...]) -> dict[str, str | None]:
+    values: dict[str, str | None] = {}
+    for variable in variables:
+        value = getattr(args, variable.env)
+        values[variable.env] = ",".join(value) if isinstance(value, list) else value
+    return values
+
+
+class SettingsError(ValueError):
+    """The contract is broken; ``str()`` lists every problem, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class JobSelection:
+    """Which kind to run, with what, from which modules (``spec.job``)."""
+
+    kind: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    modules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    run_id: int
+    lease_token: UUID
+    dsn: str = field(repr=False)  # may carry a password
+    heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    cancel_file: Path = DEFAULT_CANCEL_FILE
+    attempt: int = 1
+    finish_timeout_seconds: float = DEFAULT_FINISH_TIMEOUT_SECONDS
+    job: JobSelection | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.run_id < 1:
+            problems.append(_bad(RUN_ID, self.run_id, "must be a positive integer"))
+        if not self.dsn.strip():
+            problems.append(_bad(DSN, self.dsn, "must not be empty"))
+        if not 0.05 <= self.heartbeat_interval_seconds <= 3600:
+            problems.append(
+                _bad(
+                    HEARTBEAT_INTERVAL,
+                    self.heartbeat_interval_seconds,
+                    "is out of range 0.05..3600",
+                )
+            )
+        if self.attempt < 1:
+            problems.append(_bad(ATTEMPT, self.attempt, "must be 1 or more"))
+        if self.finish_timeout_seconds < 0:
+            problems.append(
+                _bad(FINISH_TIMEOUT, self.finish_timeout_seconds, "must not be negative")
+            )
+        if self.job is not None:
+            if not spec.JOB_KIND.match(self.job.kind):
+                problems.append(
+                    _bad(
+                        JOB_KIND,
+                        self.job.kind,
+                        "is not a job kind name (lowercase letters, digits, '.', '_' or '-')",
+                    )
+                )
+            for module in self.job.modules:
+                if not _MODULE.match(module):
+                    problems.append(_bad(JOB_MODULES, module, "is not a Python module name"))
+        if problems:
+            raise SettingsError(problems)
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.run_id, self.lease_token)
+
+
+def from_environment(
+    env: Mapping[str, str],
+    *,
+    overrides: Mapping[str, str | None] | None = None,
+    job: bool,
+) -> RunnerSettings:
+    """Read the contract from ``env``; ``overrides`` (flag values keyed by variable name)
+    win over it. ``job=True`` also reads the SDK runner's variables."""
+    values = {
+        **env,
+        **{key: value for key, value in (overrides or {}).items() if value is not None},
+    }
+    reader = _Reader(values)
+    run_id = reader.integer(RUN_ID)
+    token = reader.uuid(LEASE_TOKEN)
+    dsn = reader.required(DSN)
+    interval = reader.number(HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_INTERVAL_SECONDS)
+    cancel_file = Path(values.get(CANCEL_FILE.env) or DEFAULT_CANCEL_FILE)
+    attempt, finish_timeout, selection = 1, DEFAULT_FINISH_TIMEOUT_SECONDS, None
+    if job:
+        given_attempt = reader.integer(ATTEMPT)
+        attempt = 1 if given_attempt is None else given_attempt
+        finish_timeout = reader.number(FINISH_TIMEOUT, DEFAULT_FINISH_TIMEOUT_SECONDS)
+        kind = reader.required(JOB_KIND)
+        args = reader.json_object(JOB_ARGS)
+        modules = tuple(
+            module.strip()
+            for module in values.get(JOB_MODULES.env, "").split(",")
+            if module.strip()
+        )
+        selection = JobSelection(kind, args, modules)
+    if reader.problems:
+        raise SettingsError(reader.problems)
+    assert run_id is not None and token is not None
+    return RunnerSettings(
+        run_id=run_id,
+        lease_token=token,
+        dsn=dsn,
+        heartbeat_interval_seconds=interval,
+        cancel_file=cancel_file,
+        attempt=attempt,
+        finish_timeout_seconds=finish_timeout,
+        job=selection,
+    )
+
+
+class _Reader:
+    """Reads typed values out of the merged variables, collecting every problem."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self.values = values
+        self.problems: list[str] = []
+
+    def required(self, variable: Variable) -> str:
+        value = self.values.get(variable.env, "").strip()
+        if not value:
+            self.problems.append(
+                f"{variable.env} is not set: {variable.help}; set it or pass {variable.flag}"
+                f" (example: {variable.env}={variable.example})"
+            )
+        return value
+
+    def integer(self, variable: Variable) -> int | None:
+        text = self.required(variable)
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            self.problems.append(_bad(variable, text, "is not an integer"))
+            return None
+
+    def number(self, variable: Variable, default: float) -> float:
+        text = self.values.get(variable.env, "").strip()
+        if not text:
+            return default
+        try:
+            return float(text)
+        except ValueError:
+            self.problems.append(_bad(variable, text, "is not a number"))
+            return default
+
+    def uuid(self, variable: Variable) -> UUID | None:
+        text = self.required(variable)
+        if not text:
+            return None
+        try:
+            return UUID(text)
+        except ValueError:
+            self.problems.append(_bad(variable, text, "is not a UUID"))
+            return None
+
+    def json_object(self, variable: Variable) -> dict[str, Any]:
+        text = self.values.get(variable.env, "").strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            self.problems.append(_bad(variable, text, f"is not valid JSON ({error})"))
+            return {}
+        if not isinstance(value, dict):
+            self.problems.append(_bad(variable, text, "must be a JSON object"))
+            return {}
+        return value
+
+
+def _bad(variable: Variable, value: object, problem: str) -> str:
+    shown = "(hidden)" if variable is DSN else repr(value)
+    return f"{variable.label}: {shown} {problem} (example: {variable.env}={variable.example})"

@@ -1,0 +1,75 @@
+"""``pgsched heartbeat``: the native sidecar that keeps an arbitrary container's run alive.
+
+The operator injects it next to workloads that are not SDK jobs (an init container with
+``restartPolicy: Always``). It heartbeats the run with the shared loop and, when the run
+must stop, tells the workload the only way that needs nothing from the workload's image:
+a file on a shared ``emptyDir`` (``PGSCHED_CANCEL_FILE``, default ``/pgsched/cancel``).
+Its content is one line, ``cancelled <UTC time>`` or ``lease-lost <UTC time>``, written
+atomically (temporary file + rename), so a poller never reads half a line. A workload that
+does not poll is stopped by the operator, which deletes the Job after the cancel grace.
+
+After ``lost`` there is nothing left to keep alive, but the sidecar does not exit: kubelet
+restarts a native sidecar that exits. It waits for SIGTERM — sent by kubelet once the main
+containers ended — and exits 0.
+
+It never writes a terminal status. It cannot know the outcome: the workload's exit code,
+an OOM kill or an eviction are visible to the operator's Job watch, not inside the pod,
+and when SIGTERM arrives it cannot tell "the main container finished" from "the pod is
+being deleted". Recording a guess would put a wrong status beyond correction, since
+terminal statuses are final (I4). The operator is the single writer of outcomes for
+container workloads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pgsched.engine.lease import LeaseState
+from pgsched.runner.heartbeat import HeartbeatLoop
+from pgsched.runner.session import Session
+from pgsched.runner.settings import RunnerSettings
+
+log = logging.getLogger(__name__)
+
+_WORDS: dict[LeaseState, str] = {"cancel_requested": "cancelled", "lost": "lease-lost"}
+
+
+def run(settings: RunnerSettings, stop: threading.Event) -> int:
+    """Heartbeat until ``stop`` is set (SIGTERM); returns the exit code, always 0."""
+    loop = HeartbeatLoop(
+        Session(settings.dsn, application_name=f"pgsched-sidecar-{settings.run_id}"),
+        settings.lease,
+        interval_seconds=settings.heartbeat_interval_seconds,
+        on_change=lambda state: signal_workload(settings.cancel_file, state),
+    ).start()
+    log.info(
+        "run %s: heartbeating every %gs; the cancel file is %s",
+        settings.run_id,
+        settings.heartbeat_interval_seconds,
+        settings.cancel_file,
+    )
+    stop.wait()
+    loop.stop(timeout=settings.heartbeat_interval_seconds + 10)
+    log.info("run %s: sidecar stopped", settings.run_id)
+    return 0
+
+
+def signal_workload(path: Path, state: LeaseState, *, now: datetime | None = None) -> None:
+    """Write the cancel file for ``state``; a failure is logged (the heartbeat goes on)."""
+    word = _WORDS.get(state)
+    if word is None:
+        return
+    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(f"{word} {at}\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as error:
+        log.error("cannot write the cancel file %s: %s", path, error)
+        return
+    log.warning("wrote %r to %s", word, path)

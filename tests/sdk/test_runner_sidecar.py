@@ -1,0 +1,73 @@
+"""``pgsched heartbeat``: the sidecar keeps the run alive, writes the cancel file when the
+run must stop, never records an outcome, and exits 0 on SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+from datetime import timedelta
+
+from pods import claim, contract, run_row, sdk_job, wait_for
+
+from pgsched.db import clock
+from pgsched.engine import reap, runs
+
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+
+
+def start_sidecar(pods, dsn, run, cancel_file):
+    return pods("heartbeat", contract(dsn, run, PGSCHED_CANCEL_FILE=str(cancel_file)))
+
+
+def heartbeats(conn, run):
+    return run_row(conn, run)["heartbeat_at"]
+
+
+def test_sidecar_writes_the_cancel_file_on_cancel_and_exits_0_on_sigterm(dsn, conn, pods, tmp_path):
+    run = claim(conn, sdk_job(conn))
+    cancel_file = tmp_path / "pgsched" / "cancel"  # its directory does not exist yet
+    pod = start_sidecar(pods, dsn, run, cancel_file)
+    first = wait_for(lambda: heartbeats(conn, run), what="a first heartbeat")
+    wait_for(lambda: heartbeats(conn, run) > first, what="a second heartbeat")
+    assert not cancel_file.exists()
+
+    runs.cancel_run(conn, run.id)
+
+    wait_for(cancel_file.exists, what="the cancel file")
+    assert re.fullmatch(f"cancelled {STAMP}\n", cancel_file.read_text())
+    cancelled_at = heartbeats(conn, run)
+    wait_for(lambda: heartbeats(conn, run) > cancelled_at, what="heartbeats while stopping")
+
+    pod.process.send_signal(signal.SIGTERM)
+
+    assert pod.wait(10) == 0, pod.output
+    row = run_row(conn, run)
+    assert (row["status"], row["reason"], row["finished_at"]) == ("RUNNING", None, None)
+
+
+def test_sidecar_writes_lease_lost_when_its_run_is_reaped_and_waits_for_sigterm(
+    dsn, conn, pods, tmp_path
+):
+    run = claim(conn, sdk_job(conn))
+    cancel_file = tmp_path / "cancel"
+    pod = start_sidecar(pods, dsn, run, cancel_file)
+    wait_for(lambda: heartbeats(conn, run), what="a first heartbeat")
+
+    reap.run_once(conn, now=clock.now(conn) + timedelta(hours=1))
+
+    wait_for(cancel_file.exists, what="the cancel file")
+    assert re.fullmatch(f"lease-lost {STAMP}\n", cancel_file.read_text())
+    pod.wait_for_line("lease lost")
+    assert pod.process.poll() is None  # a native sidecar that exits is restarted
+    pod.process.send_signal(signal.SIGTERM)
+    assert pod.wait(10) == 0, pod.output
+    assert run_row(conn, run)["reason"] == "HeartbeatLost"
+
+
+def test_sidecar_without_a_lease_exits_2_naming_what_is_missing(pods):
+    pod = pods("heartbeat", {"PATH": "/usr/bin:/bin"})
+    assert pod.wait(10) == 2, pod.output
+    assert "PGSCHED_RUN_ID is not set" in pod.output
+    assert "PGSCHED_LEASE_TOKEN is not set" in pod.output
+    assert "PGSCHED_DSN is not set" in pod.output
+    assert "PGSCHED_JOB_KIND" not in pod.output  # the sidecar runs no job
