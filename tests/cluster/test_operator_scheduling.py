@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from plugins.operator import busybox
 
 from pgsched.devenv.commands import CommandError
 from pgsched.devenv.waiting import wait_for
+from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
 
@@ -25,16 +25,27 @@ def test_rrule_byhour_8_in_sofia_runs_at_eight_local_time(operators, sj):
     operators.start(PGSCHED_CLOCK_OFFSET_SECONDS=str(offset))
     sj.apply(
         "standup",
-        {"rrule": "FREQ=DAILY;BYHOUR=8", "timeZone": "Europe/Sofia", "jobTemplate": busybox("true")},
+        {
+            "rrule": "FREQ=DAILY;BYHOUR=8",
+            "timeZone": "Europe/Sofia",
+            "jobTemplate": busybox("true"),
+        },
     )
-    status = wait_for(lambda: sj.get("standup").get("status", {}).get("nextRunAt"), 15, describe="nextRunAt")
+    status = wait_for(
+        lambda: sj.get("standup").get("status", {}).get("nextRunAt"), 15, describe="nextRunAt"
+    )
     assert status == "2027-03-28T05:00:00Z"  # 08:00 EEST
 
-    [run] = sj.wait_runs("standup", lambda runs: runs and runs[0]["status"] == "COMPLETED", 60, "the 08:00 run")
+    [run] = sj.wait_runs(
+        "standup", lambda runs: runs and runs[0]["status"] == "COMPLETED", 60, "the 08:00 run"
+    )
     local = run["scheduled_for"].astimezone(ZoneInfo("Europe/Sofia"))
     assert local.isoformat() == "2027-03-28T08:00:00+03:00"
     wait_for(
-        lambda: sj.get("standup")["status"]["nextRuns"][:2] == ["2027-03-29T05:00:00Z", "2027-03-30T05:00:00Z"],
+        lambda: (
+            sj.get("standup")["status"]["nextRuns"][:2]
+            == ["2027-03-29T05:00:00Z", "2027-03-30T05:00:00Z"]
+        ),
         15,
         describe=lambda: f"the next runs after 08:00: {sj.get('standup')['status']}",
     )
@@ -55,9 +66,9 @@ def test_caps_hold_across_two_replicas_under_a_burst_of_run_now(operators, sj, c
 
     def watch_active_jobs() -> None:
         while not stop.is_set():
-            jobs = json.loads(
-                cluster.kubectl("get", "jobs", "-n", namespace, "-o", "json").stdout
-            )["items"]
+            jobs = json.loads(cluster.kubectl("get", "jobs", "-n", namespace, "-o", "json").stdout)[
+                "items"
+            ]
             active = sum(1 for job in jobs if (job.get("status") or {}).get("active"))
             peak["jobs"] = max(peak["jobs"], active)
             time.sleep(0.2)
@@ -66,7 +77,9 @@ def test_caps_hold_across_two_replicas_under_a_burst_of_run_now(operators, sj, c
     watcher.start()
     try:
         runs = sj.wait_runs(
-            "capped", lambda runs: len(runs) == 6 and all(r["status"] == "COMPLETED" for r in runs), 120,
+            "capped",
+            lambda runs: len(runs) == 6 and all(r["status"] == "COMPLETED" for r in runs),
+            120,
             "all six runs to complete",
         )
     finally:
@@ -95,10 +108,15 @@ def test_the_same_run_now_token_twice_is_one_run(operators, sj):
 
 def test_two_schedule_kinds_are_refused_at_apply(operators, sj):
     with pytest.raises(CommandError) as refused:
-        sj.apply("both", {"schedule": "* * * * *", "rrule": "FREQ=DAILY", "jobTemplate": busybox("true")})
+        sj.apply(
+            "both", {"schedule": "* * * * *", "rrule": "FREQ=DAILY", "jobTemplate": busybox("true")}
+        )
     assert "exactly one of schedule, rrule or runAt must be set" in str(refused.value)
     with pytest.raises(CommandError) as refused:
-        sj.apply("negative", {"schedule": "* * * * *", "maxConcurrentRuns": -1, "jobTemplate": busybox("true")})
+        sj.apply(
+            "negative",
+            {"schedule": "* * * * *", "maxConcurrentRuns": -1, "jobTemplate": busybox("true")},
+        )
     assert "spec.maxConcurrentRuns" in str(refused.value)
 
 
@@ -106,10 +124,16 @@ def test_invalid_spec_is_not_ready_with_a_precise_message_and_others_keep_runnin
     operators.start()
     sj.apply("healthy", {"runAt": "2020-01-01T00:00:00Z", "jobTemplate": busybox("true")})
     sj.apply("bad-cron", {"schedule": "61 * * * *", "jobTemplate": busybox("true")})
-    sj.apply("bad-zone", {"schedule": "* * * * *", "timeZone": "Europe/Sofiya", "jobTemplate": busybox("true")})
+    sj.apply(
+        "bad-zone",
+        {"schedule": "* * * * *", "timeZone": "Europe/Sofiya", "jobTemplate": busybox("true")},
+    )
 
     for name, message in (
-        ("bad-cron", "spec.schedule: minute value 61 in '61' is out of range 0-59 (example: */15 * * * *)"),
+        (
+            "bad-cron",
+            "spec.schedule: minute value 61 in '61' is out of range 0-59 (example: */15 * * * *)",
+        ),
         ("bad-zone", "spec.timeZone: unknown time zone 'Europe/Sofiya'"),
     ):
         ready = wait_for(
@@ -122,12 +146,15 @@ def test_invalid_spec_is_not_ready_with_a_precise_message_and_others_keep_runnin
         assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
         assert message in ready["message"]
         events = wait_for(
-            lambda name=name: [e for e in sj.events(name) if e["reason"] == "InvalidSpec"], 20,
+            lambda name=name: [e for e in sj.events(name) if e["reason"] == "InvalidSpec"],
+            20,
             describe=f"an InvalidSpec Event for {name}",
         )
         assert message in events[0]["message"]
     assert sj.runs("bad-cron") == [] and sj.runs("bad-zone") == []
-    sj.wait_runs("healthy", lambda runs: runs and runs[0]["status"] == "COMPLETED", 60, "the healthy job")
+    sj.wait_runs(
+        "healthy", lambda runs: runs and runs[0]["status"] == "COMPLETED", 60, "the healthy job"
+    )
 
 
 def test_an_invalid_update_keeps_the_last_valid_generation_running(operators, sj):
@@ -137,7 +164,9 @@ def test_an_invalid_update_keeps_the_last_valid_generation_running(operators, sj
     sj.apply("evolving", {"schedule": "0 25 * * *", "jobTemplate": busybox("true")})
     ready = wait_for(
         lambda: next(
-            c for c in sj.get("evolving")["status"]["conditions"] if c["type"] == "Ready" and c["status"] == "False"
+            c
+            for c in sj.get("evolving")["status"]["conditions"]
+            if c["type"] == "Ready" and c["status"] == "False"
         ),
         20,
         describe="Ready=False after the bad update",
@@ -148,6 +177,13 @@ def test_an_invalid_update_keeps_the_last_valid_generation_running(operators, sj
     assert status["observedGeneration"] == 2 and status["schedule"] == "0 9 * * *"
     sj.apply("evolving", {"schedule": "0 10 * * *", "jobTemplate": busybox("true")})
     wait_for(
-        lambda: sj.get("evolving")["status"]["schedule"] == "0 10 * * *", 20, describe="the fixed generation"
+        lambda: sj.get("evolving")["status"]["schedule"] == "0 10 * * *",
+        20,
+        describe="the fixed generation",
     )
-    assert next(c for c in sj.get("evolving")["status"]["conditions"] if c["type"] == "Ready")["status"] == "True"
+    assert (
+        next(c for c in sj.get("evolving")["status"]["conditions"] if c["type"] == "Ready")[
+            "status"
+        ]
+        == "True"
+    )
