@@ -1,0 +1,228 @@
+"""Failures on the cluster: dead pods, failing jobs, retries, cancellation, deletion."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from pgsched.devenv.waiting import wait_for
+from plugins.operator import busybox
+
+pytestmark = pytest.mark.cluster
+
+FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 3, "orphanTimeoutSeconds": 30}
+
+
+def processes_of_run(run_id: int) -> list[int]:
+    """PIDs of the local processes running the pod of a run (the process node runs pods as
+    processes; each container's environment carries PGSCHED_RUN_ID)."""
+    found = []
+    marker = f"PGSCHED_RUN_ID={run_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+def signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def test_a_frozen_pod_is_reaped_heartbeat_lost_and_retried_as_a_new_job(operators, sj):
+    """A pod that stops heartbeating without its node noticing (frozen, or its node gone):
+    the reaper fails the run HeartbeatLost, a new attempt row gets a new Job, and the old
+    Job is deleted."""
+    operators.start()
+    sj.apply(
+        "frozen",
+        {
+            "schedule": "0 0 1 1 *",
+            "heartbeat": FAST_HEARTBEAT,
+            "retryPolicy": {"backoff": {"initialSeconds": 1, "jitter": 0}},
+            "jobTemplate": busybox("sleep 30"),
+        },
+    )
+    sj.annotate("frozen", "pgsched.dev/run-now", "go")
+    [first] = sj.wait_runs(
+        "frozen", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a heartbeat"
+    )
+    pids = wait_for(lambda: processes_of_run(first["id"]), 10, describe="the pod's processes")
+    signal_all(pids, signal.SIGSTOP)
+    try:
+        runs = sj.wait_runs(
+            "frozen",
+            lambda runs: (
+                len(runs) >= 2 and runs[1]["status"] == "RUNNING" and runs[1]["k8s_job_name"]
+            ),
+            60,
+            "the reaped attempt to be retried as a running Job",
+        )
+    finally:
+        signal_all(pids, signal.SIGKILL)
+    failed, retry = runs[0], runs[1]
+    assert (failed["status"], failed["reason"]) == ("FAILED", "HeartbeatLost")
+    assert (retry["attempt"], retry["retry_of"], retry["trigger"]) == (2, failed["id"], "retry")
+    assert retry["k8s_job_name"] == f"frozen-{retry['id']}"
+    wait_for(
+        lambda: [job["metadata"]["name"] for job in sj.jobs("frozen")] == [retry["k8s_job_name"]],
+        30,
+        describe=lambda: (
+            f"the frozen attempt's Job to be deleted: {[j['metadata']['name'] for j in sj.jobs('frozen')]}"
+        ),
+    )
+
+
+def test_a_failing_job_is_retried_with_backoff_when_nonzeroexit_is_allowed(operators, sj):
+    operators.start()
+    sj.apply(
+        "flaky",
+        {
+            "schedule": "0 0 1 1 *",
+            "retryPolicy": {
+                "maxAttempts": 2,
+                "retryOn": ["NonZeroExit"],
+                "backoff": {"initialSeconds": 3, "jitter": 0},
+            },
+            "jobTemplate": busybox("echo failing; exit 1"),
+        },
+    )
+    sj.annotate("flaky", "pgsched.dev/run-now", "go")
+    runs = sj.wait_runs(
+        "flaky",
+        lambda runs: len(runs) == 2 and runs[1]["status"] == "FAILED",
+        90,
+        "both attempts to fail",
+    )
+    first, second = runs
+    assert (first["reason"], first["exit_code"]) == ("NonZeroExit", 1)
+    assert "container main exited with code 1" in first["error"]
+    assert second["attempt"] == 2 and second["retry_of"] == first["id"]
+    assert (second["scheduled_for"] - first["finished_at"]).total_seconds() >= 3
+    assert second["started_at"] >= second["scheduled_for"]
+    reasons = [event["reason"] for event in sj.events("flaky")]
+    assert "RunRetrying" in reasons and reasons.count("RunFailed") >= 1
+
+
+def test_never_retry_on_wins_over_retry_on(operators, sj):
+    operators.start()
+    sj.apply(
+        "denied",
+        {
+            "schedule": "0 0 1 1 *",
+            "retryPolicy": {
+                "retryOn": ["*", "NonZeroExit"],
+                "neverRetryOn": ["NonZeroExit"],
+                "backoff": {"initialSeconds": 0},
+            },
+            "jobTemplate": busybox("exit 3"),
+        },
+    )
+    sj.annotate("denied", "pgsched.dev/run-now", "go")
+    sj.wait_runs("denied", lambda runs: runs and runs[0]["status"] == "FAILED", 60, "the failure")
+    wait_for(lambda: sj.runs("denied")[0]["settled_at"], 10, describe="the failure to be settled")
+    [run] = sj.runs("denied")
+    assert (run["reason"], run["exit_code"]) == ("NonZeroExit", 3)
+
+
+def test_cancelling_a_running_run_ends_it_cancelled_within_the_grace(operators, sj):
+    operators.start()
+    # The workload polls the cancel file the heartbeat sidecar writes.
+    workload = 'while [ ! -f "$PGSCHED_CANCEL_FILE" ]; do sleep 0.2; done; echo "stopping: $(cat $PGSCHED_CANCEL_FILE)"'
+    sj.apply(
+        "polite",
+        {
+            "schedule": "0 0 1 1 *",
+            "cancelGraceSeconds": 20,
+            "heartbeat": FAST_HEARTBEAT,
+            "jobTemplate": busybox(workload),
+        },
+    )
+    sj.annotate("polite", "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs("polite", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a heartbeat")
+    sj.annotate("polite", "pgsched.dev/cancel", str(run["id"]))
+    [done] = sj.wait_runs(
+        "polite", lambda runs: runs[0]["status"] == "CANCELLED", 20, "the cancellation"
+    )
+    assert done["reason"] == "Cancelled"
+    assert (done["finished_at"] - done["cancel_requested_at"]).total_seconds() < 20
+    assert "exit code 0" in done["error"]  # the workload stopped by itself
+    assert "pgsched.dev/cancel" not in sj.get("polite")["metadata"].get("annotations", {})
+
+
+def test_a_run_that_ignores_cancellation_is_stopped_after_the_grace(operators, sj):
+    operators.start()
+    sj.apply(
+        "stubborn",
+        {
+            "schedule": "0 0 1 1 *",
+            "cancelGraceSeconds": 2,
+            "heartbeat": FAST_HEARTBEAT,
+            "jobTemplate": busybox("trap '' TERM; sleep 300"),
+        },
+    )
+    sj.annotate("stubborn", "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs(
+        "stubborn", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a heartbeat"
+    )
+    sj.annotate("stubborn", "pgsched.dev/cancel", "all")
+    [done] = sj.wait_runs(
+        "stubborn", lambda runs: runs[0]["status"] == "CANCELLED", 30, "the forced stop"
+    )
+    assert "did not stop within cancelGraceSeconds (2)" in done["error"]
+    wait_for(lambda: sj.jobs("stubborn") == [], 60, describe="the Job to be deleted")
+
+
+def test_deleting_a_scheduled_job_cancels_its_runs_and_removes_its_jobs(
+    operators, sj, cluster, namespace
+):
+    operators.start()
+    sj.apply(
+        "doomed",
+        {
+            "schedule": "0 0 1 1 *",
+            "maxConcurrentRuns": 1,
+            "heartbeat": FAST_HEARTBEAT,
+            "jobTemplate": busybox("sleep 300"),
+        },
+    )
+    sj.annotate("doomed", "pgsched.dev/run-now", "a")
+    sj.wait_runs(
+        "doomed", lambda runs: runs and runs[0]["status"] == "RUNNING", 60, "the first run"
+    )
+    sj.annotate("doomed", "pgsched.dev/run-now", "b")
+    sj.wait_runs("doomed", lambda runs: len(runs) == 2, 30, "the queued run")
+    runs_before = sj.runs("doomed")
+    cluster.kubectl("delete", "sj", "doomed", "-n", namespace, "--wait=true", "--timeout=60s")
+    runs = wait_for(
+        lambda: (
+            (
+                rows := sj.conn.execute(
+                    "SELECT status FROM pgsched.job_runs WHERE id = ANY(%s) ORDER BY id",
+                    [[r["id"] for r in runs_before]],
+                ).fetchall()
+            )
+            and all(row["status"] == "CANCELLED" for row in rows)
+            and rows
+        ),
+        60,
+        describe="both runs to end CANCELLED",
+    )
+    assert len(runs) == 2
+    wait_for(
+        lambda: cluster.kubectl("get", "jobs", "-n", namespace, "-o", "name").stdout.strip() == "",
+        60,
+        describe="the Jobs to be garbage-collected",
+    )
+    deleted = sj.conn.execute(
+        "SELECT deleted_at FROM pgsched.job_definitions WHERE name = 'doomed'"
+    ).fetchone()
+    assert deleted["deleted_at"] is not None
