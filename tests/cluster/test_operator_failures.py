@@ -170,9 +170,7 @@ def test_a_run_that_ignores_cancellation_is_stopped_after_the_grace(operators, s
         },
     )
     sj.annotate("stubborn", "pgsched.dev/run-now", "go")
-    [run] = sj.wait_runs(
-        "stubborn", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a heartbeat"
-    )
+    sj.wait_runs("stubborn", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a heartbeat")
     sj.annotate("stubborn", "pgsched.dev/cancel", "all")
     [done] = sj.wait_runs(
         "stubborn", lambda runs: runs[0]["status"] == "CANCELLED", 30, "the forced stop"
