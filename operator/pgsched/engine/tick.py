@@ -25,6 +25,7 @@ import psycopg
 from pgsched.db.connection import Connection
 from pgsched.engine import dispatch, leader, materialize, reap, settle
 from pgsched.engine.launcher import Launcher
+from pgsched.failures import FailureLog
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class Ticker:
         self._clock = clock
         self._elect = elect_leader
         self._conn: Connection | None = None
+        self._failures = FailureLog(log, "tick")
 
     def run_once(self) -> TickResult:
         result = TickResult()
@@ -121,12 +123,11 @@ class Ticker:
         except Exception as error:
             result.error = f"{type(error).__name__}: {error}"
             result.database_error = isinstance(error, psycopg.Error)
-            log.error(
-                "tick failed, will retry next tick: %s",
-                result.error,
-                exc_info=log.isEnabledFor(logging.DEBUG),
-            )
+            self._failures.failed(result.error)
+            log.debug("tick failure", exc_info=True)
             self.close()  # a dead session releases the leader lock with it
+        else:
+            self._failures.succeeded()
         finally:
             result.durations["tick"] = time.perf_counter() - started
         return result

@@ -35,7 +35,8 @@ from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, names, status
+from pgsched.failures import FailureLog
+from pgsched.k8s import api, names, resync, status
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,20 @@ class Publisher:
         for namespace, due in depth.items():
             metrics.QUEUE_DEPTH.labels(namespace).set(due)
 
-    def run_forever(self, connect: Any, stop: threading.Event, *, interval: float = 0.5) -> None:
-        """Publish until ``stop``; errors are logged and retried, never fatal."""
+    def run_forever(
+        self,
+        connect: Any,
+        stop: threading.Event,
+        *,
+        interval: float = 0.5,
+        resync_every: float = 30.0,
+    ) -> None:
+        """Publish until ``stop``; errors are logged and retried, never fatal. Every few
+        seconds also refresh the queue-depth gauge, and every ``resync_every`` seconds
+        catch Job outcomes the watch missed (``resync``)."""
         conn: Connection | None = None
-        last_depth = 0.0
+        last_depth = last_resync = time.monotonic()
+        failures = FailureLog(log, "publishing run events")
         while not stop.is_set():
             try:
                 if conn is None or conn.closed or conn.broken:
@@ -102,13 +113,17 @@ class Publisher:
                 if time.monotonic() - last_depth > 5:
                     self.update_queue_depth(conn)
                     last_depth = time.monotonic()
+                if time.monotonic() - last_resync > resync_every:
+                    resync.run_once(conn, self._kube)
+                    last_resync = time.monotonic()
+                failures.succeeded()
                 if published.events or published.statuses:
                     continue  # more may be waiting
             except Exception as error:
                 database = isinstance(error, psycopg.Error)
                 if database:
                     metrics.DB_ERRORS.labels("publisher").inc()
-                log.warning("publishing run events failed, will retry: %s", error)
+                failures.failed(f"{type(error).__name__}: {error}")
                 if conn is not None and (conn.broken or database):
                     conn.close()
                     conn = None
