@@ -38,8 +38,10 @@ def launch(conn, kube, namespace, command, name):
     runs.run_now(conn, job.id, token="t")
     [run] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id]).claimed
     manifest = jobs.build(job, run, jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev"))
-    # No heartbeat sidecar: this test is about the Job's outcome alone.
+    # No heartbeat sidecar: this test is about the Job's outcome alone. And no owner: there
+    # is no ScheduledJob object here, and the garbage collector deletes orphans.
     manifest["spec"]["template"]["spec"].pop("initContainers")
+    manifest["metadata"].pop("ownerReferences")
     kube.create(api.path_of(group="batch", namespace=namespace, plural="jobs"), manifest)
     conn.execute(
         "UPDATE pgsched.job_runs SET k8s_job_name = %s WHERE id = %s",
