@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +34,7 @@ import psycopg
 from pgsched import metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
+from pgsched.db.session import Session
 from pgsched.engine import definitions, runs
 from pgsched.engine.models import Definition
 from pgsched.failures import FailureLog
@@ -93,7 +95,7 @@ class Publisher:
 
     def run_forever(
         self,
-        connect: Any,
+        connect: Callable[[], Connection],
         stop: threading.Event,
         *,
         interval: float = 0.5,
@@ -102,13 +104,12 @@ class Publisher:
         """Publish until ``stop``; errors are logged and retried, never fatal. Every few
         seconds also refresh the queue-depth gauge, and every ``resync_every`` seconds
         catch Job outcomes the watch missed (``resync``)."""
-        conn: Connection | None = None
+        session = Session(connect)
         last_depth = last_resync = time.monotonic()
         failures = FailureLog(log, "publishing run events")
         while not stop.is_set():
             try:
-                if conn is None or conn.closed or conn.broken:
-                    conn = connect()
+                conn = session.connection()
                 published = self.run_once(conn)
                 if time.monotonic() - last_depth > 5:
                     self.update_queue_depth(conn)
@@ -120,16 +121,12 @@ class Publisher:
                 if published.events or published.statuses:
                     continue  # more may be waiting
             except Exception as error:
-                database = isinstance(error, psycopg.Error)
-                if database:
+                if isinstance(error, psycopg.Error):
                     metrics.DB_ERRORS.labels("publisher").inc()
+                    session.close()
                 failures.failed(f"{type(error).__name__}: {error}")
-                if conn is not None and (conn.broken or database):
-                    conn.close()
-                    conn = None
             stop.wait(interval)
-        if conn is not None:
-            conn.close()
+        session.close()
 
     # -- Events -------------------------------------------------------------------------
 
@@ -201,13 +198,7 @@ class Publisher:
         definition = definitions.get(conn, definition_id)
         if definition is None:
             return
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=definition.namespace,
-            plural=names.PLURAL,
-            name=definition.name,
-        )
+        path = api.scheduled_job_path(definition.namespace, definition.name)
         if definition.deleted_at is None:
             try:
                 current = self._kube.get(path)
@@ -231,14 +222,7 @@ class Publisher:
             now=datetime.now(UTC),
             current=old,
         )
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=definition.namespace,
-            plural=names.PLURAL,
-            name=definition.name,
-            subresource="status",
-        )
+        path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
         self._kube.merge_patch(path, {"status": new})
         for condition in status.transitions(old, new):
             suspended_at = definition.auto_suspended_at
