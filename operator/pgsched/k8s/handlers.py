@@ -83,23 +83,28 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
                 _reject(context, conn, key, body, str(error), now=now)
                 return
             stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec), now=pinned)
-            context.publisher.patch_status(conn, stored, dict(body))
+            # On resume (every operator start) most resources are already up to date: their
+            # status and Event need not be written again, thousands of times over.
+            current = dict(body.get("status") or {})
+            if current.get("observedGeneration") != generation or stored.generation != generation:
+                context.publisher.patch_status(conn, stored, dict(body))
+                if stored.generation == generation:
+                    context.publisher.post_event(
+                        namespace=key.namespace,
+                        scheduled_job=key.name,
+                        uid=key.id,
+                        name=f"{key.name}.gen{generation}.scheduled",
+                        event_type="Normal",
+                        reason="Scheduled",
+                        message=f"generation {generation} accepted; next run at"
+                        f" {status.timestamp(stored.next_run_at) or 'never'}",
+                        at=now,
+                    )
             _handle_annotations(context, conn, key, meta)
     except psycopg.Error as error:
         raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
     except api.ApiError as error:
         raise kopf.TemporaryError(f"Kubernetes API error, will retry: {error}", delay=5) from error
-    if stored.generation == generation:
-        context.publisher.post_event(
-            namespace=key.namespace,
-            scheduled_job=key.name,
-            uid=key.id,
-            name=f"{key.name}.gen{generation}.scheduled",
-            event_type="Normal",
-            reason="Scheduled",
-            message=f"generation {generation} accepted; next run at {status.timestamp(stored.next_run_at) or 'never'}",
-            at=now,
-        )
 
 
 def _reject(
