@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
-from pgsched import __version__
+from pgsched import __version__, logs
 from pgsched.cli import heartbeat_cmd, migrate_cmd, operator_cmd, run_cmd
 from pgsched.cli.common import CommandError
 
@@ -25,6 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity (env PGSCHED_LOG_LEVEL)",
     )
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("PGSCHED_LOG_FORMAT", "text"),
+        choices=logs.FORMATS,
+        help="text, or json: one object per line with run_id, definition and attempt on"
+        " lines about a run (env PGSCHED_LOG_FORMAT)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     migrate_cmd.register(commands)
     operator_cmd.register(commands)
@@ -36,9 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        logs.setup(args.log_level, args.log_format)
+    except ValueError as error:  # a bad PGSCHED_LOG_LEVEL/FORMAT (flags are checked by choices)
+        parser.error(str(error))
     try:
         return int(args.handler(args) or 0)
     except CommandError as error:

@@ -30,7 +30,7 @@ from uuid import UUID
 
 import psycopg
 
-from pgsched import metrics
+from pgsched import logs, metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, runs
@@ -284,7 +284,14 @@ class Publisher:
             except api.ApiError as error:
                 if not error.not_found:
                     raise
-            log.info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
+            labels = job["metadata"].get("labels") or {}
+            logs.for_labels(
+                log,
+                run_id=labels.get(names.LABEL_RUN_ID),
+                namespace=definition.namespace,
+                name=definition.name,
+                attempt=labels.get(names.LABEL_ATTEMPT),
+            ).info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
         return len(doomed)
 
 
