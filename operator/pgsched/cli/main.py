@@ -8,13 +8,26 @@ import sys
 from collections.abc import Sequence
 
 from pgsched import __version__, logs
-from pgsched.cli import heartbeat_cmd, migrate_cmd, operator_cmd, run_cmd
+from pgsched.cli import (
+    backfill_cmd,
+    cancel_cmd,
+    describe_cmd,
+    doctor_cmd,
+    heartbeat_cmd,
+    migrate_cmd,
+    next_cmd,
+    operator_cmd,
+    run_cmd,
+    run_now_cmd,
+    runs_cmd,
+    suspend_cmd,
+)
 from pgsched.cli.common import CommandError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "pgsched") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="pgsched",
+        prog=prog,
         description="Cron, RRULE and one-shot jobs on Kubernetes, scheduled through Postgres.",
     )
     parser.add_argument("--version", action="version", version=f"pgsched {__version__}")
@@ -36,11 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
     operator_cmd.register(commands)
     run_cmd.register(commands)
     heartbeat_cmd.register(commands)
+    # What people run against a live installation (also `kubectl pgsched ...`).
+    runs_cmd.register(commands)
+    describe_cmd.register(commands)
+    run_now_cmd.register(commands)
+    cancel_cmd.register(commands)
+    suspend_cmd.register(commands)
+    next_cmd.register(commands)
+    backfill_cmd.register(commands)
+    doctor_cmd.register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    # Installed as `kubectl-pgsched` too, so `kubectl pgsched ...` works (a kubectl plugin).
+    plugin = os.path.basename(sys.argv[0]).startswith("kubectl-")
+    parser = build_parser("kubectl pgsched" if plugin else "pgsched")
     args = parser.parse_args(argv)
     try:
         logs.setup(args.log_level, args.log_format)
@@ -49,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except CommandError as error:
-        print(f"pgsched {args.command}: {error}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
         return 130
