@@ -1,8 +1,9 @@
 """``pgsched next``: upcoming occurrences of a ScheduledJob, or of an expression.
 
 ``pgsched next SJ`` reads the stored definition and asks
-``engine.definitions.schedule_of(definition)`` for its next occurrences — the schedule the
-materializer itself builds — so what it prints is what the engine will run.
+``engine.definitions.schedule_of(definition)`` for its occurrences from the stored
+``next_run_at`` on — the schedule and the starting point the materializer itself uses,
+as ``status.nextRuns`` does — so what it prints is what the engine will run.
 
 ``pgsched next --cron '30 8 * * MON-FRI' --tz Europe/Sofia`` (or ``--rrule``, ``--run-at``)
 checks an expression before it is applied: it goes through ``spec.parse`` — the
@@ -133,8 +134,20 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetim
         definition = target.definition(conn, args)
         now = clock.now(conn)
     zone = zones.load_zone(definition.time_zone)
-    after = common.parse_time(args.after, zone, flag="--after") if args.after else now
     notes = []
+    if args.after:
+        after = common.parse_time(args.after, zone, flag="--after")
+    elif definition.next_run_at is not None:
+        # What the engine materializes next, like status.nextRuns: nothing before it runs
+        # (after a schedule change it is past the last materialized occurrence).
+        after = definition.next_run_at
+        if after < now:
+            notes.append(
+                f"overdue since {output.utc_iso(after)} (is an operator leading ticks?);"
+                f" missed occurrences follow catchUp: {definition.catch_up}"
+            )
+    else:
+        after = now
     if definition.is_suspended:
         why = definition.auto_suspend_reason or "spec.suspend is true"
         notes.append(
