@@ -20,3 +20,9 @@ FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.status = 'QUEUED' AND r.scheduled_for <= now()
 GROUP BY d.namespace;
+
+-- name: failure_streaks
+-- ScheduledJobs whose latest final outcomes are failures (the streak auto-suspension counts).
+SELECT namespace, name, consecutive_failures, auto_suspended_at IS NOT NULL AS auto_suspended
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL AND consecutive_failures > 0;
