@@ -44,12 +44,11 @@ def crd(cluster: ControlPlane) -> None:
     )
 
 
-@pytest.fixture
-def job_dsn_secret(
-    cluster: ControlPlane, namespace: str, dsn: str, conn: connection.Connection
-) -> str:
+def create_job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> str:
+    """A login role in ``pgsched_job`` and the Secret with its DSN, as the chart wires them."""
     user = f"job_{uuid.uuid4().hex[:10]}"
-    conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
+    with connection.connect(dsn) as conn:
+        conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
     job_dsn = dsn.replace("user=postgres", f"user={user}")
     cluster.kubectl(
         "create",
@@ -61,6 +60,11 @@ def job_dsn_secret(
         f"--from-literal=dsn={job_dsn}",
     )
     return job_dsn
+
+
+@pytest.fixture
+def job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> str:
+    return create_job_dsn_secret(cluster, namespace, dsn)
 
 
 @dataclass

@@ -125,14 +125,7 @@ def _reject(
             now=now,
             current=dict(body.get("status") or {}),
         )
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=key.namespace,
-            plural=names.PLURAL,
-            name=key.name,
-            subresource="status",
-        )
+        path = api.scheduled_job_path(key.namespace, key.name, subresource="status")
         context.kube.merge_patch(path, {"status": new})
     context.publisher.post_event(
         namespace=key.namespace,
@@ -166,13 +159,7 @@ def _handle_annotations(
         _cancel(conn, key, target)
         # A cancel request is a one-shot command: clear it, so a later reconcile (or an
         # operator restart) never cancels runs that started after the request.
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=key.namespace,
-            plural=names.PLURAL,
-            name=key.name,
-        )
+        path = api.scheduled_job_path(key.namespace, key.name)
         context.kube.merge_patch(
             path, {"metadata": {"annotations": {names.ANNOTATION_CANCEL: None}}}
         )

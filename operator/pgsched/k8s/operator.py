@@ -65,7 +65,10 @@ class EngineThreads:
         self.publish_thread = threading.Thread(
             target=publisher.run_forever,
             args=(self._connector("pgsched-publisher"), self.stop),
-            kwargs={"interval": settings.publish_interval_seconds},
+            kwargs={
+                "interval": settings.publish_interval_seconds,
+                "resync_every": settings.resync_interval_seconds,
+            },
             name="pgsched-publisher",
             daemon=True,
         )

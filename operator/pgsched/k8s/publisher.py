@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -34,9 +35,11 @@ import psycopg
 from pgsched import logs, metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
+from pgsched.db.session import Session
 from pgsched.engine import definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, names, status
+from pgsched.failures import FailureLog
+from pgsched.k8s import api, names, resync, status
 
 log = logging.getLogger(__name__)
 
@@ -101,31 +104,40 @@ class Publisher:
             if row["auto_suspended"]:
                 metrics.AUTO_SUSPENDED.labels(row["namespace"], row["name"]).set(1)
 
-    def run_forever(self, connect: Any, stop: threading.Event, *, interval: float = 0.5) -> None:
-        """Publish until ``stop``; errors are logged and retried, never fatal."""
-        conn: Connection | None = None
-        last_depth = 0.0
+    def run_forever(
+        self,
+        connect: Callable[[], Connection],
+        stop: threading.Event,
+        *,
+        interval: float = 0.5,
+        resync_every: float = 30.0,
+    ) -> None:
+        """Publish until ``stop``; errors are logged and retried, never fatal. Every few
+        seconds also refresh the queue-depth gauge, and every ``resync_every`` seconds
+        catch Job outcomes the watch missed (``resync``)."""
+        session = Session(connect)
+        last_depth = last_resync = time.monotonic()
+        failures = FailureLog(log, "publishing run events")
         while not stop.is_set():
             try:
-                if conn is None or conn.closed or conn.broken:
-                    conn = connect()
+                conn = session.connection()
                 published = self.run_once(conn)
                 if time.monotonic() - last_depth > 5:
                     self.update_gauges(conn)
                     last_depth = time.monotonic()
+                if time.monotonic() - last_resync > resync_every:
+                    resync.run_once(conn, self._kube)
+                    last_resync = time.monotonic()
+                failures.succeeded()
                 if published.events or published.statuses:
                     continue  # more may be waiting
             except Exception as error:
-                database = isinstance(error, psycopg.Error)
-                if database:
+                if isinstance(error, psycopg.Error):
                     metrics.DB_ERRORS.labels("publisher").inc()
-                log.warning("publishing run events failed, will retry: %s", error)
-                if conn is not None and (conn.broken or database):
-                    conn.close()
-                    conn = None
+                    session.close()
+                failures.failed(f"{type(error).__name__}: {error}")
             stop.wait(interval)
-        if conn is not None:
-            conn.close()
+        session.close()
 
     # -- Events -------------------------------------------------------------------------
 
@@ -197,13 +209,7 @@ class Publisher:
         definition = definitions.get(conn, definition_id)
         if definition is None:
             return
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=definition.namespace,
-            plural=names.PLURAL,
-            name=definition.name,
-        )
+        path = api.scheduled_job_path(definition.namespace, definition.name)
         if definition.deleted_at is None:
             try:
                 current = self._kube.get(path)
@@ -227,14 +233,7 @@ class Publisher:
             now=datetime.now(UTC),
             current=old,
         )
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=definition.namespace,
-            plural=names.PLURAL,
-            name=definition.name,
-            subresource="status",
-        )
+        path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
         self._kube.merge_patch(path, {"status": new})
         for condition in status.transitions(old, new):
             suspended_at = definition.auto_suspended_at

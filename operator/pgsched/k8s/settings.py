@@ -25,6 +25,7 @@ class OperatorSettings:
     api_qps: float = 20.0
     api_burst: int = 40
     publish_interval_seconds: float = 0.5
+    resync_interval_seconds: float = 30.0
     health_bind: str = "0.0.0.0:8080"
     metrics_bind: str = "0.0.0.0:9090"
     pool_size: int = 4
@@ -98,6 +99,7 @@ class OperatorSettings:
             api_qps=number("PGSCHED_API_QPS", 20.0, 0.1, "20"),
             api_burst=int(number("PGSCHED_API_BURST", 40, 1, "40")),
             publish_interval_seconds=number("PGSCHED_PUBLISH_INTERVAL_SECONDS", 0.5, 0.05, "0.5"),
+            resync_interval_seconds=number("PGSCHED_RESYNC_INTERVAL_SECONDS", 30.0, 1, "30"),
             health_bind=env.get("PGSCHED_HEALTH_BIND", "0.0.0.0:8080"),
             metrics_bind=env.get("PGSCHED_METRICS_BIND", "0.0.0.0:9090"),
             pool_size=int(number("PGSCHED_DB_POOL_SIZE", 4, 2, "4")),

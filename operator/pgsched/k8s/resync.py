@@ -1,0 +1,95 @@
+"""Resync: catch Job outcomes the watch missed.
+
+The outcome watch records a run's end when its Job finishes or disappears. A watch event
+can be missed: the operator was down when the Job finished, or recording failed and kopf
+does not retry event handlers. Without a resync such a run would stay RUNNING until its
+heartbeats stop and the reaper calls it ``HeartbeatLost`` — the wrong reason, and late.
+
+So, every ``interval`` seconds, one replica (a try-lock, never waiting) compares RUNNING
+runs older than ``min_age`` with their Jobs: a finished Job's outcome is recorded, a
+missing Job makes the run ``JobDeleted`` (or ``CANCELLED`` if cancellation was requested).
+The same fenced ``outcomes.record`` as the watch, so racing it is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+from pgsched.k8s import api, names, outcomes
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class ResyncResult:
+    checked: int = 0
+    recorded: dict[int, str] = field(default_factory=dict)
+    skipped: bool = False  # another replica holds the resync lock
+
+
+def run_once(
+    conn: Connection, kube: api.KubeApi, *, min_age_seconds: float = 30, limit: int = 500
+) -> ResyncResult:
+    result = ResyncResult()
+    locked = conn.execute(queries.get("try_resync_lock")).fetchone()
+    if not locked or not locked["locked"]:
+        result.skipped = True
+        return result
+    try:
+        rows = conn.execute(
+            queries.get("running_runs_with_jobs"),
+            {"min_age_seconds": min_age_seconds, "limit": limit},
+        ).fetchall()
+        by_namespace: dict[str, list[Obj]] = defaultdict(list)
+        for row in rows:
+            by_namespace[row["namespace"]].append(row)
+        for namespace, running in by_namespace.items():
+            _resync_namespace(conn, kube, namespace, running, result)
+        result.checked = len(rows)
+    finally:
+        conn.execute(queries.get("release_resync_lock"))
+    return result
+
+
+def _resync_namespace(
+    conn: Connection, kube: api.KubeApi, namespace: str, running: list[Obj], result: ResyncResult
+) -> None:
+    collection = api.path_of(group="batch", namespace=namespace, plural="jobs")
+    jobs = {
+        job["metadata"]["name"]: job
+        for job in kube.get(collection, labelSelector=names.LABEL_RUN_ID).get("items") or []
+    }
+    for row in running:
+        job = jobs.get(row["k8s_job_name"])
+        deleted = job is None
+        if job is not None and not outcomes.finished(job):
+            continue
+        pods: list[Obj] = []
+        if job is not None:
+            pods = (
+                kube.get(
+                    api.path_of(namespace=namespace, plural="pods"),
+                    labelSelector=f"batch.kubernetes.io/job-name={row['k8s_job_name']}",
+                ).get("items")
+                or []
+            )
+        outcome = outcomes.record(
+            conn, row["id"], str(row["lease_token"]), job=job or {}, pods=pods, deleted=deleted
+        )
+        if outcome is not None:
+            result.recorded[row["id"]] = outcome.status
+            log.warning(
+                "run %s: the outcome watch missed Job %s/%s; resync recorded %s %s",
+                row["id"],
+                namespace,
+                row["k8s_job_name"],
+                outcome.status,
+                outcome.reason or "",
+            )
