@@ -23,7 +23,7 @@ GROUP BY d.namespace;
 
 -- name: running_runs_with_jobs
 -- Runs the outcome watch should have settled by now: running for a while, with a Job.
-SELECT r.id, r.lease_token, r.k8s_job_name, r.started_at, d.namespace
+SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.started_at, d.namespace, d.name
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING'
