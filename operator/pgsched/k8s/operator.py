@@ -25,6 +25,7 @@ from typing import Any
 
 import kopf
 import prometheus_client
+import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -118,10 +119,16 @@ class EngineThreads:
 
 
 def check_database(settings: OperatorSettings) -> None:
-    with connection.connect(
-        settings.dsn, application_name="pgsched-preflight", connect_timeout=10
-    ) as conn:
-        failed = [check for check in preflight.run(conn) if not check.ok]
+    def connect() -> connection.Connection:
+        return connection.connect(
+            settings.dsn, application_name="pgsched-preflight", connect_timeout=10
+        )
+
+    try:
+        with connect() as conn:
+            failed = [check for check in preflight.run(conn, connect=connect) if not check.ok]
+    except (psycopg.OperationalError, preflight.PreflightError) as error:
+        raise StartupError(f"database: {str(error).strip()}") from None
     if failed:
         raise StartupError("; ".join(f"{check.name}: {check.detail}" for check in failed))
 

@@ -11,7 +11,8 @@ replica can publish and each change is published by one of them. For each batch:
   plus an Event when a condition flips (auto-suspension);
 - Job cleanup for ScheduledJobs whose runs ended: Jobs of runs the engine ended (reaped,
   cancel grace expired) are deleted, finished Jobs beyond the history limits too;
-- run metrics (``pgsched_runs_total``, skew and duration histograms).
+- run metrics (``pgsched_runs_total``, skew and duration histograms), and every few
+  seconds the gauges read from the database (queue depth, failure streaks).
 
 The outbox rows are deleted in the same transaction, after the API calls succeeded; an
 API failure rolls the batch back and it is published again later (at least once).
@@ -31,7 +32,7 @@ from uuid import UUID
 
 import psycopg
 
-from pgsched import metrics
+from pgsched import logs, metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
@@ -87,11 +88,21 @@ class Publisher:
         result.definitions = set(by_definition)
         return result
 
-    def update_queue_depth(self, conn: Connection) -> None:
+    def update_gauges(self, conn: Connection) -> None:
+        """Gauges read from the database: the queue depth and failure streaks."""
         depth = {row["namespace"]: row["due"] for row in conn.execute(queries.get("queue_depth"))}
+        streaks = conn.execute(queries.get("failure_streaks")).fetchall()
         metrics.QUEUE_DEPTH.clear()
         for namespace, due in depth.items():
             metrics.QUEUE_DEPTH.labels(namespace).set(due)
+        metrics.FAILURE_STREAK.clear()
+        metrics.AUTO_SUSPENDED.clear()
+        for row in streaks:
+            metrics.FAILURE_STREAK.labels(row["namespace"], row["name"]).set(
+                row["consecutive_failures"]
+            )
+            if row["auto_suspended"]:
+                metrics.AUTO_SUSPENDED.labels(row["namespace"], row["name"]).set(1)
 
     def run_forever(
         self,
@@ -112,7 +123,7 @@ class Publisher:
                 conn = session.connection()
                 published = self.run_once(conn)
                 if time.monotonic() - last_depth > 5:
-                    self.update_queue_depth(conn)
+                    self.update_gauges(conn)
                     last_depth = time.monotonic()
                 if time.monotonic() - last_resync > resync_every:
                     resync.run_once(conn, self._kube)
@@ -283,7 +294,14 @@ class Publisher:
             except api.ApiError as error:
                 if not error.not_found:
                     raise
-            log.info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
+            labels = job["metadata"].get("labels") or {}
+            logs.for_labels(
+                log,
+                run_id=labels.get(names.LABEL_RUN_ID),
+                namespace=definition.namespace,
+                name=definition.name,
+                attempt=labels.get(names.LABEL_ATTEMPT),
+            ).info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
         return len(doomed)
 
 
