@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class Database:
 class Setup:
     cp: ControlPlane
     db: Database
+    install_output: str = ""
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return self.cp.kubectl(*args, input=input).stdout
@@ -156,9 +158,10 @@ def installed(setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Setup:
     }
     values_file = tmp_path_factory.mktemp("chart") / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
-    setup.cp.helm(
+    result = setup.cp.helm(
         "install", RELEASE, CHART, "-n", NAMESPACE, "-f", values_file, "--wait", "--timeout=120s"
     )
+    setup.install_output = result.stdout
     return setup
 
 
@@ -198,6 +201,27 @@ def test_install_in_a_restricted_namespace_runs_ready_operators_as_the_chart_acc
             "SELECT nspowner::regrole::text AS owner FROM pg_namespace WHERE nspname = 'pgsched'"
         ).fetchone()
     assert owner is not None and owner["owner"] == installed.db.operator_user
+
+
+def test_each_replica_serves_health_and_metrics_on_its_pod_ip(installed):
+    for pod in installed.operator_pods():
+        ip = pod["status"]["podIP"]
+        with urllib.request.urlopen(f"http://{ip}:8080/healthz", timeout=5) as health:
+            assert health.status == 200
+        with urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5) as metrics:
+            assert "pgsched_ticks_total" in metrics.read().decode()
+    service = installed.get("service", f"{RELEASE}-metrics")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "protocol": "TCP", "targetPort": "metrics"}
+    ]
+
+
+def test_install_notes_tell_the_user_what_to_do_next(installed):
+    notes = installed.install_output
+    assert f"It serves ScheduledJobs in: {NAMESPACE}." in notes
+    assert f"Secret {JOB_SECRET} was created in: {NAMESPACE}." in notes
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
+    assert f"kubectl -n {NAMESPACE} get scheduledjobs -w" in notes
 
 
 def test_the_installed_operator_runs_the_example_and_records_it(installed):
