@@ -11,6 +11,12 @@ schedule safely. Then, on every replica:
 - ``/healthz`` (kopf's liveness endpoint) fails when a thread is dead or the tick loop
   stopped making progress; Prometheus metrics are served on their own port.
 
+Least privilege: kopf's scanning (a cluster-wide list/watch of namespaces and CRDs, to
+follow namespace patterns and CRDs appearing later) is turned off. The namespaces are exact
+names, and the ScheduledJob CRD must be served before kopf starts (``require_served``), so
+a namespaced installation needs no cluster-scoped permission at all. Without this, kopf
+retries the forbidden lists for a minute or more before it serves anything.
+
 SIGTERM stops kopf, then both threads (the tick thread finishes its tick and releases the
 leader lock explicitly; its session closing would release it anyway).
 """
@@ -32,7 +38,7 @@ from psycopg_pool import ConnectionPool
 from pgsched import metrics
 from pgsched.db import connection, preflight
 from pgsched.engine.tick import Ticker, TickResult
-from pgsched.k8s import api, handlers
+from pgsched.k8s import api, handlers, names
 from pgsched.k8s.launcher import KubernetesLauncher
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
@@ -133,6 +139,30 @@ def check_database(settings: OperatorSettings) -> None:
         raise StartupError("; ".join(f"{check.name}: {check.detail}" for check in failed))
 
 
+def require_served(
+    kube: api.KubeApi, *, group: str, version: str, plural: str, timeout: float = 60.0
+) -> None:
+    """Wait until the API server serves ``plural`` (kopf only serves what exists at start)."""
+    path = f"/apis/{group}/{version}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            served = {item.get("name") for item in kube.get(path).get("resources") or []}
+        except api.ApiError as error:
+            if not error.not_found:
+                raise StartupError(f"cannot read API discovery {path}: {error}") from None
+            served = set()
+        if plural in served:
+            return
+        if time.monotonic() >= deadline:
+            raise StartupError(
+                f"the API server does not serve {plural}.{group}/{version} (waited {timeout:g}s):"
+                f" install the CRD (kubectl apply -f crds/{plural}.{group}.yaml, or the Helm"
+                " chart with crds.install=true)"
+            )
+        time.sleep(1.0)
+
+
 def run(settings: OperatorSettings) -> None:
     """Run the operator until SIGTERM/SIGINT (blocks; call from the main thread)."""
     check_database(settings)
@@ -143,6 +173,7 @@ def run(settings: OperatorSettings) -> None:
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
+    require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
     publisher = Publisher(kube)
     pool: ConnectionPool[Any] = ConnectionPool(
         settings.dsn,
@@ -162,6 +193,7 @@ def run(settings: OperatorSettings) -> None:
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         settings.persistence.finalizer = "pgsched.dev/finalizer"
+        settings.scanning.disabled = True  # see the module docstring: least privilege
         # kopf leaves out of its diffs every annotation under its storage prefix, so that
         # prefix must not be pgsched.dev/, home of the run-now and cancel annotations.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
