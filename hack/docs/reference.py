@@ -1,4 +1,4 @@
-"""Generate the reference sections of ``docs/configuration.md`` from their sources.
+"""Generate the reference sections of ``docs/configuration.md`` and ``README.md`` from their sources.
 
 Two sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
 ``<!-- END GENERATED: name -->`` markers, so the prose around them stays hand-written:
@@ -29,6 +29,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"
+# Every document that carries generated sections (the README's configuration reference too).
+DOCS = (DOC, ROOT / "README.md")
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
 VALUES = ROOT / "charts" / "pgsched" / "values.yaml"
 _SECTION = re.compile(
@@ -167,14 +169,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the doc is out of date")
     args = parser.parse_args(argv)
-    current = DOC.read_text()
-    fresh = render(current)
-    if args.check:
-        if fresh != current:
-            print(f"{DOC.relative_to(ROOT)} is out of date: run python hack/docs/reference.py")
-            return 1
-        return 0
-    DOC.write_text(fresh)
+    stale = []
+    for doc in DOCS:
+        current = doc.read_text()
+        fresh = render(current)
+        if fresh == current:
+            continue
+        stale.append(doc)
+        if not args.check:
+            doc.write_text(fresh)
+    if args.check and stale:
+        names = ", ".join(str(doc.relative_to(ROOT)) for doc in stale)
+        print(f"{names} out of date: run python hack/docs/reference.py")
+        return 1
     return 0
 
 

@@ -170,6 +170,7 @@ def run(settings: OperatorSettings) -> None:
         # kopf logs every handled event at INFO; pgsched logs what matters about runs itself.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+        logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
@@ -231,10 +232,16 @@ def run(settings: OperatorSettings) -> None:
                 standalone=True,
                 clusterwide=settings.all_namespaces,
                 namespaces=list(settings.namespaces),
-                liveness_endpoint=f"http://{settings.health_bind}/healthz",
+                liveness_endpoint=f"http://{_url_host(settings.health_bind)}/healthz",
                 memo=kopf.Memo(),
             )
         )
     finally:
         threads.shutdown()
         pool.close()
+
+
+def _url_host(bind: str) -> str:
+    """``host:port`` for a URL: an IPv6 host needs brackets (``[fd00::1]:8080``)."""
+    host, _, port = bind.rpartition(":")
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else bind

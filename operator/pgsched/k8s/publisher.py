@@ -26,7 +26,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -256,11 +256,11 @@ class Publisher:
         items = self._kube.get(collection, labelSelector=selector).get("items") or []
         owned = [job for job in items if _owned_by(job, definition.id)]
         run_ids = [int(job["metadata"]["labels"][names.LABEL_RUN_ID]) for job in owned]
-        known = runs.statuses(conn, run_ids)
+        known = runs.endings(conn, run_ids)
         doomed: list[Obj] = []
         finished: dict[bool, list[Obj]] = {True: [], False: []}
         for job in owned:
-            run_status = known.get(int(job["metadata"]["labels"][names.LABEL_RUN_ID]))
+            ending = known.get(int(job["metadata"]["labels"][names.LABEL_RUN_ID]))
             conditions = {
                 c["type"]
                 for c in (job.get("status") or {}).get("conditions") or []
@@ -270,12 +270,8 @@ class Publisher:
                 finished[True].append(job)
             elif conditions & {"Failed", "FailureTarget"}:
                 finished[False].append(job)
-            elif (
-                run_status is not None
-                and run_status != "RUNNING"
-                and job["metadata"].get("deletionTimestamp") is None
-            ):
-                doomed.append(job)  # the engine ended the run (reaped, cancel grace): stop the pod
+            elif must_stop(ending, definition) and job["metadata"].get("deletionTimestamp") is None:
+                doomed.append(job)
         spec = definition.spec
         limits = {
             True: spec.get("successfulRunsHistoryLimit", 3),
@@ -303,6 +299,26 @@ class Publisher:
                 attempt=labels.get(names.LABEL_ATTEMPT),
             ).info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
         return len(doomed)
+
+
+# Reasons the engine gives runs it ends itself: their pods may still be running, and must not.
+ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded"})
+# A job that recorded its own end (the SDK runner) exits right after; give its pod this long
+# before deleting its Job, so the Job completes normally and keeps its history and logs.
+JOB_EXIT_GRACE = timedelta(seconds=30)
+
+
+def must_stop(ending: runs.Ending | None, definition: Definition) -> bool:
+    """Whether a still-active Job must be deleted because its run has ended."""
+    if ending is None or ending.status in ("QUEUED", "RUNNING") or ending.finished_at is None:
+        return False
+    if ending.reason in ENGINE_ENDED:
+        return True
+    if ending.status == "CANCELLED" and ending.cancel_requested_at is not None:
+        waited = ending.finished_at - ending.cancel_requested_at
+        if waited >= timedelta(seconds=definition.cancel_grace_seconds):
+            return True  # ended by the engine after the cancel grace: stop the pod now
+    return ending.checked_at - ending.finished_at > JOB_EXIT_GRACE
 
 
 def _owned_by(job: Obj, uid: UUID) -> bool:
