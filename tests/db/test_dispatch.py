@@ -173,3 +173,38 @@ def test_run_now_is_idempotent_per_token(conn):
     assert first.created and not second.created
     assert first.run.id == second.run.id
     assert len(runs_of(conn, job)) == 1
+
+
+def test_further_definitions_are_tried_not_waited_for(conn, dsn):
+    """Round two of the claim only tries locks: a definition another dispatcher is
+    claiming is skipped this time instead of making this claim wait."""
+    from pgsched.db import connection
+
+    crowded = define(conn, "crowded", maxConcurrentRuns=1, now=T0)
+    other = define(conn, "other", maxConcurrentRuns=1, now=T0)
+    queue(conn, crowded, 10, at=T0 - timedelta(minutes=1))
+    queue(conn, other, 1)
+    with connection.connect(dsn) as rival:
+        rival.execute("BEGIN")
+        rival.execute("SELECT pgsched.lock_definitions_for_dispatch(%s::uuid[])", [[other.id]])
+        result = dispatch.claim(conn, batch_size=4, now=T0)  # would hang if it waited
+        assert {run.definition_id for run in result.claimed} == {crowded.id}
+        rival.execute("ROLLBACK")
+    later = dispatch.claim(conn, batch_size=4, now=T0)
+    assert {run.definition_id for run in later.claimed} == {other.id}
+
+
+def test_a_claim_locks_only_the_definitions_it_needs_when_caps_allow(conn):
+    jobs = [define(conn, f"job-{index}", maxConcurrentRuns=5, now=T0) for index in range(20)]
+    for job in jobs:
+        queue(conn, job, 1)
+    conn.execute("BEGIN")
+    try:
+        result = dispatch.claim(conn, batch_size=5, now=T0)
+        held = conn.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        ).fetchone()["n"]
+    finally:
+        conn.execute("ROLLBACK")
+    assert len(result.claimed) == 5
+    assert held == 5, "the 15 further candidates' definitions need no lock when the batch is full"

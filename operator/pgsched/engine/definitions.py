@@ -157,6 +157,11 @@ def get(conn: Connection, definition_id: UUID) -> Definition | None:
     return Definition.from_row(row) if row else None
 
 
+def get_many(conn: Connection, definition_ids: list[UUID]) -> dict[UUID, Definition]:
+    rows = conn.execute(queries.get("definitions_by_ids_unlocked"), {"ids": definition_ids})
+    return {row["id"]: Definition.from_row(row) for row in rows}
+
+
 def find(conn: Connection, namespace: str, name: str) -> Definition | None:
     row = conn.execute(
         queries.get("definition_by_name"), {"namespace": namespace, "name": name}

@@ -7,12 +7,18 @@ One claim transaction, exactly as the seed describes it:
    disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
    crowding out the others before caps are applied;
 2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
-   every candidate definition, in one sorted order (inside ``pgsched.lock_definitions_for_dispatch``),
-   so dispatchers claiming runs of the same definition serialize and never deadlock;
+   the definitions of the first ``batch`` candidates, in one sorted order (inside
+   ``pgsched.lock_and_count_for_dispatch``), so dispatchers claiming runs of the same
+   definition serialize and never deadlock; if caps leave the batch short, *try* the locks
+   of the further candidates' definitions (never waiting, so order cannot matter) and use
+   those granted — see ``_lock_and_count``;
 3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: a fresh
    snapshot that includes every claim committed before our lock was granted);
 4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
    cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
+
+Locking, counting and claiming are a handful of round trips per batch, not one per
+definition or run (``bench/README.md`` has the measurements that shaped this).
 
 The commit releases every lock. Launching happens afterwards, outside the transaction: a
 launch failure ends the run ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle``
@@ -29,14 +35,15 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, lease
-from pgsched.engine.launcher import Launcher
-from pgsched.engine.models import Definition, Run
+from pgsched.engine.launcher import Launcher, LaunchError
+from pgsched.engine.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -109,19 +116,7 @@ def claim(
         ).fetchall()
         if not candidates:
             return result
-        owner_ids = sorted({row["definition_id"] for row in candidates})
-        if lock_definitions:
-            conn.execute(queries.get("lock_definitions"), {"definition_ids": owner_ids})
-        limits = {
-            row["id"]: _Limits(
-                row["max_concurrent_runs"],
-                row["concurrency_policy"],
-                row["deleted"],
-                row["running"],
-                row["stopping"],
-            )
-            for row in conn.execute(queries.get("dispatch_limits"), {"definition_ids": owner_ids})
-        }
+        limits = _lock_and_count(conn, candidates, batch_size, lock_definitions=lock_definitions)
         chosen, skipped, replace = _choose(candidates, limits, batch_size, result)
         if skipped:
             conn.execute(
@@ -146,6 +141,56 @@ def claim(
     return result
 
 
+def _lock_and_count(
+    conn: Connection, candidates: list[dict[str, Any]], batch_size: int, *, lock_definitions: bool
+) -> dict[UUID, _Limits]:
+    """Lock the definitions this claim may take runs of, and read their live counts.
+
+    Round one locks (blocking, in key order) only the definitions of the first
+    ``batch_size`` candidates: enough to fill the batch when caps allow. If caps leave it
+    short, round two *tries* the locks of the further candidates' definitions and keeps
+    those it gets: the overshoot still lets other definitions fill the batch when one
+    crowds the front of the queue, yet a claim never waits for more than it needs, and
+    never waits out of key order (no deadlock).
+    """
+    first = sorted({row["definition_id"] for row in candidates[:batch_size]})
+    query = "lock_and_count" if lock_definitions else "count_without_locks"
+    limits = _limits(conn, query, first)
+    rest = sorted({row["definition_id"] for row in candidates[batch_size:]} - set(first))
+    if rest and _claimable(candidates, limits) < batch_size:
+        limits |= _limits(conn, "try_lock_and_count" if lock_definitions else query, rest)
+    return limits
+
+
+def _limits(conn: Connection, query: str, definition_ids: list[UUID]) -> dict[UUID, _Limits]:
+    rows = conn.execute(queries.get(query), {"definition_ids": definition_ids})
+    return {
+        row["id"]: _Limits(
+            row["max_concurrent_runs"],
+            row["concurrency_policy"],
+            row["deleted"],
+            row["running"],
+            row["stopping"],
+        )
+        for row in rows
+    }
+
+
+def _claimable(candidates: list[dict[str, Any]], limits: dict[UUID, _Limits]) -> int:
+    """How many candidates the caps in ``limits`` would let this claim take."""
+    room = {
+        key: max(0, item.max_runs - item.running)
+        for key, item in limits.items()
+        if not item.deleted
+    }
+    taken = 0
+    for row in candidates:
+        if room.get(row["definition_id"], 0) > 0:
+            room[row["definition_id"]] -= 1
+            taken += 1
+    return taken
+
+
 def _choose(
     candidates: list[dict[str, object]],
     limits: dict[UUID, _Limits],
@@ -164,7 +209,9 @@ def _choose(
         definition_id = row["definition_id"]
         run_id = row["id"]
         assert isinstance(definition_id, UUID) and isinstance(run_id, int)
-        item = limits[definition_id]
+        item = limits.get(definition_id)
+        if item is None:
+            continue  # another dispatcher holds its lock: stays QUEUED for a later claim
         if item.deleted:
             continue  # its runs are being cancelled by the deletion
         if room[definition_id] > 0 and len(chosen) < batch_size:
@@ -193,22 +240,21 @@ def launch(
     conn: Connection, launcher: Launcher, result: DispatchResult, *, now: datetime | None = None
 ) -> None:
     """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced)."""
-    owners: dict[UUID, Definition] = {}
+    owners = definitions.get_many(conn, sorted({run.definition_id for run in result.claimed}))
+    recorded: dict[str, list[Any]] = {"ids": [], "lease_tokens": [], "handles": []}
     for run in result.claimed:
         assert run.lease_token is not None
-        run_lease = lease.Lease(run.id, run.lease_token)
         definition = owners.get(run.definition_id)
         try:
-            definition = definition or definitions.get(conn, run.definition_id)
-            assert definition is not None
-            owners[run.definition_id] = definition
+            if definition is None:
+                raise LaunchError(f"definition {run.definition_id} of run {run.id} is gone")
             handle = launcher.launch(run, definition)
         except Exception as error:
             log_run = logs.for_run(log, run, definition)
             log_run.warning("run %s: launch failed: %s", run.id, error)
             lease.finish(
                 conn,
-                run_lease,
+                lease.Lease(run.id, run.lease_token),
                 "FAILED",
                 reason="LaunchFailed",
                 error=f"{type(error).__name__}: {error}",
@@ -219,7 +265,10 @@ def launch(
             continue
         result.launched += 1
         if handle:
-            conn.execute(
-                queries.get("record_launch"),
-                {"id": run.id, "lease_token": run.lease_token, "handle": handle},
-            )
+            recorded["ids"].append(run.id)
+            recorded["lease_tokens"].append(run.lease_token)
+            recorded["handles"].append(handle)
+    if recorded["ids"]:
+        # One statement for the batch. A crash before it leaves the Job names unrecorded,
+        # which is harmless: they are deterministic, and heartbeats do not need them.
+        conn.execute(queries.get("record_launches"), recorded)

@@ -4,6 +4,9 @@ SELECT * FROM pgsched.job_definitions WHERE id = %(id)s FOR UPDATE;
 -- name: definition_by_id
 SELECT * FROM pgsched.job_definitions WHERE id = %(id)s;
 
+-- name: definitions_by_ids_unlocked
+SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]);
+
 -- name: definition_by_name
 SELECT * FROM pgsched.job_definitions
 WHERE namespace = %(namespace)s AND name = %(name)s AND deleted_at IS NULL;

@@ -11,21 +11,17 @@ ORDER BY r.scheduled_for, r.id
 LIMIT %(limit)s
 FOR UPDATE OF r SKIP LOCKED;
 
--- name: lock_definitions
-SELECT pgsched.lock_definitions_for_dispatch(%(definition_ids)s::uuid[]);
+-- name: lock_and_count
+-- Blocking, in key order: the definitions of the earliest candidates.
+SELECT * FROM pgsched.lock_and_count_for_dispatch(%(definition_ids)s::uuid[]);
 
--- name: dispatch_limits
--- Read after the advisory locks: no other dispatcher is mid-claim for these definitions,
--- so the live RUNNING count includes every claim that matters.
-SELECT d.id, d.max_concurrent_runs, d.concurrency_policy, d.deleted_at IS NOT NULL AS deleted,
-       r.running, r.stopping
-FROM pgsched.job_definitions AS d
-CROSS JOIN LATERAL (
-    SELECT count(*) AS running, count(*) FILTER (WHERE cancel_requested) AS stopping
-    FROM pgsched.job_runs
-    WHERE definition_id = d.id AND status = 'RUNNING'
-) AS r
-WHERE d.id = ANY(%(definition_ids)s::uuid[]);
+-- name: try_lock_and_count
+-- Never waiting: the further candidates' definitions, when caps left the batch short.
+SELECT * FROM pgsched.try_lock_and_count_for_dispatch(%(definition_ids)s::uuid[]);
+
+-- name: count_without_locks
+-- Test-only: the chaos self-test proves the checker catches what skipping the locks allows.
+SELECT * FROM pgsched.dispatch_counts(%(definition_ids)s::uuid[]);
 
 -- name: claim_runs
 -- clock_timestamp(), not now(): the claim happens after the locks were granted, so
@@ -56,6 +52,7 @@ WHERE id IN (
 )
 RETURNING id;
 
--- name: record_launch
-UPDATE pgsched.job_runs SET k8s_job_name = %(handle)s
-WHERE id = %(id)s AND status = 'RUNNING' AND lease_token = %(lease_token)s;
+-- name: record_launches
+UPDATE pgsched.job_runs AS r SET k8s_job_name = l.handle
+FROM unnest(%(ids)s::bigint[], %(lease_tokens)s::uuid[], %(handles)s::text[]) AS l(id, lease_token, handle)
+WHERE r.id = l.id AND r.status = 'RUNNING' AND r.lease_token = l.lease_token;

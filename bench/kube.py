@@ -1,0 +1,118 @@
+"""The Kubernetes side of the benchmarks: a local control plane, the CRD, operator replicas.
+
+Everything is the real thing the tests use (``pgsched.devenv``): etcd, kube-apiserver and
+kube-controller-manager (including the CronJob controller, the baseline of the skew
+benchmark), a process node that runs pods as local processes, and ``pgsched operator``
+processes. Job pods run the checkout's heartbeat sidecar and a shell command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pgsched.db import connection
+from pgsched.devenv.binaries import Binaries
+from pgsched.devenv.controlplane import ControlPlane
+from pgsched.devenv.operators import OperatorProcess, start_operator
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
+NAMESPACE = "bench"
+
+
+@dataclass
+class Cluster:
+    control_plane: ControlPlane
+    work_dir: Path
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return self.control_plane.kubectl(*args, input=input).stdout
+
+    def apply(self, documents: list[dict[str, Any]], *, chunk: int = 250) -> None:
+        for start in range(0, len(documents), chunk):
+            text = "---\n".join(yaml.safe_dump(doc) for doc in documents[start : start + chunk])
+            self.kubectl("apply", "-f", "-", input=text)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.kubectl("get", "jobs", "-n", NAMESPACE, "-o", "json"))["items"])
+
+    def operator(self, dsn: str, name: str = "operator", **env: str) -> OperatorProcess:
+        return start_operator(
+            kubeconfig=self.control_plane.kubeconfig,
+            dsn=dsn,
+            namespaces=NAMESPACE,
+            log_path=self.work_dir / f"{name}.log",
+            timeout=120,
+            **env,
+        )
+
+
+@contextlib.contextmanager
+def cluster(*, node: bool = True) -> Iterator[Cluster]:
+    """A control plane with the CRD, the ``bench`` namespace and (optionally) a node."""
+    with tempfile.TemporaryDirectory(prefix="pgsched-bench-") as work, ControlPlane(
+        binaries=Binaries.locate()
+    ) as control_plane:
+        if node:
+            control_plane.add_node("node-1")
+        control_plane.kubectl("apply", "-f", str(CRD))
+        control_plane.kubectl(
+            "wait", "--for=condition=Established", "crd/scheduledjobs.pgsched.dev", "--timeout=60s"
+        )
+        control_plane.kubectl("create", "namespace", NAMESPACE)
+        yield Cluster(control_plane, Path(work))
+
+
+def job_dsn_secret(bench: Cluster, dsn: str) -> None:
+    """The job pods' narrow database role and its Secret, as the chart wires them."""
+    with connection.connect(dsn) as conn:
+        conn.execute("DO $$ BEGIN CREATE ROLE bench_job LOGIN IN ROLE pgsched_job;"
+                     " EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    job_dsn = dsn.replace("user=postgres", "user=bench_job")
+    bench.kubectl(
+        "create", "secret", "generic", "pgsched-job-dsn", "-n", NAMESPACE,
+        f"--from-literal=dsn={job_dsn}",
+    )
+
+
+def job_template(command: str) -> dict[str, Any]:
+    return {
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", command]}]
+                }
+            }
+        }
+    }
+
+
+def scheduled_job(name: str, schedule: str, command: str = "true", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "pgsched.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"schedule": schedule, "jobTemplate": job_template(command), **spec},
+    }
+
+
+def cron_job(name: str, schedule: str, command: str = "true") -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "schedule": schedule,
+            "concurrencyPolicy": "Allow",
+            "successfulJobsHistoryLimit": 100,
+            "jobTemplate": job_template(command),
+        },
+    }

@@ -1,0 +1,206 @@
+"""Schedule-to-Job skew next to built-in CronJobs, and a burst of due runs (issue 7 #5).
+
+**Skew.** 1,000 idle ScheduledJobs (yearly) plus 20 due every minute, and 20 CronJobs with
+the same schedule and template in the same cluster, for a few minute boundaries. For each
+Job: ``creationTimestamp − scheduled time`` (pgsched's ``pgsched.dev/scheduled-for``
+annotation; the CronJob controller's ``batch.kubernetes.io/cronjob-scheduled-timestamp``).
+Kubernetes timestamps have one-second resolution, so the database's ``started_at −
+scheduled_for`` (microseconds) is reported beside them. Floor: p99 ≤ 2 s and not worse
+than CronJob.
+
+**Burst.** 1,000 runs due at the same instant (no node, so no pods run): Jobs created per
+second by the operator, next to a plain client creating the same 1,000 Job manifests one
+by one with the same rate-limited API client. Floor: ≥ 80% of the plain client.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench import kube
+from bench.context import Context
+from bench.report import Report
+from bench.stats import median, percentile, ratio
+from pgsched.db import connection
+from pgsched.devenv.waiting import wait_for
+from pgsched.engine import definitions
+from pgsched.engine.models import Run
+from pgsched.k8s import api, jobs, names
+
+NAME = "skew"
+TITLE = "schedule-to-Job skew vs CronJob, and a burst of 1,000 due runs (issue 7 #5)"
+SCHEDULED_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestamp"
+BURST_QPS = "200"
+BURST_BURST = "400"
+
+
+def run(ctx: Context) -> Report:
+    report = Report(NAME, TITLE, columns=["measure", "pgsched", "baseline", "baseline is", "ratio"])
+    skew(ctx, report)
+    burst(ctx, report)
+    return report
+
+
+def skew(ctx: Context, report: Report) -> None:
+    idle, due, minutes = (50, 5, 1) if ctx.quick else (1000, 20, 3)
+    dsn = ctx.env.create_database("skew")
+    with kube.cluster() as bench:
+        kube.job_dsn_secret(bench, dsn)
+        operator = bench.operator(dsn, PGSCHED_API_QPS="100", PGSCHED_API_BURST="200")
+        try:
+            bench.apply([kube.scheduled_job(f"idle-{i}", "0 0 1 1 *") for i in range(idle)])
+            bench.apply([kube.scheduled_job(f"due-{i}", "* * * * *", maxConcurrentRuns=5) for i in range(due)])
+            bench.apply([kube.cron_job(f"cron-{i}", "* * * * *") for i in range(due)])
+            with connection.connect(dsn) as conn:
+                wait_for(
+                    lambda: conn.execute("SELECT count(*) AS n FROM pgsched.job_definitions").fetchone()["n"]
+                    == idle + due,
+                    600,
+                    describe="every ScheduledJob to reach the database",
+                )
+            # Measure only minutes that start after everything is in place.
+            first = _next_minute(datetime.now(UTC) + timedelta(seconds=5))
+            last = first + timedelta(minutes=minutes - 1)
+            time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()) + 45)
+            all_jobs = bench.jobs()
+            with connection.connect(dsn) as conn:
+                precise = [
+                    (row["started_at"] - row["scheduled_for"]).total_seconds()
+                    for row in conn.execute(
+                        "SELECT started_at, scheduled_for FROM pgsched.job_runs"
+                        " WHERE trigger = 'schedule' AND started_at IS NOT NULL"
+                        " AND scheduled_for BETWEEN %s AND %s",
+                        [first, last],
+                    )
+                ]
+        finally:
+            operator.stop()
+    ctx.env.drop_databases()
+    ours, theirs = _job_skews(all_jobs, first, last)
+    report.data["skew"] = {"pgsched": ours, "cronjob": theirs, "pgsched_started_at": precise}
+    expected = due * minutes
+    report.notes.append(
+        f"{idle} idle + {due} due ScheduledJobs and {due} CronJobs, {minutes} minute(s):"
+        f" {len(ours)} pgsched Jobs and {len(theirs)} CronJob Jobs (expected {expected} each)"
+    )
+    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+        mine, base = percentile(ours, fraction), percentile(theirs, fraction)
+        report.add(
+            measure=f"skew {label}, Job creationTimestamp (s)", pgsched=mine, baseline=base,
+            **{"baseline is": "CronJob", "ratio": ratio(mine, base)},
+        )
+    report.add(
+        measure="skew p50 / p99, started_at (s, database clock)",
+        pgsched=f"{median(precise):.3f} / {percentile(precise, 0.99):.3f}",
+        baseline="-", **{"baseline is": "-", "ratio": "-"},
+    )
+    report.floor("pgsched skew p99 (s)", percentile(ours, 0.99), 2.0, higher_is_better=False)
+    report.floor(
+        "pgsched p99 minus CronJob p99 (s)",
+        percentile(ours, 0.99) - percentile(theirs, 0.99),
+        0.0,
+        higher_is_better=False,
+    )
+    report.floor("pgsched Jobs created / expected", len(ours) / expected, 1.0)
+
+
+def burst(ctx: Context, report: Report) -> None:
+    count = 100 if ctx.quick else 1000
+    dsn = ctx.env.create_database("burst")
+    with kube.cluster(node=False) as bench:
+        kube.job_dsn_secret(bench, dsn)
+        bench.kubectl("create", "namespace", "bench-plain")
+        operator = bench.operator(dsn, PGSCHED_API_QPS=BURST_QPS, PGSCHED_API_BURST=BURST_BURST,
+                                  PGSCHED_DISPATCH_BATCH="200")
+        try:
+            bench.apply([kube.scheduled_job("burst", "0 0 1 1 *", maxConcurrentRuns=count)])
+            with connection.connect(dsn) as conn:
+                definition = wait_for(
+                    lambda: definitions.find(conn, kube.NAMESPACE, "burst"), 60, describe="the definition"
+                )
+                due_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+                conn.execute(
+                    "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)"
+                    " SELECT %s, 'QUEUED', 'manual', %s, 'burst-' || g FROM generate_series(1, %s) g",
+                    [definition.id, due_at, count],
+                )
+                wait_for(
+                    lambda: conn.execute(
+                        "SELECT count(*) AS n FROM pgsched.job_runs WHERE k8s_job_name IS NOT NULL"
+                    ).fetchone()["n"] == count,
+                    600,
+                    describe=f"{count} Jobs to be created",
+                )
+                done_at = datetime.now(UTC)
+            created = [_created(job) for job in bench.jobs()]
+            ours = count / max(1.0, (max(created) - due_at).total_seconds())
+            plain = _plain_client(bench, definition, count)
+        finally:
+            operator.stop()
+    ctx.env.drop_databases()
+    report.add(
+        measure=f"burst: {count} due at once, Jobs/s", pgsched=ours, baseline=plain,
+        **{"baseline is": "plain client", "ratio": ratio(ours, plain)},
+    )
+    report.notes.append(
+        f"burst: both at {BURST_QPS} qps / burst {BURST_BURST}; the operator's rate counts from the"
+        f" due instant to the last creationTimestamp (1 s resolution); all recorded by"
+        f" {(done_at - due_at).total_seconds():.1f}s"
+    )
+    report.floor("burst Jobs/s vs plain client", ratio(ours, plain), 0.8)
+
+
+def _plain_client(bench: kube.Cluster, definition: Any, count: int) -> float:
+    """Create the same Jobs (same builder, same client and limits) one by one."""
+    client = api.KubeApi.from_environment(
+        qps=float(BURST_QPS), burst=int(BURST_BURST), kubeconfig=str(bench.control_plane.kubeconfig)
+    )
+    settings = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev")
+    now = datetime.now(UTC)
+    manifests = []
+    for index in range(count):
+        run = Run(
+            id=10_000_000 + index, definition_id=definition.id, status="RUNNING", trigger="manual",
+            scheduled_for=now, deadline_at=None, attempt=1, retry_of=None, request_token=None,
+            lease_token=uuid.uuid4(), started_at=now, heartbeat_at=None, finished_at=None,
+            cancel_requested=False, cancel_requested_at=None, reason=None, error=None,
+            exit_code=None, retry_hint=None, k8s_job_name=None, settled_at=None, created_at=now,
+        )
+        manifest = jobs.build(definition, run, settings)
+        manifest["metadata"]["namespace"] = "bench-plain"
+        manifest["metadata"].pop("ownerReferences")
+        manifests.append(manifest)
+    collection = api.path_of(group="batch", namespace="bench-plain", plural="jobs")
+    started = time.monotonic()
+    for manifest in manifests:
+        client.create(collection, manifest)
+    return count / (time.monotonic() - started)
+
+
+def _job_skews(items: list[dict[str, Any]], first: datetime, last: datetime) -> tuple[list[float], list[float]]:
+    ours, theirs = [], []
+    for job in items:
+        annotations = job["metadata"].get("annotations") or {}
+        created = _created(job)
+        if names.ANNOTATION_SCHEDULED_FOR in annotations:
+            scheduled = datetime.fromisoformat(annotations[names.ANNOTATION_SCHEDULED_FOR])
+            bucket = ours
+        elif SCHEDULED_ANNOTATION in annotations:
+            scheduled = datetime.fromisoformat(annotations[SCHEDULED_ANNOTATION].replace("Z", "+00:00"))
+            bucket = theirs
+        else:
+            continue
+        if first <= scheduled <= last:
+            bucket.append((created - scheduled).total_seconds())
+    return ours, theirs
+
+
+def _created(job: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(job["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+
+
+def _next_minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
