@@ -1,0 +1,21 @@
+-- Watching the runs table while benchmarks churn it.
+
+-- name: table_stats
+-- Tuple counts from the statistics system (updated within about a second) and sizes.
+SELECT s.n_live_tup AS live_tuples,
+       s.n_dead_tup AS dead_tuples,
+       s.autovacuum_count AS autovacuums,
+       s.vacuum_count AS vacuums,
+       s.last_autovacuum,
+       pg_relation_size('pgsched.job_runs') AS heap_bytes,
+       pg_total_relation_size('pgsched.job_runs') AS total_bytes,
+       pg_relation_size('pgsched.job_runs_queued') AS queued_index_bytes,
+       pg_relation_size('pgsched.job_runs_running') AS running_index_bytes
+FROM pg_stat_user_tables AS s
+WHERE s.relid = 'pgsched.job_runs'::regclass;
+
+-- name: oldest_xmin_age
+-- How far the oldest snapshot holds back cleanup (0 when nothing does).
+SELECT coalesce(max(age(backend_xmin)), 0) AS xmin_age
+FROM pg_stat_activity
+WHERE backend_xmin IS NOT NULL;

@@ -1,0 +1,116 @@
+"""Claim throughput: the seed's raw SKIP LOCKED query vs pgsched's dispatcher (issue 2).
+
+Same database, same 1,000 definitions, same freshly queued runs for every measurement.
+
+- *uncapped*: caps of 100,000 per definition — far above any definition's queued runs,
+  so the cap check runs in full (advisory locks, live RUNNING counts) but never decides
+  what is claimed. Claim only, nothing completes: what the seed's query measures.
+- *capped*: every definition capped at 1, and each worker completes its batch right after
+  claiming it (one statement, both arms), so slots free up and the caps really bind:
+  the dispatcher passes over candidates whose definition is running elsewhere.
+
+``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
+``claim()`` is the claim transaction alone, to show what the launch step costs.
+"""
+
+from __future__ import annotations
+
+from bench import seed
+from bench.claiming import Arm, Series
+from bench.context import Context
+from bench.report import Report
+from bench.workers import Crew
+from pgsched.db import connection
+
+NAME = "throughput"
+TITLE = "claim throughput, raw SKIP LOCKED vs dispatcher (issue 2)"
+DEFINITIONS = 1_000
+UNCAPPED = 100_000
+CAPPED = 1
+FLOOR = 0.25
+
+RAW = Arm("raw", "raw")
+DISPATCHER = Arm("dispatcher", "dispatch")
+CLAIM_ONLY = Arm("claim()", "claim")
+RAW_COMPLETING = Arm("raw", "raw", complete="bulk")
+DISPATCHER_COMPLETING = Arm("dispatcher", "dispatch", complete="bulk")
+
+
+def run(ctx: Context) -> Report:
+    batches = (1, 50) if ctx.quick else (1, 10, 50)
+    worker_counts = (1, 2) if ctx.quick else (1, 4)
+    capped_workers = max(worker_counts)
+    dsn = ctx.env.create_database("throughput")
+    with connection.connect(dsn) as conn, Crew(max(worker_counts)) as crew:
+        series = Series(crew, conn, dsn, ctx.seconds)
+        seed.definitions(conn, count=DEFINITIONS, cap=UNCAPPED, due=False)
+        for round_no in range(ctx.rounds):
+            for batch in batches:
+                for workers in worker_counts:
+                    series.cell(
+                        ("uncapped", workers, batch),
+                        [RAW, DISPATCHER, CLAIM_ONLY],
+                        workers=workers,
+                        batch=batch,
+                        round_no=round_no,
+                    )
+            seed.set_caps(conn, CAPPED)
+            for batch in batches:
+                series.cell(
+                    ("capped", capped_workers, batch),
+                    [RAW_COMPLETING, DISPATCHER_COMPLETING],
+                    workers=capped_workers,
+                    batch=batch,
+                    round_no=round_no,
+                )
+            seed.set_caps(conn, UNCAPPED)
+    ctx.env.drop_databases()
+
+    report = Report(
+        NAME,
+        TITLE,
+        columns=[
+            "variant",
+            "workers",
+            "batch",
+            "raw claims/s",
+            "dispatcher claims/s",
+            "ratio",
+            "claim() claims/s",
+            "claim() ratio",
+            "at-cap passes",
+        ],
+    )
+    cells = [("uncapped", w, b) for w in worker_counts for b in batches]
+    cells += [("capped", capped_workers, b) for b in batches]
+    for cell in cells:
+        variant, workers, batch = cell
+        uncapped = variant == "uncapped"
+        report.add(
+            variant="uncapped" if uncapped else f"cap {CAPPED} + complete",
+            workers=workers,
+            batch=batch,
+            **{
+                "raw claims/s": series.median(cell, "raw"),
+                "dispatcher claims/s": series.median(cell, "dispatcher"),
+                "ratio": series.ratio(cell, "dispatcher", "raw"),
+                "claim() claims/s": series.median(cell, "claim()") if uncapped else None,
+                "claim() ratio": series.ratio(cell, "claim()", "raw") if uncapped else None,
+                "at-cap passes": None if uncapped else series.at_cap[(cell, "dispatcher")],
+            },
+        )
+    for workers in worker_counts:
+        cell = ("uncapped", workers, max(batches))
+        report.floor(
+            f"dispatcher / raw at batch {max(batches)}, {workers} worker(s)",
+            series.ratio(cell, "dispatcher", "raw"),
+            FLOOR,
+        )
+    report.notes.append(
+        f"{DEFINITIONS} definitions; uncapped = max_concurrent_runs {UNCAPPED} (never binds); "
+        f"capped = {CAPPED}, each batch completed right after its claim; {ctx.rounds} rounds x "
+        f"{ctx.seconds:g}s windows; figures are medians of rounds, ratios medians of "
+        "per-round ratios"
+    )
+    report.data = {"rates": {str(key): value for key, value in series.rates.items()}}
+    return report
