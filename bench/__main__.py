@@ -42,8 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"benchmarks to run: {', '.join(BENCHMARKS)} or all (default: the issue-2 suite)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny scale, seconds per benchmark")
-    parser.add_argument("--rounds", type=int, help="repetitions of every measurement (default 3)")
-    parser.add_argument("--seconds", type=float, help="throughput window per measurement (2)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="repetitions of every measurement (default: per benchmark, mostly 3)",
+    )
+    parser.add_argument("--seconds", type=float, help="throughput window per measurement (1.5)")
     parser.add_argument(
         "--snapshot-seconds", type=float, help="bloat: how long the old snapshot is held (180)"
     )
@@ -59,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Context(
             env=env,
             quick=args.quick,
-            rounds=args.rounds or (1 if args.quick else 3),
-            seconds=args.seconds or (0.4 if args.quick else 2.0),
+            rounds=args.rounds or (1 if args.quick else None),
+            seconds=args.seconds or (0.4 if args.quick else 1.5),
             out_dir=args.out,
             snapshot_seconds=args.snapshot_seconds or (4.0 if args.quick else 180.0),
         )

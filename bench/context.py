@@ -19,11 +19,14 @@ from bench.report import Report
 class Context:
     env: Environment
     quick: bool = False
-    rounds: int = 3
-    seconds: float = 2.0  # one throughput measurement window
+    rounds: int | None = None  # None: each benchmark's own default (usually 3)
+    seconds: float = 1.5  # one throughput measurement window
     out_dir: Path = field(default_factory=lambda: Path(__file__).parent / "results")
     snapshot_seconds: float = 180.0  # bloat: how long the old snapshot is held
     plots: bool = True
+
+    def rounds_or(self, default: int) -> int:
+        return self.rounds if self.rounds is not None else default
 
 
 class Benchmark(Protocol):

@@ -6,9 +6,9 @@ and a backlog of 2,000 due QUEUED runs; one also holds 1,000,000 finished runs (
 blocks, timing single claims of batch 50 (the tick's default): the dispatcher
 (``dispatch.run_once``, no-op launcher) and, as the baseline, the seed's raw query.
 
-After every timed claim the batch is completed and as many new runs are queued (neither
-timed), so the backlog stays level and finished rows keep accumulating — in both
-databases, so "empty" means "no history besides the benchmark's own".
+After every timed claim (neither of these is timed) as many new runs are queued, so the
+backlog stays level, and the claimed batch is finished: completed and kept in the history
+database, deleted in the empty one — "empty" means no finished run is ever retained.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def run(ctx: Context) -> Report:
     for label, rows in tables.items():
         conns[label] = connection.connect(ctx.env.create_database("latency"))
         _prepare(conns[label], history=rows)
+    retain = {label: rows > 0 for label, rows in tables.items()}
     samples: dict[tuple[str, str], list[float]] = defaultdict(list)
     arms = {"dispatcher": _dispatcher, "raw": _raw}
     try:
@@ -51,7 +52,8 @@ def run(ctx: Context) -> Report:
             for label in order:
                 for arm, claim in arms.items():
                     for _ in range(per_block):
-                        samples[(label, arm)].append(_timed_cycle(conns[label], claim))
+                        elapsed = _timed_cycle(conns[label], claim, retain=retain[label])
+                        samples[(label, arm)].append(elapsed)
         plans = {label: _candidate_plan(conn) for label, conn in conns.items()}
         sizes = {label: _sizes(conn) for label, conn in conns.items()}
     finally:
@@ -122,13 +124,16 @@ def _raw(conn: connection.Connection) -> list[int]:
 
 
 def _timed_cycle(
-    conn: connection.Connection, claim: Callable[[connection.Connection], list[int]]
+    conn: connection.Connection,
+    claim: Callable[[connection.Connection], list[int]],
+    *,
+    retain: bool,
 ) -> float:
-    """Time one claim; then complete the batch and queue as many runs (untimed)."""
+    """Time one claim; then finish the batch (kept or deleted) and queue as many runs."""
     started = time.perf_counter()
     ids = claim(conn)
     elapsed = time.perf_counter() - started
-    conn.execute(queries.get("complete_runs"), {"ids": ids})
+    conn.execute(queries.get("complete_runs" if retain else "delete_runs"), {"ids": ids})
     seed.queued(conn, len(ids))
     return elapsed
 

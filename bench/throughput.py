@@ -10,13 +10,15 @@ Same database, same 1,000 definitions, same freshly queued runs for every measur
   the dispatcher passes over candidates whose definition is running elsewhere.
 
 ``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
-``claim()`` is the claim transaction alone, to show what the launch step costs.
+``claim()`` (1 worker) is the claim transaction alone, to show what the launch step costs;
+``prototype`` is :mod:`bench.proposal`, the changes this suite proposes, measured on the
+same data so the proposal comes with its evidence.
 """
 
 from __future__ import annotations
 
 from bench import seed
-from bench.claiming import Arm, Series
+from bench.claiming import MIN_QUEUE, QUICK_MIN_QUEUE, Arm, Series
 from bench.context import Context
 from bench.report import Report
 from bench.workers import Crew
@@ -32,24 +34,30 @@ FLOOR = 0.25
 RAW = Arm("raw", "raw")
 DISPATCHER = Arm("dispatcher", "dispatch")
 CLAIM_ONLY = Arm("claim()", "claim")
+PROTOTYPE = Arm("prototype", "proposal")
 RAW_COMPLETING = Arm("raw", "raw", complete="bulk")
 DISPATCHER_COMPLETING = Arm("dispatcher", "dispatch", complete="bulk")
+PROTOTYPE_COMPLETING = Arm("prototype", "proposal", complete="bulk")
 
 
 def run(ctx: Context) -> Report:
-    batches = (1, 50) if ctx.quick else (1, 10, 50)
-    worker_counts = (1, 2) if ctx.quick else (1, 4)
+    rounds = ctx.rounds_or(3)
+    batches = (50,) if ctx.quick else (1, 10, 50)
+    worker_counts = (2,) if ctx.quick else (1, 4)
     capped_workers = max(worker_counts)
     dsn = ctx.env.create_database("throughput")
     with connection.connect(dsn) as conn, Crew(max(worker_counts)) as crew:
-        series = Series(crew, conn, dsn, ctx.seconds)
+        series = Series(
+            crew, conn, dsn, ctx.seconds, min_queue=QUICK_MIN_QUEUE if ctx.quick else MIN_QUEUE
+        )
         seed.definitions(conn, count=DEFINITIONS, cap=UNCAPPED, due=False)
-        for round_no in range(ctx.rounds):
+        for round_no in range(rounds):
             for batch in batches:
                 for workers in worker_counts:
+                    arms = [RAW, DISPATCHER, PROTOTYPE] + ([CLAIM_ONLY] if workers == 1 else [])
                     series.cell(
                         ("uncapped", workers, batch),
-                        [RAW, DISPATCHER, CLAIM_ONLY],
+                        arms,
                         workers=workers,
                         batch=batch,
                         round_no=round_no,
@@ -58,7 +66,7 @@ def run(ctx: Context) -> Report:
             for batch in batches:
                 series.cell(
                     ("capped", capped_workers, batch),
-                    [RAW_COMPLETING, DISPATCHER_COMPLETING],
+                    [RAW_COMPLETING, DISPATCHER_COMPLETING, PROTOTYPE_COMPLETING],
                     workers=capped_workers,
                     batch=batch,
                     round_no=round_no,
@@ -78,6 +86,8 @@ def run(ctx: Context) -> Report:
             "ratio",
             "claim() claims/s",
             "claim() ratio",
+            "prototype claims/s",
+            "prototype ratio",
             "at-cap passes",
         ],
     )
@@ -86,6 +96,7 @@ def run(ctx: Context) -> Report:
     for cell in cells:
         variant, workers, batch = cell
         uncapped = variant == "uncapped"
+        alone = uncapped and workers == 1
         report.add(
             variant="uncapped" if uncapped else f"cap {CAPPED} + complete",
             workers=workers,
@@ -94,8 +105,10 @@ def run(ctx: Context) -> Report:
                 "raw claims/s": series.median(cell, "raw"),
                 "dispatcher claims/s": series.median(cell, "dispatcher"),
                 "ratio": series.ratio(cell, "dispatcher", "raw"),
-                "claim() claims/s": series.median(cell, "claim()") if uncapped else None,
-                "claim() ratio": series.ratio(cell, "claim()", "raw") if uncapped else None,
+                "claim() claims/s": series.median(cell, "claim()") if alone else None,
+                "claim() ratio": series.ratio(cell, "claim()", "raw") if alone else None,
+                "prototype claims/s": series.median(cell, "prototype"),
+                "prototype ratio": series.ratio(cell, "prototype", "raw"),
                 "at-cap passes": None if uncapped else series.at_cap[(cell, "dispatcher")],
             },
         )
@@ -106,9 +119,14 @@ def run(ctx: Context) -> Report:
             series.ratio(cell, "dispatcher", "raw"),
             FLOOR,
         )
+        report.floor(
+            f"(prototype, not the engine) / raw at batch {max(batches)}, {workers} worker(s)",
+            series.ratio(cell, "prototype", "raw"),
+            FLOOR,
+        )
     report.notes.append(
         f"{DEFINITIONS} definitions; uncapped = max_concurrent_runs {UNCAPPED} (never binds); "
-        f"capped = {CAPPED}, each batch completed right after its claim; {ctx.rounds} rounds x "
+        f"capped = {CAPPED}, each batch completed right after its claim; {rounds} rounds x "
         f"{ctx.seconds:g}s windows; figures are medians of rounds, ratios medians of "
         "per-round ratios"
     )

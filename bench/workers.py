@@ -11,7 +11,8 @@ What a worker does per iteration is named by :class:`Task`:
 
 - ``method``: ``raw`` (the seed's query alone, autocommit, as pgbench sends it),
   ``dispatch`` (``dispatch.run_once`` with a no-op launcher — the whole dispatcher), or
-  ``claim`` (``dispatch.claim``, the claim transaction without the launch step);
+  ``claim`` (``dispatch.claim``, the claim transaction without the launch step), or
+  ``proposal`` (:mod:`bench.proposal`, a prototype of the proposed dispatcher changes);
 - ``complete``: ``none`` (claim only), ``bulk`` (complete the batch in one statement, so
   RUNNING counts stay small), or ``lease`` (``lease.finish`` per run, the job side's API).
 """
@@ -20,13 +21,16 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.pool import Pool
-from typing import Literal
+from typing import Literal, TypeVar
 
-Method = Literal["raw", "dispatch", "claim"]
+Method = Literal["raw", "dispatch", "claim", "proposal"]
 Complete = Literal["none", "bulk", "lease"]
 
+T = TypeVar("T")
+R = TypeVar("R")
 CLOCK = time.CLOCK_MONOTONIC  # system-wide on Linux: comparable across processes
 START_LEAD = 0.6  # seconds between handing out tasks and the common start
 
@@ -58,7 +62,7 @@ class Outcome:
 
 def claim_loop(task: Task) -> Outcome:
     """One worker's measurement (runs in a pool process)."""
-    from bench import queries
+    from bench import proposal, queries
     from pgsched.db import connection
     from pgsched.engine import dispatch, launcher, lease
 
@@ -76,6 +80,9 @@ def claim_loop(task: Task) -> Outcome:
                 rows = conn.execute(raw, {"batch": task.batch}).fetchall()
                 claimed = [(row["id"], row["lease_token"]) for row in rows]
                 capped = 0
+            elif task.method == "proposal":
+                runs, capped = proposal.run_once(conn, null, batch_size=task.batch)
+                claimed = [(run.id, run.lease_token) for run in runs]
             else:
                 if task.method == "dispatch":
                     result = dispatch.run_once(
@@ -113,17 +120,43 @@ def _warm(_: int) -> None:
     time.sleep(0.2)
 
 
+class CrewLost(RuntimeError):
+    """A measurement did not come back in time: a worker process died or hung."""
+
+
 class Crew:
-    """A warm pool of ``size`` claimer processes."""
+    """A warm pool of ``size`` claimer processes.
+
+    A pool whose worker process dies (killed from outside, say) replaces the process but
+    loses its task, and a plain ``map`` would then wait forever: every call here has a
+    deadline; a late one tears the pool down, builds a new one and raises
+    :class:`CrewLost`, so the caller can set the measurement up again and retry.
+    """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._pool: Pool = multiprocessing.get_context("spawn").Pool(size)
-        self._pool.map(_warm, range(size), chunksize=1)
+        self._pool = self._start()
 
-    def run(self, tasks: list[Task]) -> list[Outcome]:
+    def _start(self) -> Pool:
+        pool = multiprocessing.get_context("spawn").Pool(self.size)
+        pool.map_async(_warm, range(self.size), chunksize=1).get(timeout=120)
+        return pool
+
+    def run(
+        self,
+        tasks: list[T],
+        function: Callable[[T], R] = claim_loop,  # type: ignore[assignment]
+        *,
+        timeout: float = 600.0,
+    ) -> list[R]:
+        """One task per process, all at once (``function`` must be importable by name)."""
         assert len(tasks) <= self.size, "more tasks than processes would serialize them"
-        return self._pool.map(claim_loop, tasks, chunksize=1)
+        try:
+            return self._pool.map_async(function, tasks, chunksize=1).get(timeout=timeout)
+        except multiprocessing.TimeoutError:
+            self._pool.terminate()
+            self._pool = self._start()
+            raise CrewLost(f"{function.__name__} did not finish within {timeout:.0f}s") from None
 
     def close(self) -> None:
         self._pool.close()

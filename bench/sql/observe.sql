@@ -19,3 +19,14 @@ WHERE s.relid = 'pgsched.job_runs'::regclass;
 SELECT coalesce(max(age(backend_xmin)), 0) AS xmin_age
 FROM pg_stat_activity
 WHERE backend_xmin IS NOT NULL;
+
+-- name: count_claims
+SELECT count(*) FILTER (WHERE status = 'RUNNING') AS running,
+       count(*) FILTER (WHERE status = 'QUEUED') AS queued
+FROM pgsched.job_runs;
+
+-- name: count_completed
+SELECT count(*) AS done FROM pgsched.job_runs WHERE status = 'COMPLETED';
+
+-- name: count_procrastinate_done
+SELECT count(*) AS done FROM public.procrastinate_jobs WHERE status = 'succeeded';

@@ -77,3 +77,17 @@ DO NOTHING;
 UPDATE pgsched.job_definitions
 SET next_run_at = next_run_at + interval '1 hour', last_scheduled_for = next_run_at
 WHERE deleted_at IS NULL AND next_run_at <= now();
+
+-- name: truncate_procrastinate
+-- Only when procrastinate's schema exists (the peer benchmark applies it).
+DO $$
+BEGIN
+    IF to_regclass('public.procrastinate_jobs') IS NOT NULL THEN
+        TRUNCATE public.procrastinate_jobs RESTART IDENTITY CASCADE;
+    END IF;
+END
+$$;
+
+-- name: delete_runs
+-- The latency benchmark's empty table: finished runs are not retained at all.
+DELETE FROM pgsched.job_runs WHERE id = ANY(%(ids)s::bigint[]);
