@@ -15,8 +15,11 @@ behind, as in production. Phases:
    is run and timed, and the workload runs 10 s more.
 
 Sampled every second: dead/live tuples (``pg_stat_user_tables``), heap and index sizes,
-the oldest snapshot's xmin age; every claim's latency. Claim latency ratios are to the
-baseline phase of the same run.
+the oldest snapshot's xmin age, and the buffers the dispatcher's candidate query touches
+(``EXPLAIN (ANALYZE, BUFFERS)``, rolled back); every claim's latency and the CPU the
+claims used (driver process + its backend). Buffers and CPU per claim do not depend on
+what else the machine is doing; wall-clock latency on a shared machine does, so all three
+are reported. Ratios are to the baseline phase of the same run.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from typing import Any
 from bench import queries, seed
 from bench.context import Context
 from bench.report import Report, plot_path, pyplot
-from bench.stats import percentile, ratio
+from bench.stats import median, percentile, ratio
+from bench.workers import backend_cpu
 from pgsched.db import connection
+from pgsched.db import queries as engine_queries
 from pgsched.engine import dispatch, launcher, lease, settle
 
 NAME = "bloat"
@@ -45,6 +50,7 @@ LATENCY_RECOVERED = 1.5  # rolling p50 within this factor of the baseline p50
 class Timeline:
     started: float = field(default_factory=time.monotonic)
     claims: list[tuple[float, float, str]] = field(default_factory=list)  # t, ms, phase
+    claim_cpu: dict[str, list[float]] = field(default_factory=dict)  # phase -> CPU s per claim
     settles: list[tuple[float, float, str]] = field(default_factory=list)
     stats: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[float, str]] = field(default_factory=list)
@@ -131,10 +137,12 @@ class _Workload:
         self.line = line
         self.null = launcher.NullLauncher()
         self.next_stats = 0.0
+        self.backend = conn.info.backend_pid
 
     def drive(self, seconds: float, phase: str, *, until: Any = None) -> bool:
         """Run ``seconds`` (or until ``until()`` is true: returns True then)."""
         self.line.mark(phase)
+        self.line.claim_cpu.setdefault(phase, [])
         end = time.monotonic() + seconds
         next_tick = time.monotonic()
         while time.monotonic() < end:
@@ -150,9 +158,12 @@ class _Workload:
 
     def _tick(self, phase: str) -> None:
         seed.queued(self.conn, PER_TICK)
+        cpu = time.process_time() + backend_cpu(self.backend)
         started = time.perf_counter()
         result = dispatch.run_once(self.conn, self.null, batch_size=PER_TICK)
         self.line.claims.append((self.line.now(), (time.perf_counter() - started) * 1000, phase))
+        # /proc counts CPU in 10 ms ticks: one claim's share is coarse, their sum is not.
+        self.line.claim_cpu[phase].append(time.process_time() + backend_cpu(self.backend) - cpu)
         for run in result.claimed:
             assert run.lease_token is not None
             lease.finish(self.conn, lease.Lease(run.id, run.lease_token), "COMPLETED")
@@ -164,7 +175,28 @@ class _Workload:
         row = self.conn.execute(queries.get("table_stats")).fetchone()
         xmin = self.conn.execute(queries.get("oldest_xmin_age")).fetchone()
         assert row is not None and xmin is not None
-        self.line.stats.append({"t": self.line.now(), "phase": phase, **row, **xmin})
+        sample = {"t": self.line.now(), "phase": phase, **row, **xmin, **self._candidate_work()}
+        self.line.stats.append(sample)
+
+    def _candidate_work(self) -> dict[str, float]:
+        """Buffers and server time of the dispatcher's candidate query, right now."""
+        query = engine_queries.get("claim_candidates").as_string(self.conn)
+        with self.conn.transaction(force_rollback=True):
+            row = self.conn.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}",  # type: ignore[arg-type]
+                {
+                    "now": None,
+                    "limit": PER_TICK * dispatch.DEFAULT_OVERSHOOT,
+                    "definition_ids": None,
+                },
+            ).fetchone()
+        assert row is not None
+        plan = row["QUERY PLAN"][0]
+        top = plan["Plan"]
+        return {
+            "candidate_buffers": top["Shared Hit Blocks"] + top["Shared Read Blocks"],
+            "candidate_ms": plan["Execution Time"],
+        }
 
 
 def _dead_cleared(line: Timeline, base_dead: int) -> bool:
@@ -188,6 +220,10 @@ def _latency_recovered_at(line: Timeline, since: float) -> float | None:
     return None
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
 def _after(seconds: float | None) -> str:
     return "not observed" if seconds is None else f"{seconds:.1f}s after release"
 
@@ -199,10 +235,15 @@ def _report(ctx: Context, line: Timeline, *, hold_s: float, history: int) -> Rep
         columns=[
             "phase",
             "claims",
+            "runs/s",
             "claim p50 ms",
             "claim p99 ms",
             "p50 ratio",
             "p99 ratio",
+            "claim CPU ms",
+            "CPU ratio",
+            "candidate buffers",
+            "buffers ratio",
             "settle p50 ms",
             "dead tuples (end)",
             "heap MB (end)",
@@ -218,15 +259,30 @@ def _report(ctx: Context, line: Timeline, *, hold_s: float, history: int) -> Rep
         ("after release", line.claim_ms("after release"), "after release"),
         ("after VACUUM", line.claim_ms("after VACUUM"), "after VACUUM"),
     ]
+    base_cpu = _mean(line.claim_cpu["baseline"]) * 1000
+    base_buffers = median([s["candidate_buffers"] for s in line.stats if s["phase"] == "baseline"])
     for label, values, phase in phases:
         if not values:
             continue
-        end = [s for s in line.stats if s["phase"] == phase][-1:]
+        samples = [s for s in line.stats if s["phase"] == phase]
+        if label.endswith("last 10%"):
+            samples = samples[-max(1, len(samples) // 10) :]
+        end = samples[-1:]
         settles = [ms for _, ms, p in line.settles if p == phase]
+        times = [t for t, _, p in line.claims if p == phase]
+        cpu = _mean(line.claim_cpu.get(phase, [])) * 1000
+        buffers = median([s["candidate_buffers"] for s in samples])
         report.add(
             phase=label,
             claims=len(values),
             **{
+                "runs/s": PER_TICK * (len(times) - 1) / (times[-1] - times[0])
+                if len(times) > 1 and times[-1] > times[0]
+                else None,
+                "claim CPU ms": cpu,
+                "CPU ratio": ratio(cpu, base_cpu),
+                "candidate buffers": buffers,
+                "buffers ratio": ratio(buffers, base_buffers),
                 "claim p50 ms": percentile(values, 0.5),
                 "claim p99 ms": percentile(values, 0.99),
                 "p50 ratio": ratio(percentile(values, 0.5), percentile(base, 0.5)),
@@ -238,6 +294,7 @@ def _report(ctx: Context, line: Timeline, *, hold_s: float, history: int) -> Rep
             },
         )
     report.data = {
+        "claim_cpu_s": line.claim_cpu,
         "claims": line.claims,
         "settles": line.settles,
         "stats": line.stats,
@@ -259,6 +316,15 @@ def _plot(ctx: Context, line: Timeline, *, hold_s: float, history: int) -> str:
     top.set_yscale("log")
     top.set_ylabel("claim latency (ms)")
     top.legend(fontsize=8, loc="upper left")
+    work = top.twinx()
+    work.plot(
+        [s["t"] for s in line.stats],
+        [s["candidate_buffers"] for s in line.stats],
+        color="purple",
+        label="buffers touched by the candidate query",
+    )
+    work.set_ylabel("buffers per candidate query")
+    work.legend(fontsize=8, loc="upper right")
     st = [s["t"] for s in line.stats]
     middle.plot(st, [s["dead_tuples"] for s in line.stats], label="dead tuples")
     middle.plot(st, [s["xmin_age"] for s in line.stats], label="oldest xmin age (xids)")

@@ -56,10 +56,15 @@ class Measurement:
     calls: int
     at_cap: int
     drained: bool
+    cpu: float | None = None  # client + server CPU seconds (None: not measured, pgbench)
 
     @property
     def rate(self) -> float:
         return self.claims / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_per_claim_us(self) -> float | None:
+        return self.cpu / self.claims * 1e6 if self.cpu is not None and self.claims else None
 
 
 @dataclass
@@ -76,6 +81,7 @@ class Series:
         default_factory=lambda: defaultdict(list)
     )
     at_cap: dict[tuple[Hashable, str], int] = field(default_factory=lambda: defaultdict(int))
+    cpu: dict[tuple[Hashable, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     _best: dict[tuple[Hashable, str], float] = field(default_factory=dict)
 
     def cell(
@@ -94,10 +100,14 @@ class Series:
             self._best[key] = max(self._best.get(key, 0.0), measured.rate)
             self.rates[key].append(measured.rate)
             self.at_cap[key] += measured.at_cap
+            cpu = measured.cpu_per_claim_us
+            if cpu is not None:
+                self.cpu[key].append(cpu)
             print(
                 f"  r{round_no} {cell!s:28s} {arm.name:22s} w={workers:<2d} b={batch:<2d}"
                 f" {measured.rate:8.0f}/s ({measured.claims} in {measured.seconds:.2f}s"
-                f"{', drained' if measured.drained else ''})",
+                f"{', drained' if measured.drained else ''})"
+                + (f" {cpu:6.0f} us CPU/claim" if cpu is not None else ""),
                 flush=True,
             )
 
@@ -132,6 +142,7 @@ class Series:
             calls=sum(item.calls for item in outcomes),
             at_cap=sum(item.at_cap for item in outcomes),
             drained=ended < start + self.seconds - 0.05,
+            cpu=sum(item.client_cpu + item.server_cpu for item in outcomes),
         )
 
     def _pgbench(self, *, workers: int, batch: int) -> Measurement:
@@ -165,6 +176,15 @@ class Series:
 
     def ratio(self, cell: Hashable, arm: str, baseline: str) -> float:
         return paired_ratio(self.rates[(cell, arm)], self.rates[(cell, baseline)])
+
+    def cpu_median(self, cell: Hashable, arm: str) -> float:
+        """Median CPU microseconds (client + server) per claimed run."""
+        return median(self.cpu[(cell, arm)])
+
+    def cpu_ratio(self, cell: Hashable, arm: str, baseline: str) -> float:
+        """Claims per CPU-second relative to the baseline (baseline CPU / arm CPU): read
+        like a throughput ratio, but insensitive to other load on the machine."""
+        return paired_ratio(self.cpu[(cell, baseline)], self.cpu[(cell, arm)])
 
     def _queue(self, cell: Hashable, arm: Arm, batch: int) -> int:
         rate = self._best.get((cell, arm.name), 2_000.0 * min(batch, 20))

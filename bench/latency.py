@@ -22,6 +22,7 @@ from bench import queries, seed
 from bench.context import Context
 from bench.report import Report, plot_path, pyplot
 from bench.stats import percentile, ratio
+from bench.workers import backend_cpu
 from pgsched.db import connection
 from pgsched.engine import dispatch, launcher
 
@@ -35,7 +36,7 @@ FLOOR = 2.0  # p99 with history <= 2x empty p99
 
 def run(ctx: Context) -> Report:
     history_rows = 20_000 if ctx.quick else 1_000_000
-    blocks, per_block = (2, 10) if ctx.quick else (12, 50)
+    blocks, per_block = (2, 10) if ctx.quick else (24, 25)
     tables = {"empty": 0, "1M history": history_rows}
     if ctx.quick:
         tables = {"empty": 0, f"{history_rows // 1000}k history": history_rows}
@@ -45,6 +46,7 @@ def run(ctx: Context) -> Report:
         _prepare(conns[label], history=rows)
     retain = {label: rows > 0 for label, rows in tables.items()}
     samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+    cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
     arms = {"dispatcher": _dispatcher, "raw": _raw}
     try:
         for block in range(blocks):
@@ -52,8 +54,9 @@ def run(ctx: Context) -> Report:
             for label in order:
                 for arm, claim in arms.items():
                     for _ in range(per_block):
-                        elapsed = _timed_cycle(conns[label], claim, retain=retain[label])
+                        elapsed, used = _timed_cycle(conns[label], claim, retain=retain[label])
                         samples[(label, arm)].append(elapsed)
+                        cpu[(label, arm)].append(used)
         plans = {label: _candidate_plan(conn) for label, conn in conns.items()}
         sizes = {label: _sizes(conn) for label, conn in conns.items()}
     finally:
@@ -65,7 +68,17 @@ def run(ctx: Context) -> Report:
     report = Report(
         NAME,
         TITLE,
-        columns=["claim", "table", "samples", "p50 ms", "p99 ms", "p50 ratio", "p99 ratio"],
+        columns=[
+            "claim",
+            "table",
+            "samples",
+            "p50 ms",
+            "p99 ms",
+            "p50 ratio",
+            "p99 ratio",
+            "CPU ms/claim",
+            "CPU ratio",
+        ],
     )
     for arm in arms:
         base = samples[(empty, arm)]
@@ -80,6 +93,8 @@ def run(ctx: Context) -> Report:
                     "p99 ms": percentile(values, 0.99) * 1000,
                     "p50 ratio": ratio(percentile(values, 0.5), percentile(base, 0.5)),
                     "p99 ratio": ratio(percentile(values, 0.99), percentile(base, 0.99)),
+                    "CPU ms/claim": _mean(cpu[(label, arm)]) * 1000,
+                    "CPU ratio": ratio(_mean(cpu[(label, arm)]), _mean(cpu[(empty, arm)])),
                 },
             )
     report.floor(
@@ -94,7 +109,8 @@ def run(ctx: Context) -> Report:
     report.notes.append(
         f"{DEFINITIONS} definitions, backlog of {BACKLOG} due runs kept level, batch {BATCH}; "
         f"{blocks} alternating blocks of {per_block} claims per table and claim; ratios are "
-        "to the same claim on the empty table"
+        "to the same claim on the empty table; CPU = this process + its backend during the "
+        "claim (mean), the measure least disturbed by other load on the machine"
     )
     report.data = {
         "samples_ms": {f"{t}/{a}": [v * 1000 for v in s] for (t, a), s in samples.items()},
@@ -104,6 +120,11 @@ def run(ctx: Context) -> Report:
     if ctx.plots:
         report.plots.append(_plot(ctx, samples, list(tables), list(arms)))
     return report
+
+
+def _mean(values: list[float]) -> float:
+    # /proc counts CPU in 10 ms ticks: one claim's share is coarse, the mean of many is not.
+    return sum(values) / len(values) if values else float("nan")
 
 
 def _prepare(conn: connection.Connection, *, history: int) -> None:
@@ -128,14 +149,17 @@ def _timed_cycle(
     claim: Callable[[connection.Connection], list[int]],
     *,
     retain: bool,
-) -> float:
-    """Time one claim; then finish the batch (kept or deleted) and queue as many runs."""
+) -> tuple[float, float]:
+    """Time one claim (wall clock, and CPU of this process + its backend); then finish the
+    batch (kept or deleted) and queue as many runs."""
+    cpu = time.process_time() + backend_cpu(conn.info.backend_pid)
     started = time.perf_counter()
     ids = claim(conn)
     elapsed = time.perf_counter() - started
+    used = time.process_time() + backend_cpu(conn.info.backend_pid) - cpu
     conn.execute(queries.get("complete_runs" if retain else "delete_runs"), {"ids": ids})
     seed.queued(conn, len(ids))
-    return elapsed
+    return elapsed, used
 
 
 def _candidate_plan(conn: connection.Connection) -> list[str]:

@@ -83,7 +83,7 @@ def emit(report: Report, *, out_dir: Path, context: dict[str, Any]) -> Path:
 
 
 def format_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
-    cells = [[_cell(row.get(column)) for column in columns] for row in rows]
+    cells = [[cell(row.get(column)) for column in columns] for row in rows]
     widths = [
         max([len(column)] + [len(line[i]) for line in cells]) for i, column in enumerate(columns)
     ]
@@ -94,7 +94,7 @@ def format_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):

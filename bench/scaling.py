@@ -69,6 +69,7 @@ def run(ctx: Context) -> Report:
             "dispatcher claims/s",
             "dispatcher / raw",
             "dispatcher / pgbench",
+            "CPU ratio",
             "prototype claims/s",
             "prototype / raw",
         ],
@@ -86,6 +87,7 @@ def run(ctx: Context) -> Report:
                     "dispatcher claims/s": series.median(cell, "dispatcher"),
                     "dispatcher / raw": series.ratio(cell, "dispatcher", "raw"),
                     "dispatcher / pgbench": series.ratio(cell, "dispatcher", "pgbench"),
+                    "CPU ratio": series.cpu_ratio(cell, "dispatcher", "raw"),
                     "prototype claims/s": series.median(cell, "prototype") if largest else None,
                     "prototype / raw": series.ratio(cell, "prototype", "raw") if largest else None,
                 },
@@ -101,9 +103,13 @@ def run(ctx: Context) -> Report:
     report.notes.append(
         f"{DEFINITIONS} definitions, caps {UNCAPPED} (never bind), claim only; {rounds} rounds x "
         f"{ctx.seconds:g}s windows (pgbench: whole seconds); medians of rounds, ratios medians "
-        "of per-round ratios"
+        "of per-round ratios; CPU ratio = raw's CPU per claim (worker + backend) / the "
+        "dispatcher's"
     )
-    report.data = {"rates": {str(key): value for key, value in series.rates.items()}}
+    report.data = {
+        "rates": {str(key): value for key, value in series.rates.items()},
+        "cpu_us_per_claim": {str(key): value for key, value in series.cpu.items()},
+    }
     if ctx.plots:
         report.plots.append(_plot(ctx, series, worker_counts, batches))
     return report

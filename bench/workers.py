@@ -5,7 +5,9 @@ importing costs about a second per process on a busy 2-core box, far more than a
 measurement should absorb). Every worker of a measurement connects, then sleeps until a
 shared start instant on the system-wide monotonic clock, claims until the shared stop
 instant (or until the queue is drained), and reports what it did and when it ended, so
-throughput is ``total claims / (last end - common start)``.
+throughput is ``total claims / (last end - common start)``. Each worker also reports the
+CPU time it and its PostgreSQL backend used: CPU per claim hardly depends on what else
+runs on the machine, unlike throughput, so it is the steadier measure of cost.
 
 What a worker does per iteration is named by :class:`Task`:
 
@@ -20,6 +22,7 @@ What a worker does per iteration is named by :class:`Task`:
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +61,15 @@ class Outcome:
     at_cap: int  # candidates passed over because their definition was at its cap
     started: float
     ended: float
+    client_cpu: float = 0.0  # seconds of CPU this worker process used while measuring
+    server_cpu: float = 0.0  # seconds of CPU its PostgreSQL backend used meanwhile
+
+
+def backend_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a PostgreSQL backend has used, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def claim_loop(task: Task) -> Outcome:
@@ -74,6 +86,8 @@ def claim_loop(task: Task) -> Outcome:
         while clock() < task.start_at:
             time.sleep(min(0.01, max(0.0, task.start_at - clock())))
         started = clock()
+        client_cpu = time.process_time()
+        server_cpu = backend_cpu(conn.info.backend_pid)
         while clock() < task.stop_at:
             calls += 1
             if task.method == "raw":
@@ -108,7 +122,9 @@ def claim_loop(task: Task) -> Outcome:
                 for run_id, token in claimed:
                     lease.finish(conn, lease.Lease(run_id, token), "COMPLETED")
         ended = clock()
-    return Outcome(claims, calls, empty, at_cap, started, ended)
+        client_cpu = time.process_time() - client_cpu
+        server_cpu = backend_cpu(conn.info.backend_pid) - server_cpu
+    return Outcome(claims, calls, empty, at_cap, started, ended, client_cpu, server_cpu)
 
 
 def _warm(_: int) -> None:

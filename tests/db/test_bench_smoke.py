@@ -49,10 +49,13 @@ def written(ctx: Context, name: str) -> dict:
 
 def test_throughput_measures_raw_and_dispatcher_and_their_ratio(ctx: Context) -> None:
     report = cli.run_one("throughput", ctx)
-    assert report.rows and len(report.floors) >= 1
-    for row in report.rows:
-        assert positive(row["raw claims/s"]) and positive(row["dispatcher claims/s"])
-        assert positive(row["ratio"])
+    arms = {(row["variant"], row["arm"]): row for row in report.rows}
+    for variant in ("uncapped", "cap 1 + complete"):
+        for arm in ("raw", "dispatcher", "prototype"):
+            row = arms[(variant, arm)]
+            assert positive(row["claims/s"]) and positive(row["ratio to raw"]), row
+            assert positive(row["CPU us/claim"]) and positive(row["CPU ratio"]), row
+    assert arms[("uncapped", "raw")]["ratio to raw"] == 1.0
     assert written(ctx, "throughput")["floors"]
 
 
@@ -62,6 +65,7 @@ def test_scaling_compares_dispatcher_with_python_and_pgbench_raw_claims(ctx: Con
         for column in ("raw claims/s", "pgbench claims/s", "dispatcher claims/s"):
             assert positive(row[column]), (column, row)
         assert positive(row["dispatcher / raw"]) and positive(row["dispatcher / pgbench"])
+        assert positive(row["CPU ratio"])
     assert written(ctx, "scaling")["plots"] == ["scaling.png"]
 
 
@@ -114,6 +118,7 @@ def test_locks_compares_locked_and_unlocked_claims_on_the_same_data(ctx: Context
     for row in report.rows:
         assert positive(row["locked claims/s"]) and positive(row["unlocked claims/s"])
         assert positive(row["locked / unlocked"])
+        assert positive(row["locked CPU us/claim"]) and positive(row["unlocked CPU us/claim"])
     one = [row for row in report.rows if row["definitions"] == 1]
     assert one and all(row["locks per claim call"] == 1 for row in one)
     assert written(ctx, "locks")["plots"] == ["locks.png"]
