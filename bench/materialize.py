@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from bench import queries, seed
 from bench.context import Context
@@ -63,7 +63,7 @@ def run(ctx: Context) -> Report:
                 shift = round_no % len(chosen)
                 for arm in chosen[shift:] + chosen[:shift]:
                     conn.execute(queries.get("truncate_definitions"))
-                    seed.definitions(
+                    at = seed.definitions(
                         conn,
                         count=arm.count,
                         cap=1,
@@ -73,7 +73,7 @@ def run(ctx: Context) -> Report:
                     )
                     conn.execute("VACUUM ANALYZE pgsched.job_definitions, pgsched.job_runs")
                     started = time.perf_counter()
-                    made[arm.label].append(_engine(conn) if arm.engine else _sql_only(conn))
+                    made[arm.label].append(_engine(conn, at) if arm.engine else _sql_only(conn, at))
                     seconds[arm.label].append(time.perf_counter() - started)
                     print(
                         f"  r{round_no} {arm.label:34s} {made[arm.label][-1]:6d} runs in "
@@ -112,15 +112,16 @@ def run(ctx: Context) -> Report:
     return report
 
 
-def _engine(conn: connection.Connection) -> int:
-    result = materialize.run_once(conn)
+def _engine(conn: connection.Connection, at: datetime) -> int:
+    # Pinned to the seeding instant: exactly one occurrence is due, however long it takes.
+    result = materialize.run_once(conn, now=at)
     assert not result.failed_definitions, result.failed_definitions
     assert result.skipped == 0, "every seeded definition has exactly one due occurrence"
     return result.queued
 
 
-def _sql_only(conn: connection.Connection) -> int:
+def _sql_only(conn: connection.Connection, at: datetime) -> int:
     with conn.transaction():
-        rows = conn.execute(queries.get("materialize_sql_only")).rowcount
-        conn.execute(queries.get("advance_sql_only"))
+        rows = conn.execute(queries.get("materialize_sql_only"), {"now": at}).rowcount
+        conn.execute(queries.get("advance_sql_only"), {"now": at})
     return rows

@@ -40,11 +40,14 @@ def definitions(
     due: bool,
     kinds: tuple[str, ...] = ("cron", "rrule", "once"),
     age: timedelta = timedelta(days=30),
-) -> None:
+) -> datetime:
     """Insert ``count`` definitions with ``max_concurrent_runs = cap``, due now or idle.
 
     ``kinds`` narrows the mix; ``age`` is how long ago they were created (an RRULE's
     DTSTART day when its text gives none — which matters, see the materialize benchmark).
+    Returns the database's "now" the occurrences were computed against: materializing
+    at that instant finds exactly one due occurrence per due definition, however long
+    the seeding took.
     """
     row = conn.execute("SELECT now() AS now").fetchone()
     assert row is not None
@@ -76,6 +79,7 @@ def definitions(
         columns["zones"].append(zone)
         columns["next_run_at"].append(next_at)
     conn.execute(queries.get("seed_definitions"), {**columns, "cap": cap, "anchor": anchor})
+    return now
 
 
 @functools.cache

@@ -69,14 +69,14 @@ TRUNCATE pgsched.job_runs, pgsched.job_definitions RESTART IDENTITY;
 INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
 SELECT id, 'QUEUED', 'schedule', next_run_at
 FROM pgsched.job_definitions
-WHERE deleted_at IS NULL AND next_run_at <= now()
+WHERE deleted_at IS NULL AND next_run_at <= %(now)s
 ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
 DO NOTHING;
 
 -- name: advance_sql_only
 UPDATE pgsched.job_definitions
 SET next_run_at = next_run_at + interval '1 hour', last_scheduled_for = next_run_at
-WHERE deleted_at IS NULL AND next_run_at <= now();
+WHERE deleted_at IS NULL AND next_run_at <= %(now)s;
 
 -- name: truncate_procrastinate
 -- Only when procrastinate's schema exists (the peer benchmark applies it).
