@@ -17,13 +17,18 @@ queries); three differences, each aimed at a cost the profiles found:
    statement that starts after the lock was granted.
 3. **One query for the launch step's definitions**, instead of one per definition.
 
-It handles ``concurrencyPolicy: Queue`` only (all the benchmarks use); Skip/Replace would
+:func:`run_once_sql` goes one step further: the same claim as one server-side function
+(``bench/sql/prototype/claim_function.sql``), so a claim is one round trip and Python
+parses only the claimed rows.
+
+Both handle ``concurrencyPolicy: Queue`` only (all the benchmarks use); Skip/Replace would
 carry over unchanged from the engine's ``_choose``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from uuid import UUID
 
 from bench import queries
@@ -33,22 +38,52 @@ from pgsched.engine import dispatch
 from pgsched.engine.launcher import Launcher
 from pgsched.engine.models import Definition, Run
 
+FUNCTION = Path(__file__).parent / "sql" / "prototype" / "claim_function.sql"
+
+
+def install(conn: Connection) -> None:
+    """Create ``bench.claim`` in this database (once, before any worker calls it)."""
+    conn.execute(FUNCTION.read_text(encoding="utf-8"))  # type: ignore[call-overload]
+
 
 def run_once(conn: Connection, launcher: Launcher, *, batch_size: int) -> tuple[list[Run], int]:
     """Claim and launch; returns the runs and how many candidates were passed over because
     their definition was at its cap or being claimed by another dispatcher."""
     claimed, passed = claim(conn, batch_size=batch_size)
-    if claimed:
-        owners = {
-            row["id"]: Definition.from_row(row)
-            for row in conn.execute(
-                queries.get("proposal_definitions"),
-                {"ids": sorted({run.definition_id for run in claimed})},
-            )
-        }
-        for run in claimed:
-            launcher.launch(run, owners[run.definition_id])
+    _launch(conn, launcher, claimed)
     return claimed, passed
+
+
+def run_once_sql(conn: Connection, launcher: Launcher, *, batch_size: int) -> tuple[list[Run], int]:
+    """:func:`run_once` with the claim as one call of ``bench.claim``. The function does
+    not say what it passed over, so an empty claim with runs still queued counts as 1."""
+    claimed = [
+        Run.from_row(row)
+        for row in conn.execute(
+            queries.get("proposal_claim_call"),
+            {"batch": batch_size, "overshoot": dispatch.DEFAULT_OVERSHOOT},
+        )
+    ]
+    if not claimed:
+        row = conn.execute(queries.get("proposal_any_queued")).fetchone()
+        return [], int(bool(row and row["any"]))
+    _launch(conn, launcher, claimed)
+    return claimed, 0
+
+
+def _launch(conn: Connection, launcher: Launcher, claimed: list[Run]) -> None:
+    """The launch step with every owner definition fetched in one query."""
+    if not claimed:
+        return
+    owners = {
+        row["id"]: Definition.from_row(row)
+        for row in conn.execute(
+            queries.get("proposal_definitions"),
+            {"ids": sorted({run.definition_id for run in claimed})},
+        )
+    }
+    for run in claimed:
+        launcher.launch(run, owners[run.definition_id])
 
 
 def claim(

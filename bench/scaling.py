@@ -9,8 +9,8 @@ definition's queue (the cap check runs in full, it just never binds), claim only
   for that query with no client-side cost at all;
 - ``dispatcher``: ``dispatch.run_once`` with a no-op launcher, from the same kind of
   worker processes as ``raw``;
-- ``prototype`` (batch 50 only): :mod:`bench.proposal`, the dispatcher changes this suite
-  proposes, to show how they scale.
+- ``prototype`` (batch 50 only): :mod:`bench.proposal`'s one-call prototype of the
+  dispatcher changes this suite proposes, to show how they scale.
 
 The machine has 2 cores shared by the server, the clients and other work: past 2 workers,
 added workers add contention, not capacity. Ratios are to ``raw`` (same client stack).
@@ -18,7 +18,7 @@ added workers add contention, not capacity. Ratios are to ``raw`` (same client s
 
 from __future__ import annotations
 
-from bench import seed
+from bench import proposal, seed
 from bench.claiming import MIN_QUEUE, QUICK_MIN_QUEUE, Arm, Series
 from bench.context import Context
 from bench.report import Report, plot_path, pyplot
@@ -31,7 +31,7 @@ DEFINITIONS = 1_000
 UNCAPPED = 100_000
 FLOOR = 0.25
 ARMS = [Arm("raw", "raw"), Arm("pgbench", "pgbench"), Arm("dispatcher", "dispatch")]
-PROTOTYPE = Arm("prototype", "proposal")  # bench.proposal, measured at the largest batch
+PROTOTYPE = Arm("prototype", "proposal_sql")  # bench.proposal, at the largest batch only
 
 
 def run(ctx: Context) -> Report:
@@ -49,6 +49,7 @@ def run(ctx: Context) -> Report:
             min_queue=QUICK_MIN_QUEUE if ctx.quick else MIN_QUEUE,
         )
         seed.definitions(conn, count=DEFINITIONS, cap=UNCAPPED, due=False)
+        proposal.install(conn)
         for round_no in range(rounds):
             for batch in batches:
                 for workers in worker_counts:
@@ -138,7 +139,7 @@ def _plot(
                 [series.median((w, batch), "prototype") for w in worker_counts],
                 marker="x",
                 linestyle="--",
-                label="prototype (bench.proposal)",
+                label="prototype, one call (bench.proposal)",
             )
             bottom.plot(
                 worker_counts,

@@ -10,14 +10,14 @@ Same database, same 1,000 definitions, same freshly queued runs for every measur
   the dispatcher passes over candidates whose definition is running elsewhere.
 
 ``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
-``claim()`` (1 worker) is the claim transaction alone, to show what the launch step costs;
-``prototype`` is :mod:`bench.proposal`, the changes this suite proposes, measured on the
-same data so the proposal comes with its evidence.
+``prototype`` and ``prototype, one call`` are :mod:`bench.proposal`, the changes this
+suite proposes (in Python; as one server-side function), measured on the same data so the
+proposal comes with its evidence.
 """
 
 from __future__ import annotations
 
-from bench import seed
+from bench import proposal, seed
 from bench.claiming import MIN_QUEUE, QUICK_MIN_QUEUE, Arm, Series
 from bench.context import Context
 from bench.report import Report
@@ -33,11 +33,11 @@ FLOOR = 0.25
 
 RAW = Arm("raw", "raw")
 DISPATCHER = Arm("dispatcher", "dispatch")
-CLAIM_ONLY = Arm("claim()", "claim")
 PROTOTYPE = Arm("prototype", "proposal")
+PROTOTYPE_SQL = Arm("prototype, one call", "proposal_sql")
 RAW_COMPLETING = Arm("raw", "raw", complete="bulk")
 DISPATCHER_COMPLETING = Arm("dispatcher", "dispatch", complete="bulk")
-PROTOTYPE_COMPLETING = Arm("prototype", "proposal", complete="bulk")
+PROTOTYPE_SQL_COMPLETING = Arm("prototype, one call", "proposal_sql", complete="bulk")
 
 
 def run(ctx: Context) -> Report:
@@ -51,13 +51,13 @@ def run(ctx: Context) -> Report:
             crew, conn, dsn, ctx.seconds, min_queue=QUICK_MIN_QUEUE if ctx.quick else MIN_QUEUE
         )
         seed.definitions(conn, count=DEFINITIONS, cap=UNCAPPED, due=False)
+        proposal.install(conn)
         for round_no in range(rounds):
             for batch in batches:
                 for workers in worker_counts:
-                    arms = [RAW, DISPATCHER, PROTOTYPE] + ([CLAIM_ONLY] if workers == 1 else [])
                     series.cell(
                         ("uncapped", workers, batch),
-                        arms,
+                        [RAW, DISPATCHER, PROTOTYPE, PROTOTYPE_SQL],
                         workers=workers,
                         batch=batch,
                         round_no=round_no,
@@ -66,7 +66,7 @@ def run(ctx: Context) -> Report:
             for batch in batches:
                 series.cell(
                     ("capped", capped_workers, batch),
-                    [RAW_COMPLETING, DISPATCHER_COMPLETING, PROTOTYPE_COMPLETING],
+                    [RAW_COMPLETING, DISPATCHER_COMPLETING, PROTOTYPE_SQL_COMPLETING],
                     workers=capped_workers,
                     batch=batch,
                     round_no=round_no,
@@ -93,7 +93,7 @@ def run(ctx: Context) -> Report:
     cells += [("capped", capped_workers, b) for b in batches]
     for cell in cells:
         variant, workers, batch = cell
-        for arm in ("raw", "dispatcher", "claim()", "prototype"):
+        for arm in ("raw", "dispatcher", "prototype", "prototype, one call"):
             if not series.rates[(cell, arm)]:
                 continue
             report.add(
@@ -116,11 +116,12 @@ def run(ctx: Context) -> Report:
             series.ratio(cell, "dispatcher", "raw"),
             FLOOR,
         )
-        report.floor(
-            f"(prototype, not the engine) / raw at batch {max(batches)}, {workers} worker(s)",
-            series.ratio(cell, "prototype", "raw"),
-            FLOOR,
-        )
+        for arm in ("prototype", "prototype, one call"):
+            report.floor(
+                f"({arm}: not the engine) / raw at batch {max(batches)}, {workers} worker(s)",
+                series.ratio(cell, arm, "raw"),
+                FLOOR,
+            )
     report.notes.append(
         f"{DEFINITIONS} definitions; uncapped = max_concurrent_runs {UNCAPPED} (never binds); "
         f"capped = {CAPPED}, each batch completed right after its claim (one statement, every "

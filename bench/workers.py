@@ -14,7 +14,8 @@ What a worker does per iteration is named by :class:`Task`:
 - ``method``: ``raw`` (the seed's query alone, autocommit, as pgbench sends it),
   ``dispatch`` (``dispatch.run_once`` with a no-op launcher — the whole dispatcher), or
   ``claim`` (``dispatch.claim``, the claim transaction without the launch step), or
-  ``proposal`` (:mod:`bench.proposal`, a prototype of the proposed dispatcher changes);
+  ``proposal`` / ``proposal_sql`` (:mod:`bench.proposal`, prototypes of the proposed
+  dispatcher changes: in Python, and as one server-side function);
 - ``complete``: ``none`` (claim only), ``bulk`` (complete the batch in one statement, so
   RUNNING counts stay small), or ``lease`` (``lease.finish`` per run, the job side's API).
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from typing import Literal, TypeVar
 
-Method = Literal["raw", "dispatch", "claim", "proposal"]
+Method = Literal["raw", "dispatch", "claim", "proposal", "proposal_sql"]
 Complete = Literal["none", "bulk", "lease"]
 
 T = TypeVar("T")
@@ -94,8 +95,9 @@ def claim_loop(task: Task) -> Outcome:
                 rows = conn.execute(raw, {"batch": task.batch}).fetchall()
                 claimed = [(row["id"], row["lease_token"]) for row in rows]
                 capped = 0
-            elif task.method == "proposal":
-                runs, capped = proposal.run_once(conn, null, batch_size=task.batch)
+            elif task.method in ("proposal", "proposal_sql"):
+                step = proposal.run_once if task.method == "proposal" else proposal.run_once_sql
+                runs, capped = step(conn, null, batch_size=task.batch)
                 claimed = [(run.id, run.lease_token) for run in runs]
             else:
                 if task.method == "dispatch":

@@ -10,3 +10,9 @@ WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
 
 -- name: proposal_definitions
 SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: proposal_claim_call
+SELECT * FROM bench.claim(%(batch)s, %(overshoot)s);
+
+-- name: proposal_any_queued
+SELECT EXISTS (SELECT 1 FROM pgsched.job_runs WHERE status = 'QUEUED') AS any;
