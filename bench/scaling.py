@@ -116,6 +116,9 @@ def run(ctx: Context) -> Report:
     return report
 
 
+COLORS = {"raw": "tab:blue", "pgbench": "tab:orange", "dispatcher": "tab:green"}
+
+
 def _plot(
     ctx: Context, series: Series, worker_counts: tuple[int, ...], batches: tuple[int, ...]
 ) -> str:
@@ -128,17 +131,25 @@ def _plot(
                 worker_counts,
                 [series.median((w, batch), arm.name) for w in worker_counts],
                 marker="o",
+                color=COLORS[arm.name],
                 label=arm.name,
             )
-        top.set_title(f"batch {batch}")
-        top.set_yscale("log")
-        top.set_ylabel("claims/s")
+        for baseline, style in (("raw", "-"), ("pgbench", ":")):
+            bottom.plot(
+                worker_counts,
+                [series.ratio((w, batch), "dispatcher", baseline) for w in worker_counts],
+                marker="o",
+                linestyle=style,
+                color=COLORS["dispatcher"],
+                label=f"dispatcher / {baseline}",
+            )
         if batch == max(batches):
             top.plot(
                 worker_counts,
                 [series.median((w, batch), "prototype") for w in worker_counts],
                 marker="x",
                 linestyle="--",
+                color="tab:red",
                 label="prototype, one call (bench.proposal)",
             )
             bottom.plot(
@@ -146,19 +157,16 @@ def _plot(
                 [series.ratio((w, batch), "prototype", "raw") for w in worker_counts],
                 marker="x",
                 linestyle="--",
+                color="tab:red",
                 label="prototype / raw",
             )
-        for baseline in ("raw", "pgbench"):
-            bottom.plot(
-                worker_counts,
-                [series.ratio((w, batch), "dispatcher", baseline) for w in worker_counts],
-                marker="o",
-                label=f"dispatcher / {baseline}",
-            )
-        bottom.axhline(FLOOR, color="red", linestyle="--", linewidth=1, label="floor 25%")
-        bottom.axhline(0.5, color="green", linestyle=":", linewidth=1, label="goal 50%")
+        bottom.axhline(FLOOR, color="black", linestyle="--", linewidth=1, label="floor 25%")
+        bottom.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="goal 50%")
         bottom.set_ylim(0, max(1.0, bottom.get_ylim()[1]))
         bottom.set_ylabel("ratio")
+        top.set_title(f"batch {batch}")
+        top.set_yscale("log")
+        top.set_ylabel("claims/s")
         for axis in (top, bottom):
             axis.set_xscale("log", base=2)
             axis.set_xticks(worker_counts, [str(w) for w in worker_counts])

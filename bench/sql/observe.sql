@@ -30,3 +30,10 @@ SELECT count(*) AS done FROM pgsched.job_runs WHERE status = 'COMPLETED';
 
 -- name: count_procrastinate_done
 SELECT count(*) AS done FROM public.procrastinate_jobs WHERE status = 'succeeded';
+
+-- name: statement_profile
+-- bench.profile: what the server executed since the last reset, heaviest first.
+SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 72) AS query
+FROM pg_stat_statements
+WHERE query NOT ILIKE '%%pg_stat_statements%%'
+ORDER BY total_exec_time DESC;

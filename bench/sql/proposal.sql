@@ -16,3 +16,7 @@ SELECT * FROM bench.claim(%(batch)s, %(overshoot)s);
 
 -- name: proposal_any_queued
 SELECT EXISTS (SELECT 1 FROM pgsched.job_runs WHERE status = 'QUEUED') AS any;
+
+-- name: proposal_claim_ids
+-- bench.profile: the one-call claim alone, returning ids only (no rows to parse).
+SELECT id FROM bench.claim(%(batch)s, %(overshoot)s);
