@@ -28,6 +28,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
+from psycopg import sql
+
 from bench import queries, seed
 from bench.context import Context
 from bench.report import Report, plot_path, pyplot
@@ -78,15 +81,15 @@ def run(ctx: Context) -> Report:
             seed.definitions(conn, count=DEFINITIONS, cap=5, due=False)
             seed.history(conn, history)
             seed.queued(conn, BACKLOG)
-            conn.execute("VACUUM ANALYZE pgsched.job_runs")
+            conn.execute(queries.get("vacuum_analyze_runs"))
             line = Timeline()
             work = _Workload(conn, line)
             work.drive(baseline_s, "baseline")
-            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            holder.execute("SELECT count(*) FROM pgsched.job_runs WHERE status = 'QUEUED'")
-            line.mark("snapshot taken")
-            work.drive(hold_s, "snapshot held")
-            holder.execute("COMMIT")
+            holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            with holder.transaction():
+                holder.execute(queries.get("snapshot_read"))
+                line.mark("snapshot taken")
+                work.drive(hold_s, "snapshot held")
             line.mark("snapshot released")
             released = line.now()
             base_dead = max(s["dead_tuples"] for s in line.stats if s["phase"] == "baseline")
@@ -98,7 +101,7 @@ def run(ctx: Context) -> Report:
             if not recovered:
                 line.mark("dead tuples not cleared by autovacuum: manual VACUUM")
                 started = time.monotonic()
-                conn.execute("VACUUM pgsched.job_runs")
+                conn.execute(queries.get("vacuum_runs"))
                 vacuum_seconds = time.monotonic() - started
                 line.mark(f"VACUUM done in {vacuum_seconds:.1f}s")
                 work.drive(after_vacuum_s, "after VACUUM")
@@ -180,10 +183,12 @@ class _Workload:
 
     def _candidate_work(self) -> dict[str, float]:
         """Buffers and server time of the dispatcher's candidate query, right now."""
-        query = engine_queries.get("claim_candidates").as_string(self.conn)
+        query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}").format(
+            engine_queries.get("claim_candidates")
+        )
         with self.conn.transaction(force_rollback=True):
             row = self.conn.execute(
-                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}",  # type: ignore[arg-type]
+                query,
                 {
                     "now": None,
                     "limit": PER_TICK * dispatch.DEFAULT_OVERSHOOT,

@@ -21,9 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
+from bench import queries
 from pgsched.db import connection, migrate
 from pgsched.devenv.postgres import PostgresServer
+
+SETTINGS = (
+    "shared_buffers",
+    "fsync",
+    "synchronous_commit",
+    "autovacuum",
+    "autovacuum_naptime",
+    "autovacuum_vacuum_scale_factor",
+    "max_connections",
+)
 
 
 @dataclass
@@ -35,7 +47,7 @@ class Environment:
         """A new migrated database; returns its DSN. Dropped by :meth:`drop_databases`."""
         name = f"{prefix}_{uuid.uuid4().hex[:8]}"
         with connection.connect(self.server.dsn()) as admin:
-            admin.execute(f"CREATE DATABASE {name}")
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         self._databases.append(name)
         dsn = self.server.dsn(name)
         with connection.connect(dsn) as conn:
@@ -45,7 +57,9 @@ class Environment:
     def drop_databases(self) -> None:
         with connection.connect(self.server.dsn()) as admin:
             for name in self._databases:
-                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
         self._databases.clear()
 
     def pg_tool(self, name: str) -> list[str]:
@@ -67,22 +81,9 @@ def environment() -> Iterator[Environment]:
 def machine(dsn: str) -> dict[str, Any]:
     """CPU, memory, load and server version: the context every result file carries."""
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
+        row = conn.execute(queries.get("server_version")).fetchone()
         settings = dict(
-            conn.execute(
-                "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
-                [
-                    [
-                        "shared_buffers",
-                        "fsync",
-                        "synchronous_commit",
-                        "autovacuum",
-                        "autovacuum_naptime",
-                        "autovacuum_vacuum_scale_factor",
-                        "max_connections",
-                    ]
-                ],
-            ).fetchall()
+            conn.execute(queries.get("server_settings"), {"names": list(SETTINGS)}).fetchall()
         )
     return {
         "cpu": _cpu_model(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from bench import seed
+from bench import queries, seed
 from bench.context import Context
 from bench.report import Report
 from bench.stats import median, percentile, ratio
@@ -33,7 +33,7 @@ def run(ctx: Context) -> Report:
     with connection.connect(dsns[big]) as conn:
         seed.definitions(conn, count=count, cap=1, due=False)
         seed.history(conn, count)
-        conn.execute("VACUUM ANALYZE pgsched.job_definitions, pgsched.job_runs")
+        conn.execute(queries.get("vacuum_analyze_all"))
     tickers = {
         label: Ticker(
             lambda dsn=dsn: connection.connect(dsn), launcher.NullLauncher(), TickSettings()

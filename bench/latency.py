@@ -18,12 +18,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from psycopg import sql
+
 from bench import queries, seed
 from bench.context import Context
 from bench.report import Report, plot_path, pyplot
 from bench.stats import percentile, ratio
 from bench.workers import backend_cpu
 from pgsched.db import connection
+from pgsched.db import queries as engine_queries
 from pgsched.engine import dispatch, launcher
 
 NAME = "latency"
@@ -132,7 +135,7 @@ def _prepare(conn: connection.Connection, *, history: int) -> None:
     if history:
         seed.history(conn, history)
     seed.queued(conn, BACKLOG)
-    conn.execute("VACUUM ANALYZE pgsched.job_runs")
+    conn.execute(queries.get("vacuum_analyze_runs"))
 
 
 def _dispatcher(conn: connection.Connection) -> list[int]:
@@ -164,12 +167,10 @@ def _timed_cycle(
 
 def _candidate_plan(conn: connection.Connection) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of the dispatcher's candidate query, rolled back."""
-    from pgsched.db import queries as engine_queries
-
+    query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) {}").format(engine_queries.get("claim_candidates"))
     with conn.transaction(force_rollback=True):
-        query = engine_queries.get("claim_candidates").as_string(conn)
         rows = conn.execute(
-            f"EXPLAIN (ANALYZE, BUFFERS) {query}",  # type: ignore[arg-type]
+            query,
             {"now": None, "limit": BATCH * dispatch.DEFAULT_OVERSHOOT, "definition_ids": None},
         ).fetchall()
     return [row["QUERY PLAN"] for row in rows]

@@ -71,7 +71,7 @@ def run(ctx: Context) -> Report:
                         kinds=arm.kinds,
                         age=timedelta(days=arm.age_days),
                     )
-                    conn.execute("VACUUM ANALYZE pgsched.job_definitions, pgsched.job_runs")
+                    conn.execute(queries.get("vacuum_analyze_all"))
                     started = time.perf_counter()
                     made[arm.label].append(_engine(conn, at) if arm.engine else _sql_only(conn, at))
                     seconds[arm.label].append(time.perf_counter() - started)

@@ -190,13 +190,13 @@ def _burn_down_once(
     start = clock() + START_LEAD + 0.4  # procrastinate's App takes a moment to import
     if arm.system == "procrastinate":
         app.tasks[TASK].batch_defer(*({} for _ in range(jobs)))
-        conn.execute("VACUUM ANALYZE procrastinate_jobs")
+        conn.execute(queries.get("vacuum_analyze_procrastinate"))
         tasks = [PeerTask(dsn, start, arm.concurrency)] * workers
         outcomes = crew.run(tasks, procrastinate_worker)
         done = conn.execute(queries.get("count_procrastinate_done")).fetchone()
     else:
         seed.queued(conn, jobs)
-        conn.execute("VACUUM ANALYZE pgsched.job_runs")
+        conn.execute(queries.get("vacuum_analyze_runs"))
         task = Task(dsn, "dispatch", arm.batch, start, start + 3600, complete="lease")
         outcomes = crew.run([task] * workers)
         done = conn.execute(queries.get("count_completed")).fetchone()

@@ -37,7 +37,7 @@ def main() -> int:
     try:
         dsn = env.create_database("profile")
         with connection.connect(dsn) as conn:
-            conn.execute("CREATE EXTENSION pg_stat_statements")
+            conn.execute(queries.get("statements_extension"))
             seed.definitions(conn, count=1_000, cap=100_000, due=False)
             proposal.install(conn)
             null = launcher.NullLauncher()
@@ -73,7 +73,7 @@ def _profile(
     conn: connection.Connection, name: str, call: Callable[[], object]
 ) -> tuple[dict[str, object], list[dict[str, object]]]:
     seed.fresh_queue(conn, 40_000)
-    conn.execute("SELECT pg_stat_statements_reset()")
+    conn.execute(queries.get("statements_reset"))
     backend = conn.info.backend_pid
     client, server = time.process_time(), backend_cpu(backend)
     started = time.perf_counter()

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from bench import queries
 from pgsched import schedule
+from pgsched.db import clock
 from pgsched.db.connection import Connection
 
 # (kind, schedule text, zone): every recurring one fires at least hourly.
@@ -49,9 +50,7 @@ def definitions(
     at that instant finds exactly one due occurrence per due definition, however long
     the seeding took.
     """
-    row = conn.execute("SELECT now() AS now").fetchone()
-    assert row is not None
-    now: datetime = row["now"]
+    now = clock.now(conn)
     anchor = now - age
     mix = [entry for entry in MIX if entry[0] in kinds]
     # Due: the latest occurrence within the last hour. Idle: the first one after an hour.
@@ -127,4 +126,4 @@ def fresh_queue(conn: Connection, count: int) -> None:
     measurement starts from the same clean, analyzed state."""
     conn.execute(queries.get("truncate_runs"))
     queued(conn, count)
-    conn.execute("VACUUM ANALYZE pgsched.job_runs")
+    conn.execute(queries.get("vacuum_analyze_runs"))

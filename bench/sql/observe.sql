@@ -37,3 +37,31 @@ SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 72) 
 FROM pg_stat_statements
 WHERE query NOT ILIKE '%%pg_stat_statements%%'
 ORDER BY total_exec_time DESC;
+
+-- name: vacuum_analyze_runs
+VACUUM ANALYZE pgsched.job_runs;
+
+-- name: vacuum_analyze_all
+VACUUM ANALYZE pgsched.job_definitions, pgsched.job_runs;
+
+-- name: vacuum_runs
+VACUUM pgsched.job_runs;
+
+-- name: vacuum_analyze_procrastinate
+VACUUM ANALYZE public.procrastinate_jobs;
+
+-- name: snapshot_read
+-- bloat: the read that pins the REPEATABLE READ snapshot for as long as it stays open.
+SELECT count(*) AS queued FROM pgsched.job_runs WHERE status = 'QUEUED';
+
+-- name: server_version
+SHOW server_version;
+
+-- name: server_settings
+SELECT name, setting FROM pg_settings WHERE name = ANY(%(names)s::text[]);
+
+-- name: statements_extension
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+
+-- name: statements_reset
+SELECT pg_stat_statements_reset();
