@@ -1,0 +1,36 @@
+"""What a benchmark gets to run with, and the shape every benchmark module has.
+
+Each benchmark is a module with ``NAME``, ``TITLE`` and ``run(ctx) -> Report``; the
+command line (``python -m bench``) builds one :class:`Context` for all selected ones, so
+they share one PostgreSQL server but each makes its own database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from bench.environment import Environment
+from bench.report import Report
+
+
+@dataclass(frozen=True)
+class Context:
+    env: Environment
+    quick: bool = False
+    rounds: int | None = None  # None: each benchmark's own default (usually 3)
+    seconds: float = 1.5  # one throughput measurement window
+    out_dir: Path = field(default_factory=lambda: Path(__file__).parent / "results")
+    snapshot_seconds: float = 180.0  # bloat: how long the old snapshot is held
+    plots: bool = True
+
+    def rounds_or(self, default: int) -> int:
+        return self.rounds if self.rounds is not None else default
+
+
+class Benchmark(Protocol):
+    NAME: str
+    TITLE: str
+
+    def run(self, ctx: Context) -> Report: ...

@@ -1,0 +1,67 @@
+-- Watching the runs table while benchmarks churn it.
+
+-- name: table_stats
+-- Tuple counts from the statistics system (updated within about a second) and sizes.
+SELECT s.n_live_tup AS live_tuples,
+       s.n_dead_tup AS dead_tuples,
+       s.autovacuum_count AS autovacuums,
+       s.vacuum_count AS vacuums,
+       s.last_autovacuum,
+       pg_relation_size('pgsched.job_runs') AS heap_bytes,
+       pg_total_relation_size('pgsched.job_runs') AS total_bytes,
+       pg_relation_size('pgsched.job_runs_queued') AS queued_index_bytes,
+       pg_relation_size('pgsched.job_runs_running') AS running_index_bytes
+FROM pg_stat_user_tables AS s
+WHERE s.relid = 'pgsched.job_runs'::regclass;
+
+-- name: oldest_xmin_age
+-- How far the oldest snapshot holds back cleanup (0 when nothing does).
+SELECT coalesce(max(age(backend_xmin)), 0) AS xmin_age
+FROM pg_stat_activity
+WHERE backend_xmin IS NOT NULL;
+
+-- name: count_claims
+SELECT count(*) FILTER (WHERE status = 'RUNNING') AS running,
+       count(*) FILTER (WHERE status = 'QUEUED') AS queued
+FROM pgsched.job_runs;
+
+-- name: count_completed
+SELECT count(*) AS done FROM pgsched.job_runs WHERE status = 'COMPLETED';
+
+-- name: count_procrastinate_done
+SELECT count(*) AS done FROM public.procrastinate_jobs WHERE status = 'succeeded';
+
+-- name: statement_profile
+-- bench.profile: what the server executed since the last reset, heaviest first.
+SELECT calls, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 72) AS query
+FROM pg_stat_statements
+WHERE query NOT ILIKE '%%pg_stat_statements%%'
+ORDER BY total_exec_time DESC;
+
+-- name: vacuum_analyze_runs
+VACUUM ANALYZE pgsched.job_runs;
+
+-- name: vacuum_analyze_all
+VACUUM ANALYZE pgsched.job_definitions, pgsched.job_runs;
+
+-- name: vacuum_runs
+VACUUM pgsched.job_runs;
+
+-- name: vacuum_analyze_procrastinate
+VACUUM ANALYZE public.procrastinate_jobs;
+
+-- name: snapshot_read
+-- bloat: the read that pins the REPEATABLE READ snapshot for as long as it stays open.
+SELECT count(*) AS queued FROM pgsched.job_runs WHERE status = 'QUEUED';
+
+-- name: server_version
+SHOW server_version;
+
+-- name: server_settings
+SELECT name, setting FROM pg_settings WHERE name = ANY(%(names)s::text[]);
+
+-- name: statements_extension
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+
+-- name: statements_reset
+SELECT pg_stat_statements_reset();

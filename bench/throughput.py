@@ -1,0 +1,136 @@
+"""Claim throughput: the seed's raw SKIP LOCKED query vs pgsched's dispatcher (issue 2).
+
+Same database, same 1,000 definitions, same freshly queued runs for every measurement.
+
+- *uncapped*: caps of 100,000 per definition — far above any definition's queued runs,
+  so the cap check runs in full (advisory locks, live RUNNING counts) but never decides
+  what is claimed. Claim only, nothing completes: what the seed's query measures.
+- *capped*: every definition capped at 1, and each worker completes its batch right after
+  claiming it (one statement, both arms), so slots free up and the caps really bind:
+  the dispatcher passes over candidates whose definition is running elsewhere.
+
+``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
+``prototype`` and ``prototype, one call`` are :mod:`bench.proposal`, the changes this
+suite proposes (in Python; as one server-side function), measured on the same data so the
+proposal comes with its evidence.
+"""
+
+from __future__ import annotations
+
+from bench import proposal, seed
+from bench.claiming import MIN_QUEUE, QUICK_MIN_QUEUE, Arm, Series
+from bench.context import Context
+from bench.report import Report
+from bench.workers import Crew
+from pgsched.db import connection
+
+NAME = "throughput"
+TITLE = "claim throughput, raw SKIP LOCKED vs dispatcher (issue 2)"
+DEFINITIONS = 1_000
+UNCAPPED = 100_000
+CAPPED = 1
+FLOOR = 0.25
+
+RAW = Arm("raw", "raw")
+DISPATCHER = Arm("dispatcher", "dispatch")
+PROTOTYPE = Arm("prototype", "proposal")
+PROTOTYPE_SQL = Arm("prototype, one call", "proposal_sql")
+RAW_COMPLETING = Arm("raw", "raw", complete="bulk")
+DISPATCHER_COMPLETING = Arm("dispatcher", "dispatch", complete="bulk")
+PROTOTYPE_SQL_COMPLETING = Arm("prototype, one call", "proposal_sql", complete="bulk")
+
+
+def run(ctx: Context) -> Report:
+    rounds = ctx.rounds_or(3)
+    batches = (50,) if ctx.quick else (1, 10, 50)
+    worker_counts = (2,) if ctx.quick else (1, 4)
+    capped_workers = max(worker_counts)
+    dsn = ctx.env.create_database("throughput")
+    with connection.connect(dsn) as conn, Crew(max(worker_counts)) as crew:
+        series = Series(
+            crew, conn, dsn, ctx.seconds, min_queue=QUICK_MIN_QUEUE if ctx.quick else MIN_QUEUE
+        )
+        seed.definitions(conn, count=DEFINITIONS, cap=UNCAPPED, due=False)
+        proposal.install(conn)
+        for round_no in range(rounds):
+            for batch in batches:
+                for workers in worker_counts:
+                    series.cell(
+                        ("uncapped", workers, batch),
+                        [RAW, DISPATCHER, PROTOTYPE, PROTOTYPE_SQL],
+                        workers=workers,
+                        batch=batch,
+                        round_no=round_no,
+                    )
+            seed.set_caps(conn, CAPPED)
+            for batch in batches:
+                series.cell(
+                    ("capped", capped_workers, batch),
+                    [RAW_COMPLETING, DISPATCHER_COMPLETING, PROTOTYPE_SQL_COMPLETING],
+                    workers=capped_workers,
+                    batch=batch,
+                    round_no=round_no,
+                )
+            seed.set_caps(conn, UNCAPPED)
+    ctx.env.drop_databases()
+
+    report = Report(
+        NAME,
+        TITLE,
+        columns=[
+            "variant",
+            "workers",
+            "batch",
+            "arm",
+            "claims/s",
+            "ratio to raw",
+            "CPU us/claim",
+            "CPU ratio",
+            "at-cap passes",
+        ],
+    )
+    cells = [("uncapped", w, b) for w in worker_counts for b in batches]
+    cells += [("capped", capped_workers, b) for b in batches]
+    for cell in cells:
+        variant, workers, batch = cell
+        for arm in ("raw", "dispatcher", "prototype", "prototype, one call"):
+            if not series.rates[(cell, arm)]:
+                continue
+            report.add(
+                variant=variant if variant == "uncapped" else f"cap {CAPPED} + complete",
+                workers=workers,
+                batch=batch,
+                arm=arm,
+                **{
+                    "claims/s": series.median(cell, arm),
+                    "ratio to raw": series.ratio(cell, arm, "raw"),
+                    "CPU us/claim": series.cpu_median(cell, arm),
+                    "CPU ratio": series.cpu_ratio(cell, arm, "raw"),
+                    "at-cap passes": series.at_cap[(cell, arm)] if variant == "capped" else None,
+                },
+            )
+    for workers in worker_counts:
+        cell = ("uncapped", workers, max(batches))
+        report.floor(
+            f"dispatcher / raw at batch {max(batches)}, {workers} worker(s)",
+            series.ratio(cell, "dispatcher", "raw"),
+            FLOOR,
+        )
+        for arm in ("prototype", "prototype, one call"):
+            report.floor(
+                f"({arm}: not the engine) / raw at batch {max(batches)}, {workers} worker(s)",
+                series.ratio(cell, arm, "raw"),
+                FLOOR,
+            )
+    report.notes.append(
+        f"{DEFINITIONS} definitions; uncapped = max_concurrent_runs {UNCAPPED} (never binds); "
+        f"capped = {CAPPED}, each batch completed right after its claim (one statement, every "
+        f"arm); {rounds} rounds x {ctx.seconds:g}s windows; claims/s and CPU are medians of "
+        "rounds, ratios medians of per-round ratios; CPU = worker process + its backend, and "
+        "CPU ratio = raw's CPU per claim / the arm's (claims per CPU-second, relative)"
+    )
+    report.data = {
+        "rates": {str(key): value for key, value in series.rates.items()},
+        "cpu_us_per_claim": {str(key): value for key, value in series.cpu.items()},
+    }
+    return report

@@ -1,0 +1,155 @@
+"""Every benchmark runs at tiny scale against the real server, so none of them rots.
+
+These check that each benchmark still measures both sides of its comparison and produces
+a finite, positive ratio, its JSON and its plot — not the numbers themselves, which on a
+shared machine mean nothing at this scale. The real runs are ``python -m bench ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+# bench/ is a top-level directory of the repository, not part of the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import __main__ as cli
+from bench.context import Context
+from bench.environment import Environment
+
+from pgsched.devenv.postgres import PostgresServer
+
+
+@pytest.fixture
+def ctx(postgres: PostgresServer, tmp_path: Path) -> Context:
+    return Context(
+        env=Environment(postgres),
+        quick=True,
+        rounds=1,
+        seconds=0.3,
+        out_dir=tmp_path,
+        snapshot_seconds=1.5,
+    )
+
+
+def positive(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def written(ctx: Context, name: str) -> dict:
+    payload = json.loads((ctx.out_dir / f"{name}.json").read_text())
+    for plot in payload["plots"]:
+        assert (ctx.out_dir / plot).stat().st_size > 10_000, f"{plot} looks empty"
+    return payload
+
+
+def test_throughput_measures_raw_and_dispatcher_and_their_ratio(ctx: Context) -> None:
+    report = cli.run_one("throughput", ctx)
+    arms = {(row["variant"], row["arm"]): row for row in report.rows}
+    measured = [("uncapped", arm) for arm in ("raw", "dispatcher", "prototype")]
+    measured += [("cap 1 + complete", arm) for arm in ("raw", "dispatcher")]
+    measured += [(variant, "prototype, one call") for variant in ("uncapped", "cap 1 + complete")]
+    for variant, arm in measured:
+        row = arms[(variant, arm)]
+        assert positive(row["claims/s"]) and positive(row["ratio to raw"]), row
+        assert positive(row["CPU us/claim"]) and positive(row["CPU ratio"]), row
+    assert arms[("uncapped", "raw")]["ratio to raw"] == 1.0
+    assert written(ctx, "throughput")["floors"]
+
+
+def test_scaling_compares_dispatcher_with_python_and_pgbench_raw_claims(ctx: Context) -> None:
+    report = cli.run_one("scaling", ctx)
+    for row in report.rows:
+        for column in ("raw claims/s", "pgbench claims/s", "dispatcher claims/s"):
+            assert positive(row[column]), (column, row)
+        assert positive(row["dispatcher / raw"]) and positive(row["dispatcher / pgbench"])
+        assert positive(row["CPU ratio"])
+    assert written(ctx, "scaling")["plots"] == ["scaling.png"]
+
+
+def test_latency_compares_history_with_empty_table(ctx: Context) -> None:
+    report = cli.run_one("latency", ctx)
+    tables = {row["table"] for row in report.rows}
+    assert len(tables) == 2
+    for row in report.rows:
+        assert positive(row["p50 ms"]) and positive(row["p99 ms"]) and positive(row["p99 ratio"])
+    assert written(ctx, "latency")["plots"] == ["latency.png"]
+
+
+def test_idle_tick_times_every_phase_against_an_empty_engine(ctx: Context) -> None:
+    report = cli.run_one("idle_tick", ctx)
+    phases = {row["phase"]: row for row in report.rows}
+    assert set(phases) == {"tick", "materialize", "reap", "settle", "dispatch"}
+    assert positive(phases["tick"]["ratio"])
+    assert "0 ticks materialized something" in report.notes[0], "the tick must really be idle"
+
+
+def test_materialize_queues_one_run_per_due_definition_for_both_arms(ctx: Context) -> None:
+    report = cli.run_one("materialize", ctx)
+    for row in report.rows:
+        assert row["runs queued"] == row["definitions"]
+        assert positive(row["runs/s"]) and positive(row["ratio to SQL only"])
+
+
+def test_peer_burns_down_the_same_jobs_with_procrastinate_and_pgsched(ctx: Context) -> None:
+    report = cli.run_one("peer", ctx)
+    systems = {row["system"] for row in report.rows}
+    assert {"procrastinate", "pgsched batch 50"} <= systems
+    for row in report.rows:
+        assert positive(row["jobs/s"]) and positive(row["ratio to procrastinate"])
+    assert written(ctx, "peer")["plots"] == ["peer.png"]
+
+
+def test_bloat_holds_a_snapshot_and_watches_dead_tuples_grow(ctx: Context) -> None:
+    report = cli.run_one("bloat", ctx)
+    phases = {row["phase"]: row for row in report.rows}
+    assert {"baseline", "snapshot held", "after release"} <= set(phases)
+    assert positive(phases["snapshot held"]["claim p50 ms"])
+    stats = report.data["stats"]
+    held = [s["xmin_age"] for s in stats if s["phase"] == "snapshot held"]
+    assert held and max(held) > 0, "the snapshot must hold back the xmin horizon"
+    assert written(ctx, "bloat")["plots"] == ["bloat.png"]
+
+
+def test_locks_compares_locked_and_unlocked_claims_on_the_same_data(ctx: Context) -> None:
+    report = cli.run_one("locks", ctx)
+    for row in report.rows:
+        assert positive(row["locked claims/s"]) and positive(row["unlocked claims/s"])
+        assert positive(row["locked / unlocked"])
+        assert positive(row["locked CPU us/claim"]) and positive(row["unlocked CPU us/claim"])
+    one = [row for row in report.rows if row["definitions"] == 1]
+    assert one and all(row["locks per claim call"] == 1 for row in one)
+    assert written(ctx, "locks")["plots"] == ["locks.png"]
+
+
+@pytest.mark.parametrize("method", ["proposal", "proposal_sql"])
+def test_prototype_dispatchers_never_claim_twice_or_over_cap(ctx: Context, method: str) -> None:
+    """The prototypes' numbers only count as evidence if they keep I1 and I2 under load."""
+    from bench import proposal, seed
+    from bench.workers import START_LEAD, Crew, Task, clock
+
+    import invariants
+    from pgsched.db import connection
+
+    dsn = ctx.env.create_database("prototype")
+    with connection.connect(dsn) as conn, Crew(4) as crew:
+        proposal.install(conn)
+        seed.definitions(conn, count=20, cap=2, due=False)
+        seed.queued(conn, 2_000)
+        start = clock() + START_LEAD
+        task = Task(dsn, method, 10, start, start + 2.0, complete="bulk")  # type: ignore[arg-type]
+        outcomes = crew.run([task] * 4)
+        claimed = sum(item.claims for item in outcomes)
+        assert claimed > 100
+        if method == "proposal":
+            assert sum(item.at_cap for item in outcomes) > 0, "caps of 2 must bind"
+        row = conn.execute(
+            "SELECT count(*) AS n FROM pgsched.job_runs WHERE started_at IS NOT NULL"
+        ).fetchone()
+        assert row is not None and row["n"] == claimed  # I1: every claim is its own run
+        assert invariants.never_over_cap(conn) == []  # I2, from the recorded intervals
+    ctx.env.drop_databases()
