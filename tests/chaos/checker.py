@@ -64,6 +64,18 @@ def run_counts(conn: Connection) -> dict[str, Any]:
     return {**row, "by_reason": {item["what"]: item["n"] for item in reasons}}
 
 
+def infrastructure_failures(conn: Connection, *, limit: int = 200) -> list[dict[str, Any]]:
+    """The runs the faults ended (reaped, failed launches), for reading a report later."""
+    rows = conn.execute(
+        "SELECT id, definition_id, attempt, trigger, status, reason, error, started_at,"
+        " heartbeat_at, finished_at FROM pgsched.job_runs"
+        " WHERE reason IN ('HeartbeatLost', 'Orphaned', 'LaunchFailed', 'JobDeleted')"
+        " ORDER BY id LIMIT %s",
+        [limit],
+    ).fetchall()
+    return [{key: str(value) for key, value in row.items()} for row in rows]
+
+
 @dataclass
 class Report:
     variant: str
@@ -83,6 +95,7 @@ class Report:
     planted: str | None = None
     work_dir: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    infrastructure_failures: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

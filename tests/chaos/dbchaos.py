@@ -165,7 +165,7 @@ class DatabaseChaos(ChaosDriver):
         records = [json.loads(line) for line in lines if line.strip()]
         return [(record["run_id"], record["lease"]) for record in records]
 
-    def variant_stats(self) -> dict[str, Any]:
+    def variant_stats(self, conn: Connection) -> dict[str, Any]:
         requests = self._requests
         return {
             "definitions": self._definitions,

@@ -148,7 +148,7 @@ class ChaosDriver:
     def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
         return {}
 
-    def variant_stats(self) -> dict[str, Any]:
+    def variant_stats(self, conn: Connection) -> dict[str, Any]:
         return {}
 
     def teardown(self) -> None:
@@ -193,6 +193,8 @@ class ChaosDriver:
                 for invariant, found in self.variant_checks(conn).items():
                     violations[invariant] += found
                 runs = checker.run_counts(conn)
+                failures = checker.infrastructure_failures(conn)
+                stats = self.variant_stats(conn)
             report = checker.Report(
                 variant=self.variant,
                 seed=config.seed,
@@ -210,7 +212,8 @@ class ChaosDriver:
                 violations=violations,
                 planted=config.planted,
                 work_dir=str(self.work_dir),
-                extra=self.variant_stats(),
+                extra=stats,
+                infrastructure_failures=failures,
             )
         finally:
             self.freezer.thaw_all()

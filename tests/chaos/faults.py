@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pgsched.db.connection import Connection
@@ -170,33 +171,58 @@ def terminate(admin: Connection, backends: Iterable[int]) -> int:
     return sum(1 for row in rows if row["done"])
 
 
-def named_children(parent: int, prefix: str) -> dict[int, str]:
-    """Children of ``parent`` whose name (``comm``) starts with ``prefix``: pid → name."""
-    found = {}
+def _process_table() -> dict[int, tuple[str, int]]:
+    """pid → (name, parent pid) of every process, from ``/proc/<pid>/stat``."""
+    table = {}
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             stat = (entry / "stat").read_text()
             name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            parent_pid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            if parent_pid == parent and name.startswith(prefix):
-                found[int(entry.name)] = name
-    return found
+            table[int(entry.name)] = (name, int(stat[stat.rindex(")") + 2 :].split()[1]))
+    return table
 
 
-def processes_by_run() -> dict[int, list[int]]:
-    """Pod processes on the process node, grouped by the ``PGSCHED_RUN_ID`` in their
-    environment (every container of a run's pod carries it)."""
+def named_children(parent: int, prefix: str) -> dict[int, str]:
+    """Children of ``parent`` whose name (``comm``) starts with ``prefix``: pid → name."""
+    return {
+        pid: name
+        for pid, (name, parent_pid) in _process_table().items()
+        if parent_pid == parent and name.startswith(prefix)
+    }
+
+
+def processes_by_run(node: int, namespace: str) -> dict[int, list[int]]:
+    """Processes of the pods of ``namespace`` run by the process node ``node`` (pid),
+    grouped by the ``PGSCHED_RUN_ID`` in their environment (every container of a run's
+    pod has it). Pods of other tests — other namespaces, other nodes — are left alone.
+    The node gives each pod a ``HOME`` under ``pods/<namespace>_<pod>_<uid>``."""
+    table = _process_table()
+    home = f"/pods/{namespace}_".encode()
+
+    def descends(pid: int) -> bool:
+        for _ in range(64):
+            if pid not in table:
+                return False
+            pid = table[pid][1]
+            if pid == node:
+                return True
+        return False
+
     found: dict[int, list[int]] = {}
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
+    for pid in table:
+        if not descends(pid):
             continue
         with contextlib.suppress(OSError):
-            for item in (entry / "environ").read_bytes().split(b"\0"):
-                if item.startswith(b"PGSCHED_RUN_ID="):
-                    found.setdefault(int(item.split(b"=", 1)[1]), []).append(int(entry.name))
-                    break
+            environment = dict(
+                item.split(b"=", 1)
+                for item in (_PROC / str(pid) / "environ").read_bytes().split(b"\0")
+                if b"=" in item
+            )
+            run_id = environment.get(b"PGSCHED_RUN_ID")
+            if run_id is not None and home in environment.get(b"HOME", b""):
+                found.setdefault(int(run_id), []).append(pid)
     return found
 
 
@@ -211,7 +237,12 @@ class FaultLog:
     def add(self, kind: str, detail: str) -> None:
         with self._lock:
             self.records.append(
-                {"kind": kind, "at": round(time.monotonic() - self.started, 2), "detail": detail}
+                {
+                    "kind": kind,
+                    "at": round(time.monotonic() - self.started, 2),
+                    "utc": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                    "detail": detail,
+                }
             )
 
     def counts(self) -> dict[str, int]:
