@@ -25,8 +25,6 @@ from typing import Any
 
 import kopf
 import prometheus_client
-from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
 
 from pgsched import metrics
 from pgsched.db import connection, preflight
@@ -137,19 +135,7 @@ def run(settings: OperatorSettings) -> None:
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
     publisher = Publisher(kube)
-    pool: ConnectionPool[Any] = ConnectionPool(
-        settings.dsn,
-        min_size=1,
-        max_size=settings.pool_size,
-        open=True,
-        name="pgsched-handlers",
-        kwargs={
-            "autocommit": True,
-            "application_name": "pgsched-handlers",
-            "row_factory": dict_row,
-        },
-        configure=connection.configure,
-    )
+    pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher)
 
     @kopf.on.startup()
