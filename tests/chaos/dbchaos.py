@@ -59,6 +59,7 @@ class DatabaseChaos(ChaosDriver):
         requests_per_second: float = 1.5,
         job_seconds: tuple[float, float] = (1.0, 10.0),
         tick_interval: float = 0.2,
+        backlog: int = 0,
     ) -> None:
         super().__init__(config, server, work_dir)
         if config.planted not in (None, *PLANTED):
@@ -67,6 +68,7 @@ class DatabaseChaos(ChaosDriver):
         self._per_second = requests_per_second
         self._job_seconds = job_seconds
         self._tick_interval = tick_interval
+        self._backlog = backlog
         # A short path: AF_UNIX socket paths are limited to 107 bytes.
         self._socket_dir = Path(tempfile.mkdtemp(prefix="chaos-"))
         self._socket = self._socket_dir / "jobhost.sock"
@@ -81,6 +83,7 @@ class DatabaseChaos(ChaosDriver):
             self._definition_ids = workload.create_definitions(
                 conn, random.Random(f"{self.config.seed}:definitions"), self._definitions
             )
+            workload.enqueue_backlog(conn, self._definition_ids, self._backlog)
         self._launch_log.touch()
         command = [
             sys.executable,

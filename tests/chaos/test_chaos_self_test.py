@@ -20,16 +20,18 @@ def test_the_checker_catches_caps_exceeded_when_dispatch_skips_its_advisory_lock
 ):
     """Three replicas that all lead and claim without ``pg_advisory_xact_lock`` read the
     same RUNNING counts and claim past the caps (I2); SKIP LOCKED still keeps every claim
-    single (I1)."""
-    config = ChaosConfig("db", seconds=20, planted="unlocked-dispatch", fault_kinds=())
+    single (I1). A backlog keeps every definition at its cap with runs queued behind it,
+    so the replicas contend on every tick."""
+    config = ChaosConfig("db", seconds=15, planted="unlocked-dispatch", fault_kinds=())
     chaos = DatabaseChaos(
         config,
         chaos_postgres,
         tmp_path,
         definitions=8,
-        requests_per_second=20,
+        requests_per_second=3,
         job_seconds=(0.3, 1.0),
         tick_interval=0.05,
+        backlog=25,
     )
 
     report = chaos.run()
@@ -45,14 +47,14 @@ def test_the_checker_catches_outcomes_overwritten_when_jobs_finish_unfenced(
     they ignore the lost lease and write COMPLETED without the status/lease fence (I4)."""
     config = ChaosConfig(
         "db",
-        seconds=25,
+        seconds=20,
         planted="unfenced-finish",
         fault_kinds=("job_pause",),
         fault_gap=(1.0, 2.0),
         pause_seconds=(8.0, 10.0),
     )
     chaos = DatabaseChaos(
-        config, chaos_postgres, tmp_path, definitions=20, requests_per_second=2, job_seconds=(3, 8)
+        config, chaos_postgres, tmp_path, definitions=20, requests_per_second=1, job_seconds=(3, 6)
     )
 
     report = chaos.run()

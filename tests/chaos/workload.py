@@ -68,6 +68,13 @@ def create_definitions(conn: Connection, rng: random.Random, count: int) -> list
     return ids
 
 
+def enqueue_backlog(conn: Connection, definition_ids: list[uuid.UUID], per_definition: int) -> None:
+    """Queue ``per_definition`` run-now runs of every definition at once."""
+    for definition_id in definition_ids:
+        for index in range(per_definition):
+            runs.run_now(conn, definition_id, token=f"backlog-{index}")
+
+
 class Requests(threading.Thread):
     """Run-now requests at ``per_second`` (Poisson), and a cancel now and then.
 
