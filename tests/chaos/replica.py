@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     if args.unlocked_dispatch:
-        dispatch.run_once = functools.partial(dispatch.run_once, lock_definitions=False)  # type: ignore[assignment]
+        # The planted bug: the tick's dispatch phase skips the per-definition locks.
+        dispatch.run_once = functools.partial(dispatch.run_once, lock_definitions=False)
     name = APPLICATION_NAME.format(index=args.index)
     ticker = Ticker(
         lambda: connection.connect(args.dsn, application_name=name, connect_timeout=3),

@@ -38,7 +38,9 @@ FAULT_KINDS = {
 def test_three_operators_keep_every_invariant_while_faults_are_injected(
     cluster, crd, namespace, chaos_postgres, tmp_path
 ):
-    config = ChaosConfig("cluster", seconds=chaos_seconds(CI_SECONDS), fault_gap=(2.0, 5.0))
+    config = ChaosConfig(
+        "cluster", seconds=chaos_seconds(CI_SECONDS), fault_gap=(2.0, 5.0), drain_timeout=300
+    )
     chaos = ClusterChaos(config, chaos_postgres, tmp_path, cluster=cluster, namespace=namespace)
 
     report = chaos.run()
@@ -47,4 +49,6 @@ def test_three_operators_keep_every_invariant_while_faults_are_injected(
     assert report.ok, report.summary()
     assert set(report.faults) == FAULT_KINDS, "every kind of fault must have been injected"
     assert report.runs["completed"] >= report.chaos_seconds / 4, report.summary()
-    assert report.launches >= report.runs["completed"], report.summary()
+    # The Job watch saw the Jobs (a relist after an API restart may miss one that came and
+    # went meanwhile; most must be there, or the one-Job-per-run check proves nothing).
+    assert report.launches >= 0.8 * report.runs["completed"], report.summary()
