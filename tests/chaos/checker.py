@@ -96,6 +96,7 @@ class Report:
     work_dir: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     infrastructure_failures: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -19,6 +19,7 @@ kill -9 or SIGSTOP of the processes of running jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import signal
@@ -214,6 +215,7 @@ class ChaosDriver:
                 work_dir=str(self.work_dir),
                 extra=stats,
                 infrastructure_failures=failures,
+                config=dataclasses.asdict(config),
             )
         finally:
             self.freezer.thaw_all()
