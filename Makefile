@@ -30,8 +30,8 @@ k8s:
 	hack/k8s/build.sh
 
 lint: venv
-	$(BIN)/ruff check operator tests bench examples
-	$(BIN)/ruff format --check operator tests bench examples
+	$(BIN)/ruff check operator tests bench examples hack
+	$(BIN)/ruff format --check operator tests bench examples hack
 	$(BIN)/mypy
 
 # The test command the README documents and CI runs. Cluster tests must not be skipped

@@ -33,6 +33,8 @@ TICK_DURATION = Histogram(
     ["phase"],
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+# One series per replica (Prometheus tells replicas apart by their target labels): the sum
+# over replicas is 0 while no replica leads, e.g. the database is down or the lock is stuck.
 LEADER = Gauge("pgsched_tick_leader", "1 if this replica led the latest tick, else 0.")
 TICKS = Counter("pgsched_ticks_total", "Ticks attempted by this replica, by result.", ["result"])
 REAPED = Counter(
@@ -41,8 +43,20 @@ REAPED = Counter(
 RETRIES = Counter(
     "pgsched_retries_total", "Retry attempts queued, by the failure reason.", ["reason"]
 )
+# Gauges read from the database every few seconds by each replica's publisher: every
+# replica reports the same global value, so aggregate them with max(), not sum().
 QUEUE_DEPTH = Gauge(
     "pgsched_queue_depth", "QUEUED runs that are due now, by namespace.", ["namespace"]
+)
+FAILURE_STREAK = Gauge(
+    "pgsched_consecutive_failures",
+    "Consecutive final failures of a ScheduledJob (only jobs whose streak is not zero).",
+    ["namespace", "scheduledjob"],
+)
+AUTO_SUSPENDED = Gauge(
+    "pgsched_auto_suspended",
+    "1 for a ScheduledJob suspended after failureSuspendThreshold consecutive failures.",
+    ["namespace", "scheduledjob"],
 )
 KUBE_REQUESTS = Counter(
     "pgsched_kube_requests_total",

@@ -19,7 +19,6 @@ import random
 import subprocess
 import threading
 import time
-import uuid
 from typing import Any
 
 import invariants
@@ -30,10 +29,11 @@ from pgsched.db import connection
 from pgsched.db.connection import Connection
 from pgsched.devenv.controlplane import ControlPlane
 from pgsched.devenv.kubeapi import ApiError, KubeAPI, Obj
+from pgsched.devenv.operators import OperatorProcess
 from pgsched.devenv.postgres import PostgresServer
 from pgsched.devenv.watching import run_reflector
 from pgsched.k8s import names
-from plugins.operator import OperatorProcess, Operators, busybox
+from plugins.operator import Operators, busybox, create_job_dsn_secret
 
 log = logging.getLogger(__name__)
 
@@ -158,17 +158,7 @@ class ClusterChaos(ChaosDriver):
     def prepare(self) -> None:
         with connection.connect(self.dsn, application_name="chaos-setup") as conn:
             invariants.install_run_audit(conn)
-            role = f"job_{uuid.uuid4().hex[:10]}"
-            conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE pgsched_job")
-        self.cluster.kubectl(
-            "create",
-            "secret",
-            "generic",
-            "pgsched-job-dsn",
-            "-n",
-            self.namespace,
-            f"--from-literal=dsn={self.dsn.replace('user=postgres', f'user={role}')}",
-        )
+        create_job_dsn_secret(self.cluster, self.namespace, self.dsn)
         self._recorder = JobRecorder(self.cluster.api, self.namespace)
 
     def start_replica(self, index: int) -> subprocess.Popen[bytes]:

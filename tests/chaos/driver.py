@@ -37,8 +37,8 @@ from chaos.config import ChaosConfig
 from chaos.sampler import Sampler
 from pgsched.db import connection
 from pgsched.db.connection import Connection
+from pgsched.db.session import Session
 from pgsched.devenv.postgres import PostgresServer
-from pgsched.runner.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ChaosDriver:
         self.rng = random.Random(config.seed)
         self.fault_log = faults.FaultLog()
         self.freezer = faults.Freezer()
-        self.admin = Session(self.dsn, application_name="chaos-driver")
+        self.admin = Session.for_dsn(self.dsn, application_name="chaos-driver")
         self.supervisor = Supervisor(self.start_replica)
         self.sampler = Sampler(
             self.dsn,

@@ -38,8 +38,8 @@ from pathlib import Path
 import psycopg
 
 from pgsched.db.connection import Connection
+from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
-from pgsched.runner.session import Session, describe_error
 
 log = logging.getLogger("chaos.jobhost")
 
@@ -85,7 +85,7 @@ class Behaviour:
 
 
 def run_job(dsn: str, job: Job, behaviour: Behaviour, *, unfenced: bool = False) -> None:
-    session = Session(dsn, application_name=f"chaos-job-{job.run_id}")
+    session = Session.for_dsn(dsn, application_name=f"chaos-job-{job.run_id}")
     run_lease = lease.Lease(job.run_id, job.lease_token)
     ends = time.monotonic() + behaviour.seconds
     state: lease.LeaseState | None = None

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from pgsched.db.connection import Connection
-from pgsched.runner.session import Session
+from pgsched.db.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Sampler(threading.Thread):
         interval: float = 0.5,
     ) -> None:
         super().__init__(name="chaos-sampler", daemon=True)
-        self._session = Session(dsn, application_name="chaos-sampler")
+        self._session = Session.for_dsn(dsn, application_name="chaos-sampler")
         self._slack = stall_slack_seconds
         self._queue_bound = queue_bound_seconds
         self._interval = interval

@@ -23,8 +23,8 @@ import psycopg
 
 from pgsched import spec as spec_module
 from pgsched.db.connection import Connection
+from pgsched.db.session import Session
 from pgsched.engine import definitions, runs
-from pgsched.runner.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Requests(threading.Thread):
         cancel_share: float = 0.05,
     ) -> None:
         super().__init__(name="chaos-requests", daemon=True)
-        self._session = Session(dsn, application_name="chaos-requests")
+        self._session = Session.for_dsn(dsn, application_name="chaos-requests")
         self._ids = definition_ids
         self._hot = rng.sample(definition_ids, k=min(hot, len(definition_ids)))
         self._rng = rng

@@ -96,6 +96,30 @@ def test_env_sources_expansion_and_downward_api_reach_the_process(
     assert output.endswith(" arg=hello")
 
 
+def test_a_mount_over_the_nodes_own_directory_rewrites_declared_paths_only(
+    cluster: ControlPlane, namespace: str
+) -> None:
+    # Charts mount an emptyDir at /tmp; the node's state (HOME, the ServiceAccount
+    # kubeconfig) often lives under /tmp too and must not be redirected into the volume.
+    top = "/" + cluster.work_dir.parts[1]
+    main = container(
+        "main",
+        "busybox",
+        "sh",
+        "-c",
+        'test -s "$KUBECONFIG" && test -d "$HOME" && echo "ok $SCRATCH"',
+        env=[{"name": "SCRATCH", "value": f"{top}/scratch"}],
+        volumeMounts=[{"name": "top", "mountPath": top}],
+    )
+    create_pod(
+        cluster, namespace, pod_manifest("top", main, volumes=[{"name": "top", "emptyDir": {}}])
+    )
+
+    wait_phase(cluster, namespace, "top", "Succeeded")
+
+    assert cluster.pod_logs(namespace, "top").strip().endswith("/volumes/top/scratch")
+
+
 def test_native_sidecar_runs_until_the_main_container_exits(
     cluster: ControlPlane, namespace: str
 ) -> None:

@@ -224,3 +224,56 @@ def test_deleting_a_scheduled_job_cancels_its_runs_and_removes_its_jobs(
         "SELECT deleted_at FROM pgsched.job_definitions WHERE name = 'doomed'"
     ).fetchone()
     assert deleted["deleted_at"] is not None
+
+
+def test_a_run_past_its_active_deadline_fails_deadline_exceeded(operators, sj):
+    operators.start()
+    sj.apply(
+        "slowpoke",
+        {
+            "schedule": "0 0 1 1 *",
+            "activeDeadlineSeconds": 3,
+            "retryPolicy": {"maxAttempts": 1},
+            "heartbeat": FAST_HEARTBEAT,
+            "jobTemplate": busybox("sleep 60"),
+        },
+    )
+    sj.annotate("slowpoke", "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs(
+        "slowpoke", lambda runs: runs and runs[0]["status"] == "FAILED", 60, "the deadline"
+    )
+    assert run["reason"] == "DeadlineExceeded"
+
+
+def test_finished_jobs_beyond_the_history_limits_are_deleted(operators, sj):
+    operators.start()
+    sj.apply(
+        "tidy",
+        {
+            "schedule": "0 0 1 1 *",
+            "successfulRunsHistoryLimit": 1,
+            "failedRunsHistoryLimit": 1,
+            "maxConcurrentRuns": 1,
+            "retryPolicy": {"maxAttempts": 1},
+            "jobTemplate": busybox('test "$PGSCHED_RUN_ID" != 3'),
+        },  # run 3 fails, the others succeed
+    )
+    for token in ("1", "2", "3", "4"):
+        sj.annotate("tidy", "pgsched.dev/run-now", token)
+        sj.wait_runs(
+            "tidy",
+            lambda runs, n=int(token): len(runs) == n and runs[-1]["finished_at"],
+            60,
+            f"run {token}",
+        )
+    runs = sj.runs("tidy")
+    assert [run["status"] for run in runs] == ["COMPLETED", "COMPLETED", "FAILED", "COMPLETED"]
+    kept = {runs[2]["k8s_job_name"], runs[3]["k8s_job_name"]}  # the newest of each kind
+    wait_for(
+        lambda: {job["metadata"]["name"] for job in sj.jobs("tidy")} == kept,
+        30,
+        describe=lambda: (
+            f"only {kept} to remain: {[j['metadata']['name'] for j in sj.jobs('tidy')]}"
+        ),
+    )
+    assert len(sj.runs("tidy")) == 4, "run rows are never deleted with their Jobs"

@@ -18,20 +18,10 @@ FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 20, "orphanTimeoutSeco
 def test_a_database_outage_mid_run_loses_and_duplicates_nothing(
     cluster, crd, namespace, private_postgres, tmp_path
 ):
-    from plugins.operator import Operators, ScheduledJobs
+    from plugins.operator import Operators, ScheduledJobs, create_job_dsn_secret
 
     dsn = private_postgres.dsn()
-    with connection.connect(dsn) as conn:
-        conn.execute("CREATE ROLE job_restart LOGIN IN ROLE pgsched_job")
-    cluster.kubectl(
-        "create",
-        "secret",
-        "generic",
-        "pgsched-job-dsn",
-        "-n",
-        namespace,
-        f"--from-literal=dsn={dsn.replace('user=postgres', 'user=job_restart')}",
-    )
+    create_job_dsn_secret(cluster, namespace, dsn)
     group = Operators(cluster, dsn, namespace, tmp_path)
     replica = group.start(PGSCHED_RESYNC_INTERVAL_SECONDS="2")
     try:

@@ -89,4 +89,6 @@ def test_resync_runs_on_one_replica_at_a_time(conn, kube, dsn):
     with connection.connect(dsn) as other:
         other.execute("SELECT pg_advisory_lock(hashtextextended('pgsched:resync', 0))")
         assert resync.run_once(conn, kube).skipped
+        # Released explicitly: a closed session's locks go away only once its backend exits.
+        other.execute("SELECT pg_advisory_unlock(hashtextextended('pgsched:resync', 0))")
     assert not resync.run_once(conn, kube).skipped

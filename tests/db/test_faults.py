@@ -25,10 +25,9 @@ from plugins.postgres import terminate_backends
 pytestmark = pytest.mark.timeout(120)
 
 
-def _block_dispatch(dsn: str, ready) -> None:
+def _block_dispatch(dsn: str) -> None:
     """Child process: dispatch while another session holds the definition's advisory lock."""
     with connection.connect(dsn, application_name="pgsched-victim") as conn:
-        ready.set()
         dispatch.run_once(conn, RecordingLauncher())
 
 
@@ -54,17 +53,28 @@ def victim_waiting(conn):
     return row["n"] == 1
 
 
-def test_dispatcher_backend_terminated_mid_claim_loses_nothing(dsn, conn):
+def queue_five(conn):
     job = define(conn, maxConcurrentRuns=10)
     for index in range(5):
         runs.run_now(conn, job.id, token=f"r{index}")
+    return job
+
+
+def start_blocked_claimer(dsn, conn):
+    """A dispatcher process stuck inside its claim transaction: it holds its candidates'
+    row locks and waits for the advisory lock the caller's blocker session holds."""
+    context = multiprocessing.get_context("spawn")
+    victim = context.Process(target=_block_dispatch, args=(dsn,))
+    victim.start()
+    wait_for(lambda: victim_waiting(conn), what="the victim to wait inside its claim")
+    return victim
+
+
+def test_dispatcher_backend_terminated_mid_claim_loses_nothing(dsn, conn):
+    job = queue_five(conn)
     with connection.connect(dsn) as blocker:
         hold_dispatch_lock(blocker, job.id)
-        context = multiprocessing.get_context("spawn")
-        ready = context.Event()
-        victim = context.Process(target=_block_dispatch, args=(dsn, ready))
-        victim.start()
-        wait_for(lambda: victim_waiting(conn), what="the victim to wait inside its claim")
+        victim = start_blocked_claimer(dsn, conn)
         # Its candidates are row-locked: another claimer skips them, it does not wait.
         assert dispatch.claim(conn).claimed == []
 
@@ -79,16 +89,10 @@ def test_dispatcher_backend_terminated_mid_claim_loses_nothing(dsn, conn):
 
 
 def test_dispatcher_process_killed_mid_claim_releases_its_rows(dsn, conn):
-    job = define(conn, maxConcurrentRuns=10)
-    for index in range(5):
-        runs.run_now(conn, job.id, token=f"r{index}")
+    job = queue_five(conn)
     with connection.connect(dsn) as blocker:
         hold_dispatch_lock(blocker, job.id)
-        context = multiprocessing.get_context("spawn")
-        ready = context.Event()
-        victim = context.Process(target=_block_dispatch, args=(dsn, ready))
-        victim.start()
-        wait_for(lambda: victim_waiting(conn), what="the victim to wait inside its claim")
+        victim = start_blocked_claimer(dsn, conn)
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(timeout=5)
         # The orphaned backend notices its dead client (client_connection_check_interval)

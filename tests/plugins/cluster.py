@@ -34,14 +34,19 @@ from pgsched.devenv.waiting import wait_for
 Command = Callable[..., subprocess.CompletedProcess[str]]
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[ControlPlane]:
+def require_binaries() -> Binaries:
+    """The control plane's executables, or skip (fail under PGSCHED_REQUIRE_CLUSTER)."""
     try:
-        binaries = Binaries.locate()
+        return Binaries.locate()
     except MissingBinariesError as error:
         if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
             pytest.fail(f"{error} — PGSCHED_REQUIRE_CLUSTER is set, so this is an error")
         pytest.skip(f"local control plane unavailable: {error}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ControlPlane]:
+    binaries = require_binaries()
     keep = bool(os.environ.get("PGSCHED_KEEP_CLUSTER"))
     with ControlPlane(binaries=binaries, keep_work_dir=keep) as control_plane:
         control_plane.add_node("node-1")

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,12 +25,11 @@ import yaml
 
 from pgsched.db import connection
 from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.postgres import free_port
+from pgsched.devenv.operators import OperatorProcess, start_operator
 from pgsched.devenv.waiting import wait_for
 
 ROOT = Path(__file__).parents[2]
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
-IMAGE = "ghcr.io/pgsched/pgsched:dev"
 
 
 @pytest.fixture(scope="session")
@@ -44,12 +40,11 @@ def crd(cluster: ControlPlane) -> None:
     )
 
 
-@pytest.fixture
-def job_dsn_secret(
-    cluster: ControlPlane, namespace: str, dsn: str, conn: connection.Connection
-) -> str:
+def create_job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> str:
+    """A login role in ``pgsched_job`` and the Secret with its DSN, as the chart wires them."""
     user = f"job_{uuid.uuid4().hex[:10]}"
-    conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
+    with connection.connect(dsn) as conn:
+        conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
     job_dsn = dsn.replace("user=postgres", f"user={user}")
     cluster.kubectl(
         "create",
@@ -63,48 +58,9 @@ def job_dsn_secret(
     return job_dsn
 
 
-@dataclass
-class OperatorProcess:
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    health_port: int
-    metrics_port: int
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def metrics(self) -> str:
-        import urllib.request
-
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
-        ) as response:
-            return str(response.read().decode())
-
-    def healthy(self) -> bool:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
-            ) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
+@pytest.fixture
+def job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> str:
+    return create_job_dsn_secret(cluster, namespace, dsn)
 
 
 @dataclass
@@ -116,41 +72,23 @@ class Operators:
     started: list[OperatorProcess] = field(default_factory=list)
 
     def start(self, *, wait: bool = True, **env: str) -> OperatorProcess:
-        health, metrics = free_port(), free_port()
         index = len(self.started)
-        log_path = self.work_dir / f"operator-{index}.log"
-        environment = {
-            **os.environ,
-            "KUBECONFIG": str(self.cluster.kubeconfig),
-            "PGSCHED_DSN": self.dsn,
-            "PGSCHED_NAMESPACES": self.namespace,
-            "PGSCHED_IMAGE": IMAGE,
-            "PGSCHED_TICK_INTERVAL_SECONDS": "0.2",
-            "PGSCHED_PUBLISH_INTERVAL_SECONDS": "0.2",
-            "PGSCHED_HEALTH_BIND": f"127.0.0.1:{health}",
-            "PGSCHED_METRICS_BIND": f"127.0.0.1:{metrics}",
-            "PGSCHED_LOG_LEVEL": "DEBUG" if os.environ.get("PGSCHED_DEBUG_OPERATOR") else "INFO",
-            **env,
-        }
-        environment.pop("KUBERNETES_SERVICE_HOST", None)
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "pgsched.cli.main", "operator"],
-                env=environment,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        handle = OperatorProcess(process, log_path, health, metrics)
+        handle = start_operator(
+            kubeconfig=self.cluster.kubeconfig,
+            dsn=self.dsn,
+            namespaces=self.namespace,
+            log_path=self.work_dir / f"operator-{index}.log",
+            wait=wait,
+            **{
+                "PGSCHED_TICK_INTERVAL_SECONDS": "0.2",
+                "PGSCHED_PUBLISH_INTERVAL_SECONDS": "0.2",
+                "PGSCHED_LOG_LEVEL": "DEBUG"
+                if os.environ.get("PGSCHED_DEBUG_OPERATOR")
+                else "INFO",
+                **env,
+            },
+        )
         self.started.append(handle)
-        if wait:
-            wait_for(
-                lambda: handle.healthy() or process.poll() is not None,
-                60,
-                describe=lambda: (
-                    f"operator {index} to become healthy; log:\n{handle.log()[-3000:]}"
-                ),
-            )
-            assert process.poll() is None, f"operator {index} exited:\n{handle.log()[-3000:]}"
         return handle
 
     def stop_all(self) -> None:

@@ -7,11 +7,11 @@ import threading
 import pytest
 from pods import claim, run_row, sdk_job, wait_for
 
+from pgsched.db.session import Session
 from pgsched.engine import runs
 from pgsched.engine.lease import Lease
 from pgsched.runner.checkpoint import CancellationWatch
 from pgsched.runner.heartbeat import HeartbeatLoop
-from pgsched.runner.session import Session
 from pgsched.sdk import Cancelled
 from plugins.postgres import terminate_backends
 
@@ -37,7 +37,7 @@ def test_loop_reports_cancellation_once_and_keeps_beating_while_the_job_stops(ds
     run, run_lease = running
     observed = Observed()
     loop = HeartbeatLoop(
-        Session(dsn, application_name="hb-test"),
+        Session.for_dsn(dsn, application_name="hb-test"),
         run_lease,
         interval_seconds=0.05,
         on_change=observed,
@@ -62,7 +62,7 @@ def test_loop_reconnects_after_its_session_is_killed_and_the_work_is_not_told(ds
     run, run_lease = running
     observed = Observed()
     loop = HeartbeatLoop(
-        Session(dsn, application_name="hb-victim"),
+        Session.for_dsn(dsn, application_name="hb-victim"),
         run_lease,
         interval_seconds=0.05,
         on_change=observed,
@@ -82,8 +82,10 @@ def test_loop_reconnects_after_its_session_is_killed_and_the_work_is_not_told(ds
 def test_checkpoint_asks_the_database_itself_when_heartbeats_are_stale(dsn, conn, running):
     run, run_lease = running
     # A loop that never beats (not started): its answer is always stale.
-    loop = HeartbeatLoop(Session(dsn, application_name="hb-idle"), run_lease, interval_seconds=0.05)
-    watch = CancellationWatch(loop, Session(dsn, application_name="checkpoint"), run_lease)
+    loop = HeartbeatLoop(
+        Session.for_dsn(dsn, application_name="hb-idle"), run_lease, interval_seconds=0.05
+    )
+    watch = CancellationWatch(loop, Session.for_dsn(dsn, application_name="checkpoint"), run_lease)
     watch.checkpoint()  # active: returns
 
     runs.cancel_run(conn, run.id)
@@ -98,8 +100,10 @@ def test_checkpoint_asks_the_database_itself_when_heartbeats_are_stale(dsn, conn
 def test_checkpoint_carries_on_when_the_database_cannot_be_asked(running):
     _, run_lease = running
     nowhere = "host=127.0.0.1 port=1 user=nobody dbname=nothing"
-    loop = HeartbeatLoop(Session(nowhere, application_name="x"), run_lease, interval_seconds=0.05)
-    watch = CancellationWatch(loop, Session(nowhere, application_name="y"), run_lease)
+    loop = HeartbeatLoop(
+        Session.for_dsn(nowhere, application_name="x"), run_lease, interval_seconds=0.05
+    )
+    watch = CancellationWatch(loop, Session.for_dsn(nowhere, application_name="y"), run_lease)
     assert loop.beat_once().error is not None
     watch.checkpoint()  # no answer is not a reason to stop
     watch.terminate()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import UTC, date, datetime
+from datetime import time as dt_time
+from zoneinfo import ZoneInfo
 
 import psycopg
 
@@ -34,3 +37,35 @@ def connect(args: argparse.Namespace, *, application_name: str) -> connection.Co
         return connection.connect(args.dsn, application_name=application_name, connect_timeout=10)
     except psycopg.OperationalError as error:
         raise CommandError(f"cannot connect to the database: {str(error).strip()}") from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1, with a message that says so."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (example: 10)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1 (example: 10)")
+    return value
+
+
+def parse_time(text: str, zone: ZoneInfo, *, flag: str, end_of_day: bool = False) -> datetime:
+    """An instant from the command line: ISO 8601 with an offset (or ``Z``) is absolute,
+    without one it is local time in ``zone``; a bare date is the start of that day (the
+    end of it with ``end_of_day``, for the inclusive end of a range)."""
+    try:
+        if len(text) == 10:
+            day = date.fromisoformat(text)
+            moment = datetime.combine(day, dt_time.max if end_of_day else dt_time.min)
+        else:
+            moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CommandError(
+            f"{flag} {text!r} is not an ISO 8601 date or time"
+            " (examples: 2026-06-01, 2026-06-01T08:00, 2026-06-01T06:00:00Z)",
+            code=2,
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return moment.astimezone(UTC)

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
-from pgsched import __version__
-from pgsched.cli import heartbeat_cmd, migrate_cmd, operator_cmd, run_cmd
+from pgsched import __version__, logs
+from pgsched.cli import (
+    backfill_cmd,
+    cancel_cmd,
+    describe_cmd,
+    doctor_cmd,
+    heartbeat_cmd,
+    migrate_cmd,
+    next_cmd,
+    operator_cmd,
+    run_cmd,
+    run_now_cmd,
+    runs_cmd,
+    suspend_cmd,
+)
 from pgsched.cli.common import CommandError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "pgsched") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="pgsched",
+        prog=prog,
         description="Cron, RRULE and one-shot jobs on Kubernetes, scheduled through Postgres.",
     )
     parser.add_argument("--version", action="version", version=f"pgsched {__version__}")
@@ -25,24 +37,43 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log verbosity (env PGSCHED_LOG_LEVEL)",
     )
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("PGSCHED_LOG_FORMAT", "text"),
+        choices=logs.FORMATS,
+        help="text, or json: one object per line with run_id, definition and attempt on"
+        " lines about a run (env PGSCHED_LOG_FORMAT)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     migrate_cmd.register(commands)
     operator_cmd.register(commands)
     run_cmd.register(commands)
     heartbeat_cmd.register(commands)
+    # What people run against a live installation (also `kubectl pgsched ...`).
+    runs_cmd.register(commands)
+    describe_cmd.register(commands)
+    run_now_cmd.register(commands)
+    cancel_cmd.register(commands)
+    suspend_cmd.register(commands)
+    next_cmd.register(commands)
+    backfill_cmd.register(commands)
+    doctor_cmd.register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    # Installed as `kubectl-pgsched` too, so `kubectl pgsched ...` works (a kubectl plugin).
+    plugin = os.path.basename(sys.argv[0]).startswith("kubectl-")
+    parser = build_parser("kubectl pgsched" if plugin else "pgsched")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        logs.setup(args.log_level, args.log_format)
+    except ValueError as error:  # a bad PGSCHED_LOG_LEVEL/FORMAT (flags are checked by choices)
+        parser.error(str(error))
     try:
         return int(args.handler(args) or 0)
     except CommandError as error:
-        print(f"pgsched {args.command}: {error}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
         return 130

@@ -3,15 +3,26 @@
 Run by the operator at start-up (it refuses to start on a failed check) and by
 ``pgsched doctor``. The subtle one is the session check: leader election holds a
 *session* advisory lock across several transactions, which only works on a real session.
-A transaction-pooling proxy (PgBouncer ``pool_mode = transaction``) hands consecutive
-statements to different server connections, so the lock would be taken on one backend and
-released on another: leader election silently breaks. The check takes a lock and looks
-for it from the next statement.
+A transaction-pooling proxy (PgBouncer ``pool_mode = transaction``) hands each transaction
+to whichever server connection is free, so the lock is taken on one backend and the next
+statement may run on another, or another client may be handed the backend that holds it:
+leader election silently breaks.
+
+A single connection cannot see this reliably: PgBouncer reuses the most recently freed
+server connection, so a lone client gets the same backend every time and the lock seems to
+hold. The check therefore uses a second client connection, as the operator's other
+components would: it takes a lock on the first, opens a transaction on the second, and
+looks whether the second was handed the first one's backend (a pooler) and whether the
+first still has its backend and lock while the second holds a server connection.
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import psycopg
 
 from pgsched.db import migrate
 from pgsched.db.connection import Connection
@@ -26,8 +37,10 @@ class Check:
     detail: str
 
 
-def run(conn: Connection) -> list[Check]:
-    return [_server_version(conn), _schema(conn), _session(conn)]
+def run(conn: Connection, *, connect: Callable[[], Connection] | None = None) -> list[Check]:
+    """All checks. ``connect`` opens a second client connection (same DSN) for the pooler
+    check; without it only what one connection can see is checked."""
+    return [_server_version(conn), _schema(conn), _session(conn, connect)]
 
 
 def _server_version(conn: Connection) -> Check:
@@ -53,27 +66,80 @@ def _schema(conn: Connection) -> Check:
     )
 
 
-def _session(conn: Connection) -> Check:
-    key = "pgsched:preflight-session"
-    first = conn.execute(
-        "SELECT pg_backend_pid() AS pid, pg_try_advisory_lock(hashtextextended(%s, 0)) AS locked",
-        [key],
-    ).fetchone()
+_NOT_A_SESSION = (
+    "session advisory locks (leader election) cannot work: connect pgsched directly to "
+    "PostgreSQL, or through a pooler in session mode (PgBouncer pool_mode = session); "
+    "transaction and statement pooling are not supported"
+)
+
+
+def _session(conn: Connection, connect: Callable[[], Connection] | None) -> Check:
+    # A random key per check: replicas starting together never contend for it.
+    key = secrets.randbits(62)
+    first = conn.execute(_TAKE, {"key": key}).fetchone()
     assert first is not None
     try:
-        second = conn.execute(
-            "SELECT pg_backend_pid() AS pid, EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
-            " AND pid = pg_backend_pid() AND granted) AS held"
-        ).fetchone()
-        assert second is not None
+        problem = _same_session(conn, first["pid"], key)
+        if problem is None and connect is not None:
+            problem = _second_client(conn, connect, first["pid"], key)
     finally:
-        conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
-    if first["pid"] != second["pid"] or (first["locked"] and not second["held"]):
+        conn.execute("SELECT pg_advisory_unlock(%(key)s)", {"key": key})
+    if problem is not None:
+        return Check("session", False, f"{problem}, so {_NOT_A_SESSION}")
+    if connect is None:
         return Check(
             "session",
-            False,
-            "consecutive statements ran on different server sessions, so session advisory locks "
-            "(leader election) cannot work: connect pgsched directly to PostgreSQL, or through a "
-            "pooler in session mode (PgBouncer pool_mode = session)",
+            True,
+            "session advisory locks hold across statements (single-connection check)",
         )
-    return Check("session", True, "session advisory locks hold across statements")
+    return Check(
+        "session",
+        True,
+        "session advisory locks hold across statements and other clients get their own sessions",
+    )
+
+
+_TAKE = "SELECT pg_backend_pid() AS pid, pg_try_advisory_lock(%(key)s) AS locked"
+_HELD = (
+    "SELECT pg_backend_pid() AS pid, EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
+    " AND pid = pg_backend_pid() AND granted AND objsubid = 1"
+    " AND classid::bigint = (%(key)s::bigint >> 32) AND objid::bigint = (%(key)s::bigint & 4294967295)"
+    ") AS held"
+)
+
+
+def _same_session(conn: Connection, pid: int, key: int) -> str | None:
+    row = conn.execute(_HELD, {"key": key}).fetchone()
+    assert row is not None
+    if row["pid"] != pid:
+        return "consecutive statements ran on different server sessions"
+    if not row["held"]:
+        return "an advisory lock taken by one statement was gone at the next"
+    return None
+
+
+def _second_client(
+    conn: Connection, connect: Callable[[], Connection], pid: int, key: int
+) -> str | None:
+    try:
+        with connect() as other:
+            try:
+                with other.transaction():
+                    row = other.execute("SELECT pg_backend_pid() AS pid").fetchone()
+                    assert row is not None
+                    if row["pid"] == pid:
+                        # Checked before the first connection speaks again: with a pool of
+                        # one server, its next statement would wait for this transaction.
+                        return "another client connection was handed this session's server backend"
+                    return _same_session(conn, pid, key)
+            except psycopg.Error as error:
+                return (
+                    "a second connection could not run a two-statement transaction"
+                    f" ({str(error).strip()}; statement pooling?)"
+                )
+    except psycopg.OperationalError as error:
+        raise PreflightError(f"cannot open a second connection: {str(error).strip()}") from None
+
+
+class PreflightError(RuntimeError):
+    """A check could not be carried out at all (not the same as a failed check)."""

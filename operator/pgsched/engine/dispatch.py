@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
+from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, lease
@@ -196,13 +197,15 @@ def launch(
     for run in result.claimed:
         assert run.lease_token is not None
         run_lease = lease.Lease(run.id, run.lease_token)
+        definition = owners.get(run.definition_id)
         try:
-            definition = owners.get(run.definition_id) or definitions.get(conn, run.definition_id)
+            definition = definition or definitions.get(conn, run.definition_id)
             assert definition is not None
             owners[run.definition_id] = definition
             handle = launcher.launch(run, definition)
         except Exception as error:
-            log.warning("run %s: launch failed: %s", run.id, error)
+            log_run = logs.for_run(log, run, definition)
+            log_run.warning("run %s: launch failed: %s", run.id, error)
             lease.finish(
                 conn,
                 run_lease,
@@ -210,6 +213,7 @@ def launch(
                 reason="LaunchFailed",
                 error=f"{type(error).__name__}: {error}",
                 now=now,
+                logger=log_run,
             )
             result.launch_failed.append(run.id)
             continue

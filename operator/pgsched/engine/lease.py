@@ -61,8 +61,12 @@ def finish(
     exit_code: int | None = None,
     retry_hint: Literal["retry", "never"] | None = None,
     now: datetime | None = None,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
 ) -> bool:
-    """Record the run's outcome. False means the lease was lost: nothing was changed."""
+    """Record the run's outcome. False means the lease was lost: nothing was changed.
+
+    ``logger`` is the caller's run logger (``logs.for_run``), so the warning about a lost
+    lease carries the run's context fields like the caller's own lines."""
     row = conn.execute(
         queries.get("finish_run"),
         {
@@ -78,7 +82,7 @@ def finish(
     ).fetchone()
     finished = bool(row and row["finished"])
     if not finished:
-        log.warning(
+        logger.warning(
             "run %s: lease lost, %s not recorded (the run was already ended elsewhere)",
             lease.run_id,
             status,

@@ -120,6 +120,26 @@ def running_count(conn: Connection, definition_id: UUID) -> int:
     return int(row["running"]) if row else 0
 
 
-def statuses(conn: Connection, run_ids: list[int]) -> dict[int, str]:
-    rows = conn.execute(queries.get("run_statuses"), {"ids": run_ids}).fetchall()
-    return {row["id"]: row["status"] for row in rows}
+@dataclass(frozen=True)
+class Ending:
+    """How (and whether) a run ended, as the Job cleanup needs to know it."""
+
+    status: str
+    reason: str | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    checked_at: datetime
+
+
+def endings(conn: Connection, run_ids: list[int]) -> dict[int, Ending]:
+    rows = conn.execute(queries.get("run_endings"), {"ids": run_ids}).fetchall()
+    return {
+        row["id"]: Ending(
+            row["status"],
+            row["reason"],
+            row["finished_at"],
+            row["cancel_requested_at"],
+            row["checked_at"],
+        )
+        for row in rows
+    }

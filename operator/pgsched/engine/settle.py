@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from pgsched import logs
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
 from pgsched.engine.models import Definition, Run
@@ -124,8 +125,9 @@ def _retry(
         return None
     policy = RetryPolicy.from_json(definition.retry_policy)
     decision = policy.decide(reason=run.reason, attempt=run.attempt, hint=run.retry_hint, rng=rng)
+    log_run = logs.for_run(log, run, definition)
     if not decision.retry:
-        log.info(
+        log_run.info(
             "run %s (%s, attempt %s) not retried: %s",
             run.id,
             definition.key,
@@ -147,7 +149,7 @@ def _retry(
     ).fetchone()
     if row is None:  # another leader retried it first
         return None
-    log.info(
+    log_run.info(
         "run %s (%s) failed with %s; attempt %s queued as run %s in %.1fs",
         run.id,
         definition.key,

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 from pgsched.db.connection import Connection
+from pgsched.db.session import Session
 from pgsched.engine import dispatch, leader, materialize, reap, settle
 from pgsched.engine.launcher import Launcher
 from pgsched.failures import FailureLog
@@ -99,19 +100,18 @@ class Ticker:
         clock: Callable[[], datetime | None] = lambda: None,
         elect_leader: bool = True,
     ) -> None:
-        self._connect = connect
         self._launcher = launcher
         self.settings = settings or TickSettings()
         self._clock = clock
         self._elect = elect_leader
-        self._conn: Connection | None = None
+        self._session = Session(connect)
         self._failures = FailureLog(log, "tick")
 
     def run_once(self) -> TickResult:
         result = TickResult()
         started = time.perf_counter()
         try:
-            conn = self._session()
+            conn = self._session.connection()
             if self._elect and not leader.try_lead(conn, lock_name=self.settings.lock_name):
                 return result
             result.leader = True
@@ -178,18 +178,7 @@ class Ticker:
             self.close()
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # closing a broken session cannot fail in a way that matters
-                log.debug("closing the tick session failed", exc_info=True)
-            self._conn = None
-
-    def _session(self) -> Connection:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self.close()
-            self._conn = self._connect()
-        return self._conn
+        self._session.close()
 
 
 class _timed:

@@ -27,6 +27,7 @@ from kubernetes import config as kube_config
 from kubernetes.client import Configuration
 
 from pgsched import metrics
+from pgsched.k8s import names
 from pgsched.k8s.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -237,3 +238,15 @@ def path_of(
     if subresource is not None:
         parts.append(subresource)
     return "/".join(parts)
+
+
+def scheduled_job_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    """The API path of a ScheduledJob (or of its ``status`` subresource)."""
+    return path_of(
+        group=names.GROUP,
+        version=names.VERSION,
+        namespace=namespace,
+        plural=names.PLURAL,
+        name=name,
+        subresource=subresource,
+    )

@@ -27,6 +27,7 @@ import kopf
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from pgsched import logs, metrics
 from pgsched import spec as spec_module
 from pgsched.engine import definitions, runs
 from pgsched.k8s import api, names, outcomes, status
@@ -83,23 +84,29 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
                 _reject(context, conn, key, body, str(error), now=now)
                 return
             stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec), now=pinned)
-            context.publisher.patch_status(conn, stored, dict(body))
+            # On resume (every operator start) most resources are already up to date: their
+            # status and Event need not be written again, thousands of times over.
+            current = dict(body.get("status") or {})
+            if current.get("observedGeneration") != generation or stored.generation != generation:
+                context.publisher.patch_status(conn, stored, dict(body))
+                if stored.generation == generation:
+                    context.publisher.post_event(
+                        namespace=key.namespace,
+                        scheduled_job=key.name,
+                        uid=key.id,
+                        name=f"{key.name}.gen{generation}.scheduled",
+                        event_type="Normal",
+                        reason="Scheduled",
+                        message=f"generation {generation} accepted; next run at"
+                        f" {status.timestamp(stored.next_run_at) or 'never'}",
+                        at=now,
+                    )
             _handle_annotations(context, conn, key, meta)
     except psycopg.Error as error:
+        metrics.DB_ERRORS.labels("handlers").inc()
         raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
     except api.ApiError as error:
         raise kopf.TemporaryError(f"Kubernetes API error, will retry: {error}", delay=5) from error
-    if stored.generation == generation:
-        context.publisher.post_event(
-            namespace=key.namespace,
-            scheduled_job=key.name,
-            uid=key.id,
-            name=f"{key.name}.gen{generation}.scheduled",
-            event_type="Normal",
-            reason="Scheduled",
-            message=f"generation {generation} accepted; next run at {status.timestamp(stored.next_run_at) or 'never'}",
-            at=now,
-        )
 
 
 def _reject(
@@ -123,14 +130,7 @@ def _reject(
             now=now,
             current=dict(body.get("status") or {}),
         )
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=key.namespace,
-            plural=names.PLURAL,
-            name=key.name,
-            subresource="status",
-        )
+        path = api.scheduled_job_path(key.namespace, key.name, subresource="status")
         context.kube.merge_patch(path, {"status": new})
     context.publisher.post_event(
         namespace=key.namespace,
@@ -152,19 +152,19 @@ def _handle_annotations(
     if token:
         enqueued = runs.run_now(conn, key.id, token=f"annotation:{token}")
         if enqueued.created:
-            log.info("%s: run-now %r queued run %s", key.hash_seed, token, enqueued.run.id)
+            logs.for_labels(
+                log,
+                run_id=enqueued.run.id,
+                namespace=key.namespace,
+                name=key.name,
+                attempt=enqueued.run.attempt,
+            ).info("%s: run-now %r queued run %s", key.hash_seed, token, enqueued.run.id)
     target = annotations.get(names.ANNOTATION_CANCEL)
     if target:
         _cancel(conn, key, target)
         # A cancel request is a one-shot command: clear it, so a later reconcile (or an
         # operator restart) never cancels runs that started after the request.
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=key.namespace,
-            plural=names.PLURAL,
-            name=key.name,
-        )
+        path = api.scheduled_job_path(key.namespace, key.name)
         context.kube.merge_patch(
             path, {"metadata": {"annotations": {names.ANNOTATION_CANCEL: None}}}
         )
@@ -172,6 +172,7 @@ def _handle_annotations(
 
 def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
     why = f"cancelled through the {names.ANNOTATION_CANCEL} annotation"
+    logger: logging.Logger | logs.ContextAdapter = log
     if target == "all":
         outcome = runs.cancel_definition(conn, key.id, why=why)
     elif target.isdigit():
@@ -184,10 +185,13 @@ def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
             )
             return
         outcome = runs.cancel_run(conn, run.id, why=why)
+        logger = logs.for_labels(
+            log, run_id=run.id, namespace=key.namespace, name=key.name, attempt=run.attempt
+        )
     else:
         log.warning("%s: cancel annotation %r is neither a run id nor 'all'", key.hash_seed, target)
         return
-    log.info(
+    logger.info(
         "%s: cancel %s: %d queued runs cancelled, %d running runs asked to stop",
         key.hash_seed,
         target,
@@ -203,6 +207,7 @@ def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
         with context.pool.connection() as conn:
             stopping = definitions.delete(conn, UUID(uid))
     except psycopg.Error as error:
+        metrics.DB_ERRORS.labels("handlers").inc()
         raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
     log.info(
         "%s/%s deleted: definition marked deleted, %d running runs asked to stop",
@@ -223,6 +228,14 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
     run_id = metadata["labels"][names.LABEL_RUN_ID]
     if not token or not run_id.isdigit():
         return
+    labels = metadata.get("labels") or {}
+    log_run = logs.for_labels(
+        log,
+        run_id=run_id,
+        namespace=metadata["namespace"],
+        name=labels.get(names.LABEL_SCHEDULED_JOB),
+        attempt=labels.get(names.LABEL_ATTEMPT),
+    )
     pods_path = api.path_of(namespace=metadata["namespace"], plural="pods")
     try:
         pods = context.kube.get(
@@ -236,11 +249,14 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
                 job=dict(body),
                 pods=pods.get("items") or [],
                 deleted=deleted,
+                logger=log_run,
             )
     except (psycopg.Error, api.ApiError) as error:
+        if isinstance(error, psycopg.Error):
+            metrics.DB_ERRORS.labels("handlers").inc()
         # Event handlers are not retried by kopf: the run stays RUNNING and the Job's next
         # event (or, failing that, the heartbeat reaper) settles it.
-        log.warning(
+        log_run.warning(
             "run %s: could not record the outcome of Job %s yet: %s",
             run_id,
             metadata["name"],
@@ -248,7 +264,7 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
         )
         return
     if outcome is not None:
-        log.info(
+        log_run.info(
             "run %s: Job %s ended, run %s %s",
             run_id,
             metadata["name"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from pgsched import logs
 from pgsched.engine.launcher import LaunchError
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s import api, jobs, names
@@ -40,14 +41,14 @@ class KubernetesLauncher:
                 raise LaunchError(
                     f"Job {definition.namespace}/{name} already exists for run {owner_run}"
                 ) from None
-            log.info(
+            logs.for_run(log, run, definition).info(
                 "run %s: Job %s/%s already existed (launched before)",
                 run.id,
                 definition.namespace,
                 name,
             )
         else:
-            log.info(
+            logs.for_run(log, run, definition).info(
                 "run %s: created Job %s/%s (attempt %s, scheduled for %s)",
                 run.id,
                 definition.namespace,

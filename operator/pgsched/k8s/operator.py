@@ -11,6 +11,12 @@ schedule safely. Then, on every replica:
 - ``/healthz`` (kopf's liveness endpoint) fails when a thread is dead or the tick loop
   stopped making progress; Prometheus metrics are served on their own port.
 
+Least privilege: kopf's scanning (a cluster-wide list/watch of namespaces and CRDs, to
+follow namespace patterns and CRDs appearing later) is turned off. The namespaces are exact
+names, and the ScheduledJob CRD must be served before kopf starts (``require_served``), so
+a namespaced installation needs no cluster-scoped permission at all. Without this, kopf
+retries the forbidden lists for a minute or more before it serves anything.
+
 SIGTERM stops kopf, then both threads (the tick thread finishes its tick and releases the
 leader lock explicitly; its session closing would release it anyway).
 """
@@ -25,11 +31,12 @@ from typing import Any
 
 import kopf
 import prometheus_client
+import psycopg
 
 from pgsched import metrics
 from pgsched.db import connection, preflight
 from pgsched.engine.tick import Ticker, TickResult
-from pgsched.k8s import api, handlers
+from pgsched.k8s import api, handlers, names
 from pgsched.k8s.launcher import KubernetesLauncher
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
@@ -116,12 +123,42 @@ class EngineThreads:
 
 
 def check_database(settings: OperatorSettings) -> None:
-    with connection.connect(
-        settings.dsn, application_name="pgsched-preflight", connect_timeout=10
-    ) as conn:
-        failed = [check for check in preflight.run(conn) if not check.ok]
+    def connect() -> connection.Connection:
+        return connection.connect(
+            settings.dsn, application_name="pgsched-preflight", connect_timeout=10
+        )
+
+    try:
+        with connect() as conn:
+            failed = [check for check in preflight.run(conn, connect=connect) if not check.ok]
+    except (psycopg.OperationalError, preflight.PreflightError) as error:
+        raise StartupError(f"database: {str(error).strip()}") from None
     if failed:
         raise StartupError("; ".join(f"{check.name}: {check.detail}" for check in failed))
+
+
+def require_served(
+    kube: api.KubeApi, *, group: str, version: str, plural: str, timeout: float = 60.0
+) -> None:
+    """Wait until the API server serves ``plural`` (kopf only serves what exists at start)."""
+    path = f"/apis/{group}/{version}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            served = {item.get("name") for item in kube.get(path).get("resources") or []}
+        except api.ApiError as error:
+            if not error.not_found:
+                raise StartupError(f"cannot read API discovery {path}: {error}") from None
+            served = set()
+        if plural in served:
+            return
+        if time.monotonic() >= deadline:
+            raise StartupError(
+                f"the API server does not serve {plural}.{group}/{version} (waited {timeout:g}s):"
+                f" install the CRD (kubectl apply -f crds/{plural}.{group}.yaml, or the Helm"
+                " chart with crds.install=true)"
+            )
+        time.sleep(1.0)
 
 
 def run(settings: OperatorSettings) -> None:
@@ -131,9 +168,11 @@ def run(settings: OperatorSettings) -> None:
         # kopf logs every handled event at INFO; pgsched logs what matters about runs itself.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+        logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
+    require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
     publisher = Publisher(kube)
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher)
@@ -141,6 +180,7 @@ def run(settings: OperatorSettings) -> None:
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         settings.persistence.finalizer = "pgsched.dev/finalizer"
+        settings.scanning.disabled = True  # see the module docstring: least privilege
         # kopf leaves out of its diffs every annotation under its storage prefix, so that
         # prefix must not be pgsched.dev/, home of the run-now and cancel annotations.
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -178,10 +218,16 @@ def run(settings: OperatorSettings) -> None:
                 standalone=True,
                 clusterwide=settings.all_namespaces,
                 namespaces=list(settings.namespaces),
-                liveness_endpoint=f"http://{settings.health_bind}/healthz",
+                liveness_endpoint=f"http://{_url_host(settings.health_bind)}/healthz",
                 memo=kopf.Memo(),
             )
         )
     finally:
         threads.shutdown()
         pool.close()
+
+
+def _url_host(bind: str) -> str:
+    """``host:port`` for a URL: an IPv6 host needs brackets (``[fd00::1]:8080``)."""
+    host, _, port = bind.rpartition(":")
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else bind

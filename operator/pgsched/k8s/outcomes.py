@@ -12,12 +12,15 @@ attempt that was already reaped, or finished by the SDK runner itself, changes n
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from pgsched.db.connection import Connection
 from pgsched.engine import lease, runs
 from pgsched.engine.lease import FinalStatus
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -119,9 +122,18 @@ def _main_termination(pods: list[Obj]) -> Obj | None:
 
 
 def record(
-    conn: Connection, run_id: int, lease_token: str, *, job: Obj, pods: list[Obj], deleted: bool
+    conn: Connection,
+    run_id: int,
+    lease_token: str,
+    *,
+    job: Obj,
+    pods: list[Obj],
+    deleted: bool,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
 ) -> Outcome | None:
-    """Record a finished (or deleted) Job's outcome for its run; None if nothing changed."""
+    """Record a finished (or deleted) Job's outcome for its run; None if nothing changed.
+
+    ``logger`` is the caller's run logger, passed on to the fenced finish."""
     run = runs.get(conn, run_id)
     if run is None or run.status != "RUNNING" or str(run.lease_token) != lease_token:
         return None
@@ -136,5 +148,6 @@ def record(
         reason=outcome.reason,
         error=outcome.error,
         exit_code=outcome.exit_code,
+        logger=logger,
     )
     return outcome if recorded else None

@@ -11,7 +11,8 @@ replica can publish and each change is published by one of them. For each batch:
   plus an Event when a condition flips (auto-suspension);
 - Job cleanup for ScheduledJobs whose runs ended: Jobs of runs the engine ended (reaped,
   cancel grace expired) are deleted, finished Jobs beyond the history limits too;
-- run metrics (``pgsched_runs_total``, skew and duration histograms).
+- run metrics (``pgsched_runs_total``, skew and duration histograms), and every few
+  seconds the gauges read from the database (queue depth, failure streaks).
 
 The outbox rows are deleted in the same transaction, after the API calls succeeded; an
 API failure rolls the batch back and it is published again later (at least once).
@@ -23,16 +24,18 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
-from pgsched import metrics
+from pgsched import logs, metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
+from pgsched.db.session import Session
 from pgsched.engine import definitions, runs
 from pgsched.engine.models import Definition
 from pgsched.failures import FailureLog
@@ -85,15 +88,25 @@ class Publisher:
         result.definitions = set(by_definition)
         return result
 
-    def update_queue_depth(self, conn: Connection) -> None:
+    def update_gauges(self, conn: Connection) -> None:
+        """Gauges read from the database: the queue depth and failure streaks."""
         depth = {row["namespace"]: row["due"] for row in conn.execute(queries.get("queue_depth"))}
+        streaks = conn.execute(queries.get("failure_streaks")).fetchall()
         metrics.QUEUE_DEPTH.clear()
         for namespace, due in depth.items():
             metrics.QUEUE_DEPTH.labels(namespace).set(due)
+        metrics.FAILURE_STREAK.clear()
+        metrics.AUTO_SUSPENDED.clear()
+        for row in streaks:
+            metrics.FAILURE_STREAK.labels(row["namespace"], row["name"]).set(
+                row["consecutive_failures"]
+            )
+            if row["auto_suspended"]:
+                metrics.AUTO_SUSPENDED.labels(row["namespace"], row["name"]).set(1)
 
     def run_forever(
         self,
-        connect: Any,
+        connect: Callable[[], Connection],
         stop: threading.Event,
         *,
         interval: float = 0.5,
@@ -102,16 +115,15 @@ class Publisher:
         """Publish until ``stop``; errors are logged and retried, never fatal. Every few
         seconds also refresh the queue-depth gauge, and every ``resync_every`` seconds
         catch Job outcomes the watch missed (``resync``)."""
-        conn: Connection | None = None
+        session = Session(connect)
         last_depth = last_resync = time.monotonic()
         failures = FailureLog(log, "publishing run events")
         while not stop.is_set():
             try:
-                if conn is None or conn.closed or conn.broken:
-                    conn = connect()
+                conn = session.connection()
                 published = self.run_once(conn)
                 if time.monotonic() - last_depth > 5:
-                    self.update_queue_depth(conn)
+                    self.update_gauges(conn)
                     last_depth = time.monotonic()
                 if time.monotonic() - last_resync > resync_every:
                     resync.run_once(conn, self._kube)
@@ -120,16 +132,12 @@ class Publisher:
                 if published.events or published.statuses:
                     continue  # more may be waiting
             except Exception as error:
-                database = isinstance(error, psycopg.Error)
-                if database:
+                if isinstance(error, psycopg.Error):
                     metrics.DB_ERRORS.labels("publisher").inc()
+                    session.close()
                 failures.failed(f"{type(error).__name__}: {error}")
-                if conn is not None and (conn.broken or database):
-                    conn.close()
-                    conn = None
             stop.wait(interval)
-        if conn is not None:
-            conn.close()
+        session.close()
 
     # -- Events -------------------------------------------------------------------------
 
@@ -201,13 +209,7 @@ class Publisher:
         definition = definitions.get(conn, definition_id)
         if definition is None:
             return
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=definition.namespace,
-            plural=names.PLURAL,
-            name=definition.name,
-        )
+        path = api.scheduled_job_path(definition.namespace, definition.name)
         if definition.deleted_at is None:
             try:
                 current = self._kube.get(path)
@@ -231,14 +233,7 @@ class Publisher:
             now=datetime.now(UTC),
             current=old,
         )
-        path = api.path_of(
-            group=names.GROUP,
-            version=names.VERSION,
-            namespace=definition.namespace,
-            plural=names.PLURAL,
-            name=definition.name,
-            subresource="status",
-        )
+        path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
         self._kube.merge_patch(path, {"status": new})
         for condition in status.transitions(old, new):
             suspended_at = definition.auto_suspended_at
@@ -261,11 +256,11 @@ class Publisher:
         items = self._kube.get(collection, labelSelector=selector).get("items") or []
         owned = [job for job in items if _owned_by(job, definition.id)]
         run_ids = [int(job["metadata"]["labels"][names.LABEL_RUN_ID]) for job in owned]
-        known = runs.statuses(conn, run_ids)
+        known = runs.endings(conn, run_ids)
         doomed: list[Obj] = []
         finished: dict[bool, list[Obj]] = {True: [], False: []}
         for job in owned:
-            run_status = known.get(int(job["metadata"]["labels"][names.LABEL_RUN_ID]))
+            ending = known.get(int(job["metadata"]["labels"][names.LABEL_RUN_ID]))
             conditions = {
                 c["type"]
                 for c in (job.get("status") or {}).get("conditions") or []
@@ -275,12 +270,8 @@ class Publisher:
                 finished[True].append(job)
             elif conditions & {"Failed", "FailureTarget"}:
                 finished[False].append(job)
-            elif (
-                run_status is not None
-                and run_status != "RUNNING"
-                and job["metadata"].get("deletionTimestamp") is None
-            ):
-                doomed.append(job)  # the engine ended the run (reaped, cancel grace): stop the pod
+            elif must_stop(ending, definition) and job["metadata"].get("deletionTimestamp") is None:
+                doomed.append(job)
         spec = definition.spec
         limits = {
             True: spec.get("successfulRunsHistoryLimit", 3),
@@ -299,8 +290,35 @@ class Publisher:
             except api.ApiError as error:
                 if not error.not_found:
                     raise
-            log.info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
+            labels = job["metadata"].get("labels") or {}
+            logs.for_labels(
+                log,
+                run_id=labels.get(names.LABEL_RUN_ID),
+                namespace=definition.namespace,
+                name=definition.name,
+                attempt=labels.get(names.LABEL_ATTEMPT),
+            ).info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
         return len(doomed)
+
+
+# Reasons the engine gives runs it ends itself: their pods may still be running, and must not.
+ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded"})
+# A job that recorded its own end (the SDK runner) exits right after; give its pod this long
+# before deleting its Job, so the Job completes normally and keeps its history and logs.
+JOB_EXIT_GRACE = timedelta(seconds=30)
+
+
+def must_stop(ending: runs.Ending | None, definition: Definition) -> bool:
+    """Whether a still-active Job must be deleted because its run has ended."""
+    if ending is None or ending.status in ("QUEUED", "RUNNING") or ending.finished_at is None:
+        return False
+    if ending.reason in ENGINE_ENDED:
+        return True
+    if ending.status == "CANCELLED" and ending.cancel_requested_at is not None:
+        waited = ending.finished_at - ending.cancel_requested_at
+        if waited >= timedelta(seconds=definition.cancel_grace_seconds):
+            return True  # ended by the engine after the cancel grace: stop the pod now
+    return ending.checked_at - ending.finished_at > JOB_EXIT_GRACE
 
 
 def _owned_by(job: Obj, uid: UUID) -> bool:

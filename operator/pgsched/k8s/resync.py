@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.k8s import api, names, outcomes
@@ -80,12 +81,21 @@ def _resync_namespace(
                 ).get("items")
                 or []
             )
+        log_run = logs.for_labels(
+            log, run_id=row["id"], namespace=namespace, name=row["name"], attempt=row["attempt"]
+        )
         outcome = outcomes.record(
-            conn, row["id"], str(row["lease_token"]), job=job or {}, pods=pods, deleted=deleted
+            conn,
+            row["id"],
+            str(row["lease_token"]),
+            job=job or {},
+            pods=pods,
+            deleted=deleted,
+            logger=log_run,
         )
         if outcome is not None:
             result.recorded[row["id"]] = outcome.status
-            log.warning(
+            log_run.warning(
                 "run %s: the outcome watch missed Job %s/%s; resync recorded %s %s",
                 row["id"],
                 namespace,

@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
 from pgsched.engine.lease import Lease
 from pgsched.runner.heartbeat import HeartbeatLoop
-from pgsched.runner.session import Session, describe_error
 from pgsched.sdk import CancelCause, Cancelled
 
 log = logging.getLogger(__name__)

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
+from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
 from pgsched.engine.lease import Lease, LeaseState
-from pgsched.runner.session import Session, describe_error
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from typing import Literal
 
 import psycopg
 
+from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
 from pgsched.engine.lease import FinalStatus, Lease
 from pgsched.runner.exit_codes import ExitCode
-from pgsched.runner.session import Session, describe_error
 from pgsched.sdk.kinds import RetryHint
 
 log = logging.getLogger(__name__)

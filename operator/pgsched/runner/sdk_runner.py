@@ -34,12 +34,12 @@ from collections.abc import Callable
 from types import FrameType
 
 from pgsched import sdk
+from pgsched.db.session import Session
 from pgsched.runner import outcome as outcomes
 from pgsched.runner.checkpoint import CancellationWatch
 from pgsched.runner.exit_codes import ExitCode
 from pgsched.runner.heartbeat import HeartbeatLoop
 from pgsched.runner.outcome import Outcome
-from pgsched.runner.session import Session
 from pgsched.runner.settings import JobSelection, RunnerSettings
 from pgsched.sdk import arguments
 from pgsched.sdk.context import run_logger
@@ -63,11 +63,11 @@ def run(settings: RunnerSettings, *, registry: Registry = sdk.registry) -> ExitC
     assert settings.job is not None, "the SDK runner needs a job selection"
     run_lease = settings.lease
     loop = HeartbeatLoop(
-        Session(settings.dsn, application_name=f"pgsched-heartbeat-{settings.run_id}"),
+        Session.for_dsn(settings.dsn, application_name=f"pgsched-heartbeat-{settings.run_id}"),
         run_lease,
         interval_seconds=settings.heartbeat_interval_seconds,
     ).start()
-    session = Session(settings.dsn, application_name=f"pgsched-run-{settings.run_id}")
+    session = Session.for_dsn(settings.dsn, application_name=f"pgsched-run-{settings.run_id}")
     watch = CancellationWatch(loop, session, run_lease)
     restore = _on_sigterm(watch)
     try:

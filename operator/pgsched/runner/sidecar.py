@@ -28,9 +28,9 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pgsched.db.session import Session
 from pgsched.engine.lease import LeaseState
 from pgsched.runner.heartbeat import HeartbeatLoop
-from pgsched.runner.session import Session
 from pgsched.runner.settings import RunnerSettings
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ _WORDS: dict[LeaseState, str] = {"cancel_requested": "cancelled", "lost": "lease
 def run(settings: RunnerSettings, stop: threading.Event) -> int:
     """Heartbeat until ``stop`` is set (SIGTERM); returns the exit code, always 0."""
     loop = HeartbeatLoop(
-        Session(settings.dsn, application_name=f"pgsched-sidecar-{settings.run_id}"),
+        Session.for_dsn(settings.dsn, application_name=f"pgsched-sidecar-{settings.run_id}"),
         settings.lease,
         interval_seconds=settings.heartbeat_interval_seconds,
         on_change=lambda state: signal_workload(settings.cancel_file, state),

@@ -240,12 +240,18 @@ class PodRunner:
             rule = self.ctx.images.resolve(spec["image"])
             probes.check_supported(spec)
             rewriter = volumes.MountRewriter(spec, self.volume_paths)
-            environment = self._environment(slot, rule)
+            node_env, declared = self._environment(slot, rule)
+            environment = {**node_env, **declared}
             argv = [
                 rewriter.rewrite(envs.expand(word, environment))
                 for word in rule.argv(spec.get("command") or [], spec.get("args") or [])
             ]
-            environment = {key: rewriter.rewrite(value) for key, value in environment.items()}
+            # Only what the container declared names paths inside its mounts; the node's own
+            # paths (HOME, KUBECONFIG under the state dir) must survive a mount at e.g. /tmp.
+            environment = {
+                **node_env,
+                **{key: rewriter.rewrite(value) for key, value in declared.items()},
+            }
             cwd = self._working_dir(spec.get("workingDir"), rewriter)
         except ImagePullError as error:
             slot.waiting_reason, slot.waiting_message = "ErrImagePull", str(error)
@@ -289,7 +295,10 @@ class PodRunner:
         log.info("pod %s: started %s (pid %s): %s", self.ref, slot.name, slot.process.pid, argv)
         self._start_probers(slot, environment, cwd, rewriter)
 
-    def _environment(self, slot: ContainerSlot, rule: ImageRule) -> dict[str, str]:
+    def _environment(
+        self, slot: ContainerSlot, rule: ImageRule
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """The variables the node provides, and those the container declares (which win)."""
         service = serviceaccount.service_env(self.ctx.api)
         pod = self._pod_with_ips()
         declared = envs.container_env(slot.spec, pod, lookup=self._lookup, service_env=service)
@@ -301,7 +310,7 @@ class PodRunner:
         if self.kubeconfig is not None and serviceaccount.mounts_token(slot.spec):
             base["KUBECONFIG"] = str(self.kubeconfig)
         (self.root / "home").mkdir(exist_ok=True)
-        return {**base, **service, **declared}
+        return {**base, **service}, declared
 
     def _working_dir(self, working_dir: str | None, rewriter: volumes.MountRewriter) -> Path:
         if not working_dir:

@@ -45,6 +45,14 @@ ON CONFLICT (id) DO UPDATE SET
     cancel_grace_seconds = EXCLUDED.cancel_grace_seconds,
     failure_suspend_threshold = EXCLUDED.failure_suspend_threshold,
     suspended = EXCLUDED.suspended,
+    -- Toggling spec.suspend from true to false is a resume: it also clears an automatic
+    -- suspension and its failure streak (as `pgsched resume` does).
+    auto_suspended_at = CASE WHEN d.suspended AND NOT EXCLUDED.suspended
+                             THEN NULL ELSE d.auto_suspended_at END,
+    auto_suspend_reason = CASE WHEN d.suspended AND NOT EXCLUDED.suspended
+                               THEN NULL ELSE d.auto_suspend_reason END,
+    consecutive_failures = CASE WHEN d.suspended AND NOT EXCLUDED.suspended
+                                THEN 0 ELSE d.consecutive_failures END,
     spec = EXCLUDED.spec,
     next_run_at = EXCLUDED.next_run_at,
     updated_at = EXCLUDED.updated_at,

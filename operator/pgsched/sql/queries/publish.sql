@@ -23,7 +23,7 @@ GROUP BY d.namespace;
 
 -- name: running_runs_with_jobs
 -- Runs the outcome watch should have settled by now: running for a while, with a Job.
-SELECT r.id, r.lease_token, r.k8s_job_name, r.started_at, d.namespace
+SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.started_at, d.namespace, d.name
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING'
@@ -37,3 +37,9 @@ SELECT pg_try_advisory_lock(hashtextextended('pgsched:resync', 0)) AS locked;
 
 -- name: release_resync_lock
 SELECT pg_advisory_unlock(hashtextextended('pgsched:resync', 0)) AS released;
+
+-- name: failure_streaks
+-- ScheduledJobs whose latest final outcomes are failures (the streak auto-suspension counts).
+SELECT namespace, name, consecutive_failures, auto_suspended_at IS NOT NULL AS auto_suspended
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL AND consecutive_failures > 0;

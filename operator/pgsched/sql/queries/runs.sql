@@ -46,5 +46,6 @@ LIMIT 1;
 SELECT count(*) AS running FROM pgsched.job_runs
 WHERE definition_id = %(definition_id)s AND status = 'RUNNING';
 
--- name: run_statuses
-SELECT id, status FROM pgsched.job_runs WHERE id = ANY(%(ids)s::bigint[]);
+-- name: run_endings
+SELECT id, status, reason, finished_at, cancel_requested_at, now() AS checked_at
+FROM pgsched.job_runs WHERE id = ANY(%(ids)s::bigint[]);

@@ -1,0 +1,122 @@
+"""``pgsched describe <run-id>``: everything about one run, and its retry chain.
+
+A run id is global (it is the row's key), so no namespace is needed. The retry chain
+shows every attempt of the same occurrence, first to last, so a failure that was retried
+three times reads as one story: reasons, errors and Job names of each attempt.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pgsched.cli import common, output, runs_cmd
+from pgsched.db import queries
+from pgsched.engine import definitions, runs
+from pgsched.engine.models import Run
+from pgsched.schedule import zones
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "describe",
+        help="everything about one run: status, reason, error, Job, retry chain",
+        description="Show one run: its ScheduledJob, status, reason and error, times,"
+        " Kubernetes Job, cancellation, and every attempt of the same occurrence.",
+    )
+    parser.add_argument("run_id", metavar="RUN-ID", type=run_id, help="a run id (see `runs`)")
+    common.add_dsn(parser)
+    output.add_flag(parser)
+    parser.set_defaults(handler=run)
+
+
+def run_id(text: str) -> int:
+    """argparse type for run ids, with an example (run ids are positive integers)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a run id: run ids are positive integers, e.g. 4711"
+            " (list them with `pgsched runs SJ`)"
+        )
+    return int(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    with common.connect(args, application_name="pgsched-cli") as conn:
+        found = runs.get(conn, args.run_id)
+        if found is None:
+            raise common.CommandError(f"no run with id {args.run_id}")
+        definition = definitions.get(conn, found.definition_id)
+        chain = [
+            Run.from_row(row)
+            for row in conn.execute(queries.get("retry_chain"), {"id": found.id}).fetchall()
+        ]
+    assert definition is not None  # job_runs.definition_id is a foreign key
+    if args.output == "json":
+        output.emit_json(
+            {
+                "run": runs_cmd.summary(found),
+                "scheduledJob": {
+                    "namespace": definition.namespace,
+                    "name": definition.name,
+                    "uid": definition.id,
+                    "timeZone": definition.time_zone,
+                    "deleted": definition.deleted_at is not None,
+                },
+                "retryChain": [runs_cmd.summary(item) for item in chain],
+            }
+        )
+        return 0
+    zone = zones.load_zone(definition.time_zone)
+
+    def when(moment: Any) -> str:
+        if moment is None:
+            return output.NOTHING
+        return f"{output.local_time(moment, zone)}  ({output.utc_iso(moment)})"
+
+    retried_as = next((item.id for item in chain if item.retry_of == found.id), None)
+    attempt = f"{found.attempt}" + (f" (retried as run {retried_as})" if retried_as else "")
+    deleted = " (deleted)" if definition.deleted_at is not None else ""
+    cancel = output.NOTHING
+    if found.cancel_requested:
+        cancel = f"requested at {output.local_time(found.cancel_requested_at, zone)}"
+    job = f"{definition.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None
+    output.fields(
+        [
+            ("Run", found.id),
+            ("ScheduledJob", f"{definition.key}{deleted}"),
+            ("Status", found.status),
+            ("Reason", found.reason),
+            ("Error", found.error),
+            ("Exit code", found.exit_code),
+            ("Attempt", attempt),
+            ("Retry of", found.retry_of),
+            ("Trigger", found.trigger),
+            ("Scheduled for", when(found.scheduled_for)),
+            ("Starting deadline", when(found.deadline_at)),
+            ("Started", when(found.started_at)),
+            ("Last heartbeat", when(found.heartbeat_at)),
+            ("Finished", when(found.finished_at)),
+            ("Duration", runs_cmd.duration_of(found)),
+            ("Cancellation", cancel),
+            ("Kubernetes Job", job),
+            ("Request token", found.request_token),
+        ]
+    )
+    if len(chain) > 1:
+        print("\nRetry chain:")
+        output.table(
+            ["attempt", "run", "status", "reason", "scheduled", "finished", "job"],
+            [
+                [
+                    item.attempt,
+                    f"{item.id}{' *' if item.id == found.id else ''}",
+                    item.status,
+                    item.reason,
+                    output.local_time(item.scheduled_for, zone),
+                    output.local_time(item.finished_at, zone),
+                    item.k8s_job_name,
+                ]
+                for item in chain
+            ],
+        )
+    return 0

@@ -1,0 +1,139 @@
+"""``pgsched runs <sj>``: the run history of a ScheduledJob, newest first.
+
+Every attempt is a row (retries, skipped occurrences, cancelled runs), so this is the
+answer to "did it run at 09:00, and if not, why?". Times are shown in the ScheduledJob's
+time zone, which is how its schedule is written; ``-o json`` gives UTC instants.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pgsched.cli import common, output, target
+from pgsched.db import queries
+from pgsched.engine.models import Run
+from pgsched.schedule import zones
+
+_STATUSES = ("QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SKIPPED")
+
+
+def register(commands: Any) -> None:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "runs",
+        help="run history of a ScheduledJob (status, reason, attempt, times, duration)",
+        description="List the runs of a ScheduledJob, newest first: every attempt, retry,"
+        " skipped occurrence and cancellation, with its reason. Times are in the"
+        " ScheduledJob's time zone (-o json: UTC).",
+    )
+    target.add_flags(parser)
+    common.add_dsn(parser)
+    output.add_flag(parser)
+    parser.add_argument(
+        "--limit",
+        type=common.positive_int,
+        default=20,
+        help="show at most this many runs (default 20)",
+    )
+    parser.add_argument(
+        "--status",
+        action="append",
+        type=_status,
+        help="only runs in this status (repeatable), e.g. --status FAILED",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _status(text: str) -> str:
+    status = text.upper()
+    if status not in _STATUSES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a run status; use one of {', '.join(_STATUSES)}"
+        )
+    return status
+
+
+def run(args: argparse.Namespace) -> int:
+    with common.connect(args, application_name="pgsched-cli") as conn:
+        definition = target.definition(conn, args)
+        rows = conn.execute(
+            queries.get("run_history"),
+            {"definition_id": definition.id, "statuses": args.status, "limit": args.limit},
+        ).fetchall()
+    history = [Run.from_row(row) for row in rows]
+    if args.output == "json":
+        output.emit_json(
+            {
+                "scheduledJob": definition.key,
+                "timeZone": definition.time_zone,
+                "runs": [summary(item) for item in history],
+            }
+        )
+        return 0
+    if not history:
+        print(f"no runs of {definition.key} yet")
+        return 0
+    zone = zones.load_zone(definition.time_zone)
+    output.table(
+        [
+            "id",
+            "status",
+            "reason",
+            "attempt",
+            "trigger",
+            "scheduled",
+            "started",
+            "finished",
+            "duration",
+        ],
+        [
+            [
+                item.id,
+                item.status,
+                item.reason,
+                item.attempt,
+                item.trigger,
+                output.local_time(item.scheduled_for, zone),
+                output.local_time(item.started_at, zone),
+                output.local_time(item.finished_at, zone),
+                duration_of(item),
+            ]
+            for item in history
+        ],
+    )
+    return 0
+
+
+def summary(item: Run) -> dict[str, Any]:
+    """A run as JSON: everything but the lease token (a job's credential for its run)."""
+    return {
+        "id": item.id,
+        "status": item.status,
+        "reason": item.reason,
+        "error": item.error,
+        "attempt": item.attempt,
+        "trigger": item.trigger,
+        "retryOf": item.retry_of,
+        "scheduledFor": item.scheduled_for,
+        "startedAt": item.started_at,
+        "heartbeatAt": item.heartbeat_at,
+        "finishedAt": item.finished_at,
+        "durationSeconds": _seconds(item),
+        "exitCode": item.exit_code,
+        "cancelRequested": item.cancel_requested,
+        "jobName": item.k8s_job_name,
+    }
+
+
+def duration_of(item: Run) -> str:
+    if item.started_at is None:
+        return output.NOTHING
+    if item.finished_at is None:
+        return "running" if item.status == "RUNNING" else output.NOTHING
+    return output.duration(item.finished_at - item.started_at)
+
+
+def _seconds(item: Run) -> float | None:
+    if item.started_at is None or item.finished_at is None:
+        return None
+    return (item.finished_at - item.started_at).total_seconds()

@@ -1,0 +1,140 @@
+"""``pgsched suspend <sj>`` / ``pgsched resume <sj>``.
+
+The ScheduledJob stays the source of truth: both commands patch its ``spec.suspend``
+through the Kubernetes API (the operator syncs the definition from it, and a ``kubectl
+get sj`` shows it), then write the same value to the definition at once, so the very next
+tick obeys it even if the operator has not handled the update yet. If the API server
+refuses the patch, nothing is changed anywhere.
+
+``resume`` also clears an automatic suspension (``failureSuspendThreshold`` reached) and
+its failure streak. That suspension lives only in the database — ``spec.suspend`` is still
+false — so resuming an auto-suspended job patches no spec at all (a GitOps tool owning
+the spec sees no drift). In both cases the ScheduledJob's status is re-rendered from the
+database right away, so its ``Suspended`` condition flips without waiting for a run.
+Occurrences that fell due while suspended were recorded as ``SKIPPED/Suspended`` and are
+not replayed (use ``backfill`` for that).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from pgsched.cli import common, output, target
+from pgsched.cli.output import utc_iso
+from pgsched.db.connection import Connection
+from pgsched.engine import definitions
+from pgsched.engine.models import Definition
+
+if TYPE_CHECKING:
+    from pgsched.k8s import api
+
+
+def register(commands: Any) -> None:
+    for name, verb in (("suspend", "suspend"), ("resume", "resume")):
+        extra = (
+            " Also clears an automatic suspension (failureSuspendThreshold) and its failure streak."
+            if name == "resume"
+            else " Due occurrences are recorded as SKIPPED/Suspended until it is resumed."
+        )
+        parser: argparse.ArgumentParser = commands.add_parser(
+            name,
+            help=f"{verb} a ScheduledJob (patches spec.suspend; applies at the next tick)",
+            description=f"{verb.capitalize()} a ScheduledJob: patch its spec.suspend through"
+            f" the Kubernetes API and apply it to the definition at once.{extra}",
+        )
+        target.add_flags(parser)
+        common.add_dsn(parser)
+        output.add_flag(parser)
+        parser.set_defaults(handler=run, suspend=name == "suspend")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pgsched.k8s import api
+
+    with common.connect(args, application_name="pgsched-cli") as conn:
+        definition = target.definition(conn, args)
+        kube = target.kube(args)
+        current = _resource(kube, definition)
+        spec_suspend = bool((current.get("spec") or {}).get("suspend", False))
+        patched = spec_suspend != args.suspend
+        try:
+            if patched:
+                current = kube.merge_patch(
+                    target.resource_path(definition), {"spec": {"suspend": args.suspend}}
+                )
+        except api.ApiError as error:
+            raise common.CommandError(
+                f"could not patch spec.suspend of {definition.key}: {error.message};"
+                " nothing was changed"
+            ) from None
+        stored = definitions.set_suspended(conn, definition.id, args.suspend)
+        if stored is None:
+            raise common.CommandError(f"{definition.key} was deleted meanwhile")
+        warning = _refresh_status(kube, conn, stored, current)
+    cleared = not args.suspend and definition.auto_suspended_at is not None
+    if args.output == "json":
+        output.emit_json(
+            {
+                "scheduledJob": definition.key,
+                "suspended": stored.is_suspended,
+                "specPatched": patched,
+                "autoSuspensionCleared": cleared,
+                "autoSuspendReason": definition.auto_suspend_reason if cleared else None,
+                "nextRunAt": utc_iso(stored.next_run_at),
+                "warning": warning,
+            }
+        )
+        return 0
+    if args.suspend:
+        how = "spec.suspend set to true" if patched else "spec.suspend was already true"
+        print(f"{definition.key} suspended ({how})")
+    else:
+        done = []
+        if cleared:
+            done.append(f"cleared the automatic suspension: {definition.auto_suspend_reason}")
+        done.append("spec.suspend set to false" if patched else "spec.suspend is false")
+        print(f"{definition.key} resumed ({'; '.join(done)})")
+        if stored.next_run_at is not None:
+            print(f"next run at {utc_iso(stored.next_run_at)}")
+    if warning:
+        print(f"warning: {warning}")
+    return 0
+
+
+def _resource(kube: api.KubeApi, definition: Definition) -> dict[str, Any]:
+    from pgsched.k8s import api
+
+    try:
+        current = kube.get(target.resource_path(definition))
+    except api.ApiError as error:
+        if error.not_found:
+            raise common.CommandError(
+                f"ScheduledJob {definition.key} is not in Kubernetes (the database still"
+                " has its definition: is it being deleted, or is this the wrong cluster?)"
+            ) from None
+        raise common.CommandError(f"cannot read ScheduledJob {definition.key}: {error}") from None
+    uid = (current.get("metadata") or {}).get("uid")
+    if uid != str(definition.id):
+        raise common.CommandError(
+            f"ScheduledJob {definition.key} in Kubernetes has uid {uid}, the database's"
+            f" definition is {definition.id}: is the kubeconfig pointing at another cluster?"
+        )
+    return current
+
+
+def _refresh_status(
+    kube: api.KubeApi, conn: Connection, stored: Definition, current: dict[str, Any]
+) -> str | None:
+    """Re-render the status from the database (as any operator replica would)."""
+    from pgsched.k8s import api
+    from pgsched.k8s.publisher import Publisher
+
+    try:
+        Publisher(kube).patch_status(conn, stored, current)
+    except api.ApiError as error:
+        return (
+            f"the ScheduledJob's status was not refreshed ({error.message}); the operator"
+            " refreshes it at the next run"
+        )
+    return None

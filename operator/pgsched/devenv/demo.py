@@ -1,0 +1,317 @@
+"""``make demo``: the quickstart — pgsched installed as a user would, on this machine.
+
+1. a local Kubernetes control plane with one process node (``devenv.controlplane``);
+2. a throwaway Postgres with the roles a real installation uses (``ROLES_SQL``): the
+   operator's role owns the database and the schema but cannot create roles; job pods log
+   in as a member of ``pgsched_job``; the example jobs bring a role of their own;
+3. two namespaces that enforce Pod Security ``restricted``: ``pgsched-system`` for the
+   operator, ``pgsched-demo`` for the ScheduledJobs;
+4. ``helm install`` of ``charts/pgsched`` from the checkout with the two connection
+   strings — the chart's default image maps onto this checkout's venv on the process node;
+5. ``kubectl apply`` of every ``examples/*.yaml``, then ``kubectl get sj`` until each
+   example that asks for an immediate run (``pgsched.dev/run-now``) shows COMPLETED.
+
+Then it prints how to look around and runs until Ctrl-C (``--once``: exit 0 as soon as
+everything is green, 1 if it is not within ``--timeout``), stopping everything on the way out.
+
+The one liberty taken with the examples: the process node has no image filesystems, so a
+``workingDir`` of ``/opt/pgsched/examples`` (where the image keeps the SDK examples, see the
+Dockerfile) is pointed at the checkout's ``examples/`` directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pgsched.db import connection
+from pgsched.devenv.binaries import REPO_ROOT
+from pgsched.devenv.commands import CommandError
+from pgsched.devenv.controlplane import ControlPlane
+from pgsched.devenv.kubeapi import ApiError
+from pgsched.devenv.postgres import PostgresServer
+
+RELEASE = "pgsched"
+SYSTEM_NAMESPACE = "pgsched-system"
+JOBS_NAMESPACE = "pgsched-demo"
+CHART = REPO_ROOT / "charts" / "pgsched"
+EXAMPLES = REPO_ROOT / "examples"
+IMAGE_EXAMPLES_DIR = "/opt/pgsched/examples"
+EXAMPLES_SECRET = "pgsched-examples-dsn"
+RUN_NOW = "pgsched.dev/run-now"
+
+# What a database administrator runs once (docs/install.md has the same statements).
+# Passwords are omitted: the throwaway server trusts local connections.
+ROLES_SQL = (
+    "CREATE ROLE pgsched LOGIN",
+    "CREATE DATABASE pgsched OWNER pgsched",
+    "CREATE ROLE pgsched_job NOLOGIN",
+    "CREATE ROLE pgsched_job_login LOGIN IN ROLE pgsched_job",
+    "CREATE ROLE pgsched_examples LOGIN",
+    "GRANT CREATE ON DATABASE pgsched TO pgsched_examples",
+)
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on; the message says what was seen."""
+
+
+@dataclass(frozen=True)
+class Connections:
+    admin: str
+    operator: str
+    job: str
+    examples: str
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def __str__(self) -> str:
+        return f"{time.monotonic() - self.started:5.1f}s"
+
+
+def say(clock: Stopwatch, message: str) -> None:
+    print(f"[{clock}] {message}", flush=True)
+
+
+def create_roles(server: PostgresServer) -> Connections:
+    with connection.connect(server.dsn()) as admin:
+        for statement in ROLES_SQL:
+            admin.execute(statement)
+    return Connections(
+        admin=server.dsn("pgsched"),
+        operator=server.dsn("pgsched", user="pgsched"),
+        job=server.dsn("pgsched", user="pgsched_job_login"),
+        examples=server.dsn("pgsched", user="pgsched_examples"),
+    )
+
+
+def create_namespaces(cp: ControlPlane) -> None:
+    for name in (SYSTEM_NAMESPACE, JOBS_NAMESPACE):
+        labels = {
+            f"pod-security.kubernetes.io/{mode}": "restricted"
+            for mode in ("enforce", "audit", "warn")
+        }
+        cp.api.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
+        )
+    # Pods are only admitted once the ServiceAccount controller created `default`.
+    for name in (SYSTEM_NAMESPACE, JOBS_NAMESPACE):
+        account = f"/api/v1/namespaces/{name}/serviceaccounts/default"
+        _until(functools.partial(_exists, cp, account), 30, f"ServiceAccount {name}/default")
+
+
+def install_chart(cp: ControlPlane, dsns: Connections, work_dir: Path) -> None:
+    values = {
+        "watchNamespaces": [JOBS_NAMESPACE],
+        "database": {"dsn": dsns.operator},
+        "jobDatabase": {"dsn": dsns.job},
+    }
+    values_file = work_dir / "demo-values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    cp.helm("install", RELEASE, CHART, "-n", SYSTEM_NAMESPACE, "-f", values_file)
+
+
+def wait_for_operator(cp: ControlPlane, clock: Stopwatch, *, timeout: float) -> None:
+    path = f"/apis/apps/v1/namespaces/{SYSTEM_NAMESPACE}/deployments/{RELEASE}"
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while True:
+        deployment = cp.api.get(path)
+        status, wanted = deployment.get("status") or {}, deployment["spec"]["replicas"]
+        ready = f"{status.get('readyReplicas', 0)}/{wanted}"
+        if ready != seen:
+            say(clock, f"operator pods ready: {ready}")
+            seen = ready
+        if status.get("readyReplicas", 0) == wanted:
+            return
+        if time.monotonic() > deadline:
+            raise DemoError(
+                f"the operator pods were not ready after {timeout:g}s:\n"
+                + cp.kubectl("get", "pods", "-n", SYSTEM_NAMESPACE, "-o", "wide").stdout
+            )
+        time.sleep(0.5)
+
+
+def example_manifests() -> Iterator[dict[str, Any]]:
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document:
+                yield _with_local_examples(document)
+
+
+def _with_local_examples(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Point ``workingDir: /opt/pgsched/examples`` at the checkout (see the docstring)."""
+    pod = manifest.get("spec", {}).get("jobTemplate", {}).get("spec", {}).get("template", {})
+    for container in pod.get("spec", {}).get("containers") or []:
+        if container.get("workingDir") == IMAGE_EXAMPLES_DIR:
+            container["workingDir"] = str(EXAMPLES)
+    return manifest
+
+
+def apply_examples(cp: ControlPlane, dsns: Connections) -> list[str]:
+    """Apply the examples; return the names of those that ask for an immediate run."""
+    cp.kubectl(
+        "create",
+        "secret",
+        "generic",
+        EXAMPLES_SECRET,
+        "-n",
+        JOBS_NAMESPACE,
+        f"--from-literal=dsn={dsns.examples}",
+    )
+    manifests = list(example_manifests())
+    documents = "---\n".join(yaml.safe_dump(manifest) for manifest in manifests)
+    cp.kubectl("apply", "-n", JOBS_NAMESPACE, "-f", "-", input=documents)
+    return [
+        m["metadata"]["name"] for m in manifests if RUN_NOW in m["metadata"].get("annotations", {})
+    ]
+
+
+def watch_until_green(
+    cp: ControlPlane, clock: Stopwatch, expected: list[str], *, timeout: float
+) -> bool:
+    """Print ``kubectl get sj`` as it changes until every expected run COMPLETED."""
+    shown = ""
+    deadline = time.monotonic() + timeout
+    while True:
+        table = cp.kubectl("get", "sj", "-n", JOBS_NAMESPACE).stdout
+        if table != shown:
+            print(f"\n[{clock}] $ kubectl get sj -n {JOBS_NAMESPACE}\n{table}", flush=True)
+            shown = table
+        items = json.loads(cp.kubectl("get", "sj", "-n", JOBS_NAMESPACE, "-o", "json").stdout)
+        last = {
+            item["metadata"]["name"]: ((item.get("status") or {}).get("lastRun") or {})
+            for item in items["items"]
+        }
+        if all(last.get(name, {}).get("status") == "COMPLETED" for name in expected):
+            say(clock, f"green: {', '.join(expected)} completed")
+            return True
+        if time.monotonic() > deadline:
+            print(f"not green after {timeout:g}s; last runs: {json.dumps(last, indent=2)}")
+            print(cp.kubectl("get", "jobs,pods", "-n", JOBS_NAMESPACE, "-o", "wide").stdout)
+            return False
+        time.sleep(1.0)
+
+
+def _shown(path: Path) -> str:
+    """A path as a user would type it from the current directory."""
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
+def print_howto(cp: ControlPlane, dsns: Connections) -> None:
+    kubectl = _shown(cp.binaries.kubectl)
+    pgsched = _shown(Path(sys.executable).parent / "pgsched")
+    psql = Path(os.environ.get("PGSCHED_PG_BIN", "/usr/lib/postgresql/15/bin")) / "psql"
+    logs = cp.work_dir / "nodes" / "node-1" / "pods"
+    print(
+        f"""
+pgsched runs in {SYSTEM_NAMESPACE} (release {RELEASE!r}); the examples in {JOBS_NAMESPACE}.
+
+  export KUBECONFIG={cp.kubeconfig}
+  {kubectl} -n {JOBS_NAMESPACE} get sj -w
+  {kubectl} -n {JOBS_NAMESPACE} annotate sj hello-every-minute {RUN_NOW}=$(date +%s) --overwrite
+  {kubectl} -n {JOBS_NAMESPACE} get jobs,pods,events
+  {kubectl} -n {SYSTEM_NAMESPACE} get deploy,pods,svc,pdb
+  {_shown(cp.binaries.helm)} -n {SYSTEM_NAMESPACE} get values {RELEASE}
+
+Pod logs (`kubectl logs` needs a kubelet, which the process node does not serve):
+  ls {logs}/*/logs/*/
+
+The database (every run, every attempt, every skipped occurrence):
+  {psql} '{dsns.admin}' -c 'SELECT id, status, reason, trigger, attempt, scheduled_for FROM pgsched.job_runs ORDER BY id'
+  PGSCHED_DSN='{dsns.operator}' {pgsched} migrate --check
+  {pgsched} --help
+""",
+        flush=True,
+    )
+
+
+def _exists(cp: ControlPlane, path: str) -> bool:
+    try:
+        cp.api.get(path)
+    except ApiError as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def run(*, once: bool, timeout: float, work_dir: Path | None) -> int:
+    clock = Stopwatch()
+    say(clock, "starting a local Kubernetes control plane (etcd, kube-apiserver, controllers)")
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with ControlPlane(work_dir=work_dir, keep_work_dir=work_dir is not None) as cp:
+        cp.add_node("node-1")
+        say(clock, f"control plane ready with node-1; kubeconfig: {cp.kubeconfig}")
+        with PostgresServer() as server:
+            dsns = create_roles(server)
+            say(clock, f"Postgres {server.port} ready: roles pgsched, pgsched_job_login, examples")
+            create_namespaces(cp)
+            say(clock, f"helm install {RELEASE} charts/pgsched -n {SYSTEM_NAMESPACE}")
+            install_chart(cp, dsns, cp.work_dir)
+            wait_for_operator(cp, clock, timeout=timeout)
+            expected = apply_examples(cp, dsns)
+            say(clock, f"applied examples/*.yaml to {JOBS_NAMESPACE}")
+            green = watch_until_green(cp, clock, expected, timeout=timeout)
+            print_howto(cp, dsns)
+            if once or not green:
+                return 0 if green else 1
+            say(clock, "running until Ctrl-C")
+            while True:
+                time.sleep(3600)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pgsched.devenv.demo",
+        description="Install pgsched with its Helm chart on a local control plane, apply the "
+        "examples and show them run.",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="exit once the examples ran (0) or failed to (1)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds to wait for each stage (180)"
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, help="keep the cluster's state and logs here (default: temp)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        return run(once=args.once, timeout=args.timeout, work_dir=args.work_dir)
+    except KeyboardInterrupt:
+        print("\nstopped", flush=True)
+        return 130
+    except (DemoError, CommandError) as error:
+        print(f"demo failed: {error}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

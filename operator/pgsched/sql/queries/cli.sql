@@ -1,0 +1,131 @@
+-- Queries of the pgsched command line. They read; the only write is the backfill insert,
+-- which, like every other run row, goes through a unique key. Run-now, cancel and
+-- suspend/resume call the engine's own functions.
+
+-- name: run_history
+SELECT * FROM pgsched.job_runs
+WHERE definition_id = %(definition_id)s
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: retry_chain
+-- Every attempt of the occurrence a run belongs to, first to last: back along retry_of,
+-- then forward to the retries of this run.
+WITH RECURSIVE earlier AS (
+    SELECT r.* FROM pgsched.job_runs AS r WHERE r.id = %(id)s
+    UNION ALL
+    SELECT r.* FROM pgsched.job_runs AS r JOIN earlier AS e ON r.id = e.retry_of
+), later AS (
+    SELECT r.* FROM pgsched.job_runs AS r WHERE r.id = %(id)s
+    UNION ALL
+    SELECT r.* FROM pgsched.job_runs AS r JOIN later AS l ON r.retry_of = l.id
+)
+SELECT * FROM earlier
+UNION
+SELECT * FROM later
+ORDER BY attempt, id;
+
+-- name: insert_backfill
+-- One QUEUED run per occurrence, oldest first. The occurrence key (definition,
+-- scheduled_for, trigger) makes a repeated backfill of the same range insert nothing new.
+-- No starting deadline: a backfill is late by definition.
+INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
+SELECT d.id, 'QUEUED', 'backfill', o.at
+FROM pgsched.job_definitions AS d
+CROSS JOIN unnest(%(scheduled_for)s::timestamptz[]) AS o(at)
+WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
+ORDER BY o.at
+ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
+DO NOTHING
+RETURNING id, scheduled_for;
+
+-- name: backfill_progress
+-- The latest attempt of each backfill occurrence (retries follow retry_of). A FAILED
+-- attempt not settled yet may still be retried, so it does not count as finished.
+WITH RECURSIVE chain AS (
+    SELECT r.id AS root, r.scheduled_for, r.id, r.attempt, r.status, r.settled_at
+    FROM pgsched.job_runs AS r
+    WHERE r.definition_id = %(definition_id)s
+      AND r.trigger = 'backfill'
+      AND r.scheduled_for = ANY(%(scheduled_for)s::timestamptz[])
+    UNION ALL
+    SELECT c.root, c.scheduled_for, r.id, r.attempt, r.status, r.settled_at
+    FROM pgsched.job_runs AS r
+    JOIN chain AS c ON r.retry_of = c.id
+)
+SELECT DISTINCT ON (root) root, scheduled_for, id, attempt, status, settled_at
+FROM chain
+ORDER BY root, attempt DESC;
+
+-- name: tick_sessions
+-- Operator replicas connected for the tick loop. A replica's last statement tells whether
+-- it led its latest tick (the explicit unlock) or found the lock taken (the try).
+SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start,
+       a.state, a.state_change, a.query,
+       a.query LIKE '%%pg_advisory_unlock%%' AS led_last_tick,
+       coalesce(%(now)s::timestamptz, now()) - a.state_change AS since
+FROM pg_stat_activity AS a
+WHERE a.datname = current_database() AND a.application_name = 'pgsched-tick'
+ORDER BY a.state_change DESC NULLS LAST;
+
+-- name: leader_lock_holders
+-- Who holds the tick leader lock right now (it is held only while a tick runs).
+SELECT l.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::bigint = (hashtextextended(%(lock_name)s, 0) >> 32) & 4294967295
+  AND l.objid::bigint = hashtextextended(%(lock_name)s, 0) & 4294967295;
+
+-- name: stale_running_runs
+-- RUNNING runs the reaper should have ended already (past their heartbeat or orphan
+-- timeout by more than the slack): while a replica leads ticks, there are none.
+SELECT r.id, d.namespace, d.name, r.attempt, r.started_at, r.heartbeat_at,
+       count(*) OVER () AS total
+FROM pgsched.job_runs AS r
+JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
+WHERE r.status = 'RUNNING'
+  AND CASE WHEN r.heartbeat_at IS NULL
+           THEN r.started_at < coalesce(%(now)s::timestamptz, now())
+                - make_interval(secs => d.orphan_timeout_seconds + %(slack_seconds)s)
+           ELSE r.heartbeat_at < coalesce(%(now)s::timestamptz, now())
+                - make_interval(secs => d.heartbeat_timeout_seconds + %(slack_seconds)s)
+      END
+ORDER BY r.started_at
+LIMIT %(limit)s;
+
+-- name: overdue_queued_runs
+-- QUEUED runs due for longer than the threshold, and whether their definition is at its
+-- cap (waiting for a slot is backpressure; waiting with free slots is not).
+SELECT r.id, d.namespace, d.name, r.attempt, r.trigger, r.scheduled_for,
+       d.max_concurrent_runs,
+       (SELECT count(*) FROM pgsched.job_runs AS x
+        WHERE x.definition_id = r.definition_id AND x.status = 'RUNNING') AS running
+FROM pgsched.job_runs AS r
+JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
+WHERE r.status = 'QUEUED'
+  AND r.scheduled_for < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(threshold_seconds)s)
+ORDER BY r.scheduled_for, r.id
+LIMIT %(limit)s;
+
+-- name: overdue_definitions
+-- Definitions whose next occurrence should have been materialized long ago.
+SELECT namespace, name, next_run_at, count(*) OVER () AS total
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL
+  AND next_run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(threshold_seconds)s)
+ORDER BY next_run_at
+LIMIT %(limit)s;
+
+-- name: auto_suspended_definitions
+SELECT namespace, name, auto_suspended_at, auto_suspend_reason
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL AND auto_suspended_at IS NOT NULL
+ORDER BY auto_suspended_at;
+
+-- name: outbox_backlog
+-- Run status changes not yet published to Kubernetes (Events, statuses).
+SELECT count(*) AS events, coalesce(%(now)s::timestamptz, now()) - min(at) AS oldest_age
+FROM pgsched.run_events;

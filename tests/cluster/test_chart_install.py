@@ -1,0 +1,371 @@
+"""The chart's life cycle on a fresh local control plane, with a real database.
+
+The tests of this module share one cluster and one release and run in file order, like an
+operator's day: install into a namespace that enforces Pod Security ``restricted``, run
+an example, prove the job pods' database role, upgrade, uninstall. The cluster is the
+module's own, not the session's: a new user's cluster has no ScheduledJob CRD yet, so the
+chart's CRD template (and its keep policy) is exercised for real.
+
+The database is set up as docs/install.md tells an administrator to: the operator's role
+owns the database but may not create roles; the job pods' login role is a member of
+``pgsched_job``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from pgsched.db import connection, migrate
+from pgsched.devenv.controlplane import ControlPlane
+from pgsched.devenv.postgres import PostgresServer
+from pgsched.devenv.waiting import wait_for
+from pgsched.engine import lease
+from plugins.cluster import require_binaries
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "pgsched"
+RELEASE = "pgsched"
+NAMESPACE = "pgsched-e2e"
+JOB_SECRET = "pgsched-job-dsn"
+OPERATOR_KINDS = (
+    "deployments.apps",
+    "replicasets.apps",
+    "pods",
+    "serviceaccounts",
+    "roles.rbac.authorization.k8s.io",
+    "rolebindings.rbac.authorization.k8s.io",
+    "services",
+    "poddisruptionbudgets.policy",
+    "configmaps",
+    "secrets",
+)
+
+
+@dataclass(frozen=True)
+class Database:
+    admin: str  # superuser, for assertions
+    operator: str
+    job: str
+    job_user: str
+    operator_user: str
+
+
+@dataclass
+class Setup:
+    cp: ControlPlane
+    db: Database
+    install_output: str = ""
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return self.cp.kubectl(*args, input=input).stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-n", NAMESPACE, "-o", "json"))
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
+        return list(self.get("pods", "-l", selector)["items"])
+
+    def operator_logs(self) -> str:
+        return "\n".join(
+            self.cp.pod_logs(NAMESPACE, pod["metadata"]["name"], "operator")
+            for pod in self.operator_pods()
+        )
+
+    def runs(self, name: str) -> list[dict[str, Any]]:
+        with connection.connect(self.db.admin) as conn:
+            return conn.execute(
+                "SELECT r.* FROM pgsched.job_runs r"
+                " JOIN pgsched.job_definitions d ON d.id = r.definition_id"
+                " WHERE d.name = %s ORDER BY r.id",
+                [name],
+            ).fetchall()
+
+
+def ready(pods: list[dict[str, Any]]) -> bool:
+    return bool(pods) and all(
+        any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+        for pod in pods
+    )
+
+
+@pytest.fixture(scope="module")
+def database(postgres: PostgresServer) -> Database:
+    suffix = uuid.uuid4().hex[:8]
+    name, operator_user, job_user = f"chart_{suffix}", f"op_{suffix}", f"jobs_{suffix}"
+    with connection.connect(postgres.dsn()) as admin:
+        admin.execute(f"CREATE ROLE {operator_user} LOGIN")
+        admin.execute(f"CREATE DATABASE {name} OWNER {operator_user}")
+        # Normally created by the administrator; the session's template migration (as a
+        # superuser) created it on this server already.
+        admin.execute(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pgsched_job')"
+            " THEN CREATE ROLE pgsched_job NOLOGIN; END IF; END $$"
+        )
+        admin.execute(f"CREATE ROLE {job_user} LOGIN IN ROLE pgsched_job")
+    return Database(
+        admin=postgres.dsn(name),
+        operator=postgres.dsn(name, user=operator_user),
+        job=postgres.dsn(name, user=job_user),
+        job_user=job_user,
+        operator_user=operator_user,
+    )
+
+
+@pytest.fixture(scope="module")
+def setup(database: Database) -> Iterator[Setup]:
+    with ControlPlane(binaries=require_binaries()) as cp:
+        cp.add_node("node-1")
+        labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+        cp.api.create(
+            "/api/v1/namespaces",
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NAMESPACE, "labels": labels},
+            },
+        )
+        wait_for(
+            lambda: cp.api.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"),
+            30,
+            describe="the default ServiceAccount",
+        )
+        yield Setup(cp, database)
+
+
+@pytest.fixture(scope="module")
+def installed(setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    values = {
+        "database": {"dsn": setup.db.operator},
+        "jobDatabase": {"dsn": setup.db.job},
+        "config": {"tickIntervalSeconds": 0.5, "publishIntervalSeconds": 0.2},
+    }
+    values_file = tmp_path_factory.mktemp("chart") / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    result = setup.cp.helm(
+        "install", RELEASE, CHART, "-n", NAMESPACE, "-f", values_file, "--wait", "--timeout=120s"
+    )
+    setup.install_output = result.stdout
+    return setup
+
+
+def apply(setup: Setup, manifest: dict[str, Any]) -> None:
+    setup.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(manifest))
+
+
+def sleeper(name: str) -> dict[str, Any]:
+    """A ScheduledJob that runs now and sleeps, heartbeating once at start and then rarely."""
+    hello = yaml.safe_load((ROOT / "examples" / "hello-every-minute.yaml").read_text())
+    [main] = hello["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    main["command"] = ["sh", "-c", "sleep 300"]
+    hello["metadata"] = {"name": name, "annotations": {"pgsched.dev/run-now": "e2e"}}
+    hello["spec"]["heartbeat"] = {"intervalSeconds": 600, "timeoutSeconds": 1800}
+    return dict(hello)
+
+
+# -- install --------------------------------------------------------------------------------------
+
+
+def test_install_in_a_restricted_namespace_runs_ready_operators_as_the_chart_account(installed):
+    pods = wait_for(
+        lambda: ready(installed.operator_pods()) and installed.operator_pods(),
+        60,
+        describe=lambda: installed.kubectl("get", "pods", "-A", "-o", "wide"),
+    )
+
+    namespace = json.loads(installed.kubectl("get", "namespace", NAMESPACE, "-o", "json"))
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert len(pods) == 2
+    assert {pod["spec"]["serviceAccountName"] for pod in pods} == {RELEASE}
+    crd = json.loads(installed.kubectl("get", "crd", "scheduledjobs.pgsched.dev", "-o", "json"))
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    with connection.connect(installed.db.admin) as conn:
+        assert migrate.current_version(conn) == migrate.latest_version()
+        owner = conn.execute(
+            "SELECT nspowner::regrole::text AS owner FROM pg_namespace WHERE nspname = 'pgsched'"
+        ).fetchone()
+    assert owner is not None and owner["owner"] == installed.db.operator_user
+
+
+def test_each_replica_serves_health_and_metrics_on_its_pod_ip(installed):
+    for pod in installed.operator_pods():
+        ip = pod["status"]["podIP"]
+        with urllib.request.urlopen(f"http://{ip}:8080/healthz", timeout=5) as health:
+            assert health.status == 200
+        with urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5) as metrics:
+            assert "pgsched_ticks_total" in metrics.read().decode()
+    service = installed.get("service", f"{RELEASE}-metrics")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9090, "protocol": "TCP", "targetPort": "metrics"}
+    ]
+
+
+def test_install_notes_tell_the_user_what_to_do_next(installed):
+    notes = installed.install_output
+    assert f"It serves ScheduledJobs in: {NAMESPACE}." in notes
+    assert f"Secret {JOB_SECRET} was created in: {NAMESPACE}." in notes
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
+    assert f"kubectl -n {NAMESPACE} get scheduledjobs -w" in notes
+
+
+def test_the_installed_operator_runs_the_example_and_records_it(installed):
+    example = yaml.safe_load((ROOT / "examples" / "hello-every-minute.yaml").read_text())
+    apply(installed, example)
+
+    runs = wait_for(
+        lambda: [r for r in installed.runs("hello-every-minute") if r["status"] == "COMPLETED"],
+        90,
+        describe=lambda: f"a completed run; runs: {installed.runs('hello-every-minute')}",
+    )
+
+    assert runs[0]["trigger"] == "manual" and runs[0]["k8s_job_name"]
+
+    def table() -> str:
+        shown = installed.kubectl("get", "sj", "-n", NAMESPACE)
+        return shown if "COMPLETED" in shown else ""
+
+    shown = wait_for(table, 30, describe="kubectl get sj to show COMPLETED")
+    assert "hello-every-minute" in shown and "LAST STATUS" in shown
+    logs = installed.operator_logs()
+    assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
+
+
+# -- the job pods' database role -------------------------------------------------------------------
+
+
+def secret_value(setup: Setup, name: str, key: str) -> str:
+    secret = setup.get("secret", name)
+    return base64.b64decode(secret["data"][key]).decode()
+
+
+def running_run(setup: Setup, name: str) -> dict[str, Any]:
+    def found() -> list[dict[str, Any]]:
+        return [run for run in setup.runs(name) if run["status"] == "RUNNING"]
+
+    return wait_for(found, 60, describe=lambda: f"{name} running: {setup.runs(name)}")[0]
+
+
+def test_job_pods_get_the_narrow_role_from_the_chart_secret(installed):
+    for name in ("sleeper-a", "sleeper-b"):
+        apply(installed, sleeper(name))
+    running = {name: running_run(installed, name) for name in ("sleeper-a", "sleeper-b")}
+    a, b = running["sleeper-a"], running["sleeper-b"]
+    job = installed.get("job", a["k8s_job_name"])
+    [sidecar] = job["spec"]["template"]["spec"]["initContainers"]
+    [dsn_env] = [e for e in sidecar["env"] if e["name"] == "PGSCHED_DSN"]
+    job_dsn = secret_value(installed, JOB_SECRET, "dsn")
+
+    assert dsn_env["valueFrom"]["secretKeyRef"] == {"name": JOB_SECRET, "key": "dsn"}
+    assert job_dsn == installed.db.job
+    with connection.connect(job_dsn) as pod:
+        me = pod.execute(
+            "SELECT current_user AS name, rolsuper, rolcreaterole,"
+            " pg_has_role(current_user, 'pgsched_job', 'MEMBER') AS job_member,"
+            " pg_has_role(current_user, %s, 'MEMBER') AS operator_member"
+            " FROM pg_roles WHERE rolname = current_user",
+            [installed.db.operator_user],
+        ).fetchone()
+        assert me == {
+            "name": installed.db.job_user,
+            "rolsuper": False,
+            "rolcreaterole": False,
+            "job_member": True,
+            "operator_member": False,
+        }
+        # The sidecar's own call works: this is the run's own lease.
+        assert lease.heartbeat(pod, lease.Lease(a["id"], a["lease_token"])) == "active"
+        # Someone else's run, a wrong token: nothing happens.
+        assert lease.heartbeat(pod, lease.Lease(b["id"], a["lease_token"])) == "lost"
+        assert lease.heartbeat(pod, lease.Lease(b["id"], uuid.uuid4())) == "lost"
+        assert not lease.finish(pod, lease.Lease(b["id"], a["lease_token"]), "FAILED")
+    [b_after] = [r for r in installed.runs("sleeper-b") if r["id"] == b["id"]]
+    assert {k: b_after[k] for k in ("status", "heartbeat_at", "finished_at", "reason")} == {
+        k: b[k] for k in ("status", "heartbeat_at", "finished_at", "reason")
+    }
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT count(*) FROM pgsched.job_runs",
+        "SELECT count(*) FROM pgsched.job_definitions",
+        "UPDATE pgsched.job_runs SET status = 'COMPLETED'",
+        "DELETE FROM pgsched.run_events",
+        "CREATE TABLE pgsched.mine (id int)",
+    ],
+)
+def test_the_chart_job_role_cannot_read_or_write_the_tables(installed, statement):
+    job_dsn = secret_value(installed, JOB_SECRET, "dsn")
+    with connection.connect(job_dsn) as pod, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        pod.execute(statement)
+
+
+# -- upgrade -------------------------------------------------------------------------------------
+
+
+def pod_template_hashes(setup: Setup) -> set[str]:
+    return {pod["metadata"]["labels"]["pod-template-hash"] for pod in setup.operator_pods()}
+
+
+def test_helm_upgrade_with_a_changed_value_rolls_the_deployment(installed):
+    before_pods = {pod["metadata"]["name"] for pod in installed.operator_pods()}
+    [before_hash] = pod_template_hashes(installed)
+    upgrade = ("upgrade", RELEASE, CHART, "-n", NAMESPACE, "--reuse-values", "--wait")
+
+    installed.cp.helm(*upgrade, "--timeout=120s")
+    assert pod_template_hashes(installed) == {before_hash}  # same values: nothing rolls
+
+    installed.cp.helm(*upgrade, "--set", "config.logLevel=DEBUG", "--timeout=180s")
+
+    def rolled() -> list[dict[str, Any]]:
+        pods = installed.operator_pods()
+        fresh = {pod["metadata"]["name"] for pod in pods}.isdisjoint(before_pods)
+        return pods if fresh and len(pods) == 2 and ready(pods) else []
+
+    pods = wait_for(rolled, 120, describe=lambda: installed.kubectl("get", "pods", "-n", NAMESPACE))
+    assert pod_template_hashes(installed) - {before_hash} == pod_template_hashes(installed)
+    config = installed.get("configmap", RELEASE)
+    assert config["data"]["PGSCHED_LOG_LEVEL"] == "DEBUG"
+    assert len(pods) == 2
+
+
+# -- uninstall -----------------------------------------------------------------------------------
+
+
+def test_helm_uninstall_removes_the_operator_and_keeps_the_crd(installed):
+    installed.cp.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=120s")
+
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+
+    def leftovers() -> str:
+        return installed.kubectl(
+            "get", ",".join(OPERATOR_KINDS), "-n", NAMESPACE, "-l", selector, "-o", "name"
+        ).strip()
+
+    wait_for(
+        lambda: leftovers() == "", 120, describe=lambda: f"nothing left; found:\n{leftovers()}"
+    )
+    cluster_scoped = installed.kubectl(
+        "get", "clusterroles,clusterrolebindings", "-l", selector, "-o", "name"
+    )
+    assert cluster_scoped.strip() == ""
+    crd = json.loads(installed.kubectl("get", "crd", "scheduledjobs.pgsched.dev", "-o", "json"))
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    kept = installed.get("sj")["items"]
+    assert {sj["metadata"]["name"] for sj in kept} >= {"hello-every-minute", "sleeper-a"}

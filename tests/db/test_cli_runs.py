@@ -1,0 +1,145 @@
+"""``pgsched runs`` and ``pgsched describe`` against the real database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from cli_runner import pgsched
+from factories import RecordingLauncher, define
+from pgsched.engine import dispatch, lease, runs, settle
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def fail(conn, run, *, reason="NonZeroExit", error="container main exited with code 1", at):
+    assert lease.finish(
+        conn, lease.Lease(run.id, run.lease_token), "FAILED", reason=reason, error=error, now=at
+    )
+
+
+def test_runs_lists_every_attempt_newest_first_in_the_jobs_time_zone(dsn, conn):
+    job = define(
+        conn,
+        "report",
+        namespace="jobs",
+        timeZone="Europe/Sofia",
+        retryPolicy={"retryOn": ["NonZeroExit"], "backoff": {"initialSeconds": 0, "jitter": 0}},
+        now=T0,
+    )
+    first = runs.run_now(conn, job.id, token="a", scheduled_for=T0).run
+    [claimed] = dispatch.run_once(conn, RecordingLauncher(), now=T0).claimed
+    fail(conn, claimed, at=T0 + timedelta(seconds=90))
+    [retried] = settle.run_once(conn, now=T0 + timedelta(seconds=91)).retried
+
+    result = pgsched("runs", "report", "-n", "jobs", dsn=dsn)
+
+    assert result.code == 0, result.err
+    header, newer, older = result.out.splitlines()
+    assert header.split() == [
+        "ID", "STATUS", "REASON", "ATTEMPT", "TRIGGER", "SCHEDULED", "STARTED", "FINISHED", "DURATION",
+    ]  # fmt: skip
+    assert newer.split()[:5] == [str(retried.retry_id), "QUEUED", "-", "2", "retry"]
+    assert older.split()[:5] == [str(first.id), "FAILED", "NonZeroExit", "1", "manual"]
+    assert "2026-06-01 15:00:00 EEST" in older  # 12:00Z in Sofia, summer time
+    assert older.split()[-1] == "1m30s"
+
+
+def test_runs_json_has_utc_instants_and_no_lease_token(dsn, conn):
+    job = define(conn, "report", now=T0)
+    queued = runs.run_now(conn, job.id, token="a", scheduled_for=T0).run
+    data = pgsched("runs", "report", "-o", "json", dsn=dsn).json()
+    assert data["scheduledJob"] == "default/report"
+    [item] = data["runs"]
+    assert item["id"] == queued.id and item["scheduledFor"] == "2026-06-01T12:00:00Z"
+    assert "leaseToken" not in item and "lease_token" not in item
+
+
+def test_runs_filters_by_status_and_limits(dsn, conn):
+    job = define(conn, "report", maxConcurrentRuns=5, now=T0)
+    for token in "abc":
+        runs.run_now(conn, job.id, token=token, scheduled_for=T0)
+    runs.cancel_run(conn, runs.history(conn, job.id)[0].id)
+    data = pgsched("runs", "report", "--status", "queued", "--limit", "1", "-o", "json", dsn=dsn)
+    assert [item["status"] for item in data.json()["runs"]] == ["QUEUED"]
+
+
+def test_runs_of_an_unknown_scheduled_job_says_where_it_looked(dsn, conn):
+    result = pgsched("runs", "nope", "-n", "jobs", dsn=dsn)
+    assert result.code == 1
+    assert "no ScheduledJob jobs/nope in the pgsched database" in result.err
+
+
+def test_runs_namespace_defaults_to_the_kubeconfig_context(dsn, conn, tmp_path):
+    define(conn, "report", namespace="team-a", now=T0)
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    result = pgsched("runs", "report", dsn=dsn, kubeconfig=kubeconfig)
+    assert result.code == 0, result.err
+    assert "no runs of team-a/report yet" in result.out
+
+
+def test_runs_bad_arguments_are_usage_errors(dsn, conn):
+    define(conn, "report", now=T0)
+    for argv, message in (
+        (["runs", "report", "--limit", "0"], "0 must be at least 1"),
+        (["runs", "report", "--status", "DONE"], "'DONE' is not a run status"),
+        (["runs"], "the following arguments are required: SJ"),
+    ):
+        result = pgsched(*argv, dsn=dsn)
+        assert result.code == 2 and message in result.err, (argv, result)
+
+
+def test_runs_without_a_database_is_a_usage_error(conn):
+    result = pgsched("runs", "report")
+    assert result.code == 2 and "pass --dsn or set PGSCHED_DSN" in result.err
+
+
+def test_describe_shows_the_error_the_job_and_the_retry_chain(dsn, conn):
+    job = define(
+        conn,
+        "report",
+        retryPolicy={"retryOn": ["NonZeroExit"], "backoff": {"initialSeconds": 0, "jitter": 0}},
+        now=T0,
+    )
+    runs.run_now(conn, job.id, token="a", scheduled_for=T0)
+    [first] = dispatch.run_once(conn, RecordingLauncher(), now=T0).claimed
+    fail(conn, first, at=T0 + timedelta(seconds=5))
+    [retry] = settle.run_once(conn, now=T0 + timedelta(seconds=6)).retried
+
+    result = pgsched("describe", str(first.id), dsn=dsn)
+
+    assert result.code == 0, result.err
+    lines = dict(line.split(":", 1) for line in result.out.splitlines() if ": " in line)
+    assert lines["Status"].strip() == "FAILED"
+    assert lines["Error"].strip() == "container main exited with code 1"
+    assert lines["Attempt"].strip() == f"1 (retried as run {retry.retry_id})"
+    assert lines["Kubernetes Job"].strip() == f"default/report-{first.id}"
+    assert "Retry chain:" in result.out
+    chain = result.out.split("Retry chain:")[1].strip().splitlines()[1:]
+    assert [row.split()[:3] for row in chain] == [
+        ["1", f"{first.id}", "*"],
+        ["2", f"{retry.retry_id}", "QUEUED"],
+    ]
+
+    data = pgsched("describe", str(retry.retry_id), "-o", "json", dsn=dsn).json()
+    assert [item["id"] for item in data["retryChain"]] == [first.id, retry.retry_id]
+    assert data["run"]["retryOf"] == first.id
+    assert data["scheduledJob"] == {
+        "namespace": "default",
+        "name": "report",
+        "uid": str(job.id),
+        "timeZone": "UTC",
+        "deleted": False,
+    }
+
+
+def test_describe_refuses_what_is_not_a_run_id(dsn, conn):
+    bad = pgsched("describe", "report", dsn=dsn)
+    assert bad.code == 2 and "'report' is not a run id" in bad.err
+    missing = pgsched("describe", "999999", dsn=dsn)
+    assert missing.code == 1 and "no run with id 999999" in missing.err

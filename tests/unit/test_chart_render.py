@@ -1,0 +1,449 @@
+"""The Helm chart as rendered by the real helm binary (built by `make k8s`): lint, schema,
+documentation, the CRD copy, RBAC shape, settings the operator accepts, rollout checksums.
+
+What the rendered objects do on a real API server is in tests/cluster/test_chart_install.py
+and tests/cluster/test_rbac_operator.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import pgsched
+from pgsched.devenv.binaries import bin_dir
+from pgsched.k8s.settings import OperatorSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "pgsched"
+CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
+CHART_CRD = CHART / "files" / "crds" / "scheduledjobs.pgsched.dev.yaml"
+# Where `pgsched operator` reads its environment: the settings and the log level.
+SETTINGS_SOURCES = [
+    ROOT / "operator" / "pgsched" / path for path in ("k8s/settings.py", "cli/main.py")
+]
+# Settings the chart deliberately does not expose.
+NOT_CHART_SETTINGS = {"PGSCHED_CLOCK_OFFSET_SECONDS"}  # a testing aid: shifts the engine clock
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def helm_binary() -> Path:
+    path = bin_dir() / "helm"
+    if not path.is_file():
+        message = f"helm not built at {path}: run `make k8s`"
+        if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def helm(binary: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(binary), *map(str, args)], capture_output=True, text=True, timeout=60
+    )
+
+
+def render(
+    binary: Path,
+    *,
+    values: Obj | None = None,
+    sets: tuple[str, ...] = (),
+    namespace: str = "pgsched-system",
+    tmp: Path | None = None,
+) -> list[Obj]:
+    args: list[str | Path] = ["template", "pgsched", CHART, "-n", namespace]
+    if values is not None:
+        assert tmp is not None
+        values_file = tmp / "values.yaml"
+        values_file.write_text(yaml.safe_dump(values))
+        args += ["-f", values_file]
+    for item in sets:
+        args += ["--set", item]
+    result = helm(binary, *args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def of_kind(objects: list[Obj], kind: str) -> list[Obj]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def deployment(objects: list[Obj]) -> Obj:
+    [found] = of_kind(objects, "Deployment")
+    return found
+
+
+def container(objects: list[Obj], name: str = "operator") -> Obj:
+    spec = deployment(objects)["spec"]["template"]["spec"]
+    [found] = [c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name]
+    return found
+
+
+# -- lint and schema ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        (
+            "database.dsn=host=db user=pgsched",
+            "jobDatabase.dsn=host=db user=job",
+            "watchNamespaces={a,b}",
+            "metrics.serviceMonitor.enabled=true",
+            "image.digest=sha256:" + "0" * 64,
+        ),
+        ("rbac.clusterWide=true", "crds.install=false", "podAntiAffinity=hard"),
+    ],
+    ids=["defaults", "everything-on", "cluster-wide"],
+)
+def test_chart_passes_helm_lint_strict(helm_binary, sets):
+    args = [arg for item in sets for arg in ("--set", item)]
+    result = helm(helm_binary, "lint", "--strict", CHART, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+def test_schema_accepts_a_known_key_and_rejects_a_misspelled_one_by_name(helm_binary):
+    assert deployment(render(helm_binary, sets=("replicaCount=3",)))["spec"]["replicas"] == 3
+
+    top = helm(helm_binary, "template", "pgsched", CHART, "--set", "replicaCont=3")
+    nested = helm(helm_binary, "template", "pgsched", CHART, "--set", "image.pullpolicy=Always")
+
+    assert top.returncode != 0 and nested.returncode != 0
+    assert "at '': additional properties 'replicaCont' not allowed" in top.stderr
+    assert "at '/image': additional properties 'pullpolicy' not allowed" in nested.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("replicaCount=two", "at '/replicaCount': got string, want integer"),
+        ("config.logLevel=debug", "at '/config/logLevel': value must be one of"),
+        ("config.tickIntervalSeconds=often", "'often' does not match pattern"),
+        ("podAntiAffinity=sometimes", "at '/podAntiAffinity': value must be one of"),
+        ("image.digest=latest", "at '/image/digest': 'latest' does not match pattern"),
+        ("health.port=70000", "at '/health/port': maximum: got 70,000, want 65,535"),
+    ],
+)
+def test_schema_rejects_wrong_types_and_values_with_the_path(helm_binary, setting, message):
+    result = helm(helm_binary, "template", "pgsched", CHART, "--set", setting)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+# -- documentation -----------------------------------------------------------------------------
+
+
+def values_entries() -> list[tuple[str, str]]:
+    """(dotted key, the comment block right above it) for every key in values.yaml."""
+    entries, comment, stack = [], [], []
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped.lstrip("#").strip())
+            continue
+        if not stripped:
+            comment = []
+            continue
+        match = re.match(r"^(\s*)([A-Za-z][\w.-]*):", line)
+        if match:
+            stack = [*stack[: len(match.group(1)) // 2], match.group(2)]
+            entries.append((".".join(stack), " ".join(comment)))
+        comment = []
+    return entries
+
+
+def documented_values() -> dict[str, str]:
+    """Values documented as a whole: a commented key none of whose children is commented."""
+    commented = {key: text for key, text in values_entries() if text}
+    return {
+        key: text
+        for key, text in commented.items()
+        if not any(other.startswith(key + ".") for other in commented)
+    }
+
+
+def default_of(key: str) -> Any:
+    node: Any = yaml.safe_load((CHART / "values.yaml").read_text())
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def test_every_value_in_values_yaml_has_a_comment_or_a_documented_parent():
+    documented = documented_values()
+    undocumented = [
+        key
+        for key, text in values_entries()
+        if not text
+        and key not in documented
+        and not any(key.startswith(whole + ".") for whole in documented)
+        and not any(other.startswith(key + ".") for other in documented)
+    ]
+    assert undocumented == []
+
+
+def test_chart_readme_lists_every_value_with_its_default():
+    readme = (CHART / "README.md").read_text().split("\n## Values\n", 1)[1]
+    rows = dict(re.findall(r"^\| `([\w.]+)` \| `(.*?)` \|", readme, re.M))
+    expected = {key: json.dumps(default_of(key)) for key in documented_values()}
+    table = "\n".join(
+        f"| `{key}` | `{default}` | {documented_values()[key]} |"
+        for key, default in expected.items()
+    )
+    assert rows == expected, f"update the values table in charts/pgsched/README.md:\n{table}"
+
+
+def schema_properties(node: Obj, prefix: str = "") -> Iterator[tuple[str, Obj]]:
+    for name, child in (node.get("properties") or {}).items():
+        yield prefix + name, child
+        yield from schema_properties(child, prefix + name + ".")
+
+
+def test_every_schema_property_is_described_and_is_a_value():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    keys = {key for key, _ in values_entries()}
+    properties = dict(schema_properties(schema))
+    undescribed = [key for key, node in properties.items() if not node.get("description")]
+    wholes = documented_values()  # their fields are those of a Kubernetes object
+    missing = sorted(
+        key
+        for key in set(properties) - keys - {"global"}
+        if not any(key.startswith(whole + ".") for whole in wholes)
+    )
+    assert undescribed == [] and missing == []
+    assert schema["additionalProperties"] is False
+
+
+# -- the CRD -----------------------------------------------------------------------------------
+
+
+def test_chart_crd_is_the_repository_crd_byte_for_byte():
+    assert CHART_CRD.read_bytes() == CRD.read_bytes(), (
+        "charts/pgsched/files/crds/ drifted from crds/; regenerate it with:\n"
+        "  cp crds/scheduledjobs.pgsched.dev.yaml charts/pgsched/files/crds/"
+    )
+
+
+def test_rendered_crd_is_the_repository_crd_plus_labels_and_the_keep_policy(helm_binary):
+    original = yaml.safe_load(CRD.read_text())
+
+    [kept] = of_kind(render(helm_binary), "CustomResourceDefinition")
+    [unkept] = of_kind(render(helm_binary, sets=("crds.keep=false",)), "CustomResourceDefinition")
+    without = of_kind(render(helm_binary, sets=("crds.install=false",)), "CustomResourceDefinition")
+
+    assert kept["spec"] == original["spec"]
+    assert kept["metadata"]["name"] == original["metadata"]["name"]
+    assert kept["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert original["metadata"]["labels"].items() <= kept["metadata"]["labels"].items()
+    assert "annotations" not in unkept["metadata"]
+    assert without == []
+
+
+def test_app_version_and_chart_version_are_the_package_version():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == pgsched.__version__
+
+
+# -- what the operator gets ------------------------------------------------------------------
+
+
+def operator_environment(objects: list[Obj], pod_ip: str = "10.1.2.3") -> dict[str, str]:
+    """The operator container's environment as the kubelet would build it (Secrets aside)."""
+    [config] = of_kind(objects, "ConfigMap")
+    env = dict(config["data"])
+    for item in container(objects)["env"]:
+        if "value" in item:
+            env[item["name"]] = item["value"].replace("$(POD_IP)", pod_ip)
+        elif item["name"] == "POD_IP":
+            env["POD_IP"] = pod_ip
+    return env
+
+
+def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path):
+    values = {
+        "watchNamespaces": ["jobs", "reports"],
+        "image": {"tag": "1.2.3", "pullPolicy": "Always"},
+        "jobDatabase": {"secretName": "job-db", "secretKey": "uri"},
+        "config": {"tickIntervalSeconds": 0.5, "dispatchBatch": 20, "apiQps": 7.5},
+    }
+    env = operator_environment(render(helm_binary, values=values, tmp=tmp_path))
+
+    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "from the Secret"})
+
+    assert settings.namespaces == ("jobs", "reports") and not settings.all_namespaces
+    assert settings.jobs.image == "ghcr.io/pgsched/pgsched:1.2.3"
+    assert settings.jobs.image_pull_policy == "Always"
+    assert (settings.jobs.dsn_secret, settings.jobs.dsn_secret_key) == ("job-db", "uri")
+    assert (settings.tick.interval_seconds, settings.tick.dispatch_batch) == (0.5, 20)
+    assert settings.api_qps == 7.5
+    assert (settings.health_bind, settings.metrics_bind) == ("10.1.2.3:8080", "10.1.2.3:9090")
+    wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
+    assert OperatorSettings.from_environment({**wide, "PGSCHED_DSN": "x"}).all_namespaces
+
+
+def test_the_chart_sets_every_operator_setting(helm_binary):
+    read = {
+        name
+        for source in SETTINGS_SOURCES
+        for name in re.findall(r'"(PGSCHED_[A-Z_]+)"', source.read_text())
+    }
+    namespaced = operator_environment(render(helm_binary))
+    wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
+    chart = {key for key in {*namespaced, *wide} if key.startswith("PGSCHED_")}
+    chart.add("PGSCHED_DSN")  # from the database Secret
+    assert chart == read - NOT_CHART_SETTINGS
+
+
+def test_probes_use_kopfs_healthz_on_the_health_port(helm_binary):
+    operator = container(render(helm_binary))
+    ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_database_connections_come_from_secrets_and_migrations_run_first(helm_binary):
+    objects = render(helm_binary, sets=("database.dsn=host=db user=pgsched",))
+    spec = deployment(objects)["spec"]["template"]["spec"]
+    [secret] = of_kind(objects, "Secret")
+    dsn_ref = {"secretKeyRef": {"name": "pgsched-database", "key": "dsn"}}
+
+    assert [c["name"] for c in spec["initContainers"]] == ["migrate"]
+    assert container(objects, "migrate")["args"] == ["migrate"]
+    for name in ("migrate", "operator"):
+        [dsn] = [e for e in container(objects, name)["env"] if e["name"] == "PGSCHED_DSN"]
+        assert dsn["valueFrom"] == dsn_ref
+    assert secret["metadata"]["name"] == "pgsched-database"
+    assert secret["stringData"] == {"dsn": "host=db user=pgsched"}
+    no_migration = render(helm_binary, sets=("database.migrate=false",))
+    assert "initContainers" not in deployment(no_migration)["spec"]["template"]["spec"]
+
+
+def test_pods_meet_pod_security_restricted_by_default(helm_binary):
+    spec = deployment(render(helm_binary))["spec"]["template"]["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for item in spec["containers"] + spec["initContainers"]:
+        context = item["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context["readOnlyRootFilesystem"] is True
+        assert {"name": "tmp", "mountPath": "/tmp"} in item["volumeMounts"]
+    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+
+
+# -- RBAC and namespaces -------------------------------------------------------------------------
+
+
+def test_namespaced_mode_binds_one_role_per_watched_namespace_and_nothing_cluster_wide(
+    helm_binary,
+):
+    objects = render(
+        helm_binary, sets=("watchNamespaces={jobs,reports}", "jobDatabase.dsn=host=db user=j")
+    )
+
+    roles = {obj["metadata"]["namespace"] for obj in of_kind(objects, "Role")}
+    bindings = of_kind(objects, "RoleBinding")
+    job_secrets = {
+        obj["metadata"]["namespace"]
+        for obj in of_kind(objects, "Secret")
+        if obj["metadata"]["name"] == "pgsched-job-dsn"
+    }
+    assert roles == job_secrets == {"jobs", "reports"}
+    assert {b["metadata"]["namespace"] for b in bindings} == {"jobs", "reports"}
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "pgsched", "namespace": "pgsched-system"}
+        ]
+    assert of_kind(objects, "ClusterRole") == of_kind(objects, "ClusterRoleBinding") == []
+
+
+def test_cluster_wide_mode_is_one_cluster_role_with_the_same_rules(helm_binary):
+    namespaced = render(helm_binary)
+    wide = render(helm_binary, sets=("rbac.clusterWide=true",))
+
+    [role] = of_kind(namespaced, "Role")
+    [cluster_role] = of_kind(wide, "ClusterRole")
+    [binding] = of_kind(wide, "ClusterRoleBinding")
+    assert cluster_role["rules"] == role["rules"]
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert of_kind(wide, "Role") == []
+
+
+def test_per_namespace_job_secrets_are_refused_in_cluster_wide_mode_with_the_fix(helm_binary):
+    result = helm(
+        helm_binary,
+        "template",
+        "pgsched",
+        CHART,
+        "--set",
+        "rbac.clusterWide=true",
+        "--set",
+        "jobDatabase.dsn=host=db",
+    )
+    assert result.returncode != 0
+    assert "jobDatabase.dsn cannot be used with rbac.clusterWide=true" in result.stderr
+    assert "Create the Secret named by jobDatabase.secretName" in result.stderr
+
+
+def test_service_monitor_needs_the_metrics_service(helm_binary):
+    [monitor] = of_kind(
+        render(helm_binary, sets=("metrics.serviceMonitor.enabled=true",)), "ServiceMonitor"
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    result = helm(
+        helm_binary,
+        "template",
+        "pgsched",
+        CHART,
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.service.enabled=false",
+    )
+    assert result.returncode != 0 and "needs metrics.service.enabled=true" in result.stderr
+
+
+# -- rollouts ----------------------------------------------------------------------------------
+
+
+def checksums(objects: list[Obj]) -> dict[str, str]:
+    annotations = deployment(objects)["spec"]["template"]["metadata"]["annotations"]
+    return {key: value for key, value in annotations.items() if key.startswith("checksum/")}
+
+
+def test_pod_template_checksums_change_with_settings_and_secrets_only(helm_binary):
+    base = checksums(render(helm_binary, sets=("database.dsn=a",)))
+    same = checksums(render(helm_binary, sets=("database.dsn=a",)))
+    config = checksums(render(helm_binary, sets=("database.dsn=a", "config.logLevel=DEBUG")))
+    secret = checksums(render(helm_binary, sets=("database.dsn=b",)))
+    unrelated = checksums(render(helm_binary, sets=("database.dsn=a", "replicaCount=3")))
+
+    assert same == base == unrelated
+    assert config["checksum/config"] != base["checksum/config"]
+    assert config["checksum/secret"] == base["checksum/secret"]
+    assert secret["checksum/secret"] != base["checksum/secret"]
+    assert secret["checksum/config"] == base["checksum/config"]
+
+
+def test_image_is_the_app_version_unless_a_tag_or_digest_is_given(helm_binary):
+    digest = "sha256:" + "a" * 64
+    default = container(render(helm_binary))["image"]
+    tagged = container(render(helm_binary, sets=("image.tag=dev",)))["image"]
+    pinned = container(render(helm_binary, sets=("image.tag=dev", f"image.digest={digest}")))
+    assert default == f"ghcr.io/pgsched/pgsched:{pgsched.__version__}"
+    assert tagged == "ghcr.io/pgsched/pgsched:dev"
+    assert pinned["image"] == f"ghcr.io/pgsched/pgsched@{digest}"
