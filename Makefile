@@ -4,6 +4,8 @@
 #   make demo   local control plane + Postgres + helm install + example ScheduledJobs
 #   make test   lint, type-check and the whole test suite (what CI runs)
 #   make bench  the benchmarks in bench/ (not part of the test run)
+#   make chaos  the chaos suite alone, CI length (it also runs inside `make test`)
+#   make chaos-long MINUTES=10   both chaos variants for MINUTES each (docs/chaos.md)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -12,7 +14,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv k8s lint test test-unit test-db test-cluster demo bench clean
+.PHONY: venv k8s lint test test-unit test-db test-cluster chaos chaos-long demo bench clean
 
 venv: $(STAMP)
 
@@ -45,6 +47,18 @@ test-db: venv
 
 test-cluster: venv k8s
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -m cluster
+
+# Chaos (docs/chaos.md). Reports: .cache/chaos/*.json. PGSCHED_CHAOS_SEED=<seed> replays.
+# VARIANTS=db or VARIANTS=cluster runs one variant of chaos-long only.
+MINUTES  ?= 10
+VARIANTS ?= db cluster
+
+chaos: venv k8s
+	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -s tests/chaos
+
+chaos-long: venv k8s
+	PGSCHED_REQUIRE_CLUSTER=1 PGSCHED_CHAOS_MINUTES=$(MINUTES) \
+		$(BIN)/pytest -s $(foreach v,$(VARIANTS),tests/chaos/test_chaos_$(v).py)
 
 demo: venv k8s
 	$(BIN)/python -m pgsched.devenv.demo

@@ -1,15 +1,32 @@
 """Invariant checks over the database, shared by race, fault and chaos tests.
 
 Each function returns a list of human-readable violations (empty means the invariant
-holds), so a failing test prints exactly what went wrong.
+holds), so a failing test prints exactly what went wrong. Most read only ``job_runs`` and
+``job_definitions``; the I4/I5 checks over *changes* read a test-only audit table that
+:func:`install_run_audit` adds to a test database (never to the product's schema).
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
 
 from pgsched.db.connection import Connection
+from pgsched.engine.retry import RetryPolicy
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "SKIPPED")
+# Every status change the engine may make; anything else rewrites history (I4).
+LEGAL_TRANSITIONS = {
+    ("QUEUED", "RUNNING"),
+    ("QUEUED", "CANCELLED"),
+    ("QUEUED", "SKIPPED"),
+    ("RUNNING", "COMPLETED"),
+    ("RUNNING", "FAILED"),
+    ("RUNNING", "CANCELLED"),
+}
 
 
 def no_double_launch(launched: Iterable[int]) -> list[str]:
@@ -69,3 +86,244 @@ def every_attempt_terminal(conn: Connection) -> list[str]:
         " WHERE status IN ('QUEUED', 'RUNNING') GROUP BY status"
     ).fetchall()
     return [f"{row['n']} runs still {row['status']}" for row in rows]
+
+
+def launches_hold_their_claim(conn: Connection, launches: Iterable[tuple[int, str]]) -> list[str]:
+    """I1: every launch carried the lease token of its run's one and only claim.
+
+    A claim mints a fresh lease token, so a run claimed twice is launched with two tokens
+    and at most one of them can still be on the row."""
+    launched = list(launches)
+    rows = conn.execute(
+        "SELECT id, lease_token::text AS lease FROM pgsched.job_runs WHERE id = ANY(%s)",
+        [sorted({run_id for run_id, _ in launched})],
+    ).fetchall()
+    leases = {row["id"]: row["lease"] for row in rows}
+    problems = []
+    for run_id, token in launched:
+        if run_id not in leases:
+            problems.append(f"run {run_id} was launched but has no row")
+        elif leases[run_id] != token:
+            problems.append(
+                f"run {run_id} was launched with lease {token} but its row holds"
+                f" {leases[run_id]}: claimed more than once"
+            )
+    return problems
+
+
+def deadlines_kept(conn: Connection, *, slack_seconds: float) -> list[str]:
+    """I3: runs ended within their deadlines, and not before them.
+
+    - a HeartbeatLost run was reaped after ``heartbeat.timeoutSeconds`` of silence (never
+      earlier: that would kill live work) and at most ``slack_seconds`` later;
+    - an Orphaned run never heartbeated and was reaped between ``orphanTimeoutSeconds``
+      and that plus the slack;
+    - a run with a starting deadline started before it, or was skipped at or after it.
+
+    The slack covers the tick interval and every stall the test injected (a paused
+    leader, a database restart): the reaper cannot run while nobody can lead.
+    """
+    rows = conn.execute(
+        "SELECT r.id, r.status, r.reason, r.started_at, r.heartbeat_at, r.finished_at,"
+        " r.deadline_at, d.heartbeat_timeout_seconds AS timeout,"
+        " d.orphan_timeout_seconds AS orphan_timeout"
+        " FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id"
+        " WHERE r.reason IN ('HeartbeatLost', 'Orphaned', 'DeadlineMissed')"
+        " OR (r.deadline_at IS NOT NULL AND r.started_at IS NOT NULL)"
+    ).fetchall()
+    slack = timedelta(seconds=slack_seconds)
+    problems = []
+    for row in rows:
+        run = f"run {row['id']}"
+        if row["reason"] == "HeartbeatLost":
+            silent = row["finished_at"] - row["heartbeat_at"]
+            limit = timedelta(seconds=row["timeout"])
+            if not limit <= silent <= limit + slack:
+                problems.append(
+                    f"{run} reaped HeartbeatLost {silent.total_seconds():.1f}s after its last"
+                    f" heartbeat (timeout {row['timeout']}s, slack {slack_seconds:g}s)"
+                )
+        elif row["reason"] == "Orphaned":
+            silent = row["finished_at"] - row["started_at"]
+            limit = timedelta(seconds=row["orphan_timeout"])
+            if row["heartbeat_at"] is not None or not limit <= silent <= limit + slack:
+                problems.append(
+                    f"{run} reaped Orphaned {silent.total_seconds():.1f}s after its claim"
+                    f" (heartbeat {row['heartbeat_at']}, orphan timeout"
+                    f" {row['orphan_timeout']}s, slack {slack_seconds:g}s)"
+                )
+        elif (
+            # (a run skipped when materialized already late carries no deadline_at)
+            row["reason"] == "DeadlineMissed"
+            and row["deadline_at"] is not None
+            and (row["started_at"] is not None or row["finished_at"] < row["deadline_at"])
+        ):
+            problems.append(
+                f"{run} skipped DeadlineMissed at {row['finished_at']}, before its"
+                f" deadline {row['deadline_at']} or after starting"
+            )
+        started, deadline = row["started_at"], row["deadline_at"]
+        if started is not None and deadline is not None and started > deadline:
+            problems.append(f"{run} started at {started}, after its starting deadline {deadline}")
+    return problems
+
+
+# -- the audit trail of changes (test databases only) -------------------------------------
+
+_AUDIT_DDL = """
+CREATE SCHEMA IF NOT EXISTS test_audit;
+CREATE TABLE IF NOT EXISTS test_audit.run_changes (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id  bigint NOT NULL,
+    op      text NOT NULL,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    old_row jsonb,
+    new_row jsonb
+);
+CREATE OR REPLACE FUNCTION test_audit.record_run_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO test_audit.run_changes (run_id, op, old_row) VALUES (OLD.id, 'DELETE', to_jsonb(OLD));
+    ELSIF OLD.status IS DISTINCT FROM NEW.status
+       OR (OLD.definition_id, OLD.trigger, OLD.scheduled_for, OLD.attempt, OLD.retry_of)
+          IS DISTINCT FROM (NEW.definition_id, NEW.trigger, NEW.scheduled_for, NEW.attempt, NEW.retry_of)
+       OR (OLD.status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'SKIPPED')
+           AND (OLD.reason, OLD.error, OLD.exit_code, OLD.started_at, OLD.finished_at, OLD.lease_token)
+               IS DISTINCT FROM
+               (NEW.reason, NEW.error, NEW.exit_code, NEW.started_at, NEW.finished_at, NEW.lease_token))
+    THEN
+        INSERT INTO test_audit.run_changes (run_id, op, old_row, new_row)
+        VALUES (NEW.id, 'UPDATE', to_jsonb(OLD), to_jsonb(NEW));
+    END IF;
+    RETURN NULL;
+END;
+$$;
+DROP TRIGGER IF EXISTS job_runs_test_audit ON pgsched.job_runs;
+CREATE TRIGGER job_runs_test_audit
+    AFTER UPDATE OR DELETE ON pgsched.job_runs
+    FOR EACH ROW EXECUTE FUNCTION test_audit.record_run_change();
+"""
+
+_FINAL_FIELDS = ("reason", "error", "exit_code", "started_at", "finished_at", "lease_token")
+_IDENTITY_FIELDS = ("definition_id", "trigger", "scheduled_for", "attempt", "retry_of")
+
+
+def install_run_audit(conn: Connection) -> None:
+    """Record, in ``test_audit.run_changes``, every status change of a run, every change
+    to a terminal run's outcome, every change to a run's identity and every deletion.
+    Same transaction as the change itself, so nothing escapes it, crash or not."""
+    conn.execute(_AUDIT_DDL)
+
+
+def _changes(conn: Connection) -> list[dict[str, Any]]:
+    return conn.execute(
+        "SELECT run_id, op, at, old_row, new_row FROM test_audit.run_changes ORDER BY id"
+    ).fetchall()
+
+
+def terminal_statuses_final(conn: Connection) -> list[str]:
+    """I4 from the audit trail: only legal transitions; a terminal run never changed."""
+    problems = []
+    for change in _changes(conn):
+        old, new = change["old_row"], change["new_row"]
+        if change["op"] != "UPDATE":
+            continue
+        run = f"run {change['run_id']}"
+        if old["status"] != new["status"]:
+            if (old["status"], new["status"]) not in LEGAL_TRANSITIONS:
+                problems.append(
+                    f"{run}: status {old['status']}/{old['reason']} overwritten by"
+                    f" {new['status']}/{new['reason']} at {change['at']}"
+                )
+        elif old["status"] in TERMINAL:
+            changed = [name for name in _FINAL_FIELDS if old[name] != new[name]]
+            if changed:
+                detail = ", ".join(f"{name} {old[name]!r} -> {new[name]!r}" for name in changed)
+                problems.append(
+                    f"{run}: terminal {old['status']} rewritten at {change['at']}: {detail}"
+                )
+    return problems
+
+
+def attempts_keep_their_trail(conn: Connection) -> list[str]:
+    """I5: every attempt keeps its own row, reason and error; retry chains have no gaps.
+
+    - no run row was deleted or turned into another attempt (audit trail);
+    - every failed, cancelled or skipped run says why (reason) and what (error);
+    - attempt 1 is never a retry, attempt n > 1 always is, and it points at a FAILED
+      attempt n - 1 of the same definition, scheduled no earlier than that one ended;
+    - every failed attempt was settled, and each one the definition's retry policy
+      retries has exactly one successor (unique, so "exactly one" means "one").
+    """
+    problems = []
+    for change in _changes(conn):
+        run = f"run {change['run_id']}"
+        if change["op"] == "DELETE":
+            problems.append(f"{run} ({change['old_row']['status']}) was deleted at {change['at']}")
+            continue
+        old, new = change["old_row"], change["new_row"]
+        changed = [name for name in _IDENTITY_FIELDS if old[name] != new[name]]
+        if changed:
+            detail = ", ".join(f"{name} {old[name]!r} -> {new[name]!r}" for name in changed)
+            problems.append(f"{run} was rewritten into another attempt at {change['at']}: {detail}")
+    rows = conn.execute(
+        "SELECT r.id, r.definition_id, r.status, r.reason, r.error, r.trigger, r.attempt,"
+        " r.retry_of, r.retry_hint, r.scheduled_for, r.finished_at, r.settled_at,"
+        " d.retry_policy, d.deleted_at"
+        " FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id"
+    ).fetchall()
+    by_id = {row["id"]: row for row in rows}
+    retried = {row["retry_of"] for row in rows if row["retry_of"] is not None}
+    for row in rows:
+        run = f"run {row['id']}"
+        if row["status"] in ("FAILED", "CANCELLED", "SKIPPED") and not (
+            row["reason"] and row["error"]
+        ):
+            problems.append(
+                f"{run} is {row['status']} with reason {row['reason']!r} and error {row['error']!r}"
+            )
+        if (row["trigger"] == "retry") != (row["attempt"] > 1) or (
+            (row["trigger"] == "retry") != (row["retry_of"] is not None)
+        ):
+            problems.append(
+                f"{run}: trigger {row['trigger']}, attempt {row['attempt']}, retry_of"
+                f" {row['retry_of']} do not agree"
+            )
+        if row["retry_of"] is not None:
+            previous = by_id.get(row["retry_of"])
+            if previous is None:
+                problems.append(f"{run} retries run {row['retry_of']}, which does not exist")
+            elif (
+                previous["status"] != "FAILED"
+                or previous["definition_id"] != row["definition_id"]
+                or previous["attempt"] + 1 != row["attempt"]
+                or previous["finished_at"] is None
+                or row["scheduled_for"] < previous["finished_at"]
+            ):
+                problems.append(
+                    f"{run} (attempt {row['attempt']}, scheduled {row['scheduled_for']}) does not"
+                    f" follow run {previous['id']} ({previous['status']}, attempt"
+                    f" {previous['attempt']}, finished {previous['finished_at']})"
+                )
+        if row["status"] in ("COMPLETED", "FAILED", "CANCELLED") and row["settled_at"] is None:
+            problems.append(f"{run} ended {row['status']} but was never settled")
+        if (
+            row["status"] == "FAILED"
+            and row["settled_at"] is not None
+            and row["deleted_at"] is None
+            and row["id"] not in retried
+            and RetryPolicy.from_json(row["retry_policy"])
+            .decide(
+                reason=row["reason"],
+                attempt=row["attempt"],
+                hint=row["retry_hint"],
+                rng=random.Random(0),
+            )
+            .retry
+        ):
+            problems.append(
+                f"{run} failed with {row['reason']} (attempt {row['attempt']}) and its retry"
+                " policy allows another attempt, but none was made"
+            )
+    return problems

@@ -73,8 +73,11 @@ def test_a_database_outage_mid_run_loses_and_duplicates_nothing(
         assert (
             "tick failed, will retry" in log and "tick recovered after" in log
         )  # it said why it waited
-        # Jobs finished during the outage; their outcomes were recorded once it was over.
-        assert "could not record the outcome" in log
+        # Jobs finished during the outage; the Job watch recorded their outcomes once it
+        # was over (its handlers wait for a live pooled connection, they do not fail on a
+        # dead one and lose the event).
+        for run in runs[:3]:
+            assert f"run {run['id']}: Job {run['k8s_job_name']} ended, run COMPLETED" in log
     finally:
         group.stop_all()
 

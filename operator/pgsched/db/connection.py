@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool
 
 Connection = psycopg.Connection[DictRow]
 
@@ -38,3 +39,25 @@ def configure(conn: Connection) -> None:
     # until the wait ends, and keeps its row locks meanwhile. With this check it notices
     # within seconds and rolls back, so a dead claimer's candidates go back to the others.
     conn.execute("SET client_connection_check_interval = '2s'")
+
+
+def pool(dsn: str, *, name: str, max_size: int) -> ConnectionPool[Any]:
+    """An open pool of connections configured like :func:`connect`'s (``name`` is also
+    their application name).
+
+    Every connection is checked before it is handed out. After a database restart the
+    pool's idle connections are dead; handed out, each would fail its caller once — and
+    for a caller that gets one chance, like the handler of a Job's last watch event,
+    that failure loses the outcome. Checked, a dead connection is replaced, and while
+    the database is down the caller waits for one (up to the pool's timeout) instead.
+    """
+    return ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        open=True,
+        name=name,
+        kwargs={"autocommit": True, "application_name": name, "row_factory": dict_row},
+        configure=configure,
+        check=ConnectionPool.check_connection,
+    )

@@ -32,8 +32,6 @@ from typing import Any
 import kopf
 import prometheus_client
 import psycopg
-from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
 
 from pgsched import metrics
 from pgsched.db import connection, preflight
@@ -176,19 +174,7 @@ def run(settings: OperatorSettings) -> None:
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
     require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
     publisher = Publisher(kube)
-    pool: ConnectionPool[Any] = ConnectionPool(
-        settings.dsn,
-        min_size=1,
-        max_size=settings.pool_size,
-        open=True,
-        name="pgsched-handlers",
-        kwargs={
-            "autocommit": True,
-            "application_name": "pgsched-handlers",
-            "row_factory": dict_row,
-        },
-        configure=connection.configure,
-    )
+    pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher)
 
     @kopf.on.startup()

@@ -1,0 +1,291 @@
+"""The cluster variant: three real operator replicas on the local control plane.
+
+``pgsched operator`` processes (kopf, the tick thread, the publisher) over a few dozen
+ScheduledJobs whose Jobs run busybox ``sleep`` for 1-10 s next to the heartbeat sidecar,
+as pods on the process node; run-now requests arrive as annotations. On top of the shared
+faults (leader kill and pause, session kills, Postgres restart and crash, kill -9 and
+SIGSTOP of pod processes) the API server is restarted.
+
+What the cluster adds to the checks: a watch records every Job ever created (a relist
+after an API restart catches up), so I1 also means "one Job per run, carrying the lease of
+its one claim"; and after the drain no Job of an ended run may still be active and no
+process of it still alive (I3: nothing is left running).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import subprocess
+import threading
+import time
+from typing import Any
+
+import invariants
+from chaos import faults, workload
+from chaos.config import ChaosConfig
+from chaos.driver import ChaosDriver, Fault
+from pgsched.db import connection
+from pgsched.db.connection import Connection
+from pgsched.devenv.controlplane import ControlPlane
+from pgsched.devenv.kubeapi import ApiError, KubeAPI, Obj
+from pgsched.devenv.operators import OperatorProcess
+from pgsched.devenv.postgres import PostgresServer
+from pgsched.devenv.watching import run_reflector
+from pgsched.k8s import names
+from plugins.operator import Operators, busybox, create_job_dsn_secret
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 10, "orphanTimeoutSeconds": 45}
+OPERATOR_ENV = {"PGSCHED_RESYNC_INTERVAL_SECONDS": "5"}
+
+
+def scheduled_job_spec(rng: random.Random, index: int) -> dict[str, Any]:
+    spec: dict[str, Any] = (
+        {"schedule": "* * * * *"}
+        if index % 4 == 0
+        else {"rrule": f"FREQ=MINUTELY;INTERVAL=2;BYSECOND={rng.randrange(60)}"}
+    )
+    return spec | {
+        "maxConcurrentRuns": rng.randint(1, 3),
+        "concurrencyPolicy": rng.choices(["Queue", "Skip", "Replace"], weights=[8, 1, 1])[0],
+        "cancelGraceSeconds": 10,
+        "heartbeat": HEARTBEAT,
+        "retryPolicy": workload.RETRY_POLICY,
+        "jobTemplate": busybox("sleep $(( PGSCHED_RUN_ID % 10 + 1 ))"),
+    }
+
+
+class JobRecorder:
+    """Every Job of the namespace ever seen: uid → (run id, lease token annotation), and
+    the runs whose Job was seen to succeed."""
+
+    def __init__(self, api: KubeAPI, namespace: str) -> None:
+        self.jobs: dict[str, tuple[int, str]] = {}
+        self.succeeded: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=run_reflector,
+            args=(api, f"/apis/batch/v1/namespaces/{namespace}/jobs"),
+            kwargs={
+                "handler": self._seen,
+                "stop": self._stop,
+                "query": {"labelSelector": names.LABEL_RUN_ID},
+            },
+            name="chaos-jobs",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _seen(self, event_type: str, job: Obj) -> None:
+        metadata = job["metadata"]
+        run_id = int(metadata["labels"][names.LABEL_RUN_ID])
+        lease = (metadata.get("annotations") or {}).get(names.ANNOTATION_LEASE, "")
+        self.jobs.setdefault(metadata["uid"], (run_id, lease))
+        conditions = (job.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions):
+            self.succeeded.add(run_id)
+
+    def stop(self) -> None:
+        self._stop.set()  # the watch thread is a daemon; it ends with its stream
+
+
+class Annotations(threading.Thread):
+    """Run-now requests as annotations (half to a few hot ScheduledJobs), each token
+    retried until the API server accepted it."""
+
+    def __init__(
+        self, api: KubeAPI, paths: list[str], rng: random.Random, *, per_second: float
+    ) -> None:
+        super().__init__(name="chaos-annotations", daemon=True)
+        self._api = api
+        self._paths = paths
+        self._hot = rng.sample(paths, k=min(4, len(paths)))
+        self._rng = rng
+        self._per_second = per_second
+        self._stop_event = threading.Event()
+        self.requested = 0
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=30)
+
+    def run(self) -> None:
+        pending: tuple[str, str] | None = None
+        while not self._stop_event.wait(self._rng.expovariate(self._per_second)):
+            if pending is None:
+                targets = self._hot if self._rng.random() < 0.5 else self._paths
+                pending = (self._rng.choice(targets), f"chaos-{self.requested + 1}")
+            path, token = pending
+            try:
+                body = {"metadata": {"annotations": {names.ANNOTATION_RUN_NOW: token}}}
+                self._api.patch(path, body)
+            except (ApiError, OSError) as error:
+                log.debug("run-now annotation not accepted (API server away?): %s", error)
+                continue
+            self.requested += 1
+            pending = None
+
+
+class ClusterChaos(ChaosDriver):
+    variant = "cluster"
+    replica_sessions = ("pgsched-tick", "pgsched-publisher", "pgsched-handlers")
+
+    def __init__(
+        self,
+        config: ChaosConfig,
+        server: PostgresServer,
+        work_dir: Any,
+        *,
+        cluster: ControlPlane,
+        namespace: str,
+        scheduled_jobs: int = 24,
+        requests_per_second: float = 0.3,
+    ) -> None:
+        super().__init__(config, server, work_dir)
+        self.cluster = cluster
+        self.namespace = namespace
+        self._count = scheduled_jobs
+        self._per_second = requests_per_second
+        self.operators = Operators(cluster, self.dsn, namespace, work_dir)
+        self.handles: dict[int, OperatorProcess] = {}
+        self._collection = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.PLURAL}"
+        self._paths: list[str] = []
+        self._recorder: JobRecorder | None = None
+        self._annotations: Annotations | None = None
+
+    def prepare(self) -> None:
+        with connection.connect(self.dsn, application_name="chaos-setup") as conn:
+            invariants.install_run_audit(conn)
+        create_job_dsn_secret(self.cluster, self.namespace, self.dsn)
+        self._recorder = JobRecorder(self.cluster.api, self.namespace)
+
+    def start_replica(self, index: int) -> subprocess.Popen[bytes]:
+        handle = self.operators.start(wait=False, **OPERATOR_ENV)
+        self.handles[index] = handle
+        return handle.process
+
+    def start_load(self) -> None:
+        deadline = time.monotonic() + 120
+        while not all(handle.healthy() for handle in self.handles.values()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"operators not healthy; logs in {self.work_dir}")
+            time.sleep(0.5)
+        rng = random.Random(f"{self.config.seed}:scheduledjobs")
+        for index in range(self._count):
+            name = f"chaos-{index:02d}"
+            manifest = {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": scheduled_job_spec(rng, index),
+            }
+            self.cluster.api.create(self._collection, manifest)
+            self._paths.append(f"{self._collection}/{name}")
+        self._annotations = Annotations(
+            self.cluster.api,
+            self._paths,
+            random.Random(f"{self.config.seed}:requests"),
+            per_second=self._per_second,
+        )
+        self._annotations.start()
+
+    def stop_load(self) -> None:
+        if self._annotations is not None and self._annotations.is_alive():
+            self._annotations.stop()
+
+    def quiesce(self) -> None:
+        for path in self._paths:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    self.cluster.api.patch(path, {"spec": {"suspend": True}})
+                    break
+                except (ApiError, OSError):
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(1)
+
+    def _node_pid(self) -> int:
+        return self.cluster.nodes["node-1"].process.pid
+
+    def job_processes(self) -> dict[int, list[int]]:
+        return faults.processes_by_run(self._node_pid(), self.namespace)
+
+    def variant_faults(self) -> dict[str, tuple[float, Fault]]:
+        return {"apiserver_restart": (1.0, self.restart_apiserver)}
+
+    def restart_apiserver(self, rng: random.Random) -> str | None:
+        downtime = rng.uniform(1.0, 4.0)
+        started = time.monotonic()
+        self.cluster.restart_apiserver(downtime=downtime)
+        return (
+            f"API server down {downtime:.1f}s, ready again after {time.monotonic() - started:.1f}s"
+        )
+
+    def launches(self, conn: Connection) -> list[tuple[int, str]]:
+        assert self._recorder is not None
+        return list(self._recorder.jobs.values())
+
+    def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
+        """I3 on the cluster: after the drain nothing of an ended run is still running."""
+        deadline = time.monotonic() + 90
+        while True:
+            leftovers = self._still_running(conn)
+            if not leftovers or time.monotonic() > deadline:
+                return {"I3": leftovers}
+            time.sleep(2)
+
+    def _still_running(self, conn: Connection) -> list[str]:
+        jobs = self.cluster.api.get(
+            f"/apis/batch/v1/namespaces/{self.namespace}/jobs",
+            labelSelector=names.LABEL_RUN_ID,
+        ).get("items", [])
+        processes = self.job_processes()
+        run_ids = {int(job["metadata"]["labels"][names.LABEL_RUN_ID]) for job in jobs}
+        statuses = {
+            row["id"]: row["status"]
+            for row in conn.execute(
+                "SELECT id, status FROM pgsched.job_runs WHERE id = ANY(%s)",
+                [sorted(run_ids | set(processes))],
+            )
+        }
+        problems = []
+        for job in jobs:
+            run_id = int(job["metadata"]["labels"][names.LABEL_RUN_ID])
+            finished = any(
+                c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                for c in (job.get("status") or {}).get("conditions") or []
+            )
+            if not finished:
+                problems.append(
+                    f"Job {job['metadata']['name']} is still active but its run {run_id} is"
+                    f" {statuses.get(run_id)}"
+                )
+        for run_id, pids in processes.items():
+            problems.append(
+                f"run {run_id} is {statuses.get(run_id)} but its pod processes {pids} still run"
+            )
+        return problems
+
+    def variant_stats(self, conn: Connection) -> dict[str, Any]:
+        succeeded = sorted(self._recorder.succeeded) if self._recorder else []
+        reaped = conn.execute(
+            "SELECT id FROM pgsched.job_runs WHERE id = ANY(%s) AND reason = 'HeartbeatLost'",
+            [succeeded],
+        ).fetchall()
+        return {
+            "scheduled jobs": self._count,
+            # Not a violation: a Job that succeeds while the API server is away for longer
+            # than heartbeat.timeoutSeconds is reaped (its sidecar stopped) before its
+            # outcome can arrive; the run is then retried (at-least-once).
+            "runs reaped HeartbeatLost although their Job succeeded": [row["id"] for row in reaped],
+            "run-now annotations": self._annotations.requested if self._annotations else 0,
+            "Jobs seen": len(self._recorder.jobs) if self._recorder else 0,
+            "operator processes started": len(self.operators.started),
+        }
+
+    def teardown(self) -> None:
+        if self._recorder is not None:
+            self._recorder.stop()

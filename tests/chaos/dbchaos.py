@@ -1,0 +1,187 @@
+"""The database variant: three engine replicas, simulated job processes, real Postgres.
+
+Each replica is ``python -m chaos.replica`` — the real ``Ticker`` with leader election —
+launching into the job host (``python -m chaos.jobhost``), which forks one process per
+run; jobs heartbeat and finish through the real fenced lease calls. The workload is
+``workload.create_definitions`` plus a stream of run-now requests and cancels.
+
+Launch evidence for I1 is the replicas' shared launch log: a run launched twice (by two
+claimers, or by one claimer twice) shows up there even if every database row looks fine.
+
+Planted bugs (self-tests only), ``config.planted``:
+
+- ``unlocked-dispatch``: replicas all lead and dispatch without the advisory locks → I2;
+- ``unfenced-finish``: jobs ignore a lost lease and finish with an unfenced UPDATE → I4.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import invariants
+from chaos import faults, jobhost, workload
+from chaos.config import ROOT, ChaosConfig
+from chaos.driver import ChaosDriver
+from pgsched.db import connection
+from pgsched.db.connection import Connection
+from pgsched.devenv.postgres import PostgresServer
+from pgsched.engine import definitions
+
+PLANTED = ("unlocked-dispatch", "unfenced-finish")
+
+
+def _environment() -> dict[str, str]:
+    paths = [str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+class DatabaseChaos(ChaosDriver):
+    variant = "db"
+    replica_sessions = ("chaos-replica-%",)
+
+    def __init__(
+        self,
+        config: ChaosConfig,
+        server: PostgresServer,
+        work_dir: Path,
+        *,
+        definitions: int = 240,
+        requests_per_second: float = 1.5,
+        job_seconds: tuple[float, float] = (1.0, 10.0),
+        tick_interval: float = 0.2,
+        backlog: int = 0,
+    ) -> None:
+        super().__init__(config, server, work_dir)
+        if config.planted not in (None, *PLANTED):
+            raise ValueError(f"unknown planted bug {config.planted!r} (one of {PLANTED})")
+        self._definitions = definitions
+        self._per_second = requests_per_second
+        self._job_seconds = job_seconds
+        self._tick_interval = tick_interval
+        self._backlog = backlog
+        # A short path: AF_UNIX socket paths are limited to 107 bytes.
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="chaos-"))
+        self._socket = self._socket_dir / "jobhost.sock"
+        self._launch_log = work_dir / "launches.jsonl"
+        self._jobhost: subprocess.Popen[bytes] | None = None
+        self._requests: workload.Requests | None = None
+        self._definition_ids: list[Any] = []
+
+    def prepare(self) -> None:
+        with connection.connect(self.dsn, application_name="chaos-setup") as conn:
+            invariants.install_run_audit(conn)
+            self._definition_ids = workload.create_definitions(
+                conn, random.Random(f"{self.config.seed}:definitions"), self._definitions
+            )
+            workload.enqueue_backlog(conn, self._definition_ids, self._backlog)
+        self._launch_log.touch()
+        command = [
+            sys.executable,
+            "-m",
+            "chaos.jobhost",
+            "--socket",
+            str(self._socket),
+            "--dsn",
+            self.dsn,
+            "--seed",
+            str(self.config.seed),
+            "--shortest",
+            str(self._job_seconds[0]),
+            "--longest",
+            str(self._job_seconds[1]),
+        ]
+        if self.config.planted == "unfenced-finish":
+            command.append("--unfenced")
+        self._jobhost = self._spawn(command, "jobhost.log")
+        deadline = time.monotonic() + 30
+        while not self._socket.exists():
+            if self._jobhost.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the job host did not start; see {self.work_dir}/jobhost.log")
+            time.sleep(0.05)
+
+    def _spawn(self, command: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        with (self.work_dir / log_name).open("ab") as log_file:
+            return subprocess.Popen(
+                command, env=_environment(), cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT
+            )
+
+    def start_replica(self, index: int) -> subprocess.Popen[bytes]:
+        command = [
+            sys.executable,
+            "-m",
+            "chaos.replica",
+            "--dsn",
+            self.dsn,
+            "--index",
+            str(index),
+            "--socket",
+            str(self._socket),
+            "--launch-log",
+            str(self._launch_log),
+            "--interval",
+            str(self._tick_interval),
+        ]
+        if self.config.planted == "unlocked-dispatch":
+            command += ["--leaderless", "--unlocked-dispatch"]
+        return self._spawn(command, f"replica-{index}.log")
+
+    def start_load(self) -> None:
+        self._requests = workload.Requests(
+            self.dsn,
+            self._definition_ids,
+            random.Random(f"{self.config.seed}:requests"),
+            per_second=self._per_second,
+        )
+        self._requests.start()
+
+    def stop_load(self) -> None:
+        if self._requests is not None and self._requests.is_alive():
+            self._requests.stop()
+
+    def quiesce(self) -> None:
+        def suspend(conn: Connection) -> None:
+            for definition_id in self._definition_ids:
+                definitions.set_suspended(conn, definition_id, True)
+
+        self.patiently(suspend)
+
+    def job_processes(self) -> dict[int, list[int]]:
+        if self._jobhost is None:
+            return {}
+        children = faults.named_children(self._jobhost.pid, jobhost.COMM_PREFIX)
+        return {
+            int(name.removeprefix(jobhost.COMM_PREFIX)): [pid] for pid, name in children.items()
+        }
+
+    def launches(self, conn: Connection) -> list[tuple[int, str]]:
+        lines = self._launch_log.read_text().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        return [(record["run_id"], record["lease"]) for record in records]
+
+    def variant_stats(self, conn: Connection) -> dict[str, Any]:
+        requests = self._requests
+        return {
+            "definitions": self._definitions,
+            "run-now requests": requests.requested if requests else 0,
+            "requests re-sent with the same token": requests.repeated if requests else 0,
+            "cancel requests": requests.cancels if requests else 0,
+        }
+
+    def teardown(self) -> None:
+        if self._jobhost is not None:
+            leftovers = faults.named_children(self._jobhost.pid, jobhost.COMM_PREFIX)
+            self._jobhost.terminate()
+            self._jobhost.wait(timeout=10)
+            for pid in leftovers:
+                faults.send(pid, signal.SIGKILL)
+        shutil.rmtree(self._socket_dir, ignore_errors=True)

@@ -1,0 +1,418 @@
+"""The chaos run, common to both variants: replicas kept alive, faults, drain, checks.
+
+A run is:
+
+1. ``prepare`` — the variant's schema extras (the audit trigger), workload and job host;
+2. three replicas under a ``Supervisor`` that restarts any that die, like a Deployment;
+   a ``Sampler`` watching the database; the variant's load (run-now requests, cancels);
+3. chaos for ``config.seconds``: a fault every few seconds, drawn by ``FaultPlan``;
+4. recovery: every paused process resumed, the database up, load stopped, schedules
+   suspended; then the drain — wait until nothing is QUEUED, RUNNING or unsettled;
+5. the checks (``checker``), the report (JSON under ``.cache/chaos``) and the teardown.
+
+The faults both variants share live here: kill -9 of the tick leader caught mid-tick,
+SIGSTOP of the tick leader (sometimes with its sessions terminated while it sleeps, so
+another replica leads before it wakes: two "leaders"), ``pg_terminate_backend`` of replica
+sessions, a fast Postgres restart, a Postgres crash (``kill -9`` of the postmaster), and
+kill -9 or SIGSTOP of the processes of running jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+from chaos import checker, faults
+from chaos.config import ChaosConfig
+from chaos.sampler import Sampler
+from pgsched.db import connection
+from pgsched.db.connection import Connection
+from pgsched.db.session import Session
+from pgsched.devenv.postgres import PostgresServer
+
+log = logging.getLogger(__name__)
+
+Fault = Callable[[random.Random], str | None]
+T = TypeVar("T")
+REPLICAS = 3
+QUEUE_BOUND_SECONDS = 180.0
+
+
+class Supervisor(threading.Thread):
+    """Keeps ``count`` replicas running: a dead one is started again after a short delay."""
+
+    def __init__(
+        self, start: Callable[[int], subprocess.Popen[bytes]], *, count: int = REPLICAS
+    ) -> None:
+        super().__init__(name="chaos-supervisor", daemon=True)
+        self._start = start
+        self._count = count
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.restarts = 0
+
+    def pids(self) -> dict[int, int]:
+        """pid → replica index, of the replicas running now."""
+        with self._lock:
+            return {p.pid: i for i, p in enumerate(self.processes) if p.poll() is None}
+
+    def start(self) -> None:
+        self.processes = [self._start(index) for index in range(self._count)]
+        super().start()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(0.5):
+            for index, process in enumerate(list(self.processes)):
+                if process.poll() is not None and not self._stop_event.is_set():
+                    log.info("replica %s exited (%s); restarting it", index, process.returncode)
+                    self._stop_event.wait(1.0)  # a crash-looping pod is not restarted at once
+                    with self._lock:
+                        self.processes[index] = self._start(index)
+                        self.restarts += 1
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=30)
+        for process in self.processes:
+            faults.send(process.pid, signal.SIGCONT)
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+class ChaosDriver:
+    """Subclasses provide the replicas, the workload, the job processes and extra checks."""
+
+    variant = ""
+    # LIKE patterns of the replicas' database sessions (pg_stat_activity.application_name).
+    replica_sessions: tuple[str, ...] = ()
+
+    def __init__(self, config: ChaosConfig, server: PostgresServer, work_dir: Path) -> None:
+        self.config = config
+        self.server = server
+        self.dsn = server.dsn()
+        self.work_dir = work_dir
+        self.rng = random.Random(config.seed)
+        self.fault_log = faults.FaultLog()
+        self.freezer = faults.Freezer()
+        self.admin = Session.for_dsn(self.dsn, application_name="chaos-driver")
+        self.supervisor = Supervisor(self.start_replica)
+        self.sampler = Sampler(
+            self.dsn,
+            stall_slack_seconds=config.stall_slack_seconds,
+            queue_bound_seconds=QUEUE_BOUND_SECONDS,
+        )
+
+    # -- what a variant provides ------------------------------------------------------------
+
+    def prepare(self) -> None:
+        raise NotImplementedError
+
+    def start_replica(self, index: int) -> subprocess.Popen[bytes]:
+        raise NotImplementedError
+
+    def start_load(self) -> None:
+        raise NotImplementedError
+
+    def stop_load(self) -> None:
+        raise NotImplementedError
+
+    def quiesce(self) -> None:
+        """Stop new scheduled runs (suspend every definition) so the queue can drain."""
+        raise NotImplementedError
+
+    def job_processes(self) -> dict[int, list[int]]:
+        """Running job processes: run id → pids."""
+        raise NotImplementedError
+
+    def variant_faults(self) -> dict[str, tuple[float, Fault]]:
+        return {}
+
+    def launches(self, conn: Connection) -> list[tuple[int, str]]:
+        raise NotImplementedError
+
+    def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
+        return {}
+
+    def variant_stats(self, conn: Connection) -> dict[str, Any]:
+        return {}
+
+    def teardown(self) -> None:
+        pass
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self) -> checker.Report:
+        config = self.config
+        print(
+            f"\nchaos {self.variant}: seed {config.seed}, {config.seconds:.0f}s,"
+            f" work dir {self.work_dir}",
+            flush=True,
+        )
+        try:
+            self.prepare()
+            self.supervisor.start()
+            self.sampler.start()
+            self.start_load()
+            started = time.monotonic()
+            try:
+                self._inject_until(started + config.seconds)
+            finally:
+                self.freezer.thaw_all()
+                self._ensure_database()
+            chaos_seconds = time.monotonic() - started
+            self.stop_load()
+            self.quiesce()
+            drain_started = time.monotonic()
+            drained = self._drain()
+            drain_seconds = time.monotonic() - drain_started
+            sampled = self.sampler.stop()
+            with connection.connect(self.dsn, application_name="chaos-checker") as conn:
+                self.sampler.compare_final(conn)
+                launches = self.launches(conn)
+                violations = checker.check(
+                    conn,
+                    sampled,
+                    launches=launches,
+                    slack_seconds=config.stall_slack_seconds,
+                )
+                for invariant, found in self.variant_checks(conn).items():
+                    violations[invariant] += found
+                runs = checker.run_counts(conn)
+                failures = checker.infrastructure_failures(conn)
+                stats = self.variant_stats(conn)
+            report = checker.Report(
+                variant=self.variant,
+                seed=config.seed,
+                chaos_seconds=chaos_seconds,
+                drain_seconds=drain_seconds,
+                drained=drained,
+                faults=self.fault_log.counts(),
+                fault_log=self.fault_log.records,
+                replica_restarts=self.supervisor.restarts,
+                runs=runs,
+                launches=len(launches),
+                samples=sampled.samples,
+                max_queue_wait_seconds=sampled.max_queue_wait_seconds,
+                max_overdue_seconds=sampled.max_overdue_seconds,
+                violations=violations,
+                planted=config.planted,
+                work_dir=str(self.work_dir),
+                extra=stats,
+                infrastructure_failures=failures,
+                config=dataclasses.asdict(config),
+            )
+        finally:
+            self.freezer.thaw_all()
+            self.stop_load()
+            self.supervisor.stop()
+            self.teardown()
+            self.admin.close()
+        path = report.write(config.report_dir)
+        print(report.summary() + f"\n  report: {path}", flush=True)
+        return report
+
+    def _inject_until(self, deadline: float) -> None:
+        catalog = self._faults()
+        if not catalog:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            return
+        plan = faults.FaultPlan(self.rng, {kind: weight for kind, (weight, _) in catalog.items()})
+        while time.monotonic() < deadline:
+            time.sleep(min(self.rng.uniform(*self.config.fault_gap), deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                return
+            kind = plan.next()
+            try:
+                detail = catalog[kind][1](self.rng)
+            except (psycopg.Error, OSError, RuntimeError) as error:
+                detail = None
+                log.warning("fault %s could not be injected: %s", kind, error)
+            if detail is None:
+                plan.again(kind)
+            else:
+                log.info("fault %s: %s", kind, detail)
+                self.fault_log.add(kind, detail)
+
+    def _faults(self) -> dict[str, tuple[float, Fault]]:
+        catalog: dict[str, tuple[float, Fault]] = {
+            "leader_kill": (3.0, self.kill_leader),
+            "leader_pause": (2.0, self.pause_leader),
+            "session_kill": (3.0, self.terminate_sessions),
+            "pg_restart": (1.0, self.restart_database),
+            "pg_crash": (1.0, self.crash_database),
+            "job_kill": (3.0, self.kill_jobs),
+            "job_pause": (2.0, self.pause_jobs),
+            **self.variant_faults(),
+        }
+        if self.config.fault_kinds is not None:
+            catalog = {k: v for k, v in catalog.items() if k in self.config.fault_kinds}
+        return catalog
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def _leader(self, *, launching: bool = False) -> tuple[int, int, int] | None:
+        """(pid, replica index, backend) of the replica mid-tick (or launching: claimed
+        runs not all launched yet), caught within seconds."""
+        replicas = self.supervisor.pids()
+
+        def find(conn: Connection) -> tuple[int, int, int] | None:
+            backend = faults.catch_tick_leader(conn, launching=launching, timeout=10)
+            if backend is None:
+                return None
+            pid = faults.client_process(conn, backend, replicas)
+            return (pid, replicas[pid], backend) if pid is not None else None
+
+        return self.patiently(find, timeout=20)
+
+    def kill_leader(self, rng: random.Random) -> str | None:
+        launching = rng.random() < 0.5
+        found = self._leader(launching=launching)
+        if found is None or not faults.send(found[0], signal.SIGKILL):
+            return None
+        where = "between its claim and its launches" if launching else "mid-tick"
+        return f"replica {found[1]} (pid {found[0]}) killed {where}"
+
+    def pause_leader(self, rng: random.Random) -> str | None:
+        found = self._leader()
+        if found is None:
+            return None
+        pid, index, _ = found
+        seconds = rng.uniform(*self.config.pause_seconds)
+        cut_off = rng.random() < 0.5
+        if not self.freezer.freeze(pid, seconds):
+            return None
+        if cut_off:
+            # Its sessions die while it sleeps (a network partition, a timeout): another
+            # replica leads, and the sleeper wakes mid-tick believing it still does.
+            time.sleep(min(1.0, seconds / 2))
+            ended = self.patiently(
+                lambda conn: faults.terminate(conn, self._sessions_of(conn, pid)), timeout=10
+            )
+            return (
+                f"replica {index} (pid {pid}) paused {seconds:.1f}s mid-tick, {ended} sessions cut"
+            )
+        return f"replica {index} (pid {pid}) paused {seconds:.1f}s mid-tick"
+
+    def _sessions_of(self, conn: Connection, pid: int) -> list[int]:
+        return [
+            backend
+            for backend in faults.sessions(conn, self.replica_sessions)
+            if faults.client_process(conn, backend, [pid]) == pid
+        ]
+
+    def terminate_sessions(self, rng: random.Random) -> str | None:
+        def pick(conn: Connection) -> list[int]:
+            backends = faults.sessions(conn, self.replica_sessions)
+            if not backends:
+                return []
+            chosen = set(rng.sample(backends, k=min(len(backends), rng.randint(1, 3))))
+            leader = faults.tick_leader_backend(conn)
+            if leader is not None and rng.random() < 0.5:
+                chosen.add(leader)
+            return sorted(chosen)
+
+        def run(conn: Connection) -> str | None:
+            chosen = pick(conn)
+            ended = faults.terminate(conn, chosen)
+            return f"{ended} of {len(chosen)} replica sessions terminated" if ended else None
+
+        return self.patiently(run, timeout=10)
+
+    def restart_database(self, rng: random.Random) -> str | None:
+        started = time.monotonic()
+        self.server.restart()
+        return f"fast restart, down {time.monotonic() - started:.1f}s"
+
+    def crash_database(self, rng: random.Random) -> str | None:
+        started = time.monotonic()
+        self.server.kill()
+        time.sleep(rng.uniform(0.0, 2.0))
+        self._ensure_database()
+        return f"postmaster killed, down {time.monotonic() - started:.1f}s (crash recovery)"
+
+    def patiently(self, operation: Callable[[Connection], T], *, timeout: float = 60.0) -> T:
+        """Run ``operation`` on the driver's session, retrying through reconnects (its
+        session may still be the one a database restart broke)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.admin.run(operation)
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _ensure_database(self) -> None:
+        """Start the server if it is down (after a crash, old backends may linger a moment)."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                pass
+            try:
+                self.server.start()
+                return
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _running_jobs(self, rng: random.Random, count: int) -> list[tuple[int, list[int]]]:
+        running = sorted(self.job_processes().items())
+        return rng.sample(running, k=min(count, len(running)))
+
+    def kill_jobs(self, rng: random.Random) -> str | None:
+        victims = self._running_jobs(rng, rng.randint(1, 3))
+        for _, pids in victims:
+            for pid in pids:
+                faults.send(pid, signal.SIGKILL)
+        return f"killed the processes of runs {[run for run, _ in victims]}" if victims else None
+
+    def pause_jobs(self, rng: random.Random) -> str | None:
+        victims = self._running_jobs(rng, rng.randint(1, 2))
+        low, high = self.config.pause_seconds
+        details = []
+        for run_id, pids in victims:
+            seconds = rng.uniform(low, high)
+            for pid in pids:
+                self.freezer.freeze(pid, seconds)
+            details.append(f"run {run_id} for {seconds:.1f}s")
+        return "paused " + ", ".join(details) if details else None
+
+    # -- drain ------------------------------------------------------------------------------
+
+    def _drain(self) -> bool:
+        """Wait until no run is QUEUED or RUNNING and every ended run is settled."""
+        deadline = time.monotonic() + self.config.drain_timeout
+        quiet = 0
+        while time.monotonic() < deadline:
+            row = self.patiently(
+                lambda conn: conn.execute(
+                    "SELECT count(*) AS n FROM pgsched.job_runs WHERE status IN"
+                    " ('QUEUED', 'RUNNING') OR (settled_at IS NULL AND status IN"
+                    " ('COMPLETED', 'FAILED', 'CANCELLED'))"
+                ).fetchone()
+            )
+            quiet = quiet + 1 if row is not None and row["n"] == 0 else 0
+            if quiet >= 3:
+                return True
+            time.sleep(1.0)
+        return False

@@ -1,0 +1,165 @@
+"""Watching the database while chaos runs: what the after-the-fact checks cannot see.
+
+A sampler thread reads the live state every ``interval`` seconds (reconnecting through
+database restarts) and reports each violation once:
+
+- I2 live: a definition with more RUNNING runs than its cap right now;
+- I3 live: a RUNNING run silent for longer than its heartbeat (or orphan) timeout plus the
+  stall slack — the reaper should have ended it — or a due QUEUED run waiting longer than
+  the queue bound;
+- I4 live: every terminal row it sees is remembered (status, reason, error, finished_at);
+  seeing it again with anything changed — in a later sample, or in the final state — is an
+  overwritten terminal status.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from pgsched.db.connection import Connection
+from pgsched.db.session import Session
+
+log = logging.getLogger(__name__)
+
+_OVER_CAP = """
+SELECT r.definition_id, count(*) AS running, d.max_concurrent_runs AS cap
+FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'RUNNING'
+GROUP BY r.definition_id, d.max_concurrent_runs
+HAVING count(*) > d.max_concurrent_runs
+"""
+_SILENT = """
+SELECT r.id, extract(epoch FROM now() - coalesce(r.heartbeat_at, r.started_at)) AS silent,
+       CASE WHEN r.heartbeat_at IS NULL THEN d.orphan_timeout_seconds
+            ELSE d.heartbeat_timeout_seconds END AS allowed
+FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
+WHERE r.status = 'RUNNING'
+"""
+_WAITING = """
+SELECT id, extract(epoch FROM now() - scheduled_for) AS waited
+FROM pgsched.job_runs WHERE status = 'QUEUED' AND scheduled_for <= now()
+ORDER BY scheduled_for LIMIT 20
+"""
+_TERMINAL = """
+SELECT id, status, reason, error, finished_at FROM pgsched.job_runs
+WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'SKIPPED')
+  AND (%(since)s::timestamptz IS NULL OR finished_at > %(since)s::timestamptz - interval '60 seconds')
+"""
+
+
+def _outcome(row: dict[str, Any]) -> tuple[object, ...]:
+    return (row["status"], row["reason"], row["error"], row["finished_at"])
+
+
+@dataclass
+class Sampled:
+    samples: int = 0
+    violations: dict[str, list[str]] = field(default_factory=lambda: {"I2": [], "I3": [], "I4": []})
+    terminal: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    max_overdue_seconds: float = 0.0  # longest silence beyond a heartbeat/orphan timeout
+    max_queue_wait_seconds: float = 0.0
+    peak_running: int = 0
+
+
+class Sampler(threading.Thread):
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        stall_slack_seconds: float,
+        queue_bound_seconds: float,
+        interval: float = 0.5,
+    ) -> None:
+        super().__init__(name="chaos-sampler", daemon=True)
+        self._session = Session.for_dsn(dsn, application_name="chaos-sampler")
+        self._slack = stall_slack_seconds
+        self._queue_bound = queue_bound_seconds
+        self._interval = interval
+        self._stop_event = threading.Event()
+        self._seen: set[str] = set()
+        self._since: object = None
+        self.result = Sampled()
+
+    def stop(self) -> Sampled:
+        self._stop_event.set()
+        self.join(timeout=30)
+        self._session.close()
+        return self.result
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                self._session.run(self.sample)
+            except psycopg.Error as error:
+                log.debug("sample failed (database restarting?): %s", error)
+            self._stop_event.wait(self._interval)
+
+    def _report(self, invariant: str, key: str, message: str) -> None:
+        if key not in self._seen:
+            self._seen.add(key)
+            self.result.violations[invariant].append(message)
+
+    def sample(self, conn: Connection) -> None:
+        result = self.result
+        over_cap = conn.execute(_OVER_CAP).fetchall()
+        silent = conn.execute(_SILENT).fetchall()
+        waiting = conn.execute(_WAITING).fetchall()
+        terminal = conn.execute(_TERMINAL, {"since": self._since}).fetchall()
+        for row in over_cap:
+            self._report(
+                "I2",
+                f"cap:{row['definition_id']}:{row['running']}",
+                f"live: definition {row['definition_id']} had {row['running']} RUNNING runs,"
+                f" cap {row['cap']}",
+            )
+        result.peak_running = max(result.peak_running, len(silent))
+        for row in silent:
+            overdue = float(row["silent"]) - row["allowed"]
+            result.max_overdue_seconds = max(result.max_overdue_seconds, overdue)
+            if overdue > self._slack:
+                self._report(
+                    "I3",
+                    f"silent:{row['id']}",
+                    f"live: run {row['id']} RUNNING and silent for {float(row['silent']):.0f}s"
+                    f" (timeout {row['allowed']}s + slack {self._slack:g}s): not reaped",
+                )
+        for row in waiting:
+            waited = float(row["waited"])
+            result.max_queue_wait_seconds = max(result.max_queue_wait_seconds, waited)
+            if waited > self._queue_bound:
+                self._report(
+                    "I3",
+                    f"queued:{row['id']}",
+                    f"live: run {row['id']} due and QUEUED for {waited:.0f}s"
+                    f" (bound {self._queue_bound:g}s)",
+                )
+        for row in terminal:
+            self._remember(row, when="later sample")
+            if self._since is None or row["finished_at"] > self._since:
+                self._since = row["finished_at"]
+        result.samples += 1
+
+    def _remember(self, row: dict[str, Any], *, when: str) -> None:
+        known = self.result.terminal.setdefault(row["id"], _outcome(row))
+        if known != _outcome(row):
+            self._report(
+                "I4",
+                f"changed:{row['id']}:{_outcome(row)}",
+                f"run {row['id']} was {known[0]}/{known[1]} (finished {known[3]}) and is"
+                f" {row['status']}/{row['reason']} (finished {row['finished_at']}) in a {when}",
+            )
+
+    def compare_final(self, conn: Connection) -> None:
+        """I4 after the run: every terminal row sampled is still exactly as it was seen."""
+        rows = conn.execute(
+            "SELECT id, status, reason, error, finished_at FROM pgsched.job_runs"
+            " WHERE id = ANY(%s)",
+            [list(self.result.terminal)],
+        ).fetchall()
+        for row in rows:
+            self._remember(row, when="final state")

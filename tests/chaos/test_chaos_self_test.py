@@ -1,0 +1,63 @@
+"""The chaos checker can fail: switch one safeguard off and it reports the damage.
+
+Each test runs the database variant with one planted bug (test-only switches, see
+``dbchaos``) and asserts that the checker finds the violation the safeguard prevents.
+Without these, a checker that never reports anything would look exactly like success.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.config import ChaosConfig
+from chaos.dbchaos import DatabaseChaos
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+def test_the_checker_catches_caps_exceeded_when_dispatch_skips_its_advisory_locks(
+    chaos_postgres, tmp_path
+):
+    """Three replicas that all lead and claim without ``pg_advisory_xact_lock`` read the
+    same RUNNING counts and claim past the caps (I2); SKIP LOCKED still keeps every claim
+    single (I1). A backlog keeps every definition at its cap with runs queued behind it,
+    so the replicas contend on every tick."""
+    config = ChaosConfig("db", seconds=15, planted="unlocked-dispatch", fault_kinds=())
+    chaos = DatabaseChaos(
+        config,
+        chaos_postgres,
+        tmp_path,
+        definitions=8,
+        requests_per_second=3,
+        job_seconds=(0.3, 1.0),
+        tick_interval=0.05,
+        backlog=25,
+    )
+
+    report = chaos.run()
+
+    assert report.violations["I2"], report.summary()
+    assert report.violations["I1"] == [], report.summary()
+
+
+def test_the_checker_catches_outcomes_overwritten_when_jobs_finish_unfenced(
+    chaos_postgres, tmp_path
+):
+    """Jobs frozen past their heartbeat timeout are reaped HeartbeatLost; when they wake
+    they ignore the lost lease and write COMPLETED without the status/lease fence (I4)."""
+    config = ChaosConfig(
+        "db",
+        seconds=20,
+        planted="unfenced-finish",
+        fault_kinds=("job_pause",),
+        fault_gap=(1.0, 2.0),
+        pause_seconds=(8.0, 10.0),
+    )
+    chaos = DatabaseChaos(
+        config, chaos_postgres, tmp_path, definitions=20, requests_per_second=1, job_seconds=(3, 6)
+    )
+
+    report = chaos.run()
+
+    assert report.faults.get("job_pause", 0) > 0
+    assert any("overwritten by" in item for item in report.violations["I4"]), report.summary()
