@@ -25,6 +25,8 @@ BENCHMARKS = {
     "peer": "bench.peer",
     "bloat": "bench.bloat",
     "locks": "bench.locks",
+    "skew": "bench.skew",
+    "footprint": "bench.footprint",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 

@@ -42,8 +42,19 @@ def measure(process: OperatorProcess, seconds: float) -> Sample:
 
 def run(ctx: Context) -> Report:
     count, due, window = (300, 5, 20.0) if ctx.quick else (10_000, 20, 120.0)
-    report = Report(NAME, TITLE, columns=["window", "RSS MiB", "CPU %", "baseline RSS MiB",
-                                          "baseline CPU %", "RSS ratio", "CPU ratio"])
+    report = Report(
+        NAME,
+        TITLE,
+        columns=[
+            "window",
+            "RSS MiB",
+            "CPU %",
+            "baseline RSS MiB",
+            "baseline CPU %",
+            "RSS ratio",
+            "CPU ratio",
+        ],
+    )
     dsn = ctx.env.create_database("footprint")
     with kube.cluster() as bench:
         kube.job_dsn_secret(bench, dsn)
@@ -55,11 +66,17 @@ def run(ctx: Context) -> Report:
         operator = bench.operator(dsn, PGSCHED_API_QPS="200", PGSCHED_API_BURST="400")
         try:
             started = time.monotonic()
-            bench.apply([kube.scheduled_job(f"idle-{i:05d}", "0 0 1 1 *") for i in range(count)], chunk=500)
+            bench.apply(
+                [kube.scheduled_job(f"idle-{i:05d}", "0 0 1 1 *") for i in range(count)], chunk=500
+            )
             with connection.connect(dsn) as conn:
                 wait_for(
-                    lambda: conn.execute("SELECT count(*) AS n FROM pgsched.job_definitions").fetchone()["n"]
-                    == count,
+                    lambda: (
+                        conn.execute(
+                            "SELECT count(*) AS n FROM pgsched.job_definitions"
+                        ).fetchone()["n"]
+                        == count
+                    ),
                     3600,
                     interval=2,
                     describe=f"{count} definitions",
@@ -67,7 +84,9 @@ def run(ctx: Context) -> Report:
             settled = time.monotonic() - started
             time.sleep(10)
             idle = measure(operator, window)
-            bench.apply([kube.scheduled_job(f"due-{i}", "* * * * *", "sleep 2") for i in range(due)])
+            bench.apply(
+                [kube.scheduled_job(f"due-{i}", "* * * * *", "sleep 2") for i in range(due)]
+            )
             time.sleep(30)
             busy = measure(operator, window)
             with connection.connect(dsn) as conn:
@@ -81,8 +100,10 @@ def run(ctx: Context) -> Report:
         report.add(
             window=label,
             **{
-                "RSS MiB": sample.rss_mib, "CPU %": sample.cpu_percent,
-                "baseline RSS MiB": empty.rss_mib, "baseline CPU %": empty.cpu_percent,
+                "RSS MiB": sample.rss_mib,
+                "CPU %": sample.cpu_percent,
+                "baseline RSS MiB": empty.rss_mib,
+                "baseline CPU %": empty.cpu_percent,
                 "RSS ratio": ratio(sample.rss_mib, empty.rss_mib),
                 "CPU ratio": ratio(sample.cpu_percent, empty.cpu_percent),
             },

@@ -58,9 +58,10 @@ class Cluster:
 @contextlib.contextmanager
 def cluster(*, node: bool = True) -> Iterator[Cluster]:
     """A control plane with the CRD, the ``bench`` namespace and (optionally) a node."""
-    with tempfile.TemporaryDirectory(prefix="pgsched-bench-") as work, ControlPlane(
-        binaries=Binaries.locate()
-    ) as control_plane:
+    with (
+        tempfile.TemporaryDirectory(prefix="pgsched-bench-") as work,
+        ControlPlane(binaries=Binaries.locate()) as control_plane,
+    ):
         if node:
             control_plane.add_node("node-1")
         control_plane.kubectl("apply", "-f", str(CRD))
@@ -74,11 +75,18 @@ def cluster(*, node: bool = True) -> Iterator[Cluster]:
 def job_dsn_secret(bench: Cluster, dsn: str) -> None:
     """The job pods' narrow database role and its Secret, as the chart wires them."""
     with connection.connect(dsn) as conn:
-        conn.execute("DO $$ BEGIN CREATE ROLE bench_job LOGIN IN ROLE pgsched_job;"
-                     " EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        conn.execute(
+            "DO $$ BEGIN CREATE ROLE bench_job LOGIN IN ROLE pgsched_job;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
     job_dsn = dsn.replace("user=postgres", "user=bench_job")
     bench.kubectl(
-        "create", "secret", "generic", "pgsched-job-dsn", "-n", NAMESPACE,
+        "create",
+        "secret",
+        "generic",
+        "pgsched-job-dsn",
+        "-n",
+        NAMESPACE,
         f"--from-literal=dsn={job_dsn}",
     )
 
@@ -88,7 +96,9 @@ def job_template(command: str) -> dict[str, Any]:
         "spec": {
             "template": {
                 "spec": {
-                    "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", command]}]
+                    "containers": [
+                        {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
+                    ]
                 }
             }
         }

@@ -48,7 +48,6 @@ def main() -> int:
                 "dispatch.claim overshoot 1": lambda: dispatch.claim(
                     conn, batch_size=BATCH, overshoot=1
                 ),
-                "prototype": lambda: proposal.run_once(conn, null, batch_size=BATCH),
                 "prototype, one call": lambda: proposal.run_once_sql(conn, null, batch_size=BATCH),
                 "prototype, one call, ids only": lambda: conn.execute(
                     queries.get("proposal_claim_ids"),

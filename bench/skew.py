@@ -2,9 +2,9 @@
 
 **Skew.** 1,000 idle ScheduledJobs (yearly) plus 20 due every minute, and 20 CronJobs with
 the same schedule and template in the same cluster, for a few minute boundaries. For each
-Job: ``creationTimestamp − scheduled time`` (pgsched's ``pgsched.dev/scheduled-for``
+Job: ``creationTimestamp - scheduled time`` (pgsched's ``pgsched.dev/scheduled-for``
 annotation; the CronJob controller's ``batch.kubernetes.io/cronjob-scheduled-timestamp``).
-Kubernetes timestamps have one-second resolution, so the database's ``started_at −
+Kubernetes timestamps have one-second resolution, so the database's ``started_at -
 scheduled_for`` (microseconds) is reported beside them. Floor: p99 ≤ 2 s and not worse
 than CronJob.
 
@@ -52,12 +52,21 @@ def skew(ctx: Context, report: Report) -> None:
         operator = bench.operator(dsn, PGSCHED_API_QPS="100", PGSCHED_API_BURST="200")
         try:
             bench.apply([kube.scheduled_job(f"idle-{i}", "0 0 1 1 *") for i in range(idle)])
-            bench.apply([kube.scheduled_job(f"due-{i}", "* * * * *", maxConcurrentRuns=5) for i in range(due)])
+            bench.apply(
+                [
+                    kube.scheduled_job(f"due-{i}", "* * * * *", maxConcurrentRuns=5)
+                    for i in range(due)
+                ]
+            )
             bench.apply([kube.cron_job(f"cron-{i}", "* * * * *") for i in range(due)])
             with connection.connect(dsn) as conn:
                 wait_for(
-                    lambda: conn.execute("SELECT count(*) AS n FROM pgsched.job_definitions").fetchone()["n"]
-                    == idle + due,
+                    lambda: (
+                        conn.execute(
+                            "SELECT count(*) AS n FROM pgsched.job_definitions"
+                        ).fetchone()["n"]
+                        == idle + due
+                    ),
                     600,
                     describe="every ScheduledJob to reach the database",
                 )
@@ -89,13 +98,16 @@ def skew(ctx: Context, report: Report) -> None:
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):
         mine, base = percentile(ours, fraction), percentile(theirs, fraction)
         report.add(
-            measure=f"skew {label}, Job creationTimestamp (s)", pgsched=mine, baseline=base,
+            measure=f"skew {label}, Job creationTimestamp (s)",
+            pgsched=mine,
+            baseline=base,
             **{"baseline is": "CronJob", "ratio": ratio(mine, base)},
         )
     report.add(
         measure="skew p50 / p99, started_at (s, database clock)",
         pgsched=f"{median(precise):.3f} / {percentile(precise, 0.99):.3f}",
-        baseline="-", **{"baseline is": "-", "ratio": "-"},
+        baseline="-",
+        **{"baseline is": "-", "ratio": "-"},
     )
     report.floor("pgsched skew p99 (s)", percentile(ours, 0.99), 2.0, higher_is_better=False)
     report.floor(
@@ -113,13 +125,19 @@ def burst(ctx: Context, report: Report) -> None:
     with kube.cluster(node=False) as bench:
         kube.job_dsn_secret(bench, dsn)
         bench.kubectl("create", "namespace", "bench-plain")
-        operator = bench.operator(dsn, PGSCHED_API_QPS=BURST_QPS, PGSCHED_API_BURST=BURST_BURST,
-                                  PGSCHED_DISPATCH_BATCH="200")
+        operator = bench.operator(
+            dsn,
+            PGSCHED_API_QPS=BURST_QPS,
+            PGSCHED_API_BURST=BURST_BURST,
+            PGSCHED_DISPATCH_BATCH="200",
+        )
         try:
             bench.apply([kube.scheduled_job("burst", "0 0 1 1 *", maxConcurrentRuns=count)])
             with connection.connect(dsn) as conn:
                 definition = wait_for(
-                    lambda: definitions.find(conn, kube.NAMESPACE, "burst"), 60, describe="the definition"
+                    lambda: definitions.find(conn, kube.NAMESPACE, "burst"),
+                    60,
+                    describe="the definition",
                 )
                 due_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
                 conn.execute(
@@ -128,9 +146,12 @@ def burst(ctx: Context, report: Report) -> None:
                     [definition.id, due_at, count],
                 )
                 wait_for(
-                    lambda: conn.execute(
-                        "SELECT count(*) AS n FROM pgsched.job_runs WHERE k8s_job_name IS NOT NULL"
-                    ).fetchone()["n"] == count,
+                    lambda: (
+                        conn.execute(
+                            "SELECT count(*) AS n FROM pgsched.job_runs WHERE k8s_job_name IS NOT NULL"
+                        ).fetchone()["n"]
+                        == count
+                    ),
                     600,
                     describe=f"{count} Jobs to be created",
                 )
@@ -142,7 +163,9 @@ def burst(ctx: Context, report: Report) -> None:
             operator.stop()
     ctx.env.drop_databases()
     report.add(
-        measure=f"burst: {count} due at once, Jobs/s", pgsched=ours, baseline=plain,
+        measure=f"burst: {count} due at once, Jobs/s",
+        pgsched=ours,
+        baseline=plain,
         **{"baseline is": "plain client", "ratio": ratio(ours, plain)},
     )
     report.notes.append(
@@ -163,11 +186,28 @@ def _plain_client(bench: kube.Cluster, definition: Any, count: int) -> float:
     manifests = []
     for index in range(count):
         run = Run(
-            id=10_000_000 + index, definition_id=definition.id, status="RUNNING", trigger="manual",
-            scheduled_for=now, deadline_at=None, attempt=1, retry_of=None, request_token=None,
-            lease_token=uuid.uuid4(), started_at=now, heartbeat_at=None, finished_at=None,
-            cancel_requested=False, cancel_requested_at=None, reason=None, error=None,
-            exit_code=None, retry_hint=None, k8s_job_name=None, settled_at=None, created_at=now,
+            id=10_000_000 + index,
+            definition_id=definition.id,
+            status="RUNNING",
+            trigger="manual",
+            scheduled_for=now,
+            deadline_at=None,
+            attempt=1,
+            retry_of=None,
+            request_token=None,
+            lease_token=uuid.uuid4(),
+            started_at=now,
+            heartbeat_at=None,
+            finished_at=None,
+            cancel_requested=False,
+            cancel_requested_at=None,
+            reason=None,
+            error=None,
+            exit_code=None,
+            retry_hint=None,
+            k8s_job_name=None,
+            settled_at=None,
+            created_at=now,
         )
         manifest = jobs.build(definition, run, settings)
         manifest["metadata"]["namespace"] = "bench-plain"
@@ -180,7 +220,9 @@ def _plain_client(bench: kube.Cluster, definition: Any, count: int) -> float:
     return count / (time.monotonic() - started)
 
 
-def _job_skews(items: list[dict[str, Any]], first: datetime, last: datetime) -> tuple[list[float], list[float]]:
+def _job_skews(
+    items: list[dict[str, Any]], first: datetime, last: datetime
+) -> tuple[list[float], list[float]]:
     ours, theirs = [], []
     for job in items:
         annotations = job["metadata"].get("annotations") or {}
@@ -189,7 +231,9 @@ def _job_skews(items: list[dict[str, Any]], first: datetime, last: datetime) -> 
             scheduled = datetime.fromisoformat(annotations[names.ANNOTATION_SCHEDULED_FOR])
             bucket = ours
         elif SCHEDULED_ANNOTATION in annotations:
-            scheduled = datetime.fromisoformat(annotations[SCHEDULED_ANNOTATION].replace("Z", "+00:00"))
+            scheduled = datetime.fromisoformat(
+                annotations[SCHEDULED_ANNOTATION].replace("Z", "+00:00")
+            )
             bucket = theirs
         else:
             continue

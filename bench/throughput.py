@@ -10,9 +10,9 @@ Same database, same 1,000 definitions, same freshly queued runs for every measur
   the dispatcher passes over candidates whose definition is running elsewhere.
 
 ``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
-``prototype`` and ``prototype, one call`` are :mod:`bench.proposal`, the changes this
-suite proposes (in Python; as one server-side function), measured on the same data so the
-proposal comes with its evidence.
+``prototype, one call`` is :mod:`bench.proposal`, the next step this suite proposes (the
+claim as one server-side function), measured on the same data so the proposal comes with
+its evidence.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ FLOOR = 0.25
 
 RAW = Arm("raw", "raw")
 DISPATCHER = Arm("dispatcher", "dispatch")
-PROTOTYPE = Arm("prototype", "proposal")
 PROTOTYPE_SQL = Arm("prototype, one call", "proposal_sql")
 RAW_COMPLETING = Arm("raw", "raw", complete="bulk")
 DISPATCHER_COMPLETING = Arm("dispatcher", "dispatch", complete="bulk")
@@ -57,7 +56,7 @@ def run(ctx: Context) -> Report:
                 for workers in worker_counts:
                     series.cell(
                         ("uncapped", workers, batch),
-                        [RAW, DISPATCHER, PROTOTYPE, PROTOTYPE_SQL],
+                        [RAW, DISPATCHER, PROTOTYPE_SQL],
                         workers=workers,
                         batch=batch,
                         round_no=round_no,
@@ -93,7 +92,7 @@ def run(ctx: Context) -> Report:
     cells += [("capped", capped_workers, b) for b in batches]
     for cell in cells:
         variant, workers, batch = cell
-        for arm in ("raw", "dispatcher", "prototype", "prototype, one call"):
+        for arm in ("raw", "dispatcher", "prototype, one call"):
             if not series.rates[(cell, arm)]:
                 continue
             report.add(
@@ -116,12 +115,11 @@ def run(ctx: Context) -> Report:
             series.ratio(cell, "dispatcher", "raw"),
             FLOOR,
         )
-        for arm in ("prototype", "prototype, one call"):
-            report.floor(
-                f"({arm}: not the engine) / raw at batch {max(batches)}, {workers} worker(s)",
-                series.ratio(cell, arm, "raw"),
-                FLOOR,
-            )
+        report.floor(
+            f"(prototype, one call: not the engine) / raw at batch {max(batches)}, {workers} worker(s)",
+            series.ratio(cell, "prototype, one call", "raw"),
+            FLOOR,
+        )
     report.notes.append(
         f"{DEFINITIONS} definitions; uncapped = max_concurrent_runs {UNCAPPED} (never binds); "
         f"capped = {CAPPED}, each batch completed right after its claim (one statement, every "

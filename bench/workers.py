@@ -14,8 +14,8 @@ What a worker does per iteration is named by :class:`Task`:
 - ``method``: ``raw`` (the seed's query alone, autocommit, as pgbench sends it),
   ``dispatch`` (``dispatch.run_once`` with a no-op launcher — the whole dispatcher), or
   ``claim`` (``dispatch.claim``, the claim transaction without the launch step), or
-  ``proposal`` / ``proposal_sql`` (:mod:`bench.proposal`, prototypes of the proposed
-  dispatcher changes: in Python, and as one server-side function);
+  ``proposal_sql`` (:mod:`bench.proposal`: the claim as one server-side function, a
+  prototype of the next step);
 - ``complete``: ``none`` (claim only), ``bulk`` (complete the batch in one statement, so
   RUNNING counts stay small), or ``lease`` (``lease.finish`` per run, the job side's API).
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from typing import Literal, TypeVar
 
-Method = Literal["raw", "dispatch", "claim", "proposal", "proposal_sql"]
+Method = Literal["raw", "dispatch", "claim", "proposal_sql"]
 Complete = Literal["none", "bulk", "lease"]
 
 T = TypeVar("T")
@@ -95,9 +95,8 @@ def claim_loop(task: Task) -> Outcome:
                 rows = conn.execute(raw, {"batch": task.batch}).fetchall()
                 claimed = [(row["id"], row["lease_token"]) for row in rows]
                 capped = 0
-            elif task.method in ("proposal", "proposal_sql"):
-                step = proposal.run_once if task.method == "proposal" else proposal.run_once_sql
-                runs, capped = step(conn, null, batch_size=task.batch)
+            elif task.method == "proposal_sql":
+                runs, capped = proposal.run_once_sql(conn, null, batch_size=task.batch)
                 claimed = [(run.id, run.lease_token) for run in runs]
             else:
                 if task.method == "dispatch":

@@ -1,12 +1,4 @@
--- The prototype dispatcher of bench/proposal.py (an experiment, not the engine).
-
--- name: proposal_try_lock
--- Non-blocking per-definition locks: a definition another dispatcher is claiming right
--- now is skipped this time (its runs stay QUEUED), like SKIP LOCKED skips rows. Nothing
--- ever waits, so no lock order is needed and dispatchers never queue behind each other.
-SELECT d AS id
-FROM unnest(%(ids)s::uuid[]) AS d
-WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
+-- The one-call prototype of bench/proposal.py (an experiment, not the engine).
 
 -- name: proposal_definitions
 SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]);

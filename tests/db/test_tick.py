@@ -112,3 +112,23 @@ def test_settings_are_validated_with_actionable_messages():
         SettingsError, match=r"dispatch batch 0 must be within 1..10000 \(e.g. 50\)"
     ):
         TickSettings(dispatch_batch=0)
+
+
+def test_a_frozen_leaders_session_is_ended_by_the_server_and_another_replica_leads(dsn):
+    """A leader stuck between two phases holds the session lock; the server ends its idle
+    session after the stall timeout, which releases the lock for the other replicas."""
+    frozen = Ticker(
+        lambda: connection.connect(dsn),
+        RecordingLauncher(),
+        TickSettings(interval_seconds=0.1, leader_stall_seconds=1.0),
+    )
+    session = frozen._session.connection()
+    assert leader.try_lead(session)  # ... and then it stops responding
+    with connection.connect(dsn) as other:
+        assert not leader.try_lead(other)
+        time.sleep(2.5)
+        assert leader.try_lead(other)
+        leader.stop_leading(other)
+    assert frozen.run_once().error is not None  # on waking, its session is gone
+    assert frozen.run_once().leader  # and it reconnects
+    frozen.close()

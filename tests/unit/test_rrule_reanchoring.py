@@ -44,9 +44,13 @@ anchors = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2026, 
 )
 def test_reanchored_expansion_equals_expansion_from_dtstart(text, dtstart, later):
     start = dtstart + later
-    parsed = rrule.parse(f"DTSTART:{dtstart:%Y%m%dT%H%M%S}\nRRULE:{text}", zone_name="UTC", anchor=dtstart)
+    parsed = rrule.parse(
+        f"DTSTART:{dtstart:%Y%m%dT%H%M%S}\nRRULE:{text}", zone_name="UTC", anchor=dtstart
+    )
     reference = du_rrule.rrulestr(f"RRULE:{text}", dtstart=dtstart, forceset=True)
-    assert list(islice(parsed.wall_times(start), 12)) == list(islice(reference.xafter(start, inc=True), 12))
+    assert list(islice(parsed.wall_times(start), 12)) == list(
+        islice(reference.xafter(start, inc=True), 12)
+    )
 
 
 def test_exdate_and_rdate_survive_reanchoring():
@@ -65,7 +69,9 @@ def test_exdate_and_rdate_survive_reanchoring():
 def test_the_next_occurrence_costs_the_same_for_an_old_rule_as_for_a_new_one():
     def cost(age_days):
         start = datetime(2026, 6, 1)
-        parsed = rrule.parse("FREQ=MINUTELY", zone_name="UTC", anchor=start - timedelta(days=age_days))
+        parsed = rrule.parse(
+            "FREQ=MINUTELY", zone_name="UTC", anchor=start - timedelta(days=age_days)
+        )
         began = time.perf_counter()
         for _ in range(20):
             next(parsed.wall_times(start))

@@ -45,6 +45,15 @@ class TickSettings:
     materialize_batch: int = 500
     late_after_seconds: float = materialize.DEFAULT_LATE_AFTER.total_seconds()
     lock_name: str = leader.DEFAULT_LOCK_NAME
+    # How long the tick session may sit idle before the server ends it (see Ticker._bounded);
+    # None: max(30 s, 10 x the tick interval).
+    leader_stall_seconds: float | None = None
+
+    @property
+    def stall_seconds(self) -> float:
+        if self.leader_stall_seconds is not None:
+            return self.leader_stall_seconds
+        return max(30.0, 10 * self.interval_seconds)
 
     def __post_init__(self) -> None:
         problems = []
@@ -64,6 +73,14 @@ class TickSettings:
             )
         if self.late_after_seconds <= 0:
             problems.append(f"late-after {self.late_after_seconds}s must be positive (e.g. 60)")
+        if (
+            self.leader_stall_seconds is not None
+            and self.leader_stall_seconds < 2 * self.interval_seconds
+        ):
+            problems.append(
+                f"leader stall timeout {self.leader_stall_seconds}s must be at least twice the"
+                f" tick interval {self.interval_seconds}s (e.g. 30)"
+            )
         if not self.lock_name:
             problems.append("the leader lock name must not be empty (e.g. pgsched:tick-leader)")
         if problems:
@@ -104,8 +121,24 @@ class Ticker:
         self.settings = settings or TickSettings()
         self._clock = clock
         self._elect = elect_leader
-        self._session = Session(connect)
+        self._session = Session(lambda: self._bounded(connect()))
         self._failures = FailureLog(log, "tick")
+
+    def _bounded(self, conn: Connection) -> Connection:
+        """Let the server end this session if its process stops responding.
+
+        A leader frozen between two phases (SIGSTOP, a stalled node) would otherwise keep
+        its session, and with it the leader lock, for as long as it is frozen: no replica
+        could tick. The session is idle between phases and between ticks for at most a tick
+        interval, so a generous multiple of it is never reached by a live leader.
+        """
+        limit = f"{int(self.settings.stall_seconds * 1000)}ms"
+        conn.execute(
+            "SELECT set_config('idle_session_timeout', %(limit)s, false),"
+            " set_config('idle_in_transaction_session_timeout', %(limit)s, false)",
+            {"limit": limit},
+        )
+        return conn
 
     def run_once(self) -> TickResult:
         result = TickResult()
