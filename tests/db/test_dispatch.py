@@ -208,3 +208,52 @@ def test_a_claim_locks_only_the_definitions_it_needs_when_caps_allow(conn):
         conn.execute("ROLLBACK")
     assert len(result.claimed) == 5
     assert held == 5, "the 15 further candidates' definitions need no lock when the batch is full"
+
+
+def test_a_definition_another_dispatcher_is_claiming_is_skipped_not_waited_for(conn, dsn):
+    """Round one tries its locks too: two dispatchers whose batches share a definition
+    claim side by side instead of taking turns."""
+    from pgsched.db import connection
+
+    busy = define(conn, "busy", maxConcurrentRuns=5, now=T0)
+    free = define(conn, "free", maxConcurrentRuns=5, now=T0)
+    queue(conn, busy, 2, at=T0 - timedelta(minutes=1))
+    queue(conn, free, 2)
+    with connection.connect(dsn) as rival:
+        rival.execute("BEGIN")
+        rival.execute("SELECT pgsched.lock_definitions_for_dispatch(%s::uuid[])", [[busy.id]])
+        result = dispatch.claim(conn, batch_size=4, now=T0)  # would hang if it waited
+        rival.execute("ROLLBACK")
+    assert {run.definition_id for run in result.claimed} == {free.id}
+    assert count_status(conn, busy, "QUEUED") == 2
+
+
+def test_when_every_wanted_definition_is_locked_the_claim_waits_then_counts(conn, dsn):
+    """With nothing granted the claim falls back to pg_advisory_xact_lock: it waits for the
+    rival, then reads the count the rival committed — so the cap holds (I2)."""
+    import threading
+
+    from pgsched.db import connection
+
+    job = define(conn, "solo", maxConcurrentRuns=1, now=T0)
+    queue(conn, job, 2)
+    outcome: dict[str, object] = {}
+    with connection.connect(dsn) as rival:
+        rival.execute("BEGIN")
+        rival.execute("SELECT pgsched.lock_definitions_for_dispatch(%s::uuid[])", [[job.id]])
+        rival_claim = dispatch.claim(rival, batch_size=1, overshoot=1, now=T0)
+
+        def waiting_claim() -> None:
+            outcome["result"] = dispatch.claim(conn, batch_size=4, now=T0)
+
+        waiter = threading.Thread(target=waiting_claim)
+        waiter.start()
+        waiter.join(timeout=1.0)
+        assert waiter.is_alive(), "the claim must wait for the lock, not skip everything"
+        rival.execute("COMMIT")
+        waiter.join(timeout=10)
+    assert len(rival_claim.claimed) == 1
+    result = outcome["result"]
+    assert isinstance(result, dispatch.DispatchResult)
+    assert result.claimed == [] and job.id in result.at_cap
+    assert count_status(conn, job, "RUNNING") == 1 and count_status(conn, job, "QUEUED") == 1

@@ -6,12 +6,14 @@ One claim transaction, exactly as the seed describes it:
    rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
    disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
    crowding out the others before caps are applied;
-2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
-   the definitions of the first ``batch`` candidates, in one sorted order (inside
-   ``pgsched.lock_and_count_for_dispatch``), so dispatchers claiming runs of the same
-   definition serialize and never deadlock; if caps leave the batch short, *try* the locks
-   of the further candidates' definitions (never waiting, so order cannot matter) and use
-   those granted — see ``_lock_and_count``;
+2. lock the definitions those candidates belong to with transaction-scoped advisory
+   locks on ``hashtextextended('dispatch:' || definition_id, 0)``: first *try* them
+   (``pg_try_advisory_xact_lock``) for the definitions of the first ``batch`` candidates,
+   then for the further ones if caps leave the batch short, keeping those granted — a
+   definition another dispatcher is claiming right now is skipped this time, just as SKIP
+   LOCKED skips rows; only when no lock at all was granted does the claim wait, with
+   ``pg_advisory_xact_lock`` in one sorted key order (it holds nothing yet, so it cannot
+   deadlock) — see ``_lock_and_count``;
 3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: a fresh
    snapshot that includes every claim committed before our lock was granted);
 4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
@@ -146,19 +148,34 @@ def _lock_and_count(
 ) -> dict[UUID, _Limits]:
     """Lock the definitions this claim may take runs of, and read their live counts.
 
-    Round one locks (blocking, in key order) only the definitions of the first
-    ``batch_size`` candidates: enough to fill the batch when caps allow. If caps leave it
-    short, round two *tries* the locks of the further candidates' definitions and keeps
-    those it gets: the overshoot still lets other definitions fill the batch when one
-    crowds the front of the queue, yet a claim never waits for more than it needs, and
-    never waits out of key order (no deadlock).
+    The locks are ``pg_advisory_xact_lock`` keys, ``hashtextextended('dispatch:' || id, 0)``:
+
+    1. *try* the locks of the definitions of the first ``batch_size`` candidates — enough
+       to fill the batch when caps allow — and keep those granted. A definition another
+       dispatcher is claiming right now is skipped this time, as SKIP LOCKED skips its rows;
+    2. if caps leave the batch short, try those of the further candidates too: the
+       overshoot lets other definitions fill the batch when one crowds the front;
+    3. if *no* lock was granted at all (every wanted definition is being claimed
+       elsewhere), wait for the first ones, blocking, in key order: this claim then holds
+       no lock yet, so waiting in key order cannot deadlock, and the claim progresses
+       instead of spinning.
+
+    Trying before waiting is what lets concurrent dispatchers claim side by side: with
+    blocking locks, two dispatchers whose candidates share any definition (with a queue
+    ordered by time, nearly always) take turns (bench/README.md, "What limits the
+    dispatcher"). Counts are always read after the locks were granted (I2).
     """
-    first = sorted({row["definition_id"] for row in candidates[:batch_size]})
-    query = "lock_and_count" if lock_definitions else "count_without_locks"
-    limits = _limits(conn, query, first)
-    rest = sorted({row["definition_id"] for row in candidates[batch_size:]} - set(first))
+    first = list({row["definition_id"]: None for row in candidates[:batch_size]})
+    if not lock_definitions:  # test-only: the chaos self-test's planted bug
+        return _limits(
+            conn, "count_without_locks", list({row["definition_id"]: None for row in candidates})
+        )
+    limits = _limits(conn, "try_lock_and_count", first)
+    rest = list({row["definition_id"]: None for row in candidates[batch_size:]}.keys() - set(first))
     if rest and _claimable(candidates, limits) < batch_size:
-        limits |= _limits(conn, "try_lock_and_count" if lock_definitions else query, rest)
+        limits |= _limits(conn, "try_lock_and_count", rest)
+    if not limits:
+        limits = _limits(conn, "lock_and_count", first)
     return limits
 
 
@@ -240,7 +257,7 @@ def launch(
     conn: Connection, launcher: Launcher, result: DispatchResult, *, now: datetime | None = None
 ) -> None:
     """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced)."""
-    owners = definitions.get_many(conn, sorted({run.definition_id for run in result.claimed}))
+    owners = definitions.get_many(conn, list({run.definition_id for run in result.claimed}))
     recorded: dict[str, list[Any]] = {"ids": [], "lease_tokens": [], "handles": []}
     for run in result.claimed:
         assert run.lease_token is not None
