@@ -47,6 +47,7 @@ class Arm:
     method: Method | str
     complete: Complete = "none"
     lock_definitions: bool = True
+    try_locks: bool = False  # the dispatcher's try-first lock mode
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ class Series:
             stop_at=start + self.seconds,
             complete=arm.complete,
             lock_definitions=arm.lock_definitions,
+            try_locks=arm.try_locks,
         )
         outcomes = self.crew.run([task] * workers, timeout=self.seconds + START_LEAD + 120)
         ended = max(item.ended for item in outcomes)

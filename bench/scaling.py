@@ -8,7 +8,11 @@ definition's queue (the cap check runs in full, it just never binds), claim only
 - ``pgbench``: the same file as a pgbench custom script, ``-c N -j N -T`` — the ceiling
   for that query with no client-side cost at all;
 - ``dispatcher``: ``dispatch.run_once`` with a no-op launcher, from the same kind of
-  worker processes as ``raw``;
+  worker processes as ``raw`` — the operator's default, waiting for definition locks in
+  sorted order;
+- ``try locks``: the same with ``try_locks=True`` (a definition another worker is
+  claiming is skipped, not waited for) — what several *concurrent* dispatchers need;
+  the operator has one (the tick leader);
 - ``prototype`` (batch 50 only): :mod:`bench.proposal`'s one-call prototype of the
   dispatcher changes this suite proposes, to show how they scale.
 
@@ -30,7 +34,12 @@ TITLE = "claim scaling 1-16 workers: raw, pgbench, dispatcher (issue 7 #1)"
 DEFINITIONS = 1_000
 UNCAPPED = 100_000
 FLOOR = 0.25
-ARMS = [Arm("raw", "raw"), Arm("pgbench", "pgbench"), Arm("dispatcher", "dispatch")]
+ARMS = [
+    Arm("raw", "raw"),
+    Arm("pgbench", "pgbench"),
+    Arm("dispatcher", "dispatch"),
+    Arm("try locks", "dispatch", try_locks=True),
+]
 PROTOTYPE = Arm("prototype", "proposal_sql")  # bench.proposal, at the largest batch only
 
 
@@ -71,6 +80,7 @@ def run(ctx: Context) -> Report:
             "dispatcher / raw",
             "dispatcher / pgbench",
             "CPU ratio",
+            "try locks / raw",
             "prototype claims/s",
             "prototype / raw",
         ],
@@ -89,18 +99,20 @@ def run(ctx: Context) -> Report:
                     "dispatcher / raw": series.ratio(cell, "dispatcher", "raw"),
                     "dispatcher / pgbench": series.ratio(cell, "dispatcher", "pgbench"),
                     "CPU ratio": series.cpu_ratio(cell, "dispatcher", "raw"),
+                    "try locks / raw": series.ratio(cell, "try locks", "raw"),
                     "prototype claims/s": series.median(cell, "prototype") if largest else None,
                     "prototype / raw": series.ratio(cell, "prototype", "raw") if largest else None,
                 },
             )
     top = max(batches)
-    worst = min(worker_counts, key=lambda w: series.ratio((w, top), "dispatcher", "raw"))
-    report.floor(
-        f"dispatcher / raw at batch {top}, worst over {worker_counts[0]}-{worker_counts[-1]}"
-        f" workers ({worst} workers)",
-        series.ratio((worst, top), "dispatcher", "raw"),
-        FLOOR,
-    )
+    for arm in ("dispatcher", "try locks"):
+        worst = min(worker_counts, key=lambda w: series.ratio((w, top), arm, "raw"))
+        report.floor(
+            f"{arm} / raw at batch {top}, worst over {worker_counts[0]}-{worker_counts[-1]}"
+            f" workers ({worst} workers)",
+            series.ratio((worst, top), arm, "raw"),
+            FLOOR,
+        )
     report.notes.append(
         f"{DEFINITIONS} definitions, caps {UNCAPPED} (never bind), claim only; {rounds} rounds x "
         f"{ctx.seconds:g}s windows (pgbench: whole seconds); medians of rounds, ratios medians "
@@ -116,7 +128,12 @@ def run(ctx: Context) -> Report:
     return report
 
 
-COLORS = {"raw": "tab:blue", "pgbench": "tab:orange", "dispatcher": "tab:green"}
+COLORS = {
+    "raw": "tab:blue",
+    "pgbench": "tab:orange",
+    "dispatcher": "tab:green",
+    "try locks": "tab:purple",
+}
 
 
 def _plot(
@@ -143,6 +160,13 @@ def _plot(
                 color=COLORS["dispatcher"],
                 label=f"dispatcher / {baseline}",
             )
+        bottom.plot(
+            worker_counts,
+            [series.ratio((w, batch), "try locks", "raw") for w in worker_counts],
+            marker="o",
+            color=COLORS["try locks"],
+            label="try locks / raw",
+        )
         if batch == max(batches):
             top.plot(
                 worker_counts,

@@ -10,6 +10,8 @@ Same database, same 1,000 definitions, same freshly queued runs for every measur
   the dispatcher passes over candidates whose definition is running elsewhere.
 
 ``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
+``dispatcher, try locks`` the same with ``try_locks=True`` (definitions another worker is
+claiming are skipped, not waited for: for several concurrent dispatchers);
 ``prototype, one call`` is :mod:`bench.proposal`, the next step this suite proposes (the
 claim as one server-side function), measured on the same data so the proposal comes with
 its evidence.
@@ -33,9 +35,11 @@ FLOOR = 0.25
 
 RAW = Arm("raw", "raw")
 DISPATCHER = Arm("dispatcher", "dispatch")
+TRY_LOCKS = Arm("dispatcher, try locks", "dispatch", try_locks=True)
 PROTOTYPE_SQL = Arm("prototype, one call", "proposal_sql")
 RAW_COMPLETING = Arm("raw", "raw", complete="bulk")
 DISPATCHER_COMPLETING = Arm("dispatcher", "dispatch", complete="bulk")
+TRY_LOCKS_COMPLETING = Arm("dispatcher, try locks", "dispatch", complete="bulk", try_locks=True)
 PROTOTYPE_SQL_COMPLETING = Arm("prototype, one call", "proposal_sql", complete="bulk")
 
 
@@ -56,7 +60,7 @@ def run(ctx: Context) -> Report:
                 for workers in worker_counts:
                     series.cell(
                         ("uncapped", workers, batch),
-                        [RAW, DISPATCHER, PROTOTYPE_SQL],
+                        [RAW, DISPATCHER, TRY_LOCKS, PROTOTYPE_SQL],
                         workers=workers,
                         batch=batch,
                         round_no=round_no,
@@ -65,7 +69,12 @@ def run(ctx: Context) -> Report:
             for batch in batches:
                 series.cell(
                     ("capped", capped_workers, batch),
-                    [RAW_COMPLETING, DISPATCHER_COMPLETING, PROTOTYPE_SQL_COMPLETING],
+                    [
+                        RAW_COMPLETING,
+                        DISPATCHER_COMPLETING,
+                        TRY_LOCKS_COMPLETING,
+                        PROTOTYPE_SQL_COMPLETING,
+                    ],
                     workers=capped_workers,
                     batch=batch,
                     round_no=round_no,
@@ -92,7 +101,7 @@ def run(ctx: Context) -> Report:
     cells += [("capped", capped_workers, b) for b in batches]
     for cell in cells:
         variant, workers, batch = cell
-        for arm in ("raw", "dispatcher", "prototype, one call"):
+        for arm in ("raw", "dispatcher", "dispatcher, try locks", "prototype, one call"):
             if not series.rates[(cell, arm)]:
                 continue
             report.add(
@@ -113,6 +122,11 @@ def run(ctx: Context) -> Report:
         report.floor(
             f"dispatcher / raw at batch {max(batches)}, {workers} worker(s)",
             series.ratio(cell, "dispatcher", "raw"),
+            FLOOR,
+        )
+        report.floor(
+            f"dispatcher, try locks / raw at batch {max(batches)}, {workers} worker(s)",
+            series.ratio(cell, "dispatcher, try locks", "raw"),
             FLOOR,
         )
         report.floor(

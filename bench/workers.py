@@ -52,6 +52,7 @@ class Task:
     stop_at: float
     complete: Complete = "none"
     lock_definitions: bool = True
+    try_locks: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,11 +102,18 @@ def claim_loop(task: Task) -> Outcome:
             else:
                 if task.method == "dispatch":
                     result = dispatch.run_once(
-                        conn, null, batch_size=task.batch, lock_definitions=task.lock_definitions
+                        conn,
+                        null,
+                        batch_size=task.batch,
+                        lock_definitions=task.lock_definitions,
+                        try_locks=task.try_locks,
                     )
                 else:
                     result = dispatch.claim(
-                        conn, batch_size=task.batch, lock_definitions=task.lock_definitions
+                        conn,
+                        batch_size=task.batch,
+                        lock_definitions=task.lock_definitions,
+                        try_locks=task.try_locks,
                     )
                 claimed = [(run.id, run.lease_token) for run in result.claimed]
                 capped = len(result.at_cap)

@@ -53,7 +53,12 @@ def _open_work(conn: connection.Connection) -> int:
 
 
 def dispatcher(
-    dsn: str, worker: int, seed: int, seconds: float, lock_definitions: bool = True
+    dsn: str,
+    worker: int,
+    seed: int,
+    seconds: float,
+    lock_definitions: bool = True,
+    try_locks: bool = False,
 ) -> list[int]:
     """Claim-and-work loop until no QUEUED or RUNNING run is left; returns launched ids."""
     rng = random.Random(seed)
@@ -63,7 +68,11 @@ def dispatcher(
         while time.monotonic() < deadline:
             work.finish_due(conn)
             result = dispatch.run_once(
-                conn, work, batch_size=rng.choice([1, 5, 10, 25]), lock_definitions=lock_definitions
+                conn,
+                work,
+                batch_size=rng.choice([1, 5, 10, 25]),
+                lock_definitions=lock_definitions,
+                try_locks=try_locks,
             )
             if not result.claimed and not work.pending:
                 if _open_work(conn) == 0:

@@ -45,8 +45,9 @@ def written(ctx: Context, name: str) -> dict:
 def test_throughput_measures_raw_and_dispatcher_and_their_ratio(ctx: Context) -> None:
     report = cli.run_one("throughput", ctx)
     arms = {(row["variant"], row["arm"]): row for row in report.rows}
-    measured = [("uncapped", arm) for arm in ("raw", "dispatcher")]
-    measured += [("cap 1 + complete", arm) for arm in ("raw", "dispatcher")]
+    engine = ("raw", "dispatcher", "dispatcher, try locks")
+    measured = [("uncapped", arm) for arm in engine]
+    measured += [("cap 1 + complete", arm) for arm in engine]
     measured += [(variant, "prototype, one call") for variant in ("uncapped", "cap 1 + complete")]
     for variant, arm in measured:
         row = arms[(variant, arm)]
@@ -62,6 +63,7 @@ def test_scaling_compares_dispatcher_with_python_and_pgbench_raw_claims(ctx: Con
         for column in ("raw claims/s", "pgbench claims/s", "dispatcher claims/s"):
             assert positive(row[column]), (column, row)
         assert positive(row["dispatcher / raw"]) and positive(row["dispatcher / pgbench"])
+        assert positive(row["try locks / raw"])
         assert positive(row["CPU ratio"])
     assert written(ctx, "scaling")["plots"] == ["scaling.png"]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from factories import RecordingLauncher, define, runs_of
 from pgsched.engine import dispatch, lease, materialize, runs, settle
 
@@ -210,7 +212,32 @@ def test_a_claim_locks_only_the_definitions_it_needs_when_caps_allow(conn):
     assert held == 5, "the 15 further candidates' definitions need no lock when the batch is full"
 
 
-def test_a_definition_another_dispatcher_is_claiming_is_skipped_not_waited_for(conn, dsn):
+def test_by_default_round_one_waits_for_a_definition_another_dispatcher_holds(conn, dsn):
+    """The seed's rule: pg_advisory_xact_lock on the batch's definitions, waiting."""
+    import threading
+
+    from pgsched.db import connection
+
+    busy = define(conn, "busy", maxConcurrentRuns=5, now=T0)
+    free = define(conn, "free", maxConcurrentRuns=5, now=T0)
+    queue(conn, busy, 2, at=T0 - timedelta(minutes=1))
+    queue(conn, free, 2)
+    outcome: dict[str, dispatch.DispatchResult] = {}
+    with connection.connect(dsn) as rival:
+        rival.execute("BEGIN")
+        rival.execute("SELECT pgsched.lock_definitions_for_dispatch(%s::uuid[])", [[busy.id]])
+        waiter = threading.Thread(
+            target=lambda: outcome.setdefault("result", dispatch.claim(conn, batch_size=4, now=T0))
+        )
+        waiter.start()
+        waiter.join(timeout=1.0)
+        assert waiter.is_alive(), "the claim must wait for the batch's definition lock"
+        rival.execute("ROLLBACK")
+        waiter.join(timeout=10)
+    assert len(outcome["result"].claimed) == 4
+
+
+def test_with_try_locks_a_definition_another_dispatcher_holds_is_skipped(conn, dsn):
     """Round one tries its locks too: two dispatchers whose batches share a definition
     claim side by side instead of taking turns."""
     from pgsched.db import connection
@@ -222,29 +249,30 @@ def test_a_definition_another_dispatcher_is_claiming_is_skipped_not_waited_for(c
     with connection.connect(dsn) as rival:
         rival.execute("BEGIN")
         rival.execute("SELECT pgsched.lock_definitions_for_dispatch(%s::uuid[])", [[busy.id]])
-        result = dispatch.claim(conn, batch_size=4, now=T0)  # would hang if it waited
+        result = dispatch.claim(conn, batch_size=4, now=T0, try_locks=True)  # no waiting
         rival.execute("ROLLBACK")
     assert {run.definition_id for run in result.claimed} == {free.id}
     assert count_status(conn, busy, "QUEUED") == 2
 
 
-def test_when_every_wanted_definition_is_locked_the_claim_waits_then_counts(conn, dsn):
-    """With nothing granted the claim falls back to pg_advisory_xact_lock: it waits for the
-    rival, then reads the count the rival committed — so the cap holds (I2)."""
+@pytest.mark.parametrize("try_locks", [False, True], ids=["wait", "try"])
+def test_when_every_wanted_definition_is_locked_the_claim_waits_then_counts(conn, dsn, try_locks):
+    """With nothing granted, even the try mode waits (pg_advisory_xact_lock) for the rival,
+    then reads the count the rival committed — so the cap holds (I2)."""
     import threading
 
     from pgsched.db import connection
 
     job = define(conn, "solo", maxConcurrentRuns=1, now=T0)
     queue(conn, job, 2)
-    outcome: dict[str, object] = {}
+    outcome: dict[str, dispatch.DispatchResult] = {}
     with connection.connect(dsn) as rival:
         rival.execute("BEGIN")
         rival.execute("SELECT pgsched.lock_definitions_for_dispatch(%s::uuid[])", [[job.id]])
         rival_claim = dispatch.claim(rival, batch_size=1, overshoot=1, now=T0)
 
         def waiting_claim() -> None:
-            outcome["result"] = dispatch.claim(conn, batch_size=4, now=T0)
+            outcome["result"] = dispatch.claim(conn, batch_size=4, now=T0, try_locks=try_locks)
 
         waiter = threading.Thread(target=waiting_claim)
         waiter.start()
@@ -254,6 +282,5 @@ def test_when_every_wanted_definition_is_locked_the_claim_waits_then_counts(conn
         waiter.join(timeout=10)
     assert len(rival_claim.claimed) == 1
     result = outcome["result"]
-    assert isinstance(result, dispatch.DispatchResult)
     assert result.claimed == [] and job.id in result.at_cap
     assert count_status(conn, job, "RUNNING") == 1 and count_status(conn, job, "QUEUED") == 1

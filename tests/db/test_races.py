@@ -62,11 +62,15 @@ def race(dsn, target, workers, seconds, **kwargs):
     return [run_id for batch in launched for run_id in batch], samples, violations
 
 
-def test_eight_dispatchers_never_double_claim_and_never_exceed_caps(dsn):
+@pytest.mark.parametrize("try_locks", [False, True], ids=["wait", "try"])
+def test_eight_dispatchers_never_double_claim_and_never_exceed_caps(dsn, try_locks):
+    """Both lock modes: waiting in sorted order (the default) and trying first."""
     with connection.connect(dsn) as conn:
         seed_definitions(conn, count=DEFINITIONS, runs_each=RUNS_PER_DEFINITION)
 
-    launched, samples, live_violations = race(dsn, racers.dispatcher, WORKERS, seconds=240)
+    launched, samples, live_violations = race(
+        dsn, racers.dispatcher, WORKERS, 240, lock_definitions=True, try_locks=try_locks
+    )
 
     total = DEFINITIONS * RUNS_PER_DEFINITION
     assert invariants.no_double_launch(launched) == []

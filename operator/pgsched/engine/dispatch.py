@@ -6,14 +6,13 @@ One claim transaction, exactly as the seed describes it:
    rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
    disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
    crowding out the others before caps are applied;
-2. lock the definitions those candidates belong to with transaction-scoped advisory
-   locks on ``hashtextextended('dispatch:' || definition_id, 0)``: first *try* them
-   (``pg_try_advisory_xact_lock``) for the definitions of the first ``batch`` candidates,
-   then for the further ones if caps leave the batch short, keeping those granted — a
-   definition another dispatcher is claiming right now is skipped this time, just as SKIP
-   LOCKED skips rows; only when no lock at all was granted does the claim wait, with
-   ``pg_advisory_xact_lock`` in one sorted key order (it holds nothing yet, so it cannot
-   deadlock) — see ``_lock_and_count``;
+2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
+   the definitions of the first ``batch`` candidates, in one sorted order (inside
+   ``pgsched.lock_and_count_for_dispatch``), so dispatchers claiming runs of the same
+   definition serialize and never deadlock; if caps leave the batch short, *try* the locks
+   of the further candidates' definitions (never waiting, so order cannot matter) and use
+   those granted. The ``try`` lock mode (``PGSCHED_DISPATCH_LOCKS``) tries round one too,
+   for deployments where several dispatchers claim at once — see ``_lock_and_count``;
 3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: a fresh
    snapshot that includes every claim committed before our lock was granted);
 4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
@@ -79,11 +78,13 @@ def run_once(
     overshoot: int = DEFAULT_OVERSHOOT,
     definition_ids: list[UUID] | None = None,
     now: datetime | None = None,
+    try_locks: bool = False,
     lock_definitions: bool = True,
 ) -> DispatchResult:
     """Claim and launch up to ``batch_size`` due runs.
 
     ``definition_ids`` restricts the claim (run-now dispatches its own definition at once).
+    ``try_locks`` tries the definitions' locks before waiting (see ``_lock_and_count``).
     ``lock_definitions=False`` exists only so the chaos self-test can prove the invariant
     checker catches the over-cap claims that skipping the advisory locks allows.
     """
@@ -93,6 +94,7 @@ def run_once(
         overshoot=overshoot,
         definition_ids=definition_ids,
         now=now,
+        try_locks=try_locks,
         lock_definitions=lock_definitions,
     )
     if result.claimed:
@@ -107,6 +109,7 @@ def claim(
     overshoot: int = DEFAULT_OVERSHOOT,
     definition_ids: list[UUID] | None = None,
     now: datetime | None = None,
+    try_locks: bool = False,
     lock_definitions: bool = True,
 ) -> DispatchResult:
     """The claim transaction alone (steps 1-4)."""
@@ -118,7 +121,9 @@ def claim(
         ).fetchall()
         if not candidates:
             return result
-        limits = _lock_and_count(conn, candidates, batch_size, lock_definitions=lock_definitions)
+        limits = _lock_and_count(
+            conn, candidates, batch_size, lock_definitions=lock_definitions, try_locks=try_locks
+        )
         chosen, skipped, replace = _choose(candidates, limits, batch_size, result)
         if skipped:
             conn.execute(
@@ -144,39 +149,48 @@ def claim(
 
 
 def _lock_and_count(
-    conn: Connection, candidates: list[dict[str, Any]], batch_size: int, *, lock_definitions: bool
+    conn: Connection,
+    candidates: list[dict[str, Any]],
+    batch_size: int,
+    *,
+    lock_definitions: bool,
+    try_locks: bool,
 ) -> dict[UUID, _Limits]:
     """Lock the definitions this claim may take runs of, and read their live counts.
 
-    The locks are ``pg_advisory_xact_lock`` keys, ``hashtextextended('dispatch:' || id, 0)``:
+    The locks are transaction advisory locks on ``hashtextextended('dispatch:' || id, 0)``.
+    Round one covers the definitions of the first ``batch_size`` candidates — enough to
+    fill the batch when caps allow:
 
-    1. *try* the locks of the definitions of the first ``batch_size`` candidates — enough
-       to fill the batch when caps allow — and keep those granted. A definition another
-       dispatcher is claiming right now is skipped this time, as SKIP LOCKED skips its rows;
-    2. if caps leave the batch short, try those of the further candidates too: the
-       overshoot lets other definitions fill the batch when one crowds the front;
-    3. if *no* lock was granted at all (every wanted definition is being claimed
-       elsewhere), wait for the first ones, blocking, in key order: this claim then holds
-       no lock yet, so waiting in key order cannot deadlock, and the claim progresses
-       instead of spinning.
+    - by default (the seed's rule) with ``pg_advisory_xact_lock``, waiting, in one sorted
+      key order, so two dispatchers claiming runs of the same definition serialize and
+      never deadlock;
+    - with ``try_locks`` with ``pg_try_advisory_xact_lock``, keeping those granted: a
+      definition another dispatcher is claiming right now is skipped this time, as SKIP
+      LOCKED skips its rows, so concurrent dispatchers claim side by side instead of taking
+      turns. Only if *no* lock was granted does the claim wait as above — it holds no lock
+      yet, so waiting cannot deadlock, and it progresses instead of spinning.
 
-    Trying before waiting is what lets concurrent dispatchers claim side by side: with
-    blocking locks, two dispatchers whose candidates share any definition (with a queue
-    ordered by time, nearly always) take turns (bench/README.md, "What limits the
-    dispatcher"). Counts are always read after the locks were granted (I2).
+    If caps leave the batch short, round two *tries* the locks of the further candidates'
+    definitions (never waiting, so order cannot matter): the overshoot lets other
+    definitions fill the batch when one crowds the front. Counts are always read after the
+    locks were granted, in the same call (I2).
     """
-    first = list({row["definition_id"]: None for row in candidates[:batch_size]})
     if not lock_definitions:  # test-only: the chaos self-test's planted bug
-        return _limits(
-            conn, "count_without_locks", list({row["definition_id"]: None for row in candidates})
-        )
-    limits = _limits(conn, "try_lock_and_count", first)
-    rest = list({row["definition_id"]: None for row in candidates[batch_size:]}.keys() - set(first))
+        return _limits(conn, "count_without_locks", _definitions_of(candidates))
+    first = _definitions_of(candidates[:batch_size])
+    limits = _limits(conn, "try_lock_and_count" if try_locks else "lock_and_count", first)
+    if try_locks and not limits:
+        limits = _limits(conn, "lock_and_count", first)
+    rest = [definition for definition in _definitions_of(candidates) if definition not in limits]
     if rest and _claimable(candidates, limits) < batch_size:
         limits |= _limits(conn, "try_lock_and_count", rest)
-    if not limits:
-        limits = _limits(conn, "lock_and_count", first)
     return limits
+
+
+def _definitions_of(candidates: list[dict[str, Any]]) -> list[UUID]:
+    """Distinct definition ids in queue order (the SQL functions sort what they wait for)."""
+    return list(dict.fromkeys(row["definition_id"] for row in candidates))
 
 
 def _limits(conn: Connection, query: str, definition_ids: list[UUID]) -> dict[UUID, _Limits]:
