@@ -96,9 +96,10 @@ def job_template(command: str) -> dict[str, Any]:
         "spec": {
             "template": {
                 "spec": {
+                    "restartPolicy": "Never",
                     "containers": [
                         {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
-                    ]
+                    ],
                 }
             }
         }

@@ -1,0 +1,60 @@
+"""The two Kubernetes benchmarks run at tiny scale on a real control plane, so they don't rot.
+
+Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every comparison were
+measured (pgsched and CronJob, the operator and a plain client, the operator with and
+without ScheduledJobs), not the figures, which mean nothing at this scale on a shared
+machine. The real runs are ``python -m bench skew footprint``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from bench import __main__ as cli
+from bench.context import Context
+from bench.environment import Environment
+
+from pgsched.devenv.postgres import PostgresServer
+from plugins.cluster import require_binaries
+
+
+@pytest.fixture
+def ctx(postgres: PostgresServer, tmp_path: Path) -> Context:
+    require_binaries()  # the benchmarks start their own control plane from them
+    return Context(
+        env=Environment(postgres),
+        quick=True,
+        rounds=1,
+        seconds=0.3,
+        out_dir=tmp_path,
+        snapshot_seconds=1.5,
+    )
+
+
+def finite(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value >= 0
+
+
+def test_skew_times_pgsched_and_cronjob_jobs_and_a_burst_against_a_plain_client(
+    ctx: Context,
+) -> None:
+    report = cli.run_one("skew", ctx)
+    ours, theirs = report.data["skew"]["pgsched"], report.data["skew"]["cronjob"]
+    assert ours and theirs, "both pgsched and the CronJob controller must have created Jobs"
+    assert len(ours) == len(theirs), "the same schedules must give the same number of Jobs"
+    assert all(finite(value) for value in ours + theirs)
+    burst = next(row for row in report.rows if row["measure"].startswith("burst"))
+    assert burst["pgsched"] > 0 and burst["baseline"] > 0
+    assert json.loads((ctx.out_dir / "skew.json").read_text())["floors"]
+
+
+def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(ctx: Context) -> None:
+    report = cli.run_one("footprint", ctx)
+    assert len(report.rows) == 2
+    for row in report.rows:
+        assert row["RSS MiB"] > 20 and row["baseline RSS MiB"] > 20, row
+        assert finite(row["CPU %"]) and finite(row["baseline CPU %"]), row
+    assert "300 ScheduledJobs accepted" in report.notes[0]
