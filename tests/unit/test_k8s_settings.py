@@ -72,3 +72,47 @@ def test_token_bucket_refills_while_idle():
         bucket.acquire()
     clock.now += 10
     assert [bucket.acquire() for _ in range(5)] == [0.0] * 5
+
+
+def test_background_requests_take_spare_tokens_and_never_go_into_debt():
+    clock = FakeClock()
+    bucket = TokenBucket(10, 2, clock=clock, sleep=clock.sleep)
+    assert bucket.acquire(urgent=False) == 0.0  # a spare token: no wait
+    bucket.acquire()
+    bucket.acquire()  # urgent: reserves the next token (the bucket is in debt)
+    assert clock.now == pytest.approx(0.1)
+    # Background waits until a whole token is back, without reserving ahead of anyone.
+    assert bucket.acquire(urgent=False) == pytest.approx(0.1)
+    assert clock.now == pytest.approx(0.2)
+
+
+def test_launching_jobs_is_not_slowed_by_background_requests():
+    """A burst of urgent requests (Job creations) gets the whole budget while the
+    publisher's background requests wait for tokens left over."""
+    import threading
+    import time
+
+    bucket = TokenBucket(50, 1)
+    bucket.acquire()  # start with an empty bucket, as in the middle of a burst
+    urgent_done: list[float] = []
+    background_done: list[float] = []
+    started = time.monotonic()
+
+    def launcher() -> None:
+        for _ in range(15):
+            bucket.acquire()
+            urgent_done.append(time.monotonic() - started)
+
+    def publisher() -> None:
+        for _ in range(5):
+            bucket.acquire(urgent=False)
+            background_done.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=launcher), threading.Thread(target=publisher)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    # 15 urgent tokens at 50 qps take 0.3 s: not 0.4 s as if sharing with 5 background ones.
+    assert urgent_done[-1] < 0.38, urgent_done
+    assert sum(1 for at in background_done if at < urgent_done[-1]) <= 1, background_done

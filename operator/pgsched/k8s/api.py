@@ -4,7 +4,9 @@ Authentication comes from the official client's config loaders (in-cluster servi
 account, or a kubeconfig with certificates, tokens or exec plugins); requests go through
 urllib3 directly so pgsched controls what matters here:
 
-- a client-side token bucket (``ratelimit.TokenBucket``) in front of every request;
+- a client-side token bucket (``ratelimit.TokenBucket``) in front of every request, shared
+  by every view of the client; requests through :meth:`KubeApi.background` yield to the
+  others (Events and statuses never delay a Job's creation);
 - ``429 Too Many Requests``: wait for ``Retry-After`` (capped) and try again;
 - connection errors and 5xx: retry with exponential backoff, a bounded number of times;
 - any other error: raise :class:`ApiError` at once with the server's reason and message.
@@ -12,6 +14,7 @@ urllib3 directly so pgsched controls what matters here:
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -92,6 +95,7 @@ class KubeApi:
         self._limiter = limiter
         self._retry = retry or RetrySettings()
         self._timeout = timeout
+        self._urgent = True
         self._pool = urllib3.PoolManager(
             num_pools=4,
             maxsize=8,
@@ -106,6 +110,13 @@ class KubeApi:
         cls, *, qps: float = 20.0, burst: int = 40, kubeconfig: str | None = None
     ) -> KubeApi:
         return cls(load_configuration(kubeconfig), limiter=TokenBucket(qps, burst))
+
+    def background(self) -> KubeApi:
+        """The same client (connections, token bucket) for requests that can wait: they
+        take only tokens no other request is waiting for."""
+        view = copy.copy(self)
+        view._urgent = False
+        return view
 
     def get(self, path: str, **params: Any) -> Obj:
         return self.request("GET", path, params=params)
@@ -137,7 +148,7 @@ class KubeApi:
         attempt = 0
         while True:
             attempt += 1
-            waited = self._limiter.acquire()
+            waited = self._limiter.acquire(urgent=self._urgent)
             if waited > 0:
                 metrics.KUBE_THROTTLED.labels("client").inc()
                 metrics.KUBE_THROTTLE_SECONDS.labels("client").inc(waited)

@@ -173,7 +173,8 @@ def run(settings: OperatorSettings) -> None:
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
     require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
-    publisher = Publisher(kube)
+    # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
+    publisher = Publisher(kube.background())
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher)
 
