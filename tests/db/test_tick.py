@@ -132,3 +132,28 @@ def test_a_frozen_leaders_session_is_ended_by_the_server_and_another_replica_lea
     assert frozen.run_once().error is not None  # on waking, its session is gone
     assert frozen.run_once().leader  # and it reconnects
     frozen.close()
+
+
+def test_ticks_start_just_after_whole_seconds_so_runs_start_on_time(dsn, conn):
+    """Real time, database clock: a run due at a whole second is dispatched within a small
+    fraction of the tick interval, not up to a whole interval late."""
+    database_now = conn.execute("SELECT clock_timestamp() AS now").fetchone()["now"]
+    due = database_now.replace(microsecond=0) + timedelta(seconds=3)
+    job = define(conn, "on-time", runAt=due.isoformat(), now=database_now)
+    replica = Ticker(lambda: connection.connect(dsn), RecordingLauncher(), TickSettings())
+    stop = threading.Event()
+    thread = threading.Thread(target=replica.run_forever, args=(stop,))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+            row["started_at"] for row in runs_of(conn, job)
+        ):
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    (run,) = runs_of(conn, job)
+    assert run["scheduled_for"] == due
+    late = (run["started_at"] - due).total_seconds()
+    assert 0 <= late < 0.2, f"started {late:.3f}s after it was due (ticks every 1s)"

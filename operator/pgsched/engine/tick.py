@@ -30,6 +30,10 @@ from pgsched.failures import FailureLog
 
 log = logging.getLogger(__name__)
 
+# How long after a whole interval on the database clock a tick starts: enough for the
+# clock measurement's error (half a round trip), so runs due at the boundary are due.
+TICK_MARGIN_SECONDS = 0.02
+
 
 class SettingsError(ValueError):
     pass
@@ -123,6 +127,7 @@ class Ticker:
         self._elect = elect_leader
         self._session = Session(lambda: self._bounded(connect()))
         self._failures = FailureLog(log, "tick")
+        self._database_offset = 0.0  # database clock - local clock, seconds (see _pause)
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -133,11 +138,15 @@ class Ticker:
         interval, so a generous multiple of it is never reached by a live leader.
         """
         limit = f"{int(self.settings.stall_seconds * 1000)}ms"
-        conn.execute(
+        before = time.time()
+        row = conn.execute(
             "SELECT set_config('idle_session_timeout', %(limit)s, false),"
-            " set_config('idle_in_transaction_session_timeout', %(limit)s, false)",
+            " set_config('idle_in_transaction_session_timeout', %(limit)s, false),"
+            " extract(epoch FROM clock_timestamp())::float8 AS database_time",
             {"limit": limit},
-        )
+        ).fetchone()
+        if row is not None:
+            self._database_offset = row["database_time"] - (before + time.time()) / 2
         return conn
 
     def run_once(self) -> TickResult:
@@ -206,9 +215,22 @@ class Ticker:
                     and len(result.dispatched.claimed) >= self.settings.dispatch_batch
                 )
                 if not busy:
-                    stop.wait(self.settings.interval_seconds)
+                    stop.wait(self._pause())
         finally:
             self.close()
+
+    def _pause(self) -> float:
+        """Seconds to the next tick: the next whole multiple of the interval on the engine's
+        clock (the database's, measured when the session opened), plus a small margin.
+
+        Occurrences fall on whole seconds (cron minutes, RRULE times, runAt), so a tick
+        that starts just after one materializes and dispatches its runs within milliseconds,
+        instead of up to a whole interval later, as free-running ticks would.
+        """
+        interval = self.settings.interval_seconds
+        pinned = self._clock()
+        now = pinned.timestamp() if pinned is not None else time.time() + self._database_offset
+        return interval - now % interval + TICK_MARGIN_SECONDS
 
     def close(self) -> None:
         self._session.close()
