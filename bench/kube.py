@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,3 +129,52 @@ def cron_job(name: str, schedule: str, command: str = "true") -> dict[str, Any]:
             "jobTemplate": job_template(command),
         },
     }
+
+
+class JobArrivals:
+    """When each Job in a namespace became visible to a watcher (``time.monotonic``).
+
+    Both sides of the burst comparison are timed the same way, by a watch on their own
+    namespace, to the millisecond — ``creationTimestamp`` has one-second resolution.
+    """
+
+    def __init__(self, bench: Cluster, namespace: str) -> None:
+        from kubernetes import client, config
+
+        self._batch = client.BatchV1Api(
+            config.new_client_from_config(config_file=str(bench.control_plane.kubeconfig))
+        )
+        self._namespace = namespace
+        self.times: dict[str, float] = {}
+        self.wall: dict[str, float] = {}  # the same moments as UNIX time
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        stream = watch.Watch().stream(
+            self._batch.list_namespaced_job, self._namespace, timeout_seconds=900
+        )
+        for event in stream:
+            name = event["object"].metadata.name
+            if event["type"] == "ADDED" and name not in self.times:
+                self.times[name] = time.monotonic()
+                self.wall[name] = time.time()
+
+    def start(self) -> JobArrivals:
+        self._thread.start()
+        time.sleep(2)  # let the watch connect before anything is created
+        return self
+
+    def wait(self, count: int, timeout: float) -> list[float]:
+        deadline = time.monotonic() + timeout
+        while len(self.times) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.times)} of {count} Jobs seen in {self._namespace}")
+            time.sleep(0.1)
+        return sorted(self.times.values())
+
+
+def jobs_per_second(arrivals: list[float]) -> float:
+    """Throughput from the first Job seen to the last."""
+    return (len(arrivals) - 1) / max(arrivals[-1] - arrivals[0], 1e-3)
