@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 
 from pgsched.db import connection
@@ -151,15 +152,19 @@ class JobArrivals:
 
     def _watch(self) -> None:
         from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
 
-        stream = watch.Watch().stream(
-            self._batch.list_namespaced_job, self._namespace, timeout_seconds=900
-        )
-        for event in stream:
-            name = event["object"].metadata.name
-            if event["type"] == "ADDED" and name not in self.times:
-                self.times[name] = time.monotonic()
-                self.wall[name] = time.time()
+        while True:  # a fresh API server's watch cache can refuse a watch at first (504)
+            try:
+                for event in watch.Watch().stream(
+                    self._batch.list_namespaced_job, self._namespace, timeout_seconds=900
+                ):
+                    name = event["object"].metadata.name
+                    if event["type"] == "ADDED" and name not in self.times:
+                        self.times[name] = time.monotonic()
+                        self.wall[name] = time.time()
+            except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
+                time.sleep(0.2)  # reconnect; Jobs already seen keep their first time
 
     def start(self) -> JobArrivals:
         self._thread.start()

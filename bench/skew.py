@@ -162,9 +162,9 @@ def burst(ctx: Context, report: Report) -> None:
                     60,
                     describe="the definition",
                 )
-                due_in = 4.0
-                due_at = datetime.now(UTC) + timedelta(seconds=due_in)
-                due_monotonic = time.monotonic() + due_in
+                # A whole second, like every real schedule's occurrences.
+                due_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+                due_monotonic = time.monotonic() + (due_at - datetime.now(UTC)).total_seconds()
                 conn.execute(
                     "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)"
                     " SELECT %s, 'QUEUED', 'manual', %s, 'burst-' || g FROM generate_series(1, %s) g",

@@ -284,3 +284,38 @@ def test_when_every_wanted_definition_is_locked_the_claim_waits_then_counts(conn
     result = outcome["result"]
     assert result.claimed == [] and job.id in result.at_cap
     assert count_status(conn, job, "RUNNING") == 1 and count_status(conn, job, "QUEUED") == 1
+
+
+def test_a_parallel_launcher_launches_a_batch_at_once_and_failures_still_end_their_runs(conn):
+    """A launcher with ``parallelism`` gets that many launches in flight (a stampede of due
+    runs is not created one round trip after another); failures are recorded as before."""
+    import time
+
+    from factories import RecordingLauncher
+
+    class SlowLauncher(RecordingLauncher):
+        parallelism = 4
+
+        def launch(self, run, definition):
+            time.sleep(0.2)  # one API round trip
+            return super().launch(run, definition)
+
+    job = define(conn, maxConcurrentRuns=8, retryPolicy={"maxAttempts": 1}, now=T0)
+    queue(conn, job, 8)
+    launcher = SlowLauncher()
+    doomed = min(row["id"] for row in runs_of(conn, job))
+    launcher.fail_ids = {doomed}
+    started = time.monotonic()
+    result = dispatch.run_once(conn, launcher, batch_size=8, now=T0)
+    took = time.monotonic() - started
+    assert took < 1.0, f"8 launches of 0.2 s with 4 in flight took {took:.2f}s (serial: 1.6 s)"
+    assert result.launched == 7 and result.launch_failed == [doomed]
+    statuses = {
+        row["id"]: (row["status"], row["reason"], row["k8s_job_name"]) for row in runs_of(conn, job)
+    }
+    assert statuses[doomed][:2] == ("FAILED", "LaunchFailed")
+    assert all(
+        status == "RUNNING" and name == f"job-{run_id}"
+        for run_id, (status, _, name) in statuses.items()
+        if run_id != doomed
+    )

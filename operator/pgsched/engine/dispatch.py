@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -44,7 +45,7 @@ from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, lease
 from pgsched.engine.launcher import Launcher, LaunchError
-from pgsched.engine.models import Run
+from pgsched.engine.models import Definition, Run
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,27 @@ def claim(
             rows = conn.execute(queries.get("claim_runs"), {"ids": chosen, "now": now}).fetchall()
             result.claimed = sorted((Run.from_row(row) for row in rows), key=lambda run: run.id)
     return result
+
+
+def _launch_all(
+    launcher: Launcher, claimed: list[Run], owners: dict[UUID, Definition]
+) -> list[str | Exception | None]:
+    """Each run's handle, or the exception its launch raised, in the order of ``claimed``."""
+
+    def one(run: Run) -> str | Exception | None:
+        definition = owners.get(run.definition_id)
+        try:
+            if definition is None:
+                raise LaunchError(f"definition {run.definition_id} of run {run.id} is gone")
+            return launcher.launch(run, definition)
+        except Exception as error:
+            return error
+
+    parallelism = min(int(getattr(launcher, "parallelism", 1)), len(claimed))
+    if parallelism <= 1:
+        return [one(run) for run in claimed]
+    with ThreadPoolExecutor(parallelism, thread_name_prefix="pgsched-launch") as pool:
+        return list(pool.map(one, claimed))
 
 
 def _lock_and_count(
@@ -270,35 +292,38 @@ def _choose(
 def launch(
     conn: Connection, launcher: Launcher, result: DispatchResult, *, now: datetime | None = None
 ) -> None:
-    """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced)."""
+    """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced).
+
+    A launcher with a ``parallelism`` attribute above 1 gets that many launches at once
+    (creating a Job is a round trip to the API server; a stampede of runs due at the same
+    second should not queue behind each other's). Everything that touches the database
+    happens afterwards, on this thread.
+    """
     owners = definitions.get_many(conn, list({run.definition_id for run in result.claimed}))
+    outcomes = _launch_all(launcher, result.claimed, owners)
     recorded: dict[str, list[Any]] = {"ids": [], "lease_tokens": [], "handles": []}
-    for run in result.claimed:
+    for run, outcome in zip(result.claimed, outcomes, strict=True):
         assert run.lease_token is not None
-        definition = owners.get(run.definition_id)
-        try:
-            if definition is None:
-                raise LaunchError(f"definition {run.definition_id} of run {run.id} is gone")
-            handle = launcher.launch(run, definition)
-        except Exception as error:
+        if isinstance(outcome, Exception):
+            definition = owners.get(run.definition_id)
             log_run = logs.for_run(log, run, definition)
-            log_run.warning("run %s: launch failed: %s", run.id, error)
+            log_run.warning("run %s: launch failed: %s", run.id, outcome)
             lease.finish(
                 conn,
                 lease.Lease(run.id, run.lease_token),
                 "FAILED",
                 reason="LaunchFailed",
-                error=f"{type(error).__name__}: {error}",
+                error=f"{type(outcome).__name__}: {outcome}",
                 now=now,
                 logger=log_run,
             )
             result.launch_failed.append(run.id)
             continue
         result.launched += 1
-        if handle:
+        if outcome:
             recorded["ids"].append(run.id)
             recorded["lease_tokens"].append(run.lease_token)
-            recorded["handles"].append(handle)
+            recorded["handles"].append(outcome)
     if recorded["ids"]:
         # One statement for the batch. A crash before it leaves the Job names unrecorded,
         # which is harmless: they are deterministic, and heartbeats do not need them.

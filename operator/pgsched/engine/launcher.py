@@ -18,6 +18,9 @@ class LaunchError(Exception):
 
 
 class Launcher(Protocol):
+    """Optionally with ``parallelism: int``: how many launches dispatch may run at once
+    (from a thread pool; ``launch`` must then be thread-safe). Without it, one at a time."""
+
     def launch(self, run: Run, definition: Definition) -> str | None:
         """Start the run's workload; return a handle to record (the Job name) or None.
 
