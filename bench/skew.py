@@ -21,11 +21,12 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from bench import kube
 from bench.context import Context
-from bench.report import Report
+from bench.report import Report, plot_path, pyplot
 from bench.stats import median, percentile, ratio
 from pgsched.db import connection
 from pgsched.devenv.waiting import wait_for
@@ -45,7 +46,48 @@ def run(ctx: Context) -> Report:
     report = Report(NAME, TITLE, columns=["measure", "pgsched", "baseline", "baseline is", "ratio"])
     skew(ctx, report)
     burst(ctx, report)
+    if ctx.plots:
+        report.plots.append(plot(report.data, ctx.out_dir))
     return report
+
+
+def plot(data: dict[str, Any], out_dir: Path) -> str:
+    """Skew CDFs (pgsched vs CronJob, by a watch) and the burst's Jobs over time."""
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label, color in (
+        ("pgsched_seen", "pgsched", "tab:green"),
+        ("cronjob_seen", "CronJob", "tab:blue"),
+    ):
+        values = sorted(data["skew"][key])
+        if values:
+            left.step(
+                values,
+                [(i + 1) / len(values) for i in range(len(values))],
+                label=label,
+                color=color,
+                where="post",
+            )
+    left.set_xlabel("Job seen by a watch - scheduled time (s)")
+    left.set_ylabel("fraction of Jobs")
+    left.set_title("schedule-to-Job skew, 20 due each minute")
+    for key, label, color in (
+        ("pgsched", "pgsched (from the due instant)", "tab:green"),
+        ("plain", "plain client (from its first Job)", "tab:grey"),
+    ):
+        times = data["burst"][key]
+        right.plot(times, range(1, len(times) + 1), label=label, color=color)
+    right.set_xlabel("seconds")
+    right.set_ylabel("Jobs created")
+    right.set_title(f"burst of {len(data['burst']['pgsched'])} runs due at once")
+    for axis in (left, right):
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    path = plot_path(out_dir, NAME)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
 
 
 def skew(ctx: Context, report: Report) -> None:
