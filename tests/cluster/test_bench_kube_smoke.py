@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from bench import __main__ as cli
 from bench.context import Context
-from bench.environment import Environment
 
+from benchsmoke import quick_context
 from pgsched.devenv.postgres import PostgresServer
 from plugins.cluster import require_binaries
 
@@ -24,14 +24,7 @@ from plugins.cluster import require_binaries
 @pytest.fixture
 def ctx(postgres: PostgresServer, tmp_path: Path) -> Context:
     require_binaries()  # the benchmarks start their own control plane from them
-    return Context(
-        env=Environment(postgres),
-        quick=True,
-        rounds=1,
-        seconds=0.3,
-        out_dir=tmp_path,
-        snapshot_seconds=1.5,
-    )
+    return quick_context(postgres, tmp_path)
 
 
 def finite(value: object) -> bool:

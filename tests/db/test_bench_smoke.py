@@ -14,21 +14,14 @@ from pathlib import Path
 import pytest
 from bench import __main__ as cli
 from bench.context import Context
-from bench.environment import Environment
 
+from benchsmoke import quick_context
 from pgsched.devenv.postgres import PostgresServer
 
 
 @pytest.fixture
 def ctx(postgres: PostgresServer, tmp_path: Path) -> Context:
-    return Context(
-        env=Environment(postgres),
-        quick=True,
-        rounds=1,
-        seconds=0.3,
-        out_dir=tmp_path,
-        snapshot_seconds=1.5,
-    )
+    return quick_context(postgres, tmp_path)
 
 
 def positive(value: object) -> bool:
