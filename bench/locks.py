@@ -1,17 +1,17 @@
 """What the per-definition advisory locks cost a claim (issue 7 #4).
 
 The same claim transaction (``dispatch.claim``) with its sorted
-``pg_advisory_xact_lock`` per candidate definition, and without them
+``pg_advisory_xact_lock`` per definition, and without them
 (``lock_definitions=False``, the test-only switch the chaos self-test uses to plant a
 bug), on the same data: runs spread over 1, 10 or 1,000 definitions, 1 or 4 workers,
 batch 1 or 50. Each worker completes its batch right after claiming (one statement), so
 RUNNING counts stay small whatever the number of definitions; caps never bind.
 
-A claim locks every distinct definition among its ~4 x batch candidates (the overshoot),
-so with 1,000 definitions a batch of 50 takes ~180 locks, and two dispatchers whose
-candidates share any definition queue behind each other until the first commits. The
-table shows the throughput ratio, the wall-clock cost per claimed run in microseconds
-(``1/locked - 1/unlocked``: it includes waiting for another dispatcher's locks) and the
+A claim locks the definitions of the first ``batch`` candidates (and tries those of the
+further ones only if caps leave the batch short), so with 1,000 definitions a batch of 50
+takes ~50 locks; dispatchers whose batches share a definition queue behind each other until
+the first commits. The table shows the throughput ratio, the wall-clock cost per claimed
+run in microseconds (``1/locked - 1/unlocked``: it includes waiting for another dispatcher's locks) and the
 CPU cost per claimed run (worker + backend CPU, locked minus unlocked: the work of taking
 the locks, hardly affected by other load on the machine).
 """
@@ -25,7 +25,6 @@ from bench.report import Report, plot_path, pyplot
 from bench.stats import median
 from bench.workers import Crew
 from pgsched.db import connection
-from pgsched.db import queries as engine_queries
 from pgsched.engine import dispatch
 
 NAME = "locks"
@@ -52,9 +51,7 @@ def run(ctx: Context) -> Report:
                 seed.definitions(conn, count=count, cap=UNCAPPED, due=False)
                 for batch in batches:
                     if round_no == 0:
-                        locks_per_call[(count, batch)] = _distinct_candidate_definitions(
-                            conn, batch
-                        )
+                        locks_per_call[(count, batch)] = _locks_per_claim(conn, batch)
                     for workers in worker_counts:
                         series.cell(
                             (count, workers, batch),
@@ -116,7 +113,7 @@ def run(ctx: Context) -> Report:
     report.notes.append(
         f"dispatch.claim + one-statement completion, caps {UNCAPPED} (never bind); {rounds} "
         f"rounds x {ctx.seconds:g}s; medians; ratio = median of per-round ratios; locks per "
-        "call = distinct definitions among the candidates of one claim on a full queue"
+        "call = advisory locks one claim on a full queue holds at its commit"
     )
     report.data = {
         "rates": {str(key): value for key, value in series.rates.items()},
@@ -127,15 +124,17 @@ def run(ctx: Context) -> Report:
     return report
 
 
-def _distinct_candidate_definitions(conn: connection.Connection, batch: int) -> float:
-    """How many advisory locks one claim takes: distinct definitions among its candidates."""
+def _locks_per_claim(conn: connection.Connection, batch: int) -> float:
+    """How many advisory locks one claim on a full queue holds when it commits."""
     seed.fresh_queue(conn, 4_000)
     with conn.transaction(force_rollback=True):
-        rows = conn.execute(
-            engine_queries.get("claim_candidates"),
-            {"now": None, "limit": batch * dispatch.DEFAULT_OVERSHOOT, "definition_ids": None},
-        ).fetchall()
-    return float(len({row["definition_id"] for row in rows}))
+        dispatch.claim(conn, batch_size=batch)
+        row = conn.execute(
+            "SELECT count(*) AS n FROM pg_locks"
+            " WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        ).fetchone()
+    assert row is not None
+    return float(row["n"])
 
 
 def _plot(

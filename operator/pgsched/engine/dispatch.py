@@ -198,15 +198,18 @@ def _lock_and_count(
     definitions fill the batch when one crowds the front. Counts are always read after the
     locks were granted, in the same call (I2).
     """
-    if not lock_definitions:  # test-only: the chaos self-test's planted bug
-        return _limits(conn, "count_without_locks", _definitions_of(candidates))
+    if lock_definitions:
+        first_round = "try_lock_and_count" if try_locks else "lock_and_count"
+        second_round = "try_lock_and_count"
+    else:  # test-only: the chaos self-test's planted bug, the same claim minus its locks
+        first_round = second_round = "count_without_locks"
     first = _definitions_of(candidates[:batch_size])
-    limits = _limits(conn, "try_lock_and_count" if try_locks else "lock_and_count", first)
-    if try_locks and not limits:
+    limits = _limits(conn, first_round, first)
+    if lock_definitions and try_locks and not limits:
         limits = _limits(conn, "lock_and_count", first)
     rest = [definition for definition in _definitions_of(candidates) if definition not in limits]
     if rest and _claimable(candidates, limits) < batch_size:
-        limits |= _limits(conn, "try_lock_and_count", rest)
+        limits |= _limits(conn, second_round, rest)
     return limits
 
 
