@@ -148,15 +148,18 @@ class JobArrivals:
         self._namespace = namespace
         self.times: dict[str, float] = {}
         self.wall: dict[str, float] = {}  # the same moments as UNIX time
+        self._stopped = threading.Event()
+        self._stream: Any = None
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
-        while True:  # a fresh API server's watch cache can refuse a watch at first (504)
+        while not self._stopped.is_set():
+            self._stream = watch.Watch()
             try:
-                for event in watch.Watch().stream(
+                for event in self._stream.stream(
                     self._batch.list_namespaced_job, self._namespace, timeout_seconds=900
                 ):
                     name = event["object"].metadata.name
@@ -164,7 +167,15 @@ class JobArrivals:
                         self.times[name] = time.monotonic()
                         self.wall[name] = time.time()
             except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
-                time.sleep(0.2)  # reconnect; Jobs already seen keep their first time
+                # A fresh API server's watch cache can refuse a watch at first (504), and
+                # a stopped one refuses connections: retry until stopped.
+                self._stopped.wait(0.2)
+
+    def stop(self) -> None:
+        """End the watch (at its next event, or when the API server goes away)."""
+        self._stopped.set()
+        if self._stream is not None:
+            self._stream.stop()
 
     def start(self) -> JobArrivals:
         self._thread.start()

@@ -95,9 +95,10 @@ def skew(ctx: Context, report: Report) -> None:
     dsn = ctx.env.create_database("skew")
     with kube.cluster() as bench:
         kube.job_dsn_secret(bench, dsn)
+        arrivals = kube.JobArrivals(bench, kube.NAMESPACE)
         operator = bench.operator(dsn, PGSCHED_API_QPS="100", PGSCHED_API_BURST="200")
         try:
-            arrivals = kube.JobArrivals(bench, kube.NAMESPACE).start()
+            arrivals.start()
             bench.apply([kube.scheduled_job(f"idle-{i}", "0 0 1 1 *") for i in range(idle)])
             bench.apply(
                 [
@@ -133,6 +134,7 @@ def skew(ctx: Context, report: Report) -> None:
                     )
                 ]
         finally:
+            arrivals.stop()
             operator.stop()
     ctx.env.drop_databases()
     ours, theirs = _job_skews(all_jobs, first, last, created=_created_at)
@@ -195,6 +197,7 @@ def burst(ctx: Context, report: Report) -> None:
             PGSCHED_API_BURST=BURST_BURST,
             PGSCHED_DISPATCH_BATCH="200",
         )
+        ours = plain = None
         try:
             bench.apply([kube.scheduled_job("burst", "0 0 1 1 *", maxConcurrentRuns=count)])
             ours = kube.JobArrivals(bench, kube.NAMESPACE).start()
@@ -218,6 +221,9 @@ def burst(ctx: Context, report: Report) -> None:
             _plain_client(bench, definition, count)
             plain_arrivals = plain.wait(count, 600)
         finally:
+            for watcher in (ours, plain):
+                if watcher is not None:
+                    watcher.stop()
             operator.stop()
     ctx.env.drop_databases()
     ours_rate = kube.jobs_per_second(our_arrivals)

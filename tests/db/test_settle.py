@@ -125,10 +125,16 @@ def test_consecutive_final_failures_auto_suspend_and_say_why(conn):
     for minute in (1, 2):
         at = T0 + timedelta(minutes=minute, seconds=1)
         materialize.run_once(conn, now=at)
-        fail_next(conn, job, "NonZeroExit", at=at)
+        last = fail_next(conn, job, "NonZeroExit", at=at)
         result = settle.run_once(conn, now=at + timedelta(seconds=2), rng=RNG)
     suspended = reload(conn, job)
     assert [definition_id for definition_id, _ in result.auto_suspended] == [job.id]
+    # The suspension goes on the outbox too, so the publisher refreshes the ScheduledJob's
+    # status (its Suspended condition) even if it published the failure before settle ran.
+    announced = conn.execute(
+        "SELECT run_id, reason FROM pgsched.run_events WHERE status = 'AUTO_SUSPENDED'"
+    ).fetchall()
+    assert [(row["run_id"], row["reason"]) for row in announced] == [(last.id, "TooManyFailures")]
     assert suspended.is_suspended and suspended.consecutive_failures == 2
     assert (
         suspended.auto_suspend_reason == "2 consecutive runs failed (failureSuspendThreshold is 2)"

@@ -107,12 +107,25 @@ def _settle_batch(
                 queries.get("update_failure_streaks"),
                 {"ids": ids, "streaks": [streaks[i] for i in ids], "now": at},
             ).fetchall()
-            for row in suspended:
-                if row["suspended_now"]:
-                    log.warning(
-                        "auto-suspended %s: %s", owners[row["id"]].key, row["auto_suspend_reason"]
-                    )
-                    result.auto_suspended.append((row["id"], row["auto_suspend_reason"]))
+            suspended_now = {row["id"]: row for row in suspended if row["suspended_now"]}
+            for definition_id, row in suspended_now.items():
+                log.warning(
+                    "auto-suspended %s: %s", owners[definition_id].key, row["auto_suspend_reason"]
+                )
+                result.auto_suspended.append((definition_id, row["auto_suspend_reason"]))
+            if suspended_now:
+                # No run changed status here, so nothing else would tell the publisher that
+                # these ScheduledJobs' status (the Suspended condition) is stale.
+                conn.execute(
+                    queries.get("announce_suspensions"),
+                    {
+                        "ids": [
+                            run.id
+                            for run in result.final_failures
+                            if run.definition_id in suspended_now
+                        ]
+                    },
+                )
         conn.execute(queries.get("mark_settled"), {"ids": [run.id for run in runs], "now": at})
         result.settled += len(runs)
         return len(runs)

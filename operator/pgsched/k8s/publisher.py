@@ -53,6 +53,8 @@ _EVENTS: dict[str, tuple[str, str]] = {
     "SKIPPED": ("Warning", "RunSkipped"),
 }
 _TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"}
+# Not a run status: settle's note that a definition was suspended automatically.
+AUTO_SUSPENDED = "AUTO_SUSPENDED"
 
 
 @dataclass
@@ -79,6 +81,8 @@ class Publisher:
             by_definition: dict[UUID, list[Obj]] = defaultdict(list)
             for row in rows:
                 by_definition[row["definition_id"]].append(row)
+                if row["status"] == AUTO_SUSPENDED:
+                    continue  # only the status refresh below; its Event comes from there
                 _count(row)
                 if self._post_run_event(row):
                     result.events += 1

@@ -40,3 +40,14 @@ SET consecutive_failures = s.streak,
 FROM unnest(%(ids)s::uuid[], %(streaks)s::integer[]) AS s(id, streak)
 WHERE d.id = s.id
 RETURNING d.id, d.auto_suspended_at = %(now)s AS suspended_now, d.auto_suspend_reason;
+
+-- name: announce_suspensions
+-- Put automatic suspensions on the run-events outbox: no run changed status, yet the
+-- ScheduledJob's status (its Suspended condition) is stale, and the publisher refreshes
+-- statuses from the outbox. Status 'AUTO_SUSPENDED' is not a run status: the publisher
+-- neither counts it as a run nor posts a run Event for it (the condition's transition
+-- posts AutoSuspended). The run is the failure that tipped the streak.
+INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
+SELECT id, definition_id, 'AUTO_SUSPENDED', 'TooManyFailures', attempt, trigger
+FROM pgsched.job_runs
+WHERE id = ANY(%(ids)s::bigint[]);
