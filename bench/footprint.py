@@ -19,7 +19,6 @@ from bench.report import Report
 from bench.stats import ratio
 from pgsched.db import connection
 from pgsched.devenv.operators import OperatorProcess
-from pgsched.devenv.waiting import wait_for
 
 NAME = "footprint"
 TITLE = "operator RSS and CPU with 10,000 ScheduledJobs, idle and 20 due/min (issue 7 #6)"
@@ -69,18 +68,7 @@ def run(ctx: Context) -> Report:
             bench.apply(
                 [kube.scheduled_job(f"idle-{i:05d}", "0 0 1 1 *") for i in range(count)], chunk=500
             )
-            with connection.connect(dsn) as conn:
-                wait_for(
-                    lambda: (
-                        conn.execute(
-                            "SELECT count(*) AS n FROM pgsched.job_definitions"
-                        ).fetchone()["n"]
-                        == count
-                    ),
-                    3600,
-                    interval=2,
-                    describe=f"{count} definitions",
-                )
+            kube.wait_for_definitions(dsn, count, timeout=3600)
             settled = time.monotonic() - started
             time.sleep(10)
             idle = measure(operator, window)

@@ -25,6 +25,7 @@ from pgsched.db import connection
 from pgsched.devenv.binaries import Binaries
 from pgsched.devenv.controlplane import ControlPlane
 from pgsched.devenv.operators import OperatorProcess, start_operator
+from pgsched.devenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
@@ -73,6 +74,23 @@ def cluster(*, node: bool = True) -> Iterator[Cluster]:
         )
         control_plane.kubectl("create", "namespace", NAMESPACE)
         yield Cluster(control_plane, Path(work))
+
+
+def wait_for_definitions(dsn: str, count: int, *, timeout: float) -> None:
+    """Until the operator has stored ``count`` ScheduledJobs as definitions."""
+
+    def stored() -> int:
+        row = conn.execute("SELECT count(*) AS n FROM pgsched.job_definitions").fetchone()
+        assert row is not None
+        return int(row["n"])
+
+    with connection.connect(dsn) as conn:
+        wait_for(
+            lambda: stored() == count,
+            timeout,
+            interval=2,
+            describe=lambda: f"{count} ScheduledJobs stored as definitions ({stored()} so far)",
+        )
 
 
 def job_dsn_secret(bench: Cluster, dsn: str) -> None:

@@ -107,17 +107,7 @@ def skew(ctx: Context, report: Report) -> None:
                 ]
             )
             bench.apply([kube.cron_job(f"cron-{i}", "* * * * *") for i in range(due)])
-            with connection.connect(dsn) as conn:
-                wait_for(
-                    lambda: (
-                        conn.execute(
-                            "SELECT count(*) AS n FROM pgsched.job_definitions"
-                        ).fetchone()["n"]
-                        == idle + due
-                    ),
-                    600,
-                    describe="every ScheduledJob to reach the database",
-                )
+            kube.wait_for_definitions(dsn, idle + due, timeout=600)
             # Measure only minutes that start after everything is in place.
             first = _next_minute(datetime.now(UTC) + timedelta(seconds=5))
             last = first + timedelta(minutes=minutes - 1)

@@ -12,16 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from pgsched.db import connection, migrate
 from pgsched.devenv.postgres import PostgresServer
+from plugins.postgres import migrated_server
 
 
 @pytest.fixture
 def chaos_postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer(settings={"synchronous_commit": "on"}).start()
-    try:
-        with connection.connect(server.dsn()) as conn:
-            migrate.migrate(conn)
-        yield server
-    finally:
-        server.cleanup()
+    yield from migrated_server({"synchronous_commit": "on"})

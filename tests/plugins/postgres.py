@@ -51,16 +51,21 @@ def conn(dsn: str) -> Iterator[connection.Connection]:
         yield db
 
 
-@pytest.fixture
-def private_postgres() -> Iterator[PostgresServer]:
-    """A migrated server of the test's own, for tests that restart or kill it."""
-    server = PostgresServer().start()
+def migrated_server(settings: dict[str, str] | None = None) -> Iterator[PostgresServer]:
+    """A server of its own with the schema migrated, removed afterwards (fixture body)."""
+    server = PostgresServer(settings=settings or {}).start()
     try:
         with connection.connect(server.dsn()) as conn:
             migrate.migrate(conn)
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PostgresServer]:
+    """A migrated server of the test's own, for tests that restart or kill it."""
+    yield from migrated_server()
 
 
 def terminate_backends(dsn: str, *, application_name: str) -> int:
