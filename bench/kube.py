@@ -180,6 +180,8 @@ class JobArrivals:
                 for event in self._stream.stream(
                     self._batch.list_namespaced_job, self._namespace, timeout_seconds=900
                 ):
+                    if event is None or self._stopped.is_set():
+                        break  # stop() ends the stream with a None event
                     name = event["object"].metadata.name
                     if event["type"] == "ADDED" and name not in self.times:
                         self.times[name] = time.monotonic()
