@@ -254,17 +254,24 @@ def secret_value(setup: Setup, name: str, key: str) -> str:
     return base64.b64decode(secret["data"][key]).decode()
 
 
-def running_run(setup: Setup, name: str) -> dict[str, Any]:
-    def found() -> list[dict[str, Any]]:
-        return [run for run in setup.runs(name) if run["status"] == "RUNNING"]
+def heartbeating_run(setup: Setup, name: str) -> dict[str, Any]:
+    """The run once its sidecar has sent the first heartbeat; the next is 600 s away, so the
+    row holds still while a test pokes at it."""
 
-    return wait_for(found, 60, describe=lambda: f"{name} running: {setup.runs(name)}")[0]
+    def found() -> list[dict[str, Any]]:
+        return [
+            run
+            for run in setup.runs(name)
+            if run["status"] == "RUNNING" and run["heartbeat_at"] is not None
+        ]
+
+    return wait_for(found, 60, describe=lambda: f"{name} heartbeating: {setup.runs(name)}")[0]
 
 
 def test_job_pods_get_the_narrow_role_from_the_chart_secret(installed):
     for name in ("sleeper-a", "sleeper-b"):
         apply(installed, sleeper(name))
-    running = {name: running_run(installed, name) for name in ("sleeper-a", "sleeper-b")}
+    running = {name: heartbeating_run(installed, name) for name in ("sleeper-a", "sleeper-b")}
     a, b = running["sleeper-a"], running["sleeper-b"]
     job = installed.get("job", a["k8s_job_name"])
     [sidecar] = job["spec"]["template"]["spec"]["initContainers"]
