@@ -1,25 +1,25 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
-One claim transaction, exactly as the seed describes it:
+One claim transaction, exactly as the seed describes it, run inside the server by
+``pgsched.claim_for_dispatch`` (migration 0005) so that it is one round trip and the
+definitions' locks are held for microseconds, not for several network round trips:
 
 1. select about ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
    rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
    disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
    crowding out the others before caps are applied;
 2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
-   the definitions of the first ``batch`` candidates, in one sorted order (inside
-   ``pgsched.lock_and_count_for_dispatch``), so dispatchers claiming runs of the same
-   definition serialize and never deadlock; if caps leave the batch short, *try* the locks
-   of the further candidates' definitions (never waiting, so order cannot matter) and use
-   those granted. The ``try`` lock mode (``PGSCHED_DISPATCH_LOCKS``) tries round one too,
-   for deployments where several dispatchers claim at once — see ``_lock_and_count``;
-3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: a fresh
-   snapshot that includes every claim committed before our lock was granted);
+   the definitions of the first ``batch`` candidates, in one sorted order, so dispatchers
+   claiming runs of the same definition serialize and never deadlock; if caps leave the
+   batch short, *try* the locks of the further candidates' definitions (never waiting, so
+   order cannot matter) and use those granted. The ``try`` lock mode
+   (``PGSCHED_DISPATCH_LOCKS``) tries round one too, and waits (sorted) only if nothing
+   was granted, for deployments where several dispatchers claim at once;
+3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: each
+   statement of the function takes a fresh snapshot, which includes every claim committed
+   before our locks were granted);
 4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
    cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
-
-Locking, counting and claiming are a handful of round trips per batch, not one per
-definition or run (``bench/README.md`` has the measurements that shaped this).
 
 The commit releases every lock. Launching happens afterwards, outside the transaction: a
 launch failure ends the run ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle``
@@ -33,7 +33,6 @@ oldest running runs to stop (cooperatively) and leaves the new run queued until 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -62,15 +61,6 @@ class DispatchResult:
     replace_requested: list[int] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Limits:
-    max_runs: int
-    policy: str
-    deleted: bool
-    running: int
-    stopping: int  # running, but already asked to stop
-
-
 def run_once(
     conn: Connection,
     launcher: Launcher,
@@ -85,7 +75,7 @@ def run_once(
     """Claim and launch up to ``batch_size`` due runs.
 
     ``definition_ids`` restricts the claim (run-now dispatches its own definition at once).
-    ``try_locks`` tries the definitions' locks before waiting (see ``_lock_and_count``).
+    ``try_locks`` tries the definitions' locks before waiting (step 2 above).
     ``lock_definitions=False`` exists only so the chaos self-test can prove the invariant
     checker catches the over-cap claims that skipping the advisory locks allows.
     """
@@ -113,39 +103,40 @@ def claim(
     try_locks: bool = False,
     lock_definitions: bool = True,
 ) -> DispatchResult:
-    """The claim transaction alone (steps 1-4)."""
+    """The claim transaction alone (steps 1-4): one call of ``pgsched.claim_for_dispatch``.
+
+    The connection is autocommit, so the call is its own transaction and its commit
+    releases the definitions' locks as soon as the function returns.
+    """
+    lock_mode = "try" if try_locks else "wait"
+    if not lock_definitions:  # test-only: the chaos self-test's planted bug
+        lock_mode = "none"
+    rows = conn.execute(
+        queries.get("claim_for_dispatch"),
+        {
+            "batch_size": batch_size,
+            "overshoot": overshoot,
+            "now": now,
+            "definition_ids": definition_ids,
+            "lock_mode": lock_mode,
+        },
+    )
     result = DispatchResult()
-    with conn.transaction():
-        candidates = conn.execute(
-            queries.get("claim_candidates"),
-            {"now": now, "limit": batch_size * overshoot, "definition_ids": definition_ids},
-        ).fetchall()
-        if not candidates:
-            return result
-        limits = _lock_and_count(
-            conn, candidates, batch_size, lock_definitions=lock_definitions, try_locks=try_locks
-        )
-        chosen, skipped, replace = _choose(candidates, limits, batch_size, result)
-        if skipped:
-            conn.execute(
-                queries.get("skip_runs"),
-                {
-                    "ids": skipped,
-                    "reason": "ConcurrencyPolicy",
-                    "error": "the definition was at maxConcurrentRuns and concurrencyPolicy is Skip",
-                    "now": now,
-                },
-            )
-            result.skipped = skipped
-        for definition_id, count in replace.items():
-            rows = conn.execute(
-                queries.get("cancel_oldest_running"),
-                {"definition_id": definition_id, "count": count, "now": now},
-            ).fetchall()
-            result.replace_requested += [row["id"] for row in rows]
-        if chosen:
-            rows = conn.execute(queries.get("claim_runs"), {"ids": chosen, "now": now}).fetchall()
-            result.claimed = sorted((Run.from_row(row) for row in rows), key=lambda run: run.id)
+    for row in rows:
+        outcome = row["outcome"]
+        if outcome == "claimed":
+            result.claimed.append(Run.from_row(row))
+        elif outcome == "skipped":
+            result.skipped.append(row["subject_run"])
+        elif outcome == "replace":
+            result.replace_requested.append(row["subject_run"])
+        elif outcome == "at_cap":
+            result.at_cap.add(row["subject_definition"])
+        else:
+            raise RuntimeError(f"pgsched.claim_for_dispatch returned unknown outcome {outcome!r}")
+    result.claimed.sort(key=lambda run: run.id)
+    result.skipped.sort()
+    result.replace_requested.sort()
     return result
 
 
@@ -168,128 +159,6 @@ def _launch_all(
         return [one(run) for run in claimed]
     with ThreadPoolExecutor(parallelism, thread_name_prefix="pgsched-launch") as pool:
         return list(pool.map(one, claimed))
-
-
-def _lock_and_count(
-    conn: Connection,
-    candidates: list[dict[str, Any]],
-    batch_size: int,
-    *,
-    lock_definitions: bool,
-    try_locks: bool,
-) -> dict[UUID, _Limits]:
-    """Lock the definitions this claim may take runs of, and read their live counts.
-
-    The locks are transaction advisory locks on ``hashtextextended('dispatch:' || id, 0)``.
-    Round one covers the definitions of the first ``batch_size`` candidates — enough to
-    fill the batch when caps allow:
-
-    - by default (the seed's rule) with ``pg_advisory_xact_lock``, waiting, in one sorted
-      key order, so two dispatchers claiming runs of the same definition serialize and
-      never deadlock;
-    - with ``try_locks`` with ``pg_try_advisory_xact_lock``, keeping those granted: a
-      definition another dispatcher is claiming right now is skipped this time, as SKIP
-      LOCKED skips its rows, so concurrent dispatchers claim side by side instead of taking
-      turns. Only if *no* lock was granted does the claim wait as above — it holds no lock
-      yet, so waiting cannot deadlock, and it progresses instead of spinning.
-
-    If caps leave the batch short, round two *tries* the locks of the further candidates'
-    definitions (never waiting, so order cannot matter): the overshoot lets other
-    definitions fill the batch when one crowds the front. Counts are always read after the
-    locks were granted, in the same call (I2).
-    """
-    if lock_definitions:
-        first_round = "try_lock_and_count" if try_locks else "lock_and_count"
-        second_round = "try_lock_and_count"
-    else:  # test-only: the chaos self-test's planted bug, the same claim minus its locks
-        first_round = second_round = "count_without_locks"
-    first = _definitions_of(candidates[:batch_size])
-    limits = _limits(conn, first_round, first)
-    if lock_definitions and try_locks and not limits:
-        limits = _limits(conn, "lock_and_count", first)
-    rest = [definition for definition in _definitions_of(candidates) if definition not in limits]
-    if rest and _claimable(candidates, limits) < batch_size:
-        limits |= _limits(conn, second_round, rest)
-    return limits
-
-
-def _definitions_of(candidates: list[dict[str, Any]]) -> list[UUID]:
-    """Distinct definition ids in queue order (the SQL functions sort what they wait for)."""
-    return list(dict.fromkeys(row["definition_id"] for row in candidates))
-
-
-def _limits(conn: Connection, query: str, definition_ids: list[UUID]) -> dict[UUID, _Limits]:
-    rows = conn.execute(queries.get(query), {"definition_ids": definition_ids})
-    return {
-        row["id"]: _Limits(
-            row["max_concurrent_runs"],
-            row["concurrency_policy"],
-            row["deleted"],
-            row["running"],
-            row["stopping"],
-        )
-        for row in rows
-    }
-
-
-def _claimable(candidates: list[dict[str, Any]], limits: dict[UUID, _Limits]) -> int:
-    """How many candidates the caps in ``limits`` would let this claim take."""
-    room = {
-        key: max(0, item.max_runs - item.running)
-        for key, item in limits.items()
-        if not item.deleted
-    }
-    taken = 0
-    for row in candidates:
-        if room.get(row["definition_id"], 0) > 0:
-            room[row["definition_id"]] -= 1
-            taken += 1
-    return taken
-
-
-def _choose(
-    candidates: list[dict[str, object]],
-    limits: dict[UUID, _Limits],
-    batch_size: int,
-    result: DispatchResult,
-) -> tuple[list[int], list[int], Counter[UUID]]:
-    """Walk candidates in scheduled order; take what the caps allow."""
-    room = {
-        definition_id: max(0, item.max_runs - item.running)
-        for definition_id, item in limits.items()
-    }
-    chosen: list[int] = []
-    skipped: list[int] = []
-    waiting: Counter[UUID] = Counter()
-    for row in candidates:
-        definition_id = row["definition_id"]
-        run_id = row["id"]
-        assert isinstance(definition_id, UUID) and isinstance(run_id, int)
-        item = limits.get(definition_id)
-        if item is None:
-            continue  # another dispatcher holds its lock: stays QUEUED for a later claim
-        if item.deleted:
-            continue  # its runs are being cancelled by the deletion
-        if room[definition_id] > 0 and len(chosen) < batch_size:
-            room[definition_id] -= 1
-            chosen.append(run_id)
-            continue
-        if room[definition_id] > 0:
-            continue  # the batch is full; not a cap problem
-        result.at_cap.add(definition_id)
-        if row["trigger"] == "schedule" and item.policy == "Skip":
-            skipped.append(run_id)
-        elif row["trigger"] == "schedule" and item.policy == "Replace":
-            waiting[definition_id] += 1
-    # Runs already asked to stop free their slots soon: ask only for the difference, or a
-    # cap of 2 would see its second run cancelled while the first is still stopping.
-    replace: Counter[UUID] = Counter()
-    for definition_id, count in waiting.items():
-        item = limits[definition_id]
-        extra = min(count, item.running) - item.stopping
-        if extra > 0:
-            replace[definition_id] = extra
-    return chosen, skipped, replace
 
 
 def launch(

@@ -1,0 +1,201 @@
+-- The claim transaction in one call (measured in bench/README.md, "Claim scaling").
+--
+-- The claim was four to six round trips: candidates, lock-and-count, maybe a second
+-- round, the claim, and the BEGIN/COMMIT around them; the advisory locks were held across
+-- every one of them. This function does the same steps, in the same order and with the
+-- same rules, inside the server, so a claim is one statement (its own transaction on the
+-- engine's autocommit connections) and the locks are held for microseconds instead of
+-- network round trips:
+--
+-- 1. about overshoot x batch due QUEUED candidates, FOR UPDATE SKIP LOCKED;
+-- 2. round one: the definitions of the first batch_size candidates are locked with
+--    pg_advisory_xact_lock in ascending key order (lock_definitions_for_dispatch), or,
+--    lock_mode 'try', tried first and waited for only if none was granted;
+-- 3. round two, only if caps leave the batch short: the further candidates' definitions
+--    are *tried* (never waited for, so order cannot matter);
+-- 4. the live RUNNING counts are read by a statement that starts after the locks were
+--    granted (every plpgsql statement takes a fresh snapshot under READ COMMITTED), and
+--    runs are claimed up to cap - running per definition and batch_size in all.
+--    concurrencyPolicy Skip records a scheduled run of a definition at its cap SKIPPED;
+--    Replace asks the oldest running runs to stop (only as many as are not stopping yet).
+--
+-- One row per consequence: 'claimed' (run is the claimed row), 'skipped' and 'replace'
+-- (subject_run is the run skipped or asked to stop), 'at_cap' (subject_definition).
+-- lock_mode 'none' exists only for the chaos self-test: the same claim minus its locks,
+-- to prove the invariant checker catches what that allows.
+
+CREATE FUNCTION pgsched.claim_for_dispatch(
+    batch_size integer,
+    overshoot integer,
+    at timestamptz,            -- NULL: the database clock
+    definition_ids uuid[],     -- NULL: every definition
+    lock_mode text             -- 'wait' (the seed's), 'try', 'none' (test-only)
+)
+RETURNS TABLE (outcome text, subject_run bigint, subject_definition uuid, run pgsched.job_runs)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    moment timestamptz := coalesce(at, now());
+    cand_ids bigint[];
+    cand_defs uuid[];
+    cand_triggers text[];
+    first_defs uuid[];
+    rest_defs uuid[];
+    locked uuid[];
+    claimable bigint;
+    chosen_ids bigint[];
+    skipped_ids bigint[];
+    at_cap_defs uuid[];
+    replace_defs uuid[];
+    replace_counts bigint[];
+BEGIN
+    IF lock_mode IS NULL OR lock_mode NOT IN ('wait', 'try', 'none') THEN
+        RAISE EXCEPTION 'lock_mode must be wait, try or none, not %', lock_mode;
+    END IF;
+
+    SELECT coalesce(array_agg(c.id ORDER BY c.scheduled_for, c.id), '{}'),
+           coalesce(array_agg(c.definition_id ORDER BY c.scheduled_for, c.id), '{}'),
+           coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}')
+    INTO cand_ids, cand_defs, cand_triggers
+    FROM (
+        SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
+        FROM pgsched.job_runs AS r
+        WHERE r.status = 'QUEUED'
+          AND r.scheduled_for <= moment
+          AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+          AND (claim_for_dispatch.definition_ids IS NULL
+               OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
+        ORDER BY r.scheduled_for, r.id
+        LIMIT batch_size * overshoot
+        FOR UPDATE OF r SKIP LOCKED
+    ) AS c;
+    IF cardinality(cand_ids) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Round one: enough definitions to fill the batch when caps allow.
+    SELECT array_agg(DISTINCT d) INTO first_defs FROM unnest(cand_defs[1:batch_size]) AS d;
+    IF lock_mode = 'wait' THEN
+        PERFORM pgsched.lock_definitions_for_dispatch(first_defs);
+        locked := first_defs;
+    ELSIF lock_mode = 'try' THEN
+        SELECT coalesce(array_agg(d), '{}') INTO locked
+        FROM unnest(first_defs) AS d
+        WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
+        IF cardinality(locked) = 0 THEN
+            -- Holding no lock yet, waiting (in key order) cannot deadlock, and it
+            -- progresses instead of spinning.
+            PERFORM pgsched.lock_definitions_for_dispatch(first_defs);
+            locked := first_defs;
+        END IF;
+    ELSE
+        locked := first_defs;
+    END IF;
+
+    -- Round two, only if caps leave the batch short: try the further definitions' locks.
+    SELECT coalesce(array_agg(DISTINCT d), '{}') INTO rest_defs
+    FROM unnest(cand_defs) AS d
+    WHERE NOT d = ANY(locked);
+    IF cardinality(rest_defs) > 0 THEN
+        SELECT count(*) INTO claimable
+        FROM (
+            SELECT row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
+                   greatest(l.max_concurrent_runs - l.running, 0) AS room
+            FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
+            JOIN pgsched.dispatch_counts(locked) AS l ON l.id = c.d AND NOT l.deleted
+        ) AS counted
+        WHERE counted.n <= counted.room;
+        IF claimable < batch_size THEN
+            IF lock_mode = 'none' THEN
+                locked := locked || rest_defs;
+            ELSE
+                locked := locked || ARRAY(
+                    SELECT d FROM unnest(rest_defs) AS d
+                    WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
+            END IF;
+        END IF;
+    END IF;
+
+    -- Choose, walking the candidates in queue order, with counts read after every lock
+    -- above was granted. A candidate whose definition is not locked stays QUEUED (another
+    -- dispatcher is claiming it); a deleted definition's runs are being cancelled.
+    WITH limits AS (
+        SELECT * FROM pgsched.dispatch_counts(locked) AS l WHERE NOT l.deleted
+    ), ranked AS (
+        SELECT c.run_id, c.d, c.trig, c.ord,
+               row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
+               greatest(l.max_concurrent_runs - l.running, 0) AS room,
+               l.concurrency_policy AS policy, l.running, l.stopping
+        FROM unnest(cand_ids, cand_defs, cand_triggers) WITH ORDINALITY AS c(run_id, d, trig, ord)
+        JOIN limits AS l ON l.id = c.d
+    ), chosen AS (
+        SELECT ranked.run_id, ranked.d FROM ranked
+        WHERE ranked.n <= ranked.room
+        ORDER BY ranked.ord
+        LIMIT batch_size
+    ), taken AS (
+        SELECT chosen.d, count(*) AS k FROM chosen GROUP BY chosen.d
+    ), at_cap AS (
+        -- Past the room, of a definition whose room this claim used up entirely: at its
+        -- cap. (Past the room of a definition with room left, the batch was full first.)
+        SELECT ranked.* FROM ranked LEFT JOIN taken ON taken.d = ranked.d
+        WHERE ranked.n > ranked.room AND coalesce(taken.k, 0) = ranked.room
+    ), replacing AS (
+        -- Runs already asked to stop free their slots soon: ask only for the difference,
+        -- or a cap of 2 would see its second run cancelled while the first is stopping.
+        SELECT at_cap.d, least(count(*), max(at_cap.running)) - max(at_cap.stopping) AS extra
+        FROM at_cap
+        WHERE at_cap.trig = 'schedule' AND at_cap.policy = 'Replace'
+        GROUP BY at_cap.d
+    )
+    SELECT (SELECT coalesce(array_agg(chosen.run_id), '{}') FROM chosen),
+           (SELECT coalesce(array_agg(at_cap.run_id ORDER BY at_cap.ord), '{}') FROM at_cap
+            WHERE at_cap.trig = 'schedule' AND at_cap.policy = 'Skip'),
+           (SELECT coalesce(array_agg(DISTINCT at_cap.d), '{}') FROM at_cap),
+           (SELECT coalesce(array_agg(replacing.d ORDER BY replacing.d), '{}') FROM replacing
+            WHERE replacing.extra > 0),
+           (SELECT coalesce(array_agg(replacing.extra ORDER BY replacing.d), '{}') FROM replacing
+            WHERE replacing.extra > 0)
+    INTO chosen_ids, skipped_ids, at_cap_defs, replace_defs, replace_counts;
+
+    RETURN QUERY
+    SELECT 'at_cap'::text, NULL::bigint, d, NULL::pgsched.job_runs FROM unnest(at_cap_defs) AS d;
+
+    RETURN QUERY
+    UPDATE pgsched.job_runs AS r
+    SET status = 'SKIPPED', reason = 'ConcurrencyPolicy',
+        error = 'the definition was at maxConcurrentRuns and concurrencyPolicy is Skip',
+        finished_at = moment, settled_at = moment
+    WHERE r.id = ANY(skipped_ids) AND r.status = 'QUEUED'
+    RETURNING 'skipped'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+
+    RETURN QUERY
+    UPDATE pgsched.job_runs AS r
+    SET cancel_requested = true, cancel_requested_at = moment
+    WHERE r.id IN (
+        SELECT oldest.id
+        FROM unnest(replace_defs, replace_counts) AS w(d, extra)
+        CROSS JOIN LATERAL (
+            SELECT running.id FROM pgsched.job_runs AS running
+            WHERE running.definition_id = w.d AND running.status = 'RUNNING'
+              AND NOT running.cancel_requested
+            ORDER BY running.started_at, running.id
+            LIMIT w.extra
+        ) AS oldest
+    )
+    RETURNING 'replace'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+
+    -- clock_timestamp(), not now(): the claim happens after the locks were granted, so
+    -- started_at is later than the finished_at of any run whose end made room for it.
+    RETURN QUERY
+    UPDATE pgsched.job_runs AS r
+    SET status = 'RUNNING', started_at = coalesce(at, clock_timestamp()),
+        lease_token = gen_random_uuid()
+    WHERE r.id = ANY(chosen_ids) AND r.status = 'QUEUED'
+    RETURNING 'claimed'::text, r.id, r.definition_id, r;
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)
+    FROM PUBLIC;
