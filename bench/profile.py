@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import environment, proposal, queries, seed
+from bench import environment, queries, seed
 from bench.report import format_table
 from bench.workers import backend_cpu
 from pgsched.db import connection
@@ -39,7 +39,6 @@ def main() -> int:
         with connection.connect(dsn) as conn:
             conn.execute(queries.get("statements_extension"))
             seed.definitions(conn, count=1_000, cap=100_000, due=False)
-            proposal.install(conn)
             null = launcher.NullLauncher()
             arms: dict[str, Callable[[], object]] = {
                 "raw": lambda: conn.execute(queries.raw_claim(), {"batch": BATCH}).fetchall(),
@@ -48,9 +47,8 @@ def main() -> int:
                 "dispatch.claim overshoot 1": lambda: dispatch.claim(
                     conn, batch_size=BATCH, overshoot=1
                 ),
-                "prototype, one call": lambda: proposal.run_once_sql(conn, null, batch_size=BATCH),
-                "prototype, one call, ids only": lambda: conn.execute(
-                    queries.get("proposal_claim_ids"),
+                "claim_for_dispatch, ids only": lambda: conn.execute(
+                    queries.get("claim_ids_only"),
                     {"batch": BATCH, "overshoot": dispatch.DEFAULT_OVERSHOOT},
                 ).fetchall(),
             }

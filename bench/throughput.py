@@ -11,15 +11,13 @@ Same database, same 1,000 definitions, same freshly queued runs for every measur
 
 ``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
 ``dispatcher, try locks`` the same with ``try_locks=True`` (definitions another worker is
-claiming are skipped, not waited for: for several concurrent dispatchers);
-``prototype, one call`` is :mod:`bench.proposal`, the next step this suite proposes (the
-claim as one server-side function), measured on the same data so the proposal comes with
-its evidence.
+claiming are skipped, not waited for: for several concurrent dispatchers). Both claim with
+one call of ``pgsched.claim_for_dispatch``.
 """
 
 from __future__ import annotations
 
-from bench import proposal, seed
+from bench import seed
 from bench.claiming import MIN_QUEUE, QUICK_MIN_QUEUE, Arm, Series
 from bench.context import Context
 from bench.report import Report
@@ -36,11 +34,9 @@ FLOOR = 0.25
 RAW = Arm("raw", "raw")
 DISPATCHER = Arm("dispatcher", "dispatch")
 TRY_LOCKS = Arm("dispatcher, try locks", "dispatch", try_locks=True)
-PROTOTYPE_SQL = Arm("prototype, one call", "proposal_sql")
 RAW_COMPLETING = Arm("raw", "raw", complete="bulk")
 DISPATCHER_COMPLETING = Arm("dispatcher", "dispatch", complete="bulk")
 TRY_LOCKS_COMPLETING = Arm("dispatcher, try locks", "dispatch", complete="bulk", try_locks=True)
-PROTOTYPE_SQL_COMPLETING = Arm("prototype, one call", "proposal_sql", complete="bulk")
 
 
 def run(ctx: Context) -> Report:
@@ -54,13 +50,12 @@ def run(ctx: Context) -> Report:
             crew, conn, dsn, ctx.seconds, min_queue=QUICK_MIN_QUEUE if ctx.quick else MIN_QUEUE
         )
         seed.definitions(conn, count=DEFINITIONS, cap=UNCAPPED, due=False)
-        proposal.install(conn)
         for round_no in range(rounds):
             for batch in batches:
                 for workers in worker_counts:
                     series.cell(
                         ("uncapped", workers, batch),
-                        [RAW, DISPATCHER, TRY_LOCKS, PROTOTYPE_SQL],
+                        [RAW, DISPATCHER, TRY_LOCKS],
                         workers=workers,
                         batch=batch,
                         round_no=round_no,
@@ -73,7 +68,6 @@ def run(ctx: Context) -> Report:
                         RAW_COMPLETING,
                         DISPATCHER_COMPLETING,
                         TRY_LOCKS_COMPLETING,
-                        PROTOTYPE_SQL_COMPLETING,
                     ],
                     workers=capped_workers,
                     batch=batch,
@@ -101,7 +95,7 @@ def run(ctx: Context) -> Report:
     cells += [("capped", capped_workers, b) for b in batches]
     for cell in cells:
         variant, workers, batch = cell
-        for arm in ("raw", "dispatcher", "dispatcher, try locks", "prototype, one call"):
+        for arm in ("raw", "dispatcher", "dispatcher, try locks"):
             if not series.rates[(cell, arm)]:
                 continue
             report.add(
@@ -127,11 +121,6 @@ def run(ctx: Context) -> Report:
         report.floor(
             f"dispatcher, try locks / raw at batch {max(batches)}, {workers} worker(s)",
             series.ratio(cell, "dispatcher, try locks", "raw"),
-            FLOOR,
-        )
-        report.floor(
-            f"(prototype, one call: not the engine) / raw at batch {max(batches)}, {workers} worker(s)",
-            series.ratio(cell, "prototype, one call", "raw"),
             FLOOR,
         )
     report.notes.append(

@@ -13,9 +13,7 @@ What a worker does per iteration is named by :class:`Task`:
 
 - ``method``: ``raw`` (the seed's query alone, autocommit, as pgbench sends it),
   ``dispatch`` (``dispatch.run_once`` with a no-op launcher — the whole dispatcher), or
-  ``claim`` (``dispatch.claim``, the claim transaction without the launch step), or
-  ``proposal_sql`` (:mod:`bench.proposal`: the claim as one server-side function, a
-  prototype of the next step);
+  ``claim`` (``dispatch.claim``, the claim transaction without the launch step);
 - ``complete``: ``none`` (claim only), ``bulk`` (complete the batch in one statement, so
   RUNNING counts stay small), or ``lease`` (``lease.finish`` per run, the job side's API).
 """
@@ -30,7 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from typing import Literal, TypeVar
 
-Method = Literal["raw", "dispatch", "claim", "proposal_sql"]
+Method = Literal["raw", "dispatch", "claim"]
 Complete = Literal["none", "bulk", "lease"]
 
 T = TypeVar("T")
@@ -76,7 +74,7 @@ def backend_cpu(pid: int) -> float:
 
 def claim_loop(task: Task) -> Outcome:
     """One worker's measurement (runs in a pool process)."""
-    from bench import proposal, queries
+    from bench import queries
     from pgsched.db import connection
     from pgsched.engine import dispatch, launcher, lease
 
@@ -96,9 +94,6 @@ def claim_loop(task: Task) -> Outcome:
                 rows = conn.execute(raw, {"batch": task.batch}).fetchall()
                 claimed = [(row["id"], row["lease_token"]) for row in rows]
                 capped = 0
-            elif task.method == "proposal_sql":
-                runs, capped = proposal.run_once_sql(conn, null, batch_size=task.batch)
-                claimed = [(run.id, run.lease_token) for run in runs]
             else:
                 if task.method == "dispatch":
                     result = dispatch.run_once(

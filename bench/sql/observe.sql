@@ -65,3 +65,8 @@ CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 
 -- name: statements_reset
 SELECT pg_stat_statements_reset();
+
+-- name: claim_ids_only
+-- bench.profile: the engine's claim function alone, returning ids only (no rows to parse).
+SELECT c.subject_run FROM pgsched.claim_for_dispatch(%(batch)s, %(overshoot)s, NULL, NULL, 'wait') AS c
+WHERE c.outcome = 'claimed';

@@ -41,7 +41,6 @@ def test_throughput_measures_raw_and_dispatcher_and_their_ratio(ctx: Context) ->
     engine = ("raw", "dispatcher", "dispatcher, try locks")
     measured = [("uncapped", arm) for arm in engine]
     measured += [("cap 1 + complete", arm) for arm in engine]
-    measured += [(variant, "prototype, one call") for variant in ("uncapped", "cap 1 + complete")]
     for variant, arm in measured:
         row = arms[(variant, arm)]
         assert positive(row["claims/s"]) and positive(row["ratio to raw"]), row
@@ -114,29 +113,3 @@ def test_locks_compares_locked_and_unlocked_claims_on_the_same_data(ctx: Context
     one = [row for row in report.rows if row["definitions"] == 1]
     assert one and all(row["locks per claim call"] == 1 for row in one)
     assert written(ctx, "locks")["plots"] == ["locks.png"]
-
-
-def test_the_one_call_prototype_never_claims_twice_or_over_cap(ctx: Context) -> None:
-    """The prototype's numbers only count as evidence if it keeps I1 and I2 under load."""
-    from bench import proposal, seed
-    from bench.workers import START_LEAD, Crew, Task, clock
-
-    import invariants
-    from pgsched.db import connection
-
-    dsn = ctx.env.create_database("prototype")
-    with connection.connect(dsn) as conn, Crew(4) as crew:
-        proposal.install(conn)
-        seed.definitions(conn, count=20, cap=2, due=False)
-        seed.queued(conn, 2_000)
-        start = clock() + START_LEAD
-        task = Task(dsn, "proposal_sql", 10, start, start + 2.0, complete="bulk")
-        outcomes = crew.run([task] * 4)
-        claimed = sum(item.claims for item in outcomes)
-        assert claimed > 100
-        row = conn.execute(
-            "SELECT count(*) AS n FROM pgsched.job_runs WHERE started_at IS NOT NULL"
-        ).fetchone()
-        assert row is not None and row["n"] == claimed  # I1: every claim is its own run
-        assert invariants.never_over_cap(conn) == []  # I2, from the recorded intervals
-    ctx.env.drop_databases()
