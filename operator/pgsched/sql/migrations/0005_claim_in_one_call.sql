@@ -43,6 +43,14 @@ DECLARE
     first_defs uuid[];
     rest_defs uuid[];
     locked uuid[];
+    granted uuid[];
+    -- The locked definitions' limits, counted once, right after their locks were granted.
+    lim_ids uuid[] := '{}';
+    lim_max integer[] := '{}';
+    lim_policy text[] := '{}';
+    lim_deleted boolean[] := '{}';
+    lim_running bigint[] := '{}';
+    lim_stopping bigint[] := '{}';
     claimable bigint;
     chosen_ids bigint[];
     skipped_ids bigint[];
@@ -93,6 +101,16 @@ BEGIN
         locked := first_defs;
     END IF;
 
+    -- A new statement, so a new snapshot: it sees every claim committed before our locks.
+    SELECT lim_ids || coalesce(array_agg(l.id), '{}'),
+           lim_max || coalesce(array_agg(l.max_concurrent_runs), '{}'),
+           lim_policy || coalesce(array_agg(l.concurrency_policy), '{}'),
+           lim_deleted || coalesce(array_agg(l.deleted), '{}'),
+           lim_running || coalesce(array_agg(l.running), '{}'),
+           lim_stopping || coalesce(array_agg(l.stopping), '{}')
+    INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
+    FROM pgsched.dispatch_counts(locked) AS l;
+
     -- Round two, only if caps leave the batch short: try the further definitions' locks.
     SELECT coalesce(array_agg(DISTINCT d), '{}') INTO rest_defs
     FROM unnest(cand_defs) AS d
@@ -101,32 +119,44 @@ BEGIN
         SELECT count(*) INTO claimable
         FROM (
             SELECT row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
-                   greatest(l.max_concurrent_runs - l.running, 0) AS room
+                   greatest(l.max_runs - l.running, 0) AS room
             FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
-            JOIN pgsched.dispatch_counts(locked) AS l ON l.id = c.d AND NOT l.deleted
+            JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running)
+                AS l(id, max_runs, deleted, running)
+                ON l.id = c.d AND NOT l.deleted
         ) AS counted
         WHERE counted.n <= counted.room;
         IF claimable < batch_size THEN
             IF lock_mode = 'none' THEN
-                locked := locked || rest_defs;
+                granted := rest_defs;
             ELSE
-                locked := locked || ARRAY(
+                granted := ARRAY(
                     SELECT d FROM unnest(rest_defs) AS d
                     WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
             END IF;
+            SELECT lim_ids || coalesce(array_agg(l.id), '{}'),
+                   lim_max || coalesce(array_agg(l.max_concurrent_runs), '{}'),
+                   lim_policy || coalesce(array_agg(l.concurrency_policy), '{}'),
+                   lim_deleted || coalesce(array_agg(l.deleted), '{}'),
+                   lim_running || coalesce(array_agg(l.running), '{}'),
+                   lim_stopping || coalesce(array_agg(l.stopping), '{}')
+            INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
+            FROM pgsched.dispatch_counts(granted) AS l;
         END IF;
     END IF;
 
-    -- Choose, walking the candidates in queue order, with counts read after every lock
-    -- above was granted. A candidate whose definition is not locked stays QUEUED (another
-    -- dispatcher is claiming it); a deleted definition's runs are being cancelled.
+    -- Choose, walking the candidates in queue order, with the counts read after the locks.
+    -- A candidate whose definition is not locked stays QUEUED (another dispatcher is
+    -- claiming it); a deleted definition's runs are being cancelled.
     WITH limits AS (
-        SELECT * FROM pgsched.dispatch_counts(locked) AS l WHERE NOT l.deleted
+        SELECT * FROM unnest(lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping)
+            AS l(id, max_runs, policy, deleted, running, stopping)
+        WHERE NOT l.deleted
     ), ranked AS (
         SELECT c.run_id, c.d, c.trig, c.ord,
                row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
-               greatest(l.max_concurrent_runs - l.running, 0) AS room,
-               l.concurrency_policy AS policy, l.running, l.stopping
+               greatest(l.max_runs - l.running, 0) AS room,
+               l.policy, l.running, l.stopping
         FROM unnest(cand_ids, cand_defs, cand_triggers) WITH ORDINALITY AS c(run_id, d, trig, ord)
         JOIN limits AS l ON l.id = c.d
     ), chosen AS (
