@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import previous_dispatch
 from pgsched.db import connection
 from pgsched.engine import dispatch, lease
 from pgsched.engine.models import Definition, Run
@@ -75,6 +76,30 @@ def dispatcher(
                 try_locks=try_locks,
             )
             if not result.claimed and not work.pending:
+                if _open_work(conn) == 0:
+                    break
+                time.sleep(0.002)
+        while work.pending:
+            work.finish_due(conn)
+            time.sleep(0.001)
+    return work.launched
+
+
+def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
+    """Even workers claim as the release before migration 0005 did (``previous_dispatch``),
+    odd ones with this release's one-call claim: a rolling upgrade, mid-roll."""
+    if worker % 2:
+        return dispatcher(dsn, worker, seed, seconds)
+    rng = random.Random(seed)
+    work = SimulatedWork(rng)
+    deadline = time.monotonic() + seconds
+    with connection.connect(dsn, application_name=f"pgsched-previous-{worker}") as conn:
+        while time.monotonic() < deadline:
+            work.finish_due(conn)
+            claimed = previous_dispatch.claim(conn, batch_size=rng.choice([1, 5, 10, 25]))
+            for run in claimed:
+                work.launch(run, None)  # type: ignore[arg-type]  # SimulatedWork ignores it
+            if not claimed and not work.pending:
                 if _open_work(conn) == 0:
                     break
                 time.sleep(0.002)

@@ -42,6 +42,13 @@ def seed_definitions(conn, *, count, runs_each, seed=11):
 
 
 def race(dsn, target, workers, seconds, **kwargs):
+    """Run ``target`` in ``workers`` processes next to a live cap sampler; returns the run
+    ids launched (all workers), the sampler's sample count and what it saw over cap."""
+    by_worker, samples, violations = race_by_worker(dsn, target, workers, seconds, **kwargs)
+    return [run_id for batch in by_worker for run_id in batch], samples, violations
+
+
+def race_by_worker(dsn, target, workers, seconds, **kwargs):
     context = multiprocessing.get_context("spawn")
     stop, results = context.Event(), context.Queue()
     watcher = context.Process(target=racers.sampler, args=(dsn, stop, results))
@@ -59,7 +66,7 @@ def race(dsn, target, workers, seconds, **kwargs):
         stop.set()
         samples, violations = results.get(timeout=30)
         watcher.join(timeout=30)
-    return [run_id for batch in launched for run_id in batch], samples, violations
+    return launched, samples, violations
 
 
 @pytest.mark.parametrize("try_locks", [False, True], ids=["wait", "try"])
@@ -77,6 +84,30 @@ def test_eight_dispatchers_never_double_claim_and_never_exceed_caps(dsn, try_loc
     assert len(launched) == total
     assert samples > 100, "the sampler must have watched the race"
     assert live_violations == []
+    with connection.connect(dsn) as conn:
+        assert invariants.never_over_cap(conn) == []
+        assert invariants.every_attempt_terminal(conn) == []
+
+
+def test_previous_release_and_this_one_claiming_side_by_side_keep_caps(dsn):
+    """A rolling upgrade mid-roll: four dispatchers claim as the release before migration
+    0005 did (its statements, the 0004 functions still in the schema), four with the
+    one-call claim. Both take the same definition locks, so caps hold across versions."""
+    with connection.connect(dsn) as conn:
+        seed_definitions(conn, count=DEFINITIONS, runs_each=RUNS_PER_DEFINITION, seed=12)
+
+    by_worker, samples, live_violations = race_by_worker(
+        dsn, racers.mixed_version_dispatcher, WORKERS, 240
+    )
+
+    launched = [run_id for batch in by_worker for run_id in batch]
+    previous = sum(len(batch) for worker, batch in enumerate(by_worker) if worker % 2 == 0)
+    current = len(launched) - previous
+    # Both versions did a real share of the work, or the race proves nothing.
+    assert previous > len(launched) / 8 and current > len(launched) / 8, (previous, current)
+    assert invariants.no_double_launch(launched) == []
+    assert len(launched) == DEFINITIONS * RUNS_PER_DEFINITION
+    assert samples > 100 and live_violations == []
     with connection.connect(dsn) as conn:
         assert invariants.never_over_cap(conn) == []
         assert invariants.every_attempt_terminal(conn) == []
