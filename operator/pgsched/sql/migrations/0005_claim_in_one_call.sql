@@ -24,6 +24,28 @@
 -- lock_mode 'none' exists only for the chaos self-test: the same claim minus its locks,
 -- to prove the invariant checker catches what that allows.
 
+-- The limits of the given definitions and their live RUNNING counts (0004's dispatch_counts,
+-- minus its SET search_path: a SQL function with a SET clause is never inlined, and
+-- claim_for_dispatch calls this in the middle of its hot path. Every name is
+-- schema-qualified and the function is not SECURITY DEFINER, so the caller's search_path
+-- cannot change what it reads.)
+CREATE FUNCTION pgsched.dispatch_limits(definition_ids uuid[])
+RETURNS TABLE (id uuid, max_concurrent_runs integer, concurrency_policy text, deleted boolean,
+               running bigint, stopping bigint)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT d.id, d.max_concurrent_runs, d.concurrency_policy, d.deleted_at IS NOT NULL,
+           r.running, r.stopping
+    FROM pgsched.job_definitions AS d
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS running, count(*) FILTER (WHERE runs.cancel_requested) AS stopping
+        FROM pgsched.job_runs AS runs
+        WHERE runs.definition_id = d.id AND runs.status = 'RUNNING'
+    ) AS r
+    WHERE d.id = ANY(definition_ids);
+$$;
+
 CREATE FUNCTION pgsched.claim_for_dispatch(
     batch_size integer,
     overshoot integer,
@@ -102,47 +124,40 @@ BEGIN
     END IF;
 
     -- A new statement, so a new snapshot: it sees every claim committed before our locks.
-    SELECT lim_ids || coalesce(array_agg(l.id), '{}'),
-           lim_max || coalesce(array_agg(l.max_concurrent_runs), '{}'),
-           lim_policy || coalesce(array_agg(l.concurrency_policy), '{}'),
-           lim_deleted || coalesce(array_agg(l.deleted), '{}'),
-           lim_running || coalesce(array_agg(l.running), '{}'),
-           lim_stopping || coalesce(array_agg(l.stopping), '{}')
+    SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.max_concurrent_runs), '{}'),
+           coalesce(array_agg(l.concurrency_policy), '{}'), coalesce(array_agg(l.deleted), '{}'),
+           coalesce(array_agg(l.running), '{}'), coalesce(array_agg(l.stopping), '{}')
     INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
-    FROM pgsched.dispatch_counts(locked) AS l;
+    FROM pgsched.dispatch_limits(locked) AS l;
 
     -- Round two, only if caps leave the batch short: try the further definitions' locks.
-    SELECT coalesce(array_agg(DISTINCT d), '{}') INTO rest_defs
-    FROM unnest(cand_defs) AS d
-    WHERE NOT d = ANY(locked);
-    IF cardinality(rest_defs) > 0 THEN
-        SELECT count(*) INTO claimable
-        FROM (
-            SELECT row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
-                   greatest(l.max_runs - l.running, 0) AS room
-            FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
-            JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running)
-                AS l(id, max_runs, deleted, running)
-                ON l.id = c.d AND NOT l.deleted
-        ) AS counted
-        WHERE counted.n <= counted.room;
-        IF claimable < batch_size THEN
-            IF lock_mode = 'none' THEN
-                granted := rest_defs;
-            ELSE
-                granted := ARRAY(
-                    SELECT d FROM unnest(rest_defs) AS d
-                    WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
-            END IF;
-            SELECT lim_ids || coalesce(array_agg(l.id), '{}'),
-                   lim_max || coalesce(array_agg(l.max_concurrent_runs), '{}'),
-                   lim_policy || coalesce(array_agg(l.concurrency_policy), '{}'),
-                   lim_deleted || coalesce(array_agg(l.deleted), '{}'),
-                   lim_running || coalesce(array_agg(l.running), '{}'),
-                   lim_stopping || coalesce(array_agg(l.stopping), '{}')
-            INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
-            FROM pgsched.dispatch_counts(granted) AS l;
+    SELECT coalesce(array_agg(DISTINCT counted.d) FILTER (WHERE counted.room IS NULL), '{}'),
+           count(*) FILTER (WHERE counted.n <= counted.room)
+    INTO rest_defs, claimable
+    FROM (
+        SELECT c.d, row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
+               CASE WHEN NOT l.deleted THEN greatest(l.max_runs - l.running, 0)
+                    WHEN l.deleted THEN 0 END AS room  -- NULL: not locked
+        FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
+        LEFT JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running)
+            AS l(id, max_runs, deleted, running) ON l.id = c.d
+    ) AS counted;
+    IF cardinality(rest_defs) > 0 AND claimable < batch_size THEN
+        IF lock_mode = 'none' THEN
+            granted := rest_defs;
+        ELSE
+            granted := ARRAY(
+                SELECT d FROM unnest(rest_defs) AS d
+                WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
         END IF;
+        SELECT lim_ids || coalesce(array_agg(l.id), '{}'),
+               lim_max || coalesce(array_agg(l.max_concurrent_runs), '{}'),
+               lim_policy || coalesce(array_agg(l.concurrency_policy), '{}'),
+               lim_deleted || coalesce(array_agg(l.deleted), '{}'),
+               lim_running || coalesce(array_agg(l.running), '{}'),
+               lim_stopping || coalesce(array_agg(l.stopping), '{}')
+        INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
+        FROM pgsched.dispatch_limits(granted) AS l;
     END IF;
 
     -- Choose, walking the candidates in queue order, with the counts read after the locks.
@@ -189,43 +204,53 @@ BEGIN
             WHERE replacing.extra > 0)
     INTO chosen_ids, skipped_ids, at_cap_defs, replace_defs, replace_counts;
 
-    RETURN QUERY
-    SELECT 'at_cap'::text, NULL::bigint, d, NULL::pgsched.job_runs FROM unnest(at_cap_defs) AS d;
+    -- Each statement below runs only if it has work: even an empty UPDATE fires the
+    -- run_events trigger.
+    IF cardinality(at_cap_defs) > 0 THEN
+        RETURN QUERY
+        SELECT 'at_cap'::text, NULL::bigint, d, NULL::pgsched.job_runs FROM unnest(at_cap_defs) AS d;
+    END IF;
 
-    RETURN QUERY
-    UPDATE pgsched.job_runs AS r
-    SET status = 'SKIPPED', reason = 'ConcurrencyPolicy',
-        error = 'the definition was at maxConcurrentRuns and concurrencyPolicy is Skip',
-        finished_at = moment, settled_at = moment
-    WHERE r.id = ANY(skipped_ids) AND r.status = 'QUEUED'
-    RETURNING 'skipped'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+    IF cardinality(skipped_ids) > 0 THEN
+        RETURN QUERY
+        UPDATE pgsched.job_runs AS r
+        SET status = 'SKIPPED', reason = 'ConcurrencyPolicy',
+            error = 'the definition was at maxConcurrentRuns and concurrencyPolicy is Skip',
+            finished_at = moment, settled_at = moment
+        WHERE r.id = ANY(skipped_ids) AND r.status = 'QUEUED'
+        RETURNING 'skipped'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+    END IF;
 
-    RETURN QUERY
-    UPDATE pgsched.job_runs AS r
-    SET cancel_requested = true, cancel_requested_at = moment
-    WHERE r.id IN (
-        SELECT oldest.id
-        FROM unnest(replace_defs, replace_counts) AS w(d, extra)
-        CROSS JOIN LATERAL (
-            SELECT running.id FROM pgsched.job_runs AS running
-            WHERE running.definition_id = w.d AND running.status = 'RUNNING'
-              AND NOT running.cancel_requested
-            ORDER BY running.started_at, running.id
-            LIMIT w.extra
-        ) AS oldest
-    )
-    RETURNING 'replace'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+    IF cardinality(replace_defs) > 0 THEN
+        RETURN QUERY
+        UPDATE pgsched.job_runs AS r
+        SET cancel_requested = true, cancel_requested_at = moment
+        WHERE r.id IN (
+            SELECT oldest.id
+            FROM unnest(replace_defs, replace_counts) AS w(d, extra)
+            CROSS JOIN LATERAL (
+                SELECT running.id FROM pgsched.job_runs AS running
+                WHERE running.definition_id = w.d AND running.status = 'RUNNING'
+                  AND NOT running.cancel_requested
+                ORDER BY running.started_at, running.id
+                LIMIT w.extra
+            ) AS oldest
+        )
+        RETURNING 'replace'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+    END IF;
 
     -- clock_timestamp(), not now(): the claim happens after the locks were granted, so
     -- started_at is later than the finished_at of any run whose end made room for it.
-    RETURN QUERY
-    UPDATE pgsched.job_runs AS r
-    SET status = 'RUNNING', started_at = coalesce(at, clock_timestamp()),
-        lease_token = gen_random_uuid()
-    WHERE r.id = ANY(chosen_ids) AND r.status = 'QUEUED'
-    RETURNING 'claimed'::text, r.id, r.definition_id, r;
+    IF cardinality(chosen_ids) > 0 THEN
+        RETURN QUERY
+        UPDATE pgsched.job_runs AS r
+        SET status = 'RUNNING', started_at = coalesce(at, clock_timestamp()),
+            lease_token = gen_random_uuid()
+        WHERE r.id = ANY(chosen_ids) AND r.status = 'QUEUED'
+        RETURNING 'claimed'::text, r.id, r.definition_id, r;
+    END IF;
 END;
 $$;
 
-REVOKE EXECUTE ON FUNCTION pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)
-    FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text),
+    pgsched.dispatch_limits(uuid[]) FROM PUBLIC;
