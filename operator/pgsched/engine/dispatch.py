@@ -2,7 +2,8 @@
 
 One claim transaction, exactly as the seed describes it, run inside the server by
 ``pgsched.claim_for_dispatch`` (migration 0005) so that it is one round trip and the
-definitions' locks are held for microseconds, not for several network round trips:
+definitions' locks are held for a few milliseconds of server time, not across several
+network round trips:
 
 1. select about ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
    rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
@@ -12,9 +13,9 @@ definitions' locks are held for microseconds, not for several network round trip
    the definitions of the first ``batch`` candidates, in one sorted order, so dispatchers
    claiming runs of the same definition serialize and never deadlock; if caps leave the
    batch short, *try* the locks of the further candidates' definitions (never waiting, so
-   order cannot matter) and use those granted. The ``try`` lock mode
-   (``PGSCHED_DISPATCH_LOCKS``) tries round one too, and waits (sorted) only if nothing
-   was granted, for deployments where several dispatchers claim at once;
+   order cannot matter) and use those granted. ``try_locks=True`` tries round one too,
+   and waits (sorted) only if nothing was granted: for embedders running several
+   dispatchers at once (the operator has one, the tick leader, and uses the default);
 3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: each
    statement of the function takes a fresh snapshot, which includes every claim committed
    before our locks were granted);

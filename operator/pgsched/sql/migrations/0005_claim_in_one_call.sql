@@ -4,8 +4,8 @@
 -- round, the claim, and the BEGIN/COMMIT around them; the advisory locks were held across
 -- every one of them. This function does the same steps, in the same order and with the
 -- same rules, inside the server, so a claim is one statement (its own transaction on the
--- engine's autocommit connections) and the locks are held for microseconds instead of
--- network round trips:
+-- engine's autocommit connections) and the locks are held for a few milliseconds of
+-- server time instead of across network round trips:
 --
 -- 1. about overshoot x batch due QUEUED candidates, FOR UPDATE SKIP LOCKED;
 -- 2. round one: the definitions of the first batch_size candidates are locked with
