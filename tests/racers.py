@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,52 +54,24 @@ def _open_work(conn: connection.Connection) -> int:
     return int(row["n"])
 
 
-def dispatcher(
+def _claim_until_done(
     dsn: str,
-    worker: int,
+    application_name: str,
     seed: int,
     seconds: float,
-    lock_definitions: bool = True,
-    try_locks: bool = False,
+    claim_into: Callable[[connection.Connection, SimulatedWork, int], int],
 ) -> list[int]:
-    """Claim-and-work loop until no QUEUED or RUNNING run is left; returns launched ids."""
+    """Claim-and-work loop until no QUEUED or RUNNING run is left; returns launched ids.
+
+    ``claim_into(conn, work, batch_size)`` claims up to a batch, launches what it claimed
+    into ``work`` and returns how many runs that was."""
     rng = random.Random(seed)
     work = SimulatedWork(rng)
     deadline = time.monotonic() + seconds
-    with connection.connect(dsn, application_name=f"pgsched-racer-{worker}") as conn:
+    with connection.connect(dsn, application_name=application_name) as conn:
         while time.monotonic() < deadline:
             work.finish_due(conn)
-            result = dispatch.run_once(
-                conn,
-                work,
-                batch_size=rng.choice([1, 5, 10, 25]),
-                lock_definitions=lock_definitions,
-                try_locks=try_locks,
-            )
-            if not result.claimed and not work.pending:
-                if _open_work(conn) == 0:
-                    break
-                time.sleep(0.002)
-        while work.pending:
-            work.finish_due(conn)
-            time.sleep(0.001)
-    return work.launched
-
-
-def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
-    """Even workers claim as the release before migration 0005 did (``previous_dispatch``),
-    odd ones with this release's one-call claim: a rolling upgrade, mid-roll."""
-    if worker % 2:
-        return dispatcher(dsn, worker, seed, seconds)
-    rng = random.Random(seed)
-    work = SimulatedWork(rng)
-    deadline = time.monotonic() + seconds
-    with connection.connect(dsn, application_name=f"pgsched-previous-{worker}") as conn:
-        while time.monotonic() < deadline:
-            work.finish_due(conn)
-            claimed = previous_dispatch.claim(conn, batch_size=rng.choice([1, 5, 10, 25]))
-            for run in claimed:
-                work.launch(run, None)  # type: ignore[arg-type]  # SimulatedWork ignores it
+            claimed = claim_into(conn, work, rng.choice([1, 5, 10, 25]))
             if not claimed and not work.pending:
                 if _open_work(conn) == 0:
                     break
@@ -107,6 +80,44 @@ def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -
             work.finish_due(conn)
             time.sleep(0.001)
     return work.launched
+
+
+def dispatcher(
+    dsn: str,
+    worker: int,
+    seed: int,
+    seconds: float,
+    lock_definitions: bool = True,
+    try_locks: bool = False,
+) -> list[int]:
+    """This release's dispatcher (``dispatch.run_once``) in a claim-and-work loop."""
+
+    def claim_into(conn: connection.Connection, work: SimulatedWork, batch_size: int) -> int:
+        result = dispatch.run_once(
+            conn,
+            work,
+            batch_size=batch_size,
+            lock_definitions=lock_definitions,
+            try_locks=try_locks,
+        )
+        return len(result.claimed)
+
+    return _claim_until_done(dsn, f"pgsched-racer-{worker}", seed, seconds, claim_into)
+
+
+def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
+    """Even workers claim as the release before migration 0005 did (``previous_dispatch``),
+    odd ones with this release's one-call claim: a rolling upgrade, mid-roll."""
+    if worker % 2:
+        return dispatcher(dsn, worker, seed, seconds)
+
+    def claim_into(conn: connection.Connection, work: SimulatedWork, batch_size: int) -> int:
+        claimed = previous_dispatch.claim(conn, batch_size=batch_size)
+        for run in claimed:
+            work.launch(run, None)  # type: ignore[arg-type]  # SimulatedWork ignores it
+        return len(claimed)
+
+    return _claim_until_done(dsn, f"pgsched-previous-{worker}", seed, seconds, claim_into)
 
 
 def leaderless_ticker(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
