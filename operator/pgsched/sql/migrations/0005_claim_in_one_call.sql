@@ -23,6 +23,10 @@
 -- (subject_run is the run skipped or asked to stop), 'at_cap' (subject_definition).
 -- lock_mode 'none' exists only for the chaos self-test: the same claim minus its locks,
 -- to prove the invariant checker catches what that allows.
+--
+-- 0004's lock-and-count functions stay: during a rolling upgrade replicas of the previous
+-- release still claim with them, taking the same lock keys in the same order, so caps hold
+-- across versions (tests/db/test_races.py races the two). A later migration can drop them.
 
 -- The limits of the given definitions and their live RUNNING counts (0004's dispatch_counts,
 -- minus its SET search_path: a SQL function with a SET clause is never inlined, and
