@@ -1,0 +1,165 @@
+"""The one-call claim chooses exactly what the documented rules say, on random queues.
+
+``pgsched.claim_for_dispatch`` walks the candidates with window functions in SQL; the rules
+it implements are simplest to state as a loop (the multi-statement claim of the previous
+release was that loop, in Python). :func:`expected` is that loop, written from the rules in
+``pgsched.engine.dispatch``'s docstring. Each case builds a random queue — definitions with
+caps 1-3 and every ``concurrencyPolicy``, some already running (some of those asked to
+stop), some deleted, scheduled and manual runs — claims once with a random batch, and
+compares every consequence: runs claimed, runs SKIPPED, running runs asked to stop (and
+which), definitions reported at their cap.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pgsched.engine import dispatch
+
+CASES = 150
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Limits:
+    cap: int
+    policy: str
+    deleted: bool
+    running: int
+    stopping: int
+
+
+@dataclass
+class Expected:
+    claimed: set[int]
+    skipped: set[int]
+    replace: set[int]
+    at_cap: set[uuid.UUID]
+
+
+def expected(
+    candidates: list[dict],
+    limits: dict[uuid.UUID, Limits],
+    running_by_age: dict[uuid.UUID, list[tuple[int, bool]]],
+    batch: int,
+) -> Expected:
+    """The rules, as a loop over the candidates in queue order (one dispatcher: every lock
+    it asks for is granted)."""
+    first = list(dict.fromkeys(row["definition_id"] for row in candidates[:batch]))
+    locked = {d: limits[d] for d in first if d in limits}
+    room = {d: max(0, item.cap - item.running) for d, item in locked.items() if not item.deleted}
+    claimable = _takeable(candidates, room)
+    rest = [row["definition_id"] for row in candidates if row["definition_id"] not in locked]
+    if rest and claimable < batch:
+        locked |= {d: limits[d] for d in rest if d in limits}
+    room = {d: max(0, item.cap - item.running) for d, item in locked.items()}
+    result = Expected(set(), set(), set(), set())
+    waiting: Counter[uuid.UUID] = Counter()
+    for row in candidates:
+        item = locked.get(row["definition_id"])
+        if item is None or item.deleted:
+            continue
+        d = row["definition_id"]
+        if room[d] > 0 and len(result.claimed) < batch:
+            room[d] -= 1
+            result.claimed.add(row["id"])
+        elif room[d] == 0:
+            result.at_cap.add(d)
+            if row["trigger"] == "schedule" and item.policy == "Skip":
+                result.skipped.add(row["id"])
+            elif row["trigger"] == "schedule" and item.policy == "Replace":
+                waiting[d] += 1
+    for d, count in waiting.items():
+        extra = min(count, locked[d].running) - locked[d].stopping
+        oldest_not_stopping = [run_id for run_id, stopping in running_by_age[d] if not stopping]
+        result.replace |= set(oldest_not_stopping[: max(0, extra)])
+    return result
+
+
+def _takeable(candidates: list[dict], room: dict[uuid.UUID, int]) -> int:
+    left = dict(room)
+    taken = 0
+    for row in candidates:
+        if left.get(row["definition_id"], 0) > 0:
+            left[row["definition_id"]] -= 1
+            taken += 1
+    return taken
+
+
+def build_queue(conn, rng: random.Random):
+    """Random definitions and runs; returns what :func:`expected` needs."""
+    limits: dict[uuid.UUID, Limits] = {}
+    running_by_age: dict[uuid.UUID, list[tuple[int, bool]]] = {}
+    queued: list[tuple[uuid.UUID, str, datetime]] = []
+    for index in range(rng.randint(1, 8)):
+        d = uuid.uuid4()
+        cap = rng.randint(1, 3)
+        policy = rng.choice(["Queue", "Skip", "Replace"])
+        deleted = rng.random() < 0.1
+        conn.execute(
+            "INSERT INTO pgsched.job_definitions (id, namespace, name, schedule_kind, schedule,"
+            " anchor, max_concurrent_runs, concurrency_policy, deleted_at)"
+            " VALUES (%s, 'rules', %s, 'cron', '0 0 1 1 *', %s, %s, %s, %s)",
+            [d, f"def-{index}", NOW, cap, policy, NOW if deleted else None],
+        )
+        running = []
+        for age in range(rng.randint(0, cap + 1)):
+            stopping = rng.random() < 0.3
+            row = conn.execute(
+                "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+                " request_token, lease_token, started_at, cancel_requested)"
+                " VALUES (%s, 'RUNNING', 'manual', %s, %s, gen_random_uuid(), %s, %s)"
+                " RETURNING id",
+                [d, NOW, f"running-{age}", NOW - timedelta(minutes=30 - age), stopping],
+            ).fetchone()
+            running.append((row["id"], stopping))
+        running_by_age[d] = running
+        limits[d] = Limits(
+            cap, policy, deleted, len(running), sum(1 for _, stopping in running if stopping)
+        )
+        for minute in range(rng.randint(0, 6)):
+            queued.append((d, rng.choice(["schedule", "manual"]), NOW - timedelta(minutes=minute)))
+    rng.shuffle(queued)
+    for position, (d, trigger, scheduled_for) in enumerate(queued):
+        conn.execute(
+            "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+            " request_token) VALUES (%s, 'QUEUED', %s, %s, %s)",
+            [d, trigger, scheduled_for, None if trigger == "schedule" else f"q-{position}"],
+        )
+    return limits, running_by_age
+
+
+@pytest.mark.parametrize("try_locks", [False, True], ids=["wait", "try"])
+def test_the_claim_function_applies_the_rules_on_random_queues(conn, try_locks):
+    rng = random.Random(20261130 + try_locks)
+    for case in range(CASES):
+        conn.execute("TRUNCATE pgsched.job_runs, pgsched.job_definitions CASCADE")
+        limits, running_by_age = build_queue(conn, rng)
+        batch, overshoot = rng.randint(1, 6), rng.randint(1, 4)
+        candidates = conn.execute(
+            "SELECT id, definition_id, trigger FROM pgsched.job_runs WHERE status = 'QUEUED'"
+            " ORDER BY scheduled_for, id LIMIT %s",
+            [batch * overshoot],
+        ).fetchall()
+        want = expected(candidates, limits, running_by_age, batch)
+
+        got = dispatch.claim(conn, batch_size=batch, overshoot=overshoot, try_locks=try_locks)
+
+        context = f"case {case}: batch {batch}, overshoot {overshoot}, limits {limits}"
+        assert {run.id for run in got.claimed} == want.claimed, context
+        assert set(got.skipped) == want.skipped, context
+        assert set(got.replace_requested) == want.replace, context
+        assert got.at_cap == want.at_cap, context
+        statuses = {
+            row["id"]: (row["status"], row["cancel_requested"])
+            for row in conn.execute("SELECT id, status, cancel_requested FROM pgsched.job_runs")
+        }
+        assert all(statuses[run_id] == ("RUNNING", False) for run_id in want.claimed), context
+        assert all(statuses[run_id][0] == "SKIPPED" for run_id in want.skipped), context
+        assert all(statuses[run_id] == ("RUNNING", True) for run_id in want.replace), context
