@@ -28,27 +28,13 @@
 -- release still claim with them, taking the same lock keys in the same order, so caps hold
 -- across versions (tests/db/test_races.py races the two). A later migration can drop them.
 
--- The limits of the given definitions and their live RUNNING counts (0004's dispatch_counts,
--- minus its SET search_path: a SQL function with a SET clause is never inlined, and
--- claim_for_dispatch calls this in the middle of its hot path. Every name is
--- schema-qualified and the function is not SECURITY DEFINER, so the caller's search_path
--- cannot change what it reads.)
-CREATE FUNCTION pgsched.dispatch_limits(definition_ids uuid[])
-RETURNS TABLE (id uuid, max_concurrent_runs integer, concurrency_policy text, deleted boolean,
-               running bigint, stopping bigint)
-LANGUAGE sql
-STABLE
-AS $$
-    SELECT d.id, d.max_concurrent_runs, d.concurrency_policy, d.deleted_at IS NOT NULL,
-           r.running, r.stopping
-    FROM pgsched.job_definitions AS d
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS running, count(*) FILTER (WHERE runs.cancel_requested) AS stopping
-        FROM pgsched.job_runs AS runs
-        WHERE runs.definition_id = d.id AND runs.status = 'RUNNING'
-    ) AS r
-    WHERE d.id = ANY(definition_ids);
-$$;
+-- claim_for_dispatch reads the locked definitions' limits and live RUNNING counts through
+-- 0004's dispatch_counts, in the middle of its hot path. A SQL function with a SET clause
+-- is never inlined, so the planner ran it as a separate call each time; without it the
+-- query is planned into the caller's statement. Every table in it is schema-qualified and
+-- it is not SECURITY DEFINER, so the caller's search_path cannot change what it reads.
+-- (The previous release's lock-and-count functions call it too, unchanged in meaning.)
+ALTER FUNCTION pgsched.dispatch_counts(uuid[]) RESET search_path;
 
 CREATE FUNCTION pgsched.claim_for_dispatch(
     batch_size integer,
@@ -132,7 +118,7 @@ BEGIN
            coalesce(array_agg(l.concurrency_policy), '{}'), coalesce(array_agg(l.deleted), '{}'),
            coalesce(array_agg(l.running), '{}'), coalesce(array_agg(l.stopping), '{}')
     INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
-    FROM pgsched.dispatch_limits(locked) AS l;
+    FROM pgsched.dispatch_counts(locked) AS l;
 
     -- Round two, only if caps leave the batch short: try the further definitions' locks.
     SELECT coalesce(array_agg(DISTINCT counted.d) FILTER (WHERE counted.room IS NULL), '{}'),
@@ -161,7 +147,7 @@ BEGIN
                lim_running || coalesce(array_agg(l.running), '{}'),
                lim_stopping || coalesce(array_agg(l.stopping), '{}')
         INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
-        FROM pgsched.dispatch_limits(granted) AS l;
+        FROM pgsched.dispatch_counts(granted) AS l;
     END IF;
 
     -- Choose, walking the candidates in queue order, with the counts read after the locks.
@@ -256,5 +242,5 @@ BEGIN
 END;
 $$;
 
-REVOKE EXECUTE ON FUNCTION pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text),
-    pgsched.dispatch_limits(uuid[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)
+    FROM PUBLIC;
