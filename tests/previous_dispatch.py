@@ -47,7 +47,7 @@ def claim(conn: Connection, batch_size: int, overshoot: int = 4) -> list[Run]:
         first = _definitions_of(candidates[:batch_size])
         room = _room(conn, LOCK_AND_COUNT, first)
         rest = [d for d in _definitions_of(candidates) if d not in room]
-        if rest and _takeable(candidates, room) < batch_size:
+        if rest and takeable(candidates, room) < batch_size:
             room |= _room(conn, TRY_LOCK_AND_COUNT, rest)
         chosen: list[int] = []
         for row in candidates:
@@ -73,7 +73,8 @@ def _room(conn: Connection, query: LiteralString, definition_ids: list[UUID]) ->
     }
 
 
-def _takeable(candidates: list[dict[str, Any]], room: dict[UUID, int]) -> int:
+def takeable(candidates: list[dict[str, Any]], room: dict[UUID, int]) -> int:
+    """How many of ``candidates`` (in queue order) the free slots in ``room`` would take."""
     left = dict(room)
     taken = 0
     for row in candidates:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import previous_dispatch
 from pgsched.engine import dispatch
 
 CASES = 150
@@ -54,7 +55,7 @@ def expected(
     first = list(dict.fromkeys(row["definition_id"] for row in candidates[:batch]))
     locked = {d: limits[d] for d in first if d in limits}
     room = {d: max(0, item.cap - item.running) for d, item in locked.items() if not item.deleted}
-    claimable = _takeable(candidates, room)
+    claimable = previous_dispatch.takeable(candidates, room)
     rest = [row["definition_id"] for row in candidates if row["definition_id"] not in locked]
     if rest and claimable < batch:
         locked |= {d: limits[d] for d in rest if d in limits}
@@ -80,16 +81,6 @@ def expected(
         oldest_not_stopping = [run_id for run_id, stopping in running_by_age[d] if not stopping]
         result.replace |= set(oldest_not_stopping[: max(0, extra)])
     return result
-
-
-def _takeable(candidates: list[dict], room: dict[uuid.UUID, int]) -> int:
-    left = dict(room)
-    taken = 0
-    for row in candidates:
-        if left.get(row["definition_id"], 0) > 0:
-            left[row["definition_id"]] -= 1
-            taken += 1
-    return taken
 
 
 def build_queue(conn, rng: random.Random):
