@@ -167,7 +167,7 @@ def _plot(
             label="try locks / raw",
         )
         bottom.axhline(FLOOR, color="black", linestyle="--", linewidth=1, label="floor 25%")
-        bottom.axhline(0.5, color="grey", linestyle=":", linewidth=1, label=f"goal {GOAL:.0%}")
+        bottom.axhline(GOAL, color="grey", linestyle=":", linewidth=1, label=f"goal {GOAL:.0%}")
         bottom.set_ylim(0, max(1.0, bottom.get_ylim()[1]))
         bottom.set_ylabel("ratio")
         top.set_title(f"batch {batch}")
