@@ -24,9 +24,10 @@ from typing import Any, Literal, cast
 
 from pgsched import schedule
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
-from pgsched.schedule import timeline, zones
+from pgsched.schedule import budget, timeline, zones
 
 MAX_INT32 = 2**31 - 1
+VALIDATION_STEPS = budget.MAX_STEPS // 4
 _REASON = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # A job kind name (spec.job.kind); the SDK validates registered names with the same pattern.
 JOB_KIND = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
@@ -212,7 +213,8 @@ def parse(
     """Validate a ScheduledJob spec. Raises :class:`SpecError` listing every bad field.
 
     ``anchor`` is the resource's creation time (the RRULE's default DTSTART day) and
-    ``now`` is used to check that a recurring schedule still has an occurrence ahead.
+    ``now`` is where the next occurrence is looked for, within the budget; a rule with
+    none ahead (all in the past) is accepted and simply never runs again.
     """
     if not isinstance(spec, Mapping):
         raise SpecError([FieldError("", f"the spec must be an object, got {_describe(spec)}")])
@@ -322,16 +324,13 @@ def parse(
         built = parsed.build_schedule(hash_seed=hash_seed, anchor=anchor)
     except schedule.ScheduleError as error:
         raise SpecError([FieldError(field_name, error.message, error.example)]) from None
-    if kind != "once" and built.next_after(now) is None:
-        raise SpecError(
-            [
-                FieldError(
-                    field_name,
-                    f"{text!r} has no occurrence after {now:%Y-%m-%dT%H:%M:%SZ}",
-                    "FREQ=DAILY;BYHOUR=8" if kind == "rrule" else "0 8 * * *",
-                )
-            ]
-        )
+    try:
+        # A rule whose occurrences are all past is valid (it was yesterday, it stays so):
+        # it is stored with no next run. The next occurrence must be found within a
+        # quarter of the expansion budget, so an accepted schedule keeps headroom.
+        built.next_after(now, limit=VALIDATION_STEPS)
+    except schedule.ScheduleError as error:
+        raise SpecError([FieldError(field_name, error.message, error.example)]) from None
     return parsed
 
 

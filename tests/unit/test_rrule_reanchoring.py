@@ -10,7 +10,7 @@ from dateutil import rrule as du_rrule
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgsched.schedule import rrule
+from pgsched.schedule import budget, rrule
 
 RULES = [
     "FREQ=DAILY;BYHOUR=8",
@@ -48,7 +48,7 @@ def test_reanchored_expansion_equals_expansion_from_dtstart(text, dtstart, later
         f"DTSTART:{dtstart:%Y%m%dT%H%M%S}\nRRULE:{text}", zone_name="UTC", anchor=dtstart
     )
     reference = du_rrule.rrulestr(f"RRULE:{text}", dtstart=dtstart, forceset=True)
-    assert list(islice(parsed.wall_times(start), 12)) == list(
+    assert list(islice(parsed.wall_times(start, budget.Budget("test")), 12)) == list(
         islice(reference.xafter(start, inc=True), 12)
     )
 
@@ -59,7 +59,7 @@ def test_exdate_and_rdate_survive_reanchoring():
         "EXDATE:20261207T090000\nRDATE:20261209T120000"
     )
     parsed = rrule.parse(text, zone_name="UTC", anchor=datetime(2020, 1, 1))
-    assert list(islice(parsed.wall_times(datetime(2026, 12, 1)), 3)) == [
+    assert list(islice(parsed.wall_times(datetime(2026, 12, 1), budget.Budget("test")), 3)) == [
         datetime(2026, 12, 9, 12, 0),
         datetime(2026, 12, 14, 9, 0),
         datetime(2026, 12, 21, 9, 0),
@@ -74,7 +74,7 @@ def test_the_next_occurrence_costs_the_same_for_an_old_rule_as_for_a_new_one():
         )
         began = time.perf_counter()
         for _ in range(20):
-            next(parsed.wall_times(start))
+            next(parsed.wall_times(start, budget.Budget("test")))
         return time.perf_counter() - began
 
     fresh, old = cost(1), cost(365)

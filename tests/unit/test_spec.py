@@ -69,7 +69,12 @@ def test_full_spec_round_trips():
     ("fields", "path", "complaint", "example"),
     [
         ({"schedule": "61 * * * *"}, "schedule", "minute value 61", "*/15 * * * *"),
-        ({"rrule": "FREQ=DAILY;BYHOUR=25"}, "rrule", "hour must be in 0..23", "FREQ=DAILY"),
+        (
+            {"rrule": "FREQ=DAILY;BYHOUR=25"},
+            "rrule",
+            "BYHOUR=25 is out of range 0..23",
+            "FREQ=DAILY",
+        ),
         ({"runAt": "next tuesday"}, "runAt", "not an ISO 8601", "2026-12-24T18:00:00"),
         (
             {"schedule": "* * * * *", "timeZone": "Europe/Sofiya"},
@@ -180,9 +185,16 @@ def test_every_problem_is_reported_at_once():
     assert {"timeZone", "maxConcurrentRuns", "catchUp"} <= found.keys()
 
 
-def test_a_recurring_schedule_without_future_occurrences_is_rejected():
+def test_a_rule_whose_occurrences_are_all_past_is_accepted_and_stays_valid():
+    # Valid the day it was applied, so valid on every later day: it just never runs again.
+    parsed = parse(rrule="DTSTART:20200101T000000\nRRULE:FREQ=DAILY;COUNT=3")
+    built = parsed.build_schedule(hash_seed="ns/job", anchor=NOW)
+    assert built.next_after(NOW) is None
+
+
+def test_a_rule_that_never_produces_an_occurrence_is_rejected():
     found = errors_of(rrule="FREQ=DAILY;UNTIL=20200101T000000")
-    assert "no occurrence after 2026-06-01" in found["rrule"].message
+    assert "never produces an occurrence" in found["rrule"].message
 
 
 def test_a_one_shot_in_the_past_is_accepted():

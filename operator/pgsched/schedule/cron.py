@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from pgsched.schedule import budget
 from pgsched.schedule.errors import ScheduleError
 
 MACROS = {
@@ -89,17 +90,18 @@ class CronExpression:
         """
         return self.hour_is_wildcard
 
-    def wall_times(self, start: datetime) -> Iterator[datetime]:
+    def wall_times(self, start: datetime, spend: budget.Budget) -> Iterator[datetime]:
         """Yield every matching naive wall-clock time >= ``start``, in increasing order.
 
-        Stops after searching ~9 years without a match.
+        Stops after searching ~9 years without a match; one step of ``spend`` per day.
         """
         start = start.replace(second=0, microsecond=0) + (
             timedelta(minutes=1) if start.second or start.microsecond else timedelta()
         )
         day = start.date()
         last_day = day + timedelta(days=366 * _SEARCH_YEARS)
-        while day <= last_day:
+        while day <= last_day and day < budget.LAST_WALL.date():
+            spend.spend()
             if self._day_matches(day):
                 last_day = day + timedelta(days=366 * _SEARCH_YEARS)
                 for hour in self.hours:
@@ -160,7 +162,7 @@ def parse(text: str, *, hash_seed: str = "") -> CronExpression:
         dow_restricted=not parts[4].startswith("*"),
         hour_is_wildcard=parts[1].startswith("*"),
     )
-    if next(parsed.wall_times(datetime(2000, 1, 1)), None) is None:
+    if next(parsed.wall_times(datetime(2000, 1, 1), budget.Budget(text)), None) is None:
         raise ScheduleError(
             f"{text!r} never fires: no day matches day-of-month {parts[2]!r} in month {parts[3]!r}",
             example="0 0 28 2 *",

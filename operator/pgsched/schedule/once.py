@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pgsched.schedule import budget
 from pgsched.schedule.errors import ScheduleError
 
 
@@ -21,7 +22,7 @@ class OneShot:
     instant: datetime | None  # UTC, when given with an offset
     is_interval: bool = False
 
-    def wall_times(self, start: datetime) -> Iterator[datetime]:
+    def wall_times(self, start: datetime, spend: budget.Budget) -> Iterator[datetime]:
         if self.wall is not None and self.wall >= start:
             yield self.wall
 
@@ -37,6 +38,12 @@ def parse(text: str) -> OneShot:
     if len(value) <= 10:
         raise ScheduleError(
             f"{text!r} is a date without a time of day", example=f"{value}T09:00:00"
+        )
+    if not budget.FIRST_INSTANT.year < parsed.year < budget.LAST_INSTANT.year:
+        raise ScheduleError(
+            f"{text!r}: year {parsed.year} is outside"
+            f" {budget.FIRST_INSTANT.year + 1}..{budget.LAST_INSTANT.year - 1}",
+            example="2026-12-24T18:00:00",
         )
     if parsed.tzinfo is None:
         return OneShot(text=value, wall=parsed.replace(microsecond=0), instant=None)

@@ -8,159 +8,230 @@ day, whatever the UTC offset is that day. The mapping to instants happens afterw
 When the text has no DTSTART, the anchor is local midnight of the day the definition was
 created. dateutil fills every BYxxx part the rule leaves out from DTSTART, so anchoring at
 "now" would turn ``FREQ=DAILY;BYHOUR=8`` into 08:23:17 for a definition created at 14:23:17;
-anchoring at midnight gives the 08:00:00 users mean.
+anchoring at midnight gives the 08:00:00 users mean. A DTSTART the rule does not match is
+not itself an occurrence (RFC 5545 leaves that case undefined).
 
 Times inside the text must be local (floating) or carry ``TZID=<the definition's zone>``;
-a ``Z`` (UTC) or another zone is rejected rather than silently reinterpreted.
+a ``Z`` (UTC) or another zone is rejected rather than silently reinterpreted — except in
+``UNTIL``, where RFC 5545 requires UTC when DTSTART has a TZID.
+
+The text is parsed here and in :mod:`pgsched.schedule.rfc5545`, never by dateutil's own
+parser, which accepts and reinterprets what the RFC forbids. dateutil only expands, and
+every period it scans is charged to the expansion's budget (:mod:`pgsched.schedule.budget`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from dateutil import rrule as du_rrule
-from dateutil.relativedelta import relativedelta
 
+from pgsched.schedule import budget, rfc5545
 from pgsched.schedule.errors import ScheduleError
 
 _EXAMPLE = "FREQ=DAILY;BYHOUR=8;BYMINUTE=30"
 _INTERVAL_FREQS = {"HOURLY", "MINUTELY", "SECONDLY"}
-_FREQ = re.compile(r"FREQ=([A-Z]+)", re.IGNORECASE)
-_PROPERTY = re.compile(r"^(DTSTART|RRULE|RDATE|EXDATE|EXRULE)([;:])", re.IGNORECASE)
-_TZID = re.compile(r"TZID=([^;:]+)", re.IGNORECASE)
-_TZID_PARAM = re.compile(r";TZID=[^;:]+", re.IGNORECASE)
+_FREQ_CODES = {name: getattr(du_rrule, name) for name in rfc5545.FREQUENCIES}
+_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)((?:;[^:;]*)*):(.*)$")
+_DATE = re.compile(r"^\d{8}$")
+_DATE_TIME = re.compile(r"^\d{8}T\d{6}$")
+_MAX_DATES = 1000
+_FIRST_YEAR = 1900
+# dateutil's inner-loop iterations per budget step (a step is about a microsecond).
+_LOOPS_PER_STEP = 32
+# At most this many candidate times per FREQ period: dateutil produces a whole period's
+# candidates even when only the last of them is wanted.
+MAX_PER_PERIOD = 10_000
+_PERIOD_DAYS = {"YEARLY": 366, "MONTHLY": 31, "WEEKLY": 7, "DAILY": 1}
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One RRULE line: the dateutil rule (DTSTART and explicit BY-parts) and its parts."""
+
+    rule: du_rrule.rrule
+    parts: rfc5545.RuleParts
+    until: datetime | None  # UNTIL, or the COUNT-th occurrence: where the rule ends
+    step_cost: int  # budget steps per period dateutil scans (its inner loops, at worst)
 
 
 @dataclass(frozen=True)
 class RecurrenceRule:
     text: str
-    rules: du_rrule.rruleset
+    members: tuple[_Member, ...]
+    rdates: tuple[datetime, ...]
+    exdates: frozenset[datetime]
     is_interval: bool
-    members: tuple[du_rrule.rrule, ...] = ()  # the RRULE lines of ``rules``, one by one
 
-    def wall_times(self, start: datetime) -> Iterator[datetime]:
-        """Every occurrence's naive wall-clock time >= ``start``, in increasing order."""
-        yield from self._from(start).xafter(start, inc=True)
+    def wall_times(self, start: datetime, spend: budget.Budget) -> Iterator[datetime]:
+        """Every occurrence's naive wall-clock time >= ``start``, in increasing order.
 
-    def _from(self, start: datetime) -> du_rrule.rruleset:
-        """The rule set, its RRULEs re-anchored near ``start``.
+        dateutil's loops have no limit of their own (a rule with no further occurrence
+        makes it search until the year 9999), so every period it looks at is charged to
+        ``spend`` (see :class:`_MeteredIterinfo`).
+        """
+        rules = self._from(start, spend)
+        try:
+            for wall in rules.xafter(start, inc=True):
+                spend.spend()
+                yield wall
+        except ScheduleError:
+            raise
+        except ValueError as error:  # dateutil's "Invalid combination ... empty rule"
+            raise ScheduleError(
+                f"{self.text!r} never produces an occurrence ({error})", example=_EXAMPLE
+            ) from None
+
+    def _from(self, start: datetime, spend: budget.Budget) -> du_rrule.rruleset:
+        """The rule set, each rule re-anchored near ``start`` and metered by ``spend``.
 
         dateutil expands a rule from its DTSTART on every call, so the cost of the next
         occurrence grows with the rule's age (a year-old minutely rule: ~0.1 s per
         materialization). Moving DTSTART forward by whole periods (FREQ x INTERVAL) to the
-        last period boundary at or before ``start`` yields the same occurrences from
+        start of the period containing ``start`` yields the same occurrences from
         ``start`` on, in constant time.
         """
-        moved = [_reanchored(rule, start) for rule in self.members]
-        if all(new is old for new, old in zip(moved, self.members, strict=True)):
-            return self.rules
         fresh = du_rrule.rruleset()
-        for rule in moved:
+        for member in self.members:
+            if member.until is not None and member.until < start:
+                continue  # ended: dateutil would still search for a candidate past UNTIL
+            rule = member.rule.replace(dtstart=_reanchored(member, start), until=member.until)
+            rule._pgsched_meter = functools.partial(spend.spend, member.step_cost)  # type: ignore[attr-defined]
             fresh.rrule(rule)
-        for value in _private(self.rules, "_rdate"):
-            fresh.rdate(value)
-        for value in _private(self.rules, "_exdate"):
+        for value in self.rdates:
+            if value >= start:
+                fresh.rdate(value)
+        for value in self.exdates:
             fresh.exdate(value)
-        for rule in _private(self.rules, "_exrule"):
-            fresh.exrule(rule)
         return fresh
 
 
-def _private(obj: object, name: str) -> Any:
-    """dateutil keeps the parts of a rule private; these have been stable since 2.0."""
-    return getattr(obj, name)
+class _MeteredIterinfo(du_rrule._iterinfo):
+    """dateutil's per-period bookkeeping, which charges a rule's meter once per period.
 
-
-_STEPS = {
-    du_rrule.WEEKLY: timedelta(weeks=1),
-    du_rrule.DAILY: timedelta(days=1),
-    du_rrule.HOURLY: timedelta(hours=1),
-    du_rrule.MINUTELY: timedelta(minutes=1),
-    du_rrule.SECONDLY: timedelta(seconds=1),
-}
-
-
-def _reanchored(rule: du_rrule.rrule, start: datetime) -> du_rrule.rrule:
-    """``rule`` with DTSTART moved forward by whole periods to at most ``start``.
-
-    Only where that provably changes nothing: not with COUNT (it counts from DTSTART), and
-    for MONTHLY/YEARLY only when DTSTART's day exists in every month (<= 28), because
-    dateutil derives default BY-parts (weekday, day of month, time of day) from DTSTART and
-    whole weeks, days, hours, months or years keep each of them.
+    dateutil asks it for the days of each period (year, month, week or day) it scans, so
+    this is the one place where every rule's search can be bounded without copying
+    dateutil's expansion loop. Rules without a meter (anyone else's in this process)
+    behave exactly as with dateutil's own class.
     """
-    dtstart: datetime = _private(rule, "_dtstart")
-    freq: int = _private(rule, "_freq")
-    interval: int = _private(rule, "_interval")
-    if _private(rule, "_count") is not None or start <= dtstart:
-        return rule
-    if freq in _STEPS:
-        period = _STEPS[freq] * interval
-        moved = dtstart + period * ((start - dtstart) // period)
-    elif freq == du_rrule.MONTHLY and dtstart.day <= 28:
-        months = (start.year - dtstart.year) * 12 + start.month - dtstart.month
-        moved = dtstart + relativedelta(months=months // interval * interval)
-    elif freq == du_rrule.YEARLY and dtstart.day <= 28:
-        moved = dtstart + relativedelta(years=(start.year - dtstart.year) // interval * interval)
-    else:
-        return rule
-    while moved > start:  # the month or year arithmetic may land past start
-        moved -= (
-            relativedelta(months=interval)
-            if freq == du_rrule.MONTHLY
-            else relativedelta(years=interval)
+
+    def _charge(self) -> None:
+        meter = getattr(self.rrule, "_pgsched_meter", None)
+        if meter is not None:
+            meter()
+
+    def ydayset(self, year: int, month: int, day: int) -> Any:
+        self._charge()
+        return super().ydayset(year, month, day)
+
+    def mdayset(self, year: int, month: int, day: int) -> Any:
+        self._charge()
+        return super().mdayset(year, month, day)
+
+    def wdayset(self, year: int, month: int, day: int) -> Any:
+        self._charge()
+        return super().wdayset(year, month, day)
+
+    def ddayset(self, year: int, month: int, day: int) -> Any:
+        self._charge()
+        return super().ddayset(year, month, day)
+
+
+setattr(du_rrule, "_iterinfo", _MeteredIterinfo)  # noqa: B010 — replacing dateutil's class
+
+
+def _reanchored(member: _Member, position: datetime) -> datetime:
+    """A DTSTART at or before ``position`` that yields the same occurrences from ``position``
+    on: the start of the FREQ x INTERVAL period containing ``position``.
+
+    Sound because every BY-part dateutil would derive from DTSTART is given explicitly
+    (:func:`_rule`), periods are counted from the original DTSTART, and a period begins
+    where dateutil begins one (a week at WKST, a month on its 1st, a year on January 1st),
+    so BYSETPOS sees whole periods. (COUNT was turned into an UNTIL by :func:`parse`.)
+    """
+    parts = member.parts
+    dtstart: datetime = getattr(member.rule, "_dtstart")  # noqa: B009 — stable since dateutil 2.0
+    if position <= dtstart:
+        return dtstart
+    interval = parts.interval
+    if parts.freq in ("DAILY", "HOURLY", "MINUTELY", "SECONDLY"):
+        unit = {"DAILY": 86400, "HOURLY": 3600, "MINUTELY": 60, "SECONDLY": 1}[parts.freq]
+        period = timedelta(seconds=unit * interval)
+        moved = dtstart + period * ((position - dtstart) // period)
+    elif parts.freq == "WEEKLY":
+        origin = datetime.combine(
+            dtstart.date() - timedelta(days=(dtstart.weekday() - parts.wkst) % 7),
+            datetime.min.time(),
         )
-    if moved <= dtstart:
-        return rule
-    return rule.replace(dtstart=moved)
+        weeks = (position - origin).days // 7 // interval * interval
+        moved = origin + timedelta(weeks=weeks)
+    elif parts.freq == "MONTHLY":
+        months = (position.year - dtstart.year) * 12 + position.month - dtstart.month
+        index = dtstart.year * 12 + dtstart.month - 1 + months // interval * interval
+        moved = datetime(index // 12, index % 12 + 1, 1)
+    else:
+        years = (position.year - dtstart.year) // interval * interval
+        moved = datetime(dtstart.year + years, 1, 1)
+    return moved if moved > dtstart else dtstart
 
 
 def parse(text: str, *, zone_name: str, anchor: datetime) -> RecurrenceRule:
     """Parse RRULE text; ``anchor`` (naive local) is DTSTART when the text has none."""
-    lines = _split_lines(text)
+    zone = ZoneInfo(zone_name)
     dtstart: datetime | None = None
-    body: list[str] = []
-    for line in lines:
-        name = _property_name(line)
-        _check_zone(line, zone_name)
+    dtstart_is_date = False
+    rules: list[str] = []
+    rdates: list[datetime] = []
+    exdates: list[datetime] = []
+    for line in _split_lines(text):
+        name, params, value = _content_line(line)
+        if name == "RRULE":
+            rules.append(value)
+            continue
+        is_date = _params(line, params, zone_name=zone_name, periods=name == "RDATE")
         if name == "DTSTART":
-            dtstart = _parse_dtstart(line, zone_name)
+            if dtstart is not None:
+                raise ScheduleError("DTSTART is given twice", example="DTSTART:20270105T083000")
+            dtstart = _moment(value, line=line, is_date=is_date, zone_name=zone_name)
+            dtstart_is_date = is_date or bool(_DATE.match(value))
         else:
-            # The TZID was checked to be the definition's zone; dateutil rejects it on
-            # RDATE and would otherwise convert, so drop it and keep the floating time.
-            body.append(_TZID_PARAM.sub("", line) if name else f"RRULE:{line}")
-    if not any(_property_name(line) == "RRULE" for line in body):
+            found = rdates if name == "RDATE" else exdates
+            for item in value.split(","):
+                found.append(_moment(item.strip(), line=line, is_date=is_date, zone_name=zone_name))
+            if len(rdates) + len(exdates) > _MAX_DATES:
+                raise ScheduleError(
+                    f"more than {_MAX_DATES} RDATE and EXDATE values; use an RRULE",
+                    example=_EXAMPLE,
+                )
+    if not rules:
         raise ScheduleError(f"{text!r} has no RRULE part", example=_EXAMPLE)
     start = dtstart or anchor.replace(hour=0, minute=0, second=0, microsecond=0)
-    try:
-        rules = du_rrule.rrulestr(
-            "\n".join(body), dtstart=start, forceset=True, ignoretz=True, unfold=True
-        )
-        # The same RRULE lines one by one, to inspect them (rruleset hides its members).
-        members = [
-            du_rrule.rrulestr(line.split(":", 1)[1], dtstart=start, ignoretz=True)
-            for line in body
-            if _property_name(line) == "RRULE"
-        ]
-    except (ValueError, TypeError, KeyError, IndexError) as error:
-        raise ScheduleError(f"{text!r} is not a valid RRULE: {error}", example=_EXAMPLE) from None
-    assert isinstance(rules, du_rrule.rruleset)
-    has_rdate = any(_property_name(line) == "RDATE" for line in body)
-    if not has_rdate and all(_never(rule, start) for rule in members):
+    members = tuple(
+        _member(rfc5545.parse_rule(value, zone=zone, dtstart_is_date=dtstart_is_date), start)
+        for value in rules
+    )
+    parsed = RecurrenceRule(
+        text=text.strip(),
+        members=members,
+        rdates=tuple(sorted(set(rdates))),
+        exdates=frozenset(exdates),
+        is_interval=any(member.parts.freq in _INTERVAL_FREQS for member in members),
+    )
+    if next(parsed.wall_times(start, budget.Budget(text.strip())), None) is None:
         raise ScheduleError(
-            f"{text!r} never produces an occurrence (its BY-parts contradict each other)",
+            f"{text!r} never produces an occurrence (its parts contradict each other)",
             example=_EXAMPLE,
         )
-    frequencies = {match.upper() for match in _FREQ.findall(text)}
-    return RecurrenceRule(
-        text=text.strip(),
-        rules=rules,
-        is_interval=bool(frequencies & _INTERVAL_FREQS),
-        members=tuple(rule for rule in members if isinstance(rule, du_rrule.rrule)),
-    )
+    return parsed
 
 
 def _split_lines(text: str) -> list[str]:
@@ -171,52 +242,179 @@ def _split_lines(text: str) -> list[str]:
     return lines
 
 
-def _property_name(line: str) -> str | None:
-    match = _PROPERTY.match(line)
-    return match.group(1).upper() if match else None
-
-
-def _check_zone(line: str, zone_name: str) -> None:
-    for tzid in _TZID.findall(line):
-        if tzid != zone_name:
+def _content_line(line: str) -> tuple[str, str, str]:
+    """``NAME;PARAM=..:VALUE`` → (NAME, params, VALUE); a bare rule is an RRULE value."""
+    match = _LINE.match(line)
+    if match is None:
+        if ":" in line:
             raise ScheduleError(
-                f"{line!r} uses TZID={tzid} but the definition's timeZone is {zone_name}; "
-                "times in the rule are local to timeZone",
-                example=f"DTSTART;TZID={zone_name}:20260105T083000",
+                f"{line!r} is not a DTSTART, RRULE, RDATE or EXDATE line", example=_EXAMPLE
             )
-    if re.search(r"\d{8}T\d{6}Z", line):
+        return "RRULE", "", line
+    name = match.group(1).upper()
+    if name == "EXRULE":
+        raise ScheduleError(
+            "EXRULE is not part of RFC 5545 (it was removed from RFC 2445); use EXDATE",
+            example="RRULE:FREQ=DAILY\\nEXDATE:20271225T000000",
+        )
+    if name not in ("DTSTART", "RRULE", "RDATE", "EXDATE"):
+        raise ScheduleError(
+            f"{name} is not a property pgsched reads; use DTSTART, RRULE, RDATE or EXDATE",
+            example=f"DTSTART:20270105T083000\\nRRULE:{_EXAMPLE}",
+        )
+    if name == "RRULE" and match.group(2):
+        raise ScheduleError(f"{line!r}: RRULE takes no parameters", example=f"RRULE:{_EXAMPLE}")
+    return name, match.group(2), match.group(3).strip()
+
+
+def _params(line: str, params: str, *, zone_name: str, periods: bool) -> bool:
+    """Check TZID and VALUE parameters; True if the values are dates (VALUE=DATE)."""
+    is_date = False
+    for param in filter(None, params.split(";")):
+        key, _, value = param.partition("=")
+        key = key.strip().upper()
+        if key == "TZID":
+            if value != zone_name:
+                raise ScheduleError(
+                    f"{line!r} uses TZID={value} but the definition's timeZone is {zone_name};"
+                    " times in the rule are local to timeZone",
+                    example=f"DTSTART;TZID={zone_name}:20260105T083000",
+                )
+        elif key == "VALUE" and value.upper() in ("DATE", "DATE-TIME"):
+            is_date = value.upper() == "DATE"
+        elif key == "VALUE" and value.upper() == "PERIOD" and periods:
+            raise ScheduleError(
+                f"{line!r}: RDATE periods are not supported; give start times",
+                example="RDATE:20271224T180000",
+            )
+        else:
+            raise ScheduleError(
+                f"{line!r}: parameter {param!r} is not supported; use TZID={zone_name}"
+                " or VALUE=DATE",
+                example=f"EXDATE;TZID={zone_name}:20271225T083000",
+            )
+    return is_date
+
+
+def _moment(value: str, *, line: str, is_date: bool, zone_name: str) -> datetime:
+    if value.upper().endswith("Z") and _DATE_TIME.match(value[:-1]):
         raise ScheduleError(
             f"{line!r} gives a UTC time (trailing Z); write local times of timeZone {zone_name}",
             example="DTSTART:20260105T083000",
         )
-
-
-def _parse_dtstart(line: str, zone_name: str) -> datetime:
-    value = line.rsplit(":", 1)[-1].strip()
-    for layout in ("%Y%m%dT%H%M%S", "%Y%m%d"):
+    parsed: datetime | None = None
+    if _DATE.match(value) or (not is_date and _DATE_TIME.match(value)):
         try:
-            return datetime.strptime(value, layout)
+            parsed = datetime.strptime(value, "%Y%m%d" if len(value) == 8 else "%Y%m%dT%H%M%S")
         except ValueError:
-            continue
-    raise ScheduleError(
-        f"DTSTART value {value!r} is not a date-time like 20260105T083000",
-        example=f"DTSTART;TZID={zone_name}:20260105T083000",
-    )
+            parsed = None
+    if parsed is None:
+        layout = "a date like 20260105" if is_date else "a date-time like 20260105T083000"
+        raise ScheduleError(
+            f"{line!r}: {value!r} is not {layout}",
+            example=f"DTSTART;TZID={zone_name}:20260105T083000",
+        )
+    if not _FIRST_YEAR <= parsed.year < budget.LAST_WALL.year:
+        raise ScheduleError(
+            f"{line!r}: year {parsed.year} is outside {_FIRST_YEAR}..{budget.LAST_WALL.year - 1}",
+            example="DTSTART:20270105T083000",
+        )
+    return parsed
 
 
-def _never(rule: du_rrule.rrule | du_rrule.rruleset, start: datetime) -> bool:
-    """True if the rule's BY-parts match no date at all (``BYMONTH=2;BYMONTHDAY=31``).
+def _member(parts: rfc5545.RuleParts, dtstart: datetime) -> _Member:
+    """The dateutil rule of ``parts``, with every BY-part dateutil would take from DTSTART
+    given explicitly (what re-anchoring relies on), and its worst cost per day.
 
-    dateutil would search such a rule until year 9999 (seconds of CPU per call, on every
-    tick), so check a yearly projection of the same BY-parts over 40 years instead: every
-    date the real rule can produce is a date the projection produces.
+    A COUNT becomes the UNTIL of its last occurrence, found once here (within one budget):
+    a rule with an UNTIL can be re-anchored and is known to have ended, a counted one
+    would have to be expanded from DTSTART every time.
     """
-    assert isinstance(rule, du_rrule.rrule)
-    projection = rule.replace(
-        freq=du_rrule.YEARLY,
-        interval=1,
-        count=None,
-        bysetpos=None,
-        until=start.replace(year=start.year + 40, month=1, day=1),
+    if parts.count is not None:
+        uncounted = _member(dataclasses.replace(parts, count=None), dtstart)
+        alone = RecurrenceRule(
+            text="", members=(uncounted,), rdates=(), exdates=frozenset(), is_interval=False
+        )
+        spend = budget.Budget(f"COUNT={parts.count}")
+        found = list(islice(alone.wall_times(dtstart, spend), parts.count))
+        last = found[-1] if found else dtstart - timedelta(seconds=1)
+        return dataclasses.replace(uncounted, until=last)
+    bymonth = parts.bymonth
+    bymonthday = parts.bymonthday
+    byday: tuple[tuple[int | None, int], ...] = parts.byday
+    if not (parts.byweekno or parts.byyearday or bymonthday or byday):
+        if parts.freq == "YEARLY":
+            bymonth = bymonth or (dtstart.month,)
+            bymonthday = (dtstart.day,)
+        elif parts.freq == "MONTHLY":
+            bymonthday = (dtstart.day,)
+        elif parts.freq == "WEEKLY":
+            byday = ((None, dtstart.weekday()),)
+    coarse = parts.freq in _PERIOD_DAYS
+    byhour = parts.byhour or ((dtstart.hour,) if coarse else ())
+    byminute = parts.byminute or (
+        (dtstart.minute,) if parts.freq != "MINUTELY" and parts.freq != "SECONDLY" else ()
     )
-    return next(iter(projection), None) is None
+    bysecond = parts.bysecond or ((dtstart.second,) if parts.freq != "SECONDLY" else ())
+    _check_period_size(
+        parts, bymonth, bymonthday, byday, len(byhour) * len(byminute) * len(bysecond)
+    )
+    rule = du_rrule.rrule(
+        _FREQ_CODES[parts.freq],
+        dtstart=dtstart,
+        interval=parts.interval,
+        wkst=parts.wkst,
+        until=parts.until,
+        bysetpos=parts.bysetpos or None,
+        bymonth=bymonth or None,
+        bymonthday=bymonthday or None,
+        byyearday=parts.byyearday or None,
+        byweekno=parts.byweekno or None,
+        byweekday=[du_rrule.weekday(day, ordinal) for ordinal, day in byday] or None,
+        byhour=byhour or None,
+        byminute=byminute or None,
+        bysecond=bysecond or None,
+        cache=False,
+    )
+    return _Member(rule=rule, parts=parts, until=parts.until, step_cost=_step_cost(parts))
+
+
+def _check_period_size(
+    parts: rfc5545.RuleParts,
+    bymonth: tuple[int, ...],
+    bymonthday: tuple[int, ...],
+    byday: tuple[tuple[int | None, int], ...],
+    times: int,
+) -> None:
+    if parts.freq not in _PERIOD_DAYS:
+        return
+    months = len(bymonth) or (12 if parts.freq == "YEARLY" else 1)
+    days = _PERIOD_DAYS[parts.freq]
+    if parts.byyearday:
+        days = min(days, len(parts.byyearday))
+    if bymonthday:
+        days = min(days, len(bymonthday) * months)
+    if byday and all(ordinal is not None for ordinal, _ in byday):
+        days = min(days, len(byday) * months)
+    if days * times > MAX_PER_PERIOD:
+        finer = rfc5545.FREQUENCIES[rfc5545.FREQUENCIES.index(parts.freq) + 1]
+        raise ScheduleError(
+            f"FREQ={parts.freq} with these BY-parts has up to {days * times} occurrences in"
+            f" each period, more than pgsched expands ({MAX_PER_PERIOD}); use a finer FREQ",
+            example=f"FREQ={finer}",
+        )
+
+
+def _step_cost(parts: rfc5545.RuleParts) -> int:
+    """Budget steps (about a microsecond each) for one period of dateutil's scan.
+
+    A YEARLY period checks 366 days; to find the next time of day matching
+    BYHOUR/BYMINUTE/BYSECOND, a SECONDLY or MINUTELY rule steps by INTERVAL up to a whole
+    day's worth (86,400 or 1,440 iterations).
+    """
+    loops = _PERIOD_DAYS.get(parts.freq, 1)
+    if parts.freq == "SECONDLY" and (parts.byhour or parts.byminute or parts.bysecond):
+        loops = 86400 // math.gcd(parts.interval, 86400)
+    elif parts.freq == "MINUTELY" and (parts.byhour or parts.byminute):
+        loops = 1440 // math.gcd(parts.interval, 1440)
+    return max(1, loops // _LOOPS_PER_STEP)

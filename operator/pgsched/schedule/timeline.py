@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from pgsched.schedule import zones
+from pgsched.schedule import budget, zones
 from pgsched.schedule.once import OneShot
 
 
@@ -25,7 +25,7 @@ class Recurrence(Protocol):
     @property
     def is_interval(self) -> bool: ...
 
-    def wall_times(self, start: datetime) -> Iterator[datetime]: ...
+    def wall_times(self, start: datetime, spend: budget.Budget) -> Iterator[datetime]: ...
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,23 @@ class Schedule:
     def zone_name(self) -> str:
         return self.zone.key
 
-    def occurrences_after(self, after: datetime) -> Iterator[Occurrence]:
+    def occurrences_after(
+        self, after: datetime, *, limit: int = budget.MAX_STEPS
+    ) -> Iterator[Occurrence]:
         """Every occurrence strictly after the instant ``after``, in increasing order,
-        each instant once."""
+        each instant once, up to :data:`budget.LAST_INSTANT`.
+
+        Finding each next occurrence may cost at most ``limit`` steps
+        (:mod:`pgsched.schedule.budget`); past that it raises ``ScheduleError``.
+        """
         if isinstance(self.recurrence, OneShot) and self.recurrence.instant is not None:
             if self.recurrence.instant > after:
                 yield Occurrence(self.recurrence.instant)
             return
-        start = zones.to_wall(after, self.zone)
+        if after >= budget.LAST_INSTANT - zones.MAX_OFFSET_JUMP * 2:
+            return
+        spend = budget.Budget(self.recurrence.text, limit=limit)
+        start = zones.to_wall(max(after, budget.FIRST_INSTANT), self.zone)
         if zones.transition_near(after, self.zone):
             start -= zones.MAX_OFFSET_JUMP
         # Wall-clock order and instant order differ only around a repeat (with "both",
@@ -59,12 +68,15 @@ class Schedule:
         # once no later wall-clock time can produce an earlier instant.
         pending: list[tuple[datetime, bool]] = []
         last: datetime | None = None
-        for wall in self.recurrence.wall_times(start):
+        for wall in self.recurrence.wall_times(start, spend):
+            if wall >= budget.LAST_WALL:
+                break
             floor = zones.earliest(wall, self.zone)
             while pending and pending[0][0] < floor:
                 at, skipped = heapq.heappop(pending)
                 if at != last:
                     last = at
+                    spend.found()
                     yield Occurrence(at, skipped)
             for instant in zones.resolve(
                 wall, self.zone, self.dst, interval=self.recurrence.is_interval
@@ -77,8 +89,8 @@ class Schedule:
                 last = at
                 yield Occurrence(at, skipped)
 
-    def next_after(self, after: datetime) -> Occurrence | None:
-        return next(self.occurrences_after(after), None)
+    def next_after(self, after: datetime, *, limit: int = budget.MAX_STEPS) -> Occurrence | None:
+        return next(self.occurrences_after(after, limit=limit), None)
 
     def upcoming(self, after: datetime, *, count: int) -> list[Occurrence]:
         """The next ``count`` occurrences that will run (DST-skipped ones left out)."""
