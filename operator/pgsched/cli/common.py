@@ -68,4 +68,7 @@ def parse_time(text: str, zone: ZoneInfo, *, flag: str, end_of_day: bool = False
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise CommandError(f"{flag} {text!r} is outside the calendar", code=2) from None

@@ -94,11 +94,16 @@ def run(args: argparse.Namespace) -> int:
             " pgsched next --cron '30 8 * * MON-FRI' --tz Europe/Sofia)",
             code=2,
         )
-    if expression is None:
-        described, schedule, after, notes = _stored(args)
-    else:
-        described, schedule, after, notes = _expression(args)
-    upcoming = schedule.upcoming(after - timedelta(microseconds=1), count=args.count)
+    try:
+        if expression is None:
+            described, schedule, after, notes = _stored(args)
+        else:
+            described, schedule, after, notes = _expression(args)
+        upcoming = schedule.upcoming(after - timedelta(microseconds=1), count=args.count)
+    except (ScheduleError, OverflowError) as error:
+        # A stored schedule this release no longer accepts, or one whose expansion runs
+        # out of budget, or an --after at the edge of the calendar: a usage error.
+        raise common.CommandError(f"cannot list occurrences: {error}", code=2) from None
     zone = schedule.zone
     if args.output == "json":
         output.emit_json(
