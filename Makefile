@@ -6,6 +6,7 @@
 #   make bench  the benchmarks in bench/ (not part of the test run)
 #   make chaos  the chaos suite alone, CI length (it also runs inside `make test`)
 #   make chaos-long MINUTES=10   both chaos variants for MINUTES each (docs/chaos.md)
+#   make fuzz   the schedule/spec/CLI fuzzing with the long hypothesis profile (20x CI)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +15,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv k8s lint test test-unit test-db test-cluster chaos chaos-long demo bench clean
+.PHONY: venv k8s lint test test-unit test-db test-cluster chaos chaos-long demo bench clean fuzz
 
 venv: $(STAMP)
 
@@ -41,6 +42,9 @@ test: venv k8s lint
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
+
+fuzz: venv
+	PGSCHED_FUZZ=long $(BIN)/pytest tests/unit/test_schedule_fuzz.py --hypothesis-show-statistics
 
 test-db: venv
 	$(BIN)/pytest tests/unit tests/db
