@@ -1,10 +1,10 @@
 -- name: claim_for_dispatch
 -- The whole claim transaction (candidates, definition locks, live counts, claim, Skip and
--- Replace) in one call; see migrations/0005_claim_in_one_call.sql.
+-- Replace) in one call; see migrations/0009_claim_always_locks.sql.
 SELECT c.outcome, c.subject_run, c.subject_definition, (c.run).*
 FROM pgsched.claim_for_dispatch(
     %(batch_size)s, %(overshoot)s, %(now)s::timestamptz, %(definition_ids)s::uuid[],
-    %(lock_mode)s
+    CASE WHEN %(try_locks)s THEN 'try' ELSE 'wait' END
 ) AS c;
 
 -- name: claim_candidates
