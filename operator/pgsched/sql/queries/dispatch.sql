@@ -10,7 +10,8 @@ FROM pgsched.claim_for_dispatch(
 -- name: claim_candidates
 -- Step 1 of pgsched.claim_for_dispatch, written out so its plan can be EXPLAINed (a
 -- function's inner plans are not): the tests check it uses the partial queue index, the
--- benchmarks measure its buffers. Keep it the same as the function's first statement.
+-- benchmarks measure its buffers. tests/db/test_schema.py proves it is the function's
+-- first statement, with the parameters spelled as the query spells them.
 SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
 FROM pgsched.job_runs AS r
 WHERE r.status = 'QUEUED'
