@@ -1,7 +1,7 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
-One claim transaction, exactly as the seed describes it, run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0005) so that it is one round trip and the
+One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
+``pgsched.claim_for_dispatch`` (migration 0009) so that it is one round trip and the
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
