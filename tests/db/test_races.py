@@ -6,6 +6,7 @@ live RUNNING counts while they race; afterwards the recorded run intervals are s
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import random
 import uuid
@@ -57,11 +58,8 @@ def race_by_worker(dsn, target, workers, seconds, **kwargs):
     try:
         with context.Pool(workers) as pool:
             launched = pool.starmap(
-                target,
-                [
-                    (dsn, worker, 1000 + worker, seconds, *kwargs.values())
-                    for worker in range(workers)
-                ],
+                functools.partial(target, **kwargs),
+                [(dsn, worker, 1000 + worker, seconds) for worker in range(workers)],
             )
     finally:
         stop.set()
