@@ -34,6 +34,7 @@ lint: venv
 	$(BIN)/ruff check operator tests bench examples hack
 	$(BIN)/ruff format --check operator tests bench examples hack
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The test command the README documents and CI runs. Cluster tests must not be skipped
 # here: missing control-plane binaries are an error, not a reason to test less.

@@ -46,7 +46,7 @@ class Arm:
     name: str
     method: Method | str
     complete: Complete = "none"
-    lock_definitions: bool = True
+    unlocked: bool = False  # the claim without its locks, installed by bench/planted.py
     try_locks: bool = False  # the dispatcher's try-first lock mode
 
 
@@ -133,7 +133,7 @@ class Series:
             start_at=start,
             stop_at=start + self.seconds,
             complete=arm.complete,
-            lock_definitions=arm.lock_definitions,
+            unlocked=arm.unlocked,
             try_locks=arm.try_locks,
         )
         outcomes = self.crew.run([task] * workers, timeout=self.seconds + START_LEAD + 120)

@@ -49,7 +49,7 @@ class Task:
     start_at: float
     stop_at: float
     complete: Complete = "none"
-    lock_definitions: bool = True
+    unlocked: bool = False  # the claim without its locks (bench/planted.py)
     try_locks: bool = False
 
 
@@ -74,9 +74,11 @@ def backend_cpu(pid: int) -> float:
 
 def claim_loop(task: Task) -> Outcome:
     """One worker's measurement (runs in a pool process)."""
-    from bench import queries
+    from bench import planted, queries
     from pgsched.db import connection
     from pgsched.engine import dispatch, launcher, lease
+
+    planted.use_unlocked_claim(task.unlocked)  # pool processes run locked and unlocked tasks
 
     raw = queries.raw_claim()
     complete = queries.get("complete_runs")
@@ -100,14 +102,12 @@ def claim_loop(task: Task) -> Outcome:
                         conn,
                         null,
                         batch_size=task.batch,
-                        lock_definitions=task.lock_definitions,
                         try_locks=task.try_locks,
                     )
                 else:
                     result = dispatch.claim(
                         conn,
                         batch_size=task.batch,
-                        lock_definitions=task.lock_definitions,
                         try_locks=task.try_locks,
                     )
                 claimed = [(run.id, run.lease_token) for run in result.claimed]

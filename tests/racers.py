@@ -13,11 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import planted
+
 import previous_dispatch
 from pgsched.db import connection
 from pgsched.engine import dispatch, lease
 from pgsched.engine.models import Definition, Run
-from pgsched.engine.tick import Ticker, TickSettings
+from pgsched.engine.tick import TickSettings
 
 
 @dataclass
@@ -87,17 +89,21 @@ def dispatcher(
     worker: int,
     seed: int,
     seconds: float,
-    lock_definitions: bool = True,
+    unlocked: bool = False,
     try_locks: bool = False,
 ) -> list[int]:
-    """This release's dispatcher (``dispatch.run_once``) in a claim-and-work loop."""
+    """This release's dispatcher (``dispatch.run_once``) in a claim-and-work loop.
+
+    ``unlocked``: the planted bug of the negative control, the claim without its advisory
+    locks (``planted.install_unlocked_claim`` must have run on the database first)."""
+    if unlocked:
+        planted.use_unlocked_claim()
 
     def claim_into(conn: connection.Connection, work: SimulatedWork, batch_size: int) -> int:
         result = dispatch.run_once(
             conn,
             work,
             batch_size=batch_size,
-            lock_definitions=lock_definitions,
             try_locks=try_locks,
         )
         return len(result.claimed)
@@ -123,11 +129,10 @@ def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -
 def leaderless_ticker(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
     """A full tick loop that acts as leader on every tick, as a paused-then-woken leader would."""
     work = SimulatedWork(random.Random(seed))
-    ticker = Ticker(
+    ticker = planted.LeaderlessTicker(
         lambda: connection.connect(dsn, application_name=f"pgsched-ticker-{worker}"),
         work,
         TickSettings(dispatch_batch=10),
-        elect_leader=False,
     )
     deadline = time.monotonic() + seconds
     with connection.connect(dsn) as conn:

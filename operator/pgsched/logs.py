@@ -21,16 +21,27 @@ import logging
 import sys
 from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from pgsched.engine.models import Definition, Run
+from typing import Any, Protocol
 
 FORMATS = ("text", "json")
 # The context fields, in the order they are printed.
 FIELDS = ("run_id", "definition", "attempt")
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+# What for_run reads from a run and its definition (engine.models.Run and Definition):
+# described here, not imported, because logging is on the ground floor.
+class _Run(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+
+
+class _Definition(Protocol):
+    @property
+    def key(self) -> str: ...
 
 
 class JsonFormatter(logging.Formatter):
@@ -106,7 +117,7 @@ def context(
     }
 
 
-def for_run(logger: logging.Logger, run: Run, definition: Definition | None) -> ContextAdapter:
+def for_run(logger: logging.Logger, run: _Run, definition: _Definition | None) -> ContextAdapter:
     """A logger whose records are about ``run`` (of ``definition``, when known)."""
     return ContextAdapter(
         logger,

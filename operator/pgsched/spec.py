@@ -16,21 +16,19 @@ accepts is a spec the operator accepts.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from pgsched import schedule
+from pgsched import names, schedule
+from pgsched.engine import definitions
+from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
-from pgsched.schedule import budget, timeline, zones
+from pgsched.schedule import budget, zones
 
 MAX_INT32 = 2**31 - 1
 VALIDATION_STEPS = budget.MAX_STEPS // 4
-_REASON = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-# A job kind name (spec.job.kind); the SDK validates registered names with the same pattern.
-JOB_KIND = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -50,42 +48,6 @@ class SpecError(ValueError):
     def __init__(self, errors: list[FieldError]) -> None:
         self.errors = errors
         super().__init__("\n".join(str(error) for error in errors))
-
-
-@dataclass(frozen=True)
-class DefinitionSpec:
-    """A validated spec: exactly what the engine stores for a definition."""
-
-    schedule_kind: schedule.ScheduleKind
-    schedule: str
-    time_zone: str = "UTC"
-    dst_gap: zones.GapPolicy = "shift"
-    dst_repeat: zones.RepeatPolicy = "first"
-    suspend: bool = False
-    max_concurrent_runs: int = 1
-    concurrency_policy: Literal["Queue", "Skip", "Replace"] = "Queue"
-    starting_deadline_seconds: int | None = None
-    catch_up: Literal["latest", "all", "none"] = "latest"
-    catch_up_limit: int = 100
-    active_deadline_seconds: int | None = None
-    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
-    heartbeat_interval_seconds: int = 10
-    heartbeat_timeout_seconds: int = 60
-    orphan_timeout_seconds: int = 300
-    cancel_grace_seconds: int = 30
-    failure_suspend_threshold: int | None = None
-    # The rest of the spec (jobTemplate, job, history limits), stored for the launcher.
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def build_schedule(self, *, hash_seed: str, anchor: datetime) -> timeline.Schedule:
-        return schedule.build(
-            self.schedule_kind,
-            self.schedule,
-            zone=self.time_zone,
-            dst=zones.DstPolicy(gap=self.dst_gap, repeat=self.dst_repeat),
-            hash_seed=hash_seed,
-            anchor=anchor,
-        )
 
 
 _SCHEDULE_FIELDS = {"schedule": "cron", "rrule": "rrule", "runAt": "once"}
@@ -321,7 +283,7 @@ def parse(
     )
     field_name = next(name for name, value in _SCHEDULE_FIELDS.items() if value == kind)
     try:
-        built = parsed.build_schedule(hash_seed=hash_seed, anchor=anchor)
+        built = definitions.build_schedule(parsed, hash_seed=hash_seed, anchor=anchor)
     except schedule.ScheduleError as error:
         raise SpecError([FieldError(field_name, error.message, error.example)]) from None
     try:
@@ -442,7 +404,9 @@ def _reasons(
         check.fail(path, f"must be a list of failure reasons, got {_describe(value)}", example)
         return default
     for index, reason in enumerate(value):
-        if not isinstance(reason, str) or not (reason == ANY_REASON or _REASON.match(reason)):
+        if not isinstance(reason, str) or not (
+            reason == ANY_REASON or names.DOTTED_NAME.match(reason)
+        ):
             check.fail(
                 f"{path}[{index}]",
                 f"{reason!r} is not a failure reason: use one of {', '.join(sorted(REASONS))},"
@@ -515,7 +479,7 @@ def _extra_fields(check: _Checker) -> None:
         return
     check.unknown(job, {"kind", "args", "modules"}, "job.")
     kind = job.get("kind")
-    if not isinstance(kind, str) or not JOB_KIND.match(kind):
+    if not isinstance(kind, str) or not names.JOB_KIND.match(kind):
         check.fail(
             "job.kind",
             f"{kind!r} is not a job kind name (lowercase letters, digits, '.', '_' or '-')",
@@ -526,7 +490,7 @@ def _extra_fields(check: _Checker) -> None:
         check.fail("job.args", f"must be an object, got {_describe(args)}", "args: {days: 7}")
     modules = job.get("modules", [])
     if not isinstance(modules, list) or not all(
-        isinstance(module, str) and _REASON.match(module) for module in modules
+        isinstance(module, str) and names.DOTTED_NAME.match(module) for module in modules
     ):
         check.fail(
             "job.modules",

@@ -10,7 +10,8 @@ claimers, or by one claimer twice) shows up there even if every database row loo
 
 Planted bugs (self-tests only), ``config.planted``:
 
-- ``unlocked-dispatch``: replicas all lead and dispatch without the advisory locks → I2;
+- ``unlocked-dispatch``: replicas all lead and dispatch without the advisory locks → I2
+  (the unlocked claim is created in the test database here, ``bench/planted.py``);
 - ``unfenced-finish``: jobs ignore a lost lease and finish with an unfenced UPDATE → I4.
 """
 
@@ -27,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench import planted
 
 import invariants
 from chaos import faults, jobhost, workload
@@ -80,6 +83,8 @@ class DatabaseChaos(ChaosDriver):
     def prepare(self) -> None:
         with connection.connect(self.dsn, application_name="chaos-setup") as conn:
             invariants.install_run_audit(conn)
+            if self.config.planted == "unlocked-dispatch":
+                planted.install_unlocked_claim(conn)
             self._definition_ids = workload.create_definitions(
                 conn, random.Random(f"{self.config.seed}:definitions"), self._definitions
             )

@@ -8,15 +8,15 @@ written is in the page cache, so a replica killed a microsecond later still leav
 evidence the I1 check counts.
 
 ``--leaderless --unlocked-dispatch`` is the planted bug of the I2 self-test: every replica
-acts as leader and dispatches without the per-definition advisory locks
-(``dispatch.run_once(lock_definitions=False)``), so concurrent claimers read the same
-RUNNING count and overshoot caps.
+acts as leader (``planted.LeaderlessTicker``) and claims through the copy of the claim
+function without its per-definition advisory locks that the driver created in the test
+database (``planted.install_unlocked_claim``), so concurrent claimers read the same
+RUNNING count and overshoot caps. Both live in ``bench/planted.py``, not in the product.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import os
@@ -28,9 +28,10 @@ import threading
 import time
 from pathlib import Path
 
+from bench import planted
+
 from chaos.jobhost import Job
 from pgsched.db import connection
-from pgsched.engine import dispatch
 from pgsched.engine.launcher import LaunchError
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings
@@ -89,14 +90,13 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     if args.unlocked_dispatch:
-        # The planted bug: the tick's dispatch phase skips the per-definition locks.
-        dispatch.run_once = functools.partial(dispatch.run_once, lock_definitions=False)
+        # The planted bug: the tick's dispatch phase claims without the per-definition locks.
+        planted.use_unlocked_claim()
     name = APPLICATION_NAME.format(index=args.index)
-    ticker = Ticker(
+    ticker = (planted.LeaderlessTicker if args.leaderless else Ticker)(
         lambda: connection.connect(args.dsn, application_name=name, connect_timeout=3),
         JobHostLauncher(args.socket, args.launch_log, args.index),
         TickSettings(interval_seconds=args.interval, dispatch_batch=args.batch),
-        elect_leader=not args.leaderless,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,7 +1,8 @@
 """The chaos checker can fail: switch one safeguard off and it reports the damage.
 
-Each test runs the database variant with one planted bug (test-only switches, see
-``dbchaos``) and asserts that the checker finds the violation the safeguard prevents.
+Each test runs the database variant with one planted bug (installed from the test side,
+see ``dbchaos`` and ``bench/planted.py``; the product has no switch for it) and asserts
+that the checker finds the violation the safeguard prevents.
 Without these, a checker that never reports anything would look exactly like success.
 """
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -16,13 +18,22 @@ from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
 
+SHIFTED_CLOCK = Path(__file__).parent / "shifted_clock"
+
+
+def start_with_shifted_clock(operators, offset_seconds: float):
+    """A replica whose engine clock runs ``offset_seconds`` from the local one (the product
+    has no setting for it: shifted_clock/sitecustomize.py wraps the operator's entry)."""
+    path = os.pathsep.join(p for p in (str(SHIFTED_CLOCK), os.environ.get("PYTHONPATH")) if p)
+    return operators.start(PYTHONPATH=path, SHIFTED_CLOCK_SECONDS=str(offset_seconds))
+
 
 def test_rrule_byhour_8_in_sofia_runs_at_eight_local_time(operators, sj):
     # Pin the engine's clock to ten seconds before 08:00 in Sofia on the next spring-forward
     # day (the rule is anchored at the resource's creation day, so the pin is in the future).
     target = datetime(2027, 3, 28, 8, 0, tzinfo=ZoneInfo("Europe/Sofia"))
     offset = (target - datetime.now(UTC)).total_seconds() - 10
-    operators.start(PGSCHED_CLOCK_OFFSET_SECONDS=str(offset))
+    start_with_shifted_clock(operators, offset)
     sj.apply(
         "standup",
         {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from factories import RecordingLauncher, define, runs_of
@@ -319,3 +320,10 @@ def test_a_parallel_launcher_launches_a_batch_at_once_and_failures_still_end_the
         for run_id, (status, _, name) in statuses.items()
         if run_id != doomed
     )
+
+
+def test_the_claim_function_has_no_mode_that_skips_its_locks(conn):
+    """0005's test-only lock_mode 'none' is gone (migration 0009): the self-tests plant an
+    unlocked copy themselves (bench/planted.py); the product's claim always locks."""
+    with pytest.raises(psycopg.errors.RaiseException, match="lock_mode must be wait or try"):
+        conn.execute("SELECT * FROM pgsched.claim_for_dispatch(10, 4, NULL, NULL, 'none')")

@@ -6,11 +6,13 @@ live RUNNING counts while they race; afterwards the recorded run intervals are s
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import random
 import uuid
 
 import pytest
+from bench import planted
 
 import invariants
 import racers
@@ -56,11 +58,8 @@ def race_by_worker(dsn, target, workers, seconds, **kwargs):
     try:
         with context.Pool(workers) as pool:
             launched = pool.starmap(
-                target,
-                [
-                    (dsn, worker, 1000 + worker, seconds, *kwargs.values())
-                    for worker in range(workers)
-                ],
+                functools.partial(target, **kwargs),
+                [(dsn, worker, 1000 + worker, seconds) for worker in range(workers)],
             )
     finally:
         stop.set()
@@ -76,7 +75,7 @@ def test_eight_dispatchers_never_double_claim_and_never_exceed_caps(dsn, try_loc
         seed_definitions(conn, count=DEFINITIONS, runs_each=RUNS_PER_DEFINITION)
 
     launched, samples, live_violations = race(
-        dsn, racers.dispatcher, WORKERS, 240, lock_definitions=True, try_locks=try_locks
+        dsn, racers.dispatcher, WORKERS, 240, unlocked=False, try_locks=try_locks
     )
 
     total = DEFINITIONS * RUNS_PER_DEFINITION
@@ -140,15 +139,16 @@ def test_invariants_hold_with_leader_election_bypassed(dsn):
     assert queued >= 100 * 30 and len(launched) == queued
 
 
-@pytest.mark.parametrize("lock_definitions", [False])
-def test_the_checks_catch_over_cap_claims_when_the_advisory_lock_is_skipped(dsn, lock_definitions):
-    """The experiment can fail: without the per-definition lock, racers overshoot caps."""
+def test_the_checks_catch_over_cap_claims_when_the_advisory_lock_is_skipped(dsn):
+    """The experiment can fail: without the per-definition lock (a planted copy of the
+    claim function, created here), racers overshoot caps."""
     with connection.connect(dsn) as conn:
         seed_definitions(conn, count=5, runs_each=200)
         conn.execute("UPDATE pgsched.job_definitions SET max_concurrent_runs = 1")
+        planted.install_unlocked_claim(conn)
 
     launched, _, live_violations = race(
-        dsn, racers.dispatcher, WORKERS, seconds=120, lock_definitions=lock_definitions
+        dsn, racers.dispatcher, WORKERS, seconds=120, unlocked=True, try_locks=False
     )
 
     assert invariants.no_double_launch(launched) == []  # SKIP LOCKED still prevents double claims

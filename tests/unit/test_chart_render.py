@@ -30,8 +30,6 @@ CHART_CRD = CHART / "files" / "crds" / "scheduledjobs.pgsched.dev.yaml"
 SETTINGS_SOURCES = [
     ROOT / "operator" / "pgsched" / path for path in ("k8s/settings.py", "cli/main.py")
 ]
-# Settings the chart deliberately does not expose.
-NOT_CHART_SETTINGS = {"PGSCHED_CLOCK_OFFSET_SECONDS"}  # a testing aid: shifts the engine clock
 
 Obj = dict[str, Any]
 
@@ -304,7 +302,7 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
     wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
     chart = {key for key in {*namespaced, *wide} if key.startswith("PGSCHED_")}
     chart.add("PGSCHED_DSN")  # from the database Secret
-    assert chart == read - NOT_CHART_SETTINGS
+    assert chart == read
 
 
 def test_probes_use_kopfs_healthz_on_the_health_port(helm_binary):

@@ -7,8 +7,8 @@ as ``status.nextRuns`` does — so what it prints is what the engine will run.
 
 ``pgsched next --cron '30 8 * * MON-FRI' --tz Europe/Sofia`` (or ``--rrule``, ``--run-at``)
 checks an expression before it is applied: it goes through ``spec.parse`` — the
-validation the operator runs on every ScheduledJob — and ``build_schedule``, so an
-expression it accepts is one the operator accepts, with the same occurrences. Give the
+validation the operator runs on every ScheduledJob — and ``definitions.build_schedule``,
+so an expression it accepts is one the operator accepts, with the same occurrences. Give the
 ScheduledJob's name too (``pgsched next SJ --cron 'H H * * *'``) and ``H`` fields hash
 exactly as they will for that job; no database is needed for an expression.
 
@@ -200,7 +200,7 @@ def _expression(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, dat
     after = common.parse_time(args.after, zone, flag="--after") if args.after else now
     try:
         parsed = spec_module.parse(raw, hash_seed=seed, anchor=now, now=now)
-        schedule = parsed.build_schedule(hash_seed=seed, anchor=now)
+        schedule = definitions.build_schedule(parsed, hash_seed=seed, anchor=now)
     except spec_module.SpecError as error:
         message = str(error)
         for field, flag in _FLAG_OF_FIELD.items():

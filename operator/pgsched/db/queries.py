@@ -44,7 +44,3 @@ def get(name: str) -> sql.SQL:
         return _all()[name]
     except KeyError:
         raise KeyError(f"no SQL query named {name!r} in pgsched/sql/queries") from None
-
-
-def names() -> list[str]:
-    return sorted(_all())

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, Protocol
 from uuid import UUID
 
 from pgsched import schedule
@@ -24,12 +25,39 @@ from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
 from pgsched.engine import runs
 from pgsched.engine.models import Definition, Run
+from pgsched.engine.retry import RetryPolicy
 from pgsched.schedule import timeline, zones
-from pgsched.spec import DefinitionSpec
 
 log = logging.getLogger(__name__)
 
 _TIMING_FIELDS = ("schedule_kind", "schedule", "time_zone", "dst_gap", "dst_repeat")
+
+
+@dataclass(frozen=True)
+class DefinitionSpec:
+    """What the engine stores for a definition: the engine's input, built and validated
+    from a ScheduledJob's spec by ``pgsched.spec.parse``."""
+
+    schedule_kind: schedule.ScheduleKind
+    schedule: str
+    time_zone: str = "UTC"
+    dst_gap: zones.GapPolicy = "shift"
+    dst_repeat: zones.RepeatPolicy = "first"
+    suspend: bool = False
+    max_concurrent_runs: int = 1
+    concurrency_policy: Literal["Queue", "Skip", "Replace"] = "Queue"
+    starting_deadline_seconds: int | None = None
+    catch_up: Literal["latest", "all", "none"] = "latest"
+    catch_up_limit: int = 100
+    active_deadline_seconds: int | None = None
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    heartbeat_interval_seconds: int = 10
+    heartbeat_timeout_seconds: int = 60
+    orphan_timeout_seconds: int = 300
+    cancel_grace_seconds: int = 30
+    failure_suspend_threshold: int | None = None
+    # The rest of the spec (jobTemplate, job, history limits), stored for the launcher.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,7 +137,7 @@ def _next_run_at(
         getattr(existing, name) == getattr(spec, name) for name in _TIMING_FIELDS
     ):
         return existing.next_run_at
-    timing = spec.build_schedule(hash_seed=key.hash_seed, anchor=key.created_at)
+    timing = build_schedule(spec, hash_seed=key.hash_seed, anchor=key.created_at)
     if spec.schedule_kind == "once":
         # A one-shot runs even if its time has passed (catchUp decides); it is never
         # materialized twice because the occurrence key is unique.
@@ -140,16 +168,38 @@ def reject(
     return Definition.from_row(row) if row else None
 
 
-def schedule_of(definition: Definition) -> timeline.Schedule:
-    """The definition's schedule, built by the same code that validated it."""
+class Timing(Protocol):
+    """What decides when a definition runs (``_TIMING_FIELDS``): a spec being applied
+    (:class:`DefinitionSpec`) or a stored :class:`~pgsched.engine.models.Definition`."""
+
+    @property
+    def schedule_kind(self) -> schedule.ScheduleKind: ...
+    @property
+    def schedule(self) -> str: ...
+    @property
+    def time_zone(self) -> str: ...
+    @property
+    def dst_gap(self) -> zones.GapPolicy: ...
+    @property
+    def dst_repeat(self) -> zones.RepeatPolicy: ...
+
+
+def build_schedule(timing: Timing, *, hash_seed: str, anchor: datetime) -> timeline.Schedule:
+    """The one place a definition's schedule is built: validation (``spec.parse``), the
+    stored next run, materializing, status and the CLI all go through it."""
     return schedule.build(
-        definition.schedule_kind,
-        definition.schedule,
-        zone=definition.time_zone,
-        dst=zones.DstPolicy(gap=definition.dst_gap, repeat=definition.dst_repeat),
-        hash_seed=definition.key,
-        anchor=definition.anchor,
+        timing.schedule_kind,
+        timing.schedule,
+        zone=timing.time_zone,
+        dst=zones.DstPolicy(gap=timing.dst_gap, repeat=timing.dst_repeat),
+        hash_seed=hash_seed,
+        anchor=anchor,
     )
+
+
+def schedule_of(definition: Definition) -> timeline.Schedule:
+    """The stored definition's schedule (hashed by its ``namespace/name``)."""
+    return build_schedule(definition, hash_seed=definition.key, anchor=definition.anchor)
 
 
 def get(conn: Connection, definition_id: UUID) -> Definition | None:

@@ -1,7 +1,7 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
-One claim transaction, exactly as the seed describes it, run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0005) so that it is one round trip and the
+One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
+``pgsched.claim_for_dispatch`` (migration 0009) so that it is one round trip and the
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
@@ -71,14 +71,11 @@ def run_once(
     definition_ids: list[UUID] | None = None,
     now: datetime | None = None,
     try_locks: bool = False,
-    lock_definitions: bool = True,
 ) -> DispatchResult:
     """Claim and launch up to ``batch_size`` due runs.
 
     ``definition_ids`` restricts the claim (run-now dispatches its own definition at once).
     ``try_locks`` tries the definitions' locks before waiting (step 2 above).
-    ``lock_definitions=False`` exists only so the chaos self-test can prove the invariant
-    checker catches the over-cap claims that skipping the advisory locks allows.
     """
     result = claim(
         conn,
@@ -87,7 +84,6 @@ def run_once(
         definition_ids=definition_ids,
         now=now,
         try_locks=try_locks,
-        lock_definitions=lock_definitions,
     )
     if result.claimed:
         launch(conn, launcher, result, now=now)
@@ -102,16 +98,12 @@ def claim(
     definition_ids: list[UUID] | None = None,
     now: datetime | None = None,
     try_locks: bool = False,
-    lock_definitions: bool = True,
 ) -> DispatchResult:
     """The claim transaction alone (steps 1-4): one call of ``pgsched.claim_for_dispatch``.
 
     The connection is autocommit, so the call is its own transaction and its commit
     releases the definitions' locks as soon as the function returns.
     """
-    lock_mode = "try" if try_locks else "wait"
-    if not lock_definitions:  # test-only: the chaos self-test's planted bug
-        lock_mode = "none"
     rows = conn.execute(
         queries.get("claim_for_dispatch"),
         {
@@ -119,7 +111,7 @@ def claim(
             "overshoot": overshoot,
             "now": now,
             "definition_ids": definition_ids,
-            "lock_mode": lock_mode,
+            "try_locks": try_locks,
         },
     )
     result = DispatchResult()

@@ -107,9 +107,7 @@ class Ticker:
     """Runs ticks on its own dedicated database session.
 
     ``connect`` opens a new session (called again after any failure); ``clock`` returns
-    the pinned "now" for tests, or None to use the database clock. ``elect_leader=False``
-    makes every tick act as leader — only for tests that prove the invariants hold with
-    two leaders at once.
+    the pinned "now" for tests, or None to use the database clock.
     """
 
     def __init__(
@@ -119,12 +117,10 @@ class Ticker:
         settings: TickSettings | None = None,
         *,
         clock: Callable[[], datetime | None] = lambda: None,
-        elect_leader: bool = True,
     ) -> None:
         self._launcher = launcher
         self.settings = settings or TickSettings()
         self._clock = clock
-        self._elect = elect_leader
         self._session = Session(lambda: self._bounded(connect()))
         self._failures = FailureLog(log, "tick")
         self._database_offset = 0.0  # database clock - local clock, seconds (see _pause)
@@ -154,14 +150,13 @@ class Ticker:
         started = time.perf_counter()
         try:
             conn = self._session.connection()
-            if self._elect and not leader.try_lead(conn, lock_name=self.settings.lock_name):
+            if not self._lead(conn):
                 return result
             result.leader = True
             try:
                 self._phases(conn, result)
             finally:
-                if self._elect:
-                    leader.stop_leading(conn, lock_name=self.settings.lock_name)
+                self._step_down(conn)
         except Exception as error:
             result.error = f"{type(error).__name__}: {error}"
             result.database_error = isinstance(error, psycopg.Error)
@@ -173,6 +168,13 @@ class Ticker:
         finally:
             result.durations["tick"] = time.perf_counter() - started
         return result
+
+    def _lead(self, conn: Connection) -> bool:
+        """Try the leader lock for this tick (never blocks)."""
+        return leader.try_lead(conn, lock_name=self.settings.lock_name)
+
+    def _step_down(self, conn: Connection) -> None:
+        leader.stop_leading(conn, lock_name=self.settings.lock_name)
 
     def _phases(self, conn: Connection, result: TickResult) -> None:
         settings = self.settings

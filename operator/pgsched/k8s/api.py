@@ -31,11 +31,11 @@ from kubernetes.client import Configuration
 
 from pgsched import metrics
 from pgsched.k8s import names
+from pgsched.k8s.names import Obj
 from pgsched.k8s.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
 _RETRYABLE_STATUS = {500, 502, 503, 504}

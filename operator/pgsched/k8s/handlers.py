@@ -35,8 +35,6 @@ from pgsched.k8s.publisher import Publisher
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-
 
 @dataclass
 class Context:

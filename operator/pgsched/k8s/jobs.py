@@ -22,12 +22,10 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s import names
-
-Obj = dict[str, Any]
+from pgsched.k8s.names import Obj
 
 # Restricted Pod Security for what pgsched adds to a pod.
 _RESTRICTED: Obj = {

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
+
+# A Kubernetes object (or any part of one) as the API sends and takes it: decoded JSON.
+Obj = dict[str, Any]
 
 GROUP = "pgsched.dev"
 VERSION = "v1alpha1"

@@ -27,6 +27,8 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import kopf
@@ -51,13 +53,21 @@ class StartupError(RuntimeError):
 class EngineThreads:
     """The tick and publisher threads, with what the liveness probe needs to know."""
 
-    def __init__(self, settings: OperatorSettings, kube: api.KubeApi, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        kube: api.KubeApi,
+        publisher: Publisher,
+        *,
+        clock: Callable[[], datetime | None],
+    ) -> None:
         self.settings = settings
+        self.clock = clock
         self.stop = threading.Event()
         self.last_tick = time.monotonic()
         connect = self._connector("pgsched-tick")
         self.ticker = Ticker(
-            connect, KubernetesLauncher(kube, settings.jobs), settings.tick, clock=settings.clock
+            connect, KubernetesLauncher(kube, settings.jobs), settings.tick, clock=clock
         )
         self.tick_thread = threading.Thread(
             target=self.ticker.run_forever,
@@ -161,8 +171,12 @@ def require_served(
         time.sleep(1.0)
 
 
-def run(settings: OperatorSettings) -> None:
-    """Run the operator until SIGTERM/SIGINT (blocks; call from the main thread)."""
+def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = lambda: None) -> None:
+    """Run the operator until SIGTERM/SIGINT (blocks; call from the main thread).
+
+    ``clock`` is the engine's "now" (the tick's and the handlers'): None, the default,
+    means the database clock, as in production; a test may pass a pinned or shifted one.
+    """
     check_database(settings)
     if not log.isEnabledFor(logging.DEBUG):
         # kopf logs every handled event at INFO; pgsched logs what matters about runs itself.
@@ -176,7 +190,7 @@ def run(settings: OperatorSettings) -> None:
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
     publisher = Publisher(kube.background())
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
-    threads = EngineThreads(settings, kube, publisher)
+    threads = EngineThreads(settings, kube, publisher, clock=clock)
 
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
@@ -194,7 +208,7 @@ def run(settings: OperatorSettings) -> None:
         settings.execution.max_workers = max(4, threads.settings.pool_size * 2)
         settings.watching.server_timeout = 120
         memo["pgsched"] = handlers.Context(
-            pool=pool, kube=kube, publisher=publisher, clock=threads.settings.clock
+            pool=pool, kube=kube, publisher=publisher, clock=threads.clock
         )
         threads.start()
 

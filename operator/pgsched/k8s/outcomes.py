@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from pgsched.db.connection import Connection
 from pgsched.engine import lease, runs
 from pgsched.engine.lease import FinalStatus
+from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -37,13 +36,13 @@ from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
 from pgsched.engine import definitions, runs
-from pgsched.engine.models import Definition
+from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.failures import FailureLog
 from pgsched.k8s import api, names, resync, status
+from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 _EVENTS: dict[str, tuple[str, str]] = {
     "RUNNING": ("Normal", "RunStarted"),
@@ -52,7 +51,6 @@ _EVENTS: dict[str, tuple[str, str]] = {
     "CANCELLED": ("Normal", "RunCancelled"),
     "SKIPPED": ("Warning", "RunSkipped"),
 }
-_TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"}
 # Not a run status: settle's note that a definition was suspended automatically.
 AUTO_SUSPENDED = "AUTO_SUSPENDED"
 
@@ -224,7 +222,7 @@ class Publisher:
             if current.get("metadata", {}).get("uid") == str(definition.id):
                 self.patch_status(conn, definition, current)
                 result.statuses += 1
-        if any(change["status"] in _TERMINAL for change in changes):
+        if any(change["status"] in TERMINAL_STATUSES for change in changes):
             result.jobs_deleted += self._clean_up_jobs(conn, definition)
 
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
@@ -362,7 +360,7 @@ def _count(row: Obj) -> None:
         metrics.SCHEDULE_SKEW.labels(namespace).observe(
             max(0.0, (row["started_at"] - row["scheduled_for"]).total_seconds())
         )
-    if row["status"] in _TERMINAL and row["started_at"] and row["finished_at"]:
+    if row["status"] in TERMINAL_STATUSES and row["started_at"] and row["finished_at"]:
         metrics.RUN_DURATION.labels(namespace, row["status"]).observe(
             max(0.0, (row["finished_at"] - row["started_at"]).total_seconds())
         )

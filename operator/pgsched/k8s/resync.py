@@ -16,16 +16,14 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.k8s import api, names, outcomes
+from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 @dataclass

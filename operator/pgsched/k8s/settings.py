@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from pgsched.engine.tick import SettingsError, TickSettings
 from pgsched.k8s.jobs import JobSettings
@@ -29,14 +28,6 @@ class OperatorSettings:
     health_bind: str = "0.0.0.0:8080"
     metrics_bind: str = "0.0.0.0:9090"
     pool_size: int = 4
-    # Testing aid: run the engine's clock this far from the database clock (0 in production).
-    clock_offset_seconds: float = 0.0
-
-    def clock(self) -> datetime | None:
-        """The engine's "now": None (the database clock) unless an offset is configured."""
-        if not self.clock_offset_seconds:
-            return None
-        return datetime.now(UTC) + timedelta(seconds=self.clock_offset_seconds)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -103,7 +94,6 @@ class OperatorSettings:
             health_bind=env.get("PGSCHED_HEALTH_BIND", "0.0.0.0:8080"),
             metrics_bind=env.get("PGSCHED_METRICS_BIND", "0.0.0.0:9090"),
             pool_size=int(number("PGSCHED_DB_POOL_SIZE", 4, 2, "4")),
-            clock_offset_seconds=number("PGSCHED_CLOCK_OFFSET_SECONDS", 0.0, -1e10, "0"),
         )
         if settings.jobs.image_pull_policy not in {"Always", "IfNotPresent", "Never"}:
             problems.append(

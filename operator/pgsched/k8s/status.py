@@ -9,12 +9,11 @@ value, as Kubernetes conventions ask.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from pgsched.engine import definitions
 from pgsched.engine.models import Definition, Run
+from pgsched.k8s.names import Obj
 
-Obj = dict[str, Any]
 NEXT_RUNS = 3
 
 

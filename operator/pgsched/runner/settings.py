@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from pgsched import spec
+from pgsched import names
 from pgsched.engine.lease import Lease
 
 DEFAULT_CANCEL_FILE = Path("/pgsched/cancel")
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 10.0
 DEFAULT_FINISH_TIMEOUT_SECONDS = 300.0
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,7 @@ class RunnerSettings:
                 _bad(FINISH_TIMEOUT, self.finish_timeout_seconds, "must not be negative")
             )
         if self.job is not None:
-            if not spec.JOB_KIND.match(self.job.kind):
+            if not names.JOB_KIND.match(self.job.kind):
                 problems.append(
                     _bad(
                         JOB_KIND,
@@ -184,7 +182,7 @@ class RunnerSettings:
                     )
                 )
             for module in self.job.modules:
-                if not _MODULE.match(module):
+                if not names.DOTTED_NAME.match(module):
                     problems.append(_bad(JOB_MODULES, module, "is not a Python module name"))
         if problems:
             raise SettingsError(problems)

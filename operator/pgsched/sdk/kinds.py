@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pgsched import spec
+from pgsched import names
 from pgsched.sdk.context import Cancelled, JobContext
 
 JobFunction = Callable[..., object]
@@ -81,7 +81,7 @@ class Registry:
     ) -> Callable[[F], F]:
         """Register the decorated function as job kind ``name``; the function is returned
         unchanged, so it stays directly callable in the user's own tests."""
-        if not isinstance(name, str) or not spec.JOB_KIND.match(name):
+        if not isinstance(name, str) or not names.JOB_KIND.match(name):
             raise RegistrationError(
                 f"job kind name {name!r} must be 1-63 lowercase letters, digits, '.', '_' or"
                 " '-', starting and ending with a letter or digit (example: nightly-report)"

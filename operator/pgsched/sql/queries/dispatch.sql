@@ -1,16 +1,17 @@
 -- name: claim_for_dispatch
 -- The whole claim transaction (candidates, definition locks, live counts, claim, Skip and
--- Replace) in one call; see migrations/0005_claim_in_one_call.sql.
+-- Replace) in one call; see migrations/0009_claim_always_locks.sql.
 SELECT c.outcome, c.subject_run, c.subject_definition, (c.run).*
 FROM pgsched.claim_for_dispatch(
     %(batch_size)s, %(overshoot)s, %(now)s::timestamptz, %(definition_ids)s::uuid[],
-    %(lock_mode)s
+    CASE WHEN %(try_locks)s THEN 'try' ELSE 'wait' END
 ) AS c;
 
 -- name: claim_candidates
 -- Step 1 of pgsched.claim_for_dispatch, written out so its plan can be EXPLAINed (a
 -- function's inner plans are not): the tests check it uses the partial queue index, the
--- benchmarks measure its buffers. Keep it the same as the function's first statement.
+-- benchmarks measure its buffers. tests/db/test_schema.py proves it is the function's
+-- first statement, with the parameters spelled as the query spells them.
 SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
 FROM pgsched.job_runs AS r
 WHERE r.status = 'QUEUED'

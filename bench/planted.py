@@ -1,0 +1,78 @@
+"""Planted bugs, installed from outside the product: what the self-tests switch off.
+
+The chaos self-tests and the race negative controls prove that their checks can fail by
+running the engine with one safeguard removed; the lock-cost benchmark measures the same
+claim with and without its locks. None of that may ship as a mode of the product, so the
+broken variants are made here, by the test or benchmark that wants them:
+
+- :func:`install_unlocked_claim` creates ``pgsched_planted.claim_for_dispatch`` in the
+  database under test: the production function's own source (read back from the server,
+  so it can never drift from it) with its per-definition advisory locks taken out;
+  :func:`use_unlocked_claim` points this process's ``claim_for_dispatch`` query at it.
+- :class:`LeaderlessTicker` is the real tick loop acting as leader on every tick, as a
+  paused-then-woken leader would.
+
+Tests import this module too (``bench`` is importable from the repository root).
+"""
+
+from __future__ import annotations
+
+from typing import LiteralString, cast
+
+from psycopg import sql
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+from pgsched.engine.tick import Ticker
+
+SCHEMA = "pgsched_planted"
+_REAL: dict[str, sql.SQL] = {}
+_CLAIM = "pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)"
+# What takes the locks in the function's source, and what each becomes: nothing.
+_LOCKS = {
+    "PERFORM pgsched.lock_definitions_for_dispatch(first_defs);": "NULL;",
+    "pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0))": "true",
+}
+
+
+def install_unlocked_claim(conn: Connection) -> None:
+    """Create ``pgsched_planted.claim_for_dispatch``: the claim minus its advisory locks.
+
+    Call once per database, before any process uses it (concurrent CREATE OR REPLACE of one
+    function fails with "tuple concurrently updated")."""
+    row = conn.execute("SELECT pg_get_functiondef(%s::regprocedure) AS source", [_CLAIM]).fetchone()
+    assert row is not None
+    source: str = row["source"]
+    for lock, nothing in _LOCKS.items():
+        if lock not in source:
+            raise RuntimeError(
+                f"pgsched.claim_for_dispatch no longer contains {lock!r}: update the planted"
+                " bug in bench/planted.py to remove the locks it takes now"
+            )
+        source = source.replace(lock, nothing)
+    source = source.replace(
+        "FUNCTION pgsched.claim_for_dispatch(", f"FUNCTION {SCHEMA}.claim_for_dispatch(", 1
+    )
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
+    conn.execute(sql.SQL(cast(LiteralString, source)))
+
+
+def use_unlocked_claim(unlocked: bool = True) -> None:
+    """Point this process's ``claim_for_dispatch`` query at the unlocked claim (installed
+    beforehand), or back at the real one with ``unlocked=False``."""
+    found = queries._all()
+    real = _REAL.setdefault("claim_for_dispatch", found["claim_for_dispatch"])
+    text = real.as_string()
+    planted = text.replace("pgsched.claim_for_dispatch(", f"{SCHEMA}.claim_for_dispatch(")
+    assert planted != text, text
+    found["claim_for_dispatch"] = sql.SQL(cast(LiteralString, planted)) if unlocked else real
+
+
+class LeaderlessTicker(Ticker):
+    """The tick loop with leader election bypassed: every tick acts as leader."""
+
+    def _lead(self, conn: Connection) -> bool:
+        return True
+
+    def _step_down(self, conn: Connection) -> None:
+        pass
