@@ -100,7 +100,7 @@ def _database(args: argparse.Namespace) -> list[Finding]:
         raise common.CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
 
     def connect() -> Connection:
-        return connection.connect(args.dsn, application_name="pgsched-doctor", connect_timeout=10)
+        return connection.connect(args.dsn, application_name="pgsched-doctor")
 
     try:
         conn = connect()

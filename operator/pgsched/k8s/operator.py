@@ -78,9 +78,7 @@ class EngineThreads:
         )
 
     def _connector(self, application_name: str) -> Any:
-        return lambda: connection.connect(
-            self.settings.dsn, application_name=application_name, connect_timeout=10
-        )
+        return lambda: connection.connect(self.settings.dsn, application_name=application_name)
 
     def start(self) -> None:
         self.tick_thread.start()
@@ -124,9 +122,7 @@ class EngineThreads:
 
 def check_database(settings: OperatorSettings) -> None:
     def connect() -> connection.Connection:
-        return connection.connect(
-            settings.dsn, application_name="pgsched-preflight", connect_timeout=10
-        )
+        return connection.connect(settings.dsn, application_name="pgsched-preflight")
 
     try:
         with connect() as conn:
