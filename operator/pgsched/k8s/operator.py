@@ -34,7 +34,7 @@ import prometheus_client
 import psycopg
 
 from pgsched import metrics
-from pgsched.db import connection, preflight
+from pgsched.db import connection, preflight, replication
 from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import api, handlers, names
 from pgsched.k8s.launcher import KubernetesLauncher
@@ -127,6 +127,13 @@ def check_database(settings: OperatorSettings) -> None:
     try:
         with connect() as conn:
             failed = [check for check in preflight.run(conn, connect=connect) if not check.ok]
+            if not failed:
+                found = replication.inspect(conn)
+                log.log(
+                    logging.INFO if found.mode in ("synchronous", "single") else logging.WARNING,
+                    "database replication: %s",
+                    found.detail,
+                )
     except (psycopg.OperationalError, preflight.PreflightError) as error:
         raise StartupError(f"database: {str(error).strip()}") from None
     if failed:
