@@ -7,14 +7,16 @@ sequence values again. pgsched places each WAL timeline's ids in a block of thei
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from cli_runner import pgsched
-from factories import define
+from factories import RecordingLauncher, define
 from pgsched.db import connection
 from pgsched.engine import runs
+from pgsched.engine.tick import Ticker, TickSettings
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 
@@ -84,4 +86,29 @@ def test_doctor_warns_about_asynchronous_replication_with_the_settings_to_change
         assert "a failover loses nothing pgsched acknowledged" in detail
 
     finally:
+        standby.cleanup()
+
+
+def test_the_tick_leads_on_the_promoted_standby_soon_after_the_failover(primary):
+    """Multi-host DSN (old primary first) with target_session_attrs=read-write: once the
+    standby is promoted, the tick finds it, whatever state the old primary is in."""
+    standby = standby_of(primary)
+    dsn = (
+        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres"
+        " dbname=postgres target_session_attrs=read-write"
+    )
+    ticker = Ticker(lambda: connection.connect(dsn), RecordingLauncher(), TickSettings())
+    try:
+        assert ticker.run_once().leader
+        primary.kill()
+        killed = time.monotonic()
+        promote(standby)
+        while not ticker.run_once().leader:
+            assert time.monotonic() - killed < 60, "no tick led on the promoted standby"
+            time.sleep(0.1)
+        seconds = time.monotonic() - killed
+        print(f"\nfirst leading tick {seconds:.1f}s after the primary was killed")
+        assert seconds < connection.CONNECT_TIMEOUT_SECONDS + 10
+    finally:
+        ticker.close()
         standby.cleanup()
