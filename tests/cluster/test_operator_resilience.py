@@ -115,3 +115,52 @@ def test_an_api_server_restart_mid_run_loses_and_duplicates_nothing(cluster, ope
     assert jobs == {run["k8s_job_name"] for run in runs}
     assert replica.process.poll() is None
     wait_for(lambda: replica.healthy(), 30, describe="the operator to report healthy again")
+
+
+def test_a_job_that_succeeds_while_the_api_server_is_down_completes_and_is_never_retried(
+    cluster, operators, sj
+):
+    """I8: the Job finishes while the operator cannot see it, its sidecar ends with the pod,
+    heartbeat.timeoutSeconds passes. The run waits for its verdict instead of being failed
+    HeartbeatLost and retried; once the API is back, the Job says Complete."""
+    replica = operators.start()
+    sj.apply(
+        "unseen-success",
+        {
+            "schedule": "0 0 1 1 *",
+            # HeartbeatLost is retried by default: a wrong verdict would show as attempt 2.
+            "heartbeat": {"intervalSeconds": 1, "timeoutSeconds": 4, "orphanTimeoutSeconds": 60},
+            "retryPolicy": {"backoff": {"initialSeconds": 1, "jitter": 0}},
+            "jobTemplate": busybox("sleep 4"),
+        },
+    )
+    sj.annotate("unseen-success", "pgsched.dev/run-now", "go")
+    sj.wait_runs(
+        "unseen-success", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a first heartbeat"
+    )
+
+    cluster.stop_apiserver()
+    try:
+        [pending] = sj.wait_runs(
+            "unseen-success",
+            lambda runs: runs[0]["outcome_pending_at"] is not None,
+            60,
+            "the silent run to be marked as awaiting its verdict",
+        )
+        assert pending["status"] == "RUNNING"
+        assert pending["workload_ended_at"] is not None, "the sidecar says the workload ended"
+        time.sleep(6)  # well past the heartbeat timeout, still no API: nothing changes
+        assert [(r["status"], r["attempt"]) for r in sj.runs("unseen-success")] == [("RUNNING", 1)]
+    finally:
+        cluster.start_apiserver()
+
+    [run] = sj.wait_runs(
+        "unseen-success",
+        lambda runs: runs[0]["status"] != "RUNNING",
+        90,
+        "the verdict once the API is back",
+    )
+    assert (run["status"], run["reason"]) == ("COMPLETED", None)
+    time.sleep(3)
+    assert len(sj.runs("unseen-success")) == 1, "a succeeded run is never executed again"
+    assert replica.process.poll() is None

@@ -56,6 +56,7 @@ def test_doctor_on_a_healthy_installation_reports_ok_and_exits_0(dsn, conn):
         "schema": "ok",
         "session": "ok",
         "clock": "ok",
+        "replication": "ok",
         "leader": "ok",
         "running runs": "ok",
         "queued runs": "ok",
@@ -67,6 +68,7 @@ def test_doctor_on_a_healthy_installation_reports_ok_and_exits_0(dsn, conn):
     assert (
         "led the latest tick" in found["leader"][1] and "1 replica connected" in found["leader"][1]
     )
+    assert "no streaming standby connected" in found["replication"][1]
 
 
 def test_doctor_fails_when_no_operator_is_connected(dsn, conn):

@@ -1,5 +1,6 @@
 """``pgsched heartbeat``: the sidecar keeps the run alive, writes the cancel file when the
-run must stop, never records an outcome, and exits 0 on SIGTERM."""
+run must stop, never records an outcome, notes on SIGTERM that the workload ended, and
+exits 0."""
 
 from __future__ import annotations
 
@@ -43,6 +44,22 @@ def test_sidecar_writes_the_cancel_file_on_cancel_and_exits_0_on_sigterm(dsn, co
     assert pod.wait(10) == 0, pod.output
     row = run_row(conn, run)
     assert (row["status"], row["reason"], row["finished_at"]) == ("RUNNING", None, None)
+
+
+def test_sidecar_notes_on_sigterm_that_the_workload_ended_so_silence_is_not_vanishing(
+    dsn, conn, pods, tmp_path
+):
+    run = claim(conn, sdk_job(conn))
+    pod = start_sidecar(pods, dsn, run, tmp_path / "cancel")
+    wait_for(lambda: heartbeats(conn, run), what="a first heartbeat")
+    assert run_row(conn, run)["workload_ended_at"] is None
+
+    pod.process.send_signal(signal.SIGTERM)
+
+    assert pod.wait(15) == 0, pod.output
+    row = run_row(conn, run)
+    assert row["status"] == "RUNNING" and row["workload_ended_at"] is not None
+    assert "noted that the workload ended" in pod.output
 
 
 def test_sidecar_writes_lease_lost_when_its_run_is_reaped_and_waits_for_sigterm(

@@ -34,7 +34,7 @@ def connect(args: argparse.Namespace, *, application_name: str) -> connection.Co
     if not args.dsn:
         raise CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
     try:
-        return connection.connect(args.dsn, application_name=application_name, connect_timeout=10)
+        return connection.connect(args.dsn, application_name=application_name)
     except psycopg.OperationalError as error:
         raise CommandError(f"cannot connect to the database: {str(error).strip()}") from None
 

@@ -13,8 +13,9 @@ at what the operator is doing:
   a tick, so any here means no tick is leading), QUEUED long past due while their
   ScheduledJob has free slots (waiting at ``maxConcurrentRuns`` is backpressure, reported
   but not a failure), definitions whose next occurrence was never materialized;
-- the publisher's backlog (statuses and Events lagging), automatic suspensions, and the
-  clock difference between this machine and the database;
+- the publisher's backlog (statuses and Events lagging), automatic suspensions, the
+  clock difference between this machine and the database, and the replication the
+  database runs on (what a failover would lose, and the settings that make it lossless);
 - Kubernetes, when credentials are at hand: the API server answers and the ScheduledJob
   CRD is installed and established.
 """
@@ -30,7 +31,7 @@ from typing import Any, Literal
 import psycopg
 
 from pgsched.cli import common, output, target
-from pgsched.db import clock, connection, preflight, queries
+from pgsched.db import clock, connection, preflight, queries, replication
 from pgsched.db.connection import Connection
 from pgsched.engine import leader
 
@@ -100,7 +101,7 @@ def _database(args: argparse.Namespace) -> list[Finding]:
         raise common.CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
 
     def connect() -> Connection:
-        return connection.connect(args.dsn, application_name="pgsched-doctor", connect_timeout=10)
+        return connection.connect(args.dsn, application_name="pgsched-doctor")
 
     try:
         conn = connect()
@@ -118,6 +119,7 @@ def _database(args: argparse.Namespace) -> list[Finding]:
         if not all(check.ok for check in checks if check.name == "schema"):
             return findings  # the pgsched tables are not what this code expects
         findings.append(_clock(conn))
+        findings.append(_replication(conn))
         findings.append(_leader(conn, args.leader_lock))
         findings += _stuck(conn, args.queued_threshold)
         findings.append(_outbox(conn))
@@ -142,6 +144,12 @@ def _clock(conn: Connection) -> Finding:
             " here, such as `pgsched next`, are affected)",
         )
     return Finding("clock", "ok", f"within {text} of the database clock")
+
+
+def _replication(conn: Connection) -> Finding:
+    found = replication.inspect(conn)
+    lossless = found.mode in ("synchronous", "single")
+    return Finding("replication", "ok" if lossless else "warn", found.detail)
 
 
 def _leader(conn: Connection, lock_name: str) -> Finding:

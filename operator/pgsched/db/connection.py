@@ -10,23 +10,43 @@ lock include every claim committed before the lock was granted.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 Connection = psycopg.Connection[DictRow]
 
+# Without a connect timeout a host that accepts connections and never answers (a hung
+# server, a half-dead proxy) holds the caller until the kernel's TCP timeouts, minutes; in
+# a multi-host DSN the next host is tried only after that. The timeout applies to each
+# host in turn, so one dead host costs this long. A DSN's own connect_timeout (or
+# PGCONNECT_TIMEOUT) wins.
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+def with_connect_timeout(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` plus the default connect timeout, unless one is given already."""
+    if (
+        "connect_timeout" in kwargs
+        or "connect_timeout" in conninfo_to_dict(dsn)
+        or os.environ.get("PGCONNECT_TIMEOUT")
+    ):
+        return kwargs
+    return {**kwargs, "connect_timeout": CONNECT_TIMEOUT_SECONDS}
+
 
 def connect(dsn: str, *, application_name: str = "pgsched", **kwargs: Any) -> Connection:
-    """Open an autocommit connection that returns rows as dicts."""
+    """Open an autocommit connection that returns rows as dicts (with a connect timeout)."""
     conn = psycopg.connect(
         dsn,
         autocommit=True,
         row_factory=dict_row,
         application_name=application_name,
-        **kwargs,
+        **with_connect_timeout(dsn, kwargs),
     )
     configure(conn)
     return conn
@@ -57,7 +77,9 @@ def pool(dsn: str, *, name: str, max_size: int) -> ConnectionPool[Any]:
         max_size=max_size,
         open=True,
         name=name,
-        kwargs={"autocommit": True, "application_name": name, "row_factory": dict_row},
+        kwargs=with_connect_timeout(
+            dsn, {"autocommit": True, "application_name": name, "row_factory": dict_row}
+        ),
         configure=configure,
         check=ConnectionPool.check_connection,
     )

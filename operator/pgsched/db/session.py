@@ -9,6 +9,7 @@ and retries later, and the next call simply connects again. Each thread owns its
 ``Session.for_dsn`` uses short timeouts on purpose (the in-pod side): a heartbeat stuck for
 minutes in a TCP connect or on a half-open socket is worse than one that fails fast and
 retries — the work keeps going either way, but only the failing one recovers by itself.
+(The connect timeout is every connection's, ``connection.CONNECT_TIMEOUT_SECONDS``.)
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CONNECT_TIMEOUT_SECONDS = 5
 # Unacknowledged data older than this breaks the connection (a half-open socket after a
 # network partition would otherwise block a query for the kernel's default ~15 minutes).
 TCP_USER_TIMEOUT_MS = 10_000
@@ -44,12 +44,11 @@ class Session:
 
     @classmethod
     def for_dsn(cls, dsn: str, *, application_name: str) -> Session:
-        """A session with short connect and TCP timeouts and keepalives."""
+        """A session with short TCP timeouts and keepalives (and the connect timeout)."""
         return cls(
             lambda: connection.connect(
                 dsn,
                 application_name=application_name,
-                connect_timeout=CONNECT_TIMEOUT_SECONDS,
                 tcp_user_timeout=TCP_USER_TIMEOUT_MS,
                 keepalives_idle=10,
                 keepalives_interval=5,

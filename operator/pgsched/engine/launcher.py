@@ -19,7 +19,13 @@ class LaunchError(Exception):
 
 class Launcher(Protocol):
     """Optionally with ``parallelism: int``: how many launches dispatch may run at once
-    (from a thread pool; ``launch`` must then be thread-safe). Without it, one at a time."""
+    (from a thread pool; ``launch`` must then be thread-safe). Without it, one at a time.
+
+    Optionally with ``keeps_outcomes: bool``: True when a launched workload's outcome is
+    also recorded outside the database (a Job's status) and the launcher's side reads it
+    back. The reaper then never fails a silent run as dead: it marks it as awaiting that
+    verdict (see ``reap``), because a worker that stopped heartbeating may simply have
+    finished while nobody could see it (I8)."""
 
     def launch(self, run: Run, definition: Definition) -> str | None:
         """Start the run's workload; return a handle to record (the Job name) or None.

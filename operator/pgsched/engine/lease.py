@@ -51,6 +51,19 @@ def state(conn: Connection, lease: Lease) -> LeaseState:
     return row["state"]  # type: ignore[no-any-return]
 
 
+def workload_ended(conn: Connection, lease: Lease, *, now: datetime | None = None) -> bool:
+    """Note that the run's workload ended, its outcome not recorded here (the heartbeat
+    sidecar, on SIGTERM: the outcome is the Job's to tell). False: the lease was lost.
+
+    A run that stops heartbeating after this is "ended, outcome pending", not "vanished"
+    (see ``pgsched.k8s.verdicts``)."""
+    row = conn.execute(
+        queries.get("workload_ended"),
+        {"run_id": lease.run_id, "lease_token": lease.token, "now": now},
+    ).fetchone()
+    return bool(row and row["marked"])
+
+
 def finish(
     conn: Connection,
     lease: Lease,

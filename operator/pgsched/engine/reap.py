@@ -12,6 +12,16 @@ it expects, so reaping a thousand orphans is five statements, not a thousand rou
 - still QUEUED at its starting deadline → ``SKIPPED/DeadlineMissed``.
 
 Failed runs are then retried (or not) by ``settle``, in the same tick.
+
+Silence is not death (I8). When the launcher keeps outcomes outside the database
+(``await_verdicts``: the Kubernetes launcher, whose Jobs record how their pods ended), a
+silent run may have *succeeded* while nobody could see it — the API server was down when
+its Job finished, and its sidecar ended with the pod. Failing it ``HeartbeatLost`` would
+retry succeeded work. So the two silence signatures, for runs with a launched workload,
+only mark the run ``outcome_pending_at`` (signature ``outcome_pending``; the run stays
+``RUNNING``, and so keeps counting against its caps) and the launcher's side settles it
+from the workload's own record (``pgsched.k8s.verdicts``). A pending run whose heartbeat
+comes back is no longer pending (``heartbeat_resumed``).
 """
 
 from __future__ import annotations
@@ -22,9 +32,15 @@ from datetime import datetime
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
 
-_SIGNATURES = {
+_SILENCE = {
     "heartbeat_lost": "reap_stale_heartbeats",
     "orphaned": "reap_never_heartbeated",
+}
+_AWAITING_VERDICTS = {
+    "outcome_pending": "await_verdicts_of_silent_runs",
+    "heartbeat_resumed": "clear_resumed_verdicts",
+}
+_SIGNATURES = {
     "cancel_ignored": "reap_ignored_cancellations",
     "deadline_exceeded": "reap_active_deadline",
     "deadline_missed": "skip_missed_deadlines",
@@ -43,11 +59,15 @@ class ReapResult:
         return len(self.run_ids.get(signature, []))
 
 
-def run_once(conn: Connection, *, now: datetime | None = None) -> ReapResult:
+def run_once(
+    conn: Connection, *, now: datetime | None = None, await_verdicts: bool = False
+) -> ReapResult:
+    """One pass of every signature; ``await_verdicts``: see the module docstring."""
     found: dict[str, list[int]] = {}
+    silence = _AWAITING_VERDICTS if await_verdicts else {}
     with conn.transaction():
         at = clock.now(conn, now)
-        for signature, query in _SIGNATURES.items():
+        for signature, query in {**silence, **_SILENCE, **_SIGNATURES}.items():
             rows = conn.execute(queries.get(query), {"now": at}).fetchall()
             found[signature] = [row["id"] for row in rows]
     return ReapResult(found)

@@ -35,10 +35,12 @@ REASONS = frozenset(
         "JobDeleted",
         "Evicted",
         "Cancelled",
+        "OutcomeUnknown",
     }
 )
 # Infrastructure failures are safe to retry by default; an application's own failure
-# (NonZeroExit, an exception) is retried only when the user opts in.
+# (NonZeroExit, an exception) is retried only when the user opts in. So is OutcomeUnknown
+# (the Job vanished before anyone read its outcome): the work may well have succeeded.
 DEFAULT_RETRY_ON = ("HeartbeatLost", "Orphaned", "LaunchFailed", "Evicted")
 ANY_REASON = "*"
 

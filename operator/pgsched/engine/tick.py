@@ -187,7 +187,9 @@ class Ticker:
                 late_after=timedelta(seconds=settings.late_after_seconds),
             )
         with _timed(result, "reap"):
-            result.reaped = reap.run_once(conn, now=now)
+            result.reaped = reap.run_once(
+                conn, now=now, await_verdicts=bool(getattr(self._launcher, "keeps_outcomes", False))
+            )
         with _timed(result, "settle"):
             result.settled = settle.run_once(conn, now=now)
         with _timed(result, "dispatch"):

@@ -23,6 +23,8 @@ class KubernetesLauncher:
     # Job creations in flight at once: a round trip each, so a stampede of runs due at the
     # same second is created in a quarter of the time; the token bucket still sets the pace.
     parallelism = 4
+    # A Job records its pod's outcome: a silent run waits for that verdict (k8s.verdicts).
+    keeps_outcomes = True
 
     def __init__(self, kube: api.KubeApi, settings: jobs.JobSettings) -> None:
         self._kube = kube

@@ -36,7 +36,7 @@ import prometheus_client
 import psycopg
 
 from pgsched import metrics
-from pgsched.db import connection, preflight
+from pgsched.db import connection, preflight, replication
 from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import api, handlers, names
 from pgsched.k8s.launcher import KubernetesLauncher
@@ -88,9 +88,7 @@ class EngineThreads:
         )
 
     def _connector(self, application_name: str) -> Any:
-        return lambda: connection.connect(
-            self.settings.dsn, application_name=application_name, connect_timeout=10
-        )
+        return lambda: connection.connect(self.settings.dsn, application_name=application_name)
 
     def start(self) -> None:
         self.tick_thread.start()
@@ -134,13 +132,18 @@ class EngineThreads:
 
 def check_database(settings: OperatorSettings) -> None:
     def connect() -> connection.Connection:
-        return connection.connect(
-            settings.dsn, application_name="pgsched-preflight", connect_timeout=10
-        )
+        return connection.connect(settings.dsn, application_name="pgsched-preflight")
 
     try:
         with connect() as conn:
             failed = [check for check in preflight.run(conn, connect=connect) if not check.ok]
+            if not failed:
+                found = replication.inspect(conn)
+                log.log(
+                    logging.INFO if found.mode in ("synchronous", "single") else logging.WARNING,
+                    "database replication: %s",
+                    found.detail,
+                )
     except (psycopg.OperationalError, preflight.PreflightError) as error:
         raise StartupError(f"database: {str(error).strip()}") from None
     if failed:

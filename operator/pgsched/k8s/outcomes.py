@@ -139,13 +139,24 @@ def record(
     if outcome is None:
         return None
     assert run.lease_token is not None
-    recorded = lease.finish(
+    recorded = write(conn, lease.Lease(run.id, run.lease_token), outcome, logger=logger)
+    return outcome if recorded else None
+
+
+def write(
+    conn: Connection,
+    run_lease: lease.Lease,
+    outcome: Outcome,
+    *,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+) -> bool:
+    """The fenced finish of ``outcome``; False if the run was no longer ours to end."""
+    return lease.finish(
         conn,
-        lease.Lease(run.id, run.lease_token),
+        run_lease,
         outcome.status,
         reason=outcome.reason,
         error=outcome.error,
         exit_code=outcome.exit_code,
         logger=logger,
     )
-    return outcome if recorded else None

@@ -38,7 +38,7 @@ from pgsched.db.session import Session
 from pgsched.engine import definitions, runs
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.failures import FailureLog
-from pgsched.k8s import api, names, resync, status
+from pgsched.k8s import api, names, resync, status, verdicts
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ _EVENTS: dict[str, tuple[str, str]] = {
 }
 # Not a run status: settle's note that a definition was suspended automatically.
 AUTO_SUSPENDED = "AUTO_SUSPENDED"
+# How often the verdicts of silent runs are asked of the API (a query on a tiny partial
+# index when none is pending, so it may be frequent: a verdict is late by at most this).
+VERDICT_INTERVAL_SECONDS = 2.0
 
 
 @dataclass
@@ -115,10 +118,11 @@ class Publisher:
         resync_every: float = 30.0,
     ) -> None:
         """Publish until ``stop``; errors are logged and retried, never fatal. Every few
-        seconds also refresh the queue-depth gauge, and every ``resync_every`` seconds
-        catch Job outcomes the watch missed (``resync``)."""
+        seconds also refresh the queue-depth gauge, ask the API for the verdicts of silent
+        runs (``verdicts``), and every ``resync_every`` seconds catch Job outcomes the
+        watch missed (``resync``)."""
         session = Session(connect)
-        last_depth = last_resync = time.monotonic()
+        last_depth = last_resync = last_verdicts = time.monotonic()
         failures = FailureLog(log, "publishing run events")
         while not stop.is_set():
             try:
@@ -127,6 +131,9 @@ class Publisher:
                 if time.monotonic() - last_depth > 5:
                     self.update_gauges(conn)
                     last_depth = time.monotonic()
+                if time.monotonic() - last_verdicts > VERDICT_INTERVAL_SECONDS:
+                    last_verdicts = time.monotonic()
+                    verdicts.run_once(conn, self._kube)
                 if time.monotonic() - last_resync > resync_every:
                     resync.run_once(conn, self._kube)
                     last_resync = time.monotonic()

@@ -70,6 +70,9 @@ def record(
     deadline = clock() + timeout_seconds
     pause = 0.5
     attempt = 0
+    # A write that failed on a connection error may have committed all the same (the
+    # answer was lost, not the commit). A retry then finds the run ended — by us.
+    uncertain = False
     while True:
         attempt += 1
         try:
@@ -105,6 +108,7 @@ def record(
             )
             sleep(pause)
             pause = min(pause * 2, 5.0)
+            uncertain = True
             continue
         except psycopg.Error as error:
             log.error(
@@ -120,6 +124,17 @@ def record(
                 run_lease.run_id,
                 outcome.status,
                 f" ({outcome.reason})" if outcome.reason else "",
+            )
+            return "recorded"
+        if uncertain:
+            # Exiting LEASE_LOST would make the Job say "failed" where our own write may
+            # have said COMPLETED; should that write be lost (an asynchronous failover),
+            # the operator reads the Job. So the exit code keeps stating the outcome.
+            log.warning(
+                "run %s: the run had already ended when %s was retried: most likely by the"
+                " earlier attempt, whose answer was lost",
+                run_lease.run_id,
+                outcome.status,
             )
             return "recorded"
         return "lease-lost"

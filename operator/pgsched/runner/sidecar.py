@@ -18,6 +18,11 @@ and when SIGTERM arrives it cannot tell "the main container finished" from "the 
 being deleted". Recording a guess would put a wrong status beyond correction, since
 terminal statuses are final (I4). The operator is the single writer of outcomes for
 container workloads.
+
+What it does record on SIGTERM is the one fact it knows: the workload ended
+(``pgsched.workload_ended``, fenced by the lease like the heartbeat). When the operator
+then cannot read the outcome (the API server is down) the run is "ended, outcome pending",
+which it waits for, rather than "vanished" (see ``pgsched.k8s.verdicts``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pgsched.db.session import Session
+from pgsched.engine import lease
 from pgsched.engine.lease import LeaseState
 from pgsched.runner.heartbeat import HeartbeatLoop
 from pgsched.runner.settings import RunnerSettings
@@ -41,7 +47,7 @@ _WORDS: dict[LeaseState, str] = {"cancel_requested": "cancelled", "lost": "lease
 def run(settings: RunnerSettings, stop: threading.Event) -> int:
     """Heartbeat until ``stop`` is set (SIGTERM); returns the exit code, always 0."""
     loop = HeartbeatLoop(
-        Session.for_dsn(settings.dsn, application_name=f"pgsched-sidecar-{settings.run_id}"),
+        _session(settings),
         settings.lease,
         interval_seconds=settings.heartbeat_interval_seconds,
         on_change=lambda state: signal_workload(settings.cancel_file, state),
@@ -54,8 +60,29 @@ def run(settings: RunnerSettings, stop: threading.Event) -> int:
     )
     stop.wait()
     loop.stop(timeout=settings.heartbeat_interval_seconds + 10)
+    mark_ended(settings)
     log.info("run %s: sidecar stopped", settings.run_id)
     return 0
+
+
+def _session(settings: RunnerSettings) -> Session:
+    return Session.for_dsn(settings.dsn, application_name=f"pgsched-sidecar-{settings.run_id}")
+
+
+def mark_ended(settings: RunnerSettings) -> None:
+    """Tell the engine the workload ended, on a session of its own (the loop's thread may
+    still hold its session); a failure is logged (the operator still reads the Job, only
+    with less to go on while the API server is away)."""
+    session = _session(settings)
+    try:
+        marked = session.run(lambda conn: lease.workload_ended(conn, settings.lease))
+    except Exception as error:
+        log.warning("run %s: could not note that the workload ended: %s", settings.run_id, error)
+    else:
+        if marked:
+            log.info("run %s: noted that the workload ended", settings.run_id)
+    finally:
+        session.close()
 
 
 def signal_workload(path: Path, state: LeaseState, *, now: datetime | None = None) -> None:

@@ -10,3 +10,6 @@ SELECT pgsched.lease_state(%(run_id)s, %(lease_token)s) AS state;
 -- name: finish_run
 SELECT pgsched.finish_run(%(run_id)s, %(lease_token)s, %(status)s, %(reason)s, %(error)s,
                           %(exit_code)s, %(retry_hint)s, %(now)s) AS finished;
+
+-- name: workload_ended
+SELECT pgsched.workload_ended(%(run_id)s, %(lease_token)s, %(now)s) AS marked;

@@ -23,11 +23,13 @@ GROUP BY d.namespace;
 
 -- name: running_runs_with_jobs
 -- Runs the outcome watch should have settled by now: running for a while, with a Job.
+-- Runs awaiting a verdict are the verdict loop's (pgsched/k8s/verdicts.py).
 SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.started_at, d.namespace, d.name
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING'
   AND r.k8s_job_name IS NOT NULL
+  AND r.outcome_pending_at IS NULL
   AND r.started_at < now() - make_interval(secs => %(min_age_seconds)s)
 ORDER BY r.id
 LIMIT %(limit)s;

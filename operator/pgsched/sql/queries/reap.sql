@@ -1,5 +1,30 @@
 -- The reaper: one set-based UPDATE per orphan signature, never a per-row loop.
 -- Fenced on status = 'RUNNING', so a run that finished meanwhile is left alone.
+-- A run awaiting its verdict (outcome_pending_at, see engine/reap.py) is judged from its
+-- workload's own record, never by its silence or by the clock alone.
+
+-- name: await_verdicts_of_silent_runs
+-- A silent run with a launched workload (a Job) may have finished unseen: ask for its verdict.
+UPDATE pgsched.job_runs AS r
+SET outcome_pending_at = %(now)s
+FROM pgsched.job_definitions AS d
+WHERE r.definition_id = d.id
+  AND r.status = 'RUNNING'
+  AND r.outcome_pending_at IS NULL
+  AND r.k8s_job_name IS NOT NULL
+  AND (r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
+       OR (r.heartbeat_at IS NULL
+           AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)))
+RETURNING r.id;
+
+-- name: clear_resumed_verdicts
+-- The worker was only cut off: it beat again after the run was marked pending.
+UPDATE pgsched.job_runs AS r
+SET outcome_pending_at = NULL
+WHERE r.status = 'RUNNING'
+  AND r.outcome_pending_at IS NOT NULL
+  AND r.heartbeat_at > r.outcome_pending_at
+RETURNING r.id;
 
 -- name: reap_stale_heartbeats
 UPDATE pgsched.job_runs AS r
@@ -11,6 +36,7 @@ SET status = 'FAILED',
 FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
+  AND r.outcome_pending_at IS NULL
   AND r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
 RETURNING r.id;
 
@@ -24,6 +50,7 @@ SET status = 'FAILED',
 FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
+  AND r.outcome_pending_at IS NULL
   AND r.heartbeat_at IS NULL
   AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)
 RETURNING r.id;
@@ -52,6 +79,7 @@ FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
   AND d.active_deadline_seconds IS NOT NULL
+  AND r.outcome_pending_at IS NULL  -- its Job has the same deadline and says so itself
   AND r.started_at < %(now)s - make_interval(secs => d.active_deadline_seconds)
 RETURNING r.id;
 

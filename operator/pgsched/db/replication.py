@@ -1,0 +1,88 @@
+"""What replication the database runs on, and what a failover of it would lose.
+
+pgsched keeps every promise in the commits of one primary. Whether those commits survive
+a failover is the replication's business:
+
+- **synchronous** (``synchronous_standby_names`` set and ``synchronous_commit`` at least
+  ``on`` for pgsched's sessions): a commit is acknowledged only once a standby has it, so
+  a promoted standby has every acknowledged claim, outcome, run-now request and cancel.
+  ``remote_apply`` adds nothing pgsched needs: it never reads from a standby, and a
+  promotion replays everything the standby flushed before it accepts writes;
+- **asynchronous** (standbys, no synchronous names): a failover loses the commits the
+  standby had not received yet — acknowledged run-now requests and cancels included;
+- a single server (no standby connected): nothing to fail over to.
+
+``pgsched doctor`` reports this with the settings to change; the operator warns at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+
+Mode = Literal["synchronous", "asynchronous", "single", "weakened"]
+
+# synchronous_commit values that wait for a synchronous standby.
+_WAITS_FOR_STANDBY = ("on", "remote_write", "remote_apply")
+
+SYNCHRONOUS_SETTINGS = (
+    "ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (*)'; SELECT pg_reload_conf();"
+    " (or your HA manager's equivalent: Patroni synchronous_mode: true, CloudNativePG"
+    " spec.postgresql.synchronous, a managed service's synchronous/zone-redundant option)"
+)
+
+
+@dataclass(frozen=True)
+class Replication:
+    mode: Mode
+    synchronous_standby_names: str
+    synchronous_commit: str
+    standbys: int
+    timeline: int
+
+    @property
+    def detail(self) -> str:
+        settings = (
+            f"synchronous_standby_names = '{self.synchronous_standby_names}',"
+            f" synchronous_commit = {self.synchronous_commit}, timeline {self.timeline}"
+        )
+        if self.mode == "synchronous":
+            waiting = "" if self.standbys else "; no standby is connected now: commits wait for one"
+            return (
+                f"synchronous ({settings}): a commit is acknowledged once a standby has it,"
+                f" so a failover loses nothing pgsched acknowledged{waiting}"
+            )
+        if self.mode == "weakened":
+            return (
+                f"synchronous standbys are configured but pgsched's sessions do not wait for"
+                f" them ({settings}): set it back, e.g. ALTER ROLE <pgsched role> SET"
+                " synchronous_commit = on"
+            )
+        if self.mode == "asynchronous":
+            return (
+                f"asynchronous replication to {self.standbys} standby(s) ({settings}): a"
+                " failover can lose the last commits — acknowledged run-now requests,"
+                " cancels and outcomes (see docs/operations.md, Failover). To make"
+                f" failovers lossless: {SYNCHRONOUS_SETTINGS}"
+            )
+        return f"no streaming standby connected ({settings}): nothing to fail over to"
+
+
+def inspect(conn: Connection) -> Replication:
+    row = conn.execute(queries.get("replication_state")).fetchone()
+    assert row is not None
+    names = str(row["synchronous_standby_names"] or "").strip()
+    commit = str(row["synchronous_commit"])
+    mode: Mode
+    if names and commit in _WAITS_FOR_STANDBY:
+        mode = "synchronous"
+    elif names:
+        mode = "weakened"
+    elif row["standbys"]:
+        mode = "asynchronous"
+    else:
+        mode = "single"
+    return Replication(mode, names, commit, int(row["standbys"]), int(row["timeline"]))

@@ -1,0 +1,114 @@
+"""Failovers with a real streaming standby: run ids, and what doctor says about replication.
+
+A standby promoted before it received the primary's last commits hands out the same
+sequence values again. pgsched places each WAL timeline's ids in a block of their own
+(migration 0007), so the promoted server's ids can never name a run of the lost timeline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cli_runner import pgsched
+from factories import RecordingLauncher, define
+from pgsched.db import connection
+from pgsched.engine import runs
+from pgsched.engine.tick import Ticker, TickSettings
+from plugins.postgres import migrated_server
+from standby import promote, standby_of, wait_caught_up
+
+BLOCK = 2**40
+
+
+@pytest.fixture
+def primary() -> Iterator:
+    yield from migrated_server()
+
+
+def run_now(dsn: str, tokens: list[str]) -> list[int]:
+    with connection.connect(dsn) as conn:
+        definition = define(conn, "ids", maxConcurrentRuns=1)
+        return [runs.run_now(conn, definition.id, token=token).run.id for token in tokens]
+
+
+def test_a_promoted_standby_never_reuses_the_run_ids_of_commits_it_lost(primary):
+    standby = standby_of(primary)
+    try:
+        replicated = run_now(primary.dsn(), ["a", "b", "c"])
+        assert replicated == [1, 2, 3]  # the first timeline keeps small ids
+        wait_caught_up(primary, standby)
+
+        standby.stop()  # from here on the standby misses everything: asynchronous loss
+        lost = run_now(primary.dsn(), [f"lost-{n}" for n in range(50)])
+        primary.stop(mode="immediate")
+
+        standby.start()
+        promote(standby)
+        after = run_now(standby.dsn(), [f"after-{n}" for n in range(50)])
+
+        assert not set(after) & set(lost), "an id of a lost run was handed out again"
+        assert all(BLOCK <= run_id < 2 * BLOCK for run_id in after)
+        with connection.connect(standby.dsn()) as conn:
+            known = {row["id"] for row in conn.execute("SELECT id FROM pgsched.job_runs")}
+        assert known == set(replicated) | set(after)
+    finally:
+        standby.cleanup()
+
+
+def replication_check(dsn: str) -> tuple[str, str]:
+    result = pgsched("doctor", "-o", "json", dsn=dsn)
+    [found] = [item for item in result.json()["checks"] if item["check"] == "replication"]
+    return found["status"], found["detail"]
+
+
+def test_doctor_warns_about_asynchronous_replication_with_the_settings_to_change(primary):
+    standby = standby_of(primary)
+    try:
+        status, detail = replication_check(primary.dsn())
+        assert status == "warn"
+        assert "asynchronous replication to 1 standby(s)" in detail
+        assert "acknowledged run-now requests, cancels and outcomes" in detail
+        assert "ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (*)'" in detail
+
+        with connection.connect(primary.dsn()) as conn:
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (*)'")
+            conn.execute("SELECT pg_reload_conf()")
+        # The test server runs with synchronous_commit = off: that defeats the standby.
+        status, detail = replication_check(primary.dsn())
+        assert status == "warn" and "do not wait for them" in detail
+        assert "ALTER ROLE <pgsched role> SET synchronous_commit = on" in detail
+
+        status, detail = replication_check(f"{primary.dsn()} options='-c synchronous_commit=on'")
+        assert (status, detail.split(" (")[0]) == ("ok", "synchronous")
+        assert "a failover loses nothing pgsched acknowledged" in detail
+
+    finally:
+        standby.cleanup()
+
+
+def test_the_tick_leads_on_the_promoted_standby_soon_after_the_failover(primary):
+    """Multi-host DSN (old primary first) with target_session_attrs=read-write: once the
+    standby is promoted, the tick finds it, whatever state the old primary is in."""
+    standby = standby_of(primary)
+    dsn = (
+        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres"
+        " dbname=postgres target_session_attrs=read-write"
+    )
+    ticker = Ticker(lambda: connection.connect(dsn), RecordingLauncher(), TickSettings())
+    try:
+        assert ticker.run_once().leader
+        primary.kill()
+        killed = time.monotonic()
+        promote(standby)
+        while not ticker.run_once().leader:
+            assert time.monotonic() - killed < 60, "no tick led on the promoted standby"
+            time.sleep(0.1)
+        seconds = time.monotonic() - killed
+        print(f"\nfirst leading tick {seconds:.1f}s after the primary was killed")
+        assert seconds < connection.CONNECT_TIMEOUT_SECONDS + 10
+    finally:
+        ticker.close()
+        standby.cleanup()

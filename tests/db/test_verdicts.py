@@ -1,0 +1,215 @@
+"""Silent container runs wait for their Job's verdict instead of being failed as dead (I8).
+
+The reaper (with a launcher that keeps outcomes) marks silent runs pending; the verdict
+loop settles them from what the API shows. The API here is a stand-in that serves Job
+and pod objects from a dict (or is unreachable); the database is the real one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from factories import RecordingLauncher, define, runs_of
+from pgsched.engine import dispatch, lease, reap, runs, settle
+from pgsched.k8s import api, verdicts
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+SILENT = T0 + timedelta(seconds=45)  # the last beat (T0 + 10 s) is older than timeoutSeconds
+
+
+class Api:
+    """Serves ``jobs`` (name → Job) and their pods; ``down`` makes every call fail."""
+
+    def __init__(self, jobs=None, pods=None, *, down=False, on_get=None):
+        self.jobs = jobs or {}
+        self.pods = pods or {}
+        self.down = down
+        self.on_get = on_get
+
+    def get(self, path, **params):
+        if self.on_get:
+            self.on_get()
+        if self.down:
+            raise api.ApiError("GET", path, 0, {"reason": "ConnectionError", "message": "down"})
+        if "labelSelector" in params:
+            name = params["labelSelector"].split("=", 1)[1]
+            return {"items": self.pods.get(name, [])}
+        name = path.rsplit("/", 1)[1]
+        if name not in self.jobs:
+            raise api.ApiError("GET", path, 404, {"reason": "NotFound"})
+        return self.jobs[name]
+
+
+def job(*conditions):
+    return {"status": {"conditions": [{"type": kind, "status": "True"} for kind in conditions]}}
+
+
+def pod(*, terminated=None, phase="Running"):
+    state = {"terminated": terminated} if terminated else {"running": {}}
+    return {
+        "metadata": {"creationTimestamp": "2026-06-01T12:00:00Z"},
+        "status": {"phase": phase, "containerStatuses": [{"name": "main", "state": state}]},
+    }
+
+
+def silent_run(conn, name="job", **spec):
+    """A claimed run that beat once at T0 + 10 s, then went silent; reaped at SILENT."""
+    definition = define(
+        conn, name, heartbeat={"intervalSeconds": 5, "timeoutSeconds": 30}, now=T0, **spec
+    )
+    runs.run_now(conn, definition.id, token="go", scheduled_for=T0)
+    [run] = dispatch.run_once(
+        conn, RecordingLauncher(), definition_ids=[definition.id], now=T0
+    ).claimed
+    run_lease = lease.Lease(run.id, run.lease_token)
+    assert lease.heartbeat(conn, run_lease, now=T0 + timedelta(seconds=10)) == "active"
+    return definition, run_lease
+
+
+def row(conn, run_lease):
+    return conn.execute(
+        "SELECT * FROM pgsched.job_runs WHERE id = %s", [run_lease.run_id]
+    ).fetchone()
+
+
+def job_name(conn, run_lease):
+    return row(conn, run_lease)["k8s_job_name"]
+
+
+def test_a_silent_container_run_is_marked_pending_not_failed(conn):
+    _, run_lease = silent_run(conn)
+    result = reap.run_once(conn, now=SILENT, await_verdicts=True)
+    assert result.run_ids["outcome_pending"] == [run_lease.run_id]
+    assert result.count("heartbeat_lost") == 0
+    found = row(conn, run_lease)
+    assert (found["status"], found["outcome_pending_at"]) == ("RUNNING", SILENT)
+    # Still RUNNING, so it still counts against maxConcurrentRuns, and nothing is retried.
+    assert settle.run_once(conn, now=SILENT).retried == []
+    assert reap.run_once(conn, now=SILENT + timedelta(hours=1), await_verdicts=True).total == 0
+
+
+def test_without_a_launcher_that_keeps_outcomes_silence_is_still_heartbeat_lost(conn):
+    _, run_lease = silent_run(conn)
+    assert reap.run_once(conn, now=SILENT).run_ids["heartbeat_lost"] == [run_lease.run_id]
+    assert row(conn, run_lease)["reason"] == "HeartbeatLost"
+
+
+def test_a_job_that_succeeded_unseen_completes_its_run_and_is_never_retried(conn):
+    definition, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    completed = pod(terminated={"exitCode": 0, "reason": "Completed"}, phase="Succeeded")
+
+    result = verdicts.run_once(conn, Api({name: job("Complete")}, {name: [completed]}))
+
+    assert result.recorded == {run_lease.run_id: "COMPLETED"}
+    assert row(conn, run_lease)["status"] == "COMPLETED"
+    settle.run_once(conn, now=SILENT)
+    assert [r["status"] for r in runs_of(conn, definition)] == ["COMPLETED"]
+
+
+def test_a_failed_job_gives_its_real_reason(conn):
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    oom = pod(terminated={"exitCode": 137, "reason": "OOMKilled"}, phase="Failed")
+    verdicts.run_once(conn, Api({name: job("Failed")}, {name: [oom]}))
+    assert (row(conn, run_lease)["status"], row(conn, run_lease)["reason"]) == (
+        "FAILED",
+        "OOMKilled",
+    )
+
+
+def test_while_the_api_is_unreachable_the_verdict_waits(conn):
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    with pytest.raises(api.ApiError):
+        verdicts.run_once(conn, Api(down=True))
+    assert row(conn, run_lease)["status"] == "RUNNING"
+
+
+def test_a_job_gone_without_a_verdict_is_outcome_unknown_and_not_retried_by_default(conn):
+    definition, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    verdicts.run_once(conn, Api())
+    found = row(conn, run_lease)
+    assert (found["status"], found["reason"]) == ("FAILED", "OutcomeUnknown")
+    assert "not retried unless retryOn lists OutcomeUnknown" in found["error"]
+    assert settle.run_once(conn, now=SILENT).retried == []
+    assert len(runs_of(conn, definition)) == 1
+
+
+def test_outcome_unknown_is_retried_when_retry_on_lists_it(conn):
+    _, run_lease = silent_run(conn, retryPolicy={"retryOn": ["OutcomeUnknown"]})
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    verdicts.run_once(conn, Api())
+    [retried] = settle.run_once(conn, now=SILENT).retried
+    assert (retried.failed.id, retried.failed.reason) == (run_lease.run_id, "OutcomeUnknown")
+
+
+def test_an_active_job_whose_workload_ended_is_waited_for(conn):
+    _, run_lease = silent_run(conn)
+    # The sidecar got SIGTERM after the main container ended: it says so, fenced.
+    assert lease.workload_ended(conn, run_lease, now=T0 + timedelta(seconds=12))
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    result = verdicts.run_once(conn, Api({name: job()}, {name: [pod()]}))
+    assert result.waiting == [run_lease.run_id]
+    assert row(conn, run_lease)["status"] == "RUNNING"
+
+
+def test_an_active_job_whose_pod_shows_the_workload_ended_is_waited_for(conn):
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    ended = pod(terminated={"exitCode": 0, "reason": "Completed"})
+    assert verdicts.run_once(conn, Api({name: job()}, {name: [ended]})).waiting == [
+        run_lease.run_id
+    ]
+
+
+def test_an_active_job_with_a_silent_live_worker_is_heartbeat_lost_and_retried(conn):
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    verdicts.run_once(conn, Api({name: job()}, {name: [pod()]}))
+    found = row(conn, run_lease)
+    assert (found["status"], found["reason"]) == ("FAILED", "HeartbeatLost")
+    assert "its Job is still active" in found["error"]
+    assert len(settle.run_once(conn, now=SILENT).retried) == 1
+
+
+def test_a_heartbeat_that_comes_back_clears_the_pending_mark(conn):
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    assert lease.heartbeat(conn, run_lease, now=SILENT + timedelta(seconds=1)) == "active"
+    result = reap.run_once(conn, now=SILENT + timedelta(seconds=2), await_verdicts=True)
+    assert result.run_ids["heartbeat_resumed"] == [run_lease.run_id]
+    assert row(conn, run_lease)["outcome_pending_at"] is None
+    assert verdicts.run_once(conn, Api()).pending == 0
+
+
+def test_the_silence_verdict_is_fenced_on_the_run_still_being_pending(conn):
+    """A heartbeat that lands while the API is being asked wins over the verdict."""
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+
+    def beat():
+        lease.heartbeat(conn, run_lease, now=SILENT + timedelta(seconds=1))
+
+    result = verdicts.run_once(conn, Api({name: job()}, {name: [pod()]}, on_get=beat))
+    assert result.recorded == {}
+    assert row(conn, run_lease)["status"] == "RUNNING"
+
+
+def test_workload_ended_is_fenced_by_the_lease(conn):
+    _, run_lease = silent_run(conn)
+    stranger = lease.Lease(run_lease.run_id, uuid.uuid4())
+    assert not lease.workload_ended(conn, stranger)
+    assert row(conn, run_lease)["workload_ended_at"] is None
+    lease.finish(conn, run_lease, "COMPLETED")
+    assert not lease.workload_ended(conn, run_lease)
