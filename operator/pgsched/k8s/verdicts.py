@@ -27,17 +27,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import lease
 from pgsched.k8s import api, outcomes
+from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 OUTCOME_UNKNOWN = "OutcomeUnknown"
 
