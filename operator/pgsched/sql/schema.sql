@@ -60,6 +60,8 @@ CREATE TABLE pgsched.job_runs (
     k8s_job_name text,
     settled_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    workload_ended_at timestamp with time zone,
+    outcome_pending_at timestamp with time zone,
     CONSTRAINT job_runs_attempt_check CHECK ((attempt > 0)),
     CONSTRAINT job_runs_retry_hint_check CHECK ((retry_hint = ANY (ARRAY['retry'::text, 'never'::text]))),
     CONSTRAINT job_runs_running_has_lease CHECK (((status <> 'RUNNING'::text) OR (lease_token IS NOT NULL))),
@@ -266,6 +268,19 @@ END;
 $$;
 
 --
+-- Name: current_timeline(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.current_timeline() RETURNS bigint
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    -- The first 8 hex digits of a WAL file name are its timeline (readable without the
+    -- privileges pg_control_checkpoint() needs, and current right after a promotion).
+    SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+$$;
+
+--
 -- Name: dispatch_counts(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -377,6 +392,21 @@ END;
 $$;
 
 --
+-- Name: place_run_id(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.place_run_id() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    NEW.id := NEW.id + ((pgsched.current_timeline()
+                         - (SELECT timeline_id FROM pgsched.run_id_base)) << 40);
+    RETURN NEW;
+END;
+$$;
+
+--
 -- Name: record_inserted_runs(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -425,6 +455,22 @@ BEGIN
     FROM unnest(definition_ids) AS d
     WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
     RETURN QUERY SELECT * FROM pgsched.dispatch_counts(granted);
+END;
+$$;
+
+--
+-- Name: workload_ended(bigint, uuid, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE pgsched.job_runs
+    SET workload_ended_at = coalesce(workload_ended_at, at, now())
+    WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease;
+    RETURN FOUND;
 END;
 $$;
 
@@ -525,6 +571,16 @@ ALTER TABLE pgsched.run_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY 
 );
 
 --
+-- Name: run_id_base; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_id_base (
+    only_row boolean DEFAULT true NOT NULL,
+    timeline_id bigint NOT NULL,
+    CONSTRAINT run_id_base_only_row_check CHECK (only_row)
+);
+
+--
 -- Name: schema_migrations; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -557,6 +613,13 @@ ALTER TABLE ONLY pgsched.run_events
     ADD CONSTRAINT run_events_pkey PRIMARY KEY (id);
 
 --
+-- Name: run_id_base run_id_base_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_id_base
+    ADD CONSTRAINT run_id_base_pkey PRIMARY KEY (only_row);
+
+--
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -586,6 +649,12 @@ CREATE INDEX job_runs_history ON pgsched.job_runs USING btree (definition_id, id
 --
 
 CREATE UNIQUE INDEX job_runs_occurrence_key ON pgsched.job_runs USING btree (definition_id, scheduled_for, trigger) WHERE (trigger = ANY (ARRAY['schedule'::text, 'backfill'::text]));
+
+--
+-- Name: job_runs_outcome_pending; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_outcome_pending ON pgsched.job_runs USING btree (id) WHERE ((status = 'RUNNING'::text) AND (outcome_pending_at IS NOT NULL));
 
 --
 -- Name: job_runs_queued; Type: INDEX; Schema: pgsched; Owner: -
@@ -622,6 +691,12 @@ CREATE INDEX job_runs_unsettled ON pgsched.job_runs USING btree (id) WHERE ((set
 --
 
 CREATE TRIGGER job_runs_inserted AFTER INSERT ON pgsched.job_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_inserted_runs();
+
+--
+-- Name: job_runs job_runs_place_id; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER job_runs_place_id BEFORE INSERT ON pgsched.job_runs FOR EACH ROW EXECUTE FUNCTION pgsched.place_run_id();
 
 --
 -- Name: job_runs job_runs_status_changed; Type: TRIGGER; Schema: pgsched; Owner: -
@@ -711,6 +786,13 @@ REVOKE ALL ON FUNCTION pgsched.record_run_status_changes() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION workload_ended(run_id bigint, lease uuid, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, at timestamp with time zone) TO pgsched_job;
 
 --
 -- PostgreSQL database dump complete
