@@ -28,8 +28,9 @@ def define(
     uid: uuid.UUID | None = None,
     **spec: Any,
 ) -> Definition:
-    """Upsert a definition from camelCase spec fields (default: every minute)."""
-    if not {"schedule", "rrule", "runAt"} & spec.keys():
+    """Upsert a definition from camelCase spec fields (default: every minute, unless it
+    runs after others)."""
+    if not {"schedule", "rrule", "runAt", "after"} & spec.keys():
         spec["schedule"] = "* * * * *"
     created = created_at or now or EPOCH
     parsed = spec_module.parse(

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 from pgsched import names, schedule
-from pgsched.engine import definitions
+from pgsched.engine import chain, definitions
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, zones
@@ -66,7 +66,10 @@ _ENGINE_FIELDS = {
     "heartbeat",
     "cancelGraceSeconds",
     "failureSuspendThreshold",
+    "after",
+    "afterMode",
 }
+MAX_UPSTREAMS = 20
 _EXTRA_FIELDS = {"jobTemplate", "job", "successfulRunsHistoryLimit", "failedRunsHistoryLimit"}
 
 
@@ -183,7 +186,15 @@ def parse(
     check = _Checker(spec)
     check.unknown(spec, _ENGINE_FIELDS | _EXTRA_FIELDS, "")
 
-    kind, text = _schedule_choice(check)
+    after = _after(check)
+    mode = check.choice(spec, "afterMode", path="afterMode", options=chain.MODES)
+    if "afterMode" in spec and not after:
+        check.fail(
+            "afterMode",
+            "is set but spec.after names no upstream",
+            "after: [{scheduledJob: extract}]",
+        )
+    kind, text = _schedule_choice(check, chained=bool(after))
     zone = spec.get("timeZone", "UTC")
     if not isinstance(zone, str):
         check.fail("timeZone", f"must be a string, got {_describe(zone)}", "Europe/Sofia")
@@ -279,8 +290,12 @@ def parse(
         orphan_timeout_seconds=orphan,
         cancel_grace_seconds=cast(int, grace),
         failure_suspend_threshold=threshold,
+        after=after,
+        after_mode=cast(chain.Mode, mode),
         extra={key: spec[key] for key in _EXTRA_FIELDS if key in spec},
     )
+    if kind == "none":
+        return parsed
     field_name = next(name for name, value in _SCHEDULE_FIELDS.items() if value == kind)
     try:
         built = definitions.build_schedule(parsed, hash_seed=hash_seed, anchor=anchor)
@@ -296,13 +311,18 @@ def parse(
     return parsed
 
 
-def _schedule_choice(check: _Checker) -> tuple[schedule.ScheduleKind | None, str | None]:
+def _schedule_choice(
+    check: _Checker, *, chained: bool
+) -> tuple[schedule.ScheduleKind | None, str | None]:
     given = [name for name in _SCHEDULE_FIELDS if check.spec.get(name) is not None]
+    if not given and chained:
+        return "none", ""  # runs only after its upstreams (or by hand)
     if len(given) != 1:
         what = "none is set" if not given else f"{' and '.join(given)} are all set"
         check.fail(
             "schedule",
-            f"exactly one of schedule, rrule or runAt must be set; {what}",
+            f"exactly one of schedule, rrule or runAt must be set (or none, with spec.after);"
+            f" {what}",
             "schedule: '0 8 * * *'",
         )
         return None, None
@@ -312,6 +332,40 @@ def _schedule_choice(check: _Checker) -> tuple[schedule.ScheduleKind | None, str
         check.fail(name, f"must be a non-empty string, got {_describe(text)}", "'0 8 * * *'")
         return None, None
     return cast(schedule.ScheduleKind, _SCHEDULE_FIELDS[name]), text.strip()
+
+
+def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
+    value = check.spec.get("after")
+    example = "after: [{scheduledJob: extract, on: Succeeded}]"
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        check.fail("after", f"must be a list of upstreams, got {_describe(value)}", example)
+        return ()
+    if len(value) > MAX_UPSTREAMS:
+        check.fail("after", f"names {len(value)} upstreams, at most {MAX_UPSTREAMS}", example)
+        return ()
+    found: list[chain.Upstream] = []
+    for index, item in enumerate(value):
+        path = f"after[{index}]"
+        if not isinstance(item, Mapping):
+            check.fail(path, f"must be an object, got {_describe(item)}", example)
+            continue
+        check.unknown(item, {"scheduledJob", "on"}, f"{path}.")
+        name = item.get("scheduledJob")
+        if not isinstance(name, str) or not names.OBJECT_NAME.match(name):
+            check.fail(
+                f"{path}.scheduledJob",
+                f"{name!r} is not a ScheduledJob name in this namespace",
+                "scheduledJob: extract",
+            )
+            continue
+        if any(upstream.scheduled_job == name for upstream in found):
+            check.fail(f"{path}.scheduledJob", f"{name!r} is named twice", example)
+            continue
+        on = check.choice(item, "on", path=f"{path}.on", options=chain.OUTCOMES)
+        found.append(chain.Upstream(name, cast(chain.Outcome, on)))
+    return tuple(found)
 
 
 def _retry_policy(check: _Checker) -> RetryPolicy:

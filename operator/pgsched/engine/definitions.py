@@ -23,7 +23,7 @@ from uuid import UUID
 from pgsched import schedule
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import runs
+from pgsched.engine import chain, runs
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.retry import RetryPolicy
 from pgsched.schedule import timeline, zones
@@ -56,6 +56,8 @@ class DefinitionSpec:
     orphan_timeout_seconds: int = 300
     cancel_grace_seconds: int = 30
     failure_suspend_threshold: int | None = None
+    after: tuple[chain.Upstream, ...] = ()
+    after_mode: chain.Mode = "Any"
     # The rest of the spec (jobTemplate, job, history limits), stored for the launcher.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -83,7 +85,10 @@ def upsert(
     raw_spec: dict[str, Any] | None = None,
     now: datetime | None = None,
 ) -> Definition:
-    """Create or update a definition from a validated spec; returns the stored row."""
+    """Create or update a definition from a validated spec; returns the stored row.
+
+    Raises :class:`chain.CycleError` (and stores nothing) if ``spec.after`` closes a cycle.
+    """
     with conn.transaction():
         at = clock.now(conn, now)
         row = conn.execute(queries.get("definition_for_update"), {"id": key.id}).fetchone()
@@ -123,10 +128,12 @@ def upsert(
             "suspended": spec.suspend,
             "spec": json.dumps(raw_spec if raw_spec is not None else dict(spec.extra)),
             "next_run_at": next_run_at,
+            "after_mode": spec.after_mode,
             "now": at,
         }
         stored = conn.execute(queries.get("upsert_definition"), params).fetchone()
         assert stored is not None
+        chain.store(conn, key.id, namespace=key.namespace, name=key.name, after=spec.after)
         return Definition.from_row(stored)
 
 

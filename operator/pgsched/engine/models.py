@@ -34,7 +34,7 @@ class Definition(_Row):
     namespace: str
     name: str
     generation: int
-    schedule_kind: Literal["cron", "rrule", "once"]
+    schedule_kind: Literal["cron", "rrule", "once", "none"]
     schedule: str
     time_zone: str
     dst_gap: Literal["shift", "skip"]
@@ -64,6 +64,7 @@ class Definition(_Row):
     updated_at: datetime
     rejected_generation: int | None = None
     rejection: str | None = None
+    after_mode: Literal["Any", "All"] = "Any"
 
     @property
     def key(self) -> str:
@@ -79,7 +80,7 @@ class Run(_Row):
     id: int
     definition_id: UUID
     status: RunStatus
-    trigger: Literal["schedule", "manual", "retry", "backfill"]
+    trigger: Literal["schedule", "manual", "retry", "backfill", "upstream"]
     scheduled_for: datetime
     deadline_at: datetime | None
     attempt: int
@@ -98,6 +99,7 @@ class Run(_Row):
     k8s_job_name: str | None
     settled_at: datetime | None
     created_at: datetime
+    upstream_run_id: int | None = None  # the upstream run whose final outcome queued it
 
     @property
     def is_terminal(self) -> bool:

@@ -7,6 +7,11 @@ place and makes it crash-safe: the retry row, the streak update and ``settled_at
 together, and a unique key on ``retry_of`` means a failed attempt is retried at most once
 even if two leaders settle at the same time.
 
+A run's outcome becomes *final* here too — a success, or a failure no retry follows —
+and only here: the downstream runs it triggers (``spec.after``, see ``chain``) are queued
+in the same transaction, so a settled run has its downstream runs and an unsettled one
+has none.
+
 A retry is a new QUEUED row (``trigger = 'retry'``, ``attempt = n + 1``,
 ``scheduled_for = now + backoff``, ``retry_of`` = the failed run); the failed row keeps
 its own status, reason and error. The backoff needs no timer: dispatch only claims rows
@@ -24,6 +29,7 @@ from uuid import UUID
 from pgsched import logs
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
+from pgsched.engine import chain
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.retry import RetryPolicy
 
@@ -45,6 +51,7 @@ class SettleResult:
     retried: list[Retried] = field(default_factory=list)
     final_failures: list[Run] = field(default_factory=list)
     auto_suspended: list[tuple[UUID, str]] = field(default_factory=list)
+    chained: list[chain.Chained] = field(default_factory=list)
 
 
 def run_once(
@@ -88,19 +95,23 @@ def _settle_batch(
             definition_id: owners[definition_id].consecutive_failures for definition_id in owners
         }
         touched: set[UUID] = set()
+        finals: list[chain.Final] = []
         for run in runs:
             definition = owners[run.definition_id]
             if run.status == "COMPLETED":
                 streaks[definition.id] = 0
                 touched.add(definition.id)
+                finals.append(chain.Final(run.id, "Succeeded"))
             elif run.status == "FAILED":
                 retried = _retry(conn, run, definition, now=at, rng=rng)
-                if retried is not None:
+                if isinstance(retried, Retried):
                     result.retried.append(retried)
-                else:
+                elif retried is None:
                     result.final_failures.append(run)
                     streaks[definition.id] += 1
                     touched.add(definition.id)
+                    finals.append(chain.Final(run.id, "Failed"))
+        result.chained += chain.fire(conn, finals, now=at)
         if touched:
             ids = sorted(touched)
             suspended = conn.execute(
@@ -133,7 +144,9 @@ def _settle_batch(
 
 def _retry(
     conn: Connection, run: Run, definition: Definition, *, now: datetime, rng: random.Random
-) -> Retried | None:
+) -> Retried | bool | None:
+    """The retry queued now; True if it was queued before (a replayed settle: the run is
+    not final); None if the failure is final."""
     if definition.deleted_at is not None:
         return None
     policy = RetryPolicy.from_json(definition.retry_policy)
@@ -158,10 +171,11 @@ def _retry(
             "deadline_at": scheduled_for + timedelta(seconds=deadline) if deadline else None,
             "attempt": run.attempt + 1,
             "retry_of": run.id,
+            "upstream_run_id": run.upstream_run_id,
         },
     ).fetchone()
-    if row is None:  # another leader retried it first
-        return None
+    if row is None:  # retried before: this settle is a replay
+        return True
     log_run.info(
         "run %s (%s) failed with %s; attempt %s queued as run %s in %.1fs",
         run.id,

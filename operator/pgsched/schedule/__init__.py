@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pgsched.schedule import cron, once, rrule, zones
+from pgsched.schedule import cron, never, once, rrule, zones
 from pgsched.schedule.errors import ScheduleError
 from pgsched.schedule.timeline import Occurrence, Recurrence, Schedule
 
-ScheduleKind = Literal["cron", "rrule", "once"]
+ScheduleKind = Literal["cron", "rrule", "once", "none"]
 
 __all__ = ["Occurrence", "Schedule", "ScheduleError", "ScheduleKind", "build"]
 
@@ -39,6 +39,8 @@ def build(
         recurrence = cron.parse(text, hash_seed=hash_seed)
     elif kind == "rrule":
         recurrence = rrule.parse(text, zone_name=zone, anchor=zones.to_wall(anchor, tz))
-    else:
+    elif kind == "once":
         recurrence = once.parse(text)
+    else:
+        recurrence = never.Never()
     return Schedule(recurrence=recurrence, zone=tz, dst=dst or zones.DstPolicy())

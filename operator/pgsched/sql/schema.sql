@@ -62,11 +62,12 @@ CREATE TABLE pgsched.job_runs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     workload_ended_at timestamp with time zone,
     outcome_pending_at timestamp with time zone,
+    upstream_run_id bigint,
     CONSTRAINT job_runs_attempt_check CHECK ((attempt > 0)),
     CONSTRAINT job_runs_retry_hint_check CHECK ((retry_hint = ANY (ARRAY['retry'::text, 'never'::text]))),
     CONSTRAINT job_runs_running_has_lease CHECK (((status <> 'RUNNING'::text) OR (lease_token IS NOT NULL))),
     CONSTRAINT job_runs_status_check CHECK ((status = ANY (ARRAY['QUEUED'::text, 'RUNNING'::text, 'COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text, 'SKIPPED'::text]))),
-    CONSTRAINT job_runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'retry'::text, 'backfill'::text])))
+    CONSTRAINT job_runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'retry'::text, 'backfill'::text, 'upstream'::text])))
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='10000', autovacuum_analyze_scale_factor='0.02');
 
@@ -371,6 +372,27 @@ END;
 $$;
 
 --
+-- Name: lock_chains(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lock_chains(definition_ids uuid[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    lock_key bigint;
+BEGIN
+    FOR lock_key IN
+        SELECT DISTINCT hashtextextended('chain:' || d::text, 0)
+        FROM unnest(definition_ids) AS d
+        ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(lock_key);
+    END LOOP;
+END;
+$$;
+
+--
 -- Name: lock_definitions_for_dispatch(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -475,6 +497,17 @@ END;
 $$;
 
 --
+-- Name: chain_arrivals; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.chain_arrivals (
+    downstream_id uuid NOT NULL,
+    upstream_name text NOT NULL,
+    upstream_run_id bigint NOT NULL,
+    consumed_by bigint
+);
+
+--
 -- Name: job_definitions; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -513,7 +546,9 @@ CREATE TABLE pgsched.job_definitions (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     rejected_generation bigint,
     rejection text,
+    after_mode text DEFAULT 'Any'::text NOT NULL,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
+    CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
     CONSTRAINT job_definitions_cancel_grace_seconds_check CHECK ((cancel_grace_seconds >= 0)),
     CONSTRAINT job_definitions_catch_up_check CHECK ((catch_up = ANY (ARRAY['latest'::text, 'all'::text, 'none'::text]))),
     CONSTRAINT job_definitions_catch_up_limit_check CHECK ((catch_up_limit > 0)),
@@ -525,8 +560,19 @@ CREATE TABLE pgsched.job_definitions (
     CONSTRAINT job_definitions_heartbeat_timeout_seconds_check CHECK ((heartbeat_timeout_seconds > 0)),
     CONSTRAINT job_definitions_max_concurrent_runs_check CHECK ((max_concurrent_runs > 0)),
     CONSTRAINT job_definitions_orphan_timeout_seconds_check CHECK ((orphan_timeout_seconds > 0)),
-    CONSTRAINT job_definitions_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'rrule'::text, 'once'::text]))),
+    CONSTRAINT job_definitions_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'rrule'::text, 'once'::text, 'none'::text]))),
     CONSTRAINT job_definitions_starting_deadline_seconds_check CHECK ((starting_deadline_seconds > 0))
+);
+
+--
+-- Name: job_dependencies; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.job_dependencies (
+    downstream_id uuid NOT NULL,
+    upstream_name text NOT NULL,
+    on_outcome text NOT NULL,
+    CONSTRAINT job_dependencies_on_outcome_check CHECK ((on_outcome = ANY (ARRAY['Succeeded'::text, 'Failed'::text, 'Finished'::text])))
 );
 
 --
@@ -592,11 +638,25 @@ CREATE TABLE pgsched.schema_migrations (
 );
 
 --
+-- Name: chain_arrivals chain_arrivals_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.chain_arrivals
+    ADD CONSTRAINT chain_arrivals_pkey PRIMARY KEY (downstream_id, upstream_run_id);
+
+--
 -- Name: job_definitions job_definitions_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
 ALTER TABLE ONLY pgsched.job_definitions
     ADD CONSTRAINT job_definitions_pkey PRIMARY KEY (id);
+
+--
+-- Name: job_dependencies job_dependencies_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.job_dependencies
+    ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (downstream_id, upstream_name);
 
 --
 -- Name: job_runs job_runs_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -627,6 +687,12 @@ ALTER TABLE ONLY pgsched.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 
 --
+-- Name: chain_arrivals_waiting; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX chain_arrivals_waiting ON pgsched.chain_arrivals USING btree (downstream_id, upstream_name) WHERE (consumed_by IS NULL);
+
+--
 -- Name: job_definitions_due; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -637,6 +703,18 @@ CREATE INDEX job_definitions_due ON pgsched.job_definitions USING btree (next_ru
 --
 
 CREATE UNIQUE INDEX job_definitions_live_name ON pgsched.job_definitions USING btree (namespace, name) WHERE (deleted_at IS NULL);
+
+--
+-- Name: job_dependencies_upstream; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_dependencies_upstream ON pgsched.job_dependencies USING btree (upstream_name);
+
+--
+-- Name: job_runs_downstream; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_downstream ON pgsched.job_runs USING btree (upstream_run_id) WHERE (upstream_run_id IS NOT NULL);
 
 --
 -- Name: job_runs_history; Type: INDEX; Schema: pgsched; Owner: -
@@ -687,6 +765,12 @@ CREATE INDEX job_runs_running ON pgsched.job_runs USING btree (definition_id) WH
 CREATE INDEX job_runs_unsettled ON pgsched.job_runs USING btree (id) WHERE ((settled_at IS NULL) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
 
 --
+-- Name: job_runs_upstream_key; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE UNIQUE INDEX job_runs_upstream_key ON pgsched.job_runs USING btree (definition_id, upstream_run_id) WHERE (trigger = 'upstream'::text);
+
+--
 -- Name: job_runs job_runs_inserted; Type: TRIGGER; Schema: pgsched; Owner: -
 --
 
@@ -705,6 +789,34 @@ CREATE TRIGGER job_runs_place_id BEFORE INSERT ON pgsched.job_runs FOR EACH ROW 
 CREATE TRIGGER job_runs_status_changed AFTER UPDATE ON pgsched.job_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_run_status_changes();
 
 --
+-- Name: chain_arrivals chain_arrivals_consumed_by_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.chain_arrivals
+    ADD CONSTRAINT chain_arrivals_consumed_by_fkey FOREIGN KEY (consumed_by) REFERENCES pgsched.job_runs(id);
+
+--
+-- Name: chain_arrivals chain_arrivals_downstream_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.chain_arrivals
+    ADD CONSTRAINT chain_arrivals_downstream_id_fkey FOREIGN KEY (downstream_id) REFERENCES pgsched.job_definitions(id);
+
+--
+-- Name: chain_arrivals chain_arrivals_upstream_run_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.chain_arrivals
+    ADD CONSTRAINT chain_arrivals_upstream_run_id_fkey FOREIGN KEY (upstream_run_id) REFERENCES pgsched.job_runs(id);
+
+--
+-- Name: job_dependencies job_dependencies_downstream_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.job_dependencies
+    ADD CONSTRAINT job_dependencies_downstream_id_fkey FOREIGN KEY (downstream_id) REFERENCES pgsched.job_definitions(id);
+
+--
 -- Name: job_runs job_runs_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -717,6 +829,13 @@ ALTER TABLE ONLY pgsched.job_runs
 
 ALTER TABLE ONLY pgsched.job_runs
     ADD CONSTRAINT job_runs_retry_of_fkey FOREIGN KEY (retry_of) REFERENCES pgsched.job_runs(id);
+
+--
+-- Name: job_runs job_runs_upstream_run_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.job_runs
+    ADD CONSTRAINT job_runs_upstream_run_id_fkey FOREIGN KEY (upstream_run_id) REFERENCES pgsched.job_runs(id);
 
 --
 -- Name: SCHEMA pgsched; Type: ACL; Schema: -; Owner: -

@@ -17,14 +17,15 @@ INSERT INTO pgsched.job_definitions AS d (
     anchor, catch_up, catch_up_limit, starting_deadline_seconds, max_concurrent_runs,
     concurrency_policy, active_deadline_seconds, retry_policy, heartbeat_interval_seconds,
     heartbeat_timeout_seconds, orphan_timeout_seconds, cancel_grace_seconds,
-    failure_suspend_threshold, suspended, spec, next_run_at, created_at, updated_at
+    failure_suspend_threshold, suspended, spec, next_run_at, after_mode, created_at, updated_at
 ) VALUES (
     %(id)s, %(namespace)s, %(name)s, %(generation)s, %(schedule_kind)s, %(schedule)s,
     %(time_zone)s, %(dst_gap)s, %(dst_repeat)s, %(anchor)s, %(catch_up)s, %(catch_up_limit)s,
     %(starting_deadline_seconds)s, %(max_concurrent_runs)s, %(concurrency_policy)s,
     %(active_deadline_seconds)s, %(retry_policy)s, %(heartbeat_interval_seconds)s,
     %(heartbeat_timeout_seconds)s, %(orphan_timeout_seconds)s, %(cancel_grace_seconds)s,
-    %(failure_suspend_threshold)s, %(suspended)s, %(spec)s, %(next_run_at)s, %(now)s, %(now)s
+    %(failure_suspend_threshold)s, %(suspended)s, %(spec)s, %(next_run_at)s, %(after_mode)s,
+    %(now)s, %(now)s
 )
 ON CONFLICT (id) DO UPDATE SET
     namespace = EXCLUDED.namespace,
@@ -58,6 +59,7 @@ ON CONFLICT (id) DO UPDATE SET
                                 THEN 0 ELSE d.consecutive_failures END,
     spec = EXCLUDED.spec,
     next_run_at = EXCLUDED.next_run_at,
+    after_mode = EXCLUDED.after_mode,
     updated_at = EXCLUDED.updated_at,
     rejected_generation = NULL,
     rejection = NULL

@@ -9,14 +9,19 @@ LIMIT %(limit)s
 FOR UPDATE OF r SKIP LOCKED;
 
 -- name: definitions_by_ids
-SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]) FOR UPDATE;
+-- NO KEY UPDATE, not UPDATE: settle changes no key, and a plain FOR UPDATE would block the
+-- foreign-key check of a chained run inserted into one of these definitions by another
+-- settler (which may hold a chain lock this one waits for: a deadlock).
+SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]) FOR NO KEY UPDATE;
 
 -- name: insert_retry
 -- One retry per failed attempt (unique retry_of), even if two leaders settle concurrently.
+-- A chained run's retry keeps its upstream run, so the chain shows through retries.
 INSERT INTO pgsched.job_runs
-    (definition_id, status, trigger, scheduled_for, deadline_at, attempt, retry_of, request_token)
+    (definition_id, status, trigger, scheduled_for, deadline_at, attempt, retry_of, request_token,
+     upstream_run_id)
 VALUES (%(definition_id)s, 'QUEUED', 'retry', %(scheduled_for)s, %(deadline_at)s,
-        %(attempt)s, %(retry_of)s, NULL)
+        %(attempt)s, %(retry_of)s, NULL, %(upstream_run_id)s)
 ON CONFLICT (retry_of) WHERE retry_of IS NOT NULL DO NOTHING
 RETURNING id;
 

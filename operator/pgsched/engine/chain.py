@@ -1,0 +1,204 @@
+"""Chaining: a ScheduledJob that runs after others (``spec.after``).
+
+An edge says "run D after upstream U reaches outcome O" (``Succeeded``, ``Failed`` or
+``Finished``, which is either). Only a *final* outcome counts: a success, or a failure
+that will not be retried (retries exhausted, reason not retryable, definition deleted).
+A failed attempt that settle retries triggers nothing; its retry, once final, does. A
+``CANCELLED`` run triggers nothing: a user stopped it, and so the chain.
+
+:func:`fire` is called by ``settle`` with the batch's final runs, inside the transaction
+that settles them, and is the only place downstream runs are inserted. Every path that
+makes a run terminal (the job side, the Job watch, the reaper, the verdicts for silent
+runs, a failed launch) leaves ``settled_at`` empty, so every final outcome passes through
+here exactly once per settle — and a replayed settle (a crash after the insert but before
+``settled_at`` could not commit: both or neither; a second leader: SKIP LOCKED) is a
+no-op because of the unique key on (downstream definition, upstream run).
+
+Modes, per downstream (``spec.afterMode``):
+
+- ``Any`` (default): each final matching run of any upstream queues one downstream run;
+- ``All`` (fan-in): a final matching upstream run is an *arrival*; the downstream runs
+  once every upstream has an arrival not consumed yet, and that run consumes all of them
+  (several arrivals of one upstream in between count once). The run carries the upstream
+  run that completed the set. Settlers of one downstream serialize on an advisory lock
+  (``pgsched.lock_chains``), so the count is read after every earlier arrival committed.
+
+Cycles (A after B after A) are rejected when a definition is applied (:func:`check`),
+under a per-namespace advisory lock, so two concurrent applies cannot each close half of
+one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["Succeeded", "Failed", "Finished"]
+Mode = Literal["Any", "All"]
+OUTCOMES: tuple[Outcome, ...] = ("Succeeded", "Failed", "Finished")
+MODES: tuple[Mode, ...] = ("Any", "All")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One entry of ``spec.after``."""
+
+    scheduled_job: str
+    on: Outcome = "Succeeded"
+
+
+@dataclass(frozen=True)
+class Final:
+    """A run whose outcome settle just made final."""
+
+    run_id: int
+    outcome: Literal["Succeeded", "Failed"]
+
+
+@dataclass(frozen=True)
+class Chained:
+    run_id: int
+    definition_id: UUID
+    upstream_run_id: int
+    status: str  # QUEUED, or SKIPPED when the downstream is suspended
+
+
+class CycleError(ValueError):
+    """Applying the edges would close a cycle; the message names it."""
+
+
+def fire(conn: Connection, finals: Sequence[Final], *, now: datetime) -> list[Chained]:
+    """Queue the downstream runs of ``finals``. Runs in the caller's transaction."""
+    if not finals:
+        return []
+    edges = conn.execute(
+        queries.get("chain_edges"),
+        {"run_ids": [f.run_id for f in finals], "outcomes": [f.outcome for f in finals]},
+    ).fetchall()
+    if not edges:
+        return []
+    conn.execute(queries.get("lock_chains"), {"ids": sorted({e["downstream_id"] for e in edges})})
+    direct = [e for e in edges if e["after_mode"] == "Any"]
+    fan_in = [e for e in edges if e["after_mode"] == "All"]
+    pairs = [(e["downstream_id"], e["upstream_run_id"]) for e in direct]
+    if fan_in:
+        columns = {
+            "downstream_ids": [e["downstream_id"] for e in fan_in],
+            "upstream_names": [e["upstream_name"] for e in fan_in],
+            "upstream_run_ids": [e["upstream_run_id"] for e in fan_in],
+        }
+        conn.execute(queries.get("record_arrivals"), columns)
+        ready = conn.execute(queries.get("fan_in_ready"), columns).fetchall()
+        pairs += [(row["downstream_id"], row["upstream_run_id"]) for row in ready]
+    chained = _insert(conn, pairs, now=now)
+    consumed = [c for c in chained if c.definition_id in {e["downstream_id"] for e in fan_in}]
+    if consumed:
+        conn.execute(
+            queries.get("consume_arrivals"),
+            {
+                "downstream_ids": [c.definition_id for c in consumed],
+                "run_ids": [c.run_id for c in consumed],
+            },
+        )
+    for item in chained:
+        log.info(
+            "run %s queued run %s of definition %s (%s)",
+            item.upstream_run_id,
+            item.run_id,
+            item.definition_id,
+            item.status,
+        )
+    return chained
+
+
+def _insert(conn: Connection, pairs: list[tuple[UUID, int]], *, now: datetime) -> list[Chained]:
+    if not pairs:
+        return []
+    rows = conn.execute(
+        queries.get("insert_chained_runs"),
+        {
+            "downstream_ids": [d for d, _ in pairs],
+            "upstream_run_ids": [u for _, u in pairs],
+            "now": now,
+        },
+    ).fetchall()
+    return [
+        Chained(row["id"], row["definition_id"], row["upstream_run_id"], row["status"])
+        for row in rows
+    ]
+
+
+def store(
+    conn: Connection,
+    definition_id: UUID,
+    *,
+    namespace: str,
+    name: str,
+    after: Sequence[Upstream],
+) -> None:
+    """Replace a definition's edges, rejecting a cycle. Runs in the caller's transaction
+    (the upsert's), after the definition row is written."""
+    if after:
+        conn.execute(queries.get("lock_namespace_chains"), {"namespace": namespace})
+        # A new statement after the lock: its snapshot includes every apply that held the
+        # lock before us, so a cycle closed by two concurrent applies is seen by the second.
+        rows = conn.execute(
+            queries.get("namespace_edges"), {"namespace": namespace, "id": definition_id}
+        ).fetchall()
+        graph: dict[str, list[str]] = {}
+        for row in rows:
+            graph.setdefault(row["downstream"], []).append(row["upstream"])
+        graph[name] = [item.scheduled_job for item in after]
+        cycle = find_cycle(graph, name)
+        if cycle is not None:
+            raise CycleError(describe_cycle(cycle))
+    conn.execute(queries.get("delete_dependencies"), {"id": definition_id})
+    if after:
+        conn.execute(
+            queries.get("insert_dependencies"),
+            {
+                "id": definition_id,
+                "names": [item.scheduled_job for item in after],
+                "outcomes": [item.on for item in after],
+            },
+        )
+
+
+def find_cycle(graph: dict[str, list[str]], start: str) -> list[str] | None:
+    """A path start → … → start along "runs after" edges, or None (depth-first)."""
+    path = [start]
+    seen: set[str] = set()
+
+    def walk(node: str) -> list[str] | None:
+        for upstream in sorted(graph.get(node, [])):
+            if upstream == start:
+                return [*path, start]
+            if upstream in seen:
+                continue
+            seen.add(upstream)
+            path.append(upstream)
+            found = walk(upstream)
+            if found is not None:
+                return found
+            path.pop()
+        return None
+
+    return walk(start)
+
+
+def describe_cycle(cycle: list[str]) -> str:
+    steps = ", ".join(f"{a} runs after {b}" for a, b in itertools.pairwise(cycle))
+    return (
+        f"spec.after: {' → '.join(cycle)} is a cycle ({steps}); a chain must not lead"
+        " back to itself: remove one of these edges"
+    )
