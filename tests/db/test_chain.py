@@ -263,3 +263,24 @@ def test_bad_after_fields_are_rejected_naming_the_field(spec, message):
     with pytest.raises(spec_module.SpecError) as caught:
         spec_module.parse(spec, anchor=T0, now=T0)
     assert message in str(caught.value)
+
+
+def test_links_show_missing_upstreams_and_the_chain_both_ways(conn):
+    load = define(
+        conn, "load", after=[{"scheduledJob": "extract"}, {"scheduledJob": "clean"}], now=T0
+    )
+    extract = define(conn, "extract", schedule=NO_SCHEDULE, now=T0)
+    links = chain.links(conn, load.id, namespace="default", name="load")
+    assert [(u.scheduled_job, u.found) for u in links.upstreams] == [
+        ("clean", False),
+        ("extract", True),
+    ]
+    assert chain.links(conn, extract.id, namespace="default", name="extract").downstreams == [
+        "load"
+    ]
+    upstream = finish(conn, extract, "COMPLETED", at=T0)
+    settle.run_once(conn, now=T0, rng=RNG)
+    [down] = chained(conn, load)
+    [item] = chain.triggered(conn, [upstream.id])[upstream.id]
+    assert (item.run_id, item.scheduled_job, item.status) == (down["id"], "load", "QUEUED")
+    assert chain.upstream_definitions(conn, [down["id"]]) == [extract.id]

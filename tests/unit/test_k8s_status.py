@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from k8sfixtures import T0, definition, run
+from pgsched.engine import chain
 from pgsched.k8s import status
 
 
@@ -76,3 +77,33 @@ def test_rrule_and_one_shot_schedules_read_well_in_the_printer_column():
         == "FREQ=DAILY;BYHOUR=8"
     )
     assert status.schedule_text("once", "2026-12-24T18:00:00") == "once at 2026-12-24T18:00:00"
+
+
+def test_a_chained_job_shows_its_upstreams_a_missing_one_and_the_chain_both_ways():
+    chained = definition(schedule_kind="none", schedule="", after_mode="All")
+    links = chain.Links(
+        upstreams=[
+            chain.UpstreamState("extract", "Succeeded", True),
+            chain.UpstreamState("clean", "Finished", False),
+        ],
+        downstreams=["publish"],
+    )
+    rendered = status.render(
+        chained,
+        last_run=run(status="COMPLETED", trigger="upstream", upstream_run_id=7),
+        active=0,
+        now=T0,
+        links=links,
+        triggered=[chain.Triggered(42, 50, "publish", "QUEUED")],
+    )
+    assert rendered["schedule"] == "after extract, clean"
+    assert rendered["nextRuns"] == []
+    assert rendered["afterMode"] == "All" and rendered["downstreams"] == ["publish"]
+    assert rendered["after"][1] == {"scheduledJob": "clean", "on": "Finished", "found": False}
+    assert rendered["lastRun"]["upstreamRunId"] == 7
+    assert rendered["lastRun"]["triggeredRuns"] == [
+        {"scheduledJob": "publish", "runId": 50, "status": "QUEUED"}
+    ]
+    [found] = [c for c in rendered["conditions"] if c["type"] == "UpstreamsFound"]
+    assert (found["status"], found["reason"]) == ("False", "UpstreamMissing")
+    assert "clean, which does not exist in namespace jobs" in found["message"]

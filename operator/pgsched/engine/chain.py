@@ -202,3 +202,64 @@ def describe_cycle(cycle: list[str]) -> str:
         f"spec.after: {' → '.join(cycle)} is a cycle ({steps}); a chain must not lead"
         " back to itself: remove one of these edges"
     )
+
+
+@dataclass(frozen=True)
+class UpstreamState:
+    scheduled_job: str
+    on: str
+    found: bool  # a live ScheduledJob of that name exists in the namespace
+
+
+@dataclass(frozen=True)
+class Triggered:
+    """A run queued by an upstream run's final outcome."""
+
+    upstream_run_id: int
+    run_id: int
+    scheduled_job: str
+    status: str
+
+
+@dataclass(frozen=True)
+class Links:
+    """A definition's place in the chain, both ways, for status and the CLI."""
+
+    upstreams: list[UpstreamState]
+    downstreams: list[str]
+
+
+def links(conn: Connection, definition_id: UUID, *, namespace: str, name: str) -> Links:
+    upstreams = [
+        UpstreamState(row["upstream_name"], row["on_outcome"], row["found"])
+        for row in conn.execute(queries.get("dependencies_of"), {"id": definition_id})
+    ]
+    downstreams = [
+        row["name"]
+        for row in conn.execute(
+            queries.get("downstreams_of"), {"namespace": namespace, "name": name}
+        )
+    ]
+    return Links(upstreams, downstreams)
+
+
+def downstream_ids(conn: Connection, *, namespace: str, name: str) -> list[UUID]:
+    """Live definitions that run after ``namespace/name`` (their status names it)."""
+    rows = conn.execute(queries.get("downstreams_of"), {"namespace": namespace, "name": name})
+    return [row["id"] for row in rows]
+
+
+def triggered(conn: Connection, run_ids: Sequence[int]) -> dict[int, list[Triggered]]:
+    """The runs each of ``run_ids`` queued downstream."""
+    found: dict[int, list[Triggered]] = {}
+    for row in conn.execute(queries.get("triggered_runs"), {"ids": list(run_ids)}):
+        found.setdefault(row["upstream_run_id"], []).append(
+            Triggered(row["upstream_run_id"], row["id"], row["name"], row["status"])
+        )
+    return found
+
+
+def upstream_definitions(conn: Connection, run_ids: Sequence[int]) -> list[UUID]:
+    """The definitions whose runs queued these chained runs."""
+    rows = conn.execute(queries.get("upstream_definitions_of"), {"ids": list(run_ids)})
+    return [row["id"] for row in rows]

@@ -4,7 +4,8 @@ Every replica runs every handler (kopf in standalone mode, no peering): each han
 idempotent, so two replicas handling the same event do the same harmless thing twice.
 
 - ScheduledJob created/updated/resumed → validate, then upsert the definition (or record
-  the rejection, keeping the last valid generation in force), render the status, handle
+  the rejection — an invalid spec, or ``spec.after`` closing a cycle — keeping the last
+  valid generation in force), render the status, handle
   the ``run-now`` and ``cancel`` annotations;
 - ScheduledJob deleted → the finalizer marks the definition deleted, cancels queued runs
   and asks running ones to stop (their Jobs go with the ScheduledJob: owner references);
@@ -29,7 +30,7 @@ from psycopg_pool import ConnectionPool
 
 from pgsched import logs, metrics
 from pgsched import spec as spec_module
-from pgsched.engine import definitions, runs
+from pgsched.engine import chain, definitions, runs
 from pgsched.k8s import api, names, outcomes, status
 from pgsched.k8s.publisher import Publisher
 
@@ -81,12 +82,20 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
             except spec_module.SpecError as error:
                 _reject(context, conn, key, body, str(error), now=now)
                 return
-            stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec), now=pinned)
+            try:
+                stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec), now=pinned)
+            except chain.CycleError as error:
+                _reject(context, conn, key, body, str(error), now=now)
+                return
             # On resume (every operator start) most resources are already up to date: their
             # status and Event need not be written again, thousands of times over.
             current = dict(body.get("status") or {})
             if current.get("observedGeneration") != generation or stored.generation != generation:
                 context.publisher.patch_status(conn, stored, dict(body))
+                # Downstreams naming this one: their UpstreamsFound condition may change.
+                context.publisher.refresh_statuses(
+                    conn, chain.downstream_ids(conn, namespace=key.namespace, name=key.name)
+                )
                 if stored.generation == generation:
                     context.publisher.post_event(
                         namespace=key.namespace,
@@ -204,6 +213,12 @@ def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
     try:
         with context.pool.connection() as conn:
             stopping = definitions.delete(conn, UUID(uid))
+            downstreams = chain.downstream_ids(conn, namespace=meta["namespace"], name=meta["name"])
+            try:
+                context.publisher.refresh_statuses(conn, downstreams)
+            except api.ApiError as error:
+                # Their UpstreamMissing condition shows on their next status refresh.
+                log.warning("could not refresh the downstreams of %s: %s", meta["name"], error)
     except psycopg.Error as error:
         metrics.DB_ERRORS.labels("handlers").inc()
         raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error

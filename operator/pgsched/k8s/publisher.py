@@ -35,7 +35,7 @@ from pgsched import logs, metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
-from pgsched.engine import definitions, runs
+from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.failures import FailureLog
 from pgsched.k8s import api, names, resync, status, verdicts
@@ -87,6 +87,10 @@ class Publisher:
                 _count(row)
                 if self._post_run_event(row):
                     result.events += 1
+            # A chained run's upstream lists the runs it triggered: refresh it too.
+            chained = [row["run_id"] for row in rows if row["trigger"] == "upstream"]
+            for upstream_id in chain.upstream_definitions(conn, chained) if chained else []:
+                by_definition.setdefault(upstream_id, [])
             for definition_id, changes in by_definition.items():
                 self._refresh(conn, definition_id, changes, result)
             conn.execute(queries.get("delete_run_events"), {"ids": [row["id"] for row in rows]})
@@ -232,15 +236,26 @@ class Publisher:
         if any(change["status"] in TERMINAL_STATUSES for change in changes):
             result.jobs_deleted += self._clean_up_jobs(conn, definition)
 
+    def refresh_statuses(self, conn: Connection, definition_ids: list[UUID]) -> None:
+        """Re-render these ScheduledJobs' statuses (say, an upstream they name appeared or
+        went away: their UpstreamsFound condition changed though none of their runs did)."""
+        for definition_id in definition_ids:
+            self._refresh(conn, definition_id, [], PublishResult())
+
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
         """Render the ScheduledJob's status from the database and merge-patch it."""
         old = current.get("status") or {}
+        last_run = runs.last_run(conn, definition.id)
         new = status.render(
             definition,
-            last_run=runs.last_run(conn, definition.id),
+            last_run=last_run,
             active=runs.running_count(conn, definition.id),
             now=datetime.now(UTC),
             current=old,
+            links=chain.links(
+                conn, definition.id, namespace=definition.namespace, name=definition.name
+            ),
+            triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
         )
         path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
         self._kube.merge_patch(path, {"status": new})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pgsched.engine import definitions
+from pgsched.engine import chain, definitions
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s.names import Obj
 
@@ -23,8 +23,10 @@ def timestamp(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def schedule_text(kind: str, text: str) -> str:
+def schedule_text(kind: str, text: str, upstreams: list[str] | None = None) -> str:
     """What the SCHEDULE printer column shows."""
+    if kind == "none":
+        return f"after {', '.join(upstreams)}" if upstreams else "after upstreams"
     if kind == "rrule":
         rule = next((line for line in text.splitlines() if "FREQ=" in line.upper()), text)
         return rule.removeprefix("RRULE:")
@@ -40,8 +42,13 @@ def render(
     active: int,
     now: datetime,
     current: Obj | None = None,
+    links: chain.Links | None = None,
+    triggered: list[chain.Triggered] | None = None,
 ) -> Obj:
-    """The full status of a ScheduledJob whose definition is stored."""
+    """The full status of a ScheduledJob whose definition is stored.
+
+    ``links`` (its upstreams and downstreams) and ``triggered`` (the runs its last run
+    queued downstream) show the chain both ways."""
     suspended = definition.is_suspended
     upcoming: list[str] = []
     if not suspended and definition.next_run_at is not None and definition.deleted_at is None:
@@ -72,18 +79,54 @@ def render(
         suspension = _condition("Suspended", True, "SuspendedBySpec", "spec.suspend is true")
     else:
         suspension = _condition("Suspended", False, "Active", "runs are scheduled")
+    conditions = [ready, suspension]
+    chain_status: Obj = {}
+    if links is not None and links.upstreams:
+        conditions.append(_upstreams_condition(definition, links.upstreams))
+        chain_status["after"] = [
+            {"scheduledJob": item.scheduled_job, "on": item.on, "found": item.found}
+            for item in links.upstreams
+        ]
+        chain_status["afterMode"] = definition.after_mode
+    if links is not None and links.downstreams:
+        chain_status["downstreams"] = links.downstreams
+    last = _last_run(last_run)
+    if last is not None and last_run is not None and last_run.upstream_run_id is not None:
+        last["upstreamRunId"] = last_run.upstream_run_id
+    if last is not None and triggered:
+        last["triggeredRuns"] = [
+            {"scheduledJob": item.scheduled_job, "runId": item.run_id, "status": item.status}
+            for item in triggered
+        ]
+    upstream_names = [item.scheduled_job for item in links.upstreams] if links else []
     return {
         "observedGeneration": observed,
-        "schedule": schedule_text(definition.schedule_kind, definition.schedule),
+        "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
         "timeZone": definition.time_zone,
         "suspended": suspended,
         "active": active,
         "nextRunAt": upcoming[0] if upcoming else None,
         "nextRuns": upcoming,
         "lastScheduleTime": timestamp(definition.last_scheduled_for),
-        "lastRun": _last_run(last_run),
-        "conditions": carry_transitions([ready, suspension], current, now=now),
+        "lastRun": last,
+        "conditions": carry_transitions(conditions, current, now=now),
+        **chain_status,
     }
+
+
+def _upstreams_condition(definition: Definition, upstreams: list[chain.UpstreamState]) -> Obj:
+    missing = [item.scheduled_job for item in upstreams if not item.found]
+    if missing:
+        return _condition(
+            "UpstreamsFound",
+            False,
+            "UpstreamMissing",
+            f"spec.after names {', '.join(missing)}, which does not exist in namespace"
+            f" {definition.namespace}; chained runs start once it does",
+        )
+    return _condition(
+        "UpstreamsFound", True, "Found", f"every upstream in spec.after exists ({len(upstreams)})"
+    )
 
 
 def render_rejected(

@@ -106,7 +106,7 @@ WHERE dep.downstream_id = %(id)s
 ORDER BY dep.upstream_name;
 
 -- name: downstreams_of
-SELECT d.name, dep.on_outcome
+SELECT d.id, d.name, dep.on_outcome
 FROM pgsched.job_dependencies AS dep
 JOIN pgsched.job_definitions AS d ON d.id = dep.downstream_id
 WHERE dep.upstream_name = %(name)s AND d.namespace = %(namespace)s AND d.deleted_at IS NULL
@@ -119,3 +119,10 @@ FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.upstream_run_id = ANY(%(ids)s::bigint[]) AND r.trigger = 'upstream'
 ORDER BY r.upstream_run_id, r.id;
+
+-- name: upstream_definitions_of
+-- The upstream definitions of chained runs (whose status lists the runs they triggered).
+SELECT DISTINCT u.definition_id AS id
+FROM pgsched.job_runs AS r
+JOIN pgsched.job_runs AS u ON u.id = r.upstream_run_id
+WHERE r.id = ANY(%(ids)s::bigint[]);
