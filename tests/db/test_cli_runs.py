@@ -37,11 +37,12 @@ def test_runs_lists_every_attempt_newest_first_in_the_jobs_time_zone(dsn, conn):
     header, newer, older = result.out.splitlines()
     assert header.split() == [
         "ID", "STATUS", "REASON", "ATTEMPT", "TRIGGER", "SCHEDULED", "STARTED", "FINISHED", "DURATION",
+        "CHAIN",
     ]  # fmt: skip
     assert newer.split()[:5] == [str(retried.retry_id), "QUEUED", "-", "2", "retry"]
     assert older.split()[:5] == [str(first.id), "FAILED", "NonZeroExit", "1", "manual"]
     assert "2026-06-01 15:00:00 EEST" in older  # 12:00Z in Sofia, summer time
-    assert older.split()[-1] == "1m30s"
+    assert older.split()[-2:] == ["1m30s", "-"]  # no chain
 
 
 def test_runs_json_has_utc_instants_and_no_lease_token(dsn, conn):
@@ -143,3 +144,30 @@ def test_describe_refuses_what_is_not_a_run_id(dsn, conn):
     assert bad.code == 2 and "'report' is not a run id" in bad.err
     missing = pgsched("describe", "999999", dsn=dsn)
     assert missing.code == 1 and "no run with id 999999" in missing.err
+
+
+def test_runs_and_describe_show_the_chain_both_ways(dsn, conn):
+    extract = define(conn, "extract", schedule="0 0 1 1 *", now=T0)
+    define(conn, "load", after=[{"scheduledJob": "extract"}], now=T0)
+    runs.run_now(conn, extract.id, token="a", scheduled_for=T0)
+    [upstream] = dispatch.run_once(conn, RecordingLauncher(), now=T0).claimed
+    assert lease.finish(conn, lease.Lease(upstream.id, upstream.lease_token), "COMPLETED", now=T0)
+    [down] = settle.run_once(conn, now=T0 + timedelta(seconds=1)).chained
+
+    result = pgsched("runs", "extract", dsn=dsn)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[1].endswith(f"→ load {down.run_id}")
+    result = pgsched("runs", "load", dsn=dsn)
+    assert result.out.splitlines()[1].endswith(f"← {upstream.id}")
+    assert result.out.splitlines()[1].split()[4] == "upstream"
+
+    described = pgsched("describe", str(down.run_id), dsn=dsn)
+    assert f"{upstream.id} of default/extract (COMPLETED)" in described.out
+    described = pgsched("describe", str(upstream.id), "-o", "json", dsn=dsn).json()
+    assert described["run"]["triggeredRuns"] == [
+        {"scheduledJob": "load", "runId": down.run_id, "status": "QUEUED"}
+    ]
+    assert (
+        pgsched("describe", str(down.run_id), "-o", "json", dsn=dsn).json()["upstreamRun"]["id"]
+        == upstream.id
+    )

@@ -2,7 +2,9 @@
 
 A run id is global (it is the row's key), so no namespace is needed. The retry chain
 shows every attempt of the same occurrence, first to last, so a failure that was retried
-three times reads as one story: reasons, errors and Job names of each attempt.
+three times reads as one story: reasons, errors and Job names of each attempt. The chain
+of ``spec.after`` shows both ways: the upstream run that queued this one, and the
+downstream runs this one's final outcome queued.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from pgsched.cli import common, output, runs_cmd
 from pgsched.db import queries
-from pgsched.engine import definitions, runs
+from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Run
 from pgsched.schedule import zones
 
@@ -46,15 +48,18 @@ def run(args: argparse.Namespace) -> int:
         if found is None:
             raise common.CommandError(f"no run with id {args.run_id}")
         definition = definitions.get(conn, found.definition_id)
-        chain = [
+        attempts = [
             Run.from_row(row)
             for row in conn.execute(queries.get("retry_chain"), {"id": found.id}).fetchall()
         ]
+        triggered = chain.triggered(conn, [found.id]).get(found.id, [])
+        upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
+        upstream_of = definitions.get(conn, upstream.definition_id) if upstream else None
     assert definition is not None  # job_runs.definition_id is a foreign key
     if args.output == "json":
         output.emit_json(
             {
-                "run": runs_cmd.summary(found),
+                "run": runs_cmd.summary(found, triggered),
                 "scheduledJob": {
                     "namespace": definition.namespace,
                     "name": definition.name,
@@ -62,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
                     "timeZone": definition.time_zone,
                     "deleted": definition.deleted_at is not None,
                 },
-                "retryChain": [runs_cmd.summary(item) for item in chain],
+                "retryChain": [runs_cmd.summary(item) for item in attempts],
+                "upstreamRun": runs_cmd.summary(upstream) if upstream else None,
             }
         )
         return 0
@@ -73,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             return output.NOTHING
         return f"{output.local_time(moment, zone)}  ({output.utc_iso(moment)})"
 
-    retried_as = next((item.id for item in chain if item.retry_of == found.id), None)
+    retried_as = next((item.id for item in attempts if item.retry_of == found.id), None)
     attempt = f"{found.attempt}" + (f" (retried as run {retried_as})" if retried_as else "")
     deleted = " (deleted)" if definition.deleted_at is not None else ""
     cancel = output.NOTHING
@@ -100,9 +106,19 @@ def run(args: argparse.Namespace) -> int:
             ("Cancellation", cancel),
             ("Kubernetes Job", job),
             ("Request token", found.request_token),
+            (
+                "Upstream run",
+                f"{upstream.id} of {upstream_of.key} ({upstream.status})"
+                if upstream and upstream_of
+                else None,
+            ),
+            (
+                "Triggered runs",
+                ", ".join(f"{t.run_id} of {t.scheduled_job} ({t.status})" for t in triggered),
+            ),
         ]
     )
-    if len(chain) > 1:
+    if len(attempts) > 1:
         print("\nRetry chain:")
         output.table(
             ["attempt", "run", "status", "reason", "scheduled", "finished", "job"],
@@ -116,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                     output.local_time(item.finished_at, zone),
                     item.k8s_job_name,
                 ]
-                for item in chain
+                for item in attempts
             ],
         )
     return 0

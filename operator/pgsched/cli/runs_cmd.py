@@ -1,7 +1,9 @@
 """``pgsched runs <sj>``: the run history of a ScheduledJob, newest first.
 
 Every attempt is a row (retries, skipped occurrences, cancelled runs), so this is the
-answer to "did it run at 09:00, and if not, why?". Times are shown in the ScheduledJob's
+answer to "did it run at 09:00, and if not, why?". The ``chain`` column shows the chain
+both ways: ``← 41`` on a run queued by upstream run 41 (``spec.after``), ``→ load 50`` on
+a run whose final outcome queued run 50 of ScheduledJob ``load``. Times are shown in the ScheduledJob's
 time zone, which is how its schedule is written; ``-o json`` gives UTC instants.
 """
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from pgsched.cli import common, output, target
 from pgsched.db import queries
+from pgsched.engine import chain
 from pgsched.engine.models import Run
 from pgsched.schedule import zones
 
@@ -60,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
             queries.get("run_history"),
             {"definition_id": definition.id, "statuses": args.status, "limit": args.limit},
         ).fetchall()
-    history = [Run.from_row(row) for row in rows]
+        history = [Run.from_row(row) for row in rows]
+        triggered = chain.triggered(conn, [item.id for item in history])
     if args.output == "json":
         output.emit_json(
             {
                 "scheduledJob": definition.key,
                 "timeZone": definition.time_zone,
-                "runs": [summary(item) for item in history],
+                "runs": [summary(item, triggered.get(item.id, [])) for item in history],
             }
         )
         return 0
@@ -85,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             "started",
             "finished",
             "duration",
+            "chain",
         ],
         [
             [
@@ -97,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 output.local_time(item.started_at, zone),
                 output.local_time(item.finished_at, zone),
                 duration_of(item),
+                chain_of(item, triggered.get(item.id, [])),
             ]
             for item in history
         ],
@@ -104,7 +110,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary(item: Run) -> dict[str, Any]:
+def chain_of(item: Run, triggered: list[chain.Triggered]) -> str | None:
+    """``← upstream run`` and ``→ downstream runs``, for the table."""
+    parts = [f"← {item.upstream_run_id}"] if item.upstream_run_id is not None else []
+    parts += [f"→ {down.scheduled_job} {down.run_id}" for down in triggered]
+    return ", ".join(parts) or None
+
+
+def summary(item: Run, triggered: list[chain.Triggered] | None = None) -> dict[str, Any]:
     """A run as JSON: everything but the lease token (a job's credential for its run)."""
     return {
         "id": item.id,
@@ -122,6 +135,11 @@ def summary(item: Run) -> dict[str, Any]:
         "exitCode": item.exit_code,
         "cancelRequested": item.cancel_requested,
         "jobName": item.k8s_job_name,
+        "upstreamRunId": item.upstream_run_id,
+        "triggeredRuns": [
+            {"scheduledJob": down.scheduled_job, "runId": down.run_id, "status": down.status}
+            for down in triggered or []
+        ],
     }
 
 
