@@ -336,7 +336,7 @@ def _schedule_choice(
 
 def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
     value = check.spec.get("after")
-    example = "after: [{scheduledJob: extract, on: Succeeded}]"
+    example = "after: [{scheduledJob: extract, outcome: Succeeded}]"
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -351,7 +351,13 @@ def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
         if not isinstance(item, Mapping):
             check.fail(path, f"must be an object, got {_describe(item)}", example)
             continue
-        check.unknown(item, {"scheduledJob", "on"}, f"{path}.")
+        if True in item or "true" in item:
+            # YAML 1.1 (kubectl, PyYAML) reads an unquoted `on:` key as the boolean true.
+            check.fail(
+                f"{path}.on", "is not a field (YAML reads `on` as true): use outcome", example
+            )
+        rest = {key: value for key, value in item.items() if key not in (True, "true")}
+        check.unknown(rest, {"scheduledJob", "outcome"}, f"{path}.")
         name = item.get("scheduledJob")
         if not isinstance(name, str) or not names.OBJECT_NAME.match(name):
             check.fail(
@@ -363,8 +369,8 @@ def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
         if any(upstream.scheduled_job == name for upstream in found):
             check.fail(f"{path}.scheduledJob", f"{name!r} is named twice", example)
             continue
-        on = check.choice(item, "on", path=f"{path}.on", options=chain.OUTCOMES)
-        found.append(chain.Upstream(name, cast(chain.Outcome, on)))
+        outcome = check.choice(item, "outcome", path=f"{path}.outcome", options=chain.OUTCOMES)
+        found.append(chain.Upstream(name, cast(chain.Outcome, outcome)))
     return tuple(found)
 
 

@@ -79,8 +79,12 @@ def test_a_retried_attempt_triggers_nothing_and_the_final_attempt_triggers_once(
         },
         now=T0,
     )
-    on_failure = define(conn, "alert", after=[{"scheduledJob": "flaky", "on": "Failed"}], now=T0)
-    on_finish = define(conn, "report", after=[{"scheduledJob": "flaky", "on": "Finished"}], now=T0)
+    on_failure = define(
+        conn, "alert", after=[{"scheduledJob": "flaky", "outcome": "Failed"}], now=T0
+    )
+    on_finish = define(
+        conn, "report", after=[{"scheduledJob": "flaky", "outcome": "Finished"}], now=T0
+    )
     on_success = define(conn, "publish", after=[{"scheduledJob": "flaky"}], now=T0)
     at = T0
     attempts = []
@@ -101,7 +105,9 @@ def test_a_retried_attempt_triggers_nothing_and_the_final_attempt_triggers_once(
 
 def test_cancelled_upstream_runs_trigger_nothing(conn):
     extract = define(conn, "extract", schedule=NO_SCHEDULE, now=T0)
-    report = define(conn, "report", after=[{"scheduledJob": "extract", "on": "Finished"}], now=T0)
+    report = define(
+        conn, "report", after=[{"scheduledJob": "extract", "outcome": "Finished"}], now=T0
+    )
     finish(conn, extract, "CANCELLED", reason="Cancelled", at=T0)
     settle.run_once(conn, now=T0 + timedelta(seconds=1), rng=RNG)
     assert chained(conn, report) == []
@@ -127,7 +133,7 @@ def test_fan_in_all_runs_once_each_upstream_has_a_final_run_since_the_last_chain
     join = define(
         conn,
         "join",
-        after=[{"scheduledJob": "a"}, {"scheduledJob": "b", "on": "Finished"}],
+        after=[{"scheduledJob": "a"}, {"scheduledJob": "b", "outcome": "Finished"}],
         afterMode="All",
         now=T0,
     )
@@ -248,8 +254,8 @@ def test_two_concurrent_applies_closing_a_cycle_are_serialized_and_one_is_reject
         ({"after": "extract"}, "spec.after: must be a list of upstreams"),
         ({"after": [{"scheduledJob": "Bad_Name"}]}, "spec.after[0].scheduledJob:"),
         (
-            {"after": [{"scheduledJob": "x", "on": "Done"}]},
-            "spec.after[0].on: 'Done' is not one of",
+            {"after": [{"scheduledJob": "x", "outcome": "Done"}]},
+            "spec.after[0].outcome: 'Done' is not one of",
         ),
         (
             {"after": [{"scheduledJob": "x"}, {"scheduledJob": "x"}]},
@@ -257,6 +263,10 @@ def test_two_concurrent_applies_closing_a_cycle_are_serialized_and_one_is_reject
         ),
         ({"schedule": "* * * * *", "afterMode": "All"}, "spec.afterMode: is set but"),
         ({}, "or none, with spec.after"),
+        (
+            {"after": [{"scheduledJob": "x", True: "Failed"}]},
+            "(YAML reads `on` as true): use outcome",
+        ),
     ],
 )
 def test_bad_after_fields_are_rejected_naming_the_field(spec, message):
@@ -284,3 +294,20 @@ def test_links_show_missing_upstreams_and_the_chain_both_ways(conn):
     [item] = chain.triggered(conn, [upstream.id])[upstream.id]
     assert (item.run_id, item.scheduled_job, item.status) == (down["id"], "load", "QUEUED")
     assert chain.upstream_definitions(conn, [down["id"]]) == [extract.id]
+
+
+def test_the_chain_example_applies_in_any_order_and_chains_as_documented(conn):
+    import pathlib
+
+    import yaml
+
+    path = pathlib.Path(__file__).parents[2] / "examples" / "chain-extract-load.yaml"
+    documents = {
+        doc["metadata"]["name"]: doc["spec"] for doc in yaml.safe_load_all(path.read_text())
+    }
+    jobs = {name: define(conn, name, now=T0, **spec) for name, spec in reversed(documents.items())}
+    assert jobs["load"].schedule_kind == "none" and jobs["report"].after_mode == "All"
+    upstream = finish(conn, jobs["extract"], "COMPLETED", at=T0)
+    settle.run_once(conn, now=T0, rng=RNG)
+    [load_run] = chained(conn, jobs["load"])
+    assert load_run["upstream_run_id"] == upstream.id

@@ -99,7 +99,7 @@ def test_a_chained_job_shows_its_upstreams_a_missing_one_and_the_chain_both_ways
     assert rendered["schedule"] == "after extract, clean"
     assert rendered["nextRuns"] == []
     assert rendered["afterMode"] == "All" and rendered["downstreams"] == ["publish"]
-    assert rendered["after"][1] == {"scheduledJob": "clean", "on": "Finished", "found": False}
+    assert rendered["after"][1] == {"scheduledJob": "clean", "outcome": "Finished", "found": False}
     assert rendered["lastRun"]["upstreamRunId"] == 7
     assert rendered["lastRun"]["triggeredRuns"] == [
         {"scheduledJob": "publish", "runId": 50, "status": "QUEUED"}

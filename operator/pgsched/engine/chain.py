@@ -54,7 +54,7 @@ class Upstream:
     """One entry of ``spec.after``."""
 
     scheduled_job: str
-    on: Outcome = "Succeeded"
+    outcome: Outcome = "Succeeded"
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ def store(
             {
                 "id": definition_id,
                 "names": [item.scheduled_job for item in after],
-                "outcomes": [item.on for item in after],
+                "outcomes": [item.outcome for item in after],
             },
         )
 
@@ -207,7 +207,7 @@ def describe_cycle(cycle: list[str]) -> str:
 @dataclass(frozen=True)
 class UpstreamState:
     scheduled_job: str
-    on: str
+    outcome: str
     found: bool  # a live ScheduledJob of that name exists in the namespace
 
 

@@ -84,7 +84,7 @@ def render(
     if links is not None and links.upstreams:
         conditions.append(_upstreams_condition(definition, links.upstreams))
         chain_status["after"] = [
-            {"scheduledJob": item.scheduled_job, "on": item.on, "found": item.found}
+            {"scheduledJob": item.scheduled_job, "outcome": item.outcome, "found": item.found}
             for item in links.upstreams
         ]
         chain_status["afterMode"] = definition.after_mode
