@@ -327,3 +327,75 @@ def attempts_keep_their_trail(conn: Connection) -> list[str]:
                 " policy allows another attempt, but none was made"
             )
     return problems
+
+
+# A final outcome: settled, and either a success or a failure that no retry follows.
+_FINAL_OUTCOMES = """
+    SELECT u.id, u.definition_id, ud.namespace, ud.name, u.settled_at,
+           CASE u.status WHEN 'COMPLETED' THEN 'Succeeded' ELSE 'Failed' END AS outcome
+    FROM pgsched.job_runs AS u
+    JOIN pgsched.job_definitions AS ud ON ud.id = u.definition_id
+    WHERE u.settled_at IS NOT NULL
+      AND (u.status = 'COMPLETED'
+           OR (u.status = 'FAILED'
+               AND NOT EXISTS (SELECT FROM pgsched.job_runs AS x WHERE x.retry_of = u.id)))
+"""
+
+
+def chained_exactly_once(conn: Connection) -> list[str]:
+    """I10: every final matching outcome of an upstream run yields exactly one downstream
+    run (``afterMode: Any``), or one arrival (``All``) that at most one downstream run
+    consumed; no downstream run exists without a final matching upstream run.
+
+    Edges count from the downstream definition's creation: an upstream run settled before
+    the downstream existed triggers nothing."""
+    problems = []
+    expected = conn.execute(
+        f"WITH final AS ({_FINAL_OUTCOMES})"
+        " SELECT f.id AS upstream, d.id AS downstream, d.name, d.after_mode,"
+        "   (SELECT count(*) FROM pgsched.job_runs AS r WHERE r.definition_id = d.id"
+        "      AND r.trigger = 'upstream' AND r.upstream_run_id = f.id) AS runs,"
+        "   (SELECT count(*) FROM pgsched.chain_arrivals AS a WHERE a.downstream_id = d.id"
+        "      AND a.upstream_run_id = f.id) AS arrivals"
+        " FROM final AS f"
+        " JOIN pgsched.job_dependencies AS dep ON dep.upstream_name = f.name"
+        "   AND dep.on_outcome IN (f.outcome, 'Finished')"
+        " JOIN pgsched.job_definitions AS d ON d.id = dep.downstream_id"
+        "   AND d.namespace = f.namespace AND d.deleted_at IS NULL"
+        "   AND f.settled_at >= d.created_at"
+    ).fetchall()
+    for row in expected:
+        what = f"upstream run {row['upstream']} → {row['name']}"
+        if row["after_mode"] == "Any" and row["runs"] != 1:
+            problems.append(f"{what}: {row['runs']} downstream runs, expected exactly 1")
+        if row["after_mode"] == "All" and row["arrivals"] != 1:
+            problems.append(f"{what}: {row['arrivals']} fan-in arrivals, expected exactly 1")
+    orphans = conn.execute(
+        f"WITH final AS ({_FINAL_OUTCOMES})"
+        " SELECT r.id, d.name, r.upstream_run_id FROM pgsched.job_runs AS r"
+        " JOIN pgsched.job_definitions AS d ON d.id = r.definition_id"
+        " WHERE r.trigger = 'upstream' AND NOT EXISTS ("
+        "   SELECT FROM final AS f"
+        "   JOIN pgsched.job_dependencies AS dep ON dep.upstream_name = f.name"
+        "     AND dep.downstream_id = d.id AND dep.on_outcome IN (f.outcome, 'Finished')"
+        "   WHERE f.id = r.upstream_run_id AND f.namespace = d.namespace)"
+    ).fetchall()
+    problems += [
+        f"run {row['id']} of {row['name']} names upstream run {row['upstream_run_id']},"
+        " which is not a final matching outcome of one of its upstreams"
+        for row in orphans
+    ]
+    partial = conn.execute(
+        "SELECT a.consumed_by, d.name, count(DISTINCT a.upstream_name) AS n"
+        " FROM pgsched.chain_arrivals AS a JOIN pgsched.job_definitions AS d"
+        "   ON d.id = a.downstream_id"
+        " WHERE a.consumed_by IS NOT NULL GROUP BY a.consumed_by, a.downstream_id, d.name"
+        " HAVING count(DISTINCT a.upstream_name) < (SELECT count(*)"
+        "   FROM pgsched.job_dependencies AS dep WHERE dep.downstream_id = a.downstream_id)"
+    ).fetchall()
+    problems += [
+        f"fan-in run {row['consumed_by']} of {row['name']} consumed arrivals of only"
+        f" {row['n']} upstreams"
+        for row in partial
+    ]
+    return problems

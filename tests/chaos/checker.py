@@ -18,7 +18,7 @@ import invariants
 from chaos.sampler import Sampled
 from pgsched.db.connection import Connection
 
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5")
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I10")
 
 
 def check(
@@ -40,6 +40,7 @@ def check(
         + sampled.violations["I3"],
         "I4": invariants.terminal_statuses_final(conn) + sampled.violations["I4"],
         "I5": invariants.attempts_keep_their_trail(conn),
+        "I10": invariants.chained_exactly_once(conn),
     }
 
 
@@ -49,6 +50,7 @@ def run_counts(conn: Connection) -> dict[str, Any]:
         " count(*) FILTER (WHERE trigger = 'schedule') AS materialized,"
         " count(*) FILTER (WHERE trigger = 'manual') AS manual,"
         " count(*) FILTER (WHERE trigger = 'retry') AS retries,"
+        " count(*) FILTER (WHERE trigger = 'upstream') AS chained,"
         " count(*) FILTER (WHERE started_at IS NOT NULL) AS started,"
         " count(*) FILTER (WHERE status = 'COMPLETED') AS completed,"
         " count(*) FILTER (WHERE status = 'FAILED') AS failed,"
