@@ -311,3 +311,30 @@ def test_the_chain_example_applies_in_any_order_and_chains_as_documented(conn):
     settle.run_once(conn, now=T0, rng=RNG)
     [load_run] = chained(conn, jobs["load"])
     assert load_run["upstream_run_id"] == upstream.id
+
+
+def test_fan_in_upstreams_settled_concurrently_by_two_settlers_fire_once_per_round(dsn, conn):
+    a = define(conn, "a", schedule=NO_SCHEDULE, maxConcurrentRuns=50, now=T0)
+    b = define(conn, "b", schedule=NO_SCHEDULE, maxConcurrentRuns=50, now=T0)
+    join = define(
+        conn, "join", after=[{"scheduledJob": "a"}, {"scheduledJob": "b"}], afterMode="All", now=T0
+    )
+    rounds = 10
+    for index in range(rounds):
+        at = T0 + timedelta(minutes=index)
+        finish(conn, a, "COMPLETED", at=at)
+        finish(conn, b, "COMPLETED", at=at)
+        barrier = threading.Barrier(2)
+
+        def settler():
+            with connection.connect(dsn) as own:
+                barrier.wait()
+                while settle.run_once(own, now=at, batch_size=1, rng=RNG).settled:
+                    pass
+
+        threads = [threading.Thread(target=settler) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+        assert len(chained(conn, join)) == index + 1
