@@ -326,7 +326,7 @@ def test_fan_in_upstreams_settled_concurrently_by_two_settlers_fire_once_per_rou
         finish(conn, b, "COMPLETED", at=at)
         barrier = threading.Barrier(2)
 
-        def settler():
+        def settler(barrier=barrier, at=at):
             with connection.connect(dsn) as own:
                 barrier.wait()
                 while settle.run_once(own, now=at, batch_size=1, rng=RNG).settled:
