@@ -338,3 +338,24 @@ def test_fan_in_upstreams_settled_concurrently_by_two_settlers_fire_once_per_rou
         for thread in threads:
             thread.join(timeout=20)
         assert len(chained(conn, join)) == index + 1
+
+
+def test_chained_runs_get_starting_deadlines_caps_and_cancellation_like_any_run(conn):
+    extract = define(conn, "extract", schedule=NO_SCHEDULE, maxConcurrentRuns=5, now=T0)
+    load = define(
+        conn, "load", after=[{"scheduledJob": "extract"}], startingDeadlineSeconds=30, now=T0
+    )
+    first = finish(conn, extract, "COMPLETED", at=T0)
+    second = finish(conn, extract, "COMPLETED", at=T0 + timedelta(seconds=1))
+    settle.run_once(conn, now=T0 + timedelta(seconds=2), rng=RNG)
+    one, two = chained(conn, load)
+    assert one["deadline_at"] == T0 + timedelta(seconds=32)
+    # maxConcurrentRuns (1): one claimed, the other waits QUEUED.
+    claimed = dispatch.run_once(
+        conn, RecordingLauncher(), definition_ids=[load.id], now=T0 + timedelta(seconds=3)
+    ).claimed
+    assert [run.upstream_run_id for run in claimed] == [first.id]
+    outcome = runs.cancel_definition(conn, load.id, why="test")
+    assert [run.id for run in outcome.cancelled] == [two["id"]]
+    assert [run.upstream_run_id for run in outcome.asked_to_stop] == [first.id]
+    assert second.id == two["upstream_run_id"]

@@ -111,3 +111,10 @@ def test_next_says_when_a_one_shot_has_passed_and_when_a_job_is_suspended(dsn, c
     assert "note: suspended (spec.suspend is true)" in paused.out
     gone = pgsched("next", "--run-at", "2020-01-01T00:00:00Z")
     assert gone.code == 0 and "no occurrence after" in gone.out
+
+
+def test_next_of_a_job_that_only_runs_after_others_says_so(dsn, conn):
+    define(conn, "load", after=[{"scheduledJob": "extract"}])
+    result = pgsched("next", "load", dsn=dsn)
+    assert result.code == 0, result.err
+    assert "runs only after its upstreams (spec.after)" in result.out

@@ -159,6 +159,8 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetim
             f"suspended ({why}): these occurrences are recorded as SKIPPED/Suspended until"
             " it is resumed"
         )
+    if definition.schedule_kind == "none":
+        notes.append("no schedule of its own: it runs only after its upstreams (spec.after)")
     described = {
         "subject": definition.key,
         "scheduledJob": definition.key,

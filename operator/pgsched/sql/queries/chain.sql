@@ -37,10 +37,11 @@ SELECT d.id,
                            || coalesce(d.auto_suspend_reason, 'spec.suspend is true') END,
        CASE WHEN skip THEN %(now)s END,
        CASE WHEN skip THEN %(now)s END
-FROM unnest(%(downstream_ids)s::uuid[], %(upstream_run_ids)s::bigint[])
-     AS c(downstream_id, upstream_run_id)
+FROM unnest(%(downstream_ids)s::uuid[], %(upstream_run_ids)s::bigint[]) WITH ORDINALITY
+     AS c(downstream_id, upstream_run_id, ord)
 JOIN pgsched.job_definitions AS d ON d.id = c.downstream_id
 CROSS JOIN LATERAL (SELECT d.suspended OR d.auto_suspended_at IS NOT NULL AS skip) AS s
+ORDER BY c.ord  -- ids in upstream order, so equal-time chained runs queue in that order
 ON CONFLICT (definition_id, upstream_run_id) WHERE trigger = 'upstream' DO NOTHING
 RETURNING id, definition_id, upstream_run_id, status;
 
