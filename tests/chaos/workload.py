@@ -7,6 +7,10 @@ a quarter on the cron ``* * * * *`` (a stampede at each full minute), the rest o
 and retries for the infrastructure reasons. On top, a steady stream of run-now requests
 (each with its own token, retried with the *same* token when the database was away, which
 is exactly the idempotency the operator relies on) and an occasional cancel.
+
+Chains (I10): every tenth definition also runs after the one before it (``outcome``
+cycling through Succeeded, Failed and Finished; every other one of them has no schedule of
+its own), and every twentieth is a fan-in (``afterMode: All``) of the two before it.
 """
 
 from __future__ import annotations
@@ -47,14 +51,26 @@ def definition_spec(rng: random.Random, index: int) -> dict[str, Any]:
     }
     if rng.random() < 0.3:
         spec["startingDeadlineSeconds"] = 90
+    if index % 20 == 19:
+        spec["after"] = [{"scheduledJob": _name(index - 1)}, {"scheduledJob": _name(index - 2)}]
+        spec["afterMode"] = "All"
+    elif index % 10 == 9:
+        outcome = ("Succeeded", "Failed", "Finished")[index // 20 % 3]
+        spec["after"] = [{"scheduledJob": _name(index - 1), "outcome": outcome}]
+        spec.pop("schedule", None)
+        spec.pop("rrule", None)
     return spec
+
+
+def _name(index: int) -> str:
+    return f"chaos-{index:03d}"
 
 
 def create_definitions(conn: Connection, rng: random.Random, count: int) -> list[uuid.UUID]:
     now = datetime.now(UTC)
     ids = []
     for index in range(count):
-        name = f"chaos-{index:03d}"
+        name = _name(index)
         spec = definition_spec(rng, index)
         parsed = spec_module.parse(spec, hash_seed=f"chaos/{name}", anchor=now, now=now)
         key = definitions.DefinitionKey(
