@@ -12,6 +12,7 @@ import pytest
 
 from factories import define, runs_of
 from pgsched.db import connection
+from pgsched.devenv.waiting import wait_for
 from pgsched.engine import dispatch, lease, runs, settle
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings
@@ -19,15 +20,6 @@ from plugins.postgres import terminate_backends
 
 pytestmark = pytest.mark.timeout(120)
 NEVER = "0 0 1 1 *"
-
-
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _settle(dsn: str) -> None:
@@ -67,7 +59,7 @@ def test_a_settler_killed_inside_its_transaction_leaves_the_run_unsettled_and_a_
                 ).fetchone()["n"]
                 == 1
             ),
-            what="the settler to wait for the chain lock",
+            describe="the settler to wait for the chain lock",
         )
         # It holds the upstream run (SKIP LOCKED): another settler passes it over.
         assert settle.run_once(conn).settled == 0
@@ -139,11 +131,11 @@ def test_a_database_restart_under_a_running_tick_loop_loses_and_doubles_no_chain
 
     try:
         queue("before")
-        wait_for(lambda: len(settled_chain()) >= 2, what="chained runs before the restart")
+        wait_for(lambda: len(settled_chain()) >= 2, describe="chained runs before the restart")
         private_postgres.restart()
         queue("after")
-        wait_for(lambda: len(settled_chain()) == 10, what="every upstream run chained")
-        wait_for(lambda: len(launcher.finished) == 20, what="every chained run done")
+        wait_for(lambda: len(settled_chain()) == 10, describe="every upstream run chained")
+        wait_for(lambda: len(launcher.finished) == 20, describe="every chained run done")
     finally:
         stop.set()
         loop.join(timeout=10)
