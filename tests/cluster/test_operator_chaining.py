@@ -128,3 +128,27 @@ def test_a_cycle_is_rejected_with_a_message_naming_it(operators, sj):
     )
     assert "spec.after: pong → ping → pong is a cycle" in ready["message"]
     assert condition(sj, "ping", "Ready")["status"] == "True"
+
+
+def test_deleting_an_upstream_gives_its_downstream_a_condition_not_an_error_loop(
+    operators, sj, cluster
+):
+    operators.start()
+    sj.apply("source", {"schedule": NEVER, "jobTemplate": busybox("true")})
+    sj.apply("sink", {"after": [{"scheduledJob": "source"}], "jobTemplate": busybox("true")})
+    wait_for(
+        lambda: condition(sj, "sink", "UpstreamsFound").get("status") == "True",
+        30,
+        describe=lambda: f"sink's status: {sj.get('sink').get('status')}",
+    )
+    cluster.kubectl("delete", "sj", "source", "-n", sj.namespace, "--wait=true")
+
+    missing = wait_for(
+        lambda: (
+            (c := condition(sj, "sink", "UpstreamsFound")).get("reason") == "UpstreamMissing" and c
+        ),
+        30,
+        describe=lambda: f"sink's status: {sj.get('sink').get('status')}",
+    )
+    assert "spec.after names source, which does not exist" in missing["message"]
+    assert condition(sj, "sink", "Ready")["status"] == "True"
