@@ -156,6 +156,13 @@ def seed(
         reason="Succeeded",
         settled_at=ran + 3 * 60 * minute + 2 * minute,
     )
+    # What the materializer would have done by now: the next occurrence is tomorrow's.
+    upcoming = datetime(today.year, today.month, today.day, 9, 0, tzinfo=SOFIA) + timedelta(days=1)
+    conn.execute(
+        "UPDATE pgsched.job_definitions SET next_run_at = %s, last_scheduled_for = %s"
+        " WHERE id = %s",
+        [upcoming, upcoming - timedelta(days=1), definition.id],
+    )
     return History(definition, completed=ran, skipped=skipped, retried=retried, ids=ids)
 
 
