@@ -19,8 +19,9 @@ from pgsched.db import connection
 from pgsched.devenv import kubeconfig
 from pgsched.devenv.controlplane import ControlPlane
 from pgsched.devenv.waiting import wait_for
-from pgsched.k8s import api
+from pgsched.k8s import api, names
 from pgsched.ui import access
+from plugins.cluster import container, job_manifest
 
 pytestmark = pytest.mark.cluster
 
@@ -238,3 +239,41 @@ def test_sign_in_form_in_a_browser_then_only_allowed_namespaces(
         assert "report" in browser.text("#overview")
     finally:
         browser.close()
+
+
+def test_run_page_shows_the_kubernetes_job_and_its_pod(
+    cluster: ControlPlane,
+    token_ui: Served,
+    tenants: tuple[Tenants, str],
+    conn: connection.Connection,
+    tmp_path: Path,
+) -> None:
+    found, _ = tenants
+    run_id = found.alpha_history.ids["completed"]
+    job = job_manifest(
+        "report-c1", container("main", "busybox:1.36", "sh", "-c", "echo report done")
+    )
+    job["spec"]["template"]["metadata"] = {"labels": {names.LABEL_RUN_ID: str(run_id)}}  # type: ignore[index]
+    cluster.api.create(f"/apis/batch/v1/namespaces/{found.alpha}/jobs", job)
+
+    def pod_done() -> bool:
+        status, page = token_ui.get(f"/runs/{run_id}", token=found.viewer)
+        return status == 200 and "Succeeded" in page.split('id="pods"')[-1]
+
+    wait_for(pod_done, 60, describe="the run page showing the Job's pod as Succeeded")
+    _, page = token_ui.get(f"/runs/{run_id}", token=found.viewer)
+    assert "report-c1" in page and "main: terminated Completed 0" in page
+    # The viewer may not get pods/log, so the UI does not read the log on their behalf.
+    assert "you may not get pods/log" in page
+    _grant(cluster, found.alpha, "viewer-logs", READ_JOBS[2:], (found.alpha, "viewer"))
+
+    # Granted, the UI asks the API server for pods/log. A process node has no kubelet to
+    # serve it, so the API server's own error comes back, shown on the page, not a traceback.
+    def log_asked() -> bool:
+        return "containerLogs" in token_ui.get(f"/runs/{run_id}", token=found.viewer)[1]
+
+    wait_for(
+        log_asked, 60, describe="the run page asking for the pod's log once pods/log is granted"
+    )
+    _, page = token_ui.get(f"/runs/{run_id}", token=found.viewer)
+    assert "cannot read the log" in page and "/main?tailLines=200" in page
