@@ -11,7 +11,7 @@ ORDER BY namespace;
 -- name: ui_overview
 -- One page of live definitions after the keyset (namespace, name), with their health,
 -- the last runs (oldest first, for the strip) and queued/running counts.
-WITH page AS (
+WITH live AS (
     SELECT d.*,
            CASE WHEN d.rejected_generation IS NOT NULL THEN 'rejected'
                 WHEN d.suspended OR d.auto_suspended_at IS NOT NULL THEN 'suspended'
@@ -22,12 +22,10 @@ WITH page AS (
       AND d.namespace = ANY(%(namespaces)s::text[])
       AND (%(name)s::text IS NULL OR strpos(d.name, %(name)s::text) > 0)
       AND (d.namespace, d.name) > (%(after_namespace)s::text, %(after_name)s::text)
-      AND (%(health)s::text IS NULL OR %(health)s::text =
-           CASE WHEN d.rejected_generation IS NOT NULL THEN 'rejected'
-                WHEN d.suspended OR d.auto_suspended_at IS NOT NULL THEN 'suspended'
-                WHEN d.consecutive_failures > 0 THEN 'failing'
-                ELSE 'ready' END)
-    ORDER BY d.namespace, d.name
+), page AS (
+    SELECT * FROM live
+    WHERE %(health)s::text IS NULL OR health = %(health)s::text
+    ORDER BY namespace, name
     LIMIT %(limit)s
 ), queued AS (
     SELECT q.definition_id, count(*) AS n
