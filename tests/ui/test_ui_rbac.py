@@ -277,3 +277,22 @@ def test_run_page_shows_the_kubernetes_job_and_its_pod(
     )
     _, page = token_ui.get(f"/runs/{run_id}", token=found.viewer)
     assert "cannot read the log" in page and "/main?tailLines=200" in page
+
+
+def test_local_ui_sees_what_the_kubeconfig_identity_may_see(
+    cluster: ControlPlane, dsn: str, tenants: tuple[Tenants, str], tmp_path: Path
+) -> None:
+    found, _ = tenants
+    path = kubeconfig.write(
+        tmp_path / "viewer",
+        server=cluster.server,
+        ca_file=cluster.ca_file,
+        user="viewer",
+        token=found.viewer,
+    )
+    kube = api.KubeApi.from_environment(kubeconfig=str(path))
+    for local in serve(dsn, access.KubeconfigAccess(kube)):
+        status, page = local.get("/")
+        assert status == 200 and f"/ns/{found.alpha}/report" in page and found.beta not in page
+        assert local.get(f"/ns/{found.beta}/payroll")[0] == 403
+        assert local.get(f"/ns/{found.alpha}/report")[0] == 200
