@@ -198,6 +198,18 @@ def test_writes_are_refused(ui: Served, history: History) -> None:
     assert error.value.code == 405
 
 
+def test_sign_in_from_another_site_is_refused(ui: Served) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        ui.url + "/login", data=b"token=x", method="POST", headers={"Origin": "http://evil.example"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(request, timeout=10)
+    assert error.value.code == 403 and "own form" in error.value.read().decode()
+
+
 def test_request_latency_is_measured_by_page(ui: Served, history: History) -> None:
     def count(page: str, code: str) -> float:
         value = REGISTRY.get_sample_value(

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 from aiohttp import web
@@ -36,7 +37,7 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
     " frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 _PAGES = (
@@ -198,6 +199,10 @@ async def _login_form(request: web.Request) -> web.StreamResponse:
 
 async def _login(request: web.Request) -> web.StreamResponse:
     ui_access: access.Access = request.app[_ACCESS]  # type: ignore[assignment]
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != request.host:
+        # Another site's form would sign the visitor in as someone else (login CSRF).
+        return _error(request, 403, "sign-in is only accepted from this UI's own form")
     form = await request.post()
     token = str(form.get("token") or "").strip()
     if ui_access.mode != "token":
