@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -221,3 +224,40 @@ def test_request_latency_is_measured_by_page(ui: Served, history: History) -> No
     ui.get("/ns/team-a/report")
     ui.get("/runs/424242")
     assert (count("job", "200"), count("run", "404")) == (before[0] + 1, before[1] + 1)
+
+
+def test_overview_counts_queued_and_running_runs(
+    ui: Served, history: History, conn: connection.Connection
+) -> None:
+    from conftest import insert_run
+
+    soon = history.completed + timedelta(days=5)
+    insert_run(conn, history.definition, status="QUEUED", scheduled_for=soon)
+    insert_run(conn, history.definition, status="QUEUED", scheduled_for=soon + timedelta(days=1))
+    insert_run(
+        conn,
+        history.definition,
+        status="RUNNING",
+        trigger="manual",
+        scheduled_for=soon,
+        lease_token=uuid.uuid4(),
+        started_at=soon,
+    )
+    _, page = ui.get("/")
+    row = text_of(page.split('id="overview"')[1].split("</tr>")[1])
+    assert row.strip().endswith("2 1")  # queued, active
+
+
+def test_transitions_finds_spring_forward_to_the_second() -> None:
+    [(at, before, after)] = pages.transitions(
+        SOFIA, datetime(2026, 3, 28, tzinfo=UTC), datetime(2026, 3, 30, tzinfo=UTC)
+    )
+    assert at == datetime(2026, 3, 29, 1, 0, tzinfo=UTC) and (before, after) == ("+0200", "+0300")
+
+
+def test_the_ui_benchmark_runs_at_tiny_scale(tmp_path: Path) -> None:
+    from bench import ui as bench_ui
+
+    assert bench_ui.main(["--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "ui-quick.json").read_text())
+    assert {row["page"] for row in result["rows"]} >= {"overview", "one job, ordinary", "one run"}

@@ -194,6 +194,9 @@ _LOGIN_FORM = (
 
 
 async def _login_form(request: web.Request) -> web.StreamResponse:
+    ui_access: access.Access = request.app[_ACCESS]  # type: ignore[assignment]
+    if ui_access.mode != "token":
+        raise web.HTTPSeeOther("/")  # nothing to sign in to
     return _html(request, 200, "Sign in", _LOGIN_FORM)
 
 
