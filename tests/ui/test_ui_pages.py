@@ -261,3 +261,26 @@ def test_the_ui_benchmark_runs_at_tiny_scale(tmp_path: Path) -> None:
     assert bench_ui.main(["--quick", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "ui-quick.json").read_text())
     assert {row["page"] for row in result["rows"]} >= {"overview", "one job, ordinary", "one run"}
+
+
+@pytest.mark.parametrize(
+    ("typed", "said"),
+    [
+        ("2026-03-29T03:30", "2026-03-29 03:30 does not exist in Europe/Sofia"),
+        (
+            "2026-10-25T03:30",
+            "2026-10-25 03:30 happens twice in Europe/Sofia; this is the first (EEST)",
+        ),
+    ],
+)
+def test_why_says_when_a_local_time_is_in_a_dst_gap_or_repeat(
+    ui: Served, history: History, typed: str, said: str
+) -> None:
+    status, page = ui.get(f"/ns/team-a/report/why?at={typed}")
+    assert status == 200
+    assert said in text_of(page.split("id='dst-note'")[1])
+
+
+def test_why_with_an_offset_needs_no_dst_note(ui: Served, history: History) -> None:
+    _, page = ui.get("/ns/team-a/report/why?at=2026-10-25T03:30%2B02:00")
+    assert "id='dst-note'" not in page and "data-verdict=" in page

@@ -532,8 +532,9 @@ def _why_form(d: Definition, value: str) -> str:
     )
 
 
-def parse_local(text: str, zone: ZoneInfo) -> datetime:
-    """A local time typed by a user (``2026-06-01 09:00``, ISO 8601, an offset allowed)."""
+def parse_local(text: str, zone: ZoneInfo) -> tuple[datetime, str]:
+    """A local time typed by a user (``2026-06-01 09:00``, ISO 8601, an offset allowed), as
+    an instant, and a note when that wall-clock time does not exist or happens twice."""
     try:
         moment = datetime.fromisoformat(text.strip().replace(" ", "T", 1))
     except ValueError:
@@ -541,12 +542,34 @@ def parse_local(text: str, zone: ZoneInfo) -> datetime:
             400,
             f"at={text[:40]!r} is not a date and time (examples: 2026-06-01 09:00, 2026-06-01T09:00+03:00)",
         ) from None
+    note = ""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone)
     try:
-        return moment.astimezone(UTC)
+        instant = moment.astimezone(UTC)
+        if moment.tzinfo is zone:
+            note = _dst_note(moment, zone)
     except OverflowError:
         raise PageError(400, f"at={text[:40]!r} is out of range") from None
+    return instant, note
+
+
+def _dst_note(moment: datetime, zone: ZoneInfo) -> str:
+    wall = moment.replace(tzinfo=None)
+    typed = f"{wall:%Y-%m-%d %H:%M}"
+    if zones.to_wall(moment.astimezone(UTC), zone) != wall:
+        return (
+            f"{typed} does not exist in {zone.key}: the clocks jump forward over it"
+            f" (spec.dstPolicy.gap decides what a schedule does there); read as"
+            f" {html.local(moment, zone)}."
+        )
+    later = moment.replace(fold=1)
+    if later.utcoffset() != moment.utcoffset():
+        return (
+            f"{typed} happens twice in {zone.key}; this is the first ({moment:%Z}). For the"
+            f" second, give its offset: {wall:%Y-%m-%dT%H:%M}{later:%z}."
+        )
+    return ""
 
 
 def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Page:
@@ -557,7 +580,9 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
     body = [_why_form(d, text or ""), f"<p>{link(job_url(d), '← ' + d.key)}</p>"]
     if text is None:
         return Page(f"{d.key}: why didn't it run?", "".join(body))
-    asked = parse_local(text, zone)
+    asked, dst_note = parse_local(text, zone)
+    if dst_note:
+        body.append(f"<p class='error' id='dst-note'>{e(dst_note)}</p>")
     if asked.year < 1971 or asked.year > 9000:
         raise PageError(400, f"at={text[:40]!r} is out of range (years 1971 to 9000)")
     answer = why.explain(
