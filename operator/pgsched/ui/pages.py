@@ -137,6 +137,7 @@ def _health(definition: Definition, health: str) -> str:
 
 
 def _health_of(definition: Definition) -> str:
+    """The overview query's ``health`` column (ui.sql), for one definition."""
     if definition.rejected_generation is not None:
         return "rejected"
     if definition.is_suspended:

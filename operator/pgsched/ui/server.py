@@ -46,7 +46,8 @@ _PAGES = (
 _POOL = web.AppKey("pool", ConnectionPool)
 _ACCESS = web.AppKey("access", object)
 _EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
-Render = Callable[[pages.Context, Mapping[str, str]], pages.Page]
+# A page: the context, the URL's path segments and its query parameters.
+Render = Callable[[pages.Context, Mapping[str, str], Mapping[str, str]], pages.Page]
 
 
 def build_app(
@@ -63,24 +64,20 @@ def build_app(
 
         return handler
 
-    app.router.add_get("/", page(pages.overview), name="overview")
+    app.router.add_get("/", page(lambda ctx, _, q: pages.overview(ctx, q)), name="overview")
     app.router.add_get(
         "/ns/{namespace}/{name}",
-        page(lambda ctx, q: pages.job(ctx, _match(q, "namespace"), _match(q, "name"), _params(q))),
+        page(lambda ctx, path, q: pages.job(ctx, path["namespace"], path["name"], q)),
         name="job",
     )
     app.router.add_get(
         "/ns/{namespace}/{name}/why",
-        page(
-            lambda ctx, q: pages.why_page(
-                ctx, _match(q, "namespace"), _match(q, "name"), _params(q)
-            )
-        ),
+        page(lambda ctx, path, q: pages.why_page(ctx, path["namespace"], path["name"], q)),
         name="why",
     )
     app.router.add_get(
         "/runs/{run_id}",
-        page(lambda ctx, q: pages.run_page(ctx, _match(q, "run_id"), _params(q))),
+        page(lambda ctx, path, q: pages.run_page(ctx, path["run_id"], q)),
         name="run",
     )
     app.router.add_get("/login", _login_form, name="login")
@@ -92,19 +89,6 @@ def build_app(
 
     app.on_cleanup.append(_shutdown)
     return app
-
-
-# Path segments reach the page functions in the same mapping as the query, under keys no
-# query parameter can have (the pages reject unknown parameters).
-_PATH = "\x00path:"
-
-
-def _match(merged: Mapping[str, str], key: str) -> str:
-    return merged[_PATH + key]
-
-
-def _params(merged: Mapping[str, str]) -> dict[str, str]:
-    return {key: value for key, value in merged.items() if not key.startswith(_PATH)}
 
 
 def _token(request: web.Request) -> str | None:
@@ -123,7 +107,7 @@ async def _render(request: web.Request, render: Render) -> web.StreamResponse:
                 request, 400, f"parameter {key!r} is given {len(values)} times; give it once"
             )
         query[key] = values[0]
-    query.update({_PATH + key: value for key, value in request.match_info.items()})
+    path = dict(request.match_info)
     ui_access: access.Access = request.app[_ACCESS]  # type: ignore[assignment]
     pool = request.app[_POOL]
     token = _token(request)
@@ -132,7 +116,7 @@ async def _render(request: web.Request, render: Render) -> web.StreamResponse:
         user = ui_access.authenticate(token)
         with pool.connection() as conn:
             ctx = pages.Context(conn=conn, access=ui_access, user=user, now=clock.now(conn))
-            return render(ctx, query)
+            return render(ctx, path, query)
 
     loop = asyncio.get_running_loop()
     try:
