@@ -11,7 +11,9 @@ claimers, or by one claimer twice) shows up there even if every database row loo
 Planted bugs (self-tests only), ``config.planted``:
 
 - ``unlocked-dispatch``: replicas all lead and dispatch without the advisory locks → I2;
-- ``unfenced-finish``: jobs ignore a lost lease and finish with an unfenced UPDATE → I4.
+- ``unfenced-finish``: jobs ignore a lost lease and finish with an unfenced UPDATE → I4;
+- ``forgetful-finish``: an acknowledged COMPLETED is rolled back, as an asynchronous
+  failover would lose it → I8 (the job host's execution log still shows it).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pgsched.db.connection import Connection
 from pgsched.devenv.postgres import PostgresServer
 from pgsched.engine import definitions
 
-PLANTED = ("unlocked-dispatch", "unfenced-finish")
+PLANTED = ("unlocked-dispatch", "unfenced-finish", "forgetful-finish")
 
 
 def _environment() -> dict[str, str]:
@@ -73,6 +75,7 @@ class DatabaseChaos(ChaosDriver):
         self._socket_dir = Path(tempfile.mkdtemp(prefix="chaos-"))
         self._socket = self._socket_dir / "jobhost.sock"
         self._launch_log = work_dir / "launches.jsonl"
+        self._exec_log = work_dir / "executions.jsonl"
         self._jobhost: subprocess.Popen[bytes] | None = None
         self._requests: workload.Requests | None = None
         self._definition_ids: list[Any] = []
@@ -99,9 +102,13 @@ class DatabaseChaos(ChaosDriver):
             str(self._job_seconds[0]),
             "--longest",
             str(self._job_seconds[1]),
+            "--exec-log",
+            str(self._exec_log),
         ]
         if self.config.planted == "unfenced-finish":
             command.append("--unfenced")
+        if self.config.planted == "forgetful-finish":
+            command.append("--forgetful")
         self._jobhost = self._spawn(command, "jobhost.log")
         deadline = time.monotonic() + 30
         while not self._socket.exists():
@@ -167,6 +174,12 @@ class DatabaseChaos(ChaosDriver):
         lines = self._launch_log.read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
         return [(record["run_id"], record["lease"]) for record in records]
+
+    def executions(self) -> list[dict[str, Any]]:
+        if not self._exec_log.exists():
+            return []
+        lines = self._exec_log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
     def variant_stats(self, conn: Connection) -> dict[str, Any]:
         requests = self._requests
