@@ -33,7 +33,8 @@ from typing import Any
 import invariants
 from chaos import faults, jobhost, workload
 from chaos.config import ROOT, ChaosConfig
-from chaos.driver import ChaosDriver
+from chaos.driver import ChaosDriver, Fault
+from chaos.replicated import ReplicatedPostgres
 from pgsched.db import connection
 from pgsched.db.connection import Connection
 from pgsched.devenv.postgres import PostgresServer
@@ -54,7 +55,7 @@ class DatabaseChaos(ChaosDriver):
     def __init__(
         self,
         config: ChaosConfig,
-        server: PostgresServer,
+        server: PostgresServer | ReplicatedPostgres,
         work_dir: Path,
         *,
         definitions: int = 240,
@@ -174,6 +175,32 @@ class DatabaseChaos(ChaosDriver):
         lines = self._launch_log.read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
         return [(record["run_id"], record["lease"]) for record in records]
+
+    def variant_faults(self) -> dict[str, tuple[float, Fault]]:
+        if isinstance(self.server, ReplicatedPostgres):
+            pair = self.server
+            return {"failover": (3.0, lambda rng: pair.failover())}
+        return {}
+
+    def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
+        """I3, nothing lost: every run-now request the database acknowledged has its run."""
+        asked = self._requests.acknowledged if self._requests else []
+        found = {
+            (row["definition_id"], row["request_token"])
+            for row in conn.execute(
+                "SELECT definition_id, request_token FROM pgsched.job_runs"
+                " WHERE request_token = ANY(%s)",
+                [[token for _, token in asked]],
+            )
+        }
+        return {
+            "I3": [
+                f"run-now request {token} of definition {definition_id} was acknowledged,"
+                " and no run of it exists"
+                for definition_id, token in asked
+                if (definition_id, token) not in found
+            ]
+        }
 
     def executions(self) -> list[dict[str, Any]]:
         if not self._exec_log.exists():
