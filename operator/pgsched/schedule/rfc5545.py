@@ -238,6 +238,24 @@ def _check_combinations(parts: RuleParts, raw: dict[str, str]) -> None:
             f" FREQ=MONTHLY or FREQ=YEARLY, not FREQ={parts.freq}",
             example="FREQ=MONTHLY;BYDAY=1MO",
         )
+    if ordinals and len(ordinals) < len(parts.byday):
+        # RFC 5545 makes the BYDAY list a union; dateutil would demand both kinds at once
+        # (BYDAY=TH,21TU: a Thursday that is also the 21st Tuesday, i.e. never).
+        raise ScheduleError(
+            f"BYDAY={raw['BYDAY']} mixes plain and ordinal weekdays, which pgsched cannot"
+            " expand as RFC 5545 means (either kind matching); put each kind in its own"
+            " RRULE line",
+            example="RRULE:FREQ=MONTHLY;BYDAY=TH\\nRRULE:FREQ=MONTHLY;BYDAY=-1TU",
+        )
+    in_month = parts.freq == "MONTHLY" or bool(parts.bymonth)
+    if in_month and any(abs(ordinal) > 5 for ordinal, _ in ordinals if ordinal is not None):
+        # Within a month the ordinal counts that month's weekdays, of which there are at
+        # most five (dateutil crashes on 8MO instead of matching nothing).
+        raise ScheduleError(
+            f"BYDAY={raw['BYDAY']}: a month has at most 5 of each weekday, so ordinals"
+            " within a month are 1..5 or -5..-1",
+            example="FREQ=MONTHLY;BYDAY=-1FR",
+        )
     if ordinals and parts.freq == "YEARLY" and parts.byweekno:
         raise ScheduleError(
             f"BYDAY={raw['BYDAY']}: ordinal weekdays must not be combined with BYWEEKNO",

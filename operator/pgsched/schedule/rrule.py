@@ -86,7 +86,7 @@ class RecurrenceRule:
                 yield wall
         except ScheduleError:
             raise
-        except ValueError as error:  # dateutil's "Invalid combination ... empty rule"
+        except (ValueError, IndexError) as error:  # "Invalid combination ... empty rule"
             raise ScheduleError(
                 f"{self.text!r} never produces an occurrence ({error})", example=_EXAMPLE
             ) from None
@@ -226,9 +226,14 @@ def parse(text: str, *, zone_name: str, anchor: datetime) -> RecurrenceRule:
         exdates=frozenset(exdates),
         is_interval=any(member.parts.freq in _INTERVAL_FREQS for member in members),
     )
-    if next(parsed.wall_times(start, budget.Budget(text.strip())), None) is None:
+    try:
+        first = next(parsed.wall_times(start, budget.Budget(text.strip())), None)
+    except ScheduleError:
+        first = None  # dateutil searched until the budget ran out, typically to year 9999
+    if first is None:
         raise ScheduleError(
-            f"{text!r} never produces an occurrence (its parts contradict each other)",
+            f"{text!r} never produces an occurrence (its parts contradict each other, or"
+            f" the first one is beyond {budget.MAX_STEPS} candidate times from DTSTART)",
             example=_EXAMPLE,
         )
     return parsed
