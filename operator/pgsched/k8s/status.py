@@ -58,6 +58,16 @@ def render(
             f"generation {definition.rejected_generation} was rejected: {definition.rejection}; "
             f"generation {definition.generation} remains in force",
         )
+    elif definition.next_run_at is None and definition.schedule_kind != "once":
+        # All of the rule's occurrences are past (UNTIL or COUNT ran out): still valid, as
+        # it was when applied, but nothing more will run (docs/configuration.md).
+        ready = _condition(
+            "Ready",
+            True,
+            "NoFutureOccurrences",
+            f"generation {definition.generation} is valid but its schedule has no occurrence"
+            f" after {timestamp(definition.last_scheduled_for or now)}: no more runs",
+        )
     else:
         ready = _condition(
             "Ready", True, "Scheduled", f"generation {definition.generation} is scheduled"
