@@ -14,14 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from pgsched.devenv.commands import CommandError
 from pgsched.devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
 
+INTERVAL_0 = "DTSTART:20270101T000000\nRRULE:FREQ=DAILY;INTERVAL=0"
 HOSTILE = {
+    # The CRD's pattern refuses INTERVAL=0 at apply; a space gets the same rule past it.
     "rrule-interval-0": (
-        {"rrule": "DTSTART:20270101T000000\nRRULE:FREQ=DAILY;INTERVAL=0"},
+        {"rrule": INTERVAL_0.replace("INTERVAL=0", "INTERVAL= 0")},
         "spec.rrule: INTERVAL=0 must be an integer in 1..1000000 (example: FREQ=WEEKLY;INTERVAL=2)",
     ),
     "rrule-slow-scan": (
@@ -50,6 +53,17 @@ def busy_fraction(pid: int, seconds: float = 5.0) -> float:
     before, began = cpu_seconds(pid), time.monotonic()
     time.sleep(seconds)
     return (cpu_seconds(pid) - before) / (time.monotonic() - began)
+
+
+def test_an_rrule_with_interval_0_is_refused_at_apply(operators, sj):
+    with pytest.raises(CommandError) as refused:
+        sj.apply("interval-0", {"rrule": INTERVAL_0, "jobTemplate": busybox("true")})
+    assert "INTERVAL and COUNT must be at least 1 (example: FREQ=WEEKLY;INTERVAL=2)" in str(
+        refused.value
+    )
+    with pytest.raises(CommandError) as refused:
+        sj.apply("no-freq", {"rrule": "BYHOUR=8", "jobTemplate": busybox("true")})
+    assert "FREQ is required in every RRULE" in str(refused.value)
 
 
 def test_hostile_schedules_are_rejected_precisely_and_stall_nothing(operators, sj):
