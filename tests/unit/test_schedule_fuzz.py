@@ -18,7 +18,7 @@ import time
 from datetime import UTC, datetime
 from itertools import islice
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from pgsched import spec
@@ -116,6 +116,7 @@ def _matches(wall: datetime, parts: rfc5545.RuleParts) -> bool:
 def test_fuzzed_rrules_validate_promptly_and_occur_where_their_parts_say(case):
     text, zone = case
     parsed = _validate({"rrule": text, "timeZone": zone})
+    event("accepted" if parsed else "rejected")
     if parsed is None or "RDATE" in text:
         return
     built = parsed.build_schedule(hash_seed="ns/job", anchor=NOW)
@@ -148,6 +149,48 @@ def test_fuzzed_cron_fields_validate_promptly(text, zone):
     if parsed is not None:
         built = parsed.build_schedule(hash_seed="ns/job", anchor=NOW)
         assert built.next_after(NOW) is not None
+
+
+_scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 10**10), st.floats(), st.text(max_size=12)
+)
+_field_values = {
+    "timeZone": st.sampled_from([*_ZONES, "Europe/Sofiya", "../etc"]) | _scalar,
+    "dstPolicy": st.fixed_dictionaries(
+        {}, optional={"gap": st.sampled_from(["shift", "skip", "x"]), "repeat": _scalar}
+    ),
+    "suspend": _scalar,
+    "maxConcurrentRuns": _scalar,
+    "concurrencyPolicy": st.sampled_from(["Queue", "Skip", "Replace", "queue"]),
+    "startingDeadlineSeconds": _scalar,
+    "catchUp": st.sampled_from(["latest", "all", "none", 3]),
+    "catchUpLimit": _scalar,
+    "retryPolicy": st.fixed_dictionaries(
+        {},
+        optional={
+            "maxAttempts": _scalar,
+            "backoff": st.fixed_dictionaries({}, optional={"initialSeconds": _scalar}),
+            "retryOn": st.lists(st.sampled_from(["NonZeroExit", "*", "bad reason", 3])),
+        },
+    ),
+    "heartbeat": st.fixed_dictionaries(
+        {}, optional={"intervalSeconds": _scalar, "timeoutSeconds": _scalar}
+    ),
+    "jobTemplate": st.just({"spec": {}}) | _scalar,
+}
+
+
+@FUZZ
+@given(
+    st.one_of(
+        rrule_texts().map(lambda case: {"rrule": case[0], "timeZone": case[1]}),
+        st.lists(_cron_field, min_size=5, max_size=5).map(lambda f: {"schedule": " ".join(f)}),
+        st.text(max_size=25).map(lambda text: {"runAt": text}),
+    ),
+    st.fixed_dictionaries({}, optional=_field_values),
+)
+def test_fuzzed_whole_specs_validate_promptly_into_spec_errors_only(schedule_fields, others):
+    _validate({**others, **schedule_fields})
 
 
 @FUZZ
