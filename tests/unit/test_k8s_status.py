@@ -46,6 +46,13 @@ def test_a_rule_whose_occurrences_are_all_past_is_ready_and_says_nothing_more_ru
     assert rendered["nextRunAt"] is None and rendered["nextRuns"] == []
 
 
+def test_a_stored_schedule_this_release_rejects_renders_without_predictions():
+    # An older release stored it; this one's validation refuses it (here: INTERVAL=0).
+    stored = definition(schedule_kind="rrule", schedule="FREQ=DAILY;INTERVAL=0")
+    rendered = status.render(stored, last_run=None, active=0, now=T0)
+    assert rendered["nextRuns"] == [] and rendered["nextRunAt"] is None
+
+
 def test_auto_suspension_is_a_condition_with_the_reason():
     suspended = definition(
         auto_suspended_at=T0,

@@ -13,6 +13,7 @@ from typing import Any
 
 from pgsched.engine import definitions
 from pgsched.engine.models import Definition, Run
+from pgsched.schedule import ScheduleError
 
 Obj = dict[str, Any]
 NEXT_RUNS = 3
@@ -46,9 +47,14 @@ def render(
     suspended = definition.is_suspended
     upcoming: list[str] = []
     if not suspended and definition.next_run_at is not None and definition.deleted_at is None:
-        schedule = definitions.schedule_of(definition)
         after = definition.next_run_at - timedelta(microseconds=1)
-        upcoming = [str(timestamp(item.at)) for item in schedule.upcoming(after, count=NEXT_RUNS)]
+        try:
+            schedule = definitions.schedule_of(definition)
+            upcoming = [str(timestamp(at.at)) for at in schedule.upcoming(after, count=NEXT_RUNS)]
+        except ScheduleError:
+            # Stored by an older release that accepted what this one rejects (the resume
+            # handler records the rejection): no predictions, the rest of the status renders.
+            upcoming = []
     observed = max(definition.generation, definition.rejected_generation or 0)
     if definition.rejection:
         ready = _condition(
