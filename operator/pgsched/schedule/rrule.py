@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
@@ -124,26 +124,20 @@ class _MeteredIterinfo(du_rrule._iterinfo):
     behave exactly as with dateutil's own class.
     """
 
-    def _charge(self) -> None:
-        meter = getattr(self.rrule, "_pgsched_meter", None)
-        if meter is not None:
-            meter()
+    def __init__(self, rule: du_rrule.rrule) -> None:
+        super().__init__(rule)
+        meter = getattr(rule, "_pgsched_meter", None)
+        if meter is not None:  # instance attributes shadow the methods _iter looks up
+            for name in ("ydayset", "mdayset", "wdayset", "ddayset"):
+                setattr(self, name, _metered(getattr(self, name), meter))
 
-    def ydayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().ydayset(year, month, day)
 
-    def mdayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().mdayset(year, month, day)
+def _metered(method: Callable[..., Any], meter: Callable[[], None]) -> Callable[..., Any]:
+    def charged(*args: Any) -> Any:
+        meter()
+        return method(*args)
 
-    def wdayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().wdayset(year, month, day)
-
-    def ddayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().ddayset(year, month, day)
+    return charged
 
 
 setattr(du_rrule, "_iterinfo", _MeteredIterinfo)  # noqa: B010 — replacing dateutil's class
