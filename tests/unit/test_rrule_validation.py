@@ -27,6 +27,9 @@ def rejection(text: str, zone: str = "UTC") -> str:
         ("BYHOUR=8", "spec.rrule: FREQ is required in every RRULE"),
         ("FREQ=DAILY;INTERVAL=0", "INTERVAL=0 must be an integer in 1..1000000"),
         ("FREQ=DAILY;COUNT=0", "COUNT=0 must be an integer in 1..10000"),
+        # str.isdigit() accepts these; int() refuses the first, reads the second as 12.
+        ("FREQ=DAILY;INTERVAL=\u00b2", "INTERVAL=\u00b2 must be an integer in 1..1000000"),
+        ("FREQ=DAILY;COUNT=\u0661\u0662", "COUNT=\u0661\u0662 must be an integer in 1..10000"),
         ("FREQ=DAILY;COUNT=2;UNTIL=20271231T000000", "COUNT and UNTIL must not both be given"),
         (
             "FREQ=DAILY;BYHOUR=25",

@@ -50,6 +50,10 @@ _dt = st.datetimes(min_value=datetime(2019, 1, 1), max_value=datetime(2032, 12, 
 _part = st.one_of(
     st.tuples(st.just("FREQ"), st.sampled_from([*rfc5545.FREQUENCIES, "SOMETIMES"])),
     st.tuples(st.just("INTERVAL"), st.integers(min_value=-1, max_value=100_000).map(str)),
+    st.tuples(
+        st.sampled_from(["INTERVAL", "COUNT", "BYHOUR"]),
+        st.sampled_from(["\u00b2", "\u0661\u0662", "9" * 5000]),
+    ),
     st.tuples(st.just("COUNT"), st.integers(min_value=-1, max_value=20_000).map(str)),
     st.tuples(st.just("UNTIL"), _dt.map(lambda d: d.strftime("%Y%m%dT%H%M%S"))),
     st.tuples(st.just("UNTIL"), _dt.map(lambda d: d.strftime("%Y%m%dT%H%M%SZ"))),
@@ -133,7 +137,24 @@ def test_fuzzed_rrules_validate_promptly_and_occur_where_their_parts_say(case):
 
 
 _cron_field = st.one_of(
-    st.sampled_from(["*", "?", "H", "H/7", "H(1-9)", "*/0", "JAN", "MON-FRI", "L", "", "7"]),
+    st.sampled_from(
+        [
+            "*",
+            "?",
+            "H",
+            "H/7",
+            "H(1-9)",
+            "*/0",
+            "JAN",
+            "MON-FRI",
+            "L",
+            "",
+            "7",
+            "*/\u00b2",
+            "\u0661",
+            "9" * 5000,
+        ]
+    ),
     st.integers(min_value=-2, max_value=70).map(str),
     st.tuples(st.integers(0, 70), st.integers(0, 70), st.integers(0, 40)).map(
         lambda t: f"{t[0]}-{t[1]}/{t[2]}"

@@ -28,10 +28,10 @@ FREQUENCIES = ("YEARLY", "MONTHLY", "WEEKLY", "DAILY", "HOURLY", "MINUTELY", "SE
 WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 MAX_INTERVAL = 1_000_000
 
-_INTEGER = re.compile(r"^[+-]?\d{1,6}$")
-_WEEKDAY = re.compile(r"^([+-]?\d{1,2})?([A-Z]{2})$")
-_DATE = re.compile(r"^\d{8}$")
-_DATE_TIME = re.compile(r"^\d{8}T\d{6}Z?$")
+_INTEGER = re.compile(r"^[+-]?\d{1,6}$", re.ASCII)
+_WEEKDAY = re.compile(r"^([+-]?\d{1,2})?([A-Z]{2})$", re.ASCII)
+_DATE = re.compile(r"^\d{8}$", re.ASCII)
+_DATE_TIME = re.compile(r"^\d{8}T\d{6}Z?$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def parse_rule(value: str, *, zone: ZoneInfo, dtstart_is_date: bool) -> RulePart
 
 def _positive(raw: dict[str, str], name: str, *, high: int, example: str) -> int:
     text = raw.get(name, "1")
-    if not text.isdigit() or not 1 <= int(text[:9]) <= high or len(text) > 9:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or not 1 <= int(text) <= high:
         raise ScheduleError(f"{name}={text} must be an integer in 1..{high}", example=example)
     return int(text)
 

@@ -42,8 +42,8 @@ _EXAMPLE = "FREQ=DAILY;BYHOUR=8;BYMINUTE=30"
 _INTERVAL_FREQS = {"HOURLY", "MINUTELY", "SECONDLY"}
 _FREQ_CODES = {name: getattr(du_rrule, name) for name in rfc5545.FREQUENCIES}
 _LINE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)((?:;[^:;]*)*):(.*)$")
-_DATE = re.compile(r"^\d{8}$")
-_DATE_TIME = re.compile(r"^\d{8}T\d{6}$")
+_DATE = re.compile(r"^\d{8}$", re.ASCII)
+_DATE_TIME = re.compile(r"^\d{8}T\d{6}$", re.ASCII)
 _MAX_DATES = 1000
 _FIRST_YEAR = 1900
 # dateutil's inner-loop iterations per budget step (a step is about a microsecond).
