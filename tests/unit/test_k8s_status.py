@@ -33,6 +33,26 @@ def test_status_shows_the_next_three_runs_in_utc_and_the_last_run():
     assert conditions(rendered)["Suspended"]["status"] == "False"
 
 
+def test_a_rule_whose_occurrences_are_all_past_is_ready_and_says_nothing_more_runs():
+    finished = definition(
+        schedule_kind="rrule",
+        schedule="DTSTART:20200101T000000\nRRULE:FREQ=DAILY;COUNT=3",
+        next_run_at=None,
+    )
+    rendered = status.render(finished, last_run=None, active=0, now=T0)
+    ready = conditions(rendered)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("True", "NoFutureOccurrences")
+    assert "no occurrence after 2026-06-01" in ready["message"]
+    assert rendered["nextRunAt"] is None and rendered["nextRuns"] == []
+
+
+def test_a_stored_schedule_this_release_rejects_renders_without_predictions():
+    # An older release stored it; this one's validation refuses it (here: INTERVAL=0).
+    stored = definition(schedule_kind="rrule", schedule="FREQ=DAILY;INTERVAL=0")
+    rendered = status.render(stored, last_run=None, active=0, now=T0)
+    assert rendered["nextRuns"] == [] and rendered["nextRunAt"] is None
+
+
 def test_auto_suspension_is_a_condition_with_the_reason():
     suspended = definition(
         auto_suspended_at=T0,
