@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from pgsched import schedule, spec
+from pgsched.engine import definitions
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 SOFIA = "Europe/Sofia"
@@ -82,7 +83,7 @@ def test_each_rfc5545_violation_is_named_with_a_valid_example(text, message):
 def test_until_in_utc_is_accepted_when_dtstart_has_a_zone():
     text = f"DTSTART;TZID={SOFIA}:20270105T093000\nRRULE:FREQ=DAILY;UNTIL=20270107T073000Z"
     parsed = spec.parse({"rrule": text, "timeZone": SOFIA}, anchor=NOW, now=NOW)
-    built = parsed.build_schedule(hash_seed="", anchor=NOW)
+    built = definitions.build_schedule(parsed, hash_seed="", anchor=NOW)
     assert [item.at.isoformat() for item in built.upcoming(NOW, count=5)] == [
         "2027-01-05T07:30:00+00:00",
         "2027-01-06T07:30:00+00:00",
