@@ -8,6 +8,7 @@ so it starts as a hot standby streaming from ``primary``.
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import time
 
@@ -25,14 +26,17 @@ def _as_postgres(command: list[str]) -> None:
 
 
 def standby_of(
-    primary: PostgresServer, *, settings: dict[str, str] | None = None
+    primary: PostgresServer,
+    *,
+    settings: dict[str, str] | None = None,
+    server: PostgresServer | None = None,
 ) -> PostgresServer:
-    """A started hot standby streaming from ``primary`` (clean it up like any server)."""
-    standby = PostgresServer(settings={"hot_standby": "on", **(settings or {})})
+    """A started hot standby streaming from ``primary`` (clean it up like any server):
+    a new server, or ``server`` (stopped, its data directory removed) rebuilt as one."""
+    standby = server or PostgresServer()
+    standby.settings = {**standby.settings, "hot_standby": "on", **(settings or {})}
     assert standby.base_dir is not None
     if os.geteuid() == 0:
-        import pwd
-
         user = pwd.getpwnam("postgres")
         os.chown(standby.base_dir, user.pw_uid, user.pw_gid)
     _as_postgres(
@@ -50,6 +54,7 @@ def standby_of(
             "-X",
             "stream",
             "--no-sync",
+            "--checkpoint=fast",  # do not wait for the primary's next spread checkpoint
         ]
     )
     return standby.start()

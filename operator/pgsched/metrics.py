@@ -74,3 +74,9 @@ KUBE_THROTTLE_SECONDS = Counter(
     ["source"],
 )
 DB_ERRORS = Counter("pgsched_database_errors_total", "Database errors by component.", ["component"])
+UI_REQUEST_SECONDS = Histogram(
+    "pgsched_ui_request_seconds",
+    "Web UI requests, from arrival to the last byte of the answer, by page and status code.",
+    ["page", "code"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10),
+)

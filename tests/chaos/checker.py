@@ -18,7 +18,7 @@ import invariants
 from chaos.sampler import Sampled
 from pgsched.db.connection import Connection
 
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I10")
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I8", "I10")
 
 
 def check(
@@ -27,10 +27,13 @@ def check(
     *,
     launches: Iterable[tuple[int, str]],
     slack_seconds: float,
+    executions: Iterable[dict[str, Any]] = (),
 ) -> dict[str, list[str]]:
-    """Every invariant over the database; ``launches`` are (run id, lease token) pairs."""
+    """Every invariant over the database; ``launches`` are (run id, lease token) pairs,
+    ``executions`` the job side's own log of what it ran (see ``executions_match``)."""
     launched = list(launches)
     return {
+        "I8": executions_match(conn, list(executions)),
         "I1": invariants.no_double_launch(run_id for run_id, _ in launched)
         + invariants.launches_hold_their_claim(conn, launched)
         + invariants.no_duplicate_occurrence(conn),
@@ -42,6 +45,59 @@ def check(
         "I5": invariants.attempts_keep_their_trail(conn),
         "I10": invariants.chained_exactly_once(conn),
     }
+
+
+def executions_match(conn: Connection, executions: list[dict[str, Any]]) -> list[str]:
+    """The job side's evidence against the final tables (I8, and lost acknowledgements).
+
+    ``executions`` are the job processes' own records — ``{"run_id", "lease", "event":
+    "end", "status", "acknowledged"}`` when a job finished its work — kept outside the
+    database, so they survive what the database forgets (a commit lost in a failover, a
+    bug that rewrites history). Violations:
+
+    - an outcome acknowledged to its job (the fenced finish said yes) that the final row
+      does not show;
+    - work that ran to success and was executed again: a retry of a run whose job
+      succeeded, or one run id whose work was completed by two executions.
+    """
+    ends = [item for item in executions if item.get("event") == "end"]
+    if not ends:
+        return []
+    ids = sorted({int(item["run_id"]) for item in ends})
+    rows = {
+        row["id"]: row
+        for row in conn.execute(
+            "SELECT r.id, r.status, r.reason,"
+            " (SELECT n.id FROM pgsched.job_runs AS n WHERE n.retry_of = r.id) AS retried_as"
+            " FROM pgsched.job_runs AS r WHERE r.id = ANY(%s)",
+            [ids],
+        )
+    }
+    problems = []
+    completions: dict[int, set[str]] = {}
+    for item in ends:
+        run_id = int(item["run_id"])
+        row = rows.get(run_id)
+        final = f"{row['status']}/{row['reason']}" if row else "missing"
+        if item.get("acknowledged") and (row is None or row["status"] != item["status"]):
+            problems.append(
+                f"run {run_id}: {item['status']} was acknowledged to its job (lease"
+                f" {item['lease']}), the final table says {final}"
+            )
+        if item["status"] == "COMPLETED":
+            completions.setdefault(run_id, set()).add(str(item["lease"]))
+            if row is not None and row["retried_as"] is not None:
+                problems.append(
+                    f"run {run_id}: its job succeeded, yet it ended {final} and was executed"
+                    f" again as run {row['retried_as']}"
+                )
+    for run_id, leases in sorted(completions.items()):
+        if len(leases) > 1:
+            problems.append(
+                f"run {run_id}: its work was completed by {len(leases)} executions (leases"
+                f" {', '.join(sorted(leases))})"
+            )
+    return problems
 
 
 def run_counts(conn: Connection) -> dict[str, Any]:

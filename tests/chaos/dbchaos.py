@@ -12,7 +12,9 @@ Planted bugs (self-tests only), ``config.planted``:
 
 - ``unlocked-dispatch``: replicas all lead and dispatch without the advisory locks → I2
   (the unlocked claim is created in the test database here, ``bench/planted.py``);
-- ``unfenced-finish``: jobs ignore a lost lease and finish with an unfenced UPDATE → I4.
+- ``unfenced-finish``: jobs ignore a lost lease and finish with an unfenced UPDATE → I4;
+- ``forgetful-finish``: an acknowledged COMPLETED is rolled back, as an asynchronous
+  failover would lose it → I8 (the job host's execution log still shows it).
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ from bench import planted
 import invariants
 from chaos import faults, jobhost, workload
 from chaos.config import ROOT, ChaosConfig
-from chaos.driver import ChaosDriver
+from chaos.driver import ChaosDriver, Fault
+from chaos.replicated import ReplicatedPostgres
 from pgsched.db import connection
 from pgsched.db.connection import Connection
 from pgsched.devenv.postgres import PostgresServer
 from pgsched.engine import definitions
 
-PLANTED = ("unlocked-dispatch", "unfenced-finish")
+PLANTED = ("unlocked-dispatch", "unfenced-finish", "forgetful-finish")
 
 
 def _environment() -> dict[str, str]:
@@ -55,7 +58,7 @@ class DatabaseChaos(ChaosDriver):
     def __init__(
         self,
         config: ChaosConfig,
-        server: PostgresServer,
+        server: PostgresServer | ReplicatedPostgres,
         work_dir: Path,
         *,
         definitions: int = 240,
@@ -76,6 +79,7 @@ class DatabaseChaos(ChaosDriver):
         self._socket_dir = Path(tempfile.mkdtemp(prefix="chaos-"))
         self._socket = self._socket_dir / "jobhost.sock"
         self._launch_log = work_dir / "launches.jsonl"
+        self._exec_log = work_dir / "executions.jsonl"
         self._jobhost: subprocess.Popen[bytes] | None = None
         self._requests: workload.Requests | None = None
         self._definition_ids: list[Any] = []
@@ -104,9 +108,13 @@ class DatabaseChaos(ChaosDriver):
             str(self._job_seconds[0]),
             "--longest",
             str(self._job_seconds[1]),
+            "--exec-log",
+            str(self._exec_log),
         ]
         if self.config.planted == "unfenced-finish":
             command.append("--unfenced")
+        if self.config.planted == "forgetful-finish":
+            command.append("--forgetful")
         self._jobhost = self._spawn(command, "jobhost.log")
         deadline = time.monotonic() + 30
         while not self._socket.exists():
@@ -172,6 +180,38 @@ class DatabaseChaos(ChaosDriver):
         lines = self._launch_log.read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
         return [(record["run_id"], record["lease"]) for record in records]
+
+    def variant_faults(self) -> dict[str, tuple[float, Fault]]:
+        if isinstance(self.server, ReplicatedPostgres):
+            pair = self.server
+            return {"failover": (3.0, lambda rng: pair.failover())}
+        return {}
+
+    def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
+        """I3, nothing lost: every run-now request the database acknowledged has its run."""
+        asked = self._requests.acknowledged if self._requests else []
+        found = {
+            (row["definition_id"], row["request_token"])
+            for row in conn.execute(
+                "SELECT definition_id, request_token FROM pgsched.job_runs"
+                " WHERE request_token = ANY(%s)",
+                [[token for _, token in asked]],
+            )
+        }
+        return {
+            "I3": [
+                f"run-now request {token} of definition {definition_id} was acknowledged,"
+                " and no run of it exists"
+                for definition_id, token in asked
+                if (definition_id, token) not in found
+            ]
+        }
+
+    def executions(self) -> list[dict[str, Any]]:
+        if not self._exec_log.exists():
+            return []
+        lines = self._exec_log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
 
     def variant_stats(self, conn: Connection) -> dict[str, Any]:
         requests = self._requests

@@ -146,6 +146,10 @@ class ChaosDriver:
     def launches(self, conn: Connection) -> list[tuple[int, str]]:
         raise NotImplementedError
 
+    def executions(self) -> list[dict[str, Any]]:
+        """The job side's own log of what it executed (``checker.executions_match``)."""
+        return []
+
     def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
         return {}
 
@@ -190,6 +194,7 @@ class ChaosDriver:
                     sampled,
                     launches=launches,
                     slack_seconds=config.stall_slack_seconds,
+                    executions=self.executions(),
                 )
                 for invariant, found in self.variant_checks(conn).items():
                     violations[invariant] += found

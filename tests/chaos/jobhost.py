@@ -13,6 +13,16 @@ calls: ``lease.heartbeat`` every ``heartbeat.intervalSeconds``, and after its du
 in twenty FAILED/NonZeroExit. A failed heartbeat (database down) is retried and never
 stops the work (I6); ``lost`` stops it at once; ``cancel_requested`` ends it CANCELLED.
 
+Every job appends what it did to the execution log (``--exec-log``, JSON lines): when it
+finished its work, with the outcome and whether the fenced finish acknowledged it. The
+checker compares that log with the final tables (I8): it is evidence the database cannot
+take back.
+
+``--forgetful`` is the planted bug of the I8 self-test: after an acknowledged COMPLETED,
+the job rolls its row back to RUNNING with a stale heartbeat — what an asynchronous
+failover does to a commit the standby never received — so the reaper fails the run
+HeartbeatLost and it is retried: succeeded work runs again.
+
 ``--unfenced`` is the planted bug of the I4 self-test: jobs ignore a lost lease and write
 their outcome with a bare ``UPDATE ... WHERE id = …`` — no ``status = 'RUNNING' AND
 lease_token = …`` fence — so a job frozen past its heartbeat timeout overwrites the
@@ -84,7 +94,15 @@ class Behaviour:
         return cls(rng.uniform(shortest, longest), rng.random() < FAILURE_RATE)
 
 
-def run_job(dsn: str, job: Job, behaviour: Behaviour, *, unfenced: bool = False) -> None:
+def run_job(
+    dsn: str,
+    job: Job,
+    behaviour: Behaviour,
+    *,
+    exec_log: Path | None = None,
+    unfenced: bool = False,
+    forgetful: bool = False,
+) -> None:
     session = Session.for_dsn(dsn, application_name=f"chaos-job-{job.run_id}")
     run_lease = lease.Lease(job.run_id, job.lease_token)
     ends = time.monotonic() + behaviour.seconds
@@ -108,7 +126,33 @@ def run_job(dsn: str, job: Job, behaviour: Behaviour, *, unfenced: bool = False)
         outcome = ("FAILED", "NonZeroExit", "the simulated job exited with code 1")
     else:
         outcome = ("COMPLETED", None, None)
-    _record(session, run_lease, *outcome, unfenced=unfenced)
+    acknowledged = _record(session, run_lease, *outcome, unfenced=unfenced)
+    if exec_log is not None:
+        entry = {"run_id": job.run_id, "lease": str(job.lease_token), "event": "end"}
+        entry |= {"status": outcome[0], "acknowledged": acknowledged, "at": time.time()}
+        with exec_log.open("a") as log_file:  # O_APPEND: one write per line, whole
+            log_file.write(json.dumps(entry) + "\n")
+    if forgetful and acknowledged and outcome[0] == "COMPLETED":
+        session.run(lambda conn: _forget(conn, job.run_id))
+
+
+def _forget(conn: Connection, run_id: int) -> None:
+    """The planted bug: lose the acknowledged COMPLETED, audit trail and all, as a
+    failover to a standby that never received it would."""
+    with conn.transaction():
+        # Silent for exactly its timeout: the reaper takes it at the next tick, on time.
+        conn.execute(
+            "UPDATE pgsched.job_runs AS r SET status = 'RUNNING', reason = NULL,"
+            " finished_at = NULL, settled_at = NULL,"
+            " heartbeat_at = now() - make_interval(secs => d.heartbeat_timeout_seconds)"
+            " FROM pgsched.job_definitions AS d WHERE d.id = r.definition_id AND r.id = %s",
+            [run_id],
+        )
+        conn.execute(
+            "DELETE FROM test_audit.run_changes WHERE run_id = %s"
+            " AND 'COMPLETED' IN (old_row->>'status', new_row->>'status')",
+            [run_id],
+        )
 
 
 def _record(
@@ -119,26 +163,28 @@ def _record(
     error: str | None,
     *,
     unfenced: bool,
-) -> None:
-    def fenced(conn: Connection) -> None:
-        lease.finish(conn, run_lease, status, reason=reason, error=error)
+) -> bool:
+    """Record the outcome; whether the database acknowledged it."""
 
-    def bare(conn: Connection) -> None:
+    def fenced(conn: Connection) -> bool:
+        return lease.finish(conn, run_lease, status, reason=reason, error=error)
+
+    def bare(conn: Connection) -> bool:
         conn.execute(
             "UPDATE pgsched.job_runs SET status = %s, reason = %s, error = %s,"
             " finished_at = clock_timestamp() WHERE id = %s",
             [status, reason, error, run_lease.run_id],
         )
+        return False  # not fenced, so not an acknowledgement of anything
 
     give_up = time.monotonic() + FINISH_PATIENCE_SECONDS
     while True:
         try:
-            session.run(bare if unfenced else fenced)
-            return
+            return session.run(bare if unfenced else fenced)
         except psycopg.Error as failure:
             if time.monotonic() > give_up:
                 log.warning("run %s: outcome not recorded: %s", run_lease.run_id, failure)
-                return
+                return False
             time.sleep(0.5)
 
 
@@ -156,7 +202,9 @@ def serve(
     seed: int,
     shortest: float,
     longest: float,
+    exec_log: Path | None,
     unfenced: bool,
+    forgetful: bool,
 ) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps finished jobs
     inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -171,7 +219,9 @@ def serve(
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             _set_name(f"{COMM_PREFIX}{job.run_id}")
             try:
-                run_job(dsn, job, behaviour, unfenced=unfenced)
+                run_job(
+                    dsn, job, behaviour, exec_log=exec_log, unfenced=unfenced, forgetful=forgetful
+                )
             except BaseException:
                 log.exception("run %s: the job crashed", job.run_id)
                 os._exit(1)
@@ -185,7 +235,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--shortest", type=float, default=1.0)
     parser.add_argument("--longest", type=float, default=10.0)
+    parser.add_argument("--exec-log", type=Path)
     parser.add_argument("--unfenced", action="store_true")
+    parser.add_argument("--forgetful", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -198,7 +250,9 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         shortest=args.shortest,
         longest=args.longest,
+        exec_log=args.exec_log,
         unfenced=args.unfenced,
+        forgetful=args.forgetful,
     )
 
 

@@ -62,3 +62,27 @@ def test_the_checker_catches_outcomes_overwritten_when_jobs_finish_unfenced(
 
     assert report.faults.get("job_pause", 0) > 0
     assert any("overwritten by" in item for item in report.violations["I4"]), report.summary()
+
+
+def test_the_checker_catches_succeeded_work_run_again_when_acknowledged_outcomes_are_lost(
+    chaos_postgres, tmp_path
+):
+    """Acknowledged COMPLETED outcomes are rolled back (as an asynchronous failover loses
+    them): the database alone looks consistent, the job side's execution log does not."""
+    config = ChaosConfig("db", seconds=12, planted="forgetful-finish", fault_kinds=())
+    chaos = DatabaseChaos(
+        config,
+        chaos_postgres,
+        tmp_path,
+        definitions=6,
+        requests_per_second=2,
+        job_seconds=(0.3, 1.0),
+    )
+
+    report = chaos.run()
+
+    # (The live sampler also sees the rollback, which a real failover would hide from it;
+    # the final tables show nothing wrong. The execution log is what catches it.)
+    found = report.violations["I8"]
+    assert any("was acknowledged to its job" in item for item in found), report.summary()
+    assert any("was executed again as run" in item for item in found), report.summary()

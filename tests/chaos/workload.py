@@ -119,6 +119,9 @@ class Requests(threading.Thread):
         self.requested = 0
         self.repeated = 0  # a token sent again after a failure (idempotent on the engine side)
         self.cancels = 0
+        # (definition, token) of every request the database acknowledged: a lost one is a
+        # run-now request a user was told had been queued.
+        self.acknowledged: list[tuple[uuid.UUID, str]] = []
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -144,6 +147,7 @@ class Requests(threading.Thread):
                     functools.partial(runs.run_now, definition_id=definition_id, token=token)
                 )
                 self.requested += 1
+                self.acknowledged.append(pending)
                 pending = None
             except psycopg.Error as error:
                 log.debug("request failed (the database is away?): %s", error)

@@ -113,6 +113,24 @@ def test_next_says_when_a_one_shot_has_passed_and_when_a_job_is_suspended(dsn, c
     assert gone.code == 0 and "no occurrence after" in gone.out
 
 
+def test_a_stored_schedule_this_release_rejects_is_a_usage_error_and_blocks_no_other(dsn, conn):
+    # Stored by an older release that accepted what RFC 5545 forbids (BYEASTER, dateutil's).
+    define(conn, "steady", rrule="FREQ=DAILY;BYHOUR=8", now=T0)
+    old = define(conn, "legacy", rrule="FREQ=DAILY;BYHOUR=8", now=T0)
+    conn.execute(
+        "UPDATE pgsched.job_definitions SET schedule = 'FREQ=DAILY;BYEASTER=0' WHERE id = %s",
+        [old.id],
+    )
+    result = pgsched("next", "legacy", dsn=dsn)
+    assert result.code == 2, result
+    assert "BYEASTER is not an RFC 5545 rule part" in result.err
+    assert "Traceback" not in result.err
+
+    done = materialize.run_once(conn, now=T0 + timedelta(days=1))
+    assert done.failed_definitions == [old.key]
+    assert done.queued == 1  # the steady job's 08:00 run
+
+
 def test_next_of_a_job_that_only_runs_after_others_says_so(dsn, conn):
     define(conn, "load", after=[{"scheduledJob": "extract"}])
     result = pgsched("next", "load", dsn=dsn)

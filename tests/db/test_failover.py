@@ -112,3 +112,26 @@ def test_the_tick_leads_on_the_promoted_standby_soon_after_the_failover(primary)
     finally:
         ticker.close()
         standby.cleanup()
+
+
+def test_a_former_primary_still_writable_after_the_failover_is_refused_by_the_tick(primary):
+    """Split brain: the standby was promoted while the old primary kept running. A replica
+    that ticked on the new timeline never leads on the old one."""
+    standby = standby_of(primary)
+    servers = [standby]
+    ticker = Ticker(
+        lambda: connection.connect(servers[0].dsn()), RecordingLauncher(), TickSettings()
+    )
+    try:
+        promote(standby)
+        assert ticker.run_once().leader
+        ticker.close()
+        servers[0] = primary  # the DSN now resolves to the old primary, still writable
+        result = ticker.run_once()
+        assert not result.leader
+        assert "is on WAL timeline 1, older than timeline 2" in (result.error or "")
+        servers[0] = standby
+        assert ticker.run_once().leader
+    finally:
+        ticker.close()
+        standby.cleanup()

@@ -300,7 +300,8 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
     }
     namespaced = operator_environment(render(helm_binary))
     wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
-    chart = {key for key in {*namespaced, *wide} if key.startswith("PGSCHED_")}
+    ui = operator_environment(render(helm_binary, sets=("ui.enabled=true",)))
+    chart = {key for key in {*namespaced, *wide, *ui} if key.startswith("PGSCHED_")}
     chart.add("PGSCHED_DSN")  # from the database Secret
     assert chart == read
 
@@ -379,6 +380,45 @@ def test_cluster_wide_mode_is_one_cluster_role_with_the_same_rules(helm_binary):
     assert cluster_role["rules"] == role["rules"]
     assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
     assert of_kind(wide, "Role") == []
+
+
+def test_the_ui_is_off_by_default_and_on_adds_only_its_port_service_and_access_reviews(
+    helm_binary,
+):
+    default = render(helm_binary)
+    assert "PGSCHED_UI_BIND" not in operator_environment(default)
+    assert not [
+        obj for obj in of_kind(default, "Service") if obj["metadata"]["name"].endswith("-ui")
+    ]
+
+    objects = render(helm_binary, sets=("ui.enabled=true",))
+    env = operator_environment(objects)
+    assert OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"}).ui_bind == "10.1.2.3:8090"
+    [service] = [
+        obj for obj in of_kind(objects, "Service") if obj["metadata"]["name"] == "pgsched-ui"
+    ]
+    assert service["spec"]["ports"] == [
+        {"name": "ui", "port": 8090, "targetPort": "ui", "protocol": "TCP"}
+    ]
+    [cluster_role] = of_kind(objects, "ClusterRole")
+    assert cluster_role["rules"] == [
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["tokenreviews"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
+    ]
+    [binding] = of_kind(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    [role] = of_kind(objects, "Role")
+    [default_role] = of_kind(default, "Role")
+    added = [rule for rule in role["rules"] if rule not in default_role["rules"]]
+    assert added == [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
 
 
 def test_per_namespace_job_secrets_are_refused_in_cluster_wide_mode_with_the_fix(helm_binary):

@@ -34,6 +34,26 @@ def test_status_shows_the_next_three_runs_in_utc_and_the_last_run():
     assert conditions(rendered)["Suspended"]["status"] == "False"
 
 
+def test_a_rule_whose_occurrences_are_all_past_is_ready_and_says_nothing_more_runs():
+    finished = definition(
+        schedule_kind="rrule",
+        schedule="DTSTART:20200101T000000\nRRULE:FREQ=DAILY;COUNT=3",
+        next_run_at=None,
+    )
+    rendered = status.render(finished, last_run=None, active=0, now=T0)
+    ready = conditions(rendered)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("True", "NoFutureOccurrences")
+    assert "no occurrence after 2026-06-01" in ready["message"]
+    assert rendered["nextRunAt"] is None and rendered["nextRuns"] == []
+
+
+def test_a_stored_schedule_this_release_rejects_renders_without_predictions():
+    # An older release stored it; this one's validation refuses it (here: INTERVAL=0).
+    stored = definition(schedule_kind="rrule", schedule="FREQ=DAILY;INTERVAL=0")
+    rendered = status.render(stored, last_run=None, active=0, now=T0)
+    assert rendered["nextRuns"] == [] and rendered["nextRunAt"] is None
+
+
 def test_auto_suspension_is_a_condition_with_the_reason():
     suspended = definition(
         auto_suspended_at=T0,
@@ -80,7 +100,7 @@ def test_rrule_and_one_shot_schedules_read_well_in_the_printer_column():
 
 
 def test_a_chained_job_shows_its_upstreams_a_missing_one_and_the_chain_both_ways():
-    chained = definition(schedule_kind="none", schedule="", after_mode="All")
+    chained = definition(schedule_kind="none", schedule="", after_mode="All", next_run_at=None)
     links = chain.Links(
         upstreams=[
             chain.UpstreamState("extract", "Succeeded", True),
@@ -97,6 +117,8 @@ def test_a_chained_job_shows_its_upstreams_a_missing_one_and_the_chain_both_ways
         triggered=[chain.Triggered(42, 50, "publish", "QUEUED")],
     )
     assert rendered["schedule"] == "after extract, clean"
+    [ready] = [c for c in rendered["conditions"] if c["type"] == "Ready"]
+    assert ready["reason"] == "Scheduled"  # not NoFutureOccurrences: it runs when chained
     assert rendered["nextRuns"] == []
     assert rendered["afterMode"] == "All" and rendered["downstreams"] == ["publish"]
     assert rendered["after"][1] == {"scheduledJob": "clean", "outcome": "Finished", "found": False}

@@ -264,6 +264,10 @@ class TestCron:
             ("*/0 * * * *", "step in '*/0' must be a positive integer", "*/15"),
             ("5-1 * * * *", "runs backwards", "0-59"),
             ("@fortnightly", "unknown macro", "@hourly"),
+            # str.isdigit() accepts these: int() crashed on superscript two, read Arabic-Indic one as 1.
+            ("*/\u00b2 * * * *", "step in '*/\u00b2' must be a positive integer", "*/15"),
+            ("\u0661 * * * *", "minute value '\u0661' in '\u0661' is not a number", "*/15 * * * *"),
+            ("9" * 5000 + " * * * *", "is not a number", "*/15 * * * *"),
         ],
     )
     def test_invalid_expressions_name_the_field_and_give_an_example(self, text, complaint, example):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgsched import spec
+from pgsched.engine import definitions
 from pgsched.engine.retry import RetryPolicy
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -188,7 +189,7 @@ def test_every_problem_is_reported_at_once():
 def test_a_rule_whose_occurrences_are_all_past_is_accepted_and_stays_valid():
     # Valid the day it was applied, so valid on every later day: it just never runs again.
     parsed = parse(rrule="DTSTART:20200101T000000\nRRULE:FREQ=DAILY;COUNT=3")
-    built = parsed.build_schedule(hash_seed="ns/job", anchor=NOW)
+    built = definitions.build_schedule(parsed, hash_seed="ns/job", anchor=NOW)
     assert built.next_after(NOW) is None
 
 

@@ -21,6 +21,7 @@ from pgsched.cli import (
     run_now_cmd,
     runs_cmd,
     suspend_cmd,
+    ui_cmd,
 )
 from pgsched.cli.common import CommandError
 
@@ -58,6 +59,7 @@ def build_parser(prog: str = "pgsched") -> argparse.ArgumentParser:
     next_cmd.register(commands)
     backfill_cmd.register(commands)
     doctor_cmd.register(commands)
+    ui_cmd.register(commands)
     return parser
 
 

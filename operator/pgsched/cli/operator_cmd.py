@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgsched.cli import common
+
+if TYPE_CHECKING:
+    from pgsched.k8s.settings import OperatorSettings
 
 
 def register(commands: Any) -> None:
@@ -52,8 +55,30 @@ def run(args: argparse.Namespace) -> int:
     if args.migrate:
         with common.connect(args, application_name="pgsched-migrate") as conn:
             migrate.migrate(conn)
+    ui = _start_ui(settings)
     try:
         operator.run(settings)
     except operator.StartupError as error:
         raise common.CommandError(f"cannot start: {error}") from None
+    finally:
+        if ui is not None:
+            ui.stop()
     return 0
+
+
+def _start_ui(settings: OperatorSettings) -> Any:
+    """The web UI on its own port and thread, token-authenticated (PGSCHED_UI_BIND)."""
+    if not settings.ui_bind:
+        return None
+    from pgsched.k8s import api
+    from pgsched.ui import access, server
+
+    kube = api.KubeApi.from_environment(qps=10, burst=20)
+    pool = server.open_pool(settings.dsn)
+    app = server.build_app(pool, access.TokenAccess(kube))
+    app.on_cleanup.append(lambda _: _close(pool))
+    return server.serve_in_thread(app, settings.ui_bind)
+
+
+async def _close(pool: Any) -> None:
+    pool.close()

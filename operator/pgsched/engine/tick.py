@@ -39,6 +39,10 @@ class SettingsError(ValueError):
     pass
 
 
+class StalePrimaryError(RuntimeError):
+    """The server is a former primary: its WAL timeline is older than one seen before."""
+
+
 @dataclass(frozen=True)
 class TickSettings:
     """How often and how much one tick does. Validated on construction."""
@@ -124,6 +128,7 @@ class Ticker:
         self._session = Session(lambda: self._bounded(connect()))
         self._failures = FailureLog(log, "tick")
         self._database_offset = 0.0  # database clock - local clock, seconds (see _pause)
+        self._timeline = 0  # the newest WAL timeline this replica ticked on (_check_timeline)
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -138,12 +143,44 @@ class Ticker:
         row = conn.execute(
             "SELECT set_config('idle_session_timeout', %(limit)s, false),"
             " set_config('idle_in_transaction_session_timeout', %(limit)s, false),"
-            " extract(epoch FROM clock_timestamp())::float8 AS database_time",
+            " extract(epoch FROM clock_timestamp())::float8 AS database_time,"
+            " pgsched.current_timeline() AS timeline",
             {"limit": limit},
         ).fetchone()
         if row is not None:
             self._database_offset = row["database_time"] - (before + time.time()) / 2
+            self._check_timeline(conn, int(row["timeline"]))
         return conn
+
+    def _check_timeline(self, conn: Connection, timeline: int) -> None:
+        """Refuse a server on an older WAL timeline than one this replica ticked on.
+
+        After a failover the promoted standby writes on a new timeline. A former primary
+        that comes back writable (restarted before its HA manager demoted it) is still on
+        the old one — and a multi-host DSN would connect to it if it is listed first.
+        Leading ticks there would claim runs beside the real primary, and everything it
+        records is lost when it is rebuilt. Timelines only grow, so an older one means a
+        stale primary: this replica does not tick on it (the tick fails open and retries).
+        """
+        where = f"{conn.info.host}:{conn.info.port}"
+        if timeline < self._timeline:
+            conn.close()
+            raise StalePrimaryError(
+                f"the database at {where} is on WAL timeline {timeline}, older than timeline"
+                f" {self._timeline} this replica already worked on: a former primary that"
+                " came back writable after a failover; not ticking on it (point the DSN at"
+                " your HA manager's read-write endpoint, see docs/operations.md)"
+            )
+        if self._timeline and timeline > self._timeline:
+            log.warning(
+                "the database at %s moved from WAL timeline %s to %s: a failover happened;"
+                " with asynchronous replication its last commits may be lost"
+                " (see docs/operations.md, What a failover can lose)",
+                where,
+                self._timeline,
+                timeline,
+            )
+        self._timeline = timeline
 
     def run_once(self) -> TickResult:
         result = TickResult()

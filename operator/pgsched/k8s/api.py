@@ -131,6 +131,11 @@ class KubeApi:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         return self.request("DELETE", path, body=body)
 
+    def get_text(self, path: str, **params: Any) -> str:
+        """A plain-text GET (a pod's ``log`` subresource), with the same limits and retries."""
+        response = self._exchange("GET", path, body=None, params=params, content_type="text/plain")
+        return bytes(response.data).decode(errors="replace")
+
     def request(
         self,
         method: str,
@@ -140,6 +145,18 @@ class KubeApi:
         params: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
     ) -> Obj:
+        response = self._exchange(method, path, body=body, params=params, content_type=content_type)
+        return json.loads(response.data) if response.data else {}
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Obj | None,
+        params: Mapping[str, Any] | None,
+        content_type: str,
+    ) -> urllib3.BaseHTTPResponse:
         url = self._configuration.host.rstrip("/") + path
         query = {key: value for key, value in (params or {}).items() if value is not None}
         if query:
@@ -171,7 +188,7 @@ class KubeApi:
                 continue
             metrics.KUBE_REQUESTS.labels(method, str(response.status)).inc()
             if response.status < 300:
-                return json.loads(response.data) if response.data else {}
+                return response
             answer = _decode(response.data)
             if response.status == 429 and attempt < self._retry.attempts:
                 delay = _retry_after(response.headers.get("Retry-After"))

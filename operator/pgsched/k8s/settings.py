@@ -27,6 +27,8 @@ class OperatorSettings:
     resync_interval_seconds: float = 30.0
     health_bind: str = "0.0.0.0:8080"
     metrics_bind: str = "0.0.0.0:9090"
+    # The web UI's address; empty: no UI (see pgsched.ui).
+    ui_bind: str = ""
     pool_size: int = 4
 
     @classmethod
@@ -93,6 +95,7 @@ class OperatorSettings:
             resync_interval_seconds=number("PGSCHED_RESYNC_INTERVAL_SECONDS", 30.0, 1, "30"),
             health_bind=env.get("PGSCHED_HEALTH_BIND", "0.0.0.0:8080"),
             metrics_bind=env.get("PGSCHED_METRICS_BIND", "0.0.0.0:9090"),
+            ui_bind=env.get("PGSCHED_UI_BIND", ""),
             pool_size=int(number("PGSCHED_DB_POOL_SIZE", 4, 2, "4")),
         )
         if settings.jobs.image_pull_policy not in {"Always", "IfNotPresent", "Never"}:
@@ -100,7 +103,7 @@ class OperatorSettings:
                 f"PGSCHED_IMAGE_PULL_POLICY={settings.jobs.image_pull_policy!r} must be Always,"
                 " IfNotPresent or Never"
             )
-        for name in ("PGSCHED_HEALTH_BIND", "PGSCHED_METRICS_BIND"):
+        for name in ("PGSCHED_HEALTH_BIND", "PGSCHED_METRICS_BIND", "PGSCHED_UI_BIND"):
             value = env.get(name)
             if value and not _is_bind(value):
                 problems.append(

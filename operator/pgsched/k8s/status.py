@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pgsched.engine import chain, definitions
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s.names import Obj
+from pgsched.schedule import ScheduleError
 
 NEXT_RUNS = 3
 
@@ -52,9 +53,14 @@ def render(
     suspended = definition.is_suspended
     upcoming: list[str] = []
     if not suspended and definition.next_run_at is not None and definition.deleted_at is None:
-        schedule = definitions.schedule_of(definition)
         after = definition.next_run_at - timedelta(microseconds=1)
-        upcoming = [str(timestamp(item.at)) for item in schedule.upcoming(after, count=NEXT_RUNS)]
+        try:
+            schedule = definitions.schedule_of(definition)
+            upcoming = [str(timestamp(at.at)) for at in schedule.upcoming(after, count=NEXT_RUNS)]
+        except ScheduleError:
+            # Stored by an older release that accepted what this one rejects (the resume
+            # handler records the rejection): no predictions, the rest of the status renders.
+            upcoming = []
     observed = max(definition.generation, definition.rejected_generation or 0)
     if definition.rejection:
         ready = _condition(
@@ -63,6 +69,16 @@ def render(
             "InvalidSpec",
             f"generation {definition.rejected_generation} was rejected: {definition.rejection}; "
             f"generation {definition.generation} remains in force",
+        )
+    elif definition.next_run_at is None and definition.schedule_kind not in ("once", "none"):
+        # All of the rule's occurrences are past (UNTIL or COUNT ran out): still valid, as
+        # it was when applied, but nothing more will run (docs/configuration.md).
+        ready = _condition(
+            "Ready",
+            True,
+            "NoFutureOccurrences",
+            f"generation {definition.generation} is valid but its schedule has no occurrence"
+            f" after {timestamp(definition.last_scheduled_for or now)}: no more runs",
         )
     else:
         ready = _condition(

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from pgsched.schedule.errors import ScheduleError
 
-MAX_STEPS = 100_000
+MAX_STEPS = 50_000
 # An RRULE's COUNT is counted from DTSTART on every expansion, so it is bounded to keep
 # the work per expansion well inside MAX_STEPS.
 MAX_COUNT = 10_000

@@ -64,7 +64,7 @@ _FIELDS = (
     _Field("day-of-week", 0, 7, _DAYS),
 )
 
-_HASH = re.compile(r"^H(?:\((\d+)-(\d+)\))?(?:/(\d+))?$")
+_HASH = re.compile(r"^H(?:\((\d{1,6})-(\d{1,6})\))?(?:/(\d{1,6}))?$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def _parse_hash(item: str, field: _Field, match: re.Match[str], *, hash_seed: st
 
 
 def _parse_step(item: str, text: str, field: _Field) -> int:
-    if not text.isdigit() or int(text) == 0:
+    if not _is_number(text) or int(text) == 0:
         raise ScheduleError(
             f"{field.name} step in {item!r} must be a positive integer", example="*/15"
         )
@@ -234,7 +234,7 @@ def _value(text: str, field: _Field, item: str) -> int:
     upper = text.upper()
     if upper in field.names:
         return field.names[upper]
-    if not text.isdigit():
+    if not _is_number(text):
         names = f" or a name like {next(iter(field.names))}" if field.names else ""
         raise ScheduleError(
             f"{field.name} value {text!r} in {item!r} is not a number{names}",
@@ -247,6 +247,12 @@ def _value(text: str, field: _Field, item: str) -> int:
             example=_EXAMPLES[field.name],
         )
     return value
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts '²' (which ``int`` refuses) and
+    other scripts' digits, and a 5,000-digit number exceeds ``int``'s limit."""
+    return text.isascii() and text.isdigit() and len(text) <= 6
 
 
 _EXAMPLES = {

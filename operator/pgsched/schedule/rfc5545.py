@@ -28,10 +28,10 @@ FREQUENCIES = ("YEARLY", "MONTHLY", "WEEKLY", "DAILY", "HOURLY", "MINUTELY", "SE
 WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 MAX_INTERVAL = 1_000_000
 
-_INTEGER = re.compile(r"^[+-]?\d{1,6}$")
-_WEEKDAY = re.compile(r"^([+-]?\d{1,2})?([A-Z]{2})$")
-_DATE = re.compile(r"^\d{8}$")
-_DATE_TIME = re.compile(r"^\d{8}T\d{6}Z?$")
+_INTEGER = re.compile(r"^[+-]?\d{1,6}$", re.ASCII)
+_WEEKDAY = re.compile(r"^([+-]?\d{1,2})?([A-Z]{2})$", re.ASCII)
+_DATE = re.compile(r"^\d{8}$", re.ASCII)
+_DATE_TIME = re.compile(r"^\d{8}T\d{6}Z?$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def parse_rule(value: str, *, zone: ZoneInfo, dtstart_is_date: bool) -> RulePart
 
 def _positive(raw: dict[str, str], name: str, *, high: int, example: str) -> int:
     text = raw.get(name, "1")
-    if not text.isdigit() or not 1 <= int(text[:9]) <= high or len(text) > 9:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or not 1 <= int(text) <= high:
         raise ScheduleError(f"{name}={text} must be an integer in 1..{high}", example=example)
     return int(text)
 
@@ -237,6 +237,24 @@ def _check_combinations(parts: RuleParts, raw: dict[str, str]) -> None:
             f"BYDAY={raw['BYDAY']}: ordinal weekdays like 1MO are only allowed with"
             f" FREQ=MONTHLY or FREQ=YEARLY, not FREQ={parts.freq}",
             example="FREQ=MONTHLY;BYDAY=1MO",
+        )
+    if ordinals and len(ordinals) < len(parts.byday):
+        # RFC 5545 makes the BYDAY list a union; dateutil would demand both kinds at once
+        # (BYDAY=TH,21TU: a Thursday that is also the 21st Tuesday, i.e. never).
+        raise ScheduleError(
+            f"BYDAY={raw['BYDAY']} mixes plain and ordinal weekdays, which pgsched cannot"
+            " expand as RFC 5545 means (either kind matching); put each kind in its own"
+            " RRULE line",
+            example="RRULE:FREQ=MONTHLY;BYDAY=TH\\nRRULE:FREQ=MONTHLY;BYDAY=-1TU",
+        )
+    in_month = parts.freq == "MONTHLY" or bool(parts.bymonth)
+    if in_month and any(abs(ordinal) > 5 for ordinal, _ in ordinals if ordinal is not None):
+        # Within a month the ordinal counts that month's weekdays, of which there are at
+        # most five (dateutil crashes on 8MO instead of matching nothing).
+        raise ScheduleError(
+            f"BYDAY={raw['BYDAY']}: a month has at most 5 of each weekday, so ordinals"
+            " within a month are 1..5 or -5..-1",
+            example="FREQ=MONTHLY;BYDAY=-1FR",
         )
     if ordinals and parts.freq == "YEARLY" and parts.byweekno:
         raise ScheduleError(

@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
@@ -42,8 +42,8 @@ _EXAMPLE = "FREQ=DAILY;BYHOUR=8;BYMINUTE=30"
 _INTERVAL_FREQS = {"HOURLY", "MINUTELY", "SECONDLY"}
 _FREQ_CODES = {name: getattr(du_rrule, name) for name in rfc5545.FREQUENCIES}
 _LINE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)((?:;[^:;]*)*):(.*)$")
-_DATE = re.compile(r"^\d{8}$")
-_DATE_TIME = re.compile(r"^\d{8}T\d{6}$")
+_DATE = re.compile(r"^\d{8}$", re.ASCII)
+_DATE_TIME = re.compile(r"^\d{8}T\d{6}$", re.ASCII)
 _MAX_DATES = 1000
 _FIRST_YEAR = 1900
 # dateutil's inner-loop iterations per budget step (a step is about a microsecond).
@@ -86,7 +86,7 @@ class RecurrenceRule:
                 yield wall
         except ScheduleError:
             raise
-        except ValueError as error:  # dateutil's "Invalid combination ... empty rule"
+        except (ValueError, IndexError) as error:  # "Invalid combination ... empty rule"
             raise ScheduleError(
                 f"{self.text!r} never produces an occurrence ({error})", example=_EXAMPLE
             ) from None
@@ -124,26 +124,20 @@ class _MeteredIterinfo(du_rrule._iterinfo):
     behave exactly as with dateutil's own class.
     """
 
-    def _charge(self) -> None:
-        meter = getattr(self.rrule, "_pgsched_meter", None)
-        if meter is not None:
-            meter()
+    def __init__(self, rule: du_rrule.rrule) -> None:
+        super().__init__(rule)
+        meter = getattr(rule, "_pgsched_meter", None)
+        if meter is not None:  # instance attributes shadow the methods _iter looks up
+            for name in ("ydayset", "mdayset", "wdayset", "ddayset"):
+                setattr(self, name, _metered(getattr(self, name), meter))
 
-    def ydayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().ydayset(year, month, day)
 
-    def mdayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().mdayset(year, month, day)
+def _metered(method: Callable[..., Any], meter: Callable[[], None]) -> Callable[..., Any]:
+    def charged(*args: Any) -> Any:
+        meter()
+        return method(*args)
 
-    def wdayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().wdayset(year, month, day)
-
-    def ddayset(self, year: int, month: int, day: int) -> Any:
-        self._charge()
-        return super().ddayset(year, month, day)
+    return charged
 
 
 setattr(du_rrule, "_iterinfo", _MeteredIterinfo)  # noqa: B010 — replacing dateutil's class
@@ -226,9 +220,14 @@ def parse(text: str, *, zone_name: str, anchor: datetime) -> RecurrenceRule:
         exdates=frozenset(exdates),
         is_interval=any(member.parts.freq in _INTERVAL_FREQS for member in members),
     )
-    if next(parsed.wall_times(start, budget.Budget(text.strip())), None) is None:
+    try:
+        first = next(parsed.wall_times(start, budget.Budget(text.strip())), None)
+    except ScheduleError:
+        first = None  # dateutil searched until the budget ran out, typically to year 9999
+    if first is None:
         raise ScheduleError(
-            f"{text!r} never produces an occurrence (its parts contradict each other)",
+            f"{text!r} never produces an occurrence (its parts contradict each other, or"
+            f" the first one is beyond {budget.MAX_STEPS} candidate times from DTSTART)",
             example=_EXAMPLE,
         )
     return parsed

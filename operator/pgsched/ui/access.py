@@ -1,0 +1,222 @@
+"""Who is asking, and which namespaces they may see.
+
+The UI shows a namespace's ScheduledJobs, runs and pod logs only to someone who may
+``get scheduledjobs`` there — the same question ``kubectl get sj -n NS`` asks — so a
+multi-tenant cluster's RBAC carries over unchanged. Three modes:
+
+- ``token`` (the operator's UI, and ``pgsched ui --auth token``): every request carries a
+  Kubernetes bearer token (``Authorization: Bearer ...``, or the HttpOnly cookie the login
+  form sets). The API server says whose it is (TokenReview) and whether that user may get
+  scheduledjobs in a namespace (SubjectAccessReview). No token, no page.
+- ``kubeconfig`` (``pgsched ui`` by default): whoever can reach the local port acts as the
+  kubeconfig's identity; access per namespace is that identity's (SelfSubjectAccessReview).
+  The server binds to 127.0.0.1 for that reason.
+- ``none`` (``pgsched ui --no-auth``): a database-only view of every namespace, no
+  Kubernetes at all (no Jobs, pods or logs). Meant for a developer's own database.
+
+Answers are cached for ``ttl`` seconds (a revoked RoleBinding takes that long to bite);
+when the API server cannot answer, access is refused (fail closed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pgsched.k8s import api, names
+
+AUTHENTICATION = "/apis/authentication.k8s.io/v1/tokenreviews"
+SUBJECT_REVIEW = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+SELF_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+_CACHE_LIMIT = 10_000
+
+
+class Unauthenticated(Exception):
+    """No token, or one the API server does not accept."""
+
+
+class Unavailable(Exception):
+    """The API server could not answer an access question (access is refused)."""
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: dict[str, list[str]] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Permission:
+    """A resource attribute the UI checks: get scheduledjobs, get pods/log."""
+
+    group: str
+    resource: str
+    subresource: str = ""
+    verb: str = "get"
+
+
+SCHEDULED_JOBS = Permission(names.GROUP, names.PLURAL)
+POD_LOGS = Permission("", "pods", "log")
+
+
+class Access(Protocol):
+    mode: str
+
+    @property
+    def kube(self) -> api.KubeApi | None:
+        """The UI's own client for Jobs, pods and logs (None: a database-only view)."""
+
+    def authenticate(self, token: str | None) -> User: ...
+
+    def allows(
+        self, user: User, namespace: str, permission: Permission = SCHEDULED_JOBS
+    ) -> bool: ...
+
+
+class OpenAccess:
+    """``--no-auth``: everything in the database, nothing from Kubernetes."""
+
+    mode = "none"
+    kube = None
+
+    def authenticate(self, token: str | None) -> User:
+        return User("anyone (--no-auth)")
+
+    def allows(self, user: User, namespace: str, permission: Permission = SCHEDULED_JOBS) -> bool:
+        return True
+
+
+class _Cache:
+    def __init__(self, ttl: float) -> None:
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._items: dict[Any, tuple[float, Any]] = {}
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            found = self._items.get(key)
+        if found is None or found[0] < time.monotonic():
+            return None
+        return found[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            if len(self._items) >= _CACHE_LIMIT:
+                self._items.clear()
+            self._items[key] = (time.monotonic() + self._ttl, value)
+
+
+def _attributes(namespace: str, permission: Permission) -> dict[str, str]:
+    attributes = {
+        "namespace": namespace,
+        "verb": permission.verb,
+        "group": permission.group,
+        "resource": permission.resource,
+    }
+    if permission.subresource:
+        attributes["subresource"] = permission.subresource
+    return attributes
+
+
+def _allowed(kube: api.KubeApi, path: str, kind: str, spec: dict[str, Any]) -> bool:
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": kind, "spec": spec}
+    try:
+        answer = kube.create(path, body)
+    except api.ApiError as error:
+        raise Unavailable(f"cannot check access ({kind}): {error}") from None
+    return bool((answer.get("status") or {}).get("allowed"))
+
+
+class KubeconfigAccess:
+    """The local kubeconfig's identity, checked with SelfSubjectAccessReview."""
+
+    mode = "kubeconfig"
+
+    def __init__(self, kube: api.KubeApi, *, ttl: float = 30.0) -> None:
+        self._kube = kube
+        self._cache = _Cache(ttl)
+
+    @property
+    def kube(self) -> api.KubeApi:
+        return self._kube
+
+    def authenticate(self, token: str | None) -> User:
+        return User("your kubeconfig identity")
+
+    def allows(self, user: User, namespace: str, permission: Permission = SCHEDULED_JOBS) -> bool:
+        key = (namespace, permission)
+        cached = self._cache.get(key)
+        if cached is None:
+            spec = {"resourceAttributes": _attributes(namespace, permission)}
+            cached = _allowed(self._kube, SELF_REVIEW, "SelfSubjectAccessReview", spec)
+            self._cache.put(key, cached)
+        return bool(cached)
+
+
+class TokenAccess:
+    """Bearer tokens: TokenReview for who, SubjectAccessReview for what."""
+
+    mode = "token"
+
+    def __init__(self, kube: api.KubeApi, *, ttl: float = 30.0) -> None:
+        self._kube = kube
+        self._users = _Cache(ttl)
+        self._answers = _Cache(ttl)
+
+    @property
+    def kube(self) -> api.KubeApi:
+        return self._kube
+
+    def authenticate(self, token: str | None) -> User:
+        if not token:
+            raise Unauthenticated("no bearer token")
+        key = hashlib.sha256(token.encode()).hexdigest()
+        user: User | None = self._users.get(key)
+        if user is None:
+            user = self._review(token)
+            self._users.put(key, user)
+        if not user.name:
+            raise Unauthenticated("the API server does not accept this token")
+        return user
+
+    def _review(self, token: str) -> User:
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        try:
+            answer = self._kube.create(AUTHENTICATION, body).get("status") or {}
+        except api.ApiError as error:
+            raise Unavailable(f"cannot review the token: {error}") from None
+        if not answer.get("authenticated"):
+            return User("")  # cached too: a wrong token costs one review per ttl
+        found = answer.get("user") or {}
+        return User(
+            str(found.get("username", "")),
+            tuple(found.get("groups") or ()),
+            str(found.get("uid", "")),
+            {key: list(value) for key, value in (found.get("extra") or {}).items()},
+        )
+
+    def allows(self, user: User, namespace: str, permission: Permission = SCHEDULED_JOBS) -> bool:
+        key = (user.name, user.groups, user.uid, namespace, permission)
+        cached = self._answers.get(key)
+        if cached is None:
+            spec: dict[str, Any] = {
+                "user": user.name,
+                "groups": list(user.groups),
+                "resourceAttributes": _attributes(namespace, permission),
+            }
+            if user.uid:
+                spec["uid"] = user.uid
+            if user.extra:
+                spec["extra"] = user.extra
+            cached = _allowed(self._kube, SUBJECT_REVIEW, "SubjectAccessReview", spec)
+            self._answers.put(key, cached)
+        return bool(cached)

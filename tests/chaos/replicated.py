@@ -1,0 +1,119 @@
+"""A primary and a real streaming standby, failed over on demand, for the database chaos.
+
+Stands in for the ``PostgresServer`` the driver is given (``dsn``, ``start``, ``restart``,
+``kill``, ``cleanup`` act on the current primary) and adds ``failover``: the primary is
+killed, the standby promoted, and the old primary rebuilt from the new one
+(``pg_basebackup``) as the new standby, so the next failover goes the other way.
+
+Clients use a multi-host DSN with ``target_session_attrs=read-write`` listing both servers,
+so they follow the primary by themselves. ``synchronous=True`` keeps
+``synchronous_standby_names = '*'`` on the primary while its standby is attached (like
+Patroni's non-strict synchronous mode, it is lifted while the standby is being rebuilt,
+or every commit would wait for a standby that is not there). ``synchronous=False`` is
+asynchronous replication; ``lag_seconds`` freezes the standby's WAL receiver that long
+before the primary dies, so the commits of the last ``lag_seconds`` are lost — the
+window an asynchronous failover under load really has.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+
+import psycopg
+
+from chaos import faults
+from pgsched.devenv.postgres import PostgresServer
+from standby import promote, standby_of
+
+
+class ReplicatedPostgres:
+    def __init__(
+        self, primary: PostgresServer, *, synchronous: bool, lag_seconds: float = 0.0
+    ) -> None:
+        self.primary = primary
+        self.synchronous = synchronous
+        self.lag_seconds = lag_seconds
+        self.standby = standby_of(primary, settings={"synchronous_commit": "on"})
+        self.failovers = 0
+        if synchronous:
+            self._require_standby(self.primary, True)
+
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        ports = f"{self.primary.port},{self.standby.port}"
+        return (
+            f"host=127.0.0.1,127.0.0.1 port={ports} user={user} dbname={dbname}"
+            " target_session_attrs=read-write"
+        )
+
+    def start(self) -> None:
+        self.primary.start()
+
+    def restart(self) -> None:
+        self.primary.restart()
+
+    def kill(self) -> None:
+        self.primary.kill()
+
+    def cleanup(self) -> None:
+        self.standby.cleanup()
+        self.primary.cleanup()
+
+    def failover(self) -> str:
+        """Kill the primary, promote the standby, rebuild the old primary as its standby."""
+        if self.lag_seconds:
+            receiver = self._wal_receiver_pid()
+            faults.send(receiver, signal.SIGSTOP)
+            time.sleep(self.lag_seconds)
+        killed = time.monotonic()
+        self.primary.kill()
+        if self.lag_seconds:
+            faults.send(receiver, signal.SIGCONT)
+        promote(self.standby)
+        old, self.primary, self.standby = self.primary, self.standby, self.primary
+        if self.synchronous:
+            self._require_standby(self.primary, False)  # nothing to wait for until rebuilt
+        writable = self._wait_writable() - killed
+        started = time.monotonic()
+        self._rebuild(old)
+        if self.synchronous:
+            self._require_standby(self.primary, True)
+        self.failovers += 1
+        return (
+            f"{'synchronous' if self.synchronous else 'asynchronous'} failover to port"
+            f" {self.primary.port}: writable {writable:.1f}s after the kill, old primary"
+            f" rebuilt as standby in {time.monotonic() - started:.1f}s"
+        )
+
+    def _rebuild(self, old: PostgresServer) -> None:
+        old.stop(mode="immediate")
+        shutil.rmtree(old.data_dir, ignore_errors=True)
+        self.standby = standby_of(self.primary, settings={"synchronous_commit": "on"}, server=old)
+
+    def _wait_writable(self, timeout: float = 30.0) -> float:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with psycopg.connect(self.primary.dsn(), connect_timeout=2) as conn:
+                    if not conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:  # type: ignore[index]
+                        return time.monotonic()
+            except psycopg.OperationalError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the promoted standby did not accept writes")
+            time.sleep(0.05)
+
+    def _wal_receiver_pid(self) -> int:
+        with psycopg.connect(self.standby.dsn(), autocommit=True) as conn:
+            row = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+        if row is None:
+            raise RuntimeError("the standby has no WAL receiver")
+        return int(row[0])
+
+    @staticmethod
+    def _require_standby(server: PostgresServer, required: bool) -> None:
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            value = "'*'" if required else "''"
+            conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = {value}")
+            conn.execute("SELECT pg_reload_conf()")
