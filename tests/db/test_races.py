@@ -16,7 +16,9 @@ from bench import planted
 
 import invariants
 import racers
+from factories import define
 from pgsched.db import connection
+from pgsched.engine import runs
 
 DEFINITIONS = 200
 RUNS_PER_DEFINITION = 15
@@ -154,3 +156,33 @@ def test_the_checks_catch_over_cap_claims_when_the_advisory_lock_is_skipped(dsn)
     assert invariants.no_double_launch(launched) == []  # SKIP LOCKED still prevents double claims
     with connection.connect(dsn) as conn:
         assert invariants.never_over_cap(conn) != [] or live_violations != []
+
+
+def test_chained_runs_are_exactly_once_with_three_leaderless_tick_loops(dsn):
+    """Settle races too: three "leaders" settle the same final upstream runs and every one
+    queues its downstream runs; exactly one per (downstream, upstream run) survives (I10)."""
+    with connection.connect(dsn) as conn:
+        for index in range(10):
+            upstream = define(conn, f"up-{index}", schedule="0 0 1 1 *", maxConcurrentRuns=3)
+            define(conn, f"down-{index}", after=[{"scheduledJob": f"up-{index}"}])
+            for token in range(10):
+                runs.run_now(conn, upstream.id, token=f"seed-{token}")
+        define(
+            conn,
+            "join",
+            after=[{"scheduledJob": "up-0"}, {"scheduledJob": "up-1"}],
+            afterMode="All",
+        )
+
+    launched, _samples, live_violations = race(dsn, racers.leaderless_ticker, 3, seconds=120)
+
+    assert invariants.no_double_launch(launched) == [] and live_violations == []
+    with connection.connect(dsn) as conn:
+        assert invariants.chained_exactly_once(conn) == []
+        counts = conn.execute(
+            "SELECT count(*) FILTER (WHERE trigger = 'upstream') AS chained,"
+            " count(*) FILTER (WHERE status = 'COMPLETED') AS completed"
+            " FROM pgsched.job_runs"
+        ).fetchone()
+    # 100 upstream runs, each chained once into its down-N; join fired at least once.
+    assert counts["chained"] > 100 and counts["completed"] == counts["chained"] + 100
