@@ -48,3 +48,7 @@ def test_common_schedules_are_said_in_words_with_their_zone(
 )
 def test_other_schedules_fall_back_to_the_expression(kind: str, text: str) -> None:
     assert words.describe(kind, text, "UTC") == f"{text} UTC"
+
+
+def test_a_job_without_a_schedule_of_its_own_says_it_runs_after_its_upstreams() -> None:
+    assert words.describe("none", "", "UTC") == "only after its upstreams (spec.after)"

@@ -20,6 +20,8 @@ _STEP = re.compile(r"^\*/(\d{1,2})$")
 
 def describe(kind: str, text: str, zone: str) -> str:
     """The schedule in words with its zone, or the expression with its zone."""
+    if kind == "none":
+        return "only after its upstreams (spec.after)"  # no schedule, so no zone either
     words = _words(kind, text.strip())
     return f"{words or text} {zone}"
 
