@@ -78,6 +78,8 @@ def _fields(schema: dict[str, Any], prefix: str) -> Any:
         yield path, kind, default, allowed, text
         if name != "jobTemplate" and field.get("properties"):
             yield from _fields(field, path)
+        if field.get("items", {}).get("properties"):  # a list of objects: its items' fields
+            yield from _fields(field["items"], f"{path}[]")
 
 
 def _allowed(field: dict[str, Any]) -> str:
