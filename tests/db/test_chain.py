@@ -359,3 +359,14 @@ def test_chained_runs_get_starting_deadlines_caps_and_cancellation_like_any_run(
     assert [run.id for run in outcome.cancelled] == [two["id"]]
     assert [run.upstream_run_id for run in outcome.asked_to_stop] == [first.id]
     assert second.id == two["upstream_run_id"]
+
+
+def test_the_cycle_check_walks_a_chain_of_thousands_without_recursing():
+    graph = {f"j{index}": [f"j{index + 1}"] for index in range(5000)}
+    assert chain.find_cycle(graph, "j0") is None
+    graph["j5000"] = ["j0"]
+    found = chain.find_cycle(graph, "j0")
+    assert found is not None and len(found) == 5002 and found[0] == found[-1] == "j0"
+    message = chain.describe_cycle(found)
+    assert message.startswith("spec.after: j0 → j1") and "… 4991 more …" in message
+    assert len(message) < 400

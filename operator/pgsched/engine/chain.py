@@ -175,31 +175,30 @@ def store(
 
 
 def find_cycle(graph: dict[str, list[str]], start: str) -> list[str] | None:
-    """A path start → … → start along "runs after" edges, or None (depth-first)."""
-    path = [start]
-    seen: set[str] = set()
-
-    def walk(node: str) -> list[str] | None:
-        for upstream in sorted(graph.get(node, [])):
-            if upstream == start:
-                return [*path, start]
-            if upstream in seen:
-                continue
+    """A path start → … → start along "runs after" edges, or None. Depth-first with an
+    explicit stack: a chain thousands of jobs long must not exhaust Python's recursion."""
+    seen = {start}
+    stack = [(start, iter(sorted(graph.get(start, []))))]
+    while stack:
+        _node, upstreams = stack[-1]
+        upstream = next(upstreams, None)
+        if upstream is None:
+            stack.pop()
+        elif upstream == start:
+            return [item for item, _ in stack] + [start]
+        elif upstream not in seen:
             seen.add(upstream)
-            path.append(upstream)
-            found = walk(upstream)
-            if found is not None:
-                return found
-            path.pop()
-        return None
-
-    return walk(start)
+            stack.append((upstream, iter(sorted(graph.get(upstream, [])))))
+    return None
 
 
 def describe_cycle(cycle: list[str]) -> str:
-    steps = ", ".join(f"{a} runs after {b}" for a, b in itertools.pairwise(cycle))
+    shown = cycle if len(cycle) <= 12 else [*cycle[:6], f"… {len(cycle) - 11} more …", *cycle[-5:]]
+    pairs = list(itertools.pairwise(cycle))
+    steps = ", ".join(f"{a} runs after {b}" for a, b in pairs[:6])
+    more = f", and {len(pairs) - 6} more" if len(pairs) > 6 else ""
     return (
-        f"spec.after: {' → '.join(cycle)} is a cycle ({steps}); a chain must not lead"
+        f"spec.after: {' → '.join(shown)} is a cycle ({steps}{more}); a chain must not lead"
         " back to itself: remove one of these edges"
     )
 
