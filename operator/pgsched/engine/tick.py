@@ -24,7 +24,7 @@ import psycopg
 
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
-from pgsched.engine import dispatch, leader, materialize, reap, settle
+from pgsched.engine import dispatch, leader, loop, materialize, reap, settle
 from pgsched.engine.launcher import Launcher
 from pgsched.failures import FailureLog
 
@@ -205,21 +205,22 @@ class Ticker:
         self, stop: threading.Event, *, on_tick: Callable[[TickResult], None] | None = None
     ) -> None:
         """Tick every ``interval_seconds`` until ``stop`` is set; never raises."""
+
+        def tick() -> TickResult:
+            result = self.run_once()
+            if on_tick is not None:
+                on_tick(result)
+            return result
+
+        def busy(result: TickResult) -> bool:
+            # A full batch means more is due right now: go again without sleeping.
+            return (
+                result.dispatched is not None
+                and len(result.dispatched.claimed) >= self.settings.dispatch_batch
+            )
+
         try:
-            while not stop.is_set():
-                result = self.run_once()
-                if on_tick is not None:
-                    try:
-                        on_tick(result)
-                    except Exception:
-                        log.exception("tick observer failed")
-                # A full batch means more is due right now: go again without sleeping.
-                busy = (
-                    result.dispatched is not None
-                    and len(result.dispatched.claimed) >= self.settings.dispatch_batch
-                )
-                if not busy:
-                    stop.wait(self._pause())
+            loop.run([loop.Service("tick", tick, self._pause, again=busy)], stop)
         finally:
             self.close()
 

@@ -25,6 +25,8 @@ class OperatorSettings:
     api_burst: int = 40
     publish_interval_seconds: float = 0.5
     resync_interval_seconds: float = 30.0
+    gauge_interval_seconds: float = 5.0
+    verdict_interval_seconds: float = 2.0
     health_bind: str = "0.0.0.0:8080"
     metrics_bind: str = "0.0.0.0:9090"
     pool_size: int = 4
@@ -91,6 +93,8 @@ class OperatorSettings:
             api_burst=int(number("PGSCHED_API_BURST", 40, 1, "40")),
             publish_interval_seconds=number("PGSCHED_PUBLISH_INTERVAL_SECONDS", 0.5, 0.05, "0.5"),
             resync_interval_seconds=number("PGSCHED_RESYNC_INTERVAL_SECONDS", 30.0, 1, "30"),
+            gauge_interval_seconds=number("PGSCHED_GAUGE_INTERVAL_SECONDS", 5.0, 0.5, "5"),
+            verdict_interval_seconds=number("PGSCHED_VERDICT_INTERVAL_SECONDS", 2.0, 0.1, "2"),
             health_bind=env.get("PGSCHED_HEALTH_BIND", "0.0.0.0:8080"),
             metrics_bind=env.get("PGSCHED_METRICS_BIND", "0.0.0.0:9090"),
             pool_size=int(number("PGSCHED_DB_POOL_SIZE", 4, 2, "4")),
