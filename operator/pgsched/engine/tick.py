@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
+from pgsched.db import clock
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
 from pgsched.engine import dispatch, leader, loop, materialize, reap, settle
@@ -134,7 +135,7 @@ class Ticker:
         interval, so a generous multiple of it is never reached by a live leader.
         """
         limit = f"{int(self.settings.stall_seconds * 1000)}ms"
-        before = time.time()
+        before = clock.local().timestamp()
         row = conn.execute(
             "SELECT set_config('idle_session_timeout', %(limit)s, false),"
             " set_config('idle_in_transaction_session_timeout', %(limit)s, false),"
@@ -142,7 +143,7 @@ class Ticker:
             {"limit": limit},
         ).fetchone()
         if row is not None:
-            self._database_offset = row["database_time"] - (before + time.time()) / 2
+            self._database_offset = row["database_time"] - (before + clock.local().timestamp()) / 2
         return conn
 
     def run_once(self) -> TickResult:
@@ -234,7 +235,11 @@ class Ticker:
         """
         interval = self.settings.interval_seconds
         pinned = self._clock()
-        now = pinned.timestamp() if pinned is not None else time.time() + self._database_offset
+        now = (
+            pinned.timestamp()
+            if pinned is not None
+            else clock.local().timestamp() + self._database_offset
+        )
         return interval - now % interval + TICK_MARGIN_SECONDS
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from pgsched import logs
@@ -36,24 +36,33 @@ class CleanupResult:
 
 
 def run_once(
-    conn: Connection, kube: api.KubeApi, definitions: Iterable[Definition]
+    conn: Connection,
+    kube: api.KubeApi,
+    definitions: Iterable[Definition],
+    *,
+    now: datetime | None = None,
 ) -> CleanupResult:
     result = CleanupResult()
     for definition in definitions:
         result.definitions += 1
-        _clean_up(conn, kube, definition, result)
+        _clean_up(conn, kube, definition, result, now=now)
     return result
 
 
 def _clean_up(
-    conn: Connection, kube: api.KubeApi, definition: Definition, result: CleanupResult
+    conn: Connection,
+    kube: api.KubeApi,
+    definition: Definition,
+    result: CleanupResult,
+    *,
+    now: datetime | None,
 ) -> None:
     collection = api.path_of(group="batch", namespace=definition.namespace, plural="jobs")
     selector = f"{names.LABEL_SCHEDULED_JOB}={names.label_value(definition.name)}"
     items = kube.get(collection, labelSelector=selector).get("items") or []
     owned = [job for job in items if _owned_by(job, definition.id)]
     run_ids = [int(job["metadata"]["labels"][names.LABEL_RUN_ID]) for job in owned]
-    known = runs.endings(conn, run_ids)
+    known = runs.endings(conn, run_ids, now=now)
     doomed: list[Obj] = []
     finished: dict[bool, list[Obj]] = {True: [], False: []}
     for job in owned:

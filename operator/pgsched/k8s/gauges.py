@@ -8,6 +8,7 @@ the publisher counts each run status change once, on the replica that published 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from pgsched import metrics
 from pgsched.db import queries
@@ -20,8 +21,9 @@ class GaugeResult:
     streaks: int = 0  # ScheduledJobs with a failure streak
 
 
-def run_once(conn: Connection) -> GaugeResult:
-    depth = {row["namespace"]: row["due"] for row in conn.execute(queries.get("queue_depth"))}
+def run_once(conn: Connection, *, now: datetime | None = None) -> GaugeResult:
+    due = conn.execute(queries.get("queue_depth"), {"now": now})
+    depth = {row["namespace"]: row["due"] for row in due}
     streaks = conn.execute(queries.get("failure_streaks")).fetchall()
     metrics.QUEUE_DEPTH.clear()
     for namespace, due in depth.items():

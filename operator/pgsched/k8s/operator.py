@@ -101,17 +101,17 @@ class EngineThreads:
             ),
             loop.Service(
                 "gauges",
-                lambda: gauges.run_once(session.connection()),
+                lambda: gauges.run_once(session.connection(), now=self.clock()),
                 settings.gauge_interval_seconds,
             ),
             loop.Service(
                 "verdicts",
-                lambda: verdicts.run_once(session.connection(), kube),
+                lambda: verdicts.run_once(session.connection(), kube, now=self.clock()),
                 settings.verdict_interval_seconds,
             ),
             loop.Service(
                 "resync",
-                lambda: resync.run_once(session.connection(), kube),
+                lambda: resync.run_once(session.connection(), kube, now=self.clock()),
                 settings.resync_interval_seconds,
             ),
         ]
@@ -230,7 +230,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
     require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
-    publisher = Publisher(kube.background())
+    publisher = Publisher(kube.background(), clock=clock)
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher, clock=clock)
 

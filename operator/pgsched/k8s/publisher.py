@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from uuid import UUID
 
 from pgsched import metrics
-from pgsched.db import queries
+from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, runs
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
@@ -59,9 +60,16 @@ class PublishResult:
 
 
 class Publisher:
-    def __init__(self, kube: api.KubeApi, *, batch_size: int = 200) -> None:
+    def __init__(
+        self,
+        kube: api.KubeApi,
+        *,
+        batch_size: int = 200,
+        clock: Callable[[], datetime | None] = lambda: None,
+    ) -> None:
         self.kube = kube
         self._batch_size = batch_size
+        self._clock = clock  # the pinned "now" of a test, or None: the database's
 
     def run_once(self, conn: Connection) -> PublishResult:
         result = PublishResult()
@@ -167,7 +175,9 @@ class Publisher:
                 self.patch_status(conn, definition, current)
                 result.statuses += 1
         if any(change["status"] in TERMINAL_STATUSES for change in changes):
-            result.jobs_deleted += cleanup.run_once(conn, self.kube, [definition]).deleted
+            result.jobs_deleted += cleanup.run_once(
+                conn, self.kube, [definition], now=self._clock()
+            ).deleted
 
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
         """Render the ScheduledJob's status from the database and merge-patch it."""
@@ -176,7 +186,7 @@ class Publisher:
             definition,
             last_run=runs.last_run(conn, definition.id),
             active=runs.running_count(conn, definition.id),
-            now=datetime.now(UTC),
+            now=clock.now(conn, self._clock()),
             current=old,
         )
         path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
