@@ -28,16 +28,13 @@ from pgsched.db.session import Session
 from pgsched.engine import dispatch, leader, loop, materialize, reap, settle
 from pgsched.engine.launcher import Launcher
 from pgsched.failures import FailureLog
+from pgsched.validation import Problems, SettingsError
 
 log = logging.getLogger(__name__)
 
 # How long after a whole interval on the database clock a tick starts: enough for the
 # clock measurement's error (half a round trip), so runs due at the boundary are due.
 TICK_MARGIN_SECONDS = 0.02
-
-
-class SettingsError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -61,35 +58,34 @@ class TickSettings:
         return max(30.0, 10 * self.interval_seconds)
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = Problems()
         if not 0.05 <= self.interval_seconds <= 3600:
-            problems.append(
-                f"tick interval {self.interval_seconds}s must be within 0.05..3600 (e.g. 1)"
+            problems.add(
+                "interval_seconds", f"{self.interval_seconds} is out of range 0.05..3600", "1"
             )
         if not 1 <= self.dispatch_batch <= 10_000:
-            problems.append(
-                f"dispatch batch {self.dispatch_batch} must be within 1..10000 (e.g. 50)"
-            )
+            problems.add("dispatch_batch", f"{self.dispatch_batch} is out of range 1..10000", "50")
         if not 1 <= self.overshoot <= 100:
-            problems.append(f"overshoot {self.overshoot} must be within 1..100 (e.g. 4)")
+            problems.add("overshoot", f"{self.overshoot} is out of range 1..100", "4")
         if not 1 <= self.materialize_batch <= 100_000:
-            problems.append(
-                f"materialize batch {self.materialize_batch} must be within 1..100000 (e.g. 500)"
+            problems.add(
+                "materialize_batch", f"{self.materialize_batch} is out of range 1..100000", "500"
             )
         if self.late_after_seconds <= 0:
-            problems.append(f"late-after {self.late_after_seconds}s must be positive (e.g. 60)")
+            problems.add("late_after_seconds", f"{self.late_after_seconds} must be positive", "60")
         if (
             self.leader_stall_seconds is not None
             and self.leader_stall_seconds < 2 * self.interval_seconds
         ):
-            problems.append(
-                f"leader stall timeout {self.leader_stall_seconds}s must be at least twice the"
-                f" tick interval {self.interval_seconds}s (e.g. 30)"
+            problems.add(
+                "leader_stall_seconds",
+                f"{self.leader_stall_seconds} must be at least twice the tick interval"
+                f" {self.interval_seconds}",
+                "30",
             )
         if not self.lock_name:
-            problems.append("the leader lock name must not be empty (e.g. pgsched:tick-leader)")
-        if problems:
-            raise SettingsError("; ".join(problems))
+            problems.add("lock_name", "must not be empty", "pgsched:tick-leader")
+        problems.raise_if_any(SettingsError)
 
 
 @dataclass
