@@ -80,8 +80,8 @@ def _clean_up(
             doomed.append(job)
     spec = definition.spec
     limits = {
-        True: spec.get("successfulRunsHistoryLimit", 3),
-        False: spec.get("failedRunsHistoryLimit", 1),
+        True: spec.get("successfulRunsHistoryLimit", SUCCESSFUL_RUNS_HISTORY_LIMIT),
+        False: spec.get("failedRunsHistoryLimit", FAILED_RUNS_HISTORY_LIMIT),
     }
     for succeeded, jobs in finished.items():
         jobs.sort(key=lambda job: job["metadata"].get("creationTimestamp", ""), reverse=True)
@@ -107,6 +107,10 @@ def _clean_up(
     result.deleted += len(doomed)
 
 
+# The CRD's defaults, for a spec stored before the API server applied them
+# (tests/unit/test_spec_defaults.py keeps them equal).
+SUCCESSFUL_RUNS_HISTORY_LIMIT = 3
+FAILED_RUNS_HISTORY_LIMIT = 1
 # Reasons the engine gives runs it ends itself: their pods may still be running, and must not.
 ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded"})
 # A job that recorded its own end (the SDK runner) exits right after; give its pod this long
