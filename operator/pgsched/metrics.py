@@ -43,7 +43,7 @@ REAPED = Counter(
 RETRIES = Counter(
     "pgsched_retries_total", "Retry attempts queued, by the failure reason.", ["reason"]
 )
-# Gauges read from the database every few seconds by each replica's publisher: every
+# Gauges read from the database by each replica (k8s/gauges.py, every PGSCHED_GAUGE_INTERVAL_SECONDS): every
 # replica reports the same global value, so aggregate them with max(), not sum().
 QUEUE_DEPTH = Gauge(
     "pgsched_queue_depth", "QUEUED runs that are due now, by namespace.", ["namespace"]

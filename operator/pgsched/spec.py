@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -26,28 +25,10 @@ from pgsched.engine import chain, definitions
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, zones
+from pgsched.validation import FieldError, Problems, SpecError
 
 MAX_INT32 = 2**31 - 1
 VALIDATION_STEPS = budget.MAX_STEPS // 4
-
-
-@dataclass(frozen=True)
-class FieldError:
-    path: str
-    message: str
-    example: str | None = None
-
-    def __str__(self) -> str:
-        suffix = f" (example: {self.example})" if self.example else ""
-        return f"spec.{self.path}: {self.message}{suffix}"
-
-
-class SpecError(ValueError):
-    """One or more invalid fields; ``str()`` lists them all, one per line."""
-
-    def __init__(self, errors: list[FieldError]) -> None:
-        self.errors = errors
-        super().__init__("\n".join(str(error) for error in errors))
 
 
 _SCHEDULE_FIELDS = {"schedule": "cron", "rrule": "rrule", "runAt": "once"}
@@ -73,15 +54,19 @@ MAX_UPSTREAMS = 20
 _EXTRA_FIELDS = {"jobTemplate", "job", "successfulRunsHistoryLimit", "failedRunsHistoryLimit"}
 
 
+__all__ = ["FieldError", "SpecError", "parse"]  # the errors are validation's, named here too
+_DEFAULTS = DefinitionSpec  # every default of a spec field is stated once, there
+
+
 class _Checker:
-    """Collects field errors while reading values out of the spec mapping."""
+    """Reads values out of the spec mapping, collecting a problem per bad field."""
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = spec
-        self.errors: list[FieldError] = []
+        self.problems = Problems()
 
     def fail(self, path: str, message: str, example: str | None = None) -> None:
-        self.errors.append(FieldError(path, message, example))
+        self.problems.add(f"spec.{path}" if path else "spec", message, example)
 
     def section(self, name: str) -> Mapping[str, Any]:
         value = self.spec.get(name)
@@ -182,7 +167,7 @@ def parse(
     none ahead (all in the past) is accepted and simply never runs again.
     """
     if not isinstance(spec, Mapping):
-        raise SpecError([FieldError("", f"the spec must be an object, got {_describe(spec)}")])
+        raise SpecError([FieldError("spec", f"must be an object, got {_describe(spec)}")])
     check = _Checker(spec)
     check.unknown(spec, _ENGINE_FIELDS | _EXTRA_FIELDS, "")
 
@@ -195,16 +180,16 @@ def parse(
             "after: [{scheduledJob: extract}]",
         )
     kind, text = _schedule_choice(check, chained=bool(after))
-    zone = spec.get("timeZone", "UTC")
+    zone = spec.get("timeZone", _DEFAULTS.time_zone)
     if not isinstance(zone, str):
         check.fail("timeZone", f"must be a string, got {_describe(zone)}", "Europe/Sofia")
-        zone = "UTC"
+        zone = _DEFAULTS.time_zone
     else:
         try:
             zones.load_zone(zone)
         except schedule.ScheduleError as error:
             check.fail("timeZone", error.message, error.example)
-            zone = "UTC"
+            zone = _DEFAULTS.time_zone
 
     dst = check.section("dstPolicy")
     check.unknown(dst, {"gap", "repeat"}, "dstPolicy.")
@@ -215,7 +200,7 @@ def parse(
         spec,
         "maxConcurrentRuns",
         path="maxConcurrentRuns",
-        default=1,
+        default=_DEFAULTS.max_concurrent_runs,
         minimum=1,
         example="maxConcurrentRuns: 2",
     )
@@ -235,7 +220,7 @@ def parse(
         spec,
         "catchUpLimit",
         path="catchUpLimit",
-        default=100,
+        default=_DEFAULTS.catch_up_limit,
         minimum=1,
         example="catchUpLimit: 24",
     )
@@ -253,7 +238,7 @@ def parse(
         spec,
         "cancelGraceSeconds",
         path="cancelGraceSeconds",
-        default=30,
+        default=_DEFAULTS.cancel_grace_seconds,
         minimum=0,
         example="cancelGraceSeconds: 30",
     )
@@ -268,8 +253,7 @@ def parse(
     suspend = check.boolean("suspend")
     _extra_fields(check)
 
-    if check.errors:
-        raise SpecError(check.errors)
+    check.problems.raise_if_any(SpecError)
     assert kind is not None and text is not None
     parsed = DefinitionSpec(
         schedule_kind=kind,
@@ -300,14 +284,14 @@ def parse(
     try:
         built = definitions.build_schedule(parsed, hash_seed=hash_seed, anchor=anchor)
     except schedule.ScheduleError as error:
-        raise SpecError([FieldError(field_name, error.message, error.example)]) from None
+        raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
     try:
         # A rule whose occurrences are all past is valid (it was yesterday, it stays so):
         # it is stored with no next run. The next occurrence must be found within a
         # quarter of the expansion budget, so an accepted schedule keeps headroom.
         built.next_after(now, limit=VALIDATION_STEPS)
     except schedule.ScheduleError as error:
-        raise SpecError([FieldError(field_name, error.message, error.example)]) from None
+        raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
     return parsed
 
 
@@ -485,16 +469,16 @@ def _heartbeat(check: _Checker) -> tuple[int, int, int]:
         section,
         "intervalSeconds",
         path="heartbeat.intervalSeconds",
-        default=10,
+        default=_DEFAULTS.heartbeat_interval_seconds,
         minimum=1,
         example="intervalSeconds: 10",
     )
-    interval = interval or 10
+    interval = interval or _DEFAULTS.heartbeat_interval_seconds
     timeout = check.integer(
         section,
         "timeoutSeconds",
         path="heartbeat.timeoutSeconds",
-        default=max(60, 3 * interval),
+        default=max(_DEFAULTS.heartbeat_timeout_seconds, 3 * interval),
         minimum=1,
         example=f"timeoutSeconds: {3 * interval}",
     )
@@ -510,7 +494,7 @@ def _heartbeat(check: _Checker) -> tuple[int, int, int]:
         section,
         "orphanTimeoutSeconds",
         path="heartbeat.orphanTimeoutSeconds",
-        default=max(300, timeout),
+        default=max(_DEFAULTS.orphan_timeout_seconds, timeout),
         minimum=1,
         example="orphanTimeoutSeconds: 300",
     )

@@ -11,7 +11,8 @@ import pytest
 from factories import RecordingLauncher, define, runs_of
 from pgsched.db import connection
 from pgsched.engine import leader, runs
-from pgsched.engine.tick import SettingsError, Ticker, TickSettings
+from pgsched.engine.tick import Ticker, TickSettings
+from pgsched.validation import SettingsError
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -109,7 +110,7 @@ def test_the_loop_keeps_ticking_through_errors_and_stops_cleanly(dsn, conn):
 
 def test_settings_are_validated_with_actionable_messages():
     with pytest.raises(
-        SettingsError, match=r"dispatch batch 0 must be within 1..10000 \(e.g. 50\)"
+        SettingsError, match=r"dispatch_batch: 0 is out of range 1..10000 \(example: 50\)"
     ):
         TickSettings(dispatch_batch=0)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pgsched.runner import settings
-from pgsched.runner.settings import JobSelection, RunnerSettings, SettingsError
+from pgsched.runner.settings import JobSelection, RunnerSettings
+from pgsched.validation import SettingsError
 
 TOKEN = "3f2c6a9e-8d1b-4c55-9a57-0e7d2b1c4f10"
 LEASE_ENV = {"PGSCHED_RUN_ID": "42", "PGSCHED_LEASE_TOKEN": TOKEN, "PGSCHED_DSN": "host=db"}
@@ -57,7 +58,7 @@ def test_range_problems_are_found_by_the_dataclass_itself():
             heartbeat_interval_seconds=0,
             job=JobSelection("Bad Kind", {}, ("my-app.jobs",)),
         )
-    assert raised.value.problems == [
+    assert [str(problem) for problem in raised.value.errors] == [
         "PGSCHED_RUN_ID (--run-id): 0 must be a positive integer (example: PGSCHED_RUN_ID=42)",
         "PGSCHED_DSN (--dsn): (hidden) must not be empty (example: PGSCHED_DSN='host=db"
         " user=pgsched_job dbname=pgsched')",

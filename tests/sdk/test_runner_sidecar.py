@@ -84,7 +84,7 @@ def test_sidecar_writes_lease_lost_when_its_run_is_reaped_and_waits_for_sigterm(
 def test_sidecar_without_a_lease_exits_2_naming_what_is_missing(pods):
     pod = pods("heartbeat", {"PATH": "/usr/bin:/bin"})
     assert pod.wait(10) == 2, pod.output
-    assert "PGSCHED_RUN_ID is not set" in pod.output
-    assert "PGSCHED_LEASE_TOKEN is not set" in pod.output
-    assert "PGSCHED_DSN is not set" in pod.output
+    assert "PGSCHED_RUN_ID: is not set" in pod.output
+    assert "PGSCHED_LEASE_TOKEN: is not set" in pod.output
+    assert "PGSCHED_DSN: is not set" in pod.output
     assert "PGSCHED_JOB_KIND" not in pod.output  # the sidecar runs no job

@@ -85,14 +85,14 @@ def test_broken_contract_exits_2_naming_every_missing_or_bad_variable(dsn, conn,
         pod.lines[0] == "pgsched run: cannot start the run, the pod's configuration is incomplete:"
     )
     assert pod.lines[1:] == [
-        "PGSCHED_LEASE_TOKEN is not set: the run's lease token from its claim; fences every"
+        "PGSCHED_LEASE_TOKEN: is not set: the run's lease token from its claim; fences every"
         " write; set it or pass --lease-token (example:"
         " PGSCHED_LEASE_TOKEN=3f2c6a9e-8d1b-4c55-9a57-0e7d2b1c4f10)",
         "PGSCHED_HEARTBEAT_INTERVAL_SECONDS (--heartbeat-interval): 'soon' is not a number"
         " (example: PGSCHED_HEARTBEAT_INTERVAL_SECONDS=10)",
-        "PGSCHED_ATTEMPT is not set: the run's attempt number (1, 2, ...); set it or pass"
+        "PGSCHED_ATTEMPT: is not set: the run's attempt number (1, 2, ...); set it or pass"
         " --attempt (example: PGSCHED_ATTEMPT=1)",
-        "PGSCHED_JOB_KIND is not set: the job kind to run; set it or pass --kind (example:"
+        "PGSCHED_JOB_KIND: is not set: the job kind to run; set it or pass --kind (example:"
         " PGSCHED_JOB_KIND=nightly-report)",
         "PGSCHED_JOB_ARGS (--args): '[1, 2]' must be a JSON object (example:"
         " PGSCHED_JOB_ARGS='{\"days\": 7}')",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pgsched.engine.tick import SettingsError
 from pgsched.k8s.ratelimit import TokenBucket
 from pgsched.k8s.settings import OperatorSettings
+from pgsched.validation import SettingsError
 
 BASE = {
     "PGSCHED_DSN": "host=db",
@@ -33,14 +33,23 @@ def test_every_bad_setting_is_named_with_an_example():
         )
     message = str(caught.value)
     for expected in (
-        "PGSCHED_DSN is required",
-        "PGSCHED_IMAGE is required",
-        "PGSCHED_NAMESPACES is empty",
-        "PGSCHED_API_QPS='fast' is not a number (example: PGSCHED_API_QPS=20)",
-        "PGSCHED_METRICS_BIND='9090' must be host:port",
-        "PGSCHED_IMAGE_PULL_POLICY='Sometimes'",
+        "PGSCHED_DSN: is required",
+        "PGSCHED_IMAGE: is required",
+        "PGSCHED_NAMESPACES: is empty",
+        "PGSCHED_API_QPS: 'fast' is not a number (example: PGSCHED_API_QPS=20)",
+        "PGSCHED_METRICS_BIND: '9090' must be host:port",
+        "PGSCHED_IMAGE_PULL_POLICY: 'Sometimes'",
     ):
         assert expected in message
+
+
+def test_a_bad_tick_setting_names_its_variable():
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment({**BASE, "PGSCHED_DISPATCH_BATCH": "20000"})
+    assert str(caught.value) == (
+        "invalid operator settings:\n  PGSCHED_DISPATCH_BATCH: 20000 is out of range 1..10000"
+        " (example: PGSCHED_DISPATCH_BATCH=50)"
+    )
 
 
 class FakeClock:

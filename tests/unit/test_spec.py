@@ -23,7 +23,7 @@ def parse(**fields):
 def errors_of(**fields):
     with pytest.raises(spec.SpecError) as caught:
         parse(**fields)
-    return {error.path: error for error in caught.value.errors}
+    return {error.path.removeprefix("spec."): error for error in caught.value.errors}
 
 
 def test_minimal_spec_gets_documented_defaults():

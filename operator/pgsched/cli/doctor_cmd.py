@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -133,7 +133,7 @@ def _where(conn: Connection) -> str:
 
 
 def _clock(conn: Connection) -> Finding:
-    skew = datetime.now(UTC) - clock.now(conn)
+    skew = clock.local() - clock.now(conn)
     text = f"{abs(skew.total_seconds()):.1f}s"
     if abs(skew) > CLOCK_SKEW:
         return Finding(

@@ -11,6 +11,7 @@ from typing import Any
 from pgsched.cli.common import CommandError
 from pgsched.runner import settings, sidecar
 from pgsched.runner.exit_codes import ExitCode
+from pgsched.validation import SettingsError
 
 
 def register(commands: Any) -> None:
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         contract = settings.from_environment(
             os.environ, overrides=settings.flag_values(args, settings.SIDECAR_VARIABLES), job=False
         )
-    except settings.SettingsError as error:
+    except SettingsError as error:
         raise CommandError(
             f"cannot start the heartbeat, the pod's configuration is incomplete:\n{error}",
             code=ExitCode.CONFIGURATION,

@@ -20,7 +20,7 @@ under ``dstPolicy.gap: skip`` is not listed: it never runs (the engine records i
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgsched import spec as spec_module
@@ -194,7 +194,7 @@ def _expression(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, dat
             "H fields hash the ScheduledJob's namespace/name: name the job"
             " (pgsched next SJ --cron ...) to see its exact times"
         )
-    now = datetime.now(UTC)
+    now = clock.local()  # no database here: this machine's clock
     try:
         zone = zones.load_zone(args.tz)
     except ScheduleError as error:

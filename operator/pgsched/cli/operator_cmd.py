@@ -35,9 +35,9 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pgsched.db import migrate
-    from pgsched.engine.tick import SettingsError
     from pgsched.k8s import operator
     from pgsched.k8s.settings import OperatorSettings
+    from pgsched.validation import SettingsError
 
     environ = dict(os.environ)
     if args.dsn:

@@ -9,6 +9,7 @@ from typing import Any
 from pgsched.cli.common import CommandError
 from pgsched.runner import sdk_runner, settings
 from pgsched.runner.exit_codes import ExitCode
+from pgsched.validation import SettingsError
 
 _VARIABLES = settings.RUNNER_VARIABLES
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         contract = settings.from_environment(
             os.environ, overrides=settings.flag_values(args, _VARIABLES), job=True
         )
-    except settings.SettingsError as error:
+    except SettingsError as error:
         raise CommandError(
             f"cannot start the run, the pod's configuration is incomplete:\n{error}",
             code=ExitCode.CONFIGURATION,

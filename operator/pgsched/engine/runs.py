@@ -131,8 +131,10 @@ class Ending:
     checked_at: datetime
 
 
-def endings(conn: Connection, run_ids: list[int]) -> dict[int, Ending]:
-    rows = conn.execute(queries.get("run_endings"), {"ids": run_ids}).fetchall()
+def endings(
+    conn: Connection, run_ids: list[int], *, now: datetime | None = None
+) -> dict[int, Ending]:
+    rows = conn.execute(queries.get("run_endings"), {"ids": run_ids, "now": now}).fetchall()
     return {
         row["id"]: Ending(
             row["status"],

@@ -22,21 +22,19 @@ from datetime import datetime, timedelta
 
 import psycopg
 
+from pgsched.db import clock
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
-from pgsched.engine import dispatch, leader, materialize, reap, settle
+from pgsched.engine import dispatch, leader, loop, materialize, reap, settle
 from pgsched.engine.launcher import Launcher
 from pgsched.failures import FailureLog
+from pgsched.validation import Problems, SettingsError
 
 log = logging.getLogger(__name__)
 
 # How long after a whole interval on the database clock a tick starts: enough for the
 # clock measurement's error (half a round trip), so runs due at the boundary are due.
 TICK_MARGIN_SECONDS = 0.02
-
-
-class SettingsError(ValueError):
-    pass
 
 
 class StalePrimaryError(RuntimeError):
@@ -64,35 +62,34 @@ class TickSettings:
         return max(30.0, 10 * self.interval_seconds)
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = Problems()
         if not 0.05 <= self.interval_seconds <= 3600:
-            problems.append(
-                f"tick interval {self.interval_seconds}s must be within 0.05..3600 (e.g. 1)"
+            problems.add(
+                "interval_seconds", f"{self.interval_seconds} is out of range 0.05..3600", "1"
             )
         if not 1 <= self.dispatch_batch <= 10_000:
-            problems.append(
-                f"dispatch batch {self.dispatch_batch} must be within 1..10000 (e.g. 50)"
-            )
+            problems.add("dispatch_batch", f"{self.dispatch_batch} is out of range 1..10000", "50")
         if not 1 <= self.overshoot <= 100:
-            problems.append(f"overshoot {self.overshoot} must be within 1..100 (e.g. 4)")
+            problems.add("overshoot", f"{self.overshoot} is out of range 1..100", "4")
         if not 1 <= self.materialize_batch <= 100_000:
-            problems.append(
-                f"materialize batch {self.materialize_batch} must be within 1..100000 (e.g. 500)"
+            problems.add(
+                "materialize_batch", f"{self.materialize_batch} is out of range 1..100000", "500"
             )
         if self.late_after_seconds <= 0:
-            problems.append(f"late-after {self.late_after_seconds}s must be positive (e.g. 60)")
+            problems.add("late_after_seconds", f"{self.late_after_seconds} must be positive", "60")
         if (
             self.leader_stall_seconds is not None
             and self.leader_stall_seconds < 2 * self.interval_seconds
         ):
-            problems.append(
-                f"leader stall timeout {self.leader_stall_seconds}s must be at least twice the"
-                f" tick interval {self.interval_seconds}s (e.g. 30)"
+            problems.add(
+                "leader_stall_seconds",
+                f"{self.leader_stall_seconds} must be at least twice the tick interval"
+                f" {self.interval_seconds}",
+                "30",
             )
         if not self.lock_name:
-            problems.append("the leader lock name must not be empty (e.g. pgsched:tick-leader)")
-        if problems:
-            raise SettingsError("; ".join(problems))
+            problems.add("lock_name", "must not be empty", "pgsched:tick-leader")
+        problems.raise_if_any(SettingsError)
 
 
 @dataclass
@@ -139,7 +136,7 @@ class Ticker:
         interval, so a generous multiple of it is never reached by a live leader.
         """
         limit = f"{int(self.settings.stall_seconds * 1000)}ms"
-        before = time.time()
+        before = clock.local().timestamp()
         row = conn.execute(
             "SELECT set_config('idle_session_timeout', %(limit)s, false),"
             " set_config('idle_in_transaction_session_timeout', %(limit)s, false),"
@@ -148,7 +145,7 @@ class Ticker:
             {"limit": limit},
         ).fetchone()
         if row is not None:
-            self._database_offset = row["database_time"] - (before + time.time()) / 2
+            self._database_offset = row["database_time"] - (before + clock.local().timestamp()) / 2
             self._check_timeline(conn, int(row["timeline"]))
         return conn
 
@@ -242,21 +239,22 @@ class Ticker:
         self, stop: threading.Event, *, on_tick: Callable[[TickResult], None] | None = None
     ) -> None:
         """Tick every ``interval_seconds`` until ``stop`` is set; never raises."""
+
+        def tick() -> TickResult:
+            result = self.run_once()
+            if on_tick is not None:
+                on_tick(result)
+            return result
+
+        def busy(result: TickResult) -> bool:
+            # A full batch means more is due right now: go again without sleeping.
+            return (
+                result.dispatched is not None
+                and len(result.dispatched.claimed) >= self.settings.dispatch_batch
+            )
+
         try:
-            while not stop.is_set():
-                result = self.run_once()
-                if on_tick is not None:
-                    try:
-                        on_tick(result)
-                    except Exception:
-                        log.exception("tick observer failed")
-                # A full batch means more is due right now: go again without sleeping.
-                busy = (
-                    result.dispatched is not None
-                    and len(result.dispatched.claimed) >= self.settings.dispatch_batch
-                )
-                if not busy:
-                    stop.wait(self._pause())
+            loop.run([loop.Service("tick", tick, self._pause, again=busy)], stop)
         finally:
             self.close()
 
@@ -270,7 +268,11 @@ class Ticker:
         """
         interval = self.settings.interval_seconds
         pinned = self._clock()
-        now = pinned.timestamp() if pinned is not None else time.time() + self._database_offset
+        now = (
+            pinned.timestamp()
+            if pinned is not None
+            else clock.local().timestamp() + self._database_offset
+        )
         return interval - now % interval + TICK_MARGIN_SECONDS
 
     def close(self) -> None:

@@ -10,7 +10,11 @@ the engine.
 - ``launcher``   the engine's Launcher: create that Job, idempotently
 - ``outcomes``   read a finished Job and its pods into a run outcome (pure), apply it fenced
 - ``status``     render a ScheduledJob's status from the database (pure)
-- ``publisher``  turn run events into Kubernetes Events, status patches and Job cleanup
+- ``publisher``  turn run events into Kubernetes Events and status patches
+- ``cleanup``    delete the Jobs of ended runs and those beyond the history limits
+- ``gauges``     queue depth and failure streaks, read from the database
+- ``verdicts``   settle silent container runs from their Jobs (I8)
+- ``resync``     record Job outcomes the watch missed
 - ``handlers``   kopf handlers for ScheduledJobs and our Jobs
-- ``operator``   wiring: settings, the tick and publisher threads, kopf
+- ``operator``   wiring: settings, the tick and publisher threads (``engine.loop``), kopf
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -30,6 +30,7 @@ from psycopg_pool import ConnectionPool
 
 from pgsched import logs, metrics
 from pgsched import spec as spec_module
+from pgsched.db import clock
 from pgsched.engine import chain, definitions, runs
 from pgsched.k8s import api, names, outcomes, status
 from pgsched.k8s.publisher import Publisher
@@ -72,9 +73,9 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
     generation = int(meta.get("generation") or 1)
     key = _key(meta, uid, generation)
     pinned = context.clock()
-    now = pinned or datetime.now(UTC)
     try:
         with context.pool.connection() as conn:
+            now = clock.now(conn, pinned)
             try:
                 parsed = spec_module.parse(
                     dict(spec), hash_seed=key.hash_seed, anchor=key.created_at, now=now

@@ -7,7 +7,8 @@ schedule safely. Then, on every replica:
 - kopf watches ScheduledJobs and our Jobs (``handlers``), in standalone mode: no peering,
   every replica handles every event, handlers are idempotent;
 - the tick thread runs the engine loop; one replica leads each tick (advisory lock);
-- the publisher thread drains the run-events outbox into Events and statuses;
+- the publisher thread runs the operator's services (``engine.loop``): the run-events
+  outbox into Events and statuses, the gauges, the verdicts of silent runs, the resync;
 - ``/healthz`` (kopf's liveness endpoint) fails when a thread is dead or the tick loop
   stopped making progress; Prometheus metrics are served on their own port.
 
@@ -37,8 +38,10 @@ import psycopg
 
 from pgsched import metrics
 from pgsched.db import connection, preflight, replication
+from pgsched.db.session import Session
+from pgsched.engine import loop
 from pgsched.engine.tick import Ticker, TickResult
-from pgsched.k8s import api, handlers, names
+from pgsched.k8s import api, gauges, handlers, names, resync, verdicts
 from pgsched.k8s.launcher import KubernetesLauncher
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
@@ -77,15 +80,51 @@ class EngineThreads:
             daemon=True,
         )
         self.publish_thread = threading.Thread(
-            target=publisher.run_forever,
-            args=(self._connector("pgsched-publisher"), self.stop),
-            kwargs={
-                "interval": settings.publish_interval_seconds,
-                "resync_every": settings.resync_interval_seconds,
-            },
+            target=self._publish,
+            args=(publisher,),
             name="pgsched-publisher",
             daemon=True,
         )
+
+    def _publish(self, publisher: Publisher) -> None:
+        """The publisher thread: the operator's services on one session, each on its
+        interval (``engine.loop``: interruptible, fail-open)."""
+        session = Session(self._connector("pgsched-publisher"))
+        kube = publisher.kube  # the background share of the API tokens
+        settings = self.settings
+        services = [
+            loop.Service(
+                "publishing run events",
+                lambda: publisher.run_once(session.connection()),
+                settings.publish_interval_seconds,
+                again=lambda published: bool(published.events or published.statuses),
+            ),
+            loop.Service(
+                "gauges",
+                lambda: gauges.run_once(session.connection(), now=self.clock()),
+                settings.gauge_interval_seconds,
+            ),
+            loop.Service(
+                "verdicts",
+                lambda: verdicts.run_once(session.connection(), kube, now=self.clock()),
+                settings.verdict_interval_seconds,
+            ),
+            loop.Service(
+                "resync",
+                lambda: resync.run_once(session.connection(), kube, now=self.clock()),
+                settings.resync_interval_seconds,
+            ),
+        ]
+
+        def on_error(service: loop.Service, error: Exception) -> None:
+            if isinstance(error, psycopg.Error):
+                metrics.DB_ERRORS.labels("publisher").inc()
+                session.close()  # reconnect on the next round
+
+        try:
+            loop.run(services, self.stop, on_error=on_error)
+        finally:
+            session.close()
 
     def _connector(self, application_name: str) -> Any:
         return lambda: connection.connect(self.settings.dsn, application_name=application_name)
@@ -191,7 +230,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
     require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
-    publisher = Publisher(kube.background())
+    publisher = Publisher(kube.background(), clock=clock)
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher, clock=clock)
 

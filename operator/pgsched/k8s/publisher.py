@@ -9,10 +9,12 @@ replica can publish and each change is published by one of them. For each batch:
   after a crash posts each Event once (409 is success);
 - one status patch per ScheduledJob touched (``lastRun``, ``active``, ``nextRuns``, ...),
   plus an Event when a condition flips (auto-suspension);
-- Job cleanup for ScheduledJobs whose runs ended: Jobs of runs the engine ended (reaped,
-  cancel grace expired) are deleted, finished Jobs beyond the history limits too;
-- run metrics (``pgsched_runs_total``, skew and duration histograms), and every few
-  seconds the gauges read from the database (queue depth, failure streaks).
+- Job clean-up (``cleanup``) for ScheduledJobs whose runs ended;
+- run metrics (``pgsched_runs_total``, skew and duration histograms).
+
+``run_once`` is one batch; the operator runs it every ``PGSCHED_PUBLISH_INTERVAL_SECONDS``
+in the shared service loop (``engine.loop``), next to the gauges (``gauges``), the
+verdicts of silent runs (``verdicts``) and the resync (``resync``).
 
 The outbox rows are deleted in the same transaction, after the API calls succeeded; an
 API failure rolls the batch back and it is published again later (at least once).
@@ -21,24 +23,18 @@ API failure rolls the batch back and it is published again later (at least once)
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
-import psycopg
-
-from pgsched import logs, metrics
-from pgsched.db import queries
+from pgsched import metrics
+from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.db.session import Session
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
-from pgsched.failures import FailureLog
-from pgsched.k8s import api, names, resync, status, verdicts
+from pgsched.k8s import api, cleanup, names, status
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
@@ -53,9 +49,6 @@ _EVENTS: dict[str, tuple[str, str]] = {
 }
 # Not a run status: settle's note that a definition was suspended automatically.
 AUTO_SUSPENDED = "AUTO_SUSPENDED"
-# How often the verdicts of silent runs are asked of the API (a query on a tiny partial
-# index when none is pending, so it may be frequent: a verdict is late by at most this).
-VERDICT_INTERVAL_SECONDS = 2.0
 
 
 @dataclass
@@ -67,9 +60,16 @@ class PublishResult:
 
 
 class Publisher:
-    def __init__(self, kube: api.KubeApi, *, batch_size: int = 200) -> None:
-        self._kube = kube
+    def __init__(
+        self,
+        kube: api.KubeApi,
+        *,
+        batch_size: int = 200,
+        clock: Callable[[], datetime | None] = lambda: None,
+    ) -> None:
+        self.kube = kube
         self._batch_size = batch_size
+        self._clock = clock  # the pinned "now" of a test, or None: the database's
 
     def run_once(self, conn: Connection) -> PublishResult:
         result = PublishResult()
@@ -96,61 +96,6 @@ class Publisher:
             conn.execute(queries.get("delete_run_events"), {"ids": [row["id"] for row in rows]})
         result.definitions = set(by_definition)
         return result
-
-    def update_gauges(self, conn: Connection) -> None:
-        """Gauges read from the database: the queue depth and failure streaks."""
-        depth = {row["namespace"]: row["due"] for row in conn.execute(queries.get("queue_depth"))}
-        streaks = conn.execute(queries.get("failure_streaks")).fetchall()
-        metrics.QUEUE_DEPTH.clear()
-        for namespace, due in depth.items():
-            metrics.QUEUE_DEPTH.labels(namespace).set(due)
-        metrics.FAILURE_STREAK.clear()
-        metrics.AUTO_SUSPENDED.clear()
-        for row in streaks:
-            metrics.FAILURE_STREAK.labels(row["namespace"], row["name"]).set(
-                row["consecutive_failures"]
-            )
-            if row["auto_suspended"]:
-                metrics.AUTO_SUSPENDED.labels(row["namespace"], row["name"]).set(1)
-
-    def run_forever(
-        self,
-        connect: Callable[[], Connection],
-        stop: threading.Event,
-        *,
-        interval: float = 0.5,
-        resync_every: float = 30.0,
-    ) -> None:
-        """Publish until ``stop``; errors are logged and retried, never fatal. Every few
-        seconds also refresh the queue-depth gauge, ask the API for the verdicts of silent
-        runs (``verdicts``), and every ``resync_every`` seconds catch Job outcomes the
-        watch missed (``resync``)."""
-        session = Session(connect)
-        last_depth = last_resync = last_verdicts = time.monotonic()
-        failures = FailureLog(log, "publishing run events")
-        while not stop.is_set():
-            try:
-                conn = session.connection()
-                published = self.run_once(conn)
-                if time.monotonic() - last_depth > 5:
-                    self.update_gauges(conn)
-                    last_depth = time.monotonic()
-                if time.monotonic() - last_verdicts > VERDICT_INTERVAL_SECONDS:
-                    last_verdicts = time.monotonic()
-                    verdicts.run_once(conn, self._kube)
-                if time.monotonic() - last_resync > resync_every:
-                    resync.run_once(conn, self._kube)
-                    last_resync = time.monotonic()
-                failures.succeeded()
-                if published.events or published.statuses:
-                    continue  # more may be waiting
-            except Exception as error:
-                if isinstance(error, psycopg.Error):
-                    metrics.DB_ERRORS.labels("publisher").inc()
-                    session.close()
-                failures.failed(f"{type(error).__name__}: {error}")
-            stop.wait(interval)
-        session.close()
 
     # -- Events -------------------------------------------------------------------------
 
@@ -205,7 +150,7 @@ class Publisher:
             "count": 1,
         }
         try:
-            self._kube.create(api.path_of(namespace=namespace, plural="events"), body)
+            self.kube.create(api.path_of(namespace=namespace, plural="events"), body)
         except api.ApiError as error:
             if error.conflict:
                 return False  # published before (a replayed batch)
@@ -225,7 +170,7 @@ class Publisher:
         path = api.scheduled_job_path(definition.namespace, definition.name)
         if definition.deleted_at is None:
             try:
-                current = self._kube.get(path)
+                current = self.kube.get(path)
             except api.ApiError as error:
                 if error.not_found:
                     return
@@ -234,7 +179,9 @@ class Publisher:
                 self.patch_status(conn, definition, current)
                 result.statuses += 1
         if any(change["status"] in TERMINAL_STATUSES for change in changes):
-            result.jobs_deleted += self._clean_up_jobs(conn, definition)
+            result.jobs_deleted += cleanup.run_once(
+                conn, self.kube, [definition], now=self._clock()
+            ).deleted
 
     def refresh_statuses(self, conn: Connection, definition_ids: list[UUID]) -> None:
         """Re-render these ScheduledJobs' statuses (say, an upstream they name appeared or
@@ -250,7 +197,7 @@ class Publisher:
             definition,
             last_run=last_run,
             active=runs.running_count(conn, definition.id),
-            now=datetime.now(UTC),
+            now=clock.now(conn, self._clock()),
             current=old,
             links=chain.links(
                 conn, definition.id, namespace=definition.namespace, name=definition.name
@@ -258,7 +205,7 @@ class Publisher:
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
         )
         path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
-        self._kube.merge_patch(path, {"status": new})
+        self.kube.merge_patch(path, {"status": new})
         for condition in status.transitions(old, new):
             suspended_at = definition.auto_suspended_at
             if condition["reason"] == "TooManyFailures" and suspended_at is not None:
@@ -273,82 +220,6 @@ class Publisher:
                     at=suspended_at,
                 )
         return new
-
-    def _clean_up_jobs(self, conn: Connection, definition: Definition) -> int:
-        collection = api.path_of(group="batch", namespace=definition.namespace, plural="jobs")
-        selector = f"{names.LABEL_SCHEDULED_JOB}={names.label_value(definition.name)}"
-        items = self._kube.get(collection, labelSelector=selector).get("items") or []
-        owned = [job for job in items if _owned_by(job, definition.id)]
-        run_ids = [int(job["metadata"]["labels"][names.LABEL_RUN_ID]) for job in owned]
-        known = runs.endings(conn, run_ids)
-        doomed: list[Obj] = []
-        finished: dict[bool, list[Obj]] = {True: [], False: []}
-        for job in owned:
-            ending = known.get(int(job["metadata"]["labels"][names.LABEL_RUN_ID]))
-            conditions = {
-                c["type"]
-                for c in (job.get("status") or {}).get("conditions") or []
-                if c.get("status") == "True"
-            }
-            if conditions & {"Complete", "SuccessCriteriaMet"}:
-                finished[True].append(job)
-            elif conditions & {"Failed", "FailureTarget"}:
-                finished[False].append(job)
-            elif must_stop(ending, definition) and job["metadata"].get("deletionTimestamp") is None:
-                doomed.append(job)
-        spec = definition.spec
-        limits = {
-            True: spec.get("successfulRunsHistoryLimit", 3),
-            False: spec.get("failedRunsHistoryLimit", 1),
-        }
-        for succeeded, jobs in finished.items():
-            jobs.sort(key=lambda job: job["metadata"].get("creationTimestamp", ""), reverse=True)
-            doomed += [
-                job
-                for job in jobs[int(limits[succeeded]) :]
-                if job["metadata"].get("deletionTimestamp") is None
-            ]
-        for job in doomed:
-            try:
-                self._kube.delete(f"{collection}/{job['metadata']['name']}")
-            except api.ApiError as error:
-                if not error.not_found:
-                    raise
-            labels = job["metadata"].get("labels") or {}
-            logs.for_labels(
-                log,
-                run_id=labels.get(names.LABEL_RUN_ID),
-                namespace=definition.namespace,
-                name=definition.name,
-                attempt=labels.get(names.LABEL_ATTEMPT),
-            ).info("deleted Job %s/%s", definition.namespace, job["metadata"]["name"])
-        return len(doomed)
-
-
-# Reasons the engine gives runs it ends itself: their pods may still be running, and must not.
-ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded"})
-# A job that recorded its own end (the SDK runner) exits right after; give its pod this long
-# before deleting its Job, so the Job completes normally and keeps its history and logs.
-JOB_EXIT_GRACE = timedelta(seconds=30)
-
-
-def must_stop(ending: runs.Ending | None, definition: Definition) -> bool:
-    """Whether a still-active Job must be deleted because its run has ended."""
-    if ending is None or ending.status in ("QUEUED", "RUNNING") or ending.finished_at is None:
-        return False
-    if ending.reason in ENGINE_ENDED:
-        return True
-    if ending.status == "CANCELLED" and ending.cancel_requested_at is not None:
-        waited = ending.finished_at - ending.cancel_requested_at
-        if waited >= timedelta(seconds=definition.cancel_grace_seconds):
-            return True  # ended by the engine after the cancel grace: stop the pod now
-    return ending.checked_at - ending.finished_at > JOB_EXIT_GRACE
-
-
-def _owned_by(job: Obj, uid: UUID) -> bool:
-    return any(
-        ref.get("uid") == str(uid) for ref in job.get("metadata", {}).get("ownerReferences") or []
-    )
 
 
 def _event_kind(row: Obj) -> tuple[str, str] | None:

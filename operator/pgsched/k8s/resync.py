@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pgsched import logs
 from pgsched.db import queries
@@ -34,7 +35,12 @@ class ResyncResult:
 
 
 def run_once(
-    conn: Connection, kube: api.KubeApi, *, min_age_seconds: float = 30, limit: int = 500
+    conn: Connection,
+    kube: api.KubeApi,
+    *,
+    min_age_seconds: float = 30,
+    limit: int = 500,
+    now: datetime | None = None,
 ) -> ResyncResult:
     result = ResyncResult()
     locked = conn.execute(queries.get("try_resync_lock")).fetchone()
@@ -44,7 +50,7 @@ def run_once(
     try:
         rows = conn.execute(
             queries.get("running_runs_with_jobs"),
-            {"min_age_seconds": min_age_seconds, "limit": limit},
+            {"min_age_seconds": min_age_seconds, "limit": limit, "now": now},
         ).fetchall()
         by_namespace: dict[str, list[Obj]] = defaultdict(list)
         for row in rows:

@@ -1,7 +1,8 @@
 """Operator settings, read from the environment (and flags), validated at start-up.
 
-Every setting has an environment variable (what the Helm chart sets) and a default; a bad
-value stops the operator with a message naming the variable and a valid example.
+Every setting has an environment variable (what the Helm chart sets) and a default, stated
+once, as the dataclass field's; a bad value stops the operator with every problem listed
+(``validation``), each naming the variable, what is wrong and a valid example.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pgsched.engine.tick import SettingsError, TickSettings
+from pgsched.engine.tick import TickSettings
 from pgsched.k8s.jobs import JobSettings
+from pgsched.validation import Problems, SettingsError
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class OperatorSettings:
     api_burst: int = 40
     publish_interval_seconds: float = 0.5
     resync_interval_seconds: float = 30.0
+    gauge_interval_seconds: float = 5.0
+    verdict_interval_seconds: float = 2.0
     health_bind: str = "0.0.0.0:8080"
     metrics_bind: str = "0.0.0.0:9090"
     # The web UI's address; empty: no UI (see pgsched.ui).
@@ -34,12 +38,12 @@ class OperatorSettings:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
         env = os.environ if environ is None else environ
-        problems: list[str] = []
+        problems = Problems()
 
-        def text(name: str, default: str | None = None) -> str:
-            value = env.get(name, default)
+        def text(name: str) -> str:
+            value = env.get(name)
             if not value:
-                problems.append(f"{name} is required")
+                problems.add(name, "is required")
                 return ""
             return value
 
@@ -50,12 +54,10 @@ class OperatorSettings:
             try:
                 value = float(raw)
             except ValueError:
-                problems.append(f"{name}={raw!r} is not a number (example: {name}={example})")
+                problems.add(name, f"{raw!r} is not a number", f"{name}={example}")
                 return default
             if value < minimum:
-                problems.append(
-                    f"{name}={raw} must be at least {minimum:g} (example: {name}={example})"
-                )
+                problems.add(name, f"{raw} must be at least {minimum:g}", f"{name}={example}")
             return value
 
         namespaces = tuple(
@@ -63,20 +65,28 @@ class OperatorSettings:
         )
         all_namespaces = env.get("PGSCHED_ALL_NAMESPACES", "false").lower() in {"1", "true", "yes"}
         if not namespaces and not all_namespaces:
-            problems.append(
-                "PGSCHED_NAMESPACES is empty and PGSCHED_ALL_NAMESPACES is not true: say which"
-                " namespaces to watch (example: PGSCHED_NAMESPACES=jobs,reports)"
+            problems.add(
+                "PGSCHED_NAMESPACES",
+                "is empty and PGSCHED_ALL_NAMESPACES is not true: say which namespaces to watch",
+                "PGSCHED_NAMESPACES=jobs,reports",
             )
         if namespaces and all_namespaces:
-            problems.append("set PGSCHED_NAMESPACES or PGSCHED_ALL_NAMESPACES=true, not both")
+            problems.add("PGSCHED_NAMESPACES", "set it or PGSCHED_ALL_NAMESPACES=true, not both")
+        # Each default is the dataclass field's (TickSettings, JobSettings, this class).
         try:
             tick = TickSettings(
-                interval_seconds=number("PGSCHED_TICK_INTERVAL_SECONDS", 1.0, 0.05, "1"),
-                dispatch_batch=int(number("PGSCHED_DISPATCH_BATCH", 50, 1, "50")),
-                lock_name=env.get("PGSCHED_LEADER_LOCK", "pgsched:tick-leader"),
+                interval_seconds=number(
+                    "PGSCHED_TICK_INTERVAL_SECONDS", TickSettings.interval_seconds, 0.05, "1"
+                ),
+                dispatch_batch=int(
+                    number("PGSCHED_DISPATCH_BATCH", TickSettings.dispatch_batch, 1, "50")
+                ),
+                lock_name=env.get("PGSCHED_LEADER_LOCK", TickSettings.lock_name),
             )
         except SettingsError as error:
-            problems.append(str(error))
+            for found in error.errors:  # name the variable, not the field
+                name = _TICK_VARIABLES.get(found.path, found.path)
+                problems.add(name, found.message, f"{name}={found.example}")
             tick = TickSettings()
         settings = cls(
             dsn=text("PGSCHED_DSN"),
@@ -84,34 +94,52 @@ class OperatorSettings:
             all_namespaces=all_namespaces,
             jobs=JobSettings(
                 image=text("PGSCHED_IMAGE"),
-                image_pull_policy=env.get("PGSCHED_IMAGE_PULL_POLICY", "IfNotPresent"),
-                dsn_secret=env.get("PGSCHED_JOB_DSN_SECRET", "pgsched-job-dsn"),
-                dsn_secret_key=env.get("PGSCHED_JOB_DSN_SECRET_KEY", "dsn"),
+                image_pull_policy=env.get(
+                    "PGSCHED_IMAGE_PULL_POLICY", JobSettings.image_pull_policy
+                ),
+                dsn_secret=env.get("PGSCHED_JOB_DSN_SECRET", JobSettings.dsn_secret),
+                dsn_secret_key=env.get("PGSCHED_JOB_DSN_SECRET_KEY", JobSettings.dsn_secret_key),
             ),
             tick=tick,
-            api_qps=number("PGSCHED_API_QPS", 20.0, 0.1, "20"),
-            api_burst=int(number("PGSCHED_API_BURST", 40, 1, "40")),
-            publish_interval_seconds=number("PGSCHED_PUBLISH_INTERVAL_SECONDS", 0.5, 0.05, "0.5"),
-            resync_interval_seconds=number("PGSCHED_RESYNC_INTERVAL_SECONDS", 30.0, 1, "30"),
-            health_bind=env.get("PGSCHED_HEALTH_BIND", "0.0.0.0:8080"),
-            metrics_bind=env.get("PGSCHED_METRICS_BIND", "0.0.0.0:9090"),
-            ui_bind=env.get("PGSCHED_UI_BIND", ""),
-            pool_size=int(number("PGSCHED_DB_POOL_SIZE", 4, 2, "4")),
+            api_qps=number("PGSCHED_API_QPS", cls.api_qps, 0.1, "20"),
+            api_burst=int(number("PGSCHED_API_BURST", cls.api_burst, 1, "40")),
+            publish_interval_seconds=number(
+                "PGSCHED_PUBLISH_INTERVAL_SECONDS", cls.publish_interval_seconds, 0.05, "0.5"
+            ),
+            resync_interval_seconds=number(
+                "PGSCHED_RESYNC_INTERVAL_SECONDS", cls.resync_interval_seconds, 1, "30"
+            ),
+            gauge_interval_seconds=number(
+                "PGSCHED_GAUGE_INTERVAL_SECONDS", cls.gauge_interval_seconds, 0.5, "5"
+            ),
+            verdict_interval_seconds=number(
+                "PGSCHED_VERDICT_INTERVAL_SECONDS", cls.verdict_interval_seconds, 0.1, "2"
+            ),
+            health_bind=env.get("PGSCHED_HEALTH_BIND", cls.health_bind),
+            metrics_bind=env.get("PGSCHED_METRICS_BIND", cls.metrics_bind),
+            ui_bind=env.get("PGSCHED_UI_BIND", cls.ui_bind),
+            pool_size=int(number("PGSCHED_DB_POOL_SIZE", cls.pool_size, 2, "4")),
         )
         if settings.jobs.image_pull_policy not in {"Always", "IfNotPresent", "Never"}:
-            problems.append(
-                f"PGSCHED_IMAGE_PULL_POLICY={settings.jobs.image_pull_policy!r} must be Always,"
-                " IfNotPresent or Never"
+            problems.add(
+                "PGSCHED_IMAGE_PULL_POLICY",
+                f"{settings.jobs.image_pull_policy!r} must be Always, IfNotPresent or Never",
+                "PGSCHED_IMAGE_PULL_POLICY=IfNotPresent",
             )
         for name in ("PGSCHED_HEALTH_BIND", "PGSCHED_METRICS_BIND", "PGSCHED_UI_BIND"):
             value = env.get(name)
             if value and not _is_bind(value):
-                problems.append(
-                    f"{name}={value!r} must be host:port (example: {name}=0.0.0.0:8080)"
-                )
-        if problems:
-            raise SettingsError("invalid operator settings:\n  " + "\n  ".join(problems))
+                problems.add(name, f"{value!r} must be host:port", f"{name}=0.0.0.0:8080")
+        problems.raise_if_any(SettingsError, title="invalid operator settings:")
         return settings
+
+
+# The tick settings the environment sets, by field (to name the variable in a message).
+_TICK_VARIABLES = {
+    "interval_seconds": "PGSCHED_TICK_INTERVAL_SECONDS",
+    "dispatch_batch": "PGSCHED_DISPATCH_BATCH",
+    "lock_name": "PGSCHED_LEADER_LOCK",
+}
 
 
 def _is_bind(value: str) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pgsched import logs
 from pgsched.db import queries
@@ -94,7 +95,9 @@ def _pod_ended(pod: Obj) -> bool:
     )
 
 
-def run_once(conn: Connection, kube: api.KubeApi, *, limit: int = 100) -> VerdictResult:
+def run_once(
+    conn: Connection, kube: api.KubeApi, *, limit: int = 100, now: datetime | None = None
+) -> VerdictResult:
     """Settle what can be settled among pending runs; an unreachable API raises
     ``api.ApiError`` (the runs stay pending: the caller logs and comes back later)."""
     result = VerdictResult()
@@ -121,11 +124,13 @@ def run_once(conn: Connection, kube: api.KubeApi, *, limit: int = 100) -> Verdic
                 ).get("items")
                 or []
             )
-        _apply(conn, row, decide(row, job, pods), result)
+        _apply(conn, row, decide(row, job, pods), result, now=now)
     return result
 
 
-def _apply(conn: Connection, row: Obj, verdict: Verdict, result: VerdictResult) -> None:
+def _apply(
+    conn: Connection, row: Obj, verdict: Verdict, result: VerdictResult, *, now: datetime | None
+) -> None:
     log_run = logs.for_labels(
         log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
     )
@@ -152,6 +157,7 @@ def _apply(conn: Connection, row: Obj, verdict: Verdict, result: VerdictResult) 
         {
             "run_id": row["id"],
             "lease_token": row["lease_token"],
+            "now": now,
             "error": f"no heartbeat since {silent_since.isoformat()} and {verdict.why}"
             " (the API confirmed the worker is gone silent)",
         },

@@ -3,8 +3,8 @@
 Everything arrives as environment variables (the operator sets them on the container), and
 any of them can be overridden by a command-line flag for local runs. They are read once,
 at start-up, into a frozen :class:`RunnerSettings` that validates itself; a pod started
-with a broken contract stops at once with every problem listed, naming the variable, what
-is wrong and an example of a right value — before it touches the database or user code.
+with a broken contract stops at once with every problem listed (``validation``), naming
+the variable, what is wrong and an example of a right value — before it touches the database or user code.
 
 The table of variables lives here, once: the CLI builds its flags from it and
 ``docs/sdk.md`` documents the same names.
@@ -22,6 +22,7 @@ from uuid import UUID
 
 from pgsched import names
 from pgsched.engine.lease import Lease
+from pgsched.validation import FieldError, Problems, SettingsError
 
 DEFAULT_CANCEL_FILE = Path("/pgsched/cancel")
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 10.0
@@ -124,14 +125,6 @@ def flag_values(args: argparse.Namespace, variables: tuple[Variable, ...]) -> di
     return values
 
 
-class SettingsError(ValueError):
-    """The contract is broken; ``str()`` lists every problem, one per line."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
-
-
 @dataclass(frozen=True)
 class JobSelection:
     """Which kind to run, with what, from which modules (``spec.job``)."""
@@ -153,7 +146,7 @@ class RunnerSettings:
     job: JobSelection | None = None
 
     def __post_init__(self) -> None:
-        problems = []
+        problems: list[FieldError] = []
         if self.run_id < 1:
             problems.append(_bad(RUN_ID, self.run_id, "must be a positive integer"))
         if not self.dsn.strip():
@@ -223,8 +216,7 @@ def from_environment(
             if module.strip()
         )
         selection = JobSelection(kind, args, modules)
-    if reader.problems:
-        raise SettingsError(reader.problems)
+    reader.problems.raise_if_any(SettingsError)
     assert run_id is not None and token is not None
     return RunnerSettings(
         run_id=run_id,
@@ -243,14 +235,15 @@ class _Reader:
 
     def __init__(self, values: Mapping[str, str]) -> None:
         self.values = values
-        self.problems: list[str] = []
+        self.problems = Problems()
 
     def required(self, variable: Variable) -> str:
         value = self.values.get(variable.env, "").strip()
         if not value:
-            self.problems.append(
-                f"{variable.env} is not set: {variable.help}; set it or pass {variable.flag}"
-                f" (example: {variable.env}={variable.example})"
+            self.problems.add(
+                variable.env,
+                f"is not set: {variable.help}; set it or pass {variable.flag}",
+                f"{variable.env}={variable.example}",
             )
         return value
 
@@ -261,7 +254,7 @@ class _Reader:
         try:
             return int(text)
         except ValueError:
-            self.problems.append(_bad(variable, text, "is not an integer"))
+            self.problems.errors.append(_bad(variable, text, "is not an integer"))
             return None
 
     def number(self, variable: Variable, default: float) -> float:
@@ -271,7 +264,7 @@ class _Reader:
         try:
             return float(text)
         except ValueError:
-            self.problems.append(_bad(variable, text, "is not a number"))
+            self.problems.errors.append(_bad(variable, text, "is not a number"))
             return default
 
     def uuid(self, variable: Variable) -> UUID | None:
@@ -281,7 +274,7 @@ class _Reader:
         try:
             return UUID(text)
         except ValueError:
-            self.problems.append(_bad(variable, text, "is not a UUID"))
+            self.problems.errors.append(_bad(variable, text, "is not a UUID"))
             return None
 
     def json_object(self, variable: Variable) -> dict[str, Any]:
@@ -291,14 +284,14 @@ class _Reader:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as error:
-            self.problems.append(_bad(variable, text, f"is not valid JSON ({error})"))
+            self.problems.errors.append(_bad(variable, text, f"is not valid JSON ({error})"))
             return {}
         if not isinstance(value, dict):
-            self.problems.append(_bad(variable, text, "must be a JSON object"))
+            self.problems.errors.append(_bad(variable, text, "must be a JSON object"))
             return {}
         return value
 
 
-def _bad(variable: Variable, value: object, problem: str) -> str:
+def _bad(variable: Variable, value: object, problem: str) -> FieldError:
     shown = "(hidden)" if variable is DSN else repr(value)
-    return f"{variable.label}: {shown} {problem} (example: {variable.env}={variable.example})"
+    return FieldError(variable.label, f"{shown} {problem}", f"{variable.env}={variable.example}")

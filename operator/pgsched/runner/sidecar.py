@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from pgsched.db import clock
 from pgsched.db.session import Session
 from pgsched.engine import lease
 from pgsched.engine.lease import LeaseState
@@ -90,7 +91,7 @@ def signal_workload(path: Path, state: LeaseState, *, now: datetime | None = Non
     word = _WORDS.get(state)
     if word is None:
         return
-    at = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = (now or clock.local()).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")

@@ -18,7 +18,7 @@ DELETE FROM pgsched.run_events WHERE id = ANY(%(ids)s::bigint[]);
 SELECT d.namespace, count(*) AS due
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
-WHERE r.status = 'QUEUED' AND r.scheduled_for <= now()
+WHERE r.status = 'QUEUED' AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())
 GROUP BY d.namespace;
 
 -- name: running_runs_with_jobs
@@ -30,7 +30,7 @@ JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING'
   AND r.k8s_job_name IS NOT NULL
   AND r.outcome_pending_at IS NULL
-  AND r.started_at < now() - make_interval(secs => %(min_age_seconds)s)
+  AND r.started_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(min_age_seconds)s)
 ORDER BY r.id
 LIMIT %(limit)s;
 

@@ -14,9 +14,13 @@ RETURNING *;
 SELECT * FROM pgsched.job_runs WHERE definition_id = %(definition_id)s AND request_token = %(token)s;
 
 -- name: cancel_queued
+-- now(), not clock_timestamp(), for both stamps: they record one event, so they are equal.
+-- clock_timestamp() is only for the end of a RUNNING run (finish_run, fail_silent_run),
+-- whose finished_at must precede the started_at of a claim that waited for its slot; a
+-- QUEUED run holds no slot and never started.
 UPDATE pgsched.job_runs
 SET status = 'CANCELLED', reason = 'Cancelled', error = %(why)s,
-    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
+    finished_at = coalesce(%(now)s::timestamptz, now()),
     cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now())
 WHERE status = 'QUEUED'
   AND (id = %(run_id)s OR definition_id = %(definition_id)s)
@@ -47,5 +51,6 @@ SELECT count(*) AS running FROM pgsched.job_runs
 WHERE definition_id = %(definition_id)s AND status = 'RUNNING';
 
 -- name: run_endings
-SELECT id, status, reason, finished_at, cancel_requested_at, now() AS checked_at
+SELECT id, status, reason, finished_at, cancel_requested_at,
+       coalesce(%(now)s::timestamptz, now()) AS checked_at
 FROM pgsched.job_runs WHERE id = ANY(%(ids)s::bigint[]);

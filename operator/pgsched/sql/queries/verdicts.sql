@@ -17,7 +17,8 @@ UPDATE pgsched.job_runs AS r
 SET status = 'FAILED',
     reason = CASE WHEN r.heartbeat_at IS NULL THEN 'Orphaned' ELSE 'HeartbeatLost' END,
     error = %(error)s,
-    finished_at = clock_timestamp()
+    -- clock_timestamp(), as finish_run: a claim that waited for this slot starts later.
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp())
 WHERE r.id = %(run_id)s
   AND r.status = 'RUNNING'
   AND r.lease_token = %(lease_token)s
