@@ -224,9 +224,9 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
         return
     context = _context(memo)
     metadata = body["metadata"]
-    token = (metadata.get("annotations") or {}).get(names.ANNOTATION_LEASE)
+    fingerprint = names.job_lease_fingerprint(metadata.get("annotations"))
     run_id = metadata["labels"][names.LABEL_RUN_ID]
-    if not token or not run_id.isdigit():
+    if not fingerprint or not run_id.isdigit():
         return
     labels = metadata.get("labels") or {}
     log_run = logs.for_labels(
@@ -245,7 +245,7 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
             outcome = outcomes.record(
                 conn,
                 int(run_id),
-                token,
+                fingerprint,
                 job=dict(body),
                 pods=pods.get("items") or [],
                 deleted=deleted,
