@@ -116,9 +116,12 @@ def test_sigterm_without_a_cancel_request_stops_compensates_and_ends_failed_term
 
 def test_sigterm_for_a_run_cancelled_in_the_database_ends_cancelled(dsn, conn, pods):
     # The operator deletes the Job of a cancelled run after the grace period. With a slow
-    # heartbeat the runner hears SIGTERM first and must ask the database who wanted it.
+    # heartbeat, and no notification (a pod whose listening connection is gone: planted
+    # by switching the trigger off), the runner hears SIGTERM first and must ask the
+    # database who wanted it.
     run = claim(conn, sdk_job(conn))
     pod = started_import(conn, pods, dsn, run, PGSCHED_HEARTBEAT_INTERVAL_SECONDS="60")
+    conn.execute("ALTER TABLE pgsched.job_runs DISABLE TRIGGER job_runs_notify_lease_holder")
     runs.cancel_run(conn, run.id)
 
     pod.process.send_signal(signal.SIGTERM)

@@ -4,8 +4,9 @@ It calls the engine's ``runs.cancel_run`` / ``runs.cancel_definition``, the func
 ``pgsched.dev/cancel`` annotation uses, so both behave alike: a QUEUED run is CANCELLED at
 once; a RUNNING run gets ``cancel_requested`` — its heartbeat sidecar tells the workload,
 and if it has not stopped ``cancelGraceSeconds`` later the engine ends it CANCELLED and
-its Job is deleted. Going straight to the database makes it immediate (no wait for the
-operator to see an annotation) and works while the API server is down.
+its Job is deleted. The database notifies the pod's heartbeat at once (LISTEN/NOTIFY), and
+going straight to the database means no wait for the operator to see an annotation and
+works while the API server is down.
 
 ``--all`` is required to cancel by ScheduledJob name, so a typo'd run id can never cancel
 every run of a job.

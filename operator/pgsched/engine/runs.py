@@ -6,8 +6,8 @@ token makes it idempotent — the same token twice is one run, which is what let
 operator retry an annotation event or a replica see it twice without doubling the run.
 
 Cancellation is cooperative. A QUEUED run is cancelled at once (nothing is running); a
-RUNNING one gets ``cancel_requested``, which its worker sees on its next heartbeat or
-checkpoint. A worker that ignores it past ``cancelGraceSeconds`` is stopped by the reaper.
+RUNNING one gets ``cancel_requested``; the database notifies the worker's heartbeat
+(migration 0006), so it sees it at once rather than at its next heartbeat or checkpoint. A worker that ignores it past ``cancelGraceSeconds`` is stopped by the reaper.
 """
 
 from __future__ import annotations

@@ -10,3 +10,6 @@ SELECT pgsched.lease_state(%(run_id)s, %(lease_token)s) AS state;
 -- name: finish_run
 SELECT pgsched.finish_run(%(run_id)s, %(lease_token)s, %(status)s, %(reason)s, %(error)s,
                           %(exit_code)s, %(retry_hint)s, %(now)s) AS finished;
+
+-- name: listen_for_cancel
+SELECT pgsched.listen_for_cancel(%(run_id)s, %(lease_token)s) AS state;
