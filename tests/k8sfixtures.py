@@ -88,6 +88,7 @@ def run(**overrides: Any) -> Run:
         "k8s_job_name": None,
         "settled_at": None,
         "created_at": T0,
+        "cancelled_by": None,
     }
     values.update(overrides)
     return Run(**values)

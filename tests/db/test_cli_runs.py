@@ -58,7 +58,7 @@ def test_runs_filters_by_status_and_limits(dsn, conn):
     job = define(conn, "report", maxConcurrentRuns=5, now=T0)
     for token in "abc":
         runs.run_now(conn, job.id, token=token, scheduled_for=T0)
-    runs.cancel_run(conn, runs.history(conn, job.id)[0].id)
+    runs.cancel_run(conn, runs.history(conn, job.id)[0].id, by=runs.BY_CLI)
     data = pgsched("runs", "report", "--status", "queued", "--limit", "1", "-o", "json", dsn=dsn)
     assert [item["status"] for item in data.json()["runs"]] == ["QUEUED"]
 

@@ -99,8 +99,8 @@ def test_job_role_listens_only_on_its_own_runs_channel_and_hears_nothing_else(co
         [channel] = listening(pod)
         assert re.fullmatch(r"pgsched_lease_[0-9a-f]{40}", channel)  # a hash, not the token
 
-        runs.cancel_run(conn, other.run_id)  # another run's cancel: nothing arrives
+        runs.cancel_run(conn, other.run_id, by=runs.BY_CLI)  # another run's cancel: nothing arrives
         assert list(pod.notifies(timeout=0.3)) == []
-        runs.cancel_run(conn, mine.run_id)
+        runs.cancel_run(conn, mine.run_id, by=runs.BY_CLI)
         [notification] = list(pod.notifies(timeout=5, stop_after=1))
     assert (notification.channel, notification.payload) == (channel, "")

@@ -48,7 +48,7 @@ def test_loop_reports_cancellation_once_and_keeps_beating_while_the_job_stops(ds
         first = wait_for(lambda: run_row(conn, run)["heartbeat_at"], what="a heartbeat")
         assert loop.state == "active"
 
-        runs.cancel_run(conn, run.id)
+        runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
         assert observed.changed.wait(5)
         assert loop.state == "cancel_requested"
@@ -90,7 +90,7 @@ def test_checkpoint_asks_the_database_itself_when_heartbeats_are_stale(dsn, conn
     watch = CancellationWatch(loop, Session.for_dsn(dsn, application_name="checkpoint"), run_lease)
     watch.checkpoint()  # active: returns
 
-    runs.cancel_run(conn, run.id)
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
     wait_for(lambda: watch.cause() == "cancelled", timeout=2, what="the checkpoint to notice")
 
     with pytest.raises(Cancelled) as raised:
@@ -132,7 +132,7 @@ def test_a_cancel_reaches_the_loop_in_well_under_a_second_not_at_the_next_beat(d
         try:
             wait_for(lambda: listeners(conn) > 0, timeout=10, what="the loop to listen")
             asked = time.monotonic()
-            runs.cancel_run(conn, run.id)
+            runs.cancel_run(conn, run.id, by=runs.BY_CLI)
             assert observed.changed.wait(10), "the cancel never reached the loop"
             latencies.append(time.monotonic() - asked)
         finally:

@@ -31,7 +31,7 @@ def test_sidecar_writes_the_cancel_file_on_cancel_and_exits_0_on_sigterm(dsn, co
     wait_for(lambda: heartbeats(conn, run) > first, what="a second heartbeat")
     assert not cancel_file.exists()
 
-    runs.cancel_run(conn, run.id)
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
     wait_for(cancel_file.exists, what="the cancel file")
     assert re.fullmatch(f"cancelled {STAMP}\n", cancel_file.read_text())

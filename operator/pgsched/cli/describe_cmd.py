@@ -79,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     cancel = output.NOTHING
     if found.cancel_requested:
         cancel = f"requested at {output.local_time(found.cancel_requested_at, zone)}"
+        if found.cancelled_by:
+            cancel += f" by {found.cancelled_by}"
     job = f"{definition.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None
     output.fields(
         [

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             [
                 item.id,
                 item.status,
-                item.reason,
+                reason_of(item),
                 item.attempt,
                 item.trigger,
                 output.local_time(item.scheduled_for, zone),
@@ -121,8 +121,17 @@ def summary(item: Run) -> dict[str, Any]:
         "durationSeconds": _seconds(item),
         "exitCode": item.exit_code,
         "cancelRequested": item.cancel_requested,
+        "cancelledBy": item.cancelled_by,
         "jobName": item.k8s_job_name,
     }
+
+
+def reason_of(item: Run) -> str | None:
+    """The reason, and for a cancellation who asked (its first word: Replace, CLI, ...)."""
+    if item.cancelled_by and (item.status == "CANCELLED" or item.cancel_requested):
+        who = item.cancelled_by.split(" ", 1)[0]
+        return f"{item.reason or 'Stopping'} by {who}"
+    return item.reason
 
 
 def duration_of(item: Run) -> str:

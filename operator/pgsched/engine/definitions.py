@@ -176,7 +176,9 @@ def delete(conn: Connection, definition_id: UUID, *, now: datetime | None = None
     with conn.transaction():
         at = clock.now(conn, now)
         conn.execute(queries.get("mark_definition_deleted"), {"id": definition_id, "now": at})
-        outcome = runs.cancel_definition(conn, definition_id, why="ScheduledJob deleted", now=at)
+        outcome = runs.cancel_definition(
+            conn, definition_id, by=runs.BY_DELETION, why="ScheduledJob deleted", now=at
+        )
     return outcome.asked_to_stop
 
 

@@ -98,6 +98,7 @@ class Run(_Row):
     k8s_job_name: str | None
     settled_at: datetime | None
     created_at: datetime
+    cancelled_by: str | None  # who asked it to stop: runs.BY_* (migration 0006)
 
     @property
     def is_terminal(self) -> bool:

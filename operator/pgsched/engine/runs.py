@@ -20,6 +20,14 @@ from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine.models import Run
 
+# Who asked a run to stop (job_runs.cancelled_by, shown by `pgsched describe`/`runs`, the
+# RunCancelled Event and status.lastRun.cancelledBy). "Replace" is filled in by a trigger
+# for the claim's concurrencyPolicy: Replace (migration 0006); the others by the callers.
+BY_REPLACE = "Replace"
+BY_ANNOTATION = "Annotation"
+BY_CLI = "CLI"
+BY_DELETION = "Deletion"
+
 
 class UnknownDefinition(LookupError):
     pass
@@ -79,16 +87,22 @@ class CancelOutcome:
 
 
 def cancel_run(
-    conn: Connection, run_id: int, *, why: str = "cancelled by request", now: datetime | None = None
+    conn: Connection,
+    run_id: int,
+    *,
+    by: str,
+    why: str = "cancelled by request",
+    now: datetime | None = None,
 ) -> CancelOutcome:
-    return _cancel(conn, run_id=run_id, definition_id=None, why=why, now=now)
+    """``by``: one of the ``BY_*`` words, optionally followed by a detail in parentheses."""
+    return _cancel(conn, run_id=run_id, definition_id=None, by=by, why=why, now=now)
 
 
 def cancel_definition(
-    conn: Connection, definition_id: UUID, *, why: str, now: datetime | None = None
+    conn: Connection, definition_id: UUID, *, by: str, why: str, now: datetime | None = None
 ) -> CancelOutcome:
     """Cancel every queued run of a definition and ask its running ones to stop."""
-    return _cancel(conn, run_id=None, definition_id=definition_id, why=why, now=now)
+    return _cancel(conn, run_id=None, definition_id=definition_id, by=by, why=why, now=now)
 
 
 def _cancel(
@@ -96,10 +110,11 @@ def _cancel(
     *,
     run_id: int | None,
     definition_id: UUID | None,
+    by: str,
     why: str,
     now: datetime | None,
 ) -> CancelOutcome:
-    params = {"run_id": run_id, "definition_id": definition_id, "why": why, "now": now}
+    params = {"run_id": run_id, "definition_id": definition_id, "by": by, "why": why, "now": now}
     with conn.transaction():
         cancelled = conn.execute(queries.get("cancel_queued"), params).fetchall()
         asked = conn.execute(queries.get("request_cancel_running"), params).fetchall()

@@ -174,7 +174,7 @@ def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
     why = f"cancelled through the {names.ANNOTATION_CANCEL} annotation"
     logger: logging.Logger | logs.ContextAdapter = log
     if target == "all":
-        outcome = runs.cancel_definition(conn, key.id, why=why)
+        outcome = runs.cancel_definition(conn, key.id, by=runs.BY_ANNOTATION, why=why)
     elif target.isdigit():
         run = runs.get(conn, int(target))
         if run is None or run.definition_id != key.id:
@@ -184,7 +184,7 @@ def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
                 target,
             )
             return
-        outcome = runs.cancel_run(conn, run.id, why=why)
+        outcome = runs.cancel_run(conn, run.id, by=runs.BY_ANNOTATION, why=why)
         logger = logs.for_labels(
             log, run_id=run.id, namespace=key.namespace, name=key.name, attempt=run.attempt
         )

@@ -157,7 +157,7 @@ class Publisher:
             name=f"{row['name']}.run{row['run_id']}.{row['status'].lower()}",
             event_type=event_type,
             reason=reason,
-            message=_event_message(row),
+            message=event_message(row),
             at=row["at"],
         )
 
@@ -337,7 +337,7 @@ def _event_kind(row: Obj) -> tuple[str, str] | None:
     return _EVENTS.get(row["status"])
 
 
-def _event_message(row: Obj) -> str:
+def event_message(row: Obj) -> str:
     run = f"run {row['run_id']} (attempt {row['attempt']}, scheduled for {status.timestamp(row['scheduled_for'])})"
     state = row["status"]
     if state == "QUEUED":
@@ -352,6 +352,8 @@ def _event_message(row: Obj) -> str:
         return f"{run} succeeded"
     detail = f"{row['reason']}: {row['error']}" if row.get("error") else str(row["reason"])
     verb = {"FAILED": "failed", "CANCELLED": "was cancelled", "SKIPPED": "was skipped"}[state]
+    if state == "CANCELLED" and row.get("cancelled_by"):
+        verb += f" by {row['cancelled_by']}"
     return f"{run} {verb}: {detail}"
 
 

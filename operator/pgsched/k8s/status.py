@@ -125,6 +125,7 @@ def _last_run(run: Run | None) -> Obj | None:
         "startedAt": timestamp(run.started_at),
         "finishedAt": timestamp(run.finished_at),
         "jobName": run.k8s_job_name,
+        "cancelledBy": run.cancelled_by,
     }
 
 

@@ -15,7 +15,7 @@ SELECT * FROM pgsched.job_runs WHERE definition_id = %(definition_id)s AND reque
 
 -- name: cancel_queued
 UPDATE pgsched.job_runs
-SET status = 'CANCELLED', reason = 'Cancelled', error = %(why)s,
+SET status = 'CANCELLED', reason = 'Cancelled', error = %(why)s, cancelled_by = %(by)s,
     finished_at = coalesce(%(now)s::timestamptz, clock_timestamp()),
     cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now())
 WHERE status = 'QUEUED'
@@ -24,7 +24,8 @@ RETURNING *;
 
 -- name: request_cancel_running
 UPDATE pgsched.job_runs
-SET cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now())
+SET cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now()),
+    cancelled_by = %(by)s
 WHERE status = 'RUNNING' AND NOT cancel_requested
   AND (id = %(run_id)s OR definition_id = %(definition_id)s)
 RETURNING *;
