@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from cli_runner import pgsched
 from factories import RecordingLauncher, define
-from pgsched.engine import dispatch, lease, runs, settle
+from pgsched.engine import definitions, dispatch, lease, runs, settle
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -143,3 +145,28 @@ def test_describe_refuses_what_is_not_a_run_id(dsn, conn):
     assert bad.code == 2 and "'report' is not a run id" in bad.err
     missing = pgsched("describe", "999999", dsn=dsn)
     assert missing.code == 1 and "no run with id 999999" in missing.err
+
+
+def test_runs_of_a_deleted_and_recreated_job_stay_listed_with_include_deleted(dsn, conn):
+    old = define(conn, "report", now=T0, uid=uuid.uuid4())
+    first = runs.run_now(conn, old.id, token="a", scheduled_for=T0).run
+    definitions.delete(conn, old.id)
+
+    gone = pgsched("runs", "report", dsn=dsn)
+    assert gone.code == 1
+    assert "was deleted at" in gone.err and "pgsched runs report -n default --include-deleted" in (
+        gone.err
+    )
+
+    new = define(conn, "report", now=T0, uid=uuid.uuid4())
+    second = runs.run_now(conn, new.id, token="a", scheduled_for=T0).run
+    live = pgsched("runs", "report", "-o", "json", dsn=dsn).json()
+    both = pgsched("runs", "report", "--include-deleted", "-o", "json", dsn=dsn).json()
+    table = pgsched("runs", "report", "--include-deleted", dsn=dsn).out
+
+    assert [item["id"] for item in live["runs"]] == [second.id]
+    assert [item["id"] for item in both["runs"]] == [second.id, first.id]
+    assert [item["scheduledJobUid"] for item in both["runs"]] == [str(new.id), str(old.id)]
+    assert table.splitlines()[0].split()[-1] == "SCHEDULEDJOB"
+    assert table.splitlines()[1].split()[-1] == "live"
+    assert re.search(r"deleted \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", table.splitlines()[2])

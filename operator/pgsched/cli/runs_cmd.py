@@ -12,6 +12,7 @@ from typing import Any
 
 from pgsched.cli import common, output, target
 from pgsched.db import queries
+from pgsched.engine import definitions
 from pgsched.engine.models import Run
 from pgsched.schedule import zones
 
@@ -41,6 +42,12 @@ def register(commands: Any) -> None:
         type=_status,
         help="only runs in this status (repeatable), e.g. --status FAILED",
     )
+    parser.add_argument(
+        "--include-deleted",
+        action="store_true",
+        help="also the runs of deleted ScheduledJobs of this name (a re-created ScheduledJob"
+        " is a new one; the old one's runs keep their ids)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -55,18 +62,32 @@ def _status(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     with common.connect(args, application_name="pgsched-cli") as conn:
-        definition = target.definition(conn, args)
+        if args.include_deleted:
+            found = definitions.find_with_deleted(conn, target.namespace(args), args.name)
+            if not found:
+                target.definition(conn, args)  # raises, saying where it looked
+        else:
+            found = [target.definition(conn, args)]
         rows = conn.execute(
             queries.get("run_history"),
-            {"definition_id": definition.id, "statuses": args.status, "limit": args.limit},
+            {
+                "definition_ids": [item.id for item in found],
+                "statuses": args.status,
+                "limit": args.limit,
+            },
         ).fetchall()
+    definition = found[0]
+    deleted_at = {item.id: item.deleted_at for item in found}
     history = [Run.from_row(row) for row in rows]
     if args.output == "json":
         output.emit_json(
             {
                 "scheduledJob": definition.key,
                 "timeZone": definition.time_zone,
-                "runs": [summary(item) for item in history],
+                "scheduledJobs": [{"uid": item.id, "deletedAt": item.deleted_at} for item in found],
+                "runs": [
+                    {**summary(item), "scheduledJobUid": item.definition_id} for item in history
+                ],
             }
         )
         return 0
@@ -74,33 +95,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"no runs of {definition.key} yet")
         return 0
     zone = zones.load_zone(definition.time_zone)
-    output.table(
-        [
-            "id",
-            "status",
-            "reason",
-            "attempt",
-            "trigger",
-            "scheduled",
-            "started",
-            "finished",
-            "duration",
-        ],
-        [
-            [
-                item.id,
-                item.status,
-                reason_of(item),
-                item.attempt,
-                item.trigger,
-                output.local_time(item.scheduled_for, zone),
-                output.local_time(item.started_at, zone),
-                output.local_time(item.finished_at, zone),
-                duration_of(item),
-            ]
-            for item in history
-        ],
-    )
+    headers = ["id", "status", "reason", "attempt", "trigger"]
+    headers += ["scheduled", "started", "finished", "duration"]
+    if args.include_deleted:
+        headers.append("scheduledjob")
+    table = []
+    for item in history:
+        row: list[object] = [
+            item.id,
+            item.status,
+            reason_of(item),
+            item.attempt,
+            item.trigger,
+            output.local_time(item.scheduled_for, zone),
+            output.local_time(item.started_at, zone),
+            output.local_time(item.finished_at, zone),
+            duration_of(item),
+        ]
+        if args.include_deleted:
+            gone = deleted_at[item.definition_id]
+            row.append(f"deleted {output.local_time(gone, zone)}" if gone else "live")
+        table.append(row)
+    output.table(headers, table)
     return 0
 
 

@@ -169,6 +169,16 @@ def find(conn: Connection, namespace: str, name: str) -> Definition | None:
     return Definition.from_row(row) if row else None
 
 
+def find_with_deleted(conn: Connection, namespace: str, name: str) -> list[Definition]:
+    """Every definition that had this name: the live one first, then deleted ones, newest
+    first. A re-created ScheduledJob is a new definition (a new uid); the old one's runs
+    keep their ids and stay under it."""
+    rows = conn.execute(
+        queries.get("definitions_by_name_with_deleted"), {"namespace": namespace, "name": name}
+    ).fetchall()
+    return [Definition.from_row(row) for row in rows]
+
+
 def delete(conn: Connection, definition_id: UUID, *, now: datetime | None = None) -> list[Run]:
     """Mark deleted, cancel queued runs, ask running ones to stop.
 

@@ -6,8 +6,9 @@ idempotent, so two replicas handling the same event do the same harmless thing t
 - ScheduledJob created/updated/resumed → validate, then upsert the definition (or record
   the rejection, keeping the last valid generation in force), render the status, handle
   the ``run-now`` and ``cancel`` annotations;
-- ScheduledJob deleted → the finalizer marks the definition deleted, cancels queued runs
-  and asks running ones to stop (their Jobs go with the ScheduledJob: owner references);
+- ScheduledJob deleted → the finalizer marks the definition deleted, cancels queued runs,
+  asks running ones to stop and holds the deletion until none is running (their Jobs go
+  with the ScheduledJob afterwards: owner references);
 - one of our Jobs finished or vanished → the run's outcome, recorded fenced.
 
 Business rules live in the engine; errors from the database are raised as
@@ -202,19 +203,43 @@ def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
 
 @kopf.on.delete(names.GROUP, names.VERSION, names.PLURAL)
 def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
+    """The finalizer: stop the runs cooperatively, then let the ScheduledJob go.
+
+    Marks the definition deleted (nothing new is scheduled), cancels its queued runs and
+    asks running ones to stop — the heartbeat writes the cancel file, SDK jobs stop at their
+    next checkpoint. While any run is still RUNNING the finalizer stays (kopf retries this
+    handler every few seconds): deleting the ScheduledJob at once would garbage-collect the
+    Jobs and kill their pods with no grace. A run that ignores the request is ended
+    ``CANCELLED`` by the engine after its ``cancelGraceSeconds`` and its Job deleted; so a
+    delete takes at most the longest ``cancelGraceSeconds`` of its running runs plus a few
+    seconds (while an operator is running). The runs stay in the database
+    (``pgsched runs NAME --include-deleted``)."""
     context = _context(memo)
+    definition_id = UUID(uid)
     try:
         with context.pool.connection() as conn:
-            stopping = definitions.delete(conn, UUID(uid))
+            stopping = definitions.delete(conn, definition_id)
+            running = runs.running_count(conn, definition_id)
+            stored = definitions.get(conn, definition_id)
     except psycopg.Error as error:
         metrics.DB_ERRORS.labels("handlers").inc()
         raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
-    log.info(
-        "%s/%s deleted: definition marked deleted, %d running runs asked to stop",
-        meta["namespace"],
-        meta["name"],
-        len(stopping),
-    )
+    where = f"{meta['namespace']}/{meta['name']}"
+    if stopping:
+        log.info(
+            "%s deleted: definition marked deleted, %d running runs asked to stop",
+            where,
+            len(stopping),
+        )
+    if running:
+        grace = stored.cancel_grace_seconds if stored else 0
+        raise kopf.TemporaryError(
+            f"{running} run(s) of {where} still running: asked to stop, and stopped by the"
+            f" engine after cancelGraceSeconds ({grace}s); the ScheduledJob is deleted once"
+            " none is running",
+            delay=2,
+        )
+    log.info("%s deleted: no run is running, the finalizer is released", where)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN_ID: kopf.PRESENT})

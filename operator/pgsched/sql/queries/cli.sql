@@ -4,7 +4,7 @@
 
 -- name: run_history
 SELECT * FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s
+WHERE definition_id = ANY(%(definition_ids)s::uuid[])
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
 ORDER BY id DESC
 LIMIT %(limit)s;

@@ -11,6 +11,12 @@ SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]);
 SELECT * FROM pgsched.job_definitions
 WHERE namespace = %(namespace)s AND name = %(name)s AND deleted_at IS NULL;
 
+-- name: definitions_by_name_with_deleted
+-- Every ScheduledJob that had this name, the live one (if any) first, then newest first.
+SELECT * FROM pgsched.job_definitions
+WHERE namespace = %(namespace)s AND name = %(name)s
+ORDER BY deleted_at IS NOT NULL, created_at DESC;
+
 -- name: upsert_definition
 INSERT INTO pgsched.job_definitions AS d (
     id, namespace, name, generation, schedule_kind, schedule, time_zone, dst_gap, dst_repeat,
