@@ -76,3 +76,20 @@ def test_rrule_and_one_shot_schedules_read_well_in_the_printer_column():
         == "FREQ=DAILY;BYHOUR=8"
     )
     assert status.schedule_text("once", "2026-12-24T18:00:00") == "once at 2026-12-24T18:00:00"
+
+
+def test_last_run_time_is_the_start_of_the_last_run_whatever_its_trigger_and_queued_counts():
+    started = datetime(2026, 6, 1, 12, 0, 7, tzinfo=UTC)  # seven seconds late
+    rendered = status.render(
+        definition(last_scheduled_for=None),
+        last_run=run(status="RUNNING", trigger="manual", started_at=started),
+        active=1,
+        queued=2,
+        now=T0,
+    )
+    assert (rendered["lastRunTime"], rendered["lastScheduleTime"]) == ("2026-06-01T12:00:07Z", None)
+    assert (rendered["lastRun"]["status"], rendered["active"], rendered["queued"]) == (
+        "RUNNING",
+        1,
+        2,
+    )

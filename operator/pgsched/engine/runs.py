@@ -125,14 +125,20 @@ def _cancel(
 
 
 def last_run(conn: Connection, definition_id: UUID) -> Run | None:
-    """The latest run that got past QUEUED (what ``status.lastRun`` shows)."""
+    """The newest run that has started, any trigger (what ``status.lastRun`` shows)."""
     row = conn.execute(queries.get("last_run"), {"definition_id": definition_id}).fetchone()
     return Run.from_row(row) if row else None
 
 
-def running_count(conn: Connection, definition_id: UUID) -> int:
-    row = conn.execute(queries.get("running_count"), {"definition_id": definition_id}).fetchone()
-    return int(row["running"]) if row else 0
+@dataclass(frozen=True)
+class Counts:
+    running: int
+    queued: int
+
+
+def counts(conn: Connection, definition_id: UUID) -> Counts:
+    row = conn.execute(queries.get("run_counts"), {"definition_id": definition_id}).fetchone()
+    return Counts(int(row["running"]), int(row["queued"])) if row else Counts(0, 0)
 
 
 @dataclass(frozen=True)

@@ -219,7 +219,7 @@ def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
     try:
         with context.pool.connection() as conn:
             stopping = definitions.delete(conn, definition_id)
-            running = runs.running_count(conn, definition_id)
+            running = runs.counts(conn, definition_id).running
             stored = definitions.get(conn, definition_id)
     except psycopg.Error as error:
         metrics.DB_ERRORS.labels("handlers").inc()

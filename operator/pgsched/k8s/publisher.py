@@ -230,10 +230,12 @@ class Publisher:
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
         """Render the ScheduledJob's status from the database and merge-patch it."""
         old = current.get("status") or {}
+        counts = runs.counts(conn, definition.id)
         new = status.render(
             definition,
             last_run=runs.last_run(conn, definition.id),
-            active=runs.running_count(conn, definition.id),
+            active=counts.running,
+            queued=counts.queued,
             now=datetime.now(UTC),
             current=old,
         )

@@ -39,10 +39,16 @@ def render(
     *,
     last_run: Run | None,
     active: int,
+    queued: int = 0,
     now: datetime,
     current: Obj | None = None,
 ) -> Obj:
-    """The full status of a ScheduledJob whose definition is stored."""
+    """The full status of a ScheduledJob whose definition is stored.
+
+    ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
+    RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
+    RUN); ``lastScheduleTime`` the latest occurrence the schedule produced, run or skipped
+    (LAST SCHEDULE); ``queued`` the runs waiting (QUEUED)."""
     suspended = definition.is_suspended
     upcoming: list[str] = []
     if not suspended and definition.next_run_at is not None and definition.deleted_at is None:
@@ -79,9 +85,11 @@ def render(
         "timeZone": definition.time_zone,
         "suspended": suspended,
         "active": active,
+        "queued": queued,
         "nextRunAt": upcoming[0] if upcoming else None,
         "nextRuns": upcoming,
         "lastScheduleTime": timestamp(definition.last_scheduled_for),
+        "lastRunTime": timestamp(last_run.started_at) if last_run else None,
         "lastRun": _last_run(last_run),
         "conditions": carry_transitions([ready, suspension], current, now=now),
     }
@@ -106,6 +114,7 @@ def render_rejected(
         "timeZone": spec.get("timeZone", "UTC"),
         "suspended": bool(spec.get("suspend", False)),
         "active": 0,
+        "queued": 0,
         "nextRunAt": None,
         "nextRuns": [],
         "conditions": carry_transitions([ready], current, now=now),

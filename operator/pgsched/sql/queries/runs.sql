@@ -37,15 +37,19 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: last_run
--- The latest run that got past QUEUED (started, finished or skipped).
+-- The newest run that has started (any trigger; RUNNING included): what status.lastRun,
+-- LAST STATUS and LAST RUN show. Skipped occurrences and runs cancelled before they
+-- started never count. Newest by id, walking the history index backwards.
 SELECT * FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s AND status <> 'QUEUED'
+WHERE definition_id = %(definition_id)s AND started_at IS NOT NULL
 ORDER BY id DESC
 LIMIT 1;
 
--- name: running_count
-SELECT count(*) AS running FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s AND status = 'RUNNING';
+-- name: run_counts
+SELECT count(*) FILTER (WHERE status = 'RUNNING') AS running,
+       count(*) FILTER (WHERE status = 'QUEUED') AS queued
+FROM pgsched.job_runs
+WHERE definition_id = %(definition_id)s AND status IN ('RUNNING', 'QUEUED');
 
 -- name: run_endings
 SELECT id, status, reason, finished_at, cancel_requested_at, now() AS checked_at
