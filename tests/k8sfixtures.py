@@ -41,6 +41,7 @@ def definition(**overrides: Any) -> Definition:
         "catch_up_limit": 100,
         "starting_deadline_seconds": None,
         "max_concurrent_runs": 1,
+        "max_queued_runs": None,
         "concurrency_policy": "Queue",
         "active_deadline_seconds": None,
         "retry_policy": {},

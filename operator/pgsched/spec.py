@@ -63,6 +63,7 @@ class DefinitionSpec:
     suspend: bool = False
     max_concurrent_runs: int = 1
     concurrency_policy: Literal["Queue", "Skip", "Replace"] = "Queue"
+    max_queued_runs: int | None = None
     starting_deadline_seconds: int | None = None
     catch_up: Literal["latest", "all", "none"] = "latest"
     catch_up_limit: int = 100
@@ -95,6 +96,7 @@ _ENGINE_FIELDS = {
     "suspend",
     "maxConcurrentRuns",
     "concurrencyPolicy",
+    "maxQueuedRuns",
     "startingDeadlineSeconds",
     "catchUp",
     "catchUpLimit",
@@ -247,6 +249,14 @@ def parse(
     policy = check.choice(
         spec, "concurrencyPolicy", path="concurrencyPolicy", options=("Queue", "Skip", "Replace")
     )
+    max_queued = check.integer(
+        spec,
+        "maxQueuedRuns",
+        path="maxQueuedRuns",
+        default=None,
+        minimum=1,
+        example="maxQueuedRuns: 10",
+    )
     starting_deadline = check.integer(
         spec,
         "startingDeadlineSeconds",
@@ -305,6 +315,7 @@ def parse(
         suspend=suspend,
         max_concurrent_runs=cast(int, max_runs),
         concurrency_policy=cast(Literal["Queue", "Skip", "Replace"], policy),
+        max_queued_runs=max_queued,
         starting_deadline_seconds=starting_deadline,
         catch_up=cast(Literal["latest", "all", "none"], catch_up),
         catch_up_limit=cast(int, catch_up_limit),

@@ -84,6 +84,7 @@ def upsert(
             "catch_up_limit": spec.catch_up_limit,
             "starting_deadline_seconds": spec.starting_deadline_seconds,
             "max_concurrent_runs": spec.max_concurrent_runs,
+            "max_queued_runs": spec.max_queued_runs,
             "concurrency_policy": spec.concurrency_policy,
             "active_deadline_seconds": spec.active_deadline_seconds,
             "retry_policy": json.dumps(spec.retry_policy.to_json()),
@@ -99,6 +100,12 @@ def upsert(
         }
         stored = conn.execute(queries.get("upsert_definition"), params).fetchone()
         assert stored is not None
+        if existing is not None and (
+            existing.starting_deadline_seconds != spec.starting_deadline_seconds
+        ):
+            # As a CronJob reads startingDeadlineSeconds at every sync: runs already queued
+            # get the new deadline (or none); the reaper skips those past it.
+            conn.execute(queries.get("reevaluate_queued_deadlines"), {"id": key.id})
         return Definition.from_row(stored)
 
 

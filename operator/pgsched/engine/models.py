@@ -44,6 +44,7 @@ class Definition(_Row):
     catch_up_limit: int
     starting_deadline_seconds: int | None
     max_concurrent_runs: int
+    max_queued_runs: int | None
     concurrency_policy: Literal["Queue", "Skip", "Replace"]
     active_deadline_seconds: int | None
     retry_policy: dict[str, Any]

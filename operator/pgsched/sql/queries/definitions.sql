@@ -23,14 +23,16 @@ INSERT INTO pgsched.job_definitions AS d (
     anchor, catch_up, catch_up_limit, starting_deadline_seconds, max_concurrent_runs,
     concurrency_policy, active_deadline_seconds, retry_policy, heartbeat_interval_seconds,
     heartbeat_timeout_seconds, orphan_timeout_seconds, cancel_grace_seconds,
-    failure_suspend_threshold, suspended, spec, next_run_at, created_at, updated_at
+    failure_suspend_threshold, suspended, spec, next_run_at, created_at, updated_at,
+    max_queued_runs
 ) VALUES (
     %(id)s, %(namespace)s, %(name)s, %(generation)s, %(schedule_kind)s, %(schedule)s,
     %(time_zone)s, %(dst_gap)s, %(dst_repeat)s, %(anchor)s, %(catch_up)s, %(catch_up_limit)s,
     %(starting_deadline_seconds)s, %(max_concurrent_runs)s, %(concurrency_policy)s,
     %(active_deadline_seconds)s, %(retry_policy)s, %(heartbeat_interval_seconds)s,
     %(heartbeat_timeout_seconds)s, %(orphan_timeout_seconds)s, %(cancel_grace_seconds)s,
-    %(failure_suspend_threshold)s, %(suspended)s, %(spec)s, %(next_run_at)s, %(now)s, %(now)s
+    %(failure_suspend_threshold)s, %(suspended)s, %(spec)s, %(next_run_at)s, %(now)s, %(now)s,
+    %(max_queued_runs)s
 )
 ON CONFLICT (id) DO UPDATE SET
     namespace = EXCLUDED.namespace,
@@ -45,6 +47,7 @@ ON CONFLICT (id) DO UPDATE SET
     catch_up_limit = EXCLUDED.catch_up_limit,
     starting_deadline_seconds = EXCLUDED.starting_deadline_seconds,
     max_concurrent_runs = EXCLUDED.max_concurrent_runs,
+    max_queued_runs = EXCLUDED.max_queued_runs,
     concurrency_policy = EXCLUDED.concurrency_policy,
     active_deadline_seconds = EXCLUDED.active_deadline_seconds,
     retry_policy = EXCLUDED.retry_policy,
@@ -68,6 +71,15 @@ ON CONFLICT (id) DO UPDATE SET
     rejected_generation = NULL,
     rejection = NULL
 RETURNING *;
+
+-- name: reevaluate_queued_deadlines
+-- The deadline of a queued run is its time plus startingDeadlineSeconds, as materialize and
+-- settle compute it; manual runs and backfills never have one (they are asked for late).
+UPDATE pgsched.job_runs AS r
+SET deadline_at = r.scheduled_for + make_interval(secs => d.starting_deadline_seconds)
+FROM pgsched.job_definitions AS d
+WHERE d.id = %(id)s AND r.definition_id = d.id AND r.status = 'QUEUED'
+  AND r.trigger IN ('schedule', 'retry');
 
 -- name: mark_definition_deleted
 UPDATE pgsched.job_definitions
