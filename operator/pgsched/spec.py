@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from pgsched import schedule
@@ -105,6 +105,7 @@ _ENGINE_FIELDS = {
     "heartbeat",
     "cancelGraceSeconds",
     "failureSuspendThreshold",
+    "runAtInPast",
 }
 _EXTRA_FIELDS = {"jobTemplate", "job", "successfulRunsHistoryLimit", "failedRunsHistoryLimit"}
 
@@ -208,13 +209,25 @@ class _Checker:
                 )
 
 
+# A runAt this much before "now" is still taken as meant (an apply that took a while).
+RUN_AT_SLACK = timedelta(seconds=60)
+
+
 def parse(
-    spec: Mapping[str, Any], *, hash_seed: str = "", anchor: datetime, now: datetime
+    spec: Mapping[str, Any],
+    *,
+    hash_seed: str = "",
+    anchor: datetime,
+    now: datetime,
+    run_at_not_before: datetime | None = None,
 ) -> DefinitionSpec:
     """Validate a ScheduledJob spec. Raises :class:`SpecError` listing every bad field.
 
     ``anchor`` is the resource's creation time (the RRULE's default DTSTART day) and
     ``now`` is used to check that a recurring schedule still has an occurrence ahead.
+    ``run_at_not_before``: reject a ``runAt`` earlier than this (less :data:`RUN_AT_SLACK`)
+    unless ``runAtInPast: Run``. The operator passes "now" for a runAt it has not accepted
+    before, and None for one it has: a one-shot accepted yesterday is not an error today.
     """
     if not isinstance(spec, Mapping):
         raise SpecError([FieldError("", f"the spec must be an object, got {_describe(spec)}")])
@@ -301,6 +314,7 @@ def parse(
         example="failureSuspendThreshold: 5",
     )
     suspend = check.boolean("suspend")
+    past_policy = check.choice(spec, "runAtInPast", path="runAtInPast", options=("Reject", "Run"))
     _extra_fields(check)
 
     if check.errors:
@@ -333,6 +347,8 @@ def parse(
         built = parsed.build_schedule(hash_seed=hash_seed, anchor=anchor)
     except schedule.ScheduleError as error:
         raise SpecError([FieldError(field_name, error.message, error.example)]) from None
+    if kind == "once" and past_policy == "Reject" and run_at_not_before is not None:
+        _reject_past_run_at(built, text, run_at_not_before)
     if kind != "once" and built.next_after(now) is None:
         raise SpecError(
             [
@@ -344,6 +360,33 @@ def parse(
             ]
         )
     return parsed
+
+
+def _reject_past_run_at(built: timeline.Schedule, text: str, not_before: datetime) -> None:
+    first = built.next_after(datetime(1970, 1, 1, tzinfo=UTC))
+    if first is None or first.at >= not_before - RUN_AT_SLACK:
+        return
+    late = not_before - first.at
+    ahead = (not_before + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    raise SpecError(
+        [
+            FieldError(
+                "runAt",
+                f"{text!r} is {_how_long(late)} in the past (now"
+                f" {not_before:%Y-%m-%dT%H:%M:%SZ}), so it would run at once; fix the date,"
+                " or set runAtInPast: Run to run it now on purpose",
+                f"runAt: '{ahead}'",
+            )
+        ]
+    )
+
+
+def _how_long(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} seconds"
 
 
 def _schedule_choice(check: _Checker) -> tuple[schedule.ScheduleKind | None, str | None]:

@@ -176,6 +176,13 @@ def find(conn: Connection, namespace: str, name: str) -> Definition | None:
     return Definition.from_row(row) if row else None
 
 
+def run_at_accepted(conn: Connection, definition_id: UUID, run_at: str) -> bool:
+    """Whether this very runAt is already stored for the definition: then it is not
+    checked against "now" again (it may have passed since; it was fine when applied)."""
+    stored = get(conn, definition_id)
+    return stored is not None and stored.schedule_kind == "once" and stored.schedule == run_at
+
+
 def find_with_deleted(conn: Connection, namespace: str, name: str) -> list[Definition]:
     """Every definition that had this name: the live one first, then deleted ones, newest
     first. A re-created ScheduledJob is a new definition (a new uid); the old one's runs

@@ -77,9 +77,17 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
     now = pinned or datetime.now(UTC)
     try:
         with context.pool.connection() as conn:
+            run_at = spec.get("runAt")
+            new_run_at = isinstance(run_at, str) and not definitions.run_at_accepted(
+                conn, key.id, run_at.strip()
+            )
             try:
                 parsed = spec_module.parse(
-                    dict(spec), hash_seed=key.hash_seed, anchor=key.created_at, now=now
+                    dict(spec),
+                    hash_seed=key.hash_seed,
+                    anchor=key.created_at,
+                    now=now,
+                    run_at_not_before=now if new_run_at else None,
                 )
             except spec_module.SpecError as error:
                 _reject(context, conn, key, body, str(error), now=now)
