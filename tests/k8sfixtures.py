@@ -90,6 +90,7 @@ def run(**overrides: Any) -> Run:
         "settled_at": None,
         "created_at": T0,
         "cancelled_by": None,
+        "retry_decision": None,
     }
     values.update(overrides)
     return Run(**values)

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             ("Exit code", found.exit_code),
             ("Attempt", attempt),
             ("Retry of", found.retry_of),
+            ("Retry", found.retry_decision),
             ("Trigger", found.trigger),
             ("Scheduled for", when(found.scheduled_for)),
             ("Starting deadline", when(found.deadline_at)),

@@ -138,6 +138,7 @@ def summary(item: Run) -> dict[str, Any]:
         "exitCode": item.exit_code,
         "cancelRequested": item.cancel_requested,
         "cancelledBy": item.cancelled_by,
+        "retryDecision": item.retry_decision,
         "jobName": item.k8s_job_name,
     }
 

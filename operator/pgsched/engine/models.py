@@ -100,6 +100,7 @@ class Run(_Row):
     settled_at: datetime | None
     created_at: datetime
     cancelled_by: str | None  # who asked it to stop: runs.BY_* (migration 0006)
+    retry_decision: str | None  # what settling decided, and why (migration 0006)
 
     @property
     def is_terminal(self) -> bool:

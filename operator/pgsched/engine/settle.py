@@ -11,6 +11,12 @@ A retry is a new QUEUED row (``trigger = 'retry'``, ``attempt = n + 1``,
 ``scheduled_for = now + backoff``, ``retry_of`` = the failed run); the failed row keeps
 its own status, reason and error. The backoff needs no timer: dispatch only claims rows
 whose ``scheduled_for`` has passed.
+
+Every decision is written on the terminal run (``retry_decision``: retried as which run,
+when and why, or why not — attempts used up, a reason on ``neverRetryOn``, one not on
+``retryOn``, cancelled, deleted), for ``pgsched describe`` and the Events: a retry's
+RunRetrying says why, and a failure that is not retried gets a RunNotRetried Event
+(through the outbox, as a ``NOT_RETRIED`` note).
 """
 
 from __future__ import annotations
@@ -88,17 +94,23 @@ def _settle_batch(
             definition_id: owners[definition_id].consecutive_failures for definition_id in owners
         }
         touched: set[UUID] = set()
+        decisions: dict[int, str | None] = {}
+        not_retried: list[int] = []
         for run in runs:
             definition = owners[run.definition_id]
+            decisions[run.id] = None
             if run.status == "COMPLETED":
                 streaks[definition.id] = 0
                 touched.add(definition.id)
+            elif run.status == "CANCELLED":
+                decisions[run.id] = "not retried: cancelled runs are never retried"
             elif run.status == "FAILED":
-                retried = _retry(conn, run, definition, now=at, rng=rng)
+                retried, decisions[run.id] = _retry(conn, run, definition, now=at, rng=rng)
                 if retried is not None:
                     result.retried.append(retried)
                 else:
                     result.final_failures.append(run)
+                    not_retried.append(run.id)
                     streaks[definition.id] += 1
                     touched.add(definition.id)
         if touched:
@@ -126,16 +138,22 @@ def _settle_batch(
                         ]
                     },
                 )
-        conn.execute(queries.get("mark_settled"), {"ids": [run.id for run in runs], "now": at})
+        conn.execute(
+            queries.get("mark_settled"),
+            {"ids": list(decisions), "decisions": list(decisions.values()), "now": at},
+        )
+        if not_retried:
+            conn.execute(queries.get("announce_final_failures"), {"ids": not_retried})
         result.settled += len(runs)
         return len(runs)
 
 
 def _retry(
     conn: Connection, run: Run, definition: Definition, *, now: datetime, rng: random.Random
-) -> Retried | None:
+) -> tuple[Retried | None, str]:
+    """The retry (if any) and the decision in words, for the run's ``retry_decision``."""
     if definition.deleted_at is not None:
-        return None
+        return None, "not retried: the ScheduledJob was deleted"
     policy = RetryPolicy.from_json(definition.retry_policy)
     decision = policy.decide(reason=run.reason, attempt=run.attempt, hint=run.retry_hint, rng=rng)
     log_run = logs.for_run(log, run, definition)
@@ -147,7 +165,7 @@ def _retry(
             run.attempt,
             decision.why,
         )
-        return None
+        return None, f"not retried: {decision.why}"
     scheduled_for = now + decision.delay
     deadline = definition.starting_deadline_seconds
     row = conn.execute(
@@ -161,7 +179,7 @@ def _retry(
         },
     ).fetchone()
     if row is None:  # another leader retried it first
-        return None
+        return None, "retried by another replica"
     log_run.info(
         "run %s (%s) failed with %s; attempt %s queued as run %s in %.1fs",
         run.id,
@@ -171,4 +189,8 @@ def _retry(
         row["id"],
         decision.delay.total_seconds(),
     )
-    return Retried(failed=run, retry_id=row["id"], delay=decision.delay)
+    retried = Retried(failed=run, retry_id=row["id"], delay=decision.delay)
+    return retried, (
+        f"retried as run {row['id']} (attempt {run.attempt + 1})"
+        f" in {decision.delay.total_seconds():.0f}s: {decision.why}"
+    )

@@ -53,8 +53,10 @@ _EVENTS: dict[str, tuple[str, str]] = {
     "SKIPPED": ("Warning", "RunSkipped"),
 }
 _TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"}
-# Not a run status: settle's note that a definition was suspended automatically.
+# Not run statuses: settle's notes that a definition was suspended automatically, and
+# that a failed run is not retried (the RunNotRetried Event says why).
 AUTO_SUSPENDED = "AUTO_SUSPENDED"
+NOT_RETRIED = "NOT_RETRIED"
 
 
 @dataclass
@@ -83,7 +85,8 @@ class Publisher:
                 by_definition[row["definition_id"]].append(row)
                 if row["status"] == AUTO_SUSPENDED:
                     continue  # only the status refresh below; its Event comes from there
-                _count(row)
+                if row["status"] != NOT_RETRIED:
+                    _count(row)
                 if self._post_run_event(row):
                     result.events += 1
             for definition_id, changes in by_definition.items():
@@ -334,6 +337,8 @@ def _owned_by(job: Obj, uid: UUID) -> bool:
 
 
 def _event_kind(row: Obj) -> tuple[str, str] | None:
+    if row["status"] == NOT_RETRIED:
+        return "Warning", "RunNotRetried"
     if row["status"] == "QUEUED":
         return ("Normal", "RunRetrying") if row["trigger"] == "retry" else None
     return _EVENTS.get(row["status"])
@@ -342,11 +347,16 @@ def _event_kind(row: Obj) -> tuple[str, str] | None:
 def event_message(row: Obj) -> str:
     run = f"run {row['run_id']} (attempt {row['attempt']}, scheduled for {status.timestamp(row['scheduled_for'])})"
     state = row["status"]
+    if state == NOT_RETRIED:
+        why = str(row.get("retry_decision") or "").removeprefix("not retried: ")
+        return f"{run} failed with {row['reason']} and is not retried: {why}"
     if state == "QUEUED":
+        why = row.get("retry_of_decision") or ""
+        why = f" ({why.split(': ', 1)[-1]})" if ": " in why else ""
         return (
             f"attempt {row['attempt']} queued as run {row['run_id']} for"
             f" {status.timestamp(row['scheduled_for'])}: run {row['retry_of']} failed with"
-            f" {row['retry_of_reason']}"
+            f" {row['retry_of_reason']}{why}"
         )
     if state == "RUNNING":
         return f"{run} started"

@@ -79,6 +79,9 @@ def render(
         suspension = _condition("Suspended", True, "SuspendedBySpec", "spec.suspend is true")
     else:
         suspension = _condition("Suspended", False, "Active", "runs are scheduled")
+    conditions = [ready, suspension]
+    if definition.schedule_kind == "once":
+        conditions.append(_completion(definition, last_run, active=active, queued=queued))
     return {
         "observedGeneration": observed,
         "schedule": schedule_text(definition.schedule_kind, definition.schedule),
@@ -91,8 +94,35 @@ def render(
         "lastScheduleTime": timestamp(definition.last_scheduled_for),
         "lastRunTime": timestamp(last_run.started_at) if last_run else None,
         "lastRun": _last_run(last_run),
-        "conditions": carry_transitions([ready, suspension], current, now=now),
+        "conditions": carry_transitions(conditions, current, now=now),
     }
+
+
+def _completion(definition: Definition, last_run: Run | None, *, active: int, queued: int) -> Obj:
+    """A one-shot's ``Completed`` condition: True once its occurrence is materialized and
+    nothing of it is queued or running any more (retries included); the reason says how it
+    ended: ``Succeeded``, ``Failed``, ``Cancelled`` or ``NotRun`` (skipped)."""
+    # A failure is followed by a retry or by a NOT_RETRIED note: either refreshes the status.
+    deciding = last_run is not None and last_run.status == "FAILED" and not last_run.settled_at
+    if definition.next_run_at is not None or active or queued or deciding:
+        when = timestamp(definition.next_run_at) if definition.next_run_at else None
+        waiting = f"due at {when}" if when else f"{active} running, {queued} queued"
+        if deciding:
+            waiting = "deciding whether to retry its last run"
+        return _condition("Completed", False, "Pending", f"the one-shot is {waiting}")
+    if last_run is None:
+        return _condition(
+            "Completed", True, "NotRun", "the one-shot never started (see `pgsched runs`)"
+        )
+    how = {"COMPLETED": "Succeeded", "CANCELLED": "Cancelled"}.get(last_run.status, "Failed")
+    detail = f": {last_run.reason}" if last_run.reason else ""
+    return _condition(
+        "Completed",
+        True,
+        how,
+        f"run {last_run.id} (attempt {last_run.attempt}) ended {last_run.status}{detail}"
+        f" at {timestamp(last_run.finished_at)}",
+    )
 
 
 def render_rejected(

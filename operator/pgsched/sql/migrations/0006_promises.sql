@@ -6,6 +6,9 @@
 --    without naming anyone; rather than copying those functions here, a trigger fills in
 --    "Replace" when a cancel arrives unnamed — those are the only unnamed writers, and it
 --    keeps the previous release's claim (rolling upgrades) recording it too.
+-- 1b. job_runs.retry_decision: what settling decided for a terminal run and why ("retried
+--    as run 57 in 20s: NonZeroExit is on retryOn", "not retried: attempts used up ..."),
+--    shown by `pgsched describe` and the RunRetrying/RunNotRetried Events.
 -- 2. job_definitions.max_queued_runs: spec.maxQueuedRuns, the bound on QUEUED runs of a
 --    definition; an occurrence due while the queue is full is SKIPPED/QueueFull.
 -- 3. A NOTIFY when a running run is asked to stop or stops running, on a channel derived
@@ -15,6 +18,7 @@
 --    pgsched.listen_for_cancel, which checks the lease first.
 
 ALTER TABLE pgsched.job_runs ADD COLUMN cancelled_by text;
+ALTER TABLE pgsched.job_runs ADD COLUMN retry_decision text;
 ALTER TABLE pgsched.job_definitions
     ADD COLUMN max_queued_runs integer CHECK (max_queued_runs > 0);
 

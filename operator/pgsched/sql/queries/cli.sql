@@ -119,6 +119,13 @@ WHERE deleted_at IS NULL
 ORDER BY next_run_at
 LIMIT %(limit)s;
 
+-- name: rejected_definitions
+-- ScheduledJobs whose latest generation was rejected (Ready=False); an older one may run.
+SELECT namespace, name, generation, rejected_generation, rejection
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL AND rejection IS NOT NULL
+ORDER BY namespace, name;
+
 -- name: auto_suspended_definitions
 SELECT namespace, name, auto_suspended_at, auto_suspend_reason
 FROM pgsched.job_definitions
