@@ -63,7 +63,8 @@ class KubernetesLauncher:
             self._delete_quietly(secret_path)
             raise
         try:
-            self._kube.merge_patch(secret_path, jobs.owned_by_job(job))
+            # Not urgent (the pod already has its Secret): behind other launches' creations.
+            self._kube.background().merge_patch(secret_path, jobs.owned_by_job(job))
         except api.ApiError as error:
             # The Job runs either way; the Secret then goes with the ScheduledJob instead.
             run_log.warning(
