@@ -237,14 +237,15 @@ def burst(ctx: Context, report: Report) -> None:
     report.notes.append(
         f"burst: both at {BURST_QPS} qps / burst {BURST_BURST}, no node (no pods run); each"
         " side timed by a watch on its own namespace, Jobs/s from the first Job seen to the"
-        " last; the plain client creates the same manifests one by one, after the operator's"
-        " burst, with the same client class and limits"
+        " last; the plain client creates the same manifests (each run's lease Secret, then its"
+        " Job) one by one, after the operator's burst, with the same client class and limits"
     )
     report.floor("burst Jobs/s vs plain client", ratio(ours_rate, plain_rate), 0.8)
 
 
 def _plain_client(bench: kube.Cluster, definition: Any, count: int) -> None:
-    """Create the same Jobs (same builder, same client and limits) one by one."""
+    """Create the same Jobs and their lease Secrets (same builders, same client and
+    limits) one by one."""
     client = api.KubeApi.from_environment(
         qps=float(BURST_QPS), burst=int(BURST_BURST), kubeconfig=str(bench.control_plane.kubeconfig)
     )
@@ -275,14 +276,19 @@ def _plain_client(bench: kube.Cluster, definition: Any, count: int) -> None:
             k8s_job_name=None,
             settled_at=None,
             created_at=now,
+            cancelled_by=None,
+            retry_decision=None,
         )
-        manifest = jobs.build(definition, run, settings)
-        manifest["metadata"]["namespace"] = PLAIN_NAMESPACE
-        manifest["metadata"].pop("ownerReferences")
-        manifests.append(manifest)
-    collection = api.path_of(group="batch", namespace=PLAIN_NAMESPACE, plural="jobs")
+        # What the launcher creates before a Job is claimed as started: the run's lease
+        # Secret, then the Job (its ownership handover to the Job is a background request).
+        for manifest in (jobs.lease_secret(definition, run), jobs.build(definition, run, settings)):
+            manifest["metadata"]["namespace"] = PLAIN_NAMESPACE
+            manifest["metadata"].pop("ownerReferences")
+            manifests.append(manifest)
     for manifest in manifests:
-        client.create(collection, manifest)
+        group = "batch" if manifest["kind"] == "Job" else ""
+        plural = "jobs" if manifest["kind"] == "Job" else "secrets"
+        client.create(api.path_of(group=group, namespace=PLAIN_NAMESPACE, plural=plural), manifest)
 
 
 def _job_skews(

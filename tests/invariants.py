@@ -16,6 +16,7 @@ from typing import Any
 
 from pgsched.db.connection import Connection
 from pgsched.engine.retry import RetryPolicy
+from pgsched.k8s import names
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "SKIPPED")
 # Every status change the engine may make; anything else rewrites history (I4).
@@ -89,16 +90,17 @@ def every_attempt_terminal(conn: Connection) -> list[str]:
 
 
 def launches_hold_their_claim(conn: Connection, launches: Iterable[tuple[int, str]]) -> list[str]:
-    """I1: every launch carried the lease token of its run's one and only claim.
+    """I1: every launch carried the lease of its run's one and only claim.
 
     A claim mints a fresh lease token, so a run claimed twice is launched with two tokens
-    and at most one of them can still be on the row."""
+    and at most one of them can still be on the row. ``launches`` are (run id, lease
+    fingerprint) pairs: what a Job carries (``names.lease_fingerprint`` of the token)."""
     launched = list(launches)
     rows = conn.execute(
         "SELECT id, lease_token::text AS lease FROM pgsched.job_runs WHERE id = ANY(%s)",
         [sorted({run_id for run_id, _ in launched})],
     ).fetchall()
-    leases = {row["id"]: row["lease"] for row in rows}
+    leases = {row["id"]: names.lease_fingerprint(row["lease"]) for row in rows}
     problems = []
     for run_id, token in launched:
         if run_id not in leases:

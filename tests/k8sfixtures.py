@@ -41,6 +41,7 @@ def definition(**overrides: Any) -> Definition:
         "catch_up_limit": 100,
         "starting_deadline_seconds": None,
         "max_concurrent_runs": 1,
+        "max_queued_runs": None,
         "concurrency_policy": "Queue",
         "active_deadline_seconds": None,
         "retry_policy": {},
@@ -88,6 +89,8 @@ def run(**overrides: Any) -> Run:
         "k8s_job_name": None,
         "settled_at": None,
         "created_at": T0,
+        "cancelled_by": None,
+        "retry_decision": None,
     }
     values.update(overrides)
     return Run(**values)

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from pgsched import names, schedule
 from pgsched.engine import chain, definitions
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
-from pgsched.schedule import budget, zones
+from pgsched.schedule import budget, timeline, zones
 from pgsched.validation import FieldError, Problems, SpecError
 
 MAX_INT32 = 2**31 - 1
@@ -39,6 +39,7 @@ _ENGINE_FIELDS = {
     "suspend",
     "maxConcurrentRuns",
     "concurrencyPolicy",
+    "maxQueuedRuns",
     "startingDeadlineSeconds",
     "catchUp",
     "catchUpLimit",
@@ -49,6 +50,7 @@ _ENGINE_FIELDS = {
     "failureSuspendThreshold",
     "after",
     "afterMode",
+    "runAtInPast",
 }
 MAX_UPSTREAMS = 20
 _EXTRA_FIELDS = {"jobTemplate", "job", "successfulRunsHistoryLimit", "failedRunsHistoryLimit"}
@@ -157,14 +159,26 @@ class _Checker:
                 )
 
 
+# A runAt this much before "now" is still taken as meant (an apply that took a while).
+RUN_AT_SLACK = timedelta(seconds=60)
+
+
 def parse(
-    spec: Mapping[str, Any], *, hash_seed: str = "", anchor: datetime, now: datetime
+    spec: Mapping[str, Any],
+    *,
+    hash_seed: str = "",
+    anchor: datetime,
+    now: datetime,
+    run_at_not_before: datetime | None = None,
 ) -> DefinitionSpec:
     """Validate a ScheduledJob spec. Raises :class:`SpecError` listing every bad field.
 
     ``anchor`` is the resource's creation time (the RRULE's default DTSTART day) and
     ``now`` is where the next occurrence is looked for, within the budget; a rule with
     none ahead (all in the past) is accepted and simply never runs again.
+    ``run_at_not_before``: reject a ``runAt`` earlier than this (less :data:`RUN_AT_SLACK`)
+    unless ``runAtInPast: Run``. The operator passes "now" for a runAt it has not accepted
+    before, and None for one it has: a one-shot accepted yesterday is not an error today.
     """
     if not isinstance(spec, Mapping):
         raise SpecError([FieldError("spec", f"must be an object, got {_describe(spec)}")])
@@ -206,6 +220,14 @@ def parse(
     )
     policy = check.choice(
         spec, "concurrencyPolicy", path="concurrencyPolicy", options=("Queue", "Skip", "Replace")
+    )
+    max_queued = check.integer(
+        spec,
+        "maxQueuedRuns",
+        path="maxQueuedRuns",
+        default=None,
+        minimum=1,
+        example="maxQueuedRuns: 10",
     )
     starting_deadline = check.integer(
         spec,
@@ -251,6 +273,7 @@ def parse(
         example="failureSuspendThreshold: 5",
     )
     suspend = check.boolean("suspend")
+    past_policy = check.choice(spec, "runAtInPast", path="runAtInPast", options=("Reject", "Run"))
     _extra_fields(check)
 
     check.problems.raise_if_any(SpecError)
@@ -264,6 +287,7 @@ def parse(
         suspend=suspend,
         max_concurrent_runs=cast(int, max_runs),
         concurrency_policy=cast(Literal["Queue", "Skip", "Replace"], policy),
+        max_queued_runs=max_queued,
         starting_deadline_seconds=starting_deadline,
         catch_up=cast(Literal["latest", "all", "none"], catch_up),
         catch_up_limit=cast(int, catch_up_limit),
@@ -285,6 +309,8 @@ def parse(
         built = definitions.build_schedule(parsed, hash_seed=hash_seed, anchor=anchor)
     except schedule.ScheduleError as error:
         raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
+    if kind == "once" and past_policy == "Reject" and run_at_not_before is not None:
+        _reject_past_run_at(built, text, run_at_not_before)
     try:
         # A rule whose occurrences are all past is valid (it was yesterday, it stays so):
         # it is stored with no next run. The next occurrence must be found within a
@@ -293,6 +319,33 @@ def parse(
     except schedule.ScheduleError as error:
         raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
     return parsed
+
+
+def _reject_past_run_at(built: timeline.Schedule, text: str, not_before: datetime) -> None:
+    first = built.next_after(datetime(1970, 1, 1, tzinfo=UTC))
+    if first is None or first.at >= not_before - RUN_AT_SLACK:
+        return
+    late = not_before - first.at
+    ahead = (not_before + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    raise SpecError(
+        [
+            FieldError(
+                "spec.runAt",
+                f"{text!r} is {_how_long(late)} in the past (now"
+                f" {not_before:%Y-%m-%dT%H:%M:%SZ}), so it would run at once; fix the date,"
+                " or set runAtInPast: Run to run it now on purpose",
+                f"runAt: '{ahead}'",
+            )
+        ]
+    )
+
+
+def _how_long(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} seconds"
 
 
 def _schedule_choice(

@@ -81,7 +81,7 @@ class JobRecorder:
     def _seen(self, event_type: str, job: Obj) -> None:
         metadata = job["metadata"]
         run_id = int(metadata["labels"][names.LABEL_RUN_ID])
-        lease = (metadata.get("annotations") or {}).get(names.ANNOTATION_LEASE, "")
+        lease = names.job_lease_fingerprint(metadata.get("annotations")) or ""
         self.jobs.setdefault(metadata["uid"], (run_id, lease))
         conditions = (job.get("status") or {}).get("conditions") or []
         if any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions):

@@ -42,6 +42,7 @@ from pgsched.db import connection
 from pgsched.db.connection import Connection
 from pgsched.devenv.postgres import PostgresServer
 from pgsched.engine import definitions
+from pgsched.k8s import names
 
 PLANTED = ("unlocked-dispatch", "unfenced-finish", "forgetful-finish")
 
@@ -179,7 +180,7 @@ class DatabaseChaos(ChaosDriver):
     def launches(self, conn: Connection) -> list[tuple[int, str]]:
         lines = self._launch_log.read_text().splitlines()
         records = [json.loads(line) for line in lines if line.strip()]
-        return [(record["run_id"], record["lease"]) for record in records]
+        return [(record["run_id"], names.lease_fingerprint(record["lease"])) for record in records]
 
     def variant_faults(self) -> dict[str, tuple[float, Fault]]:
         if isinstance(self.server, ReplicatedPostgres):

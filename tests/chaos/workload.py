@@ -158,5 +158,5 @@ class Requests(threading.Thread):
             " ORDER BY random() LIMIT 1"
         ).fetchone()
         if row is not None:
-            runs.cancel_run(conn, row["id"], why="cancelled by the chaos workload")
+            runs.cancel_run(conn, row["id"], by=runs.BY_CLI, why="cancelled by the chaos workload")
             self.cancels += 1

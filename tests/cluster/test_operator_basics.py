@@ -73,17 +73,21 @@ def test_an_every_minute_job_runs_real_pods_that_heartbeat_and_kubectl_shows_it(
         "SCHEDULE",
         "TIMEZONE",
         "SUSPEND",
+        "READY",
         "ACTIVE",
+        "QUEUED",
         "LAST",
         "STATUS",
         "LAST",
         "RUN",
+        "LAST",
+        "SCHEDULE",
         "NEXT",
         "RUN",
         "AGE",
     ]
     assert row.split()[:6] == ["minutely", "*", "*", "*", "*", "*"]
-    assert row.split()[6:10] == ["UTC", "false", "0", "COMPLETED"]
+    assert row.split()[6:12] == ["UTC", "false", "True", "0", "0", "COMPLETED"]
     wide = cluster.kubectl("get", "scheduledjobs.pgsched.dev", "-n", namespace, "-o", "name").stdout
     assert "scheduledjob.pgsched.dev/minutely" in wide
     category = cluster.kubectl("get", "pgsched", "-n", namespace, "-o", "name").stdout

@@ -133,7 +133,10 @@ def test_two_schedule_kinds_are_refused_at_apply(operators, sj):
 
 def test_invalid_spec_is_not_ready_with_a_precise_message_and_others_keep_running(operators, sj):
     operators.start()
-    sj.apply("healthy", {"runAt": "2020-01-01T00:00:00Z", "jobTemplate": busybox("true")})
+    sj.apply(
+        "healthy",
+        {"runAt": "2020-01-01T00:00:00Z", "runAtInPast": "Run", "jobTemplate": busybox("true")},
+    )
     sj.apply("bad-cron", {"schedule": "61 * * * *", "jobTemplate": busybox("true")})
     sj.apply(
         "bad-zone",

@@ -46,12 +46,17 @@ USED = [
     ("delete", "jobs.batch", ""),
     ("list", "pods", ""),
     ("create", "events", ""),
+    # the per-run lease Secret: the token must not be readable from the Job or the pod
+    ("create", "secrets", ""),
+    ("patch", "secrets", ""),
+    ("delete", "secrets", ""),
 ]
 
 # What it must not do, wherever it works.
 FORBIDDEN_EVERYWHERE = [
     ("get", "secrets", ""),
     ("list", "secrets", ""),
+    ("watch", "secrets", ""),
     ("create", "pods", ""),
     ("delete", "pods", ""),
     ("create", "pods", "exec"),

@@ -24,7 +24,7 @@ from factories import RecordingLauncher, define
 from pgsched.db import connection, preflight
 from pgsched.devenv.postgres import free_port
 from pgsched.devenv.waiting import wait_for
-from pgsched.engine import dispatch, leader, runs
+from pgsched.engine import definitions, dispatch, leader, runs
 
 LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -63,6 +63,7 @@ def test_doctor_on_a_healthy_installation_reports_ok_and_exits_0(dsn, conn):
         "materialization": "ok",
         "publisher": "ok",
         "auto-suspended": "ok",
+        "not ready": "ok",
         "kubernetes": "skip",
     }
     assert (
@@ -127,6 +128,19 @@ def test_doctor_lists_auto_suspended_jobs_with_the_fix(dsn, conn):
         status, detail = checks(pgsched("doctor", "-o", "json", dsn=dsn))["auto-suspended"]
     assert status == "warn"
     assert "default/flaky: 3 consecutive runs failed" in detail and "pgsched resume" in detail
+
+
+def test_doctor_lists_scheduled_jobs_whose_spec_was_rejected(dsn, conn):
+    job = define(conn, "typo", schedule="0 8 * * *")
+    key = definitions.DefinitionKey(
+        id=job.id, namespace="default", name="typo", generation=2, created_at=job.created_at
+    )
+    definitions.reject(conn, key, "schedule: minute 61 is out of range 0..59")
+    with tick_once(dsn):
+        result = pgsched("doctor", "-o", "json", dsn=dsn)
+    status, detail = checks(result)["not ready"]
+    assert result.code == 0 and status == "warn"
+    assert "1 ScheduledJob(s) Ready=False (default/typo: schedule: minute 61" in detail
 
 
 def test_doctor_reports_an_unreachable_database_and_exits_1():

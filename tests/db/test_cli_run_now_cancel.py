@@ -102,7 +102,7 @@ def test_cancel_all_needs_the_flag_and_cancels_every_queued_and_running_run(dsn,
 def test_cancel_of_a_finished_or_unknown_run_changes_nothing(dsn, conn):
     job = define(conn, "report", now=T0)
     queued = runs.run_now(conn, job.id, token="a").run
-    runs.cancel_run(conn, queued.id, why="earlier")
+    runs.cancel_run(conn, queued.id, by=runs.BY_CLI, why="earlier")
     done = pgsched("cancel", str(queued.id), dsn=dsn)
     assert done.code == 0 and "already CANCELLED; nothing to cancel" in done.out
     assert runs.get(conn, queued.id).error == "earlier"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from cli_runner import pgsched
 from factories import RecordingLauncher, define
-from pgsched.engine import dispatch, lease, runs, settle
+from pgsched.engine import definitions, dispatch, lease, runs, settle
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -59,7 +61,7 @@ def test_runs_filters_by_status_and_limits(dsn, conn):
     job = define(conn, "report", maxConcurrentRuns=5, now=T0)
     for token in "abc":
         runs.run_now(conn, job.id, token=token, scheduled_for=T0)
-    runs.cancel_run(conn, runs.history(conn, job.id)[0].id)
+    runs.cancel_run(conn, runs.history(conn, job.id)[0].id, by=runs.BY_CLI)
     data = pgsched("runs", "report", "--status", "queued", "--limit", "1", "-o", "json", dsn=dsn)
     assert [item["status"] for item in data.json()["runs"]] == ["QUEUED"]
 
@@ -171,3 +173,28 @@ def test_runs_and_describe_show_the_chain_both_ways(dsn, conn):
         pgsched("describe", str(down.run_id), "-o", "json", dsn=dsn).json()["upstreamRun"]["id"]
         == upstream.id
     )
+
+
+def test_runs_of_a_deleted_and_recreated_job_stay_listed_with_include_deleted(dsn, conn):
+    old = define(conn, "report", now=T0, uid=uuid.uuid4())
+    first = runs.run_now(conn, old.id, token="a", scheduled_for=T0).run
+    definitions.delete(conn, old.id)
+
+    gone = pgsched("runs", "report", dsn=dsn)
+    assert gone.code == 1
+    assert "was deleted at" in gone.err and "pgsched runs report -n default --include-deleted" in (
+        gone.err
+    )
+
+    new = define(conn, "report", now=T0, uid=uuid.uuid4())
+    second = runs.run_now(conn, new.id, token="a", scheduled_for=T0).run
+    live = pgsched("runs", "report", "-o", "json", dsn=dsn).json()
+    both = pgsched("runs", "report", "--include-deleted", "-o", "json", dsn=dsn).json()
+    table = pgsched("runs", "report", "--include-deleted", dsn=dsn).out
+
+    assert [item["id"] for item in live["runs"]] == [second.id]
+    assert [item["id"] for item in both["runs"]] == [second.id, first.id]
+    assert [item["scheduledJobUid"] for item in both["runs"]] == [str(new.id), str(old.id)]
+    assert table.splitlines()[0].split()[-1] == "SCHEDULEDJOB"
+    assert table.splitlines()[1].split()[-1] == "live"
+    assert re.search(r"deleted \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", table.splitlines()[2])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import psycopg
@@ -80,3 +81,26 @@ def test_other_roles_cannot_call_the_lease_functions(conn, dsn):
             lease.heartbeat(outsider, lease.Lease(1, uuid.uuid4()))
     finally:
         conn.execute(f"DROP ROLE {stranger}")
+
+
+def listening(pod):
+    return [row["c"] for row in pod.execute("SELECT pg_listening_channels() AS c")]
+
+
+def test_job_role_listens_only_on_its_own_runs_channel_and_hears_nothing_else(conn, job_dsn):
+    job = define(conn, maxConcurrentRuns=5)
+    mine = start(conn, job, "mine")
+    other = start(conn, job, "other")
+    with connection.connect(job_dsn) as pod:
+        assert lease.listen(pod, lease.Lease(other.run_id, mine.token)) == "lost"
+        assert lease.listen(pod, lease.Lease(mine.run_id, uuid.uuid4())) == "lost"
+        assert listening(pod) == []
+        assert lease.listen(pod, mine) == "active"
+        [channel] = listening(pod)
+        assert re.fullmatch(r"pgsched_lease_[0-9a-f]{40}", channel)  # a hash, not the token
+
+        runs.cancel_run(conn, other.run_id, by=runs.BY_CLI)  # another run's cancel: nothing arrives
+        assert list(pod.notifies(timeout=0.3)) == []
+        runs.cancel_run(conn, mine.run_id, by=runs.BY_CLI)
+        [notification] = list(pod.notifies(timeout=5, stop_after=1))
+    assert (notification.channel, notification.payload) == (channel, "")

@@ -21,7 +21,7 @@ def test_heartbeat_reports_active_then_cancel_requested(conn):
     job = define(conn, now=T0)
     run = start(conn, job)
     assert lease.heartbeat(conn, run, now=T0 + timedelta(seconds=1)) == "active"
-    runs.cancel_run(conn, run.run_id)
+    runs.cancel_run(conn, run.run_id, by=runs.BY_CLI)
     assert lease.heartbeat(conn, run, now=T0 + timedelta(seconds=2)) == "cancel_requested"
     assert lease.state(conn, run) == "cancel_requested"
 
@@ -59,7 +59,7 @@ def test_a_terminal_status_is_final(conn):
 def test_cancelling_a_queued_run_cancels_it_at_once(conn):
     job = define(conn, now=T0)
     queued = runs.run_now(conn, job.id, token="q", scheduled_for=T0 + timedelta(hours=1)).run
-    outcome = runs.cancel_run(conn, queued.id)
+    outcome = runs.cancel_run(conn, queued.id, by=runs.BY_CLI)
     assert [run.id for run in outcome.cancelled] == [queued.id] and outcome.asked_to_stop == []
     row = runs_of(conn, job)[0]
     assert (row["status"], row["reason"]) == ("CANCELLED", "Cancelled")
@@ -68,7 +68,7 @@ def test_cancelling_a_queued_run_cancels_it_at_once(conn):
 def test_cooperative_cancel_ends_cancelled_and_is_not_retried(conn):
     job = define(conn, retryPolicy={"retryOn": ["*"]}, now=T0)
     run = start(conn, job)
-    runs.cancel_run(conn, run.run_id)
+    runs.cancel_run(conn, run.run_id, by=runs.BY_CLI)
     assert lease.heartbeat(conn, run) == "cancel_requested"
     assert lease.finish(conn, run, "CANCELLED", reason="Cancelled", error="stopped at checkpoint 3")
     assert settle.run_once(conn).retried == []

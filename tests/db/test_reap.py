@@ -66,7 +66,7 @@ def test_run_that_ignores_cancellation_past_the_grace_is_stopped_as_cancelled(co
     job = define(conn, cancelGraceSeconds=30, now=T0)
     run = start_run(conn, job)
     lease.heartbeat(conn, run, now=T0 + timedelta(seconds=1))
-    runs.cancel_run(conn, run.run_id, now=T0 + timedelta(seconds=2))
+    runs.cancel_run(conn, run.run_id, by=runs.BY_CLI, now=T0 + timedelta(seconds=2))
     lease.heartbeat(conn, run, now=T0 + timedelta(seconds=20))
     assert reap.run_once(conn, now=T0 + timedelta(seconds=31)).total == 0
     assert reap.run_once(conn, now=T0 + timedelta(seconds=33)).run_ids["cancel_ignored"] == [

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
+import time
 
 import pytest
 from pods import claim, run_row, sdk_job, wait_for
@@ -46,7 +48,7 @@ def test_loop_reports_cancellation_once_and_keeps_beating_while_the_job_stops(ds
         first = wait_for(lambda: run_row(conn, run)["heartbeat_at"], what="a heartbeat")
         assert loop.state == "active"
 
-        runs.cancel_run(conn, run.id)
+        runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
         assert observed.changed.wait(5)
         assert loop.state == "cancel_requested"
@@ -88,7 +90,7 @@ def test_checkpoint_asks_the_database_itself_when_heartbeats_are_stale(dsn, conn
     watch = CancellationWatch(loop, Session.for_dsn(dsn, application_name="checkpoint"), run_lease)
     watch.checkpoint()  # active: returns
 
-    runs.cancel_run(conn, run.id)
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
     wait_for(lambda: watch.cause() == "cancelled", timeout=2, what="the checkpoint to notice")
 
     with pytest.raises(Cancelled) as raised:
@@ -110,3 +112,42 @@ def test_checkpoint_carries_on_when_the_database_cannot_be_asked(running):
     with pytest.raises(Cancelled) as raised:
         watch.checkpoint()
     assert raised.value.cause == "terminated"
+
+
+def test_a_cancel_reaches_the_loop_in_well_under_a_second_not_at_the_next_beat(dsn, conn):
+    """Cancel request → the loop's observer sees it, over 20 runs (goal: at most 1 s).
+
+    The beat interval is 60 s, so without the notification each would take a minute."""
+    job = sdk_job(conn, maxConcurrentRuns=20)
+    latencies = []
+    for number in range(20):
+        run = claim(conn, job, token=f"run-{number}")
+        observed = Observed()
+        loop = HeartbeatLoop(
+            Session.for_dsn(dsn, application_name="hb-latency"),
+            Lease(run.id, run.lease_token),
+            interval_seconds=60,
+            on_change=observed,
+        ).start()
+        try:
+            wait_for(lambda: listeners(conn) > 0, timeout=10, what="the loop to listen")
+            asked = time.monotonic()
+            runs.cancel_run(conn, run.id, by=runs.BY_CLI)
+            assert observed.changed.wait(10), "the cancel never reached the loop"
+            latencies.append(time.monotonic() - asked)
+        finally:
+            loop.stop(timeout=5)
+        conn.execute("UPDATE pgsched.job_runs SET status = 'CANCELLED' WHERE id = %s", [run.id])
+    latencies.sort()
+    median, worst = statistics.median(latencies), latencies[-1]
+    print(f"\ncancel → loop: median {median * 1000:.1f} ms, max {worst * 1000:.1f} ms (20 runs)")
+    assert observed.states == ["cancel_requested"]
+    assert median < 0.5 and worst < 1.0, latencies
+
+
+def listeners(conn):
+    row = conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'hb-latency'"
+        " AND query LIKE '%listen_for_cancel%'"
+    ).fetchone()
+    return row["n"]

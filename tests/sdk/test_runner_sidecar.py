@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import signal
+import statistics
+import time
 from datetime import timedelta
 
 from pods import claim, contract, run_row, sdk_job, wait_for
@@ -32,7 +34,7 @@ def test_sidecar_writes_the_cancel_file_on_cancel_and_exits_0_on_sigterm(dsn, co
     wait_for(lambda: heartbeats(conn, run) > first, what="a second heartbeat")
     assert not cancel_file.exists()
 
-    runs.cancel_run(conn, run.id)
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
     wait_for(cancel_file.exists, what="the cancel file")
     assert re.fullmatch(f"cancelled {STAMP}\n", cancel_file.read_text())
@@ -88,3 +90,41 @@ def test_sidecar_without_a_lease_exits_2_naming_what_is_missing(pods):
     assert "PGSCHED_LEASE_TOKEN: is not set" in pod.output
     assert "PGSCHED_DSN: is not set" in pod.output
     assert "PGSCHED_JOB_KIND" not in pod.output  # the sidecar runs no job
+
+
+def test_a_cancel_reaches_the_workloads_cancel_file_well_within_a_second(dsn, conn, pods, tmp_path):
+    """Request → the pod sees it: 20 real sidecar processes, heartbeat every 60 s, each
+    run cancelled in turn and its cancel file watched (goal: at most 1 s, median and max)."""
+    job = sdk_job(conn, maxConcurrentRuns=20)
+    sidecars = []
+    for number in range(20):
+        run = claim(conn, job, token=f"run-{number}")
+        cancel_file = tmp_path / str(run.id) / "cancel"
+        env = contract(
+            dsn, run, PGSCHED_CANCEL_FILE=str(cancel_file), PGSCHED_HEARTBEAT_INTERVAL_SECONDS="60"
+        )
+        sidecars.append((run, cancel_file, pods("heartbeat", env)))
+    for run, _, _ in sidecars:
+        wait_for(lambda run=run: listening(conn, run), timeout=60, what=f"run {run.id} to listen")
+
+    latencies = []
+    for run, cancel_file, _ in sidecars:
+        asked = time.monotonic()
+        runs.cancel_run(conn, run.id, by=runs.BY_CLI)
+        while not cancel_file.exists():
+            assert time.monotonic() - asked < 10, f"run {run.id}: no cancel file after 10 s"
+            time.sleep(0.002)
+        latencies.append(time.monotonic() - asked)
+
+    median, worst = statistics.median(latencies), max(latencies)
+    print(f"\ncancel → cancel file: median {median * 1000:.0f} ms, max {worst * 1000:.0f} ms")
+    assert median < 0.5 and worst < 1.0, sorted(latencies)
+
+
+def listening(conn, run):
+    row = conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s"
+        " AND query LIKE '%%listen_for_cancel%%'",
+        [f"pgsched-sidecar-{run.id}"],
+    ).fetchone()
+    return row["n"] > 0

@@ -50,7 +50,7 @@ def test_cancel_mid_import_stops_at_the_next_checkpoint_compensates_and_ends_can
     pod = started_import(conn, pods, dsn, run)
 
     written_before_cancel = batches(conn, run)
-    runs.cancel_run(conn, run.id)
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
     assert pod.wait() == 3, pod.output
     row = run_row(conn, run)
@@ -72,7 +72,7 @@ def test_cancelled_read_only_report_stops_and_ends_cancelled_without_compensatio
     pod = start_job(pods, dsn, run, "ledger-report", {"source": "big", "pause_seconds": 0.2})
     pod.wait_for_line(r"acct-001: ")
 
-    runs.cancel_run(conn, run.id)
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
     assert pod.wait() == 3, pod.output
     row = run_row(conn, run)
@@ -89,7 +89,7 @@ def test_failed_compensation_is_recorded_and_never_masks_the_cancellation(dsn, c
     pod = start_job(pods, dsn, run, "fragile-undo", {"seconds": 30}, modules=TEST_MODULES)
     pod.wait_for_line("starting job kind 'fragile-undo'")
 
-    runs.cancel_run(conn, run.id)
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
     assert pod.wait() == 3, pod.output
     row = run_row(conn, run)
@@ -116,10 +116,13 @@ def test_sigterm_without_a_cancel_request_stops_compensates_and_ends_failed_term
 
 def test_sigterm_for_a_run_cancelled_in_the_database_ends_cancelled(dsn, conn, pods):
     # The operator deletes the Job of a cancelled run after the grace period. With a slow
-    # heartbeat the runner hears SIGTERM first and must ask the database who wanted it.
+    # heartbeat, and no notification (a pod whose listening connection is gone: planted
+    # by switching the trigger off), the runner hears SIGTERM first and must ask the
+    # database who wanted it.
     run = claim(conn, sdk_job(conn))
     pod = started_import(conn, pods, dsn, run, PGSCHED_HEARTBEAT_INTERVAL_SECONDS="60")
-    runs.cancel_run(conn, run.id)
+    conn.execute("ALTER TABLE pgsched.job_runs DISABLE TRIGGER job_runs_notify_lease_holder")
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 
     pod.process.send_signal(signal.SIGTERM)
 

@@ -33,12 +33,21 @@ def test_crd_names_match_the_design():
         "Schedule",
         "Timezone",
         "Suspend",
+        "Ready",
         "Active",
+        "Queued",
         "Last Status",
         "Last Run",
+        "Last Schedule",
         "Next Run",
         "Age",
+        "Message",
     ]
+    jsonpaths = {
+        column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]
+    }
+    assert jsonpaths["Last Run"] == ".status.lastRunTime"  # a start, not a scheduled time
+    assert jsonpaths["Last Schedule"] == ".status.lastScheduleTime"
 
 
 def test_crd_spec_fields_are_exactly_the_fields_the_validator_knows():

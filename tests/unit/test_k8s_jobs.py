@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from k8sfixtures import TEMPLATE, definition, run
 from pgsched.k8s import jobs, names
+
+TOKEN = "99999999-8888-7777-6666-555555555555"
+LEASE_REF = {"secretKeyRef": {"name": "nightly-report-42-lease", "key": "lease-token"}}
 
 SETTINGS = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:0.1.0", dsn_secret="job-dsn")
 
@@ -22,7 +27,7 @@ def test_job_is_named_labelled_owned_and_never_retried_by_kubernetes():
         names.LABEL_SCHEDULED_JOB: "nightly-report",
         names.LABEL_ATTEMPT: "1",
     }
-    assert meta["annotations"][names.ANNOTATION_LEASE] == "99999999-8888-7777-6666-555555555555"
+    assert meta["annotations"][names.ANNOTATION_LEASE_SHA256] == names.lease_fingerprint(TOKEN)
     [owner] = meta["ownerReferences"]
     assert (owner["kind"], owner["uid"], owner["controller"]) == (
         "ScheduledJob",
@@ -42,7 +47,7 @@ def test_heartbeat_runs_as_a_native_sidecar_with_the_lease_and_the_job_dsn_secre
     assert sidecar["image"] == SETTINGS.image
     env = env_of(sidecar)
     assert env["PGSCHED_RUN_ID"] == "42"
-    assert env["PGSCHED_LEASE_TOKEN"] == "99999999-8888-7777-6666-555555555555"
+    assert env["PGSCHED_LEASE_TOKEN"] == LEASE_REF
     assert env["PGSCHED_DSN"] == {"secretKeyRef": {"name": "job-dsn", "key": "dsn"}}
     assert sidecar["securityContext"]["runAsNonRoot"] is True
     [main] = pod["containers"]
@@ -66,7 +71,24 @@ def test_sdk_jobs_run_the_runner_instead_of_a_sidecar():
         '{"days": 7}',
         "app.jobs",
     )
-    assert env["PGSCHED_LEASE_TOKEN"] == "99999999-8888-7777-6666-555555555555"
+    assert env["PGSCHED_LEASE_TOKEN"] == LEASE_REF
+
+
+def test_the_lease_token_is_nowhere_in_the_job_only_in_its_secret():
+    for spec in ({"jobTemplate": TEMPLATE}, {"jobTemplate": TEMPLATE, "job": {"kind": "k"}}):
+        job = jobs.build(definition(spec=spec), run(), SETTINGS)
+        assert TOKEN not in json.dumps(job)
+    secret = jobs.lease_secret(definition(), run())
+    assert secret["metadata"]["name"] == "nightly-report-42-lease"
+    assert secret["stringData"] == {"lease-token": TOKEN}
+    [owner] = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("ScheduledJob", "11111111-2222-3333-4444-555555555555")
+
+
+def test_a_job_of_an_older_release_is_recognised_by_its_clear_text_token():
+    legacy = {names.LEGACY_ANNOTATION_LEASE: TOKEN}
+    assert names.job_lease_fingerprint(legacy) == names.lease_fingerprint(TOKEN)
+    assert names.job_lease_fingerprint({}) is None
 
 
 def test_active_deadline_is_passed_to_the_job_and_the_template_is_not_mutated():

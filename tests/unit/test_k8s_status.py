@@ -129,3 +129,42 @@ def test_a_chained_job_shows_its_upstreams_a_missing_one_and_the_chain_both_ways
     [found] = [c for c in rendered["conditions"] if c["type"] == "UpstreamsFound"]
     assert (found["status"], found["reason"]) == ("False", "UpstreamMissing")
     assert "clean, which does not exist in namespace jobs" in found["message"]
+
+
+def test_last_run_time_is_the_start_of_the_last_run_whatever_its_trigger_and_queued_counts():
+    started = datetime(2026, 6, 1, 12, 0, 7, tzinfo=UTC)  # seven seconds late
+    rendered = status.render(
+        definition(last_scheduled_for=None),
+        last_run=run(status="RUNNING", trigger="manual", started_at=started),
+        active=1,
+        queued=2,
+        now=T0,
+    )
+    assert (rendered["lastRunTime"], rendered["lastScheduleTime"]) == ("2026-06-01T12:00:07Z", None)
+    assert (rendered["lastRun"]["status"], rendered["active"], rendered["queued"]) == (
+        "RUNNING",
+        1,
+        2,
+    )
+
+
+def test_a_one_shot_is_completed_once_its_run_ended_and_nothing_is_queued_or_deciding():
+    fired = definition(schedule_kind="once", schedule="2026-06-01T12:00:00Z", next_run_at=None)
+    due = definition(schedule_kind="once", schedule="2026-06-01T23:00:00Z")
+    done = run(status="COMPLETED", finished_at=T0, settled_at=T0)
+    failing = run(status="FAILED", reason="NonZeroExit", finished_at=T0)
+
+    def completed(of, **kwargs):
+        rendered = status.render(of, active=0, now=T0, **kwargs)
+        found = conditions(rendered)["Completed"]
+        return found["status"], found["reason"]
+
+    assert completed(due, last_run=None) == ("False", "Pending")
+    assert completed(fired, last_run=done, queued=1) == ("False", "Pending")  # a retry waits
+    assert completed(fired, last_run=failing) == ("False", "Pending")  # retry not decided yet
+    assert completed(fired, last_run=done) == ("True", "Succeeded")
+    assert completed(fired, last_run=run(status="FAILED", settled_at=T0)) == ("True", "Failed")
+    assert completed(fired, last_run=None) == ("True", "NotRun")
+    assert "Completed" not in conditions(
+        status.render(definition(), last_run=done, active=0, now=T0)
+    )

@@ -4,8 +4,9 @@ It calls the engine's ``runs.cancel_run`` / ``runs.cancel_definition``, the func
 ``pgsched.dev/cancel`` annotation uses, so both behave alike: a QUEUED run is CANCELLED at
 once; a RUNNING run gets ``cancel_requested`` — its heartbeat sidecar tells the workload,
 and if it has not stopped ``cancelGraceSeconds`` later the engine ends it CANCELLED and
-its Job is deleted. Going straight to the database makes it immediate (no wait for the
-operator to see an annotation) and works while the API server is down.
+its Job is deleted. The database notifies the pod's heartbeat at once (LISTEN/NOTIFY), and
+going straight to the database means no wait for the operator to see an annotation and
+works while the API server is down.
 
 ``--all`` is required to cancel by ScheduledJob name, so a typo'd run id can never cancel
 every run of a job.
@@ -14,6 +15,9 @@ every run of a job.
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
+import socket
 from typing import Any
 
 from pgsched.cli import common, output, runs_cmd, target
@@ -45,6 +49,15 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _by() -> str:
+    """``CLI (user@host)``: who ran ``pgsched cancel``, as far as this machine knows."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container with an arbitrary uid)
+        user = f"uid {os.getuid()}"
+    return f"{runs.BY_CLI} ({user}@{socket.gethostname()})"
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.all and not args.name.isdigit():
         raise common.CommandError(
@@ -56,13 +69,13 @@ def run(args: argparse.Namespace) -> int:
         if args.all:
             definition = target.definition(conn, args)
             subject = definition.key
-            outcome = runs.cancel_definition(conn, definition.id, why=WHY)
+            outcome = runs.cancel_definition(conn, definition.id, by=_by(), why=WHY)
         else:
             found = runs.get(conn, int(args.name))
             if found is None:
                 raise common.CommandError(f"no run with id {args.name}")
             subject = f"run {found.id}"
-            outcome = runs.cancel_run(conn, found.id, why=WHY)
+            outcome = runs.cancel_run(conn, found.id, by=_by(), why=WHY)
             if not outcome.cancelled and not outcome.asked_to_stop:
                 # Nothing changed: say why (it ended, or was asked to stop before).
                 current = runs.get(conn, found.id) or found

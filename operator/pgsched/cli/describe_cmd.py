@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     cancel = output.NOTHING
     if found.cancel_requested:
         cancel = f"requested at {output.local_time(found.cancel_requested_at, zone)}"
+        if found.cancelled_by:
+            cancel += f" by {found.cancelled_by}"
     job = f"{definition.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None
     output.fields(
         [
@@ -96,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             ("Exit code", found.exit_code),
             ("Attempt", attempt),
             ("Retry of", found.retry_of),
+            ("Retry", found.retry_decision),
             ("Trigger", found.trigger),
             ("Scheduled for", when(found.scheduled_for)),
             ("Starting deadline", when(found.deadline_at)),

@@ -17,7 +17,12 @@ at what the operator is doing:
   clock difference between this machine and the database, and the replication the
   database runs on (what a failover would lose, and the settings that make it lossless);
 - Kubernetes, when credentials are at hand: the API server answers and the ScheduledJob
-  CRD is installed and established.
+  CRD is installed and established;
+- ScheduledJobs that are not Ready (a rejected spec; from the API server when it can be
+  asked, which also sees those never valid, else from the database), and ScheduledJobs no
+  operator serves: without any status ``--unserved-after`` seconds after they were created,
+  which means their namespace is not watched (``watchNamespaces``) or no operator runs.
+  The operator cannot say so itself: it may not even read namespaces it does not watch.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -73,11 +78,19 @@ def register(commands: Any) -> None:
         default=300,
         help="seconds past due after which a QUEUED run counts as stuck (default 300)",
     )
+    parser.add_argument(
+        "--unserved-after",
+        type=common.positive_int,
+        default=60,
+        help="seconds after its creation a ScheduledJob without any status counts as served"
+        " by no operator (default 60)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    findings = _database(args) + _kubernetes(args)
+    findings = _database(args, ready=not target.has_kubeconfig(args.kubeconfig))
+    findings += _kubernetes(args)
     if args.output == "json":
         output.emit_json(
             {
@@ -96,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(item.status == "FAIL" for item in findings) else 0
 
 
-def _database(args: argparse.Namespace) -> list[Finding]:
+def _database(args: argparse.Namespace, *, ready: bool) -> list[Finding]:
+    """The database checks; ``ready``: also list rejected specs (when the API cannot)."""
     if not args.dsn:
         raise common.CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
 
@@ -124,7 +138,28 @@ def _database(args: argparse.Namespace) -> list[Finding]:
         findings += _stuck(conn, args.queued_threshold)
         findings.append(_outbox(conn))
         findings.append(_auto_suspended(conn))
+        if ready:
+            findings.append(_rejected(conn))
     return findings
+
+
+def _rejected(conn: Connection) -> Finding:
+    rows = conn.execute(queries.get("rejected_definitions")).fetchall()
+    return _not_ready(
+        [(f"{row['namespace']}/{row['name']}", str(row["rejection"])) for row in rows]
+    )
+
+
+def _not_ready(items: list[tuple[str, str]]) -> Finding:
+    if not items:
+        return Finding("not ready", "ok", "every ScheduledJob is Ready")
+    listed = "; ".join(f"{name}: {message}" for name, message in items[:EXAMPLES])
+    return Finding(
+        "not ready",
+        "warn",
+        f"{len(items)} ScheduledJob(s) Ready=False ({listed}); fix the spec (kubectl describe"
+        " sj shows the condition and the Event)",
+    )
 
 
 def _where(conn: Connection) -> str:
@@ -347,7 +382,47 @@ def _kubernetes(args: argparse.Namespace) -> list[Finding]:
                 f" serve {names.VERSION} (served: {', '.join(served) or 'none'})",
             ),
         ]
-    return [
-        *found,
-        Finding("crd", "ok", f"{names.PLURAL}.{names.GROUP} established, serves {names.VERSION}"),
-    ]
+    found.append(
+        Finding("crd", "ok", f"{names.PLURAL}.{names.GROUP} established, serves {names.VERSION}")
+    )
+    return found + _scheduled_jobs(kube, unserved_after=args.unserved_after)
+
+
+def _scheduled_jobs(kube: Any, *, unserved_after: int) -> list[Finding]:
+    """Ready=False and unserved ScheduledJobs, as the API server sees them (all namespaces
+    the kubeconfig may list)."""
+    from pgsched.k8s import api, names
+
+    try:
+        items = kube.get(f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}").get("items") or []
+    except api.ApiError as error:
+        why = f"cannot list ScheduledJobs in all namespaces: {error.message}"
+        return [Finding("not ready", "skip", why), Finding("unserved", "skip", why)]
+    now = clock.local()
+    not_ready: list[tuple[str, str]] = []
+    unserved: list[str] = []
+    for item in items:
+        meta = item.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        where = f"{meta.get('namespace')}/{meta.get('name')}"
+        conditions = (item.get("status") or {}).get("conditions") or []
+        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+        if ready is not None and ready.get("status") == "False":
+            not_ready.append((where, str(ready.get("message") or ready.get("reason"))))
+        created = datetime.fromisoformat(str(meta.get("creationTimestamp")).replace("Z", "+00:00"))
+        if ready is None and now - created > timedelta(seconds=unserved_after):
+            unserved.append(where)
+    if not unserved:
+        served = Finding("unserved", "ok", "an operator serves every ScheduledJob")
+    else:
+        spaces = sorted({name.split("/", 1)[0] for name in unserved})
+        served = Finding(
+            "unserved",
+            "warn",
+            f"{len(unserved)} ScheduledJob(s) without any status {unserved_after}s after"
+            f" creation ({'; '.join(unserved[:EXAMPLES])}): no operator watches"
+            f" {', '.join(spaces)} — add it to the chart's watchNamespaces (or"
+            " PGSCHED_NAMESPACES) — or none is running",
+        )
+    return [_not_ready(not_ready), served]

@@ -14,7 +14,7 @@ from typing import Any
 
 from pgsched.cli import common, output, target
 from pgsched.db import queries
-from pgsched.engine import chain
+from pgsched.engine import chain, definitions
 from pgsched.engine.models import Run
 from pgsched.schedule import zones
 
@@ -44,6 +44,12 @@ def register(commands: Any) -> None:
         type=_status,
         help="only runs in this status (repeatable), e.g. --status FAILED",
     )
+    parser.add_argument(
+        "--include-deleted",
+        action="store_true",
+        help="also the runs of deleted ScheduledJobs of this name (a re-created ScheduledJob"
+        " is a new one; the old one's runs keep their ids)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -58,11 +64,22 @@ def _status(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     with common.connect(args, application_name="pgsched-cli") as conn:
-        definition = target.definition(conn, args)
+        if args.include_deleted:
+            found = definitions.find_with_deleted(conn, target.namespace(args), args.name)
+            if not found:
+                target.definition(conn, args)  # raises, saying where it looked
+        else:
+            found = [target.definition(conn, args)]
         rows = conn.execute(
             queries.get("run_history"),
-            {"definition_id": definition.id, "statuses": args.status, "limit": args.limit},
+            {
+                "definition_ids": [item.id for item in found],
+                "statuses": args.status,
+                "limit": args.limit,
+            },
         ).fetchall()
+        definition = found[0]
+        deleted_at = {item.id: item.deleted_at for item in found}
         history = [Run.from_row(row) for row in rows]
         triggered = chain.triggered(conn, [item.id for item in history])
     if args.output == "json":
@@ -70,7 +87,14 @@ def run(args: argparse.Namespace) -> int:
             {
                 "scheduledJob": definition.key,
                 "timeZone": definition.time_zone,
-                "runs": [summary(item, triggered.get(item.id, [])) for item in history],
+                "scheduledJobs": [{"uid": item.id, "deletedAt": item.deleted_at} for item in found],
+                "runs": [
+                    {
+                        **summary(item, triggered.get(item.id, [])),
+                        "scheduledJobUid": item.definition_id,
+                    }
+                    for item in history
+                ],
             }
         )
         return 0
@@ -78,35 +102,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"no runs of {definition.key} yet")
         return 0
     zone = zones.load_zone(definition.time_zone)
-    output.table(
-        [
-            "id",
-            "status",
-            "reason",
-            "attempt",
-            "trigger",
-            "scheduled",
-            "started",
-            "finished",
-            "duration",
-            "chain",
-        ],
-        [
-            [
-                item.id,
-                item.status,
-                item.reason,
-                item.attempt,
-                item.trigger,
-                output.local_time(item.scheduled_for, zone),
-                output.local_time(item.started_at, zone),
-                output.local_time(item.finished_at, zone),
-                duration_of(item),
-                chain_of(item, triggered.get(item.id, [])),
-            ]
-            for item in history
-        ],
-    )
+    headers = ["id", "status", "reason", "attempt", "trigger"]
+    headers += ["scheduled", "started", "finished", "duration", "chain"]
+    if args.include_deleted:
+        headers.append("scheduledjob")
+    table = []
+    for item in history:
+        row: list[object] = [
+            item.id,
+            item.status,
+            reason_of(item),
+            item.attempt,
+            item.trigger,
+            output.local_time(item.scheduled_for, zone),
+            output.local_time(item.started_at, zone),
+            output.local_time(item.finished_at, zone),
+            duration_of(item),
+            chain_of(item, triggered.get(item.id, [])),
+        ]
+        if args.include_deleted:
+            gone = deleted_at[item.definition_id]
+            row.append(f"deleted {output.local_time(gone, zone)}" if gone else "live")
+        table.append(row)
+    output.table(headers, table)
     return 0
 
 
@@ -134,6 +152,8 @@ def summary(item: Run, triggered: list[chain.Triggered] | None = None) -> dict[s
         "durationSeconds": _seconds(item),
         "exitCode": item.exit_code,
         "cancelRequested": item.cancel_requested,
+        "cancelledBy": item.cancelled_by,
+        "retryDecision": item.retry_decision,
         "jobName": item.k8s_job_name,
         "upstreamRunId": item.upstream_run_id,
         "triggeredRuns": [
@@ -141,6 +161,14 @@ def summary(item: Run, triggered: list[chain.Triggered] | None = None) -> dict[s
             for down in triggered or []
         ],
     }
+
+
+def reason_of(item: Run) -> str | None:
+    """The reason, and for a cancellation who asked (its first word: Replace, CLI, ...)."""
+    if item.cancelled_by and (item.status == "CANCELLED" or item.cancel_requested):
+        who = item.cancelled_by.split(" ", 1)[0]
+        return f"{item.reason or 'Stopping'} by {who}"
+    return item.reason
 
 
 def duration_of(item: Run) -> str:

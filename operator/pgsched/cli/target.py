@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pgsched.cli import output
 from pgsched.cli.common import CommandError
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions
@@ -74,6 +75,13 @@ def definition(conn: Connection, args: argparse.Namespace) -> Definition:
     ns = namespace(args)
     found = definitions.find(conn, ns, args.name)
     if found is None:
+        deleted = definitions.find_with_deleted(conn, ns, args.name)
+        if deleted:
+            raise CommandError(
+                f"ScheduledJob {ns}/{args.name} was deleted"
+                f" at {output.utc_iso(deleted[0].deleted_at)}; its runs are kept:"
+                f" `pgsched runs {args.name} -n {ns} --include-deleted` lists them"
+            )
         raise CommandError(
             f"no ScheduledJob {ns}/{args.name} in the pgsched database: check the name and"
             f" namespace (`kubectl get sj -n {ns}`), and that an operator watches {ns}"

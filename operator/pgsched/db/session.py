@@ -75,6 +75,12 @@ class Session:
             self._conn = self._connect()
         return self._conn
 
+    def connected(self) -> Connection | None:
+        """The open connection, or None: never connects (for waiting on notifications)."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            return None
+        return self._conn
+
     def close(self) -> None:
         if self._conn is not None:
             try:

@@ -46,6 +46,7 @@ class DefinitionSpec:
     suspend: bool = False
     max_concurrent_runs: int = 1
     concurrency_policy: Literal["Queue", "Skip", "Replace"] = "Queue"
+    max_queued_runs: int | None = None
     starting_deadline_seconds: int | None = None
     catch_up: Literal["latest", "all", "none"] = "latest"
     catch_up_limit: int = 100
@@ -117,6 +118,7 @@ def upsert(
             "catch_up_limit": spec.catch_up_limit,
             "starting_deadline_seconds": spec.starting_deadline_seconds,
             "max_concurrent_runs": spec.max_concurrent_runs,
+            "max_queued_runs": spec.max_queued_runs,
             "concurrency_policy": spec.concurrency_policy,
             "active_deadline_seconds": spec.active_deadline_seconds,
             "retry_policy": json.dumps(spec.retry_policy.to_json()),
@@ -134,6 +136,12 @@ def upsert(
         stored = conn.execute(queries.get("upsert_definition"), params).fetchone()
         assert stored is not None
         chain.store(conn, key.id, namespace=key.namespace, name=key.name, after=spec.after)
+        if existing is not None and (
+            existing.starting_deadline_seconds != spec.starting_deadline_seconds
+        ):
+            # As a CronJob reads startingDeadlineSeconds at every sync: runs already queued
+            # get the new deadline (or none); the reaper skips those past it.
+            conn.execute(queries.get("reevaluate_queued_deadlines"), {"id": key.id})
         return Definition.from_row(stored)
 
 
@@ -226,6 +234,23 @@ def find(conn: Connection, namespace: str, name: str) -> Definition | None:
     return Definition.from_row(row) if row else None
 
 
+def run_at_accepted(conn: Connection, definition_id: UUID, run_at: str) -> bool:
+    """Whether this very runAt is already stored for the definition: then it is not
+    checked against "now" again (it may have passed since; it was fine when applied)."""
+    stored = get(conn, definition_id)
+    return stored is not None and stored.schedule_kind == "once" and stored.schedule == run_at
+
+
+def find_with_deleted(conn: Connection, namespace: str, name: str) -> list[Definition]:
+    """Every definition that had this name: the live one first, then deleted ones, newest
+    first. A re-created ScheduledJob is a new definition (a new uid); the old one's runs
+    keep their ids and stay under it."""
+    rows = conn.execute(
+        queries.get("definitions_by_name_with_deleted"), {"namespace": namespace, "name": name}
+    ).fetchall()
+    return [Definition.from_row(row) for row in rows]
+
+
 def delete(conn: Connection, definition_id: UUID, *, now: datetime | None = None) -> list[Run]:
     """Mark deleted, cancel queued runs, ask running ones to stop.
 
@@ -233,7 +258,9 @@ def delete(conn: Connection, definition_id: UUID, *, now: datetime | None = None
     with conn.transaction():
         at = clock.now(conn, now)
         conn.execute(queries.get("mark_definition_deleted"), {"id": definition_id, "now": at})
-        outcome = runs.cancel_definition(conn, definition_id, why="ScheduledJob deleted", now=at)
+        outcome = runs.cancel_definition(
+            conn, definition_id, by=runs.BY_DELETION, why="ScheduledJob deleted", now=at
+        )
     return outcome.asked_to_stop
 
 

@@ -64,6 +64,19 @@ def workload_ended(conn: Connection, lease: Lease, *, now: datetime | None = Non
     return bool(row and row["marked"])
 
 
+def listen(conn: Connection, lease: Lease) -> LeaseState:
+    """Subscribe ``conn`` (autocommit) to the run's cancel notifications; returns the state.
+
+    The database notifies the lease holder's channel (derived from the token, so only the
+    holder can know it; the payload is empty) when the run is asked to stop or stops
+    running: the caller then reads the state again. Nothing is subscribed if lost."""
+    row = conn.execute(
+        queries.get("listen_for_cancel"), {"run_id": lease.run_id, "lease_token": lease.token}
+    ).fetchone()
+    assert row is not None
+    return row["state"]  # type: ignore[no-any-return]
+
+
 def finish(
     conn: Connection,
     lease: Lease,

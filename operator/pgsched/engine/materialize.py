@@ -14,6 +14,11 @@ still written, as ``SKIPPED`` with a reason, so "why didn't it run at 09:00?" ha
 - ``all``: run them all, oldest first, but at most ``catchUpLimit`` (the most recent ones);
 - ``none``: skip every occurrence that is more than ``late_after`` late.
 
+An occurrence due while the definition already has ``maxQueuedRuns`` runs QUEUED is
+recorded as ``SKIPPED/QueueFull``: the backlog keeps its order and its bound, the newest
+occurrence is the one dropped (manual runs, retries and backfills are never dropped here,
+but they count).
+
 Occurrences of a suspended definition are recorded as ``SKIPPED/Suspended``, so resuming
 never replays what suspension skipped. An occurrence already past its starting deadline is
 recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
@@ -117,10 +122,19 @@ def _materialize_batch(
             )
         }
         advance: dict[str, list[object]] = {"ids": [], "next_run_at": [], "last_scheduled_for": []}
+        bounded = [row["id"] for row in rows if row["max_queued_runs"] is not None]
+        queued = {
+            item["definition_id"]: int(item["queued"])
+            for item in (
+                conn.execute(queries.get("queued_counts"), {"ids": bounded}) if bounded else []
+            )
+        }
         for row in rows:
             definition = Definition.from_row(row)
             try:
-                plan = plan_definition(definition, now=at, late_after=late_after)
+                plan = plan_definition(
+                    definition, now=at, late_after=late_after, queued=queued.get(definition.id, 0)
+                )
             except Exception as error:
                 # One definition that cannot be planned (say, its zone vanished from the tz
                 # database) must not block the others. It stays due, so it is retried and
@@ -151,9 +165,15 @@ def _materialize_batch(
 
 
 def plan_definition(
-    definition: Definition, *, now: datetime, late_after: timedelta = DEFAULT_LATE_AFTER
+    definition: Definition,
+    *,
+    now: datetime,
+    late_after: timedelta = DEFAULT_LATE_AFTER,
+    queued: int = 0,
 ) -> Plan:
-    """Decide, without touching the database, which rows a due definition produces."""
+    """Decide, without touching the database, which rows a due definition produces.
+
+    ``queued``: how many of its runs are QUEUED already (matters with maxQueuedRuns)."""
     assert definition.next_run_at is not None
     schedule = definitions.schedule_of(definition)
     stream = schedule.occurrences_after(definition.next_run_at - timedelta(microseconds=1))
@@ -170,7 +190,9 @@ def plan_definition(
         due = due[:MAX_RECORDED_MISSES]
         due += _recent(schedule, now=now, count=definition.catch_up_limit, after=due[-1].at)
         upcoming = schedule.next_after(now)
-    runs = _decide(definition, due, now=now, late_after=late_after, truncated=truncated)
+    runs = _decide(
+        definition, due, now=now, late_after=late_after, truncated=truncated, queued=queued
+    )
     return Plan(
         runs=runs,
         next_run_at=upcoming.at if upcoming else None,
@@ -185,6 +207,7 @@ def _decide(
     now: datetime,
     late_after: timedelta,
     truncated: bool,
+    queued: int,
 ) -> list[NewRun]:
     runnable = [occurrence.at for occurrence in due if not occurrence.skipped]
     if definition.is_suspended:
@@ -225,7 +248,18 @@ def _decide(
                     f"({definition.starting_deadline_seconds})",
                 )
             )
+        elif definition.max_queued_runs is not None and queued >= definition.max_queued_runs:
+            runs.append(
+                NewRun(
+                    at,
+                    "SKIPPED",
+                    "QueueFull",
+                    f"{queued} runs were already queued, the most maxQueuedRuns"
+                    f" ({definition.max_queued_runs}) allows",
+                )
+            )
         else:
+            queued += 1
             runs.append(NewRun(at, "QUEUED", deadline_at=at + deadline if deadline else None))
     return runs
 

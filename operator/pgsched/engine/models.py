@@ -44,6 +44,7 @@ class Definition(_Row):
     catch_up_limit: int
     starting_deadline_seconds: int | None
     max_concurrent_runs: int
+    max_queued_runs: int | None
     concurrency_policy: Literal["Queue", "Skip", "Replace"]
     active_deadline_seconds: int | None
     retry_policy: dict[str, Any]
@@ -99,6 +100,8 @@ class Run(_Row):
     k8s_job_name: str | None
     settled_at: datetime | None
     created_at: datetime
+    cancelled_by: str | None  # who asked it to stop: runs.BY_* (migration 0006)
+    retry_decision: str | None  # what settling decided, and why (migration 0006)
     upstream_run_id: int | None = None  # the upstream run whose final outcome queued it
 
     @property

@@ -86,15 +86,20 @@ class RetryPolicy:
         if reason == "Cancelled":
             return Decision(False, "cancelled runs are never retried")
         if attempt >= self.max_attempts:
-            return Decision(False, f"attempt {attempt} of maxAttempts {self.max_attempts}")
+            return Decision(
+                False, f"attempts used up (attempt {attempt} of maxAttempts {self.max_attempts})"
+            )
         if reason in self.never_retry_on or ANY_REASON in self.never_retry_on:
-            return Decision(False, f"{reason} is on neverRetryOn")
+            return Decision(False, f"reason {reason} is on neverRetryOn")
         if hint == "never":
-            return Decision(False, f"{reason} matches the job kind's never_retry_on")
+            return Decision(False, f"reason {reason} matches the job kind's never_retry_on")
         if hint == "retry" or reason in self.retry_on or ANY_REASON in self.retry_on:
             delay = self.backoff.delay(attempt, rng=rng)
-            return Decision(True, f"{reason} is retryable", delay)
-        return Decision(False, f"{reason} is not on retryOn")
+            why = "the job kind's retry_on matched" if hint == "retry" else "is on retryOn"
+            return Decision(True, f"reason {reason} {why}", delay)
+        return Decision(
+            False, f"reason {reason} is not on retryOn ({', '.join(self.retry_on) or 'empty'})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -6,8 +6,8 @@ token makes it idempotent — the same token twice is one run, which is what let
 operator retry an annotation event or a replica see it twice without doubling the run.
 
 Cancellation is cooperative. A QUEUED run is cancelled at once (nothing is running); a
-RUNNING one gets ``cancel_requested``, which its worker sees on its next heartbeat or
-checkpoint. A worker that ignores it past ``cancelGraceSeconds`` is stopped by the reaper.
+RUNNING one gets ``cancel_requested``; the database notifies the worker's heartbeat
+(migration 0006), so it sees it at once rather than at its next heartbeat or checkpoint. A worker that ignores it past ``cancelGraceSeconds`` is stopped by the reaper.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ from uuid import UUID
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine.models import Run
+
+# Who asked a run to stop (job_runs.cancelled_by, shown by `pgsched describe`/`runs`, the
+# RunCancelled Event and status.lastRun.cancelledBy). "Replace" is filled in by a trigger
+# for the claim's concurrencyPolicy: Replace (migration 0006); the others by the callers.
+BY_REPLACE = "Replace"
+BY_ANNOTATION = "Annotation"
+BY_CLI = "CLI"
+BY_DELETION = "Deletion"
 
 
 class UnknownDefinition(LookupError):
@@ -79,16 +87,22 @@ class CancelOutcome:
 
 
 def cancel_run(
-    conn: Connection, run_id: int, *, why: str = "cancelled by request", now: datetime | None = None
+    conn: Connection,
+    run_id: int,
+    *,
+    by: str,
+    why: str = "cancelled by request",
+    now: datetime | None = None,
 ) -> CancelOutcome:
-    return _cancel(conn, run_id=run_id, definition_id=None, why=why, now=now)
+    """``by``: one of the ``BY_*`` words, optionally followed by a detail in parentheses."""
+    return _cancel(conn, run_id=run_id, definition_id=None, by=by, why=why, now=now)
 
 
 def cancel_definition(
-    conn: Connection, definition_id: UUID, *, why: str, now: datetime | None = None
+    conn: Connection, definition_id: UUID, *, by: str, why: str, now: datetime | None = None
 ) -> CancelOutcome:
     """Cancel every queued run of a definition and ask its running ones to stop."""
-    return _cancel(conn, run_id=None, definition_id=definition_id, why=why, now=now)
+    return _cancel(conn, run_id=None, definition_id=definition_id, by=by, why=why, now=now)
 
 
 def _cancel(
@@ -96,10 +110,11 @@ def _cancel(
     *,
     run_id: int | None,
     definition_id: UUID | None,
+    by: str,
     why: str,
     now: datetime | None,
 ) -> CancelOutcome:
-    params = {"run_id": run_id, "definition_id": definition_id, "why": why, "now": now}
+    params = {"run_id": run_id, "definition_id": definition_id, "by": by, "why": why, "now": now}
     with conn.transaction():
         cancelled = conn.execute(queries.get("cancel_queued"), params).fetchall()
         asked = conn.execute(queries.get("request_cancel_running"), params).fetchall()
@@ -110,14 +125,20 @@ def _cancel(
 
 
 def last_run(conn: Connection, definition_id: UUID) -> Run | None:
-    """The latest run that got past QUEUED (what ``status.lastRun`` shows)."""
+    """The newest run that has started, any trigger (what ``status.lastRun`` shows)."""
     row = conn.execute(queries.get("last_run"), {"definition_id": definition_id}).fetchone()
     return Run.from_row(row) if row else None
 
 
-def running_count(conn: Connection, definition_id: UUID) -> int:
-    row = conn.execute(queries.get("running_count"), {"definition_id": definition_id}).fetchone()
-    return int(row["running"]) if row else 0
+@dataclass(frozen=True)
+class Counts:
+    running: int
+    queued: int
+
+
+def counts(conn: Connection, definition_id: UUID) -> Counts:
+    row = conn.execute(queries.get("run_counts"), {"definition_id": definition_id}).fetchone()
+    return Counts(int(row["running"]), int(row["queued"])) if row else Counts(0, 0)
 
 
 @dataclass(frozen=True)

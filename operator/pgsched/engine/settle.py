@@ -16,6 +16,12 @@ A retry is a new QUEUED row (``trigger = 'retry'``, ``attempt = n + 1``,
 ``scheduled_for = now + backoff``, ``retry_of`` = the failed run); the failed row keeps
 its own status, reason and error. The backoff needs no timer: dispatch only claims rows
 whose ``scheduled_for`` has passed.
+
+Every decision is written on the terminal run (``retry_decision``: retried as which run,
+when and why, or why not — attempts used up, a reason on ``neverRetryOn``, one not on
+``retryOn``, cancelled, deleted), for ``pgsched describe`` and the Events: a retry's
+RunRetrying says why, and a failure that is not retried gets a RunNotRetried Event
+(through the outbox, as a ``NOT_RETRIED`` note).
 """
 
 from __future__ import annotations
@@ -96,18 +102,24 @@ def _settle_batch(
         }
         touched: set[UUID] = set()
         finals: list[chain.Final] = []
+        decisions: dict[int, str | None] = {}
+        not_retried: list[int] = []
         for run in runs:
             definition = owners[run.definition_id]
+            decisions[run.id] = None
             if run.status == "COMPLETED":
                 streaks[definition.id] = 0
                 touched.add(definition.id)
                 finals.append(chain.Final(run.id, "Succeeded"))
+            elif run.status == "CANCELLED":
+                decisions[run.id] = "not retried: cancelled runs are never retried"
             elif run.status == "FAILED":
-                retried = _retry(conn, run, definition, now=at, rng=rng)
+                retried, decisions[run.id] = _retry(conn, run, definition, now=at, rng=rng)
                 if isinstance(retried, Retried):
                     result.retried.append(retried)
                 elif retried is None:
                     result.final_failures.append(run)
+                    not_retried.append(run.id)
                     streaks[definition.id] += 1
                     touched.add(definition.id)
                     finals.append(chain.Final(run.id, "Failed"))
@@ -137,18 +149,24 @@ def _settle_batch(
                         ]
                     },
                 )
-        conn.execute(queries.get("mark_settled"), {"ids": [run.id for run in runs], "now": at})
+        conn.execute(
+            queries.get("mark_settled"),
+            {"ids": list(decisions), "decisions": list(decisions.values()), "now": at},
+        )
+        if not_retried:
+            conn.execute(queries.get("announce_final_failures"), {"ids": not_retried})
         result.settled += len(runs)
         return len(runs)
 
 
 def _retry(
     conn: Connection, run: Run, definition: Definition, *, now: datetime, rng: random.Random
-) -> Retried | bool | None:
-    """The retry queued now; True if it was queued before (a replayed settle: the run is
-    not final); None if the failure is final."""
+) -> tuple[Retried | bool | None, str]:
+    """The retry queued now, True if it was queued before (a replayed settle or another
+    leader: the run is not final), or None if the failure is final; and the decision in
+    words, for the run's ``retry_decision``."""
     if definition.deleted_at is not None:
-        return None
+        return None, "not retried: the ScheduledJob was deleted"
     policy = RetryPolicy.from_json(definition.retry_policy)
     decision = policy.decide(reason=run.reason, attempt=run.attempt, hint=run.retry_hint, rng=rng)
     log_run = logs.for_run(log, run, definition)
@@ -160,7 +178,7 @@ def _retry(
             run.attempt,
             decision.why,
         )
-        return None
+        return None, f"not retried: {decision.why}"
     scheduled_for = now + decision.delay
     deadline = definition.starting_deadline_seconds
     row = conn.execute(
@@ -174,8 +192,8 @@ def _retry(
             "upstream_run_id": run.upstream_run_id,
         },
     ).fetchone()
-    if row is None:  # retried before: this settle is a replay
-        return True
+    if row is None:  # retried before: a replayed settle, or another leader was first
+        return True, "retried by another replica"
     log_run.info(
         "run %s (%s) failed with %s; attempt %s queued as run %s in %.1fs",
         run.id,
@@ -185,4 +203,8 @@ def _retry(
         row["id"],
         decision.delay.total_seconds(),
     )
-    return Retried(failed=run, retry_id=row["id"], delay=decision.delay)
+    retried = Retried(failed=run, retry_id=row["id"], delay=decision.delay)
+    return retried, (
+        f"retried as run {row['id']} (attempt {run.attempt + 1})"
+        f" in {decision.delay.total_seconds():.0f}s: {decision.why}"
+    )

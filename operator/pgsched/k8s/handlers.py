@@ -7,8 +7,9 @@ idempotent, so two replicas handling the same event do the same harmless thing t
   the rejection — an invalid spec, or ``spec.after`` closing a cycle — keeping the last
   valid generation in force), render the status, handle
   the ``run-now`` and ``cancel`` annotations;
-- ScheduledJob deleted → the finalizer marks the definition deleted, cancels queued runs
-  and asks running ones to stop (their Jobs go with the ScheduledJob: owner references);
+- ScheduledJob deleted → the finalizer marks the definition deleted, cancels queued runs,
+  asks running ones to stop and holds the deletion until none is running (their Jobs go
+  with the ScheduledJob afterwards: owner references);
 - one of our Jobs finished or vanished → the run's outcome, recorded fenced.
 
 Business rules live in the engine; errors from the database are raised as
@@ -76,9 +77,17 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
     try:
         with context.pool.connection() as conn:
             now = clock.now(conn, pinned)
+            run_at = spec.get("runAt")
+            new_run_at = isinstance(run_at, str) and not definitions.run_at_accepted(
+                conn, key.id, run_at.strip()
+            )
             try:
                 parsed = spec_module.parse(
-                    dict(spec), hash_seed=key.hash_seed, anchor=key.created_at, now=now
+                    dict(spec),
+                    hash_seed=key.hash_seed,
+                    anchor=key.created_at,
+                    now=now,
+                    run_at_not_before=now if new_run_at else None,
                 )
             except spec_module.SpecError as error:
                 _reject(context, conn, key, body, str(error), now=now)
@@ -182,7 +191,7 @@ def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
     why = f"cancelled through the {names.ANNOTATION_CANCEL} annotation"
     logger: logging.Logger | logs.ContextAdapter = log
     if target == "all":
-        outcome = runs.cancel_definition(conn, key.id, why=why)
+        outcome = runs.cancel_definition(conn, key.id, by=runs.BY_ANNOTATION, why=why)
     elif target.isdigit():
         run = runs.get(conn, int(target))
         if run is None or run.definition_id != key.id:
@@ -192,7 +201,7 @@ def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
                 target,
             )
             return
-        outcome = runs.cancel_run(conn, run.id, why=why)
+        outcome = runs.cancel_run(conn, run.id, by=runs.BY_ANNOTATION, why=why)
         logger = logs.for_labels(
             log, run_id=run.id, namespace=key.namespace, name=key.name, attempt=run.attempt
         )
@@ -210,10 +219,24 @@ def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
 
 @kopf.on.delete(names.GROUP, names.VERSION, names.PLURAL)
 def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
+    """The finalizer: stop the runs cooperatively, then let the ScheduledJob go.
+
+    Marks the definition deleted (nothing new is scheduled), cancels its queued runs and
+    asks running ones to stop — the heartbeat writes the cancel file, SDK jobs stop at their
+    next checkpoint. While any run is still RUNNING the finalizer stays (kopf retries this
+    handler every few seconds): deleting the ScheduledJob at once would garbage-collect the
+    Jobs and kill their pods with no grace. A run that ignores the request is ended
+    ``CANCELLED`` by the engine after its ``cancelGraceSeconds`` and its Job deleted; so a
+    delete takes at most the longest ``cancelGraceSeconds`` of its running runs plus a few
+    seconds (while an operator is running). The runs stay in the database
+    (``pgsched runs NAME --include-deleted``)."""
     context = _context(memo)
+    definition_id = UUID(uid)
     try:
         with context.pool.connection() as conn:
-            stopping = definitions.delete(conn, UUID(uid))
+            stopping = definitions.delete(conn, definition_id)
+            running = runs.counts(conn, definition_id).running
+            stored = definitions.get(conn, definition_id)
             downstreams = chain.downstream_ids(conn, namespace=meta["namespace"], name=meta["name"])
             try:
                 context.publisher.refresh_statuses(conn, downstreams)
@@ -223,12 +246,22 @@ def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
     except psycopg.Error as error:
         metrics.DB_ERRORS.labels("handlers").inc()
         raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
-    log.info(
-        "%s/%s deleted: definition marked deleted, %d running runs asked to stop",
-        meta["namespace"],
-        meta["name"],
-        len(stopping),
-    )
+    where = f"{meta['namespace']}/{meta['name']}"
+    if stopping:
+        log.info(
+            "%s deleted: definition marked deleted, %d running runs asked to stop",
+            where,
+            len(stopping),
+        )
+    if running:
+        grace = stored.cancel_grace_seconds if stored else 0
+        raise kopf.TemporaryError(
+            f"{running} run(s) of {where} still running: asked to stop, and stopped by the"
+            f" engine after cancelGraceSeconds ({grace}s); the ScheduledJob is deleted once"
+            " none is running",
+            delay=2,
+        )
+    log.info("%s deleted: no run is running, the finalizer is released", where)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN_ID: kopf.PRESENT})
@@ -238,9 +271,9 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
         return
     context = _context(memo)
     metadata = body["metadata"]
-    token = (metadata.get("annotations") or {}).get(names.ANNOTATION_LEASE)
+    fingerprint = names.job_lease_fingerprint(metadata.get("annotations"))
     run_id = metadata["labels"][names.LABEL_RUN_ID]
-    if not token or not run_id.isdigit():
+    if not fingerprint or not run_id.isdigit():
         return
     labels = metadata.get("labels") or {}
     log_run = logs.for_labels(
@@ -259,7 +292,7 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
             outcome = outcomes.record(
                 conn,
                 int(run_id),
-                token,
+                fingerprint,
                 job=dict(body),
                 pods=pods.get("items") or [],
                 deleted=deleted,

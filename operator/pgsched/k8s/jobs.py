@@ -14,7 +14,9 @@ The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs:
   (``spec.job``), the SDK runner as the first container's command, which heartbeats itself.
 
 The run's database credentials come from a Secret in the job's namespace (the narrow
-job role, never the operator's), so a ScheduledJob never carries a DSN.
+job role, never the operator's), so a ScheduledJob never carries a DSN. The lease token,
+the run's own credential, comes from a per-run Secret (:func:`lease_secret`), so neither
+the Job nor its pod shows it to someone who may only ``get jobs`` or ``get pods``.
 """
 
 from __future__ import annotations
@@ -98,21 +100,62 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
             "labels": {**(metadata.get("labels") or {}), **run_labels},
             "annotations": {
                 **(metadata.get("annotations") or {}),
-                names.ANNOTATION_LEASE: str(run.lease_token),
+                names.ANNOTATION_LEASE_SHA256: names.lease_fingerprint(str(run.lease_token)),
                 names.ANNOTATION_SCHEDULED_FOR: run.scheduled_for.isoformat(),
             },
             "ownerReferences": [
-                {
-                    "apiVersion": names.API_VERSION,
-                    "kind": names.KIND,
-                    "name": definition.name,
-                    "uid": str(definition.id),
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
+                owner(names.API_VERSION, names.KIND, definition.name, definition.id)
             ],
         },
         "spec": job_spec,
+    }
+
+
+def lease_secret(definition: Definition, run: Run) -> Obj:
+    """The Secret that carries the run's lease token into its pod.
+
+    Created before the Job (so the pod never waits for it) and owned by the ScheduledJob,
+    so it is garbage-collected if the Job is never created; once the Job exists the
+    launcher hands ownership to the Job (:func:`owned_by_job`), and the Secret goes
+    with it when the history limits delete the Job."""
+    job = names.job_name(definition.name, run.id)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": names.lease_secret_name(job),
+            "namespace": definition.namespace,
+            "labels": {
+                names.LABEL_RUN_ID: str(run.id),
+                names.LABEL_SCHEDULED_JOB: names.label_value(definition.name),
+            },
+            "ownerReferences": [
+                owner(names.API_VERSION, names.KIND, definition.name, definition.id, block=False)
+            ],
+        },
+        "stringData": {names.LEASE_SECRET_KEY: str(run.lease_token)},
+    }
+
+
+def owned_by_job(job: Obj) -> Obj:
+    """The merge patch that makes the created Job the lease Secret's only owner."""
+    meta = job["metadata"]
+    return {
+        "metadata": {
+            "ownerReferences": [owner("batch/v1", "Job", meta["name"], meta["uid"], block=False)]
+        }
+    }
+
+
+def owner(api_version: str, kind: str, name: str, uid: object, *, block: bool = True) -> Obj:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": str(uid),
+        "controller": True,
+        "blockOwnerDeletion": block,
     }
 
 
@@ -126,8 +169,17 @@ def _workload_env(run: Run) -> list[Obj]:
 
 
 def _lease_env(definition: Definition, run: Run, settings: JobSettings) -> list[Obj]:
+    job = names.job_name(definition.name, run.id)
     return [
-        {"name": "PGSCHED_LEASE_TOKEN", "value": str(run.lease_token)},
+        {
+            "name": "PGSCHED_LEASE_TOKEN",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": names.lease_secret_name(job),
+                    "key": names.LEASE_SECRET_KEY,
+                }
+            },
+        },
         {
             "name": "PGSCHED_DSN",
             "valueFrom": {

@@ -1,15 +1,26 @@
-"""The engine's Launcher on Kubernetes: one batch/v1 Job per claimed run.
+"""The engine's Launcher on Kubernetes: a lease Secret and one batch/v1 Job per claimed run.
 
-Creating is idempotent: the Job name is deterministic, and ``409 AlreadyExists`` for a Job
-that carries the same run id means an earlier attempt to launch this very run got through
-(a crash between create and record). A same-named Job of another run is a real conflict
-and fails the launch (``LaunchFailed``), as does any error left after the API client's own
-retries (rate limiting, 429 and 5xx are handled there).
+Order: the run's lease Secret first (so the pod never starts before its credential
+exists), then the Job, then the Secret is handed to the Job as its owner (so it is
+garbage-collected with the Job). A Secret left from an earlier claim of the same run
+(``409``) is overwritten with the current token and given back to the ScheduledJob.
+
+Creating the Job is idempotent: the name is deterministic, and ``409 AlreadyExists`` for a
+Job that carries this run id *and* this claim's lease fingerprint means an earlier attempt
+to launch this very claim got through (a crash between create and record): it is adopted.
+A Job with this run id but another lease is the leftover of a claim that was lost (a
+database restored or failed over to a point before the claim, which then happened again):
+its pod holds a dead lease and would only be fenced away, so it is deleted and the Job is
+created anew; if the old one is still being deleted, the launch fails (``LaunchFailed``,
+retry policy applies) saying so. A same-named Job of another run is a real conflict and
+fails the launch, as does any error left after the API client's own retries (rate
+limiting, 429 and 5xx are handled there).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from pgsched import logs
 from pgsched.engine.launcher import LaunchError
@@ -17,6 +28,8 @@ from pgsched.engine.models import Definition, Run
 from pgsched.k8s import api, jobs, names
 
 log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
 
 
 class KubernetesLauncher:
@@ -32,34 +45,103 @@ class KubernetesLauncher:
 
     def launch(self, run: Run, definition: Definition) -> str | None:
         manifest = jobs.build(definition, run, self._settings)
-        name = manifest["metadata"]["name"]
+        name = str(manifest["metadata"]["name"])
+        where = f"{definition.namespace}/{name}"
+        run_log = logs.for_run(log, run, definition)
+        secrets = api.path_of(namespace=definition.namespace, plural="secrets")
+        secret = jobs.lease_secret(definition, run)
+        secret_path = f"{secrets}/{secret['metadata']['name']}"
+        try:
+            self._put_secret(secrets, secret_path, secret)
+        except api.ApiError as error:
+            raise LaunchError(
+                f"creating the lease Secret {definition.namespace}/{secret['metadata']['name']}:"
+                f" {error.message}"
+            ) from None
         collection = api.path_of(group="batch", namespace=definition.namespace, plural="jobs")
         try:
-            self._kube.create(collection, manifest)
+            job = self._create_job(f"{collection}/{name}", manifest, run, where, run_log)
+        except LaunchError:
+            self._delete_quietly(secret_path)
+            raise
+        try:
+            # Not urgent (the pod already has its Secret): behind other launches' creations.
+            self._kube.background().merge_patch(secret_path, jobs.owned_by_job(job))
+        except api.ApiError as error:
+            # The Job runs either way; the Secret then goes with the ScheduledJob instead.
+            run_log.warning(
+                "run %s: could not hand the lease Secret to Job %s: %s", run.id, where, error
+            )
+        return name
+
+    def _put_secret(self, collection: str, path: str, secret: Obj) -> None:
+        try:
+            self._kube.create(collection, secret)
         except api.ApiError as error:
             if not error.conflict:
-                raise LaunchError(
-                    f"creating Job {definition.namespace}/{name}: {error.message}"
-                ) from None
-            existing = self._kube.get(f"{collection}/{name}")
-            owner_run = existing.get("metadata", {}).get("labels", {}).get(names.LABEL_RUN_ID)
-            if owner_run != str(run.id):
-                raise LaunchError(
-                    f"Job {definition.namespace}/{name} already exists for run {owner_run}"
-                ) from None
-            logs.for_run(log, run, definition).info(
-                "run %s: Job %s/%s already existed (launched before)",
-                run.id,
-                definition.namespace,
-                name,
+                raise
+            # Left by an earlier claim of this run: this claim's token, and back to the
+            # ScheduledJob, so deleting that claim's Job does not take the Secret along.
+            self._kube.merge_patch(
+                path,
+                {
+                    "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
+                    "stringData": secret["stringData"],
+                },
             )
+
+    def _create_job(
+        self,
+        path: str,
+        manifest: Obj,
+        run: Run,
+        where: str,
+        run_log: logging.Logger | logs.ContextAdapter,
+    ) -> Obj:
+        collection = path.rsplit("/", 1)[0]
+        try:
+            created = self._kube.create(collection, manifest)
+        except api.ApiError as error:
+            if not error.conflict:
+                raise LaunchError(f"creating Job {where}: {error.message}") from None
         else:
-            logs.for_run(log, run, definition).info(
-                "run %s: created Job %s/%s (attempt %s, scheduled for %s)",
+            run_log.info(
+                "run %s: created Job %s (attempt %s, scheduled for %s)",
                 run.id,
-                definition.namespace,
-                name,
+                where,
                 run.attempt,
                 run.scheduled_for.isoformat(),
             )
-        return str(name)
+            return created
+        existing = self._kube.get(path)
+        metadata = existing.get("metadata") or {}
+        owner_run = (metadata.get("labels") or {}).get(names.LABEL_RUN_ID)
+        if owner_run != str(run.id):
+            raise LaunchError(f"Job {where} already exists for run {owner_run}") from None
+        if names.job_lease_fingerprint(metadata.get("annotations")) == names.lease_fingerprint(
+            str(run.lease_token)
+        ):
+            run_log.info("run %s: Job %s already existed (launched before)", run.id, where)
+            return existing
+        run_log.warning(
+            "run %s: Job %s is left from an earlier, lost claim of this run; deleting it",
+            run.id,
+            where,
+        )
+        self._delete_quietly(path)
+        try:
+            created = self._kube.create(collection, manifest)
+        except api.ApiError as error:
+            raise LaunchError(
+                f"Job {where} is left from an earlier, lost claim of run {run.id} (another"
+                f" lease) and could not be replaced: {error.message}"
+            ) from None
+        run_log.info("run %s: replaced Job %s of the lost claim", run.id, where)
+        return created
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self._kube.delete(path)
+        except api.ApiError as error:
+            if not error.not_found:
+                log.warning("could not delete %s: %s", path, error)

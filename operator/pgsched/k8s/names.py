@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any
+from uuid import UUID
 
 # A Kubernetes object (or any part of one) as the API sends and takes it: decoded JSON.
 Obj = dict[str, Any]
@@ -17,7 +20,14 @@ API_VERSION = f"{GROUP}/{VERSION}"
 LABEL_RUN_ID = f"{GROUP}/run-id"
 LABEL_SCHEDULED_JOB = f"{GROUP}/scheduledjob"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
-ANNOTATION_LEASE = f"{GROUP}/lease-token"
+# A Job proves which claim of its run it belongs to by the SHA-256 of the lease token, never
+# the token itself: anyone who may `get jobs` can read annotations, and the token is the
+# run's credential. The token reaches the pod through the per-run Secret below.
+ANNOTATION_LEASE_SHA256 = f"{GROUP}/lease-sha256"
+# Jobs launched by releases before 0.2 carry the token itself here; still understood, and
+# the resync removes it from Jobs that still run (see k8s/resync.py).
+LEGACY_ANNOTATION_LEASE = f"{GROUP}/lease-token"
+LEASE_SECRET_KEY = "lease-token"
 ANNOTATION_SCHEDULED_FOR = f"{GROUP}/scheduled-for"
 ANNOTATION_RUN_NOW = f"{GROUP}/run-now"
 ANNOTATION_CANCEL = f"{GROUP}/cancel"
@@ -35,6 +45,26 @@ def job_name(scheduled_job: str, run_id: int) -> str:
     suffix = f"-{run_id}"
     stem = scheduled_job[: _MAX_NAME - len(suffix)].rstrip("-.")
     return f"{stem}{suffix}"
+
+
+def lease_secret_name(job: str) -> str:
+    """The per-run Secret holding the lease token (Secret names may be 253 long)."""
+    return f"{job}-lease"
+
+
+def lease_fingerprint(token: UUID | str) -> str:
+    return hashlib.sha256(str(token).encode()).hexdigest()
+
+
+def job_lease_fingerprint(annotations: Mapping[str, Any] | None) -> str | None:
+    """Which claim a Job was launched for: its fingerprint annotation, or (a Job of an
+    older release) the fingerprint of the token it carries in the clear; None if neither."""
+    annotations = annotations or {}
+    fingerprint = annotations.get(ANNOTATION_LEASE_SHA256)
+    if fingerprint:
+        return str(fingerprint)
+    legacy = annotations.get(LEGACY_ANNOTATION_LEASE)
+    return lease_fingerprint(legacy) if legacy else None
 
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -6,8 +6,10 @@ pod is ``Evicted``; a main container killed for memory is ``OOMKilled``; any oth
 exit is ``NonZeroExit`` with the exit code; a Job deleted while its run was still running
 is ``JobDeleted``. These are the reasons ``retryOn``/``neverRetryOn`` match.
 
-The record is a fenced finish with the lease token the Job carries, so a Job of an
-attempt that was already reaped, or finished by the SDK runner itself, changes nothing.
+The record is a fenced finish, and only for the claim the Job was launched for (the lease
+fingerprint it carries must be the run's current one), so a Job of an attempt that was
+already reaped, or finished by the SDK runner itself, or left from a lost claim, changes
+nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pgsched.db.connection import Connection
 from pgsched.engine import lease, runs
 from pgsched.engine.lease import FinalStatus
+from pgsched.k8s import names
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
@@ -122,7 +125,7 @@ def _main_termination(pods: list[Obj]) -> Obj | None:
 def record(
     conn: Connection,
     run_id: int,
-    lease_token: str,
+    lease_fingerprint: str,
     *,
     job: Obj,
     pods: list[Obj],
@@ -133,7 +136,11 @@ def record(
 
     ``logger`` is the caller's run logger, passed on to the fenced finish."""
     run = runs.get(conn, run_id)
-    if run is None or run.status != "RUNNING" or str(run.lease_token) != lease_token:
+    if (
+        run is None
+        or run.status != "RUNNING"
+        or names.lease_fingerprint(str(run.lease_token)) != lease_fingerprint
+    ):
         return None
     outcome = of_job(job, pods, deleted=deleted, cancel_requested=run.cancel_requested)
     if outcome is None:

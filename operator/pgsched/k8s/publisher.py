@@ -47,8 +47,10 @@ _EVENTS: dict[str, tuple[str, str]] = {
     "CANCELLED": ("Normal", "RunCancelled"),
     "SKIPPED": ("Warning", "RunSkipped"),
 }
-# Not a run status: settle's note that a definition was suspended automatically.
+# Not run statuses: settle's notes that a definition was suspended automatically, and
+# that a failed run is not retried (the RunNotRetried Event says why).
 AUTO_SUSPENDED = "AUTO_SUSPENDED"
+NOT_RETRIED = "NOT_RETRIED"
 
 
 @dataclass
@@ -84,7 +86,8 @@ class Publisher:
                 by_definition[row["definition_id"]].append(row)
                 if row["status"] == AUTO_SUSPENDED:
                     continue  # only the status refresh below; its Event comes from there
-                _count(row)
+                if row["status"] != NOT_RETRIED:
+                    _count(row)
                 if self._post_run_event(row):
                     result.events += 1
             # A chained run's upstream lists the runs it triggered: refresh it too.
@@ -111,7 +114,7 @@ class Publisher:
             name=f"{row['name']}.run{row['run_id']}.{row['status'].lower()}",
             event_type=event_type,
             reason=reason,
-            message=_event_message(row),
+            message=event_message(row),
             at=row["at"],
         )
 
@@ -192,11 +195,13 @@ class Publisher:
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
         """Render the ScheduledJob's status from the database and merge-patch it."""
         old = current.get("status") or {}
+        counts = runs.counts(conn, definition.id)
         last_run = runs.last_run(conn, definition.id)
         new = status.render(
             definition,
             last_run=last_run,
-            active=runs.running_count(conn, definition.id),
+            active=counts.running,
+            queued=counts.queued,
             now=clock.now(conn, self._clock()),
             current=old,
             links=chain.links(
@@ -223,19 +228,26 @@ class Publisher:
 
 
 def _event_kind(row: Obj) -> tuple[str, str] | None:
+    if row["status"] == NOT_RETRIED:
+        return "Warning", "RunNotRetried"
     if row["status"] == "QUEUED":
         return ("Normal", "RunRetrying") if row["trigger"] == "retry" else None
     return _EVENTS.get(row["status"])
 
 
-def _event_message(row: Obj) -> str:
+def event_message(row: Obj) -> str:
     run = f"run {row['run_id']} (attempt {row['attempt']}, scheduled for {status.timestamp(row['scheduled_for'])})"
     state = row["status"]
+    if state == NOT_RETRIED:
+        why = str(row.get("retry_decision") or "").removeprefix("not retried: ")
+        return f"{run} failed with {row['reason']} and is not retried: {why}"
     if state == "QUEUED":
+        why = row.get("retry_of_decision") or ""
+        why = f" ({why.split(': ', 1)[-1]})" if ": " in why else ""
         return (
             f"attempt {row['attempt']} queued as run {row['run_id']} for"
             f" {status.timestamp(row['scheduled_for'])}: run {row['retry_of']} failed with"
-            f" {row['retry_of_reason']}"
+            f" {row['retry_of_reason']}{why}"
         )
     if state == "RUNNING":
         return f"{run} started"
@@ -243,6 +255,8 @@ def _event_message(row: Obj) -> str:
         return f"{run} succeeded"
     detail = f"{row['reason']}: {row['error']}" if row.get("error") else str(row["reason"])
     verb = {"FAILED": "failed", "CANCELLED": "was cancelled", "SKIPPED": "was skipped"}[state]
+    if state == "CANCELLED" and row.get("cancelled_by"):
+        verb += f" by {row['cancelled_by']}"
     return f"{run} {verb}: {detail}"
 
 

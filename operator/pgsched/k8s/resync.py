@@ -91,7 +91,7 @@ def _resync_namespace(
         outcome = outcomes.record(
             conn,
             row["id"],
-            str(row["lease_token"]),
+            names.lease_fingerprint(str(row["lease_token"])),
             job=job or {},
             pods=pods,
             deleted=deleted,

@@ -41,6 +41,7 @@ def render(
     *,
     last_run: Run | None,
     active: int,
+    queued: int = 0,
     now: datetime,
     current: Obj | None = None,
     links: chain.Links | None = None,
@@ -49,7 +50,12 @@ def render(
     """The full status of a ScheduledJob whose definition is stored.
 
     ``links`` (its upstreams and downstreams) and ``triggered`` (the runs its last run
-    queued downstream) show the chain both ways."""
+    queued downstream) show the chain both ways.
+
+    ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
+    RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
+    RUN); ``lastScheduleTime`` the latest occurrence the schedule produced, run or skipped
+    (LAST SCHEDULE); ``queued`` the runs waiting (QUEUED)."""
     suspended = definition.is_suspended
     upcoming: list[str] = []
     if not suspended and definition.next_run_at is not None and definition.deleted_at is None:
@@ -115,19 +121,50 @@ def render(
             for item in triggered
         ]
     upstream_names = [item.scheduled_job for item in links.upstreams] if links else []
+    if definition.schedule_kind == "once":
+        conditions.append(_completion(definition, last_run, active=active, queued=queued))
     return {
         "observedGeneration": observed,
         "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
         "timeZone": definition.time_zone,
         "suspended": suspended,
         "active": active,
+        "queued": queued,
         "nextRunAt": upcoming[0] if upcoming else None,
         "nextRuns": upcoming,
         "lastScheduleTime": timestamp(definition.last_scheduled_for),
+        "lastRunTime": timestamp(last_run.started_at) if last_run else None,
         "lastRun": last,
         "conditions": carry_transitions(conditions, current, now=now),
         **chain_status,
     }
+
+
+def _completion(definition: Definition, last_run: Run | None, *, active: int, queued: int) -> Obj:
+    """A one-shot's ``Completed`` condition: True once its occurrence is materialized and
+    nothing of it is queued or running any more (retries included); the reason says how it
+    ended: ``Succeeded``, ``Failed``, ``Cancelled`` or ``NotRun`` (skipped)."""
+    # A failure is followed by a retry or by a NOT_RETRIED note: either refreshes the status.
+    deciding = last_run is not None and last_run.status == "FAILED" and not last_run.settled_at
+    if definition.next_run_at is not None or active or queued or deciding:
+        when = timestamp(definition.next_run_at) if definition.next_run_at else None
+        waiting = f"due at {when}" if when else f"{active} running, {queued} queued"
+        if deciding:
+            waiting = "deciding whether to retry its last run"
+        return _condition("Completed", False, "Pending", f"the one-shot is {waiting}")
+    if last_run is None:
+        return _condition(
+            "Completed", True, "NotRun", "the one-shot never started (see `pgsched runs`)"
+        )
+    how = {"COMPLETED": "Succeeded", "CANCELLED": "Cancelled"}.get(last_run.status, "Failed")
+    detail = f": {last_run.reason}" if last_run.reason else ""
+    return _condition(
+        "Completed",
+        True,
+        how,
+        f"run {last_run.id} (attempt {last_run.attempt}) ended {last_run.status}{detail}"
+        f" at {timestamp(last_run.finished_at)}",
+    )
 
 
 def _upstreams_condition(definition: Definition, upstreams: list[chain.UpstreamState]) -> Obj:
@@ -164,6 +201,7 @@ def render_rejected(
         "timeZone": spec.get("timeZone", "UTC"),
         "suspended": bool(spec.get("suspend", False)),
         "active": 0,
+        "queued": 0,
         "nextRunAt": None,
         "nextRuns": [],
         "conditions": carry_transitions([ready], current, now=now),
@@ -183,6 +221,7 @@ def _last_run(run: Run | None) -> Obj | None:
         "startedAt": timestamp(run.started_at),
         "finishedAt": timestamp(run.finished_at),
         "jobName": run.k8s_job_name,
+        "cancelledBy": run.cancelled_by,
     }
 
 

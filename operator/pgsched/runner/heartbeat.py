@@ -17,6 +17,13 @@ to read (thread-safe), and calls ``on_change`` when it moves:
 States only move forward (active → cancel_requested → lost): no answer un-cancels a run or
 gives back a lost lease.
 
+Between beats the loop does not just sleep: its session LISTENs on the run's lease channel
+(``pgsched.listen_for_cancel``), and the database NOTIFYs it the moment the run is asked to
+stop or stops running, so a cancel reaches the work in a round trip or two (well under a
+second), not at the next beat. The notification carries nothing; the loop beats at once
+and learns the state from the fenced answer, as always. Without a working connection it
+falls back to plain sleeping: a notification is a shortcut, never the only way.
+
 A failed heartbeat — database down, connection dropped, a timeout — is logged and retried
 with a fresh connection, sooner than the normal interval; it never stops or fails the work
 (invariant I6). If the database stays away long enough the reaper fails the run as
@@ -32,6 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
+import psycopg
+
+from pgsched.db.connection import Connection
 from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
 from pgsched.engine.lease import Lease, LeaseState
@@ -41,6 +51,8 @@ log = logging.getLogger(__name__)
 _RANK: dict[LeaseState, int] = {"active": 0, "cancel_requested": 1, "lost": 2}
 # After a failed beat, try again after at most this long (never later than the interval).
 RETRY_SECONDS = 1.0
+# While waiting for a notification, look at the stop flag this often.
+STOP_CHECK_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,7 @@ class HeartbeatLoop:
         self._failures = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listening: Connection | None = None  # the connection subscribed to the channel
 
     @property
     def state(self) -> LeaseState:
@@ -154,6 +167,30 @@ class HeartbeatLoop:
                 if self.state == "lost":
                     return
                 delay = self._interval if beat.error is None else min(self._interval, RETRY_SECONDS)
-                self._stop.wait(delay)
+                self._wait(delay)
         finally:
             self._session.close()
+
+    def _wait(self, seconds: float) -> None:
+        """Until the next beat is due, or the database notified the lease's channel."""
+        deadline = time.monotonic() + seconds
+        conn = self._session.connected()  # never connect just to listen: the beat does
+        if conn is not None:
+            try:
+                if self._listening is not conn:
+                    state = lease.listen(conn, self._lease)
+                    self._listening = conn
+                    if state != "active":
+                        return  # asked to stop before we listened: beat (and tell) now
+                while not self._stop.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    for _ in conn.notifies(timeout=min(left, STOP_CHECK_SECONDS), stop_after=1):
+                        return
+                return
+            except psycopg.Error as error:
+                self._listening = None
+                self._session.close()
+                log.debug("run %s: waiting for notifications failed: %s", self._lease.run_id, error)
+        self._stop.wait(max(0.0, deadline - time.monotonic()))

@@ -4,7 +4,7 @@
 
 -- name: run_history
 SELECT * FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s
+WHERE definition_id = ANY(%(definition_ids)s::uuid[])
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
 ORDER BY id DESC
 LIMIT %(limit)s;
@@ -118,6 +118,13 @@ WHERE deleted_at IS NULL
   AND next_run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(threshold_seconds)s)
 ORDER BY next_run_at
 LIMIT %(limit)s;
+
+-- name: rejected_definitions
+-- ScheduledJobs whose latest generation was rejected (Ready=False); an older one may run.
+SELECT namespace, name, generation, rejected_generation, rejection
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL AND rejection IS NOT NULL
+ORDER BY namespace, name;
 
 -- name: auto_suspended_definitions
 SELECT namespace, name, auto_suspended_at, auto_suspend_reason

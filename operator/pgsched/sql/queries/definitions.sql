@@ -11,13 +11,20 @@ SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]);
 SELECT * FROM pgsched.job_definitions
 WHERE namespace = %(namespace)s AND name = %(name)s AND deleted_at IS NULL;
 
+-- name: definitions_by_name_with_deleted
+-- Every ScheduledJob that had this name, the live one (if any) first, then newest first.
+SELECT * FROM pgsched.job_definitions
+WHERE namespace = %(namespace)s AND name = %(name)s
+ORDER BY deleted_at IS NOT NULL, created_at DESC;
+
 -- name: upsert_definition
 INSERT INTO pgsched.job_definitions AS d (
     id, namespace, name, generation, schedule_kind, schedule, time_zone, dst_gap, dst_repeat,
     anchor, catch_up, catch_up_limit, starting_deadline_seconds, max_concurrent_runs,
     concurrency_policy, active_deadline_seconds, retry_policy, heartbeat_interval_seconds,
     heartbeat_timeout_seconds, orphan_timeout_seconds, cancel_grace_seconds,
-    failure_suspend_threshold, suspended, spec, next_run_at, after_mode, created_at, updated_at
+    failure_suspend_threshold, suspended, spec, next_run_at, after_mode, created_at, updated_at,
+    max_queued_runs
 ) VALUES (
     %(id)s, %(namespace)s, %(name)s, %(generation)s, %(schedule_kind)s, %(schedule)s,
     %(time_zone)s, %(dst_gap)s, %(dst_repeat)s, %(anchor)s, %(catch_up)s, %(catch_up_limit)s,
@@ -25,7 +32,7 @@ INSERT INTO pgsched.job_definitions AS d (
     %(active_deadline_seconds)s, %(retry_policy)s, %(heartbeat_interval_seconds)s,
     %(heartbeat_timeout_seconds)s, %(orphan_timeout_seconds)s, %(cancel_grace_seconds)s,
     %(failure_suspend_threshold)s, %(suspended)s, %(spec)s, %(next_run_at)s, %(after_mode)s,
-    %(now)s, %(now)s
+    %(now)s, %(now)s, %(max_queued_runs)s
 )
 ON CONFLICT (id) DO UPDATE SET
     namespace = EXCLUDED.namespace,
@@ -40,6 +47,7 @@ ON CONFLICT (id) DO UPDATE SET
     catch_up_limit = EXCLUDED.catch_up_limit,
     starting_deadline_seconds = EXCLUDED.starting_deadline_seconds,
     max_concurrent_runs = EXCLUDED.max_concurrent_runs,
+    max_queued_runs = EXCLUDED.max_queued_runs,
     concurrency_policy = EXCLUDED.concurrency_policy,
     active_deadline_seconds = EXCLUDED.active_deadline_seconds,
     retry_policy = EXCLUDED.retry_policy,
@@ -64,6 +72,15 @@ ON CONFLICT (id) DO UPDATE SET
     rejected_generation = NULL,
     rejection = NULL
 RETURNING *;
+
+-- name: reevaluate_queued_deadlines
+-- The deadline of a queued run is its time plus startingDeadlineSeconds, as materialize and
+-- settle compute it; manual runs and backfills never have one (they are asked for late).
+UPDATE pgsched.job_runs AS r
+SET deadline_at = r.scheduled_for + make_interval(secs => d.starting_deadline_seconds)
+FROM pgsched.job_definitions AS d
+WHERE d.id = %(id)s AND r.definition_id = d.id AND r.status = 'QUEUED'
+  AND r.trigger IN ('schedule', 'retry');
 
 -- name: mark_definition_deleted
 UPDATE pgsched.job_definitions

@@ -13,3 +13,6 @@ SELECT pgsched.finish_run(%(run_id)s, %(lease_token)s, %(status)s, %(reason)s, %
 
 -- name: workload_ended
 SELECT pgsched.workload_ended(%(run_id)s, %(lease_token)s, %(now)s) AS marked;
+
+-- name: listen_for_cancel
+SELECT pgsched.listen_for_cancel(%(run_id)s, %(lease_token)s) AS state;

@@ -9,6 +9,13 @@ ORDER BY next_run_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
+-- name: queued_counts
+-- For definitions with maxQueuedRuns: how many of their runs are QUEUED now.
+SELECT definition_id, count(*) AS queued
+FROM pgsched.job_runs
+WHERE status = 'QUEUED' AND definition_id = ANY(%(ids)s::uuid[])
+GROUP BY definition_id;
+
 -- name: insert_occurrences
 -- The unique occurrence key makes a repeat impossible even if two leaders ever raced here.
 INSERT INTO pgsched.job_runs

@@ -19,7 +19,7 @@ SELECT * FROM pgsched.job_runs WHERE definition_id = %(definition_id)s AND reque
 -- whose finished_at must precede the started_at of a claim that waited for its slot; a
 -- QUEUED run holds no slot and never started.
 UPDATE pgsched.job_runs
-SET status = 'CANCELLED', reason = 'Cancelled', error = %(why)s,
+SET status = 'CANCELLED', reason = 'Cancelled', error = %(why)s, cancelled_by = %(by)s,
     finished_at = coalesce(%(now)s::timestamptz, now()),
     cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now())
 WHERE status = 'QUEUED'
@@ -28,7 +28,8 @@ RETURNING *;
 
 -- name: request_cancel_running
 UPDATE pgsched.job_runs
-SET cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now())
+SET cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz, now()),
+    cancelled_by = %(by)s
 WHERE status = 'RUNNING' AND NOT cancel_requested
   AND (id = %(run_id)s OR definition_id = %(definition_id)s)
 RETURNING *;
@@ -40,15 +41,19 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: last_run
--- The latest run that got past QUEUED (started, finished or skipped).
+-- The newest run that has started (any trigger; RUNNING included): what status.lastRun,
+-- LAST STATUS and LAST RUN show. Skipped occurrences and runs cancelled before they
+-- started never count. Newest by id, walking the history index backwards.
 SELECT * FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s AND status <> 'QUEUED'
+WHERE definition_id = %(definition_id)s AND started_at IS NOT NULL
 ORDER BY id DESC
 LIMIT 1;
 
--- name: running_count
-SELECT count(*) AS running FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s AND status = 'RUNNING';
+-- name: run_counts
+SELECT count(*) FILTER (WHERE status = 'RUNNING') AS running,
+       count(*) FILTER (WHERE status = 'QUEUED') AS queued
+FROM pgsched.job_runs
+WHERE definition_id = %(definition_id)s AND status IN ('RUNNING', 'QUEUED');
 
 -- name: run_endings
 SELECT id, status, reason, finished_at, cancel_requested_at,

@@ -26,7 +26,18 @@ ON CONFLICT (retry_of) WHERE retry_of IS NOT NULL DO NOTHING
 RETURNING id;
 
 -- name: mark_settled
-UPDATE pgsched.job_runs SET settled_at = %(now)s WHERE id = ANY(%(ids)s::bigint[]);
+UPDATE pgsched.job_runs AS r
+SET settled_at = %(now)s, retry_decision = s.decision
+FROM unnest(%(ids)s::bigint[], %(decisions)s::text[]) AS s(id, decision)
+WHERE r.id = s.id;
+
+-- name: announce_final_failures
+-- A failure that is not retried gets an Event saying why (RunNotRetried): a note on the
+-- outbox, like announce_suspensions; 'NOT_RETRIED' is not a run status either.
+INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
+SELECT id, definition_id, 'NOT_RETRIED', reason, attempt, trigger
+FROM pgsched.job_runs
+WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: update_failure_streaks
 -- A final failure extends the streak, a success resets it; reaching the threshold suspends.
