@@ -60,6 +60,8 @@ CREATE TABLE pgsched.job_runs (
     k8s_job_name text,
     settled_at timestamp with time zone,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    cancelled_by text,
+    retry_decision text,
     workload_ended_at timestamp with time zone,
     outcome_pending_at timestamp with time zone,
     upstream_run_id bigint,
@@ -345,6 +347,17 @@ CREATE FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, at timestamp with t
 $$;
 
 --
+-- Name: lease_channel(uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lease_channel(lease uuid) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT 'pgsched_lease_' || left(encode(sha256(convert_to('channel:' || lease::text, 'UTF8')), 'hex'), 40);
+$$;
+
+--
 -- Name: lease_state(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -355,6 +368,24 @@ CREATE FUNCTION pgsched.lease_state(run_id bigint, lease uuid) RETURNS text
     SELECT coalesce((SELECT CASE WHEN cancel_requested THEN 'cancel_requested' ELSE 'active' END
                      FROM pgsched.job_runs
                      WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease), 'lost');
+$$;
+
+--
+-- Name: listen_for_cancel(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.listen_for_cancel(run_id bigint, lease uuid) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    state text := pgsched.lease_state(run_id, lease);
+BEGIN
+    IF state <> 'lost' THEN
+        EXECUTE format('LISTEN %I', pgsched.lease_channel(lease));
+    END IF;
+    RETURN state;
+END;
 $$;
 
 --
@@ -410,6 +441,36 @@ BEGIN
     LOOP
         PERFORM pg_advisory_xact_lock(lock_key);
     END LOOP;
+END;
+$$;
+
+--
+-- Name: name_replace_cancellations(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.name_replace_cancellations() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.cancel_requested AND NOT OLD.cancel_requested AND NEW.cancelled_by IS NULL THEN
+        NEW.cancelled_by := 'Replace';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+--
+-- Name: notify_lease_holder(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.notify_lease_holder() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM pg_notify(pgsched.lease_channel(NEW.lease_token), '');
+    RETURN NULL;
 END;
 $$;
 
@@ -546,6 +607,7 @@ CREATE TABLE pgsched.job_definitions (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     rejected_generation bigint,
     rejection text,
+    max_queued_runs integer,
     after_mode text DEFAULT 'Any'::text NOT NULL,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
@@ -559,6 +621,7 @@ CREATE TABLE pgsched.job_definitions (
     CONSTRAINT job_definitions_heartbeat_interval_seconds_check CHECK ((heartbeat_interval_seconds > 0)),
     CONSTRAINT job_definitions_heartbeat_timeout_seconds_check CHECK ((heartbeat_timeout_seconds > 0)),
     CONSTRAINT job_definitions_max_concurrent_runs_check CHECK ((max_concurrent_runs > 0)),
+    CONSTRAINT job_definitions_max_queued_runs_check CHECK ((max_queued_runs > 0)),
     CONSTRAINT job_definitions_orphan_timeout_seconds_check CHECK ((orphan_timeout_seconds > 0)),
     CONSTRAINT job_definitions_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'rrule'::text, 'once'::text, 'none'::text]))),
     CONSTRAINT job_definitions_starting_deadline_seconds_check CHECK ((starting_deadline_seconds > 0))
@@ -771,10 +834,22 @@ CREATE INDEX job_runs_unsettled ON pgsched.job_runs USING btree (id) WHERE ((set
 CREATE UNIQUE INDEX job_runs_upstream_key ON pgsched.job_runs USING btree (definition_id, upstream_run_id) WHERE (trigger = 'upstream'::text);
 
 --
+-- Name: job_runs job_runs_cancel_named; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER job_runs_cancel_named BEFORE UPDATE OF cancel_requested ON pgsched.job_runs FOR EACH ROW EXECUTE FUNCTION pgsched.name_replace_cancellations();
+
+--
 -- Name: job_runs job_runs_inserted; Type: TRIGGER; Schema: pgsched; Owner: -
 --
 
 CREATE TRIGGER job_runs_inserted AFTER INSERT ON pgsched.job_runs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_inserted_runs();
+
+--
+-- Name: job_runs job_runs_notify_lease_holder; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER job_runs_notify_lease_holder AFTER UPDATE ON pgsched.job_runs FOR EACH ROW WHEN (((old.status = 'RUNNING'::text) AND (old.lease_token IS NOT NULL) AND ((new.cancel_requested AND (NOT old.cancel_requested)) OR (new.status <> 'RUNNING'::text) OR (new.lease_token IS DISTINCT FROM old.lease_token)))) EXECUTE FUNCTION pgsched.notify_lease_holder();
 
 --
 -- Name: job_runs job_runs_place_id; Type: TRIGGER; Schema: pgsched; Owner: -
@@ -870,11 +945,24 @@ REVOKE ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, at timestamp
 GRANT ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, at timestamp with time zone) TO pgsched_job;
 
 --
+-- Name: FUNCTION lease_channel(lease uuid); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lease_channel(lease uuid) FROM PUBLIC;
+
+--
 -- Name: FUNCTION lease_state(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
 --
 
 REVOKE ALL ON FUNCTION pgsched.lease_state(run_id bigint, lease uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION pgsched.lease_state(run_id bigint, lease uuid) TO pgsched_job;
+
+--
+-- Name: FUNCTION listen_for_cancel(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.listen_for_cancel(run_id bigint, lease uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.listen_for_cancel(run_id bigint, lease uuid) TO pgsched_job;
 
 --
 -- Name: FUNCTION lock_and_count_for_dispatch(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
