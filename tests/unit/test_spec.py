@@ -160,6 +160,13 @@ def test_full_spec_round_trips():
             "is not a job kind name",
             "kind: nightly-report",
         ),
+        (
+            {"schedule": "* * * * *", "pool": "Warehouse_1"},
+            "pool",
+            "is not a ConcurrencyPool name",
+            "pool: warehouse",
+        ),
+        ({"schedule": "* * * * *", "pool": 3}, "pool", "is not a ConcurrencyPool name", None),
         ({"schedule": "* * * * *", "scheduel": "x"}, "scheduel", "unknown field", None),
     ],
 )
@@ -170,6 +177,10 @@ def test_bad_field_is_named_with_the_value_and_an_example(fields, path, complain
     if example:
         assert example in (found[path].example or "")
     assert str(found[path]).startswith(f"spec.{path}: ")
+
+
+def test_a_pool_name_is_accepted_and_kept_with_the_spec():
+    assert parse(schedule="0 2 * * *", pool="warehouse").extra["pool"] == "warehouse"
 
 
 def test_exactly_one_schedule_kind():
