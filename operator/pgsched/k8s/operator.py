@@ -189,7 +189,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
-    require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
+    for plural in (names.PLURAL, names.POOL_PLURAL):
+        require_served(kube, group=names.GROUP, version=names.VERSION, plural=plural)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
     publisher = Publisher(kube.background())
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)

@@ -35,7 +35,7 @@ from pgsched import logs, metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
-from pgsched.engine import definitions, runs
+from pgsched.engine import definitions, pools, runs
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.failures import FailureLog
 from pgsched.k8s import api, names, resync, status, verdicts
@@ -70,6 +70,8 @@ class Publisher:
     def __init__(self, kube: api.KubeApi, *, batch_size: int = 200) -> None:
         self._kube = kube
         self._batch_size = batch_size
+        # The pool statuses this replica last wrote: a pool's status is patched on change.
+        self._pool_status: dict[tuple[str, str], Obj] = {}
 
     def run_once(self, conn: Connection) -> PublishResult:
         result = PublishResult()
@@ -108,6 +110,32 @@ class Publisher:
             )
             if row["auto_suspended"]:
                 metrics.AUTO_SUSPENDED.labels(row["namespace"], row["name"]).set(1)
+        self.update_pools(conn)
+
+    def update_pools(self, conn: Connection) -> None:
+        """Each pool's gauges, and its status (running, queued, jobs) where it changed."""
+        for gauge in (metrics.POOL_LIMIT, metrics.POOL_RUNNING, metrics.POOL_QUEUED):
+            gauge.clear()
+        for pool in pools.stats(conn):
+            metrics.POOL_RUNNING.labels(pool.namespace, pool.name).set(pool.running)
+            metrics.POOL_QUEUED.labels(pool.namespace, pool.name).set(pool.queued)
+            if pool.limit is None:
+                continue  # named by jobs, but there is no resource to write to
+            metrics.POOL_LIMIT.labels(pool.namespace, pool.name).set(pool.limit)
+            new = {"running": pool.running, "queued": pool.queued, "jobs": pool.jobs}
+            key = (pool.namespace, pool.name)
+            if self._pool_status.get(key) == new:
+                continue
+            try:
+                self._kube.merge_patch(
+                    api.pool_path(pool.namespace, pool.name, subresource="status"),
+                    {"status": new},
+                )
+            except api.ApiError as error:
+                if not error.not_found:
+                    raise
+                continue  # deleted since; its delete handler forgets it
+            self._pool_status[key] = new
 
     def run_forever(
         self,
@@ -241,6 +269,7 @@ class Publisher:
             active=runs.running_count(conn, definition.id),
             now=datetime.now(UTC),
             current=old,
+            pool_found=_pool_found(conn, definition),
         )
         path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
         self._kube.merge_patch(path, {"status": new})
@@ -315,6 +344,11 @@ ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded"})
 # A job that recorded its own end (the SDK runner) exits right after; give its pod this long
 # before deleting its Job, so the Job completes normally and keeps its history and logs.
 JOB_EXIT_GRACE = timedelta(seconds=30)
+
+
+def _pool_found(conn: Connection, definition: Definition) -> bool:
+    pool = definition.spec.get("pool")
+    return not isinstance(pool, str) or pools.exists(conn, definition.namespace, pool)
 
 
 def must_stop(ending: runs.Ending | None, definition: Definition) -> bool:

@@ -40,8 +40,10 @@ def render(
     active: int,
     now: datetime,
     current: Obj | None = None,
+    pool_found: bool = True,
 ) -> Obj:
-    """The full status of a ScheduledJob whose definition is stored."""
+    """The full status of a ScheduledJob whose definition is stored. ``pool_found`` says
+    whether the ConcurrencyPool its spec.pool names exists (ignored without spec.pool)."""
     suspended = definition.is_suspended
     upcoming: list[str] = []
     if not suspended and definition.next_run_at is not None and definition.deleted_at is None:
@@ -72,6 +74,10 @@ def render(
         suspension = _condition("Suspended", True, "SuspendedBySpec", "spec.suspend is true")
     else:
         suspension = _condition("Suspended", False, "Active", "runs are scheduled")
+    conditions = [ready, suspension]
+    pool = definition.spec.get("pool")
+    if isinstance(pool, str):
+        conditions.append(_pool_condition(definition.namespace, pool, pool_found))
     return {
         "observedGeneration": observed,
         "schedule": schedule_text(definition.schedule_kind, definition.schedule),
@@ -82,8 +88,22 @@ def render(
         "nextRuns": upcoming,
         "lastScheduleTime": timestamp(definition.last_scheduled_for),
         "lastRun": _last_run(last_run),
-        "conditions": carry_transitions([ready, suspension], current, now=now),
+        "conditions": carry_transitions(conditions, current, now=now),
     }
+
+
+def _pool_condition(namespace: str, pool: str, found: bool) -> Obj:
+    if found:
+        return _condition(
+            "PoolReady", True, "PoolFound", f"runs start while ConcurrencyPool {pool} has room"
+        )
+    return _condition(
+        "PoolReady",
+        False,
+        "PoolNotFound",
+        f"ConcurrencyPool {pool} does not exist in namespace {namespace}; runs stay QUEUED"
+        " until it does",
+    )
 
 
 def render_rejected(
