@@ -18,7 +18,7 @@ import invariants
 from chaos.sampler import Sampled
 from pgsched.db.connection import Connection
 
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5")
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I9")
 
 
 def check(
@@ -40,6 +40,8 @@ def check(
         + sampled.violations["I3"],
         "I4": invariants.terminal_statuses_final(conn) + sampled.violations["I4"],
         "I5": invariants.attempts_keep_their_trail(conn),
+        # I2 for concurrency pools: at no instant more RUNNING runs than the pool's limit.
+        "I9": invariants.never_over_pool_limit(conn) + sampled.violations["I9"],
     }
 
 
