@@ -107,7 +107,7 @@ def test_a_pool_of_two_shared_by_four_jobs_never_has_three_jobs_running(
     )
 
 
-def test_a_job_naming_a_missing_pool_waits_with_a_condition_until_the_pool_exists(
+def test_a_job_naming_a_missing_or_deleted_pool_waits_with_a_condition(
     operators, sj, cluster, namespace
 ):
     operators.start()
@@ -139,3 +139,15 @@ def test_a_job_naming_a_missing_pool_waits_with_a_condition_until_the_pool_exist
         describe=lambda: "PoolReady to turn True",
     )
     assert ready["reason"] == "PoolFound"
+
+    # Deleted while the job still names it: the condition says so and new runs wait again.
+    cluster.kubectl("delete", "cpool", "licence", "-n", namespace, "--wait=true")
+    wait_for(
+        lambda: (found := condition(sj, "lonely", "PoolReady")) and found["status"] == "False",
+        60,
+        describe=lambda: "PoolReady to turn False after the pool was deleted",
+    )
+    sj.annotate("lonely", "pgsched.dev/run-now", "again")
+    sj.wait_runs("lonely", lambda runs: len(runs) == 2, 30, "the second run to be queued")
+    time.sleep(3)
+    assert [run["status"] for run in sj.runs("lonely")] == ["COMPLETED", "QUEUED"]
