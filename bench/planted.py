@@ -9,6 +9,8 @@ broken variants are made here, by the test or benchmark that wants them:
   database under test: the production function's own source (read back from the server,
   so it can never drift from it) with its per-definition advisory locks taken out;
   :func:`use_unlocked_claim` points this process's ``claim_for_dispatch`` query at it.
+- :func:`install_poolless_claim` creates the same function with its locks but without the
+  concurrency pools' limit: the planted I9 bug (pools over their limit).
 - :class:`LeaderlessTicker` is the real tick loop acting as leader on every tick, as a
   paused-then-woken leader would.
 
@@ -30,8 +32,15 @@ _REAL: dict[str, sql.SQL] = {}
 _CLAIM = "pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)"
 # What takes the locks in the function's source, and what each becomes: nothing.
 _LOCKS = {
-    "PERFORM pgsched.lock_definitions_for_dispatch(first_defs);": "NULL;",
+    "PERFORM pgsched.lock_for_dispatch(first_defs, first_pools);": "NULL;",
     "pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0))": "true",
+    "pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0))": "true",
+}
+
+
+# What checks a pool's room in the choice, and what it becomes: no check.
+_POOL_CHECK = {
+    "AND (eligible.pool IS NULL OR eligible.pool_n <= eligible.pool_room)": "",
 }
 
 
@@ -40,14 +49,24 @@ def install_unlocked_claim(conn: Connection) -> None:
 
     Call once per database, before any process uses it (concurrent CREATE OR REPLACE of one
     function fails with "tuple concurrently updated")."""
+    _install(conn, _LOCKS)
+
+
+def install_poolless_claim(conn: Connection) -> None:
+    """Create ``pgsched_planted.claim_for_dispatch``: the claim, locks and caps intact,
+    that ignores its pools' limits. Route to it with :func:`use_unlocked_claim`."""
+    _install(conn, _POOL_CHECK)
+
+
+def _install(conn: Connection, replacements: dict[str, str]) -> None:
     row = conn.execute("SELECT pg_get_functiondef(%s::regprocedure) AS source", [_CLAIM]).fetchone()
     assert row is not None
     source: str = row["source"]
-    for lock, nothing in _LOCKS.items():
+    for lock, nothing in replacements.items():
         if lock not in source:
             raise RuntimeError(
                 f"pgsched.claim_for_dispatch no longer contains {lock!r}: update the planted"
-                " bug in bench/planted.py to remove the locks it takes now"
+                " bug in bench/planted.py to remove what it does now"
             )
         source = source.replace(lock, nothing)
     source = source.replace(
@@ -58,8 +77,8 @@ def install_unlocked_claim(conn: Connection) -> None:
 
 
 def use_unlocked_claim(unlocked: bool = True) -> None:
-    """Point this process's ``claim_for_dispatch`` query at the unlocked claim (installed
-    beforehand), or back at the real one with ``unlocked=False``."""
+    """Point this process's ``claim_for_dispatch`` query at the planted claim (installed
+    beforehand: unlocked or poolless), or back at the real one with ``unlocked=False``."""
     found = queries._all()
     real = _REAL.setdefault("claim_for_dispatch", found["claim_for_dispatch"])
     text = real.as_string()

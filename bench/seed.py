@@ -109,6 +109,14 @@ def set_caps(conn: Connection, cap: int) -> None:
     conn.execute(queries.get("set_caps"), {"cap": cap})
 
 
+def set_pools(conn: Connection, pools: int, limit: int) -> None:
+    """Put the bench definitions into ``pools`` concurrency pools of ``limit`` (0: none)."""
+    params = {"pools": pools, "limit": limit}
+    for name in ("clear_pools", "seed_pools", "set_pools"):
+        conn.execute(queries.get(name), params)
+    conn.execute("ANALYZE pgsched.job_definitions")
+
+
 def queued(conn: Connection, count: int) -> None:
     """``count`` due QUEUED runs spread at random over the bench definitions."""
     conn.execute(queries.get("seed_queued"), {"count": count})

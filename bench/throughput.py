@@ -9,6 +9,11 @@ Same database, same 1,000 definitions, same freshly queued runs for every measur
   claiming it (one statement, both arms), so slots free up and the caps really bind:
   the dispatcher passes over candidates whose definition is running elsewhere.
 
+- *pooled*: as uncapped, with the 1,000 definitions in 10 concurrency pools whose limits
+  never bind either (100,000): the claim also waits for the pools' locks, sorted with the
+  definitions', and counts each pool's RUNNING runs — the cost of pools, as a ratio to raw
+  SKIP LOCKED measured in the same cell.
+
 ``dispatcher`` is ``dispatch.run_once`` with a no-op launcher (what a tick runs);
 ``dispatcher, try locks`` the same with ``try_locks=True`` (definitions another worker is
 claiming are skipped, not waited for: for several concurrent dispatchers). Both claim with
@@ -29,6 +34,7 @@ TITLE = "claim throughput, raw SKIP LOCKED vs dispatcher (issue 2)"
 DEFINITIONS = 1_000
 UNCAPPED = 100_000
 CAPPED = 1
+POOLS = 10
 FLOOR = 0.25
 
 RAW = Arm("raw", "raw")
@@ -60,6 +66,16 @@ def run(ctx: Context) -> Report:
                         batch=batch,
                         round_no=round_no,
                     )
+            seed.set_pools(conn, POOLS, UNCAPPED)
+            for batch in batches:
+                series.cell(
+                    ("pooled", capped_workers, batch),
+                    [RAW, DISPATCHER],
+                    workers=capped_workers,
+                    batch=batch,
+                    round_no=round_no,
+                )
+            seed.set_pools(conn, 0, UNCAPPED)
             seed.set_caps(conn, CAPPED)
             for batch in batches:
                 series.cell(
@@ -92,6 +108,7 @@ def run(ctx: Context) -> Report:
         ],
     )
     cells = [("uncapped", w, b) for w in worker_counts for b in batches]
+    cells += [("pooled", capped_workers, b) for b in batches]
     cells += [("capped", capped_workers, b) for b in batches]
     for cell in cells:
         variant, workers, batch = cell
@@ -99,7 +116,9 @@ def run(ctx: Context) -> Report:
             if not series.rates[(cell, arm)]:
                 continue
             report.add(
-                variant=variant if variant == "uncapped" else f"cap {CAPPED} + complete",
+                variant={"uncapped": "uncapped", "pooled": f"{POOLS} pools"}.get(
+                    variant, f"cap {CAPPED} + complete"
+                ),
                 workers=workers,
                 batch=batch,
                 arm=arm,
@@ -124,7 +143,7 @@ def run(ctx: Context) -> Report:
             FLOOR,
         )
     report.notes.append(
-        f"{DEFINITIONS} definitions; uncapped = max_concurrent_runs {UNCAPPED} (never binds); "
+        f"{DEFINITIONS} definitions; pooled = the same in {POOLS} pools of limit {UNCAPPED}; uncapped = max_concurrent_runs {UNCAPPED} (never binds); "
         f"capped = {CAPPED}, each batch completed right after its claim (one statement, every "
         f"arm); {rounds} rounds x {ctx.seconds:g}s windows; claims/s and CPU are medians of "
         "rounds, ratios medians of per-round ratios; CPU = worker process + its backend, and "

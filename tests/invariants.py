@@ -80,6 +80,34 @@ def never_over_cap(conn: Connection) -> list[str]:
     return problems
 
 
+def never_over_pool_limit(conn: Connection) -> list[str]:
+    """I9 from the recorded intervals: sweep every concurrency pool's [started_at,
+    finished_at) over all the jobs that name it, against the pool's limit (the limit at
+    the end: the race tests do not change it)."""
+    rows = conn.execute(
+        "SELECT d.pool, r.started_at, coalesce(r.finished_at, 'infinity') AS finished_at,"
+        " p.concurrency_limit AS pool_limit"
+        " FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id"
+        " JOIN pgsched.job_pools p ON p.namespace || '/' || p.name = d.pool"
+        " WHERE r.started_at IS NOT NULL"
+    ).fetchall()
+    events: dict[str, list[tuple[object, int]]] = defaultdict(list)
+    limits = {}
+    for row in rows:
+        events[row["pool"]].append((row["started_at"], 1))
+        events[row["pool"]].append((row["finished_at"], -1))
+        limits[row["pool"]] = row["pool_limit"]
+    problems = []
+    for pool, items in events.items():
+        running = peak = 0
+        for _, delta in sorted(items, key=lambda item: (item[0], -item[1])):
+            running += delta
+            peak = max(peak, running)
+        if peak > limits[pool]:
+            problems.append(f"pool {pool} reached {peak} running, limit {limits[pool]}")
+    return problems
+
+
 def every_attempt_terminal(conn: Connection) -> list[str]:
     """I3: nothing left behind."""
     rows = conn.execute(

@@ -7,16 +7,18 @@ same fenced ``lease.finish`` a job pod uses.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from bench import planted
 
 import previous_dispatch
-from pgsched.db import connection
+from pgsched.db import connection, queries
 from pgsched.engine import dispatch, lease
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import TickSettings
@@ -152,7 +154,8 @@ def leaderless_ticker(dsn: str, worker: int, seed: int, seconds: float) -> list[
 
 
 def sampler(dsn: str, stop: Any, results: Any) -> None:
-    """Sample live RUNNING counts against caps until ``stop`` is set (I2, observed live)."""
+    """Sample live RUNNING counts against caps and pool limits until ``stop`` is set (I2
+    and I9, observed live)."""
     samples, violations = 0, []
     with connection.connect(dsn, application_name="pgsched-sampler") as conn:
         while not stop.is_set():
@@ -163,6 +166,53 @@ def sampler(dsn: str, stop: Any, results: Any) -> None:
                 " GROUP BY r.definition_id, d.max_concurrent_runs"
                 " HAVING count(*) > d.max_concurrent_runs"
             ).fetchall()
+            # I9 too: no pool's RUNNING runs, across its jobs, above its limit.
+            rows += conn.execute(
+                "SELECT p.namespace || '/' || p.name AS pool, count(*) AS running,"
+                " p.concurrency_limit AS pool_limit"
+                " FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id"
+                " JOIN pgsched.job_pools p ON p.namespace || '/' || p.name = d.pool"
+                " WHERE r.status = 'RUNNING'"
+                " GROUP BY p.namespace, p.name, p.concurrency_limit"
+                " HAVING count(*) > p.concurrency_limit"
+            ).fetchall()
             samples += 1
             violations += [dict(row) for row in rows]
     results.put((samples, violations))
+
+
+def killed_claimer(dsn: str, rounds: int, pause: float) -> int:
+    """Claims in a transaction that never commits: each round its session is terminated
+    while it holds the claim's locks and its uncommitted RUNNING rows. Returns the number
+    of sessions killed mid-claim."""
+    killed = 0
+    with connection.connect(dsn, application_name="pgsched-killer") as killer:
+        for _ in range(rounds):
+            victim = psycopg.connect(dsn, application_name="pgsched-victim", autocommit=False)
+            try:
+                pid = victim.info.backend_pid
+                victim.execute(queries.get("claim_for_dispatch"), _CLAIM_ALL).fetchall()
+                time.sleep(pause)  # others now wait for (or skip) what it holds
+                killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+                killed += 1
+            except psycopg.Error:
+                pass  # the victim lost its session: what we wanted
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    victim.close()
+            time.sleep(pause)
+    return killed
+
+
+_CLAIM_ALL = {
+    "batch_size": 25,
+    "overshoot": 4,
+    "now": None,
+    "definition_ids": None,
+    "try_locks": False,
+}
+
+
+def pool_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
+    """Even workers wait for their locks (sorted), odd ones try them first."""
+    return dispatcher(dsn, worker, seed, seconds, try_locks=bool(worker % 2))

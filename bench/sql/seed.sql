@@ -15,6 +15,22 @@ FROM unnest(%(names)s::text[], %(kinds)s::text[], %(schedules)s::text[], %(zones
 -- name: set_caps
 UPDATE pgsched.job_definitions SET max_concurrent_runs = %(cap)s WHERE namespace = 'bench';
 
+-- name: clear_pools
+DELETE FROM pgsched.job_pools WHERE namespace = 'bench';
+
+-- name: seed_pools
+INSERT INTO pgsched.job_pools (namespace, name, concurrency_limit)
+SELECT 'bench', 'pool-' || n, %(limit)s FROM generate_series(0, %(pools)s - 1) AS n;
+
+-- name: set_pools
+-- Every bench definition into one of %(pools)s concurrency pools (round robin by name);
+-- %(pools)s = 0 takes them all out again.
+UPDATE pgsched.job_definitions
+SET spec = CASE WHEN %(pools)s = 0 THEN spec - 'pool'
+                ELSE spec || jsonb_build_object('pool',
+                    'pool-' || (split_part(name, '-', 2)::int %% greatest(%(pools)s, 1))) END
+WHERE namespace = 'bench';
+
 -- name: seed_queued
 -- Due QUEUED runs, each of a random definition; scheduled_for strictly increasing (one
 -- millisecond apart, all in the past) so one batch never collides with itself; a refill

@@ -1,11 +1,12 @@
 """Generate the reference sections of ``docs/configuration.md`` and ``README.md`` from their sources.
 
-Two sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
+Three sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
 ``<!-- END GENERATED: name -->`` markers, so the prose around them stays hand-written:
 
 - ``crd``: every field of the ScheduledJob spec, from ``crds/scheduledjobs.pgsched.dev.yaml``
   (type, default, allowed values, description), stopping at ``jobTemplate`` (a batch/v1
   JobTemplateSpec, documented by Kubernetes);
+- ``pool``: every field of the ConcurrencyPool spec, from ``crds/concurrencypools.pgsched.dev.yaml``;
 - ``values``: every Helm value, from ``charts/pgsched/values.yaml`` — its default and the
   comment block above it (``# -- text`` or plain ``# text``) — once the chart exists.
 
@@ -32,6 +33,7 @@ DOC = ROOT / "docs" / "configuration.md"
 # Every document that carries generated sections (the README's configuration reference too).
 DOCS = (DOC, ROOT / "README.md")
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
+POOL_CRD = ROOT / "crds" / "concurrencypools.pgsched.dev.yaml"
 VALUES = ROOT / "charts" / "pgsched" / "values.yaml"
 _SECTION = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[a-z]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
@@ -156,7 +158,11 @@ def _comments(text: str) -> dict[str, str]:
 
 
 def render(doc: str) -> str:
-    generators = {"crd": crd_section, "values": values_section}
+    generators = {
+        "crd": crd_section,
+        "pool": lambda: crd_section(POOL_CRD),
+        "values": values_section,
+    }
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")

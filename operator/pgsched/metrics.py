@@ -58,6 +58,14 @@ AUTO_SUSPENDED = Gauge(
     "1 for a ScheduledJob suspended after failureSuspendThreshold consecutive failures.",
     ["namespace", "scheduledjob"],
 )
+# Per ConcurrencyPool (a pool that jobs name but that does not exist has no limit series).
+POOL_LIMIT = Gauge("pgsched_pool_limit", "A ConcurrencyPool's limit.", ["namespace", "pool"])
+POOL_RUNNING = Gauge(
+    "pgsched_pool_running", "RUNNING runs of a ConcurrencyPool's jobs.", ["namespace", "pool"]
+)
+POOL_QUEUED = Gauge(
+    "pgsched_pool_queued", "Due QUEUED runs of a ConcurrencyPool's jobs.", ["namespace", "pool"]
+)
 KUBE_REQUESTS = Counter(
     "pgsched_kube_requests_total",
     "Kubernetes API requests by verb and response code.",

@@ -53,7 +53,13 @@ _ENGINE_FIELDS = {
     "runAtInPast",
 }
 MAX_UPSTREAMS = 20
-_EXTRA_FIELDS = {"jobTemplate", "job", "successfulRunsHistoryLimit", "failedRunsHistoryLimit"}
+_EXTRA_FIELDS = {
+    "jobTemplate",
+    "job",
+    "successfulRunsHistoryLimit",
+    "failedRunsHistoryLimit",
+    "pool",
+}
 
 
 __all__ = ["FieldError", "SpecError", "parse"]  # the errors are validation's, named here too
@@ -565,6 +571,13 @@ def _heartbeat(check: _Checker) -> tuple[int, int, int]:
 def _extra_fields(check: _Checker) -> None:
     for key in ("successfulRunsHistoryLimit", "failedRunsHistoryLimit"):
         check.integer(check.spec, key, path=key, default=None, minimum=0, example=f"{key}: 3")
+    pool = check.spec.get("pool")
+    if pool is not None and not (isinstance(pool, str) and names.OBJECT_NAME.match(pool)):
+        check.fail(
+            "pool",
+            f"{pool!r} is not a ConcurrencyPool name (lowercase letters, digits, '-' or '.')",
+            "pool: warehouse",
+        )
     template = check.spec.get("jobTemplate")
     if template is not None and not isinstance(template, Mapping):
         check.fail("jobTemplate", f"must be an object, got {_describe(template)}")

@@ -18,7 +18,7 @@ import invariants
 from chaos.sampler import Sampled
 from pgsched.db.connection import Connection
 
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I8", "I10")
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I8", "I9", "I10")
 
 
 def check(
@@ -44,6 +44,8 @@ def check(
         "I4": invariants.terminal_statuses_final(conn) + sampled.violations["I4"],
         "I5": invariants.attempts_keep_their_trail(conn),
         "I10": invariants.chained_exactly_once(conn),
+        # I2 for concurrency pools: at no instant more RUNNING runs than the pool's limit.
+        "I9": invariants.never_over_pool_limit(conn) + sampled.violations["I9"],
     }
 
 

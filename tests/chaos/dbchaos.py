@@ -15,6 +15,8 @@ Planted bugs (self-tests only), ``config.planted``:
 - ``unfenced-finish``: jobs ignore a lost lease and finish with an unfenced UPDATE → I4;
 - ``forgetful-finish``: an acknowledged COMPLETED is rolled back, as an asynchronous
   failover would lose it → I8 (the job host's execution log still shows it).
+- ``poolless-dispatch``: the claim keeps its locks and caps but ignores the concurrency
+  pools' limits (``planted.install_poolless_claim``) → I9.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from pgsched.devenv.postgres import PostgresServer
 from pgsched.engine import definitions
 from pgsched.k8s import names
 
-PLANTED = ("unlocked-dispatch", "unfenced-finish", "forgetful-finish")
+PLANTED = ("unlocked-dispatch", "unfenced-finish", "forgetful-finish", "poolless-dispatch")
 
 
 def _environment() -> dict[str, str]:
@@ -67,6 +69,7 @@ class DatabaseChaos(ChaosDriver):
         job_seconds: tuple[float, float] = (1.0, 10.0),
         tick_interval: float = 0.2,
         backlog: int = 0,
+        pooled_share: float = 0.1,
     ) -> None:
         super().__init__(config, server, work_dir)
         if config.planted not in (None, *PLANTED):
@@ -76,6 +79,7 @@ class DatabaseChaos(ChaosDriver):
         self._job_seconds = job_seconds
         self._tick_interval = tick_interval
         self._backlog = backlog
+        self._pooled_share = pooled_share
         # A short path: AF_UNIX socket paths are limited to 107 bytes.
         self._socket_dir = Path(tempfile.mkdtemp(prefix="chaos-"))
         self._socket = self._socket_dir / "jobhost.sock"
@@ -90,8 +94,13 @@ class DatabaseChaos(ChaosDriver):
             invariants.install_run_audit(conn)
             if self.config.planted == "unlocked-dispatch":
                 planted.install_unlocked_claim(conn)
+            elif self.config.planted == "poolless-dispatch":
+                planted.install_poolless_claim(conn)
             self._definition_ids = workload.create_definitions(
-                conn, random.Random(f"{self.config.seed}:definitions"), self._definitions
+                conn,
+                random.Random(f"{self.config.seed}:definitions"),
+                self._definitions,
+                pooled_share=self._pooled_share,
             )
             workload.enqueue_backlog(conn, self._definition_ids, self._backlog)
         self._launch_log.touch()
@@ -147,6 +156,9 @@ class DatabaseChaos(ChaosDriver):
         ]
         if self.config.planted == "unlocked-dispatch":
             command += ["--leaderless", "--unlocked-dispatch"]
+        elif self.config.planted == "poolless-dispatch":
+            # The same routing to the planted copy of the claim: here the poolless one.
+            command += ["--unlocked-dispatch"]
         return self._spawn(command, f"replica-{index}.log")
 
     def start_load(self) -> None:

@@ -4,6 +4,7 @@ A sampler thread reads the live state every ``interval`` seconds (reconnecting t
 database restarts) and reports each violation once:
 
 - I2 live: a definition with more RUNNING runs than its cap right now;
+- I9 live: a concurrency pool with more RUNNING runs (across its jobs) than its limit;
 - I3 live: a RUNNING run silent for longer than its heartbeat (or orphan) timeout plus the
   stall slack — the reaper should have ended it — or a due QUEUED run waiting longer than
   the queue bound;
@@ -33,6 +34,14 @@ WHERE r.status = 'RUNNING'
 GROUP BY r.definition_id, d.max_concurrent_runs
 HAVING count(*) > d.max_concurrent_runs
 """
+_OVER_POOL_LIMIT = """
+SELECT d.pool, count(*) AS running, p.concurrency_limit AS pool_limit
+FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
+JOIN pgsched.job_pools p ON p.namespace || '/' || p.name = d.pool
+WHERE r.status = 'RUNNING'
+GROUP BY d.pool, p.concurrency_limit
+HAVING count(*) > p.concurrency_limit
+"""
 _SILENT = """
 SELECT r.id, extract(epoch FROM now() - coalesce(r.heartbeat_at, r.started_at)) AS silent,
        CASE WHEN r.heartbeat_at IS NULL THEN d.orphan_timeout_seconds
@@ -59,7 +68,9 @@ def _outcome(row: dict[str, Any]) -> tuple[object, ...]:
 @dataclass
 class Sampled:
     samples: int = 0
-    violations: dict[str, list[str]] = field(default_factory=lambda: {"I2": [], "I3": [], "I4": []})
+    violations: dict[str, list[str]] = field(
+        default_factory=lambda: {"I2": [], "I3": [], "I4": [], "I9": []}
+    )
     terminal: dict[int, tuple[object, ...]] = field(default_factory=dict)
     max_overdue_seconds: float = 0.0  # longest silence beyond a heartbeat/orphan timeout
     max_queue_wait_seconds: float = 0.0
@@ -107,6 +118,7 @@ class Sampler(threading.Thread):
     def sample(self, conn: Connection) -> None:
         result = self.result
         over_cap = conn.execute(_OVER_CAP).fetchall()
+        over_pool_limit = conn.execute(_OVER_POOL_LIMIT).fetchall()
         silent = conn.execute(_SILENT).fetchall()
         waiting = conn.execute(_WAITING).fetchall()
         terminal = conn.execute(_TERMINAL, {"since": self._since}).fetchall()
@@ -116,6 +128,13 @@ class Sampler(threading.Thread):
                 f"cap:{row['definition_id']}:{row['running']}",
                 f"live: definition {row['definition_id']} had {row['running']} RUNNING runs,"
                 f" cap {row['cap']}",
+            )
+        for row in over_pool_limit:
+            self._report(
+                "I9",
+                f"pool:{row['pool']}:{row['running']}",
+                f"live: pool {row['pool']} had {row['running']} RUNNING runs,"
+                f" limit {row['pool_limit']}",
             )
         result.peak_running = max(result.peak_running, len(silent))
         for row in silent:

@@ -41,6 +41,31 @@ def test_the_checker_catches_caps_exceeded_when_dispatch_skips_its_advisory_lock
     assert report.violations["I1"] == [], report.summary()
 
 
+def test_the_checker_catches_pools_over_their_limit_when_the_claim_ignores_them(
+    chaos_postgres, tmp_path
+):
+    """Every definition joins a pool (limits 2 and 4) and has a backlog; the replicas claim
+    through a planted copy of the claim that keeps its locks and caps but not the pools'
+    limits, so the pools run over (I9) while caps hold (I2)."""
+    config = ChaosConfig("db", seconds=15, planted="poolless-dispatch", fault_kinds=())
+    chaos = DatabaseChaos(
+        config,
+        chaos_postgres,
+        tmp_path,
+        definitions=8,
+        requests_per_second=3,
+        job_seconds=(0.3, 1.0),
+        tick_interval=0.05,
+        backlog=25,
+        pooled_share=1.0,
+    )
+
+    report = chaos.run()
+
+    assert report.violations["I9"], report.summary()
+    assert report.violations["I2"] == [], report.summary()
+
+
 def test_the_checker_catches_outcomes_overwritten_when_jobs_finish_unfenced(
     chaos_postgres, tmp_path
 ):

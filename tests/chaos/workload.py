@@ -4,7 +4,8 @@ Database variant: a few hundred definitions, caps 1-3, every one scheduled every
 a quarter on the cron ``* * * * *`` (a stampede at each full minute), the rest on RRULEs
 ``FREQ=MINUTELY;BYSECOND=n`` spread over the minute — with concurrency policies mostly
 ``Queue`` and some ``Skip``/``Replace``, some starting deadlines, short heartbeat timeouts
-and retries for the infrastructure reasons. On top, a steady stream of run-now requests
+and retries for the infrastructure reasons; a share of them (10% by default) join one of
+two concurrency pools (limits 2 and 4, checked as I9). On top, a steady stream of run-now requests
 (each with its own token, retried with the *same* token when the database was away, which
 is exactly the idempotency the operator relies on) and an occasional cancel.
 
@@ -28,10 +29,11 @@ import psycopg
 from pgsched import spec as spec_module
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
-from pgsched.engine import definitions, runs
+from pgsched.engine import definitions, pools, runs
 
 log = logging.getLogger(__name__)
 
+POOLS = {"pool-a": 2, "pool-b": 4}
 HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 5, "orphanTimeoutSeconds": 12}
 RETRY_POLICY = {"maxAttempts": 4, "backoff": {"initialSeconds": 1, "maxSeconds": 4}}
 
@@ -66,12 +68,18 @@ def _name(index: int) -> str:
     return f"chaos-{index:03d}"
 
 
-def create_definitions(conn: Connection, rng: random.Random, count: int) -> list[uuid.UUID]:
+def create_definitions(
+    conn: Connection, rng: random.Random, count: int, *, pooled_share: float = 0.1
+) -> list[uuid.UUID]:
     now = datetime.now(UTC)
+    for pool, limit in POOLS.items():
+        pools.upsert(conn, "chaos", pool, limit)
     ids = []
     for index in range(count):
         name = _name(index)
         spec = definition_spec(rng, index)
+        if rng.random() < pooled_share:
+            spec["pool"] = rng.choice(list(POOLS))
         parsed = spec_module.parse(spec, hash_seed=f"chaos/{name}", anchor=now, now=now)
         key = definitions.DefinitionKey(
             id=uuid.UUID(int=rng.getrandbits(128)),

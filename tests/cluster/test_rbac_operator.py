@@ -30,6 +30,7 @@ pytestmark = pytest.mark.cluster
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "pgsched"
 SJ = "scheduledjobs.pgsched.dev"
+POOLS = "concurrencypools.pgsched.dev"
 
 # Every permission the operator uses (see charts/pgsched/templates/rbac.yaml for why).
 USED = [
@@ -39,6 +40,11 @@ USED = [
     ("patch", SJ, ""),
     ("patch", SJ, "status"),
     ("update", SJ, "finalizers"),
+    ("get", POOLS, ""),
+    ("list", POOLS, ""),
+    ("watch", POOLS, ""),
+    ("patch", POOLS, ""),
+    ("patch", POOLS, "status"),
     ("create", "jobs.batch", ""),
     ("get", "jobs.batch", ""),
     ("list", "jobs.batch", ""),
@@ -63,6 +69,8 @@ FORBIDDEN_EVERYWHERE = [
     ("get", "pods", "log"),
     ("create", SJ, ""),
     ("delete", SJ, ""),
+    ("create", POOLS, ""),
+    ("delete", POOLS, ""),
     ("update", SJ, ""),
     ("update", SJ, "status"),
     ("patch", "jobs.batch", ""),

@@ -41,6 +41,7 @@ def test_throughput_measures_raw_and_dispatcher_and_their_ratio(ctx: Context) ->
     engine = ("raw", "dispatcher", "dispatcher, try locks")
     measured = [("uncapped", arm) for arm in engine]
     measured += [("cap 1 + complete", arm) for arm in engine]
+    measured += [("10 pools", arm) for arm in engine[:2]]
     for variant, arm in measured:
         row = arms[(variant, arm)]
         assert positive(row["claims/s"]) and positive(row["ratio to raw"]), row

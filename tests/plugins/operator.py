@@ -1,6 +1,7 @@
 """Running the real operator against the local control plane and a real database.
 
-- ``crd`` (session): the ScheduledJob CRD from ``crds/`` applied and established.
+- ``crd`` (session): the CRDs from ``crds/`` (ScheduledJob, ConcurrencyPool) applied and
+  established.
 - ``job_dsn_secret``: a database role for job pods (member of ``pgsched_job``) and the
   ``pgsched-job-dsn`` Secret holding its DSN in the test namespace, as the chart wires it.
 - ``operators``: start ``pgsched operator`` replicas as real processes (``operators.start()``),
@@ -29,14 +30,18 @@ from pgsched.devenv.operators import OperatorProcess, start_operator
 from pgsched.devenv.waiting import wait_for
 
 ROOT = Path(__file__).parents[2]
-CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
+CRDS = ROOT / "crds"
 
 
 @pytest.fixture(scope="session")
 def crd(cluster: ControlPlane) -> None:
-    cluster.kubectl("apply", "-f", str(CRD))
+    cluster.kubectl("apply", "-f", str(CRDS))
     cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/scheduledjobs.pgsched.dev", "--timeout=60s"
+        "wait",
+        "--for=condition=Established",
+        "crd/scheduledjobs.pgsched.dev",
+        "crd/concurrencypools.pgsched.dev",
+        "--timeout=60s",
     )
 
 

@@ -24,8 +24,8 @@ from pgsched.k8s.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pgsched"
-CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
-CHART_CRD = CHART / "files" / "crds" / "scheduledjobs.pgsched.dev.yaml"
+CRDS = ROOT / "crds"
+CHART_CRDS = CHART / "files" / "crds"
 # Where `pgsched operator` reads its environment: the settings and the log level.
 SETTINGS_SOURCES = [
     ROOT / "operator" / "pgsched" / path for path in ("k8s/settings.py", "cli/main.py")
@@ -228,25 +228,34 @@ def test_every_schema_property_is_described_and_is_a_value():
 # -- the CRD -----------------------------------------------------------------------------------
 
 
-def test_chart_crd_is_the_repository_crd_byte_for_byte():
-    assert CHART_CRD.read_bytes() == CRD.read_bytes(), (
-        "charts/pgsched/files/crds/ drifted from crds/; regenerate it with:\n"
-        "  cp crds/scheduledjobs.pgsched.dev.yaml charts/pgsched/files/crds/"
-    )
+def test_chart_crds_are_the_repository_crds_byte_for_byte():
+    names = sorted(path.name for path in CRDS.glob("*.yaml"))
+    assert names == ["concurrencypools.pgsched.dev.yaml", "scheduledjobs.pgsched.dev.yaml"]
+    assert sorted(path.name for path in CHART_CRDS.glob("*.yaml")) == names
+    for name in names:
+        assert (CHART_CRDS / name).read_bytes() == (CRDS / name).read_bytes(), (
+            "charts/pgsched/files/crds/ drifted from crds/; regenerate it with:\n"
+            "  cp crds/*.yaml charts/pgsched/files/crds/"
+        )
 
 
-def test_rendered_crd_is_the_repository_crd_plus_labels_and_the_keep_policy(helm_binary):
-    original = yaml.safe_load(CRD.read_text())
+def test_rendered_crds_are_the_repository_crds_plus_labels_and_the_keep_policy(helm_binary):
+    originals = {
+        crd["metadata"]["name"]: crd
+        for crd in (yaml.safe_load(path.read_text()) for path in CRDS.glob("*.yaml"))
+    }
 
-    [kept] = of_kind(render(helm_binary), "CustomResourceDefinition")
-    [unkept] = of_kind(render(helm_binary, sets=("crds.keep=false",)), "CustomResourceDefinition")
+    kept = of_kind(render(helm_binary), "CustomResourceDefinition")
+    unkept = of_kind(render(helm_binary, sets=("crds.keep=false",)), "CustomResourceDefinition")
     without = of_kind(render(helm_binary, sets=("crds.install=false",)), "CustomResourceDefinition")
 
-    assert kept["spec"] == original["spec"]
-    assert kept["metadata"]["name"] == original["metadata"]["name"]
-    assert kept["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
-    assert original["metadata"]["labels"].items() <= kept["metadata"]["labels"].items()
-    assert "annotations" not in unkept["metadata"]
+    assert sorted(crd["metadata"]["name"] for crd in kept) == sorted(originals)
+    for crd in kept:
+        original = originals[crd["metadata"]["name"]]
+        assert crd["spec"] == original["spec"]
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert original["metadata"]["labels"].items() <= crd["metadata"]["labels"].items()
+    assert len(unkept) == 2 and all("annotations" not in crd["metadata"] for crd in unkept)
     assert without == []
 
 

@@ -66,6 +66,24 @@ def test_auto_suspension_is_a_condition_with_the_reason():
     assert rendered["nextRuns"] == [] and rendered["suspended"] is True
 
 
+def test_a_job_naming_a_missing_pool_says_so_and_one_without_a_pool_has_no_pool_condition():
+    pooled = definition(spec={"pool": "warehouse"})
+    missing = conditions(status.render(pooled, last_run=None, active=0, now=T0, pool_found=False))
+    found = conditions(status.render(pooled, last_run=None, active=0, now=T0, pool_found=True))
+    plain = conditions(status.render(definition(), last_run=None, active=0, now=T0))
+
+    assert (missing["PoolReady"]["status"], missing["PoolReady"]["reason"]) == (
+        "False",
+        "PoolNotFound",
+    )
+    assert (
+        "ConcurrencyPool warehouse does not exist in namespace jobs"
+        in (missing["PoolReady"]["message"])
+    )
+    assert (found["PoolReady"]["status"], found["PoolReady"]["reason"]) == ("True", "PoolFound")
+    assert "PoolReady" not in plain
+
+
 def test_a_rejected_generation_is_not_ready_and_says_what_remains_in_force():
     rendered = status.render(
         definition(generation=3, rejected_generation=4, rejection="spec.timeZone: unknown"),

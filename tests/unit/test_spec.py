@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgsched import spec
 from pgsched.engine import definitions
 from pgsched.engine.retry import RetryPolicy
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -161,6 +165,13 @@ def test_full_spec_round_trips():
             "is not a job kind name",
             "kind: nightly-report",
         ),
+        (
+            {"schedule": "* * * * *", "pool": "Warehouse_1"},
+            "pool",
+            "is not a ConcurrencyPool name",
+            "pool: warehouse",
+        ),
+        ({"schedule": "* * * * *", "pool": 3}, "pool", "is not a ConcurrencyPool name", None),
         ({"schedule": "* * * * *", "scheduel": "x"}, "scheduel", "unknown field", None),
     ],
 )
@@ -171,6 +182,10 @@ def test_bad_field_is_named_with_the_value_and_an_example(fields, path, complain
     if example:
         assert example in (found[path].example or "")
     assert str(found[path]).startswith(f"spec.{path}: ")
+
+
+def test_a_pool_name_is_accepted_and_kept_with_the_spec():
+    assert parse(schedule="0 2 * * *", pool="warehouse").extra["pool"] == "warehouse"
 
 
 def test_exactly_one_schedule_kind():
@@ -263,3 +278,14 @@ def test_fuzzed_schedule_text_raises_nothing_but_spec_errors(text):
     for field in ("schedule", "rrule", "runAt"):
         with contextlib.suppress(spec.SpecError):
             spec.parse({field: text}, hash_seed="ns/job", anchor=NOW, now=NOW)
+
+
+def test_the_warehouse_pool_example_is_valid():
+    """examples/warehouse-pool.yaml: a pool of 2 (what the CRD admits) and four jobs in it."""
+    documents = list(yaml.safe_load_all((EXAMPLES / "warehouse-pool.yaml").read_text()))
+    [pool] = [doc for doc in documents if doc["kind"] == "ConcurrencyPool"]
+    jobs = [doc for doc in documents if doc["kind"] == "ScheduledJob"]
+    assert pool["spec"] == {"limit": 2} and len(jobs) == 4
+    for job in jobs:
+        parsed = spec.parse(job["spec"], hash_seed=job["metadata"]["name"], anchor=NOW, now=NOW)
+        assert parsed.extra["pool"] == pool["metadata"]["name"]

@@ -1,7 +1,7 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
 One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0009) so that it is one round trip and the
+``pgsched.claim_for_dispatch`` (migration 0010) so that it is one round trip and the
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
@@ -22,12 +22,20 @@ network round trips:
 4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
    cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
 
+Concurrency pools (``spec.pool``) add one limit shared by every job that joins the pool:
+step 2 also locks ``hashtextextended('pool:' || namespace/name, 0)`` for the candidates'
+pools, sorted together with the definitions' keys (one order, so no deadlock); step 3
+counts each pool's live RUNNING runs after the locks; step 4 claims a run only while its
+pool has room too. Within a pool the oldest ``scheduled_for`` goes first, whichever job it
+belongs to; a pool that does not exist has no room, so its jobs' runs wait.
+
 The commit releases every lock. Launching happens afterwards, outside the transaction: a
 launch failure ends the run ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle``
 applies the retry policy to it like to any other failure.
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
-due run of a definition at its cap as ``SKIPPED/ConcurrencyPolicy``; ``Replace`` asks the
+due run of a definition at its cap (or its pool at its limit, named in the error) as
+``SKIPPED/ConcurrencyPolicy``; ``Replace`` asks the
 oldest running runs to stop (cooperatively) and leaves the new run queued until they have.
 """
 

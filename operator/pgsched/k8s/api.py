@@ -278,3 +278,15 @@ def scheduled_job_path(namespace: str, name: str, subresource: str | None = None
         name=name,
         subresource=subresource,
     )
+
+
+def pool_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    """The API path of a ConcurrencyPool (or of its ``status`` subresource)."""
+    return path_of(
+        group=names.GROUP,
+        version=names.VERSION,
+        namespace=namespace,
+        plural=names.POOL_PLURAL,
+        name=name,
+        subresource=subresource,
+    )

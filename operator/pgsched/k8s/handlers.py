@@ -10,7 +10,9 @@ idempotent, so two replicas handling the same event do the same harmless thing t
 - ScheduledJob deleted → the finalizer marks the definition deleted, cancels queued runs,
   asks running ones to stop and holds the deletion until none is running (their Jobs go
   with the ScheduledJob afterwards: owner references);
-- one of our Jobs finished or vanished → the run's outcome, recorded fenced.
+- one of our Jobs finished or vanished → the run's outcome, recorded fenced;
+- ConcurrencyPool created/updated/resumed/deleted → its limit upserted into (or removed
+  from) ``job_pools``, and the PoolReady condition of the jobs that name it refreshed.
 
 Business rules live in the engine; errors from the database are raised as
 ``kopf.TemporaryError`` so kopf retries the handler.
@@ -18,8 +20,9 @@ Business rules live in the engine; errors from the database are raised as
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,7 +35,7 @@ from psycopg_pool import ConnectionPool
 from pgsched import logs, metrics
 from pgsched import spec as spec_module
 from pgsched.db import clock
-from pgsched.engine import chain, definitions, runs
+from pgsched.engine import chain, definitions, pools, runs
 from pgsched.k8s import api, names, outcomes, status
 from pgsched.k8s.publisher import Publisher
 
@@ -262,6 +265,68 @@ def delete(uid: str, meta: Any, memo: Any, **_: Any) -> None:
             delay=2,
         )
     log.info("%s deleted: no run is running, the finalizer is released", where)
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, names.POOL_PLURAL)
+@kopf.on.create(names.GROUP, names.VERSION, names.POOL_PLURAL)
+@kopf.on.update(names.GROUP, names.VERSION, names.POOL_PLURAL)
+def reconcile_pool(spec: Any, meta: Any, memo: Any, **_: Any) -> None:
+    context = _context(memo)
+    namespace, name = meta["namespace"], meta["name"]
+    limit = spec.get("limit")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        # The CRD's schema refuses this at admission; a pool applied without it is
+        # ignored (its jobs wait), never retried in a loop.
+        log.warning(
+            "ConcurrencyPool %s/%s: spec.limit must be an integer of at least 1, got %r"
+            " (example: limit: 2); ignored",
+            namespace,
+            name,
+            limit,
+        )
+        return
+    with _database(), context.pool.connection() as conn:
+        pools.upsert(conn, namespace, name, limit, now=context.clock())
+        _refresh_members(context, conn, namespace, name)
+    log.info("ConcurrencyPool %s/%s: limit %d", namespace, name, limit)
+
+
+@kopf.on.delete(names.GROUP, names.VERSION, names.POOL_PLURAL)
+def delete_pool(meta: Any, memo: Any, **_: Any) -> None:
+    context = _context(memo)
+    namespace, name = meta["namespace"], meta["name"]
+    with _database(), context.pool.connection() as conn:
+        pools.delete(conn, namespace, name)
+        _refresh_members(context, conn, namespace, name)
+    log.info("ConcurrencyPool %s/%s deleted: the jobs that name it wait", namespace, name)
+
+
+@contextlib.contextmanager
+def _database() -> Iterator[None]:
+    """Database and API errors become kopf retries, counted like the other handlers'."""
+    try:
+        yield
+    except psycopg.Error as error:
+        metrics.DB_ERRORS.labels("handlers").inc()
+        raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
+    except api.ApiError as error:
+        raise kopf.TemporaryError(f"Kubernetes API error, will retry: {error}", delay=5) from error
+
+
+def _refresh_members(context: Context, conn: Any, namespace: str, name: str) -> None:
+    """Re-render the status (PoolReady) of every live job that names the pool."""
+    for definition_id in pools.members(conn, namespace, name):
+        definition = definitions.get(conn, definition_id)
+        if definition is None:
+            continue
+        try:
+            current = context.kube.get(api.scheduled_job_path(namespace, definition.name))
+        except api.ApiError as error:
+            if error.not_found:
+                continue
+            raise
+        if current.get("metadata", {}).get("uid") == str(definition.id):
+            context.publisher.patch_status(conn, definition, current)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN_ID: kopf.PRESENT})

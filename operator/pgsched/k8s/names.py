@@ -16,6 +16,7 @@ VERSION = "v1alpha1"
 PLURAL = "scheduledjobs"
 KIND = "ScheduledJob"
 API_VERSION = f"{GROUP}/{VERSION}"
+POOL_PLURAL = "concurrencypools"
 
 LABEL_RUN_ID = f"{GROUP}/run-id"
 LABEL_SCHEDULED_JOB = f"{GROUP}/scheduledjob"

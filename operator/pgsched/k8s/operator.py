@@ -8,7 +8,7 @@ schedule safely. Then, on every replica:
   every replica handles every event, handlers are idempotent;
 - the tick thread runs the engine loop; one replica leads each tick (advisory lock);
 - the publisher thread runs the operator's services (``engine.loop``): the run-events
-  outbox into Events and statuses, the gauges, the verdicts of silent runs, the resync;
+  outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of silent runs, the resync;
 - ``/healthz`` (kopf's liveness endpoint) fails when a thread is dead or the tick loop
   stopped making progress; Prometheus metrics are served on their own port.
 
@@ -41,7 +41,7 @@ from pgsched.db import connection, preflight, replication
 from pgsched.db.session import Session
 from pgsched.engine import loop
 from pgsched.engine.tick import Ticker, TickResult
-from pgsched.k8s import api, gauges, handlers, names, resync, verdicts
+from pgsched.k8s import api, gauges, handlers, names, pool_status, resync, verdicts
 from pgsched.k8s.launcher import KubernetesLauncher
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
@@ -92,6 +92,7 @@ class EngineThreads:
         session = Session(self._connector("pgsched-publisher"))
         kube = publisher.kube  # the background share of the API tokens
         settings = self.settings
+        pools_seen = pool_status.PoolStatus(kube)
         services = [
             loop.Service(
                 "publishing run events",
@@ -102,6 +103,11 @@ class EngineThreads:
             loop.Service(
                 "gauges",
                 lambda: gauges.run_once(session.connection(), now=self.clock()),
+                settings.gauge_interval_seconds,
+            ),
+            loop.Service(
+                "pool status",
+                lambda: pools_seen.run_once(session.connection()),
                 settings.gauge_interval_seconds,
             ),
             loop.Service(
@@ -228,7 +234,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
-    require_served(kube, group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
+    for plural in (names.PLURAL, names.POOL_PLURAL):
+        require_served(kube, group=names.GROUP, version=names.VERSION, plural=plural)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
     publisher = Publisher(kube.background(), clock=clock)
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)

@@ -32,7 +32,7 @@ from uuid import UUID
 from pgsched import metrics
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import chain, definitions, runs
+from pgsched.engine import chain, definitions, pools, runs
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.k8s import api, cleanup, names, status
 from pgsched.k8s.names import Obj
@@ -208,6 +208,7 @@ class Publisher:
                 conn, definition.id, namespace=definition.namespace, name=definition.name
             ),
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
+            pool_found=_pool_found(conn, definition),
         )
         path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
         self.kube.merge_patch(path, {"status": new})
@@ -225,6 +226,11 @@ class Publisher:
                     at=suspended_at,
                 )
         return new
+
+
+def _pool_found(conn: Connection, definition: Definition) -> bool:
+    pool = definition.spec.get("pool")
+    return not isinstance(pool, str) or pools.exists(conn, definition.namespace, pool)
 
 
 def _event_kind(row: Obj) -> tuple[str, str] | None:

@@ -46,11 +46,13 @@ def render(
     current: Obj | None = None,
     links: chain.Links | None = None,
     triggered: list[chain.Triggered] | None = None,
+    pool_found: bool = True,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
 
     ``links`` (its upstreams and downstreams) and ``triggered`` (the runs its last run
-    queued downstream) show the chain both ways.
+    queued downstream) show the chain both ways. ``pool_found`` says whether the
+    ConcurrencyPool its spec.pool names exists (ignored without spec.pool).
 
     ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
     RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
@@ -123,6 +125,9 @@ def render(
     upstream_names = [item.scheduled_job for item in links.upstreams] if links else []
     if definition.schedule_kind == "once":
         conditions.append(_completion(definition, last_run, active=active, queued=queued))
+    pool = definition.spec.get("pool")
+    if isinstance(pool, str):
+        conditions.append(_pool_condition(definition.namespace, pool, pool_found))
     return {
         "observedGeneration": observed,
         "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
@@ -179,6 +184,20 @@ def _upstreams_condition(definition: Definition, upstreams: list[chain.UpstreamS
         )
     return _condition(
         "UpstreamsFound", True, "Found", f"every upstream in spec.after exists ({len(upstreams)})"
+    )
+
+
+def _pool_condition(namespace: str, pool: str, found: bool) -> Obj:
+    if found:
+        return _condition(
+            "PoolReady", True, "PoolFound", f"runs start while ConcurrencyPool {pool} has room"
+        )
+    return _condition(
+        "PoolReady",
+        False,
+        "PoolNotFound",
+        f"ConcurrencyPool {pool} does not exist in namespace {namespace}; runs stay QUEUED"
+        " until it does",
     )
 
 

@@ -86,10 +86,15 @@ DECLARE
     cand_ids bigint[];
     cand_defs uuid[];
     cand_triggers text[];
+    cand_pools text[];
     first_defs uuid[];
+    first_pools text[];
     rest_defs uuid[];
+    rest_pools text[];
     locked uuid[];
+    locked_pools text[];
     granted uuid[];
+    granted_pools text[];
     -- The locked definitions' limits, counted once, right after their locks were granted.
     lim_ids uuid[] := '{}';
     lim_max integer[] := '{}';
@@ -97,9 +102,15 @@ DECLARE
     lim_deleted boolean[] := '{}';
     lim_running bigint[] := '{}';
     lim_stopping bigint[] := '{}';
+    lim_pool text[] := '{}';
+    -- The locked pools' limits and live RUNNING counts, likewise.
+    pool_keys text[] := '{}';
+    pool_limit integer[] := '{}';
+    pool_running bigint[] := '{}';
     claimable bigint;
     chosen_ids bigint[];
     skipped_ids bigint[];
+    skipped_errors text[];
     at_cap_defs uuid[];
     replace_defs uuid[];
     replace_counts bigint[];
@@ -128,82 +139,162 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Round one: enough definitions to fill the batch when caps allow.
+    -- The pool of each candidate's definition, as it is before the locks (which pool keys
+    -- to lock); the counts below re-read it after the locks and trust only that reading.
+    SELECT array_agg(d.pool ORDER BY c.ord) INTO cand_pools
+    FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
+    JOIN pgsched.job_definitions AS d ON d.id = c.d;
+
+    -- Round one: enough definitions (and their pools) to fill the batch when limits allow.
     SELECT array_agg(DISTINCT d) INTO first_defs FROM unnest(cand_defs[1:batch_size]) AS d;
+    SELECT coalesce(array_agg(DISTINCT p) FILTER (WHERE p IS NOT NULL), '{}') INTO first_pools
+    FROM unnest(cand_pools[1:batch_size]) AS p;
     IF lock_mode = 'wait' THEN
-        PERFORM pgsched.lock_definitions_for_dispatch(first_defs);
+        PERFORM pgsched.lock_for_dispatch(first_defs, first_pools);
         locked := first_defs;
+        locked_pools := first_pools;
     ELSE
         SELECT coalesce(array_agg(d), '{}') INTO locked
         FROM unnest(first_defs) AS d
         WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
-        IF cardinality(locked) = 0 THEN
+        SELECT coalesce(array_agg(p), '{}') INTO locked_pools
+        FROM unnest(first_pools) AS p
+        WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0));
+        IF cardinality(locked) = 0 AND cardinality(locked_pools) = 0 THEN
             -- Holding no lock yet, waiting (in key order) cannot deadlock, and it
-            -- progresses instead of spinning.
-            PERFORM pgsched.lock_definitions_for_dispatch(first_defs);
+            -- progresses instead of spinning. Holding some, this claim uses what it holds.
+            PERFORM pgsched.lock_for_dispatch(first_defs, first_pools);
             locked := first_defs;
+            locked_pools := first_pools;
         END IF;
     END IF;
 
-    -- A new statement, so a new snapshot: it sees every claim committed before our locks.
+    -- New statements, so new snapshots: they see every claim committed before our locks.
     SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.max_concurrent_runs), '{}'),
            coalesce(array_agg(l.concurrency_policy), '{}'), coalesce(array_agg(l.deleted), '{}'),
-           coalesce(array_agg(l.running), '{}'), coalesce(array_agg(l.stopping), '{}')
-    INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
-    FROM pgsched.dispatch_counts(locked) AS l;
+           coalesce(array_agg(l.running), '{}'), coalesce(array_agg(l.stopping), '{}'),
+           coalesce(array_agg(l.pool), '{}')
+    INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping, lim_pool
+    FROM pgsched.dispatch_counts_with_pools(locked) AS l;
+    SELECT coalesce(array_agg(p.pool), '{}'), coalesce(array_agg(p.concurrency_limit), '{}'),
+           coalesce(array_agg(p.running), '{}')
+    INTO pool_keys, pool_limit, pool_running
+    FROM pgsched.pool_counts(locked_pools) AS p;
 
-    -- Round two, only if caps leave the batch short: try the further definitions' locks.
-    SELECT coalesce(array_agg(DISTINCT counted.d) FILTER (WHERE counted.room IS NULL), '{}'),
-           count(*) FILTER (WHERE counted.n <= counted.room)
-    INTO rest_defs, claimable
+    -- Round two, only if limits leave the batch short: try the further definitions' locks
+    -- and their pools'. What round one can claim: per pool, the candidates within their
+    -- definitions' room, up to the pool's room.
+    SELECT coalesce(sum(CASE WHEN g.pool IS NULL THEN g.k ELSE least(g.k, g.room) END), 0)
+    INTO claimable
     FROM (
-        SELECT c.d, row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
-               CASE WHEN NOT l.deleted THEN greatest(l.max_runs - l.running, 0)
-                    WHEN l.deleted THEN 0 END AS room  -- NULL: not locked
-        FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
-        LEFT JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running)
-            AS l(id, max_runs, deleted, running) ON l.id = c.d
-    ) AS counted;
+        SELECT counted.pool, count(*) AS k,
+               coalesce(max(greatest(p.pool_limit - p.running, 0)), 0) AS room
+        FROM (
+            SELECT l.pool, c.n, greatest(l.max_runs - l.running, 0) AS def_room
+            FROM (
+                SELECT c.d, row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n
+                FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
+            ) AS c
+            JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running, lim_pool)
+                AS l(id, max_runs, deleted, running, pool) ON l.id = c.d
+            WHERE NOT l.deleted AND (l.pool IS NULL OR l.pool = ANY(locked_pools))
+        ) AS counted
+        LEFT JOIN unnest(pool_keys, pool_limit, pool_running) AS p(pool, pool_limit, running)
+            ON p.pool = counted.pool
+        WHERE counted.n <= counted.def_room
+        GROUP BY counted.pool
+    ) AS g;
+    SELECT coalesce(array_agg(DISTINCT c.d), '{}'),
+           coalesce(array_agg(DISTINCT c.p) FILTER (
+               WHERE c.p IS NOT NULL AND NOT c.p = ANY(locked_pools)), '{}')
+    INTO rest_defs, rest_pools
+    FROM unnest(cand_defs, cand_pools) AS c(d, p)
+    WHERE NOT c.d = ANY(lim_ids);
     IF cardinality(rest_defs) > 0 AND claimable < batch_size THEN
         granted := ARRAY(
             SELECT d FROM unnest(rest_defs) AS d
             WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
+        granted_pools := ARRAY(
+            SELECT p FROM unnest(rest_pools) AS p
+            WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0)));
+        locked_pools := locked_pools || granted_pools;
         SELECT lim_ids || coalesce(array_agg(l.id), '{}'),
                lim_max || coalesce(array_agg(l.max_concurrent_runs), '{}'),
                lim_policy || coalesce(array_agg(l.concurrency_policy), '{}'),
                lim_deleted || coalesce(array_agg(l.deleted), '{}'),
                lim_running || coalesce(array_agg(l.running), '{}'),
-               lim_stopping || coalesce(array_agg(l.stopping), '{}')
-        INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping
-        FROM pgsched.dispatch_counts(granted) AS l;
+               lim_stopping || coalesce(array_agg(l.stopping), '{}'),
+               lim_pool || coalesce(array_agg(l.pool), '{}')
+        INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping, lim_pool
+        FROM pgsched.dispatch_counts_with_pools(granted) AS l;
+        SELECT pool_keys || coalesce(array_agg(p.pool), '{}'),
+               pool_limit || coalesce(array_agg(p.concurrency_limit), '{}'),
+               pool_running || coalesce(array_agg(p.running), '{}')
+        INTO pool_keys, pool_limit, pool_running
+        FROM pgsched.pool_counts(granted_pools) AS p;
     END IF;
 
     -- Choose, walking the candidates in queue order, with the counts read after the locks.
-    -- A candidate whose definition is not locked stays QUEUED (another dispatcher is
-    -- claiming it); a deleted definition's runs are being cancelled.
+    -- A candidate whose definition (or the pool it joins now) is not locked stays QUEUED
+    -- (another dispatcher is claiming it); a deleted definition's runs are being cancelled.
     WITH limits AS (
-        SELECT * FROM unnest(lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping)
-            AS l(id, max_runs, policy, deleted, running, stopping)
-        WHERE NOT l.deleted
+        SELECT * FROM unnest(lim_ids, lim_max, lim_policy, lim_deleted, lim_running,
+                             lim_stopping, lim_pool)
+            AS l(id, max_runs, policy, deleted, running, stopping, pool)
+        WHERE NOT l.deleted AND (l.pool IS NULL OR l.pool = ANY(locked_pools))
+    ), pools AS (
+        SELECT p.pool, p.pool_limit, greatest(p.pool_limit - p.running, 0) AS pool_room
+        FROM unnest(pool_keys, pool_limit, pool_running) AS p(pool, pool_limit, running)
     ), ranked AS (
-        SELECT c.run_id, c.d, c.trig, c.ord,
+        SELECT c.run_id, c.d, c.trig, c.ord, l.pool,
                row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n,
                greatest(l.max_runs - l.running, 0) AS room,
                l.policy, l.running, l.stopping
         FROM unnest(cand_ids, cand_defs, cand_triggers) WITH ORDINALITY AS c(run_id, d, trig, ord)
         JOIN limits AS l ON l.id = c.d
+    ), within_room AS (
+        -- Within its definition's room: ranked again among its pool's such candidates.
+        SELECT ranked.run_id,
+               row_number() OVER (PARTITION BY ranked.pool ORDER BY ranked.ord) AS pool_n
+        FROM ranked WHERE ranked.n <= ranked.room AND ranked.pool IS NOT NULL
+    ), eligible AS (
+        SELECT ranked.*, within_room.pool_n, pools.pool_room, pools.pool_limit
+        FROM ranked
+        LEFT JOIN within_room ON within_room.run_id = ranked.run_id
+        LEFT JOIN pools ON pools.pool = ranked.pool
     ), chosen AS (
-        SELECT ranked.run_id, ranked.d FROM ranked
-        WHERE ranked.n <= ranked.room
-        ORDER BY ranked.ord
+        -- A pool that does not exist has no room (pool_room NULL): its jobs' runs wait.
+        SELECT eligible.run_id, eligible.d, eligible.pool, eligible.ord FROM eligible
+        WHERE eligible.n <= eligible.room
+          AND (eligible.pool IS NULL OR eligible.pool_n <= eligible.pool_room)
+        ORDER BY eligible.ord
         LIMIT batch_size
     ), taken AS (
         SELECT chosen.d, count(*) AS k FROM chosen GROUP BY chosen.d
+    ), pool_taken AS (
+        SELECT chosen.pool, count(*) AS k, max(chosen.ord) AS last FROM chosen
+        WHERE chosen.pool IS NOT NULL GROUP BY chosen.pool
     ), at_cap AS (
         -- Past the room, of a definition whose room this claim used up entirely: at its
         -- cap. (Past the room of a definition with room left, the batch was full first.)
-        SELECT ranked.* FROM ranked LEFT JOIN taken ON taken.d = ranked.d
-        WHERE ranked.n > ranked.room AND coalesce(taken.k, 0) = ranked.room
+        SELECT eligible.* FROM eligible LEFT JOIN taken ON taken.d = eligible.d
+        WHERE eligible.n > eligible.room AND coalesce(taken.k, 0) = eligible.room
+    ), at_pool_limit AS (
+        -- Not at its own cap, after its pool's room was used up entirely by this claim.
+        SELECT eligible.* FROM eligible LEFT JOIN pool_taken ON pool_taken.pool = eligible.pool
+        WHERE eligible.pool_limit IS NOT NULL
+          AND coalesce(pool_taken.k, 0) = eligible.pool_room
+          AND eligible.ord > coalesce(pool_taken.last, 0)
+          AND eligible.run_id NOT IN (SELECT at_cap.run_id FROM at_cap)
+    ), skipping AS (
+        SELECT at_cap.run_id, at_cap.ord,
+               'the definition was at maxConcurrentRuns and concurrencyPolicy is Skip' AS error
+        FROM at_cap WHERE at_cap.trig = 'schedule' AND at_cap.policy = 'Skip'
+        UNION ALL
+        SELECT a.run_id, a.ord,
+               format('the pool %s was at its limit of %s and concurrencyPolicy is Skip',
+                      split_part(a.pool, '/', 2), a.pool_limit)
+        FROM at_pool_limit AS a WHERE a.trig = 'schedule' AND a.policy = 'Skip'
     ), replacing AS (
         -- Runs already asked to stop free their slots soon: ask only for the difference,
         -- or a cap of 2 would see its second run cancelled while the first is stopping.
@@ -213,14 +304,16 @@ BEGIN
         GROUP BY at_cap.d
     )
     SELECT (SELECT coalesce(array_agg(chosen.run_id), '{}') FROM chosen),
-           (SELECT coalesce(array_agg(at_cap.run_id ORDER BY at_cap.ord), '{}') FROM at_cap
-            WHERE at_cap.trig = 'schedule' AND at_cap.policy = 'Skip'),
-           (SELECT coalesce(array_agg(DISTINCT at_cap.d), '{}') FROM at_cap),
+           (SELECT coalesce(array_agg(skipping.run_id ORDER BY skipping.ord), '{}') FROM skipping),
+           (SELECT coalesce(array_agg(skipping.error ORDER BY skipping.ord), '{}') FROM skipping),
+           (SELECT coalesce(array_agg(DISTINCT held.d), '{}') FROM (
+                SELECT at_cap.d FROM at_cap UNION SELECT at_pool_limit.d FROM at_pool_limit
+            ) AS held),
            (SELECT coalesce(array_agg(replacing.d ORDER BY replacing.d), '{}') FROM replacing
             WHERE replacing.extra > 0),
            (SELECT coalesce(array_agg(replacing.extra ORDER BY replacing.d), '{}') FROM replacing
             WHERE replacing.extra > 0)
-    INTO chosen_ids, skipped_ids, at_cap_defs, replace_defs, replace_counts;
+    INTO chosen_ids, skipped_ids, skipped_errors, at_cap_defs, replace_defs, replace_counts;
 
     -- Each statement below runs only if it has work: even an empty UPDATE fires the
     -- run_events trigger.
@@ -232,10 +325,10 @@ BEGIN
     IF cardinality(skipped_ids) > 0 THEN
         RETURN QUERY
         UPDATE pgsched.job_runs AS r
-        SET status = 'SKIPPED', reason = 'ConcurrencyPolicy',
-            error = 'the definition was at maxConcurrentRuns and concurrencyPolicy is Skip',
+        SET status = 'SKIPPED', reason = 'ConcurrencyPolicy', error = s.error,
             finished_at = moment, settled_at = moment
-        WHERE r.id = ANY(skipped_ids) AND r.status = 'QUEUED'
+        FROM unnest(skipped_ids, skipped_errors) AS s(id, error)
+        WHERE r.id = s.id AND r.status = 'QUEUED'
         RETURNING 'skipped'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
     END IF;
 
@@ -299,6 +392,19 @@ CREATE FUNCTION pgsched.dispatch_counts(definition_ids uuid[]) RETURNS TABLE(id 
         WHERE definition_id = d.id AND status = 'RUNNING'
     ) AS r
     WHERE d.id = ANY(definition_ids);
+$$;
+
+--
+-- Name: dispatch_counts_with_pools(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.dispatch_counts_with_pools(definition_ids uuid[]) RETURNS TABLE(id uuid, max_concurrent_runs integer, concurrency_policy text, deleted boolean, running bigint, stopping bigint, pool text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.id, c.max_concurrent_runs, c.concurrency_policy, c.deleted, c.running, c.stopping,
+           d.pool
+    FROM pgsched.dispatch_counts(definition_ids) AS c
+    JOIN pgsched.job_definitions AS d ON d.id = c.id;
 $$;
 
 --
@@ -445,6 +551,30 @@ END;
 $$;
 
 --
+-- Name: lock_for_dispatch(uuid[], text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    lock_key bigint;
+BEGIN
+    FOR lock_key IN
+        SELECT DISTINCT k.key FROM (
+            SELECT hashtextextended('dispatch:' || d::text, 0) FROM unnest(definition_ids) AS d
+            UNION ALL
+            SELECT hashtextextended('pool:' || p, 0) FROM unnest(pool_keys) AS p
+        ) AS k(key)
+        ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(lock_key);
+    END LOOP;
+END;
+$$;
+
+--
 -- Name: name_replace_cancellations(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -487,6 +617,23 @@ BEGIN
                          - (SELECT timeline_id FROM pgsched.run_id_base)) << 40);
     RETURN NEW;
 END;
+$$;
+
+--
+-- Name: pool_counts(text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.pool_counts(pool_keys text[]) RETURNS TABLE(pool text, concurrency_limit integer, running bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT k.pool, p.concurrency_limit,
+           (SELECT count(*)
+            FROM pgsched.job_definitions AS d
+            JOIN pgsched.job_runs AS r ON r.definition_id = d.id AND r.status = 'RUNNING'
+            WHERE d.pool = k.pool)
+    FROM unnest(pool_keys) AS k(pool)
+    LEFT JOIN pgsched.job_pools AS p
+        ON p.namespace = split_part(k.pool, '/', 1) AND p.name = split_part(k.pool, '/', 2);
 $$;
 
 --
@@ -608,6 +755,7 @@ CREATE TABLE pgsched.job_definitions (
     rejected_generation bigint,
     rejection text,
     max_queued_runs integer,
+    pool text GENERATED ALWAYS AS (((namespace || '/'::text) || NULLIF((spec ->> 'pool'::text), ''::text))) STORED,
     after_mode text DEFAULT 'Any'::text NOT NULL,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
@@ -636,6 +784,19 @@ CREATE TABLE pgsched.job_dependencies (
     upstream_name text NOT NULL,
     on_outcome text NOT NULL,
     CONSTRAINT job_dependencies_on_outcome_check CHECK ((on_outcome = ANY (ARRAY['Succeeded'::text, 'Failed'::text, 'Finished'::text])))
+);
+
+--
+-- Name: job_pools; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.job_pools (
+    namespace text NOT NULL,
+    name text NOT NULL,
+    concurrency_limit integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT job_pools_concurrency_limit_check CHECK ((concurrency_limit > 0))
 );
 
 --
@@ -722,6 +883,13 @@ ALTER TABLE ONLY pgsched.job_dependencies
     ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (downstream_id, upstream_name);
 
 --
+-- Name: job_pools job_pools_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.job_pools
+    ADD CONSTRAINT job_pools_pkey PRIMARY KEY (namespace, name);
+
+--
 -- Name: job_runs job_runs_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -766,6 +934,12 @@ CREATE INDEX job_definitions_due ON pgsched.job_definitions USING btree (next_ru
 --
 
 CREATE UNIQUE INDEX job_definitions_live_name ON pgsched.job_definitions USING btree (namespace, name) WHERE (deleted_at IS NULL);
+
+--
+-- Name: job_definitions_pool; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_definitions_pool ON pgsched.job_definitions USING btree (pool) WHERE (pool IS NOT NULL);
 
 --
 -- Name: job_dependencies_upstream; Type: INDEX; Schema: pgsched; Owner: -
@@ -931,6 +1105,12 @@ REVOKE ALL ON FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot 
 REVOKE ALL ON FUNCTION pgsched.dispatch_counts(definition_ids uuid[]) FROM PUBLIC;
 
 --
+-- Name: FUNCTION dispatch_counts_with_pools(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.dispatch_counts_with_pools(definition_ids uuid[]) FROM PUBLIC;
+
+--
 -- Name: FUNCTION finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -975,6 +1155,18 @@ REVOKE ALL ON FUNCTION pgsched.lock_and_count_for_dispatch(definition_ids uuid[]
 --
 
 REVOKE ALL ON FUNCTION pgsched.lock_definitions_for_dispatch(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION lock_for_dispatch(definition_ids uuid[], pool_keys text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pool_counts(pool_keys text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.pool_counts(pool_keys text[]) FROM PUBLIC;
 
 --
 -- Name: FUNCTION record_inserted_runs(); Type: ACL; Schema: pgsched; Owner: -

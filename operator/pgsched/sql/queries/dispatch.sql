@@ -1,6 +1,6 @@
 -- name: claim_for_dispatch
--- The whole claim transaction (candidates, definition locks, live counts, claim, Skip and
--- Replace) in one call; see migrations/0009_claim_always_locks.sql.
+-- The whole claim transaction (candidates, definition and pool locks, live counts, claim,
+-- Skip and Replace) in one call; see migrations/0010_concurrency_pools.sql.
 SELECT c.outcome, c.subject_run, c.subject_definition, (c.run).*
 FROM pgsched.claim_for_dispatch(
     %(batch_size)s, %(overshoot)s, %(now)s::timestamptz, %(definition_ids)s::uuid[],

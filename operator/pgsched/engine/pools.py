@@ -1,0 +1,59 @@
+"""Concurrency pools: a limit on RUNNING runs shared by every job that names the pool.
+
+The limit itself is enforced by the claim (``pgsched.claim_for_dispatch``, migration 0010,
+and ``engine/dispatch.py``); this module keeps the pools' limits in ``job_pools`` and reads
+what a pool is doing, for its status and metrics. A job may name a pool that does not
+exist (yet, or any more): its runs wait until the pool is created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    namespace: str
+    name: str
+    limit: int | None  # None: no such pool, though jobs name it
+    running: int
+    queued: int
+    jobs: int
+
+
+def upsert(
+    conn: Connection, namespace: str, name: str, limit: int, *, now: datetime | None = None
+) -> None:
+    """Store (or change) a pool's limit; the next claim counts against it."""
+    conn.execute(
+        queries.get("upsert_pool"),
+        {"namespace": namespace, "name": name, "limit": limit, "now": now},
+    )
+
+
+def delete(conn: Connection, namespace: str, name: str) -> None:
+    """Forget a pool: the jobs that still name it keep their runs QUEUED."""
+    conn.execute(queries.get("delete_pool"), {"namespace": namespace, "name": name})
+
+
+def exists(conn: Connection, namespace: str, name: str) -> bool:
+    row = conn.execute(
+        queries.get("pool_exists"), {"namespace": namespace, "name": name}
+    ).fetchone()
+    return bool(row and row["found"])
+
+
+def members(conn: Connection, namespace: str, name: str) -> list[UUID]:
+    """The live definitions that name the pool."""
+    rows = conn.execute(queries.get("definitions_in_pool"), {"namespace": namespace, "name": name})
+    return [row["id"] for row in rows]
+
+
+def stats(conn: Connection, *, now: datetime | None = None) -> list[PoolStats]:
+    """Every pool that exists or is named by a live job, with its counts."""
+    return [PoolStats(**row) for row in conn.execute(queries.get("pool_stats"), {"now": now})]
