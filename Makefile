@@ -30,9 +30,10 @@ k8s:
 	hack/k8s/build.sh
 
 lint: venv
-	$(BIN)/ruff check operator tests bench examples hack
-	$(BIN)/ruff format --check operator tests bench examples hack
+	$(BIN)/ruff check operator devenv tests bench examples hack
+	$(BIN)/ruff format --check operator devenv tests bench examples hack
 	$(BIN)/mypy
+	PYTHONPATH=operator:. $(BIN)/lint-imports
 
 # The test command the README documents and CI runs. Cluster tests must not be skipped
 # here: missing control-plane binaries are an error, not a reason to test less.
@@ -61,7 +62,7 @@ chaos-long: venv k8s
 		$(BIN)/pytest -s $(foreach v,$(VARIANTS),tests/chaos/test_chaos_$(v).py)
 
 demo: venv k8s
-	$(BIN)/python -m pgsched.devenv.demo
+	$(BIN)/python -m devenv.demo
 
 bench: venv
 	$(BIN)/python -m bench

@@ -1,6 +1,6 @@
 """The Kubernetes side of the benchmarks: a local control plane, the CRD, operator replicas.
 
-Everything is the real thing the tests use (``pgsched.devenv``): etcd, kube-apiserver and
+Everything is the real thing the tests use (``devenv``): etcd, kube-apiserver and
 kube-controller-manager (including the CronJob controller, the baseline of the skew
 benchmark), a process node that runs pods as local processes, and ``pgsched operator``
 processes. Job pods run the checkout's heartbeat sidecar and a shell command.
@@ -21,11 +21,11 @@ from typing import Any
 import urllib3
 import yaml
 
+from devenv.binaries import Binaries
+from devenv.controlplane import ControlPlane
+from devenv.operators import OperatorProcess, start_operator
+from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.devenv.binaries import Binaries
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.operators import OperatorProcess, start_operator
-from pgsched.devenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"

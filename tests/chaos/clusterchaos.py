@@ -25,13 +25,13 @@ import invariants
 from chaos import faults, workload
 from chaos.config import ChaosConfig
 from chaos.driver import ChaosDriver, Fault
+from devenv.adminclient import AdminClient, ApiError, Obj
+from devenv.controlplane import ControlPlane
+from devenv.operators import OperatorProcess
+from devenv.postgres import PostgresServer
+from devenv.watching import run_reflector
 from pgsched.db import connection
 from pgsched.db.connection import Connection
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError, KubeAPI, Obj
-from pgsched.devenv.operators import OperatorProcess
-from pgsched.devenv.postgres import PostgresServer
-from pgsched.devenv.watching import run_reflector
 from pgsched.k8s import names
 from plugins.operator import Operators, busybox, create_job_dsn_secret
 
@@ -61,7 +61,7 @@ class JobRecorder:
     """Every Job of the namespace ever seen: uid → (run id, lease token annotation), and
     the runs whose Job was seen to succeed."""
 
-    def __init__(self, api: KubeAPI, namespace: str) -> None:
+    def __init__(self, api: AdminClient, namespace: str) -> None:
         self.jobs: dict[str, tuple[int, str]] = {}
         self.succeeded: set[int] = set()
         self._stop = threading.Event()
@@ -96,7 +96,7 @@ class Annotations(threading.Thread):
     retried until the API server accepted it."""
 
     def __init__(
-        self, api: KubeAPI, paths: list[str], rng: random.Random, *, per_second: float
+        self, api: AdminClient, paths: list[str], rng: random.Random, *, per_second: float
     ) -> None:
         super().__init__(name="chaos-annotations", daemon=True)
         self._api = api

@@ -32,9 +32,9 @@ import invariants
 from chaos import faults, jobhost, workload
 from chaos.config import ROOT, ChaosConfig
 from chaos.driver import ChaosDriver
+from devenv.postgres import PostgresServer
 from pgsched.db import connection
 from pgsched.db.connection import Connection
-from pgsched.devenv.postgres import PostgresServer
 from pgsched.engine import definitions
 
 PLANTED = ("unlocked-dispatch", "unfenced-finish")

@@ -26,10 +26,10 @@ import psycopg
 import pytest
 import yaml
 
+from devenv.controlplane import ControlPlane
+from devenv.postgres import PostgresServer
+from devenv.waiting import wait_for
 from pgsched.db import connection, migrate
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.postgres import PostgresServer
-from pgsched.devenv.waiting import wait_for
 from pgsched.engine import lease
 from plugins.cluster import require_binaries
 

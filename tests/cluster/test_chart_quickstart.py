@@ -23,7 +23,7 @@ def test_the_quickstart_installs_the_chart_and_turns_the_examples_green():
     require_binaries()
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pgsched.devenv.demo", "--once", "--timeout=120"],
+        [sys.executable, "-m", "devenv.demo", "--once", "--timeout=120"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError, namespaced
-from pgsched.devenv.waiting import wait_for
+from devenv.adminclient import ApiError, namespaced
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 from plugins.cluster import container, pod_manifest
 
 pytestmark = pytest.mark.cluster

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import namespaced
-from pgsched.devenv.waiting import wait_for
+from devenv.adminclient import namespaced
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 from plugins.cluster import container, job_manifest
 
 pytestmark = pytest.mark.cluster

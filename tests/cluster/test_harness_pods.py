@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError, namespaced
-from pgsched.devenv.waiting import wait_for
+from devenv.adminclient import ApiError, namespaced
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 from plugins.cluster import container, pod_manifest
 
 pytestmark = pytest.mark.cluster

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

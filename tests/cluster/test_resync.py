@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
-from pgsched.devenv.waiting import wait_for
 from pgsched.engine import dispatch, runs
 from pgsched.k8s import api, jobs, resync
 

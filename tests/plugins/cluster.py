@@ -1,6 +1,6 @@
 """pytest fixtures for tests against the local Kubernetes control plane (marker ``cluster``).
 
-- ``cluster`` (session): a running ``pgsched.devenv.controlplane.ControlPlane`` with one
+- ``cluster`` (session): a running ``devenv.controlplane.ControlPlane`` with one
   process node, ``node-1``. Its ``kubeconfig`` is the admin kubeconfig path; ``api`` is an
   admin HTTP client; ``kubectl(...)``/``helm(...)`` run the real CLIs; ``pod_logs(...)``
   replaces ``kubectl logs``; ``restart_apiserver()`` injects an API server restart.
@@ -9,7 +9,7 @@
 - ``kubectl`` / ``helm`` (session): ``kubectl("get", "pods", "-n", ns)`` → CompletedProcess;
   raises ``CommandError`` on a non-zero exit unless ``check=False``.
 
-Waiting: ``from pgsched.devenv.waiting import wait_for``.
+Waiting: ``from devenv.waiting import wait_for``.
 
 When the binaries are missing the cluster tests are skipped with the fix in the message —
 unless ``PGSCHED_REQUIRE_CLUSTER`` is set (CI sets it), in which case they fail. Set
@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pgsched.devenv.binaries import Binaries, MissingBinariesError
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError
-from pgsched.devenv.waiting import wait_for
+from devenv.adminclient import ApiError
+from devenv.binaries import Binaries, MissingBinariesError
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 
 Command = Callable[..., subprocess.CompletedProcess[str]]
 

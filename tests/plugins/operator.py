@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
+from devenv.controlplane import ControlPlane
+from devenv.operators import OperatorProcess, start_operator
+from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.operators import OperatorProcess, start_operator
-from pgsched.devenv.waiting import wait_for
 
 ROOT = Path(__file__).parents[2]
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"

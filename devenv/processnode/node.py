@@ -29,14 +29,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pgsched.devenv.binaries import kubernetes_version
-from pgsched.devenv.kubeapi import ApiError, KubeAPI, namespaced
-from pgsched.devenv.processnode import scheduling
-from pgsched.devenv.processnode.containers import kill_recorded_groups
-from pgsched.devenv.processnode.images import ImageMap
-from pgsched.devenv.processnode.podips import PodIPPool
-from pgsched.devenv.processnode.pods import NodeContext, PodRunner
-from pgsched.devenv.watching import run_reflector
+from devenv.adminclient import AdminClient, ApiError, namespaced
+from devenv.binaries import kubernetes_version
+from devenv.processnode import scheduling
+from devenv.processnode.containers import kill_recorded_groups
+from devenv.processnode.images import ImageMap
+from devenv.processnode.podips import PodIPPool
+from devenv.processnode.pods import NodeContext, PodRunner
+from devenv.watching import run_reflector
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class NodeConfig:
 class ProcessNode:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.api = KubeAPI.from_kubeconfig(config.kubeconfig, timeout=10.0)
+        self.api = AdminClient.from_kubeconfig(config.kubeconfig, timeout=10.0)
         self.context = NodeContext(
             api=self.api,
             node_name=config.name,

@@ -35,12 +35,12 @@ from typing import Any
 
 import yaml
 
+from devenv.adminclient import ApiError
+from devenv.binaries import REPO_ROOT
+from devenv.commands import CommandError
+from devenv.controlplane import ControlPlane
+from devenv.postgres import PostgresServer
 from pgsched.db import connection
-from pgsched.devenv.binaries import REPO_ROOT
-from pgsched.devenv.commands import CommandError
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError
-from pgsched.devenv.postgres import PostgresServer
 
 RELEASE = "pgsched"
 SYSTEM_NAMESPACE = "pgsched-system"
@@ -289,7 +289,7 @@ def run(*, once: bool, timeout: float, work_dir: Path | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pgsched.devenv.demo",
+        prog="python -m devenv.demo",
         description="Install pgsched with its Helm chart on a local control plane, apply the "
         "examples and show them run.",
     )

@@ -17,8 +17,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgsched.devenv.postgres import free_port
-from pgsched.devenv.waiting import wait_for
+from devenv.postgres import free_port
+from devenv.waiting import wait_for
 
 # The process node maps any image whose repository ends in "pgsched" to this checkout.
 IMAGE = "ghcr.io/pgsched/pgsched:dev"

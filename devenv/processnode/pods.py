@@ -28,12 +28,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pgsched.devenv.kubeapi import ApiError, KubeAPI, namespaced
-from pgsched.devenv.processnode import env as envs
-from pgsched.devenv.processnode import logs, probes, serviceaccount, volumes
-from pgsched.devenv.processnode.containers import ContainerProcess, ContainerSlot, Termination, now
-from pgsched.devenv.processnode.images import ImageMap, ImagePullError, ImageRule
-from pgsched.devenv.processnode.status import (
+from devenv.adminclient import AdminClient, ApiError, namespaced
+from devenv.processnode import env as envs
+from devenv.processnode import logs, probes, serviceaccount, volumes
+from devenv.processnode.containers import ContainerProcess, ContainerSlot, Termination, now
+from devenv.processnode.images import ImageMap, ImagePullError, ImageRule
+from devenv.processnode.status import (
     Condition,
     Conditions,
     container_status,
@@ -53,7 +53,7 @@ DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadlin
 class NodeContext:
     """What every pod on the node shares."""
 
-    api: KubeAPI
+    api: AdminClient
     node_name: str
     host_ip: str
     state_dir: Path

@@ -11,9 +11,9 @@ processes.
 
 - ``postgres`` starts a throwaway PostgreSQL server (Debian's postgresql-15).
 - ``controlplane`` starts and stops etcd, kube-apiserver, kube-controller-manager and process
-  nodes (also ``python -m pgsched.devenv.controlplane up``).
-- ``processnode`` is the local node (also ``python -m pgsched.devenv.processnode``).
-- ``kubeapi`` is the small HTTP client both use; ``waiting`` holds ``wait_for``.
+  nodes (also ``python -m devenv.controlplane up``).
+- ``processnode`` is the local node (also ``python -m devenv.processnode``).
+- ``adminclient`` is the small admin HTTP client both use (not the operator's ``pgsched.k8s.api``); ``waiting`` holds ``wait_for``.
 
 See docs/local-cluster.md for how it works and what it cannot do.
 """

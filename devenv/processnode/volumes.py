@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pgsched.devenv.processnode.env import ContainerConfigError, Lookup, field_value
+from devenv.processnode.env import ContainerConfigError, Lookup, field_value
 
 Obj = dict[str, Any]
 # Issues a token for the pod's ServiceAccount: (audience or None, expirationSeconds) → token.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pgsched.devenv.processnode.containers import ContainerSlot, Termination, now
+from devenv.processnode.containers import ContainerSlot, Termination, now
 
 Obj = dict[str, Any]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pgsched.devenv.processnode.env import ContainerConfigError
+from devenv.processnode.env import ContainerConfigError
 
 Obj = dict[str, Any]
 

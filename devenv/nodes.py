@@ -1,6 +1,6 @@
 """The launcher's side of a process node: start it, wait until it is schedulable, stop it.
 
-A node runs as its own Python process (``python -m pgsched.devenv.processnode``) so that its
+A node runs as its own Python process (``python -m devenv.processnode``) so that its
 threads, its children and a crash stay out of the test process. Each container it starts
 leaves a marker in ``<state>/pgids``; if the node dies without cleaning up (SIGKILL in a chaos
 test), ``stop()`` still finds and kills those process groups.
@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from pgsched.devenv import processes
-from pgsched.devenv.kubeapi import ApiError, KubeAPI, Obj
-from pgsched.devenv.processnode import logs
-from pgsched.devenv.processnode.containers import kill_recorded_groups
+from devenv import processes
+from devenv.adminclient import AdminClient, ApiError, Obj
+from devenv.processnode import logs
+from devenv.processnode.containers import kill_recorded_groups
 
 
 class NodeHandle:
@@ -35,7 +35,7 @@ class NodeHandle:
         argv = [
             sys.executable,
             "-m",
-            "pgsched.devenv.processnode",
+            "devenv.processnode",
             f"--kubeconfig={kubeconfig}",
             f"--name={name}",
             f"--state-dir={state_dir}",
@@ -45,7 +45,7 @@ class NodeHandle:
         ]
         self.process = processes.ManagedProcess(f"node {name}", argv, log_path=log_path)
 
-    def start(self, *, api: KubeAPI, timeout: float) -> None:
+    def start(self, *, api: AdminClient, timeout: float) -> None:
         self.process.start()
         deadline = time.monotonic() + timeout
         last: Obj | None = None

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pgsched.devenv import kubeconfig
-from pgsched.devenv.kubeapi import KubeAPI, namespaced
+from devenv import kubeconfig
+from devenv.adminclient import AdminClient, namespaced
 
 Obj = dict[str, Any]
 
@@ -25,7 +25,7 @@ TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 KUBECONFIG_TOKEN_SECONDS = 24 * 3600
 
 
-def request_token(api: KubeAPI, pod: Obj, *, audience: str | None, expiration: int) -> str:
+def request_token(api: AdminClient, pod: Obj, *, audience: str | None, expiration: int) -> str:
     meta = pod["metadata"]
     account = pod["spec"].get("serviceAccountName") or "default"
     spec: Obj = {
@@ -46,7 +46,7 @@ def request_token(api: KubeAPI, pod: Obj, *, audience: str | None, expiration: i
     return str(answer["status"]["token"])
 
 
-def write_pod_kubeconfig(api: KubeAPI, pod: Obj, path: Path) -> Path:
+def write_pod_kubeconfig(api: AdminClient, pod: Obj, path: Path) -> Path:
     token = request_token(api, pod, audience=None, expiration=KUBECONFIG_TOKEN_SECONDS)
     return kubeconfig.write(
         path,
@@ -64,7 +64,7 @@ def mounts_token(container: Obj) -> bool:
     return any(m["mountPath"] == TOKEN_MOUNT_PATH for m in container.get("volumeMounts") or [])
 
 
-def service_env(api: KubeAPI) -> dict[str, str]:
+def service_env(api: AdminClient) -> dict[str, str]:
     """The `kubernetes` Service variables every container gets, pointing at the real API
     server (there is no Service network on this host)."""
     host, _, port = api.credentials.server.removeprefix("https://").rpartition(":")

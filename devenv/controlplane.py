@@ -10,7 +10,7 @@ service-account tokens. Tests, benchmarks and ``make demo`` share this one launc
         cp.add_node("node-1")
         subprocess.run([kubectl, "--kubeconfig", cp.kubeconfig, "get", "nodes"])
 
-or from a shell: ``python -m pgsched.devenv.controlplane up`` (prints the kubeconfig path).
+or from a shell: ``python -m devenv.controlplane up`` (prints the kubeconfig path).
 ``restart_apiserver()`` keeps etcd, certificates and port, so clients reconnect to the same
 cluster — the fault the chaos tests inject.
 """
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from pgsched.devenv import commands, kubeconfig, pki, processes
-from pgsched.devenv.binaries import Binaries
-from pgsched.devenv.kubeapi import ApiError, KubeAPI
-from pgsched.devenv.nodes import NodeHandle
+from devenv import commands, kubeconfig, pki, processes
+from devenv.adminclient import AdminClient, ApiError
+from devenv.binaries import Binaries
+from devenv.nodes import NodeHandle
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class ControlPlane:
         self._apiserver: processes.ManagedProcess | None = None
         self._controller_manager: processes.ManagedProcess | None = None
         self._pki: pki.ControlPlanePKI | None = None
-        self._api: KubeAPI | None = None
+        self._api: AdminClient | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -134,10 +134,10 @@ class ControlPlane:
         return self._require_pki().ca.cert
 
     @property
-    def api(self) -> KubeAPI:
+    def api(self) -> AdminClient:
         """An admin client (system:masters) for setup and assertions."""
         if self._api is None:
-            self._api = KubeAPI.from_kubeconfig(self.kubeconfig)
+            self._api = AdminClient.from_kubeconfig(self.kubeconfig)
         return self._api
 
     # -- the API server, restartable -------------------------------------------------------
@@ -387,7 +387,7 @@ def _wait_for_interrupt() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pgsched.devenv.controlplane",
+        prog="python -m devenv.controlplane",
         description="Run a local Kubernetes control plane with process nodes until Ctrl-C.",
     )
     parser.add_argument("command", choices=["up"])

@@ -87,7 +87,7 @@ class ApiUnreachable(ConnectionError):
     """The API server could not be reached or dropped the connection (e.g. it restarts)."""
 
 
-class KubeAPI:
+class AdminClient:
     """Thread-safe: one connection pool shared by every thread of the process."""
 
     def __init__(self, credentials: Credentials, *, timeout: float = 30.0) -> None:
@@ -102,7 +102,7 @@ class KubeAPI:
             self._headers["Authorization"] = f"Bearer {credentials.token}"
 
     @classmethod
-    def from_kubeconfig(cls, path: Path, *, timeout: float = 30.0) -> KubeAPI:
+    def from_kubeconfig(cls, path: Path, *, timeout: float = 30.0) -> AdminClient:
         return cls(Credentials.from_kubeconfig(path), timeout=timeout)
 
     def request(

@@ -1,4 +1,4 @@
-"""``python -m pgsched.devenv.processnode``: run one process node until SIGTERM or Ctrl-C."""
+"""``python -m devenv.processnode``: run one process node until SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from pgsched.devenv.processnode.images import ImageMap, ImagePullError
-from pgsched.devenv.processnode.node import NodeConfig, ProcessNode
+from devenv.processnode.images import ImageMap, ImagePullError
+from devenv.processnode.node import NodeConfig, ProcessNode
 
 
 def parse_args(argv: list[str] | None) -> NodeConfig:
     parser = argparse.ArgumentParser(
-        prog="python -m pgsched.devenv.processnode",
+        prog="python -m devenv.processnode",
         description="Register a Node and run the pods bound to it as local processes.",
     )
     parser.add_argument("--kubeconfig", type=Path, required=True, help="admin kubeconfig")

@@ -5,5 +5,5 @@
 (variables and ``$(VAR)`` expansion), ``volumes`` (host directories and the mountPath
 rewrite), ``serviceaccount`` (per-pod kubeconfig), ``probes``, ``images`` (image → host
 tools mapping), ``podips`` (loopback pod IPs), ``status`` (what is reported) and ``logs``
-(where output goes). Run it with ``python -m pgsched.devenv.processnode --help``.
+(where output goes). Run it with ``python -m devenv.processnode --help``.
 """

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pgsched.devenv.processnode.probes import Prober
+from devenv.processnode.probes import Prober
 
 
 def now() -> datetime:
