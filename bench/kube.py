@@ -2,8 +2,9 @@
 
 Everything is the real thing the tests use (``devenv``): etcd, kube-apiserver and
 kube-controller-manager (including the CronJob controller, the baseline of the skew
-benchmark), a process node that runs pods as local processes, and ``pgsched operator``
-processes. Job pods run the checkout's heartbeat sidecar and a shell command.
+benchmark), kube-scheduler, the real node (kubelet + containerd, real containers of the images
+``make images`` builds), and ``pgsched operator`` processes. Job pods run the pgsched
+image's heartbeat sidecar and a busybox shell command.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def job_dsn_secret(bench: Cluster, dsn: str) -> None:
             "DO $$ BEGIN CREATE ROLE bench_job LOGIN IN ROLE pgsched_job;"
             " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
         )
-    job_dsn = dsn.replace("user=postgres", "user=bench_job")
+    job_dsn = bench.control_plane.in_cluster_dsn(dsn).replace("user=postgres", "user=bench_job")
     bench.kubectl(
         "create",
         "secret",
@@ -119,7 +120,7 @@ def job_template(command: str) -> dict[str, Any]:
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [
-                        {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
+                        {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}
                     ],
                 }
             }

@@ -1,9 +1,8 @@
-"""A small, explicit HTTP client for the Kubernetes API, used by the launcher and the node.
+"""The local cluster's admin HTTP client: set-up and assertions in tests, benchmarks, demo.
 
-The process node does kubelet-like work on raw objects (walking ``spec.containers``, writing
-``status`` patches, binding, TokenRequest, watches that must survive API server restarts), so
-plain JSON dicts over urllib3 read more directly than a generated client and keep every
-request visible. Product code talks to the API through its own layer, not this one.
+Plain JSON dicts over urllib3 (with watches that survive API server restarts) keep every
+request of a test visible. Product code talks to the API through its own layer
+(``pgsched.k8s.api``), never this one.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``pgsched operator`` processes (kopf, the tick thread, the publisher) over a few dozen
 ScheduledJobs whose Jobs run busybox ``sleep`` for 1-10 s next to the heartbeat sidecar,
-as pods on the process node; run-now requests arrive as annotations. On top of the shared
+as pods on the local node (real containers); run-now requests arrive as annotations. On top of the shared
 faults (leader kill and pause, session kills, Postgres restart and crash, kill -9 and
 SIGSTOP of pod processes) the API server is restarted.
 
@@ -207,11 +207,9 @@ class ClusterChaos(ChaosDriver):
                         raise
                     time.sleep(1)
 
-    def _node_pid(self) -> int:
-        return self.cluster.nodes["node-1"].process.pid
-
     def job_processes(self) -> dict[int, list[int]]:
-        return faults.processes_by_run(self._node_pid(), self.namespace)
+        pods = self.cluster.api.get(f"/api/v1/namespaces/{self.namespace}/pods")["items"]
+        return faults.processes_by_run(pod["metadata"]["uid"] for pod in pods)
 
     def variant_faults(self) -> dict[str, tuple[float, Fault]]:
         return {"apiserver_restart": (1.0, self.restart_apiserver)}

@@ -20,6 +20,8 @@ from benchsmoke import quick_context
 from devenv.postgres import PostgresServer
 from plugins.cluster import require_binaries
 
+pytestmark = pytest.mark.own_cluster
+
 
 @pytest.fixture
 def ctx(postgres: PostgresServer, tmp_path: Path) -> Context:

@@ -28,7 +28,11 @@ def launch(conn, kube, namespace, command, name):
                 "template": {
                     "spec": {
                         "containers": [
-                            {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
+                            {
+                                "name": "main",
+                                "image": "busybox:1.36",
+                                "command": ["sh", "-c", command],
+                            }
                         ]
                     }
                 }

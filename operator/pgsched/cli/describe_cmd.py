@@ -80,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
     if found.cancel_requested:
         cancel = f"requested at {output.local_time(found.cancel_requested_at, zone)}"
     job = f"{definition.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None
+    # The run's output is its pod's: the Job is kept for the ScheduledJob's history limits.
+    logs = (
+        f"kubectl logs -n {definition.namespace} job/{found.k8s_job_name} --all-containers"
+        if found.k8s_job_name
+        else None
+    )
     output.fields(
         [
             ("Run", found.id),
@@ -99,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             ("Duration", runs_cmd.duration_of(found)),
             ("Cancellation", cancel),
             ("Kubernetes Job", job),
+            ("Logs", logs),
             ("Request token", found.request_token),
         ]
     )
