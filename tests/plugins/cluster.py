@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from devenv.adminclient import ApiError
-from devenv.binaries import Binaries, MissingBinariesError
+from devenv.binaries import Binaries, MissingBinariesError, image_index
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 
@@ -40,7 +40,12 @@ Command = Callable[..., subprocess.CompletedProcess[str]]
 def require_binaries() -> Binaries:
     """The control plane's executables, or skip (fail under PGSCHED_REQUIRE_CLUSTER)."""
     try:
-        return Binaries.locate()
+        binaries = Binaries.locate()
+        if not image_index().is_file():
+            raise MissingBinariesError(
+                f"no local images ({image_index()} is missing): build them with `make images`"
+            )
+        return binaries
     except MissingBinariesError as error:
         if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
             pytest.fail(f"{error} — PGSCHED_REQUIRE_CLUSTER is set, so this is an error")
