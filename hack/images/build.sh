@@ -138,3 +138,4 @@ printf '%s\n' "${index[@]}" >"$out/index.part"
 mv "$out/index.part" "$out/index"
 # Older pgsched tars are superseded: keep the cache from growing with every source change.
 find "$out" -maxdepth 1 -name 'pgsched-*.tar' ! -name "*$pgsched_hash*" -delete
+find "$out" -maxdepth 1 -name 'python-base-*.tar' ! -name "*$base_hash*" -delete
