@@ -429,7 +429,9 @@ class ControlPlane:
 
     def _start_apiserver_relay(self) -> None:
         # host 127.0.0.1:<port> -> UNIX socket -> (in the namespace) <node IP>:<port>
-        sock = self.work_dir / "apiserver.sock"
+        # Under RUN_DIR, so that a crashed session's host-side relay is found and stopped.
+        node.RUN_DIR.mkdir(parents=True, exist_ok=True)
+        sock = node.RUN_DIR / "apiserver.sock"
         self._relays = [
             processes.ManagedProcess(
                 "apiserver relay (namespace side)",
@@ -574,6 +576,13 @@ class ControlPlane:
             time.sleep(0.1)
 
 
+def _schedulable(node_object: Obj) -> bool:
+    conditions = node_object.get("status", {}).get("conditions") or []
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    tainted = bool(node_object.get("spec", {}).get("taints"))
+    return ready and not tainted and not node_object.get("spec", {}).get("unschedulable")
+
+
 def _wait_for_interrupt() -> None:
     try:
         while True:
@@ -606,10 +615,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _schedulable(node_object: Obj) -> bool:
-    conditions = node_object.get("status", {}).get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    tainted = bool(node_object.get("spec", {}).get("taints"))
-    return ready and not tainted and not node_object.get("spec", {}).get("unschedulable")

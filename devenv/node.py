@@ -169,7 +169,7 @@ def clean_host() -> None:
             ["ip", "netns", "pids", NETNS], capture_output=True, text=True, check=False
         ).stdout.split()
         _kill(int(pid) for pid in pids)
-    _kill(_shim_pids())
+    _kill(_shim_pids(shims_only=False))
     for _ in range(50):
         members = list(_cgroup_members())
         if not members:
@@ -185,15 +185,17 @@ def clean_host() -> None:
         subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True, check=False)
 
 
-def _shim_pids() -> Iterator[int]:
-    # Shims daemonize away from containerd; ours are the ones serving our containerd socket.
-    marker = str(CONTAINERD_SOCKET).encode()
+def _shim_pids(*, shims_only: bool = True) -> Iterator[int]:
+    """Container shims (they daemonize away from containerd) and, unless ``shims_only``, the
+    host side of the API server relay: processes naming a path under RUN_DIR on their
+    command line."""
+    marker = f"{RUN_DIR}/".encode()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             cmdline = (entry / "cmdline").read_bytes()
-            if b"containerd-shim" in cmdline and marker in cmdline:
+            if marker in cmdline and (not shims_only or b"containerd-shim" in cmdline):
                 yield int(entry.name)
 
 
