@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv k8s lint test test-unit test-db test-cluster chaos chaos-long demo bench clean fuzz
+.PHONY: venv k8s images lint test test-unit test-db test-cluster chaos chaos-long demo bench clean fuzz
 
 venv: $(STAMP)
 
@@ -30,15 +30,20 @@ $(STAMP): pyproject.toml
 k8s:
 	hack/k8s/build.sh
 
+# The images the local node runs (pause, busybox, a Python base, pgsched from the root
+# Dockerfile), built from Debian and this checkout into .cache/images (docs/local-cluster.md).
+images:
+	hack/images/build.sh
+
 lint: venv
-	$(BIN)/ruff check operator tests bench examples hack
-	$(BIN)/ruff format --check operator tests bench examples hack
+	$(BIN)/ruff check operator devenv tests bench examples hack
+	$(BIN)/ruff format --check operator devenv tests bench examples hack
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=operator:. $(BIN)/lint-imports
 
 # The test command the README documents and CI runs. Cluster tests must not be skipped
 # here: missing control-plane binaries are an error, not a reason to test less.
-test: venv k8s lint
+test: venv k8s images lint
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest
 
 test-unit: venv
@@ -50,7 +55,7 @@ fuzz: venv
 test-db: venv
 	$(BIN)/pytest tests/unit tests/db
 
-test-cluster: venv k8s
+test-cluster: venv k8s images
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -m cluster
 
 # Chaos (docs/chaos.md). Reports: .cache/chaos/*.json. PGSCHED_CHAOS_SEED=<seed> replays.
@@ -58,15 +63,15 @@ test-cluster: venv k8s
 MINUTES  ?= 10
 VARIANTS ?= db cluster
 
-chaos: venv k8s
+chaos: venv k8s images
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -s tests/chaos
 
-chaos-long: venv k8s
+chaos-long: venv k8s images
 	PGSCHED_REQUIRE_CLUSTER=1 PGSCHED_CHAOS_MINUTES=$(MINUTES) \
 		$(BIN)/pytest -s $(foreach v,$(VARIANTS),tests/chaos/test_chaos_$(v).py)
 
-demo: venv k8s
-	$(BIN)/python -m pgsched.devenv.demo
+demo: venv k8s images
+	$(BIN)/python -m devenv.demo
 
 bench: venv
 	$(BIN)/python -m bench

@@ -1,7 +1,7 @@
 """Where the benchmarks run: one throwaway PostgreSQL server, a fresh database per benchmark.
 
 Every figure is a ratio to a baseline measured on the same server in the same run, so the
-server is the project's throwaway one (:class:`pgsched.devenv.postgres.PostgresServer`,
+server is the project's throwaway one (:class:`devenv.postgres.PostgresServer`,
 ``fsync=off``): absolute numbers are optimistic for a durable server, ratios much less so.
 Autovacuum keeps its defaults on purpose — the bloat benchmark is about exactly that.
 
@@ -24,8 +24,8 @@ import psycopg
 from psycopg import sql
 
 from bench import queries
+from devenv.postgres import PostgresServer
 from pgsched.db import connection, migrate
-from pgsched.devenv.postgres import PostgresServer
 
 SETTINGS = (
     "shared_buffers",

@@ -17,8 +17,8 @@ from bench import kube
 from bench.context import Context
 from bench.report import Report
 from bench.stats import ratio
+from devenv.operators import OperatorProcess
 from pgsched.db import connection
-from pgsched.devenv.operators import OperatorProcess
 
 NAME = "footprint"
 TITLE = "operator RSS and CPU with 10,000 ScheduledJobs, idle and 20 due/min (issue 7 #6)"

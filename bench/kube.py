@@ -1,9 +1,10 @@
 """The Kubernetes side of the benchmarks: a local control plane, the CRD, operator replicas.
 
-Everything is the real thing the tests use (``pgsched.devenv``): etcd, kube-apiserver and
+Everything is the real thing the tests use (``devenv``): etcd, kube-apiserver and
 kube-controller-manager (including the CronJob controller, the baseline of the skew
-benchmark), a process node that runs pods as local processes, and ``pgsched operator``
-processes. Job pods run the checkout's heartbeat sidecar and a shell command.
+benchmark), kube-scheduler, the real node (kubelet + containerd, real containers of the images
+``make images`` builds), and ``pgsched operator`` processes. Job pods run the pgsched
+image's heartbeat sidecar and a busybox shell command.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 import urllib3
 import yaml
 
+from devenv.binaries import Binaries
+from devenv.controlplane import ControlPlane
+from devenv.operators import OperatorProcess, start_operator
+from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.devenv.binaries import Binaries
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.operators import OperatorProcess, start_operator
-from pgsched.devenv.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
@@ -100,7 +101,7 @@ def job_dsn_secret(bench: Cluster, dsn: str) -> None:
             "DO $$ BEGIN CREATE ROLE bench_job LOGIN IN ROLE pgsched_job;"
             " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
         )
-    job_dsn = dsn.replace("user=postgres", "user=bench_job")
+    job_dsn = bench.control_plane.in_cluster_dsn(dsn).replace("user=postgres", "user=bench_job")
     bench.kubectl(
         "create",
         "secret",
@@ -119,7 +120,7 @@ def job_template(command: str) -> dict[str, Any]:
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [
-                        {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
+                        {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}
                     ],
                 }
             }

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from bench import environment, queries, seed
 from bench.report import format_table
 from bench.workers import backend_cpu
+from devenv.postgres import PostgresServer
 from pgsched.db import connection
-from pgsched.devenv.postgres import PostgresServer
 from pgsched.engine import dispatch, launcher
 
 BATCH = 50

@@ -28,8 +28,8 @@ from bench import kube
 from bench.context import Context
 from bench.report import Report, plot_path, pyplot
 from bench.stats import median, percentile, ratio
+from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.devenv.waiting import wait_for
 from pgsched.engine import definitions
 from pgsched.engine.models import Run
 from pgsched.k8s import api, jobs, names

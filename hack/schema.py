@@ -22,8 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from devenv.postgres import PostgresServer
 from pgsched.db import connection, migrate
-from pgsched.devenv.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "operator" / "pgsched" / "sql" / "schema.sql"

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from bench.context import Context
 from bench.environment import Environment
-
-from pgsched.devenv.postgres import PostgresServer
+from devenv.postgres import PostgresServer
 
 
 def quick_context(postgres: PostgresServer, out_dir: Path) -> Context:

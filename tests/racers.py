@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from bench import planted
 
 import previous_dispatch
+from bench import planted
 from pgsched.db import connection, queries
 from pgsched.engine import dispatch, lease
 from pgsched.engine.models import Definition, Run

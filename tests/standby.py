@@ -14,7 +14,7 @@ import time
 
 import psycopg
 
-from pgsched.devenv.postgres import PostgresServer
+from devenv.postgres import PostgresServer
 
 
 def _as_postgres(command: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 ``pgsched operator`` processes (kopf, the tick thread, the publisher) over a few dozen
 ScheduledJobs whose Jobs run busybox ``sleep`` for 1-10 s next to the heartbeat sidecar,
-as pods on the process node; run-now requests arrive as annotations. On top of the shared
+as pods on the local node (real containers); run-now requests arrive as annotations. On top of the shared
 faults (leader kill and pause, session kills, Postgres restart and crash, kill -9 and
 SIGSTOP of pod processes) the API server is restarted.
 
@@ -25,13 +25,13 @@ import invariants
 from chaos import faults, workload
 from chaos.config import ChaosConfig
 from chaos.driver import ChaosDriver, Fault
+from devenv.adminclient import AdminClient, ApiError, Obj
+from devenv.controlplane import ControlPlane
+from devenv.operators import OperatorProcess
+from devenv.postgres import PostgresServer
+from devenv.watching import run_reflector
 from pgsched.db import connection
 from pgsched.db.connection import Connection
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError, KubeAPI, Obj
-from pgsched.devenv.operators import OperatorProcess
-from pgsched.devenv.postgres import PostgresServer
-from pgsched.devenv.watching import run_reflector
 from pgsched.k8s import names
 from plugins.operator import Operators, busybox, create_job_dsn_secret
 
@@ -61,7 +61,7 @@ class JobRecorder:
     """Every Job of the namespace ever seen: uid → (run id, lease token annotation), and
     the runs whose Job was seen to succeed."""
 
-    def __init__(self, api: KubeAPI, namespace: str) -> None:
+    def __init__(self, api: AdminClient, namespace: str) -> None:
         self.jobs: dict[str, tuple[int, str]] = {}
         self.succeeded: set[int] = set()
         self._stop = threading.Event()
@@ -96,7 +96,7 @@ class Annotations(threading.Thread):
     retried until the API server accepted it."""
 
     def __init__(
-        self, api: KubeAPI, paths: list[str], rng: random.Random, *, per_second: float
+        self, api: AdminClient, paths: list[str], rng: random.Random, *, per_second: float
     ) -> None:
         super().__init__(name="chaos-annotations", daemon=True)
         self._api = api
@@ -207,11 +207,9 @@ class ClusterChaos(ChaosDriver):
                         raise
                     time.sleep(1)
 
-    def _node_pid(self) -> int:
-        return self.cluster.nodes["node-1"].process.pid
-
     def job_processes(self) -> dict[int, list[int]]:
-        return faults.processes_by_run(self._node_pid(), self.namespace)
+        pods = self.cluster.api.get(f"/api/v1/namespaces/{self.namespace}/pods")["items"]
+        return faults.processes_by_run(pod["metadata"]["uid"] for pod in pods)
 
     def variant_faults(self) -> dict[str, tuple[float, Fault]]:
         return {"apiserver_restart": (1.0, self.restart_apiserver)}

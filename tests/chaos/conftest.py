@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pgsched.devenv.postgres import PostgresServer
+from devenv.postgres import PostgresServer
 from plugins.postgres import migrated_server
 
 

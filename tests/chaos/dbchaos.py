@@ -33,16 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import planted
-
 import invariants
+from bench import planted
 from chaos import faults, jobhost, workload
 from chaos.config import ROOT, ChaosConfig
 from chaos.driver import ChaosDriver, Fault
 from chaos.replicated import ReplicatedPostgres
+from devenv.postgres import PostgresServer
 from pgsched.db import connection
 from pgsched.db.connection import Connection
-from pgsched.devenv.postgres import PostgresServer
 from pgsched.engine import definitions
 from pgsched.k8s import names
 

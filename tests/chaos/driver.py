@@ -35,10 +35,10 @@ import psycopg
 from chaos import checker, faults
 from chaos.config import ChaosConfig
 from chaos.sampler import Sampler
+from devenv.postgres import PostgresServer
 from pgsched.db import connection
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
-from pgsched.devenv.postgres import PostgresServer
 
 log = logging.getLogger(__name__)
 

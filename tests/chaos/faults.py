@@ -7,7 +7,8 @@ Everything here acts on real processes and real sessions:
   ``/proc`` — operator replicas all call their tick session ``pgsched-tick``, so the
   application name cannot tell them apart;
 - job processes are found by name (``job-<run id>``, the database variant's job host) or
-  by the ``PGSCHED_RUN_ID`` in their environment (pods on the process node);
+  by the ``PGSCHED_RUN_ID`` in their environment (containers of the namespace's pods on the
+  local node, found by their pod cgroup);
 - signals: ``SIGKILL`` for crashes, ``SIGSTOP``/``SIGCONT`` for pauses (a GC pause, a
   frozen container, a VM migration), with every paused process resumed at the end.
 
@@ -193,36 +194,29 @@ def named_children(parent: int, prefix: str) -> dict[int, str]:
     }
 
 
-def processes_by_run(node: int, namespace: str) -> dict[int, list[int]]:
-    """Processes of the pods of ``namespace`` run by the process node ``node`` (pid),
-    grouped by the ``PGSCHED_RUN_ID`` in their environment (every container of a run's
-    pod has it). Pods of other tests — other namespaces, other nodes — are left alone.
-    The node gives each pod a ``HOME`` under ``pods/<namespace>_<pod>_<uid>``."""
-    table = _process_table()
-    home = f"/pods/{namespace}_".encode()
-
-    def descends(pid: int) -> bool:
-        for _ in range(64):
-            if pid not in table:
-                return False
-            pid = table[pid][1]
-            if pid == node:
-                return True
-        return False
-
+def processes_by_run(pod_uids: Iterable[str]) -> dict[int, list[int]]:
+    """Processes of the containers of the given pods (real containers on the local node,
+    found by their ``kubepods/.../pod<uid>`` cgroup), grouped by the ``PGSCHED_RUN_ID`` in
+    their environment (every container of a run's pod has it). Other pods are left alone."""
+    markers = [f"/pod{uid}/".encode() for uid in pod_uids]
     found: dict[int, list[int]] = {}
-    for pid in table:
-        if not descends(pid):
+    if not markers:
+        return found
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
+            cgroups = (entry / "cgroup").read_bytes()
+            if not any(marker in cgroups for marker in markers):
+                continue
             environment = dict(
                 item.split(b"=", 1)
-                for item in (_PROC / str(pid) / "environ").read_bytes().split(b"\0")
+                for item in (entry / "environ").read_bytes().split(b"\0")
                 if b"=" in item
             )
             run_id = environment.get(b"PGSCHED_RUN_ID")
-            if run_id is not None and home in environment.get(b"HOME", b""):
-                found.setdefault(int(run_id), []).append(pid)
+            if run_id is not None:
+                found.setdefault(int(run_id), []).append(int(entry.name))
     return found
 
 

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 from bench import planted
-
 from chaos.jobhost import Job
 from pgsched.db import connection
 from pgsched.engine.launcher import LaunchError

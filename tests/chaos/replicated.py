@@ -24,7 +24,7 @@ import time
 import psycopg
 
 from chaos import faults
-from pgsched.devenv.postgres import PostgresServer
+from devenv.postgres import PostgresServer
 from standby import promote, standby_of
 
 

@@ -1,7 +1,7 @@
 """Chaos, cluster variant: three operator replicas keep I1-I5 on a real control plane.
 
 Real ``pgsched operator`` processes, real Jobs and pods (busybox ``sleep`` next to the
-heartbeat sidecar on the process node), run-now annotations, for
+heartbeat sidecar, real containers on the local node), run-now annotations, for
 ``PGSCHED_CHAOS_MINUTES`` (CI: 75 s) while the driver kills and pauses replicas, kills and
 freezes pods, terminates sessions, restarts and crashes Postgres and restarts the API
 server. Then the ScheduledJobs are suspended, everything drains and the database and the

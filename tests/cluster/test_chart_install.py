@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,14 +25,14 @@ import psycopg
 import pytest
 import yaml
 
+from devenv.controlplane import ControlPlane
+from devenv.postgres import PostgresServer
+from devenv.waiting import wait_for
 from pgsched.db import connection, migrate
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.postgres import PostgresServer
-from pgsched.devenv.waiting import wait_for
 from pgsched.engine import lease
 from plugins.cluster import require_binaries
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.own_cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pgsched"
@@ -152,8 +151,9 @@ def setup(database: Database) -> Iterator[Setup]:
 @pytest.fixture(scope="module")
 def installed(setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Setup:
     values = {
-        "database": {"dsn": setup.db.operator},
-        "jobDatabase": {"dsn": setup.db.job},
+        # The operator and job pods reach the host's Postgres through a Service.
+        "database": {"dsn": setup.cp.in_cluster_dsn(setup.db.operator)},
+        "jobDatabase": {"dsn": setup.cp.in_cluster_dsn(setup.db.job)},
         "config": {"tickIntervalSeconds": 0.5, "publishIntervalSeconds": 0.2},
     }
     values_file = tmp_path_factory.mktemp("chart") / "values.yaml"
@@ -204,12 +204,13 @@ def test_install_in_a_restricted_namespace_runs_ready_operators_as_the_chart_acc
 
 
 def test_each_replica_serves_health_and_metrics_on_its_pod_ip(installed):
+    # Pod IPs live inside the node's network namespace: go through the API server's proxy,
+    # which dials the pod IP as any client in the cluster would.
     for pod in installed.operator_pods():
-        ip = pod["status"]["podIP"]
-        with urllib.request.urlopen(f"http://{ip}:8080/healthz", timeout=5) as health:
-            assert health.status == 200
-        with urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5) as metrics:
-            assert "pgsched_ticks_total" in metrics.read().decode()
+        base = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}"
+        assert installed.kubectl("get", "--raw", f"{base}:8080/proxy/healthz")
+        metrics = installed.kubectl("get", "--raw", f"{base}:9090/proxy/metrics")
+        assert "pgsched_ticks_total" in metrics
     service = installed.get("service", f"{RELEASE}-metrics")
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": 9090, "protocol": "TCP", "targetPort": "metrics"}
@@ -279,8 +280,9 @@ def test_job_pods_get_the_narrow_role_from_the_chart_secret(installed):
     job_dsn = secret_value(installed, JOB_SECRET, "dsn")
 
     assert dsn_env["valueFrom"]["secretKeyRef"] == {"name": JOB_SECRET, "key": "dsn"}
-    assert job_dsn == installed.db.job
-    with connection.connect(job_dsn) as pod:
+    assert job_dsn == installed.cp.in_cluster_dsn(installed.db.job)
+    # The same role, from this host (the Secret's address is the Service's, for pods).
+    with connection.connect(installed.db.job) as pod:
         me = pod.execute(
             "SELECT current_user AS name, rolsuper, rolcreaterole,"
             " pg_has_role(current_user, 'pgsched_job', 'MEMBER') AS job_member,"
@@ -318,7 +320,11 @@ def test_job_pods_get_the_narrow_role_from_the_chart_secret(installed):
     ],
 )
 def test_the_chart_job_role_cannot_read_or_write_the_tables(installed, statement):
-    job_dsn = secret_value(installed, JOB_SECRET, "dsn")
+    # The Secret's role, from this host (its address is the Service's, for pods).
+    assert secret_value(installed, JOB_SECRET, "dsn") == installed.cp.in_cluster_dsn(
+        installed.db.job
+    )
+    job_dsn = installed.db.job
     with connection.connect(job_dsn) as pod, pytest.raises(psycopg.errors.InsufficientPrivilege):
         pod.execute(statement)
 

@@ -1,5 +1,5 @@
 """The README's quickstart command, run as a new user runs it (``make demo`` is this command
-after ``make venv k8s``): a process of its own, its own control plane and Postgres."""
+after ``make venv k8s images``): a process of its own, its own cluster and Postgres."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from plugins.cluster import require_binaries
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.own_cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_SECONDS = 180  # the README promises well under this on a warm machine
@@ -23,7 +23,7 @@ def test_the_quickstart_installs_the_chart_and_turns_the_examples_green():
     require_binaries()
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pgsched.devenv.demo", "--once", "--timeout=120"],
+        [sys.executable, "-m", "devenv.demo", "--once", "--timeout=120"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -42,6 +42,11 @@ def test_the_quickstart_installs_the_chart_and_turns_the_examples_green():
         assert any(row.startswith(name + " ") for row in rows), name
     assert re.search(
         r"ledger-report\s+FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8;\S*\s+Europe/Sofia", table
+    )
+    # The last screen is `kubectl logs` of a run's pod: the workload's own output, served by
+    # the real kubelet.
+    assert re.search(
+        r"\$ kubectl -n pgsched-demo logs \S+ -c hello\nhello from pgsched run \d+", output
     )
     # It says how to look around, and cleans up after itself.
     assert "kubectl -n pgsched-demo get sj -w" in output

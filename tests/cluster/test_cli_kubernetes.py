@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import pgsched
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster

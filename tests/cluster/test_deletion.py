@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cli_runner import pgsched
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from pgsched.engine import runs
 from plugins.operator import busybox
 

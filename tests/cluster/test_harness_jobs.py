@@ -1,4 +1,4 @@
-"""The real Job controller and garbage collector act on pods the process node runs."""
+"""The real Job controller and garbage collector act on pods the real node runs."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import namespaced
-from pgsched.devenv.waiting import wait_for
+from devenv.adminclient import namespaced
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 from plugins.cluster import container, job_manifest
 
 pytestmark = pytest.mark.cluster
@@ -34,7 +34,7 @@ def job_pods(cluster: ControlPlane, namespace: str, name: str) -> list[Obj]:
 
 
 def test_job_whose_pod_exits_zero_becomes_complete(cluster: ControlPlane, namespace: str) -> None:
-    create_job(cluster, namespace, job_manifest("ok", container("main", "busybox", "true")))
+    create_job(cluster, namespace, job_manifest("ok", container("main", "busybox:1.36", "true")))
 
     wait_for(
         lambda: job_condition(cluster, namespace, "ok") == "Complete",
@@ -49,7 +49,9 @@ def test_job_whose_pod_exits_three_fails_with_the_exit_code_in_pod_status(
     cluster: ControlPlane, namespace: str
 ) -> None:
     create_job(
-        cluster, namespace, job_manifest("bad", container("main", "busybox", "sh", "-c", "exit 3"))
+        cluster,
+        namespace,
+        job_manifest("bad", container("main", "busybox:1.36", "sh", "-c", "exit 3")),
     )
 
     wait_for(
@@ -65,7 +67,7 @@ def test_job_whose_pod_exits_three_fails_with_the_exit_code_in_pod_status(
 
 def test_deleting_a_job_garbage_collects_its_pod(cluster: ControlPlane, namespace: str) -> None:
     create_job(
-        cluster, namespace, job_manifest("long", container("main", "busybox", "sleep", "300"))
+        cluster, namespace, job_manifest("long", container("main", "busybox:1.36", "sleep", "300"))
     )
     wait_for(
         lambda: [
@@ -88,7 +90,9 @@ def test_jobs_keep_completing_across_an_api_server_restart(
     cluster: ControlPlane, namespace: str
 ) -> None:
     create_job(
-        cluster, namespace, job_manifest("survivor", container("main", "busybox", "sleep", "3"))
+        cluster,
+        namespace,
+        job_manifest("survivor", container("main", "busybox:1.36", "sleep", "3")),
     )
     wait_for(lambda: job_pods(cluster, namespace, "survivor"), 30, describe="the Job's pod")
 
@@ -99,7 +103,7 @@ def test_jobs_keep_completing_across_an_api_server_restart(
         90,
         describe=lambda: cluster.kubectl("get", "job,pods", "-n", namespace, "-o", "yaml").stdout,
     )
-    create_job(cluster, namespace, job_manifest("after", container("main", "busybox", "true")))
+    create_job(cluster, namespace, job_manifest("after", container("main", "busybox:1.36", "true")))
     wait_for(
         lambda: job_condition(cluster, namespace, "after") == "Complete",
         60,

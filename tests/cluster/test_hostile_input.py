@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pgsched.devenv.commands import CommandError
-from pgsched.devenv.waiting import wait_for
+from devenv.commands import CommandError
+from devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster

@@ -13,7 +13,7 @@ import re
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from plugins.operator import busybox
 from plugins.postgres import terminate_backends
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from plugins.operator import busybox, now_plus
 
 pytestmark = pytest.mark.cluster

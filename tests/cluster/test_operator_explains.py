@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from cli_runner import pgsched
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from plugins.operator import busybox, now_plus
 
 pytestmark = pytest.mark.cluster

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
@@ -18,8 +18,8 @@ FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 3, "orphanTimeoutSecon
 
 
 def processes_of_run(run_id: int) -> list[int]:
-    """PIDs of the local processes running the pod of a run (the process node runs pods as
-    processes; each container's environment carries PGSCHED_RUN_ID)."""
+    """PIDs of the processes of the containers of a run's pod (host PIDs of real
+    containers; each container's environment carries PGSCHED_RUN_ID)."""
     found = []
     marker = f"PGSCHED_RUN_ID={run_id}".encode()
     for entry in Path("/proc").iterdir():

@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from pgsched.devenv.waiting import wait_for
+from devenv.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-EXAMPLES = Path(__file__).parents[2] / "examples"
-
 
 def sdk_template(examples_dsn: str) -> dict:
-    # The process node maps any image named .../pgsched to the checkout's environment;
+    # The pgsched image keeps the SDK examples in /opt/pgsched/examples (see the Dockerfile);
     # a real deployment would use an image of its own with the job modules installed.
     return {
         "spec": {
@@ -25,7 +21,7 @@ def sdk_template(examples_dsn: str) -> dict:
                             "name": "job",
                             "image": "ghcr.io/pgsched/pgsched:dev",
                             "env": [
-                                {"name": "PYTHONPATH", "value": str(EXAMPLES)},
+                                {"name": "PYTHONPATH", "value": "/opt/pgsched/examples"},
                                 {"name": "PGSCHED_EXAMPLES_DSN", "value": examples_dsn},
                             ],
                         }
@@ -36,7 +32,7 @@ def sdk_template(examples_dsn: str) -> dict:
     }
 
 
-def test_an_sdk_import_is_cancelled_at_a_checkpoint_and_compensated(operators, sj, dsn):
+def test_an_sdk_import_is_cancelled_at_a_checkpoint_and_compensated(operators, sj, dsn, cluster):
     operators.start()
     sj.apply(
         "import",
@@ -53,7 +49,7 @@ def test_an_sdk_import_is_cancelled_at_a_checkpoint_and_compensated(operators, s
                     "pause_seconds": 0.3,
                 },
             },
-            "jobTemplate": sdk_template(dsn),
+            "jobTemplate": sdk_template(cluster.in_cluster_dsn(dsn)),
         },
     )
     sj.annotate("import", "pgsched.dev/run-now", "go")
@@ -89,7 +85,7 @@ def test_an_sdk_import_is_cancelled_at_a_checkpoint_and_compensated(operators, s
 
 
 def test_an_sdk_exception_on_the_deny_list_is_not_retried_and_an_unknown_kind_fails_fast(
-    operators, sj, dsn
+    operators, sj, dsn, cluster
 ):
     operators.start()
     sj.apply(
@@ -98,7 +94,7 @@ def test_an_sdk_exception_on_the_deny_list_is_not_retried_and_an_unknown_kind_fa
             "schedule": "0 0 1 1 *",
             "retryPolicy": {"retryOn": ["*"]},
             "job": {"kind": "no-such-kind", "modules": ["pgsched_examples.ledger_report"]},
-            "jobTemplate": sdk_template(dsn),
+            "jobTemplate": sdk_template(cluster.in_cluster_dsn(dsn)),
         },
     )
     sj.annotate("unknown", "pgsched.dev/run-now", "go")

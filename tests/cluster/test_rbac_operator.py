@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pgsched.devenv import kubeconfig
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.waiting import wait_for
+from devenv import kubeconfig
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 from pgsched.k8s import api as operator_api
 from pgsched.k8s import names
 from pgsched.k8s.operator import StartupError, require_served

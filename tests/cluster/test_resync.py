@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
-from pgsched.devenv.waiting import wait_for
 from pgsched.engine import dispatch, runs
 from pgsched.k8s import api, jobs, resync
 
@@ -28,7 +28,11 @@ def launch(conn, kube, namespace, command, name):
                 "template": {
                     "spec": {
                         "containers": [
-                            {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
+                            {
+                                "name": "main",
+                                "image": "busybox:1.36",
+                                "command": ["sh", "-c", command],
+                            }
                         ]
                     }
                 }

@@ -12,11 +12,11 @@ import math
 from pathlib import Path
 
 import pytest
+
 from bench import __main__ as cli
 from bench.context import Context
-
 from benchsmoke import quick_context
-from pgsched.devenv.postgres import PostgresServer
+from devenv.postgres import PostgresServer
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import time
 import psycopg
 import pytest
 
+from devenv.waiting import wait_for
 from factories import define, runs_of
 from pgsched.db import connection
-from pgsched.devenv.waiting import wait_for
 from pgsched.engine import dispatch, lease, runs, settle
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings

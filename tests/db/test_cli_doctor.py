@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from cli_runner import pgsched
+from devenv.postgres import free_port
+from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
 from pgsched.db import connection, preflight
-from pgsched.devenv.postgres import free_port
-from pgsched.devenv.waiting import wait_for
 from pgsched.engine import definitions, dispatch, leader, runs
 
 LONG_AGO = datetime(2026, 1, 1, tzinfo=UTC)

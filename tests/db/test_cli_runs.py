@@ -122,6 +122,9 @@ def test_describe_shows_the_error_the_job_and_the_retry_chain(dsn, conn):
     assert lines["Error"].strip() == "container main exited with code 1"
     assert lines["Attempt"].strip() == f"1 (retried as run {retry.retry_id})"
     assert lines["Kubernetes Job"].strip() == f"default/report-{first.id}"
+    assert (
+        lines["Logs"].strip() == f"kubectl logs -n default job/report-{first.id} --all-containers"
+    )
     assert "Retry chain:" in result.out
     chain = result.out.split("Retry chain:")[1].strip().splitlines()[1:]
     assert [row.split()[:3] for row in chain] == [

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from devenv.postgres import PostgresServer
 from pgsched.db import connection, migrate
-from pgsched.devenv.postgres import PostgresServer
 
 
 def _migrate(dsn: str) -> list[int]:

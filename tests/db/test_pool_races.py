@@ -9,12 +9,12 @@ import multiprocessing
 import random
 import uuid
 
-from bench import planted
 from psycopg.types.json import Jsonb
 from test_races import race, race_by_worker
 
 import invariants
 import racers
+from bench import planted
 from pgsched.db import connection
 
 WORKERS = 8

@@ -12,10 +12,10 @@ import random
 import uuid
 
 import pytest
-from bench import planted
 
 import invariants
 import racers
+from bench import planted
 from factories import define
 from pgsched.db import connection
 from pgsched.engine import runs

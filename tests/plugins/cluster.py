@@ -1,15 +1,18 @@
 """pytest fixtures for tests against the local Kubernetes control plane (marker ``cluster``).
 
-- ``cluster`` (session): a running ``pgsched.devenv.controlplane.ControlPlane`` with one
-  process node, ``node-1``. Its ``kubeconfig`` is the admin kubeconfig path; ``api`` is an
-  admin HTTP client; ``kubectl(...)``/``helm(...)`` run the real CLIs; ``pod_logs(...)``
-  replaces ``kubectl logs``; ``restart_apiserver()`` injects an API server restart.
+- ``cluster`` (session): a running ``devenv.controlplane.ControlPlane`` with its real node
+  ``node-1`` (kubelet + containerd). Its ``kubeconfig`` is the admin kubeconfig path; ``api``
+  is an admin HTTP client; ``kubectl(...)``/``helm(...)`` run the real CLIs; ``pod_logs(...)``
+  is ``kubectl logs``; ``restart_apiserver()`` injects an API server restart;
+  ``stop_node()``/``start_node()`` kill and revive the node; ``in_cluster_dsn(dsn)`` is how
+  pods reach a Postgres on the host.
+- Tests that start a cluster of their own are marked ``own_cluster`` and run first.
 - ``namespace`` (per test): a fresh namespace whose ``default`` ServiceAccount exists,
   deleted afterwards (which also stops its pods).
 - ``kubectl`` / ``helm`` (session): ``kubectl("get", "pods", "-n", ns)`` → CompletedProcess;
   raises ``CommandError`` on a non-zero exit unless ``check=False``.
 
-Waiting: ``from pgsched.devenv.waiting import wait_for``.
+Waiting: ``from devenv.waiting import wait_for``.
 
 When the binaries are missing the cluster tests are skipped with the fix in the message —
 unless ``PGSCHED_REQUIRE_CLUSTER`` is set (CI sets it), in which case they fail. Set
@@ -26,10 +29,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pgsched.devenv.binaries import Binaries, MissingBinariesError
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError
-from pgsched.devenv.waiting import wait_for
+from devenv.adminclient import ApiError
+from devenv.binaries import Binaries, MissingBinariesError, image_index
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 
 Command = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -37,11 +40,22 @@ Command = Callable[..., subprocess.CompletedProcess[str]]
 def require_binaries() -> Binaries:
     """The control plane's executables, or skip (fail under PGSCHED_REQUIRE_CLUSTER)."""
     try:
-        return Binaries.locate()
+        binaries = Binaries.locate()
+        if not image_index().is_file():
+            raise MissingBinariesError(
+                f"no local images ({image_index()} is missing): build them with `make images`"
+            )
+        return binaries
     except MissingBinariesError as error:
         if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
             pytest.fail(f"{error} — PGSCHED_REQUIRE_CLUSTER is set, so this is an error")
         pytest.skip(f"local control plane unavailable: {error}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start a cluster of their own (``own_cluster``) run first: there is one real
+    node per machine, so they could not start while the session's ``cluster`` is up."""
+    items.sort(key=lambda item: item.get_closest_marker("own_cluster") is None)
 
 
 @pytest.fixture(scope="session")

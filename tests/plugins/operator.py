@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 import yaml
 
+from devenv.controlplane import ControlPlane
+from devenv.operators import OperatorProcess, start_operator
+from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.operators import OperatorProcess, start_operator
-from pgsched.devenv.waiting import wait_for
 
 ROOT = Path(__file__).parents[2]
 CRDS = ROOT / "crds"
@@ -50,7 +50,8 @@ def create_job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> st
     user = f"job_{uuid.uuid4().hex[:10]}"
     with connection.connect(dsn) as conn:
         conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
-    job_dsn = dsn.replace("user=postgres", f"user={user}")
+    # Pods reach the host's Postgres through a Service (ControlPlane.expose_postgres).
+    job_dsn = cluster.in_cluster_dsn(dsn).replace("user=postgres", f"user={user}")
     cluster.kubectl(
         "create",
         "secret",
@@ -211,13 +212,13 @@ def sj(cluster: ControlPlane, namespace: str, conn: connection.Connection) -> Sc
 
 
 def busybox(command: str, **pod_spec: Any) -> dict[str, Any]:
-    """A jobTemplate running ``sh -c command`` (the process node runs it with the host's sh)."""
+    """A jobTemplate running ``sh -c command`` in the local busybox image (``make images``)."""
     return {
         "spec": {
             "template": {
                 "spec": {
                     "containers": [
-                        {"name": "main", "image": "busybox", "command": ["sh", "-c", command]}
+                        {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}
                     ],
                     **pod_spec,
                 }

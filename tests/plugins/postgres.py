@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from devenv.postgres import PostgresServer
 from pgsched.db import connection, migrate
-from pgsched.devenv.postgres import PostgresServer
 
 TEMPLATE = "pgsched_template"
 

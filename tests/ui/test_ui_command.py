@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from cli_runner import pgsched
 from conftest import History
-from pgsched.devenv.postgres import free_port
-from pgsched.devenv.waiting import wait_for
+from devenv.postgres import free_port
+from devenv.waiting import wait_for
 
 
 def test_no_auth_serves_every_namespace_until_stopped(dsn: str, history: History) -> None:

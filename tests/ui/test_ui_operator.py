@@ -7,9 +7,9 @@ import urllib.request
 
 import pytest
 
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.postgres import free_port
-from pgsched.devenv.waiting import wait_for
+from devenv.controlplane import ControlPlane
+from devenv.postgres import free_port
+from devenv.waiting import wait_for
 from plugins.operator import Operators, ScheduledJobs, busybox, now_plus
 
 pytestmark = pytest.mark.cluster

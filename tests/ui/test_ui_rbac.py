@@ -15,10 +15,10 @@ import pytest
 from browser import Browser
 
 from conftest import History, Served, seed, serve
+from devenv import kubeconfig
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.devenv import kubeconfig
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.waiting import wait_for
 from pgsched.k8s import api, names
 from pgsched.ui import access
 from plugins.cluster import container, job_manifest

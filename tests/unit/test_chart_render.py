@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import pgsched
-from pgsched.devenv.binaries import bin_dir
+from devenv.binaries import bin_dir
 from pgsched.k8s.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -88,6 +88,12 @@ def run(args: argparse.Namespace) -> int:
         if found.cancelled_by:
             cancel += f" by {found.cancelled_by}"
     job = f"{definition.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None
+    # The run's output is its pod's: the Job is kept for the ScheduledJob's history limits.
+    logs = (
+        f"kubectl logs -n {definition.namespace} job/{found.k8s_job_name} --all-containers"
+        if found.k8s_job_name
+        else None
+    )
     output.fields(
         [
             ("Run", found.id),
@@ -108,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             ("Duration", runs_cmd.duration_of(found)),
             ("Cancellation", cancel),
             ("Kubernetes Job", job),
+            ("Logs", logs),
             ("Request token", found.request_token),
             (
                 "Upstream run",

@@ -37,11 +37,14 @@ class ControlPlanePKI:
     admin: KeyPair
     controller_manager: KeyPair
     front_proxy_client: KeyPair
+    scheduler: KeyPair
+    kubelet: KeyPair
+    kube_proxy: KeyPair
     service_account_key: Path
     service_account_pub: Path
 
 
-def create(directory: Path, *, service_ip: str) -> ControlPlanePKI:
+def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) -> ControlPlanePKI:
     """Write a CA, serving and client certificates and the service-account key pair."""
     if " " in str(directory):
         raise ValueError(f"{directory}: the PKI directory path must not contain spaces")
@@ -55,7 +58,8 @@ def create(directory: Path, *, service_ip: str) -> ControlPlanePKI:
         "-addext keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
     )
     sans = ",".join(
-        [f"DNS:{name}" for name in APISERVER_DNS_NAMES] + ["IP:127.0.0.1", f"IP:{service_ip}"]
+        [f"DNS:{name}" for name in APISERVER_DNS_NAMES]
+        + ["IP:127.0.0.1", f"IP:{service_ip}", f"IP:{node_ip}"]
     )
     apiserver = _issue(
         directory, "apiserver", ca, subject="/CN=kube-apiserver", usage="serverAuth", sans=sans
@@ -75,11 +79,34 @@ def create(directory: Path, *, service_ip: str) -> ControlPlanePKI:
     front_proxy_client = _issue(
         directory, "front-proxy-client", ca, subject="/CN=front-proxy-client", usage="clientAuth"
     )
+    scheduler = _issue(
+        directory, "scheduler", ca, subject="/CN=system:kube-scheduler", usage="clientAuth"
+    )
+    # The Node authorizer and NodeRestriction admission know a kubelet by this identity.
+    kubelet = _issue(
+        directory,
+        "kubelet",
+        ca,
+        subject=f"/O=system:nodes/CN=system:node:{node_name}",
+        usage="clientAuth",
+    )
+    kube_proxy = _issue(
+        directory, "kube-proxy", ca, subject="/CN=system:kube-proxy", usage="clientAuth"
+    )
     sa_key, sa_pub = directory / "sa.key", directory / "sa.pub"
     _genkey(sa_key)
     _openssl(f"pkey -in {sa_key} -pubout -out {sa_pub}")
     return ControlPlanePKI(
-        ca, apiserver, admin, controller_manager, front_proxy_client, sa_key, sa_pub
+        ca,
+        apiserver,
+        admin,
+        controller_manager,
+        front_proxy_client,
+        scheduler,
+        kubelet,
+        kube_proxy,
+        sa_key,
+        sa_pub,
     )
 
 

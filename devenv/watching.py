@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-from pgsched.devenv.kubeapi import ApiError, KubeAPI, Obj
+from devenv.adminclient import AdminClient, ApiError, Obj
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ Handler = Callable[[str, Obj], None]
 
 
 def run_reflector(
-    api: KubeAPI,
+    api: AdminClient,
     path: str,
     *,
     handler: Handler,

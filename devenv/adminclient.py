@@ -1,9 +1,8 @@
-"""A small, explicit HTTP client for the Kubernetes API, used by the launcher and the node.
+"""The local cluster's admin HTTP client: set-up and assertions in tests, benchmarks, demo.
 
-The process node does kubelet-like work on raw objects (walking ``spec.containers``, writing
-``status`` patches, binding, TokenRequest, watches that must survive API server restarts), so
-plain JSON dicts over urllib3 read more directly than a generated client and keep every
-request visible. Product code talks to the API through its own layer, not this one.
+Plain JSON dicts over urllib3 (with watches that survive API server restarts) keep every
+request of a test visible. Product code talks to the API through its own layer
+(``pgsched.k8s.api``), never this one.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ class ApiUnreachable(ConnectionError):
     """The API server could not be reached or dropped the connection (e.g. it restarts)."""
 
 
-class KubeAPI:
+class AdminClient:
     """Thread-safe: one connection pool shared by every thread of the process."""
 
     def __init__(self, credentials: Credentials, *, timeout: float = 30.0) -> None:
@@ -102,7 +101,7 @@ class KubeAPI:
             self._headers["Authorization"] = f"Bearer {credentials.token}"
 
     @classmethod
-    def from_kubeconfig(cls, path: Path, *, timeout: float = 30.0) -> KubeAPI:
+    def from_kubeconfig(cls, path: Path, *, timeout: float = 30.0) -> AdminClient:
         return cls(Credentials.from_kubeconfig(path), timeout=timeout)
 
     def request(

@@ -4,7 +4,7 @@
 environment) against a kubeconfig and a database, with its own free health and metrics
 ports and its log in a file, and waits until ``/healthz`` answers. Tests use it through the
 ``operators`` fixture; the Kubernetes benchmarks use it directly. (The Helm chart path —
-pods on the process node under real RBAC — is ``make demo`` and the chart tests.)
+operator pods on the real node under real RBAC — is ``make demo`` and the chart tests.)
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgsched.devenv.postgres import free_port
-from pgsched.devenv.waiting import wait_for
+from devenv.postgres import free_port
+from devenv.waiting import wait_for
 
-# The process node maps any image whose repository ends in "pgsched" to this checkout.
+# The image `make images` builds from the root Dockerfile (also tagged with the chart's
+# appVersion); job pods run their heartbeat sidecar from it.
 IMAGE = "ghcr.io/pgsched/pgsched:dev"
 
 

@@ -1,22 +1,21 @@
 """``make demo``: the quickstart — pgsched installed as a user would, on this machine.
 
-1. a local Kubernetes control plane with one process node (``devenv.controlplane``);
+1. a local Kubernetes cluster with one real node, kubelet + containerd + runc
+   (``devenv.controlplane``), running the images ``make images`` built from this checkout;
 2. a throwaway Postgres with the roles a real installation uses (``ROLES_SQL``): the
    operator's role owns the database and the schema but cannot create roles; job pods log
    in as a member of ``pgsched_job``; the example jobs bring a role of their own;
 3. two namespaces that enforce Pod Security ``restricted``: ``pgsched-system`` for the
    operator, ``pgsched-demo`` for the ScheduledJobs;
 4. ``helm install`` of ``charts/pgsched`` from the checkout with the two connection
-   strings — the chart's default image maps onto this checkout's venv on the process node;
+   strings (at the Service through which pods reach this host's Postgres) and the chart's
+   default image, ``ghcr.io/pgsched/pgsched:<appVersion>``, built from the root Dockerfile;
 5. ``kubectl apply`` of every ``examples/*.yaml``, then ``kubectl get sj`` until each
    example that asks for an immediate run (``pgsched.dev/run-now``) shows COMPLETED.
 
-Then it prints how to look around and runs until Ctrl-C (``--once``: exit 0 as soon as
-everything is green, 1 if it is not within ``--timeout``), stopping everything on the way out.
-
-The one liberty taken with the examples: the process node has no image filesystems, so a
-``workingDir`` of ``/opt/pgsched/examples`` (where the image keeps the SDK examples, see the
-Dockerfile) is pointed at the checkout's ``examples/`` directory.
+Then it prints how to look around, ending with ``kubectl logs`` of a run's pod, and runs
+until Ctrl-C (``--once``: exit 0 as soon as everything is green, 1 if it is not within
+``--timeout``), stopping everything on the way out.
 """
 
 from __future__ import annotations
@@ -35,19 +34,18 @@ from typing import Any
 
 import yaml
 
+from devenv.adminclient import ApiError
+from devenv.binaries import REPO_ROOT
+from devenv.commands import CommandError
+from devenv.controlplane import ControlPlane
+from devenv.postgres import PostgresServer
 from pgsched.db import connection
-from pgsched.devenv.binaries import REPO_ROOT
-from pgsched.devenv.commands import CommandError
-from pgsched.devenv.controlplane import ControlPlane
-from pgsched.devenv.kubeapi import ApiError
-from pgsched.devenv.postgres import PostgresServer
 
 RELEASE = "pgsched"
 SYSTEM_NAMESPACE = "pgsched-system"
 JOBS_NAMESPACE = "pgsched-demo"
 CHART = REPO_ROOT / "charts" / "pgsched"
 EXAMPLES = REPO_ROOT / "examples"
-IMAGE_EXAMPLES_DIR = "/opt/pgsched/examples"
 EXAMPLES_SECRET = "pgsched-examples-dsn"
 RUN_NOW = "pgsched.dev/run-now"
 
@@ -118,8 +116,8 @@ def create_namespaces(cp: ControlPlane) -> None:
 def install_chart(cp: ControlPlane, dsns: Connections, work_dir: Path) -> None:
     values = {
         "watchNamespaces": [JOBS_NAMESPACE],
-        "database": {"dsn": dsns.operator},
-        "jobDatabase": {"dsn": dsns.job},
+        "database": {"dsn": cp.in_cluster_dsn(dsns.operator)},
+        "jobDatabase": {"dsn": cp.in_cluster_dsn(dsns.job)},
     }
     values_file = work_dir / "demo-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
@@ -151,16 +149,7 @@ def example_manifests() -> Iterator[dict[str, Any]]:
     for path in sorted(EXAMPLES.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
             if document:
-                yield _with_local_examples(document)
-
-
-def _with_local_examples(manifest: dict[str, Any]) -> dict[str, Any]:
-    """Point ``workingDir: /opt/pgsched/examples`` at the checkout (see the docstring)."""
-    pod = manifest.get("spec", {}).get("jobTemplate", {}).get("spec", {}).get("template", {})
-    for container in pod.get("spec", {}).get("containers") or []:
-        if container.get("workingDir") == IMAGE_EXAMPLES_DIR:
-            container["workingDir"] = str(EXAMPLES)
-    return manifest
+                yield document
 
 
 def apply_examples(cp: ControlPlane, dsns: Connections) -> list[str]:
@@ -172,7 +161,7 @@ def apply_examples(cp: ControlPlane, dsns: Connections) -> list[str]:
         EXAMPLES_SECRET,
         "-n",
         JOBS_NAMESPACE,
-        f"--from-literal=dsn={dsns.examples}",
+        f"--from-literal=dsn={cp.in_cluster_dsn(dsns.examples)}",
     )
     manifests = list(example_manifests())
     documents = "---\n".join(yaml.safe_dump(manifest) for manifest in manifests)
@@ -219,7 +208,6 @@ def print_howto(cp: ControlPlane, dsns: Connections) -> None:
     kubectl = _shown(cp.binaries.kubectl)
     pgsched = _shown(Path(sys.executable).parent / "pgsched")
     psql = Path(os.environ.get("PGSCHED_PG_BIN", "/usr/lib/postgresql/15/bin")) / "psql"
-    logs = cp.work_dir / "nodes" / "node-1" / "pods"
     print(
         f"""
 pgsched runs in {SYSTEM_NAMESPACE} (release {RELEASE!r}); the examples in {JOBS_NAMESPACE}.
@@ -231,14 +219,40 @@ pgsched runs in {SYSTEM_NAMESPACE} (release {RELEASE!r}); the examples in {JOBS_
   {kubectl} -n {SYSTEM_NAMESPACE} get deploy,pods,svc,pdb
   {_shown(cp.binaries.helm)} -n {SYSTEM_NAMESPACE} get values {RELEASE}
 
-Pod logs (`kubectl logs` needs a kubelet, which the process node does not serve):
-  ls {logs}/*/logs/*/
+Logs of a run's pod (`{pgsched} describe RUN` names its Job):
+  {kubectl} -n {JOBS_NAMESPACE} logs job/JOB --all-containers
 
 The database (every run, every attempt, every skipped occurrence):
   {psql} '{dsns.admin}' -c 'SELECT id, status, reason, trigger, attempt, scheduled_for FROM pgsched.job_runs ORDER BY id'
   PGSCHED_DSN='{dsns.operator}' {pgsched} migrate --check
   {pgsched} --help
 """,
+        flush=True,
+    )
+
+
+def show_run_logs(cp: ControlPlane, scheduled_job: str) -> None:
+    """The last screen: ``kubectl logs`` of the newest pod a run of ``scheduled_job`` ran."""
+    pods = json.loads(
+        cp.kubectl(
+            "get",
+            "pods",
+            "-n",
+            JOBS_NAMESPACE,
+            "-l",
+            f"pgsched.dev/scheduledjob={scheduled_job}",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    finished = [p for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"]
+    if not finished:
+        return
+    pod = max(finished, key=lambda p: p["metadata"]["creationTimestamp"])["metadata"]["name"]
+    container = "hello"
+    logs = cp.kubectl("logs", "-n", JOBS_NAMESPACE, pod, "-c", container, check=False)
+    print(
+        f"$ kubectl -n {JOBS_NAMESPACE} logs {pod} -c {container}\n{logs.stdout}{logs.stderr}",
         flush=True,
     )
 
@@ -263,12 +277,12 @@ def _until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 def run(*, once: bool, timeout: float, work_dir: Path | None) -> int:
     clock = Stopwatch()
-    say(clock, "starting a local Kubernetes control plane (etcd, kube-apiserver, controllers)")
+    say(clock, "starting a local Kubernetes cluster (etcd, kube-apiserver, controllers, scheduler)")
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
     with ControlPlane(work_dir=work_dir, keep_work_dir=work_dir is not None) as cp:
         cp.add_node("node-1")
-        say(clock, f"control plane ready with node-1; kubeconfig: {cp.kubeconfig}")
+        say(clock, f"cluster ready with node-1 (kubelet + containerd); kubeconfig: {cp.kubeconfig}")
         with PostgresServer() as server:
             dsns = create_roles(server)
             say(clock, f"Postgres {server.port} ready: roles pgsched, pgsched_job_login, examples")
@@ -280,6 +294,7 @@ def run(*, once: bool, timeout: float, work_dir: Path | None) -> int:
             say(clock, f"applied examples/*.yaml to {JOBS_NAMESPACE}")
             green = watch_until_green(cp, clock, expected, timeout=timeout)
             print_howto(cp, dsns)
+            show_run_logs(cp, "hello-every-minute")
             if once or not green:
                 return 0 if green else 1
             say(clock, "running until Ctrl-C")
@@ -289,7 +304,7 @@ def run(*, once: bool, timeout: float, work_dir: Path | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pgsched.devenv.demo",
+        prog="python -m devenv.demo",
         description="Install pgsched with its Helm chart on a local control plane, apply the "
         "examples and show them run.",
     )

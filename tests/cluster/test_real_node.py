@@ -1,0 +1,165 @@
+"""What only a real node proves: pods are real containers of the images ``make images`` built
+(kubelet + containerd + runc), so signals, memory limits, the image's user, a dead node and
+``kubectl logs`` behave as on any cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from devenv.waiting import wait_for
+from plugins.operator import busybox
+
+pytestmark = pytest.mark.cluster
+
+FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 4, "orphanTimeoutSeconds": 30}
+
+
+def pods_of(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    output = cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"pgsched.dev/scheduledjob={name}", "-o", "json"
+    ).stdout
+    return list(json.loads(output)["items"])
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def test_the_heartbeat_sidecar_exits_on_sigterm_so_a_short_job_completes_promptly(
+    operators, sj, cluster, namespace
+):
+    """The sidecar (``pgsched heartbeat`` as PID 1 of the real image) must end on the
+    kubelet's SIGTERM once the main container exits: if it ignored it, the Job would only
+    complete after the pod's 30 s grace period."""
+    operators.start()
+    sj.apply("short", {"schedule": "0 0 1 1 *", "jobTemplate": busybox("sleep 3")})
+    sj.annotate("short", "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs(
+        "short", lambda runs: runs and runs[0]["status"] == "COMPLETED", 90, "completion"
+    )
+    [pod] = pods_of(cluster, namespace, "short")
+    [main] = pod["status"]["containerStatuses"]
+    main_exit = parse_time(main["state"]["terminated"]["finishedAt"])
+    job = json.loads(
+        cluster.kubectl("get", "job", run["k8s_job_name"], "-n", namespace, "-o", "json").stdout
+    )
+    [complete] = [c for c in job["status"]["conditions"] if c["type"] == "Complete"]
+    delay = (parse_time(complete["lastTransitionTime"]) - main_exit).total_seconds()
+    grace = pod["spec"]["terminationGracePeriodSeconds"]
+    print(f"main container exit -> Job Complete: {delay:.1f}s (grace {grace}s)")
+    assert delay < grace / 3, f"{delay:.1f}s from the main container's exit to Job Complete"
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed_and_never_retried(operators, sj):
+    operators.start()
+    template = busybox("sleep 1; dd if=/dev/zero of=/dev/null bs=200M count=1")
+    [main] = template["spec"]["template"]["spec"]["containers"]
+    main["resources"] = {"limits": {"memory": "32Mi"}}
+    sj.apply(
+        "hungry",
+        {
+            "schedule": "0 0 1 1 *",
+            "retryPolicy": {"neverRetryOn": ["OOMKilled"], "backoff": {"initialSeconds": 0}},
+            "jobTemplate": template,
+        },
+    )
+    sj.annotate("hungry", "pgsched.dev/run-now", "go")
+    sj.wait_runs("hungry", lambda runs: runs and runs[0]["status"] == "FAILED", 90, "the OOM")
+    wait_for(lambda: sj.runs("hungry")[0]["settled_at"], 15, describe="the failure settled")
+    runs = sj.runs("hungry")
+    assert [(r["status"], r["reason"]) for r in runs] == [("FAILED", "OOMKilled")]
+
+
+def test_jobs_run_under_pod_security_restricted_as_the_images_non_root_user(
+    operators, sj, cluster, namespace
+):
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    operators.start()
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 65534,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    template = busybox("id -u; touch /tmp/x 2>&1 || echo read-only")
+    [main] = template["spec"]["template"]["spec"]["containers"]
+    main["securityContext"] = {**restricted, "readOnlyRootFilesystem": True}
+    sj.apply("locked", {"schedule": "0 0 1 1 *", "jobTemplate": template})
+    sj.annotate("locked", "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs(
+        "locked", lambda runs: runs and runs[0]["status"] in ("COMPLETED", "FAILED"), 90, "end"
+    )
+    assert run["status"] == "COMPLETED", run
+    [pod] = pods_of(cluster, namespace, "locked")
+    logs = cluster.kubectl("logs", "-n", namespace, pod["metadata"]["name"], "-c", "main").stdout
+    assert logs.splitlines()[0] == "65534" and "Read-only file system" in logs, logs
+    # The heartbeat sidecar ran as the image's own user (10001) under the same policy.
+    [sidecar] = pod["status"]["initContainerStatuses"]
+    assert sidecar["name"] and pod["spec"]["initContainers"][0]["securityContext"]["runAsNonRoot"]
+
+
+def test_kubectl_logs_shows_a_runs_output_and_describe_says_how_to_get_it(
+    operators, sj, cluster, namespace, dsn
+):
+    operators.start()
+    sj.apply(
+        "talker", {"schedule": "0 0 1 1 *", "jobTemplate": busybox("echo run $PGSCHED_RUN_ID")}
+    )
+    sj.annotate("talker", "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs(
+        "talker", lambda runs: runs and runs[0]["status"] == "COMPLETED", 90, "completion"
+    )
+    described = subprocess.run(
+        [sys.executable, "-m", "pgsched.cli.main", "describe", str(run["id"])],
+        capture_output=True,
+        text=True,
+        env={"PGSCHED_DSN": dsn, "PATH": "/usr/bin:/bin"},
+        check=True,
+    ).stdout
+    [command] = [
+        line.split(":", 1)[1].strip() for line in described.splitlines() if line.startswith("Logs:")
+    ]
+    assert command == f"kubectl logs -n {namespace} job/{run['k8s_job_name']} --all-containers"
+    output = cluster.kubectl(*command.split()[1:]).stdout
+    assert f"run {run['id']}" in output.splitlines()
+
+
+def test_a_dead_node_fails_its_runs_and_they_are_retried_once_it_is_back(
+    operators, sj, cluster, namespace
+):
+    operators.start()
+    sj.apply(
+        "stranded",
+        {
+            "schedule": "0 0 1 1 *",
+            "heartbeat": FAST_HEARTBEAT,
+            "retryPolicy": {"retryOn": ["HeartbeatLost"], "backoff": {"initialSeconds": 1}},
+            "jobTemplate": busybox("sleep 8"),
+        },
+    )
+    sj.annotate("stranded", "pgsched.dev/run-now", "go")
+    sj.wait_runs("stranded", lambda runs: runs and runs[0]["heartbeat_at"], 90, "a heartbeat")
+    cluster.stop_node()
+    try:
+        runs = sj.wait_runs(
+            "stranded",
+            lambda runs: runs[0]["status"] == "FAILED" and len(runs) > 1,
+            60,
+            "the failure and its retry",
+        )
+        assert runs[0]["reason"] == "HeartbeatLost", runs[0]
+    finally:
+        cluster.start_node()
+    runs = sj.wait_runs(
+        "stranded", lambda runs: runs[-1]["status"] == "COMPLETED", 120, "the retry to complete"
+    )
+    assert [r["status"] for r in runs][:1] == ["FAILED"] and runs[-1]["retry_of"] is not None
