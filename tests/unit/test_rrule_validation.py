@@ -18,7 +18,7 @@ def rejection(text: str, zone: str = "UTC") -> str:
     with pytest.raises(spec.SpecError) as caught:
         spec.parse({"rrule": text, "timeZone": zone}, anchor=NOW, now=NOW)
     (error,) = caught.value.errors
-    assert error.path == "rrule" and error.example
+    assert error.path == "spec.rrule" and error.example
     return str(error)
 
 

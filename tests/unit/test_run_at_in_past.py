@@ -26,7 +26,7 @@ def test_a_typo_in_the_year_is_rejected_with_the_field_how_far_back_and_the_way_
     with pytest.raises(spec.SpecError) as caught:
         parse("2025-06-01T09:00:00Z")
     [error] = caught.value.errors
-    assert error.path == "runAt"
+    assert error.path == "spec.runAt"
     assert error.message == (
         "'2025-06-01T09:00:00Z' is 365 days in the past (now 2026-06-01T09:00:00Z), so it"
         " would run at once; fix the date, or set runAtInPast: Run to run it now on purpose"
@@ -49,4 +49,4 @@ def test_an_accepted_run_at_is_not_checked_again_and_the_policy_is_validated():
     assert accepted.schedule_kind == "once"
     with pytest.raises(spec.SpecError) as caught:
         parse("2027-01-01T00:00:00Z", runAtInPast="Later")
-    assert caught.value.errors[0].path == "runAtInPast"
+    assert caught.value.errors[0].path == "spec.runAtInPast"
