@@ -268,6 +268,15 @@ def path_of(
     return "/".join(parts)
 
 
+def pods_of_job(kube: KubeApi, namespace: str, job_name: str) -> list[Obj]:
+    """The pods the Job controller made for ``job_name`` (its ``job-name`` label)."""
+    found = kube.get(
+        path_of(namespace=namespace, plural="pods"),
+        labelSelector=f"batch.kubernetes.io/job-name={job_name}",
+    )
+    return list(found.get("items") or [])
+
+
 def scheduled_job_path(namespace: str, name: str, subresource: str | None = None) -> str:
     """The API path of a ScheduledJob (or of its ``status`` subresource)."""
     return path_of(

@@ -348,18 +348,15 @@ def job_event(event: Any, body: Any, memo: Any, **_: Any) -> None:
         name=labels.get(names.LABEL_SCHEDULED_JOB),
         attempt=labels.get(names.LABEL_ATTEMPT),
     )
-    pods_path = api.path_of(namespace=metadata["namespace"], plural="pods")
     try:
-        pods = context.kube.get(
-            pods_path, labelSelector=f"batch.kubernetes.io/job-name={metadata['name']}"
-        )
+        pods = api.pods_of_job(context.kube, metadata["namespace"], metadata["name"])
         with context.pool.connection() as conn:
             outcome = outcomes.record(
                 conn,
                 int(run_id),
                 fingerprint,
                 job=dict(body),
-                pods=pods.get("items") or [],
+                pods=pods,
                 deleted=deleted,
                 logger=log_run,
             )

@@ -78,13 +78,7 @@ def _resync_namespace(
             continue
         pods: list[Obj] = []
         if job is not None:
-            pods = (
-                kube.get(
-                    api.path_of(namespace=namespace, plural="pods"),
-                    labelSelector=f"batch.kubernetes.io/job-name={row['k8s_job_name']}",
-                ).get("items")
-                or []
-            )
+            pods = api.pods_of_job(kube, namespace, row["k8s_job_name"])
         log_run = logs.for_labels(
             log, run_id=row["id"], namespace=namespace, name=row["name"], attempt=row["attempt"]
         )

@@ -117,13 +117,7 @@ def run_once(
             job = None
         pods: list[Obj] = []
         if job is not None:
-            pods = (
-                kube.get(
-                    api.path_of(namespace=namespace, plural="pods"),
-                    labelSelector=f"batch.kubernetes.io/job-name={row['k8s_job_name']}",
-                ).get("items")
-                or []
-            )
+            pods = api.pods_of_job(kube, namespace, row["k8s_job_name"])
         _apply(conn, row, decide(row, job, pods), result, now=now)
     return result
 
