@@ -29,7 +29,7 @@ from devenv.waiting import wait_for
 from pgsched.db import connection
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
+CRDS = ROOT / "crds"  # ScheduledJob and ConcurrencyPool: the operator needs both
 NAMESPACE = "bench"
 
 
@@ -62,17 +62,14 @@ class Cluster:
 
 @contextlib.contextmanager
 def cluster(*, node: bool = True) -> Iterator[Cluster]:
-    """A control plane with the CRD, the ``bench`` namespace and (optionally) a node."""
+    """A control plane with the CRDs, the ``bench`` namespace and (optionally) a node."""
     with (
         tempfile.TemporaryDirectory(prefix="pgsched-bench-") as work,
         ControlPlane(binaries=Binaries.locate()) as control_plane,
     ):
         if node:
             control_plane.add_node("node-1")
-        control_plane.kubectl("apply", "-f", str(CRD))
-        control_plane.kubectl(
-            "wait", "--for=condition=Established", "crd/scheduledjobs.pgsched.dev", "--timeout=60s"
-        )
+        control_plane.apply_crds(CRDS)
         control_plane.kubectl("create", "namespace", NAMESPACE)
         yield Cluster(control_plane, Path(work))
 

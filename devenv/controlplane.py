@@ -378,6 +378,11 @@ class ControlPlane:
             [self.binaries.kubectl, *args], kubeconfig=self.kubeconfig, input=input, check=check
         )
 
+    def apply_crds(self, folder: Path) -> None:
+        """Apply every CRD in ``folder`` (pgsched's ``crds/``) and wait until all serve."""
+        self.kubectl("apply", "-f", folder)
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+
     def helm(
         self, *args: str | Path, input: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:

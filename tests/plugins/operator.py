@@ -35,14 +35,7 @@ CRDS = ROOT / "crds"
 
 @pytest.fixture(scope="session")
 def crd(cluster: ControlPlane) -> None:
-    cluster.kubectl("apply", "-f", str(CRDS))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "crd/scheduledjobs.pgsched.dev",
-        "crd/concurrencypools.pgsched.dev",
-        "--timeout=60s",
-    )
+    cluster.apply_crds(CRDS)
 
 
 def create_job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> str:
