@@ -75,10 +75,11 @@ SET status = 'COMPLETED', finished_at = clock_timestamp(), settled_at = clock_ti
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'RUNNING';
 
 -- name: truncate_runs
-TRUNCATE pgsched.job_runs RESTART IDENTITY;
+-- CASCADE: the tables that point at runs (chain arrivals, the outbox) are emptied with them.
+TRUNCATE pgsched.job_runs RESTART IDENTITY CASCADE;
 
 -- name: truncate_definitions
-TRUNCATE pgsched.job_runs, pgsched.job_definitions RESTART IDENTITY;
+TRUNCATE pgsched.job_runs, pgsched.job_definitions RESTART IDENTITY CASCADE;
 
 -- name: materialize_sql_only
 -- The materialize benchmark's baseline: the same run rows, with no recurrence arithmetic.

@@ -355,7 +355,7 @@ def test_chained_runs_get_starting_deadlines_caps_and_cancellation_like_any_run(
         conn, RecordingLauncher(), definition_ids=[load.id], now=T0 + timedelta(seconds=3)
     ).claimed
     assert [run.upstream_run_id for run in claimed] == [first.id]
-    outcome = runs.cancel_definition(conn, load.id, why="test")
+    outcome = runs.cancel_definition(conn, load.id, by=runs.BY_CLI, why="test")
     assert [run.id for run in outcome.cancelled] == [two["id"]]
     assert [run.upstream_run_id for run in outcome.asked_to_stop] == [first.id]
     assert second.id == two["upstream_run_id"]
