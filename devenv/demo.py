@@ -231,29 +231,51 @@ The database (every run, every attempt, every skipped occurrence):
     )
 
 
-def show_run_logs(cp: ControlPlane, scheduled_job: str) -> None:
-    """The last screen: ``kubectl logs`` of the newest pod a run of ``scheduled_job`` ran."""
-    pods = json.loads(
-        cp.kubectl(
-            "get",
-            "pods",
-            "-n",
-            JOBS_NAMESPACE,
-            "-l",
-            f"pgsched.dev/scheduledjob={scheduled_job}",
-            "-o",
-            "json",
-        ).stdout
-    )["items"]
-    finished = [p for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"]
-    if not finished:
-        return
-    pod = max(finished, key=lambda p: p["metadata"]["creationTimestamp"])["metadata"]["name"]
+def show_run_logs(cp: ControlPlane, scheduled_job: str, *, timeout: float = 30.0) -> None:
+    """The last screen: ``kubectl logs`` of the newest pod whose workload container ended.
+
+    A run is COMPLETED as soon as its Job reports ``SuccessCriteriaMet``, which can be a
+    moment before the pod itself is ``Succeeded`` (the heartbeat sidecar is still stopping),
+    so the pod is chosen by its ``hello`` container having exited 0, waiting briefly for it.
+    """
     container = "hello"
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = json.loads(
+            cp.kubectl(
+                "get",
+                "pods",
+                "-n",
+                JOBS_NAMESPACE,
+                "-l",
+                f"pgsched.dev/scheduledjob={scheduled_job}",
+                "-o",
+                "json",
+            ).stdout
+        )["items"]
+        done = [pod for pod in pods if _exited_cleanly(pod, container)]
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if not done:
+        print(
+            f"(no pod of {scheduled_job} has finished yet: `kubectl -n {JOBS_NAMESPACE} logs job/JOB --all-containers` shows a run once it has)"
+        )
+        return
+    pod = max(done, key=lambda p: p["metadata"]["creationTimestamp"])["metadata"]["name"]
     logs = cp.kubectl("logs", "-n", JOBS_NAMESPACE, pod, "-c", container, check=False)
     print(
         f"$ kubectl -n {JOBS_NAMESPACE} logs {pod} -c {container}\n{logs.stdout}{logs.stderr}",
         flush=True,
+    )
+
+
+def _exited_cleanly(pod: dict[str, Any], container: str) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(
+        item.get("name") == container
+        and ((item.get("state") or {}).get("terminated") or {}).get("exitCode") == 0
+        for item in statuses
     )
 
 
