@@ -188,6 +188,11 @@ def watch_until_green(
             for item in items["items"]
         }
         if all(last.get(name, {}).get("status") == "COMPLETED" for name in expected):
+            # The status may have changed after the table above was printed: show the
+            # table that is green, then say so.
+            table = cp.kubectl("get", "sj", "-n", JOBS_NAMESPACE).stdout
+            if table != shown:
+                print(f"\n[{clock}] $ kubectl get sj -n {JOBS_NAMESPACE}\n{table}", flush=True)
             say(clock, f"green: {', '.join(expected)} completed")
             return True
         if time.monotonic() > deadline:
