@@ -88,7 +88,11 @@ def executions_match(conn: Connection, executions: list[dict[str, Any]]) -> list
             )
         if item["status"] == "COMPLETED":
             completions.setdefault(run_id, set()).add(str(item["lease"]))
-            if row is not None and row["retried_as"] is not None:
+            # Only an acknowledged success binds: a job paused past its heartbeat timeout
+            # that finishes after its lease was lost was told so (not acknowledged), and
+            # with the job host (no Job status to consult) that retry is the documented
+            # at-least-once case, not a lost outcome.
+            if item.get("acknowledged") and row is not None and row["retried_as"] is not None:
                 problems.append(
                     f"run {run_id}: its job succeeded, yet it ended {final} and was executed"
                     f" again as run {row['retried_as']}"
