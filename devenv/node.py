@@ -170,13 +170,7 @@ def clean_host() -> None:
         ).stdout.split()
         _kill(int(pid) for pid in pids)
     _kill(_shim_pids(shims_only=False))
-    for _ in range(50):
-        members = list(_cgroup_members())
-        if not members:
-            break
-        _thaw_cgroups()
-        _kill(members)
-        time.sleep(0.1)
+    _kill_cgroup_members()
     _unmount_under([*HOST_DIRS, NETNS_PATH.parent / f"cni-{NETNS}"])
     for directory in HOST_DIRS:
         subprocess.run(["rm", "-rf", "--one-file-system", str(directory)], check=False)
@@ -213,6 +207,18 @@ def _cgroup_dirs() -> list[Path]:
 
 def _depth(path: Path) -> int:
     return len(path.parts)
+
+
+def _kill_cgroup_members() -> None:
+    """Kill every process left in the pods' cgroups (thawing frozen ones first), for up to
+    5 s: a container's processes may still be forking while the first ones die."""
+    for _ in range(50):
+        members = list(_cgroup_members())
+        if not members:
+            return
+        _thaw_cgroups()
+        _kill(members)
+        time.sleep(0.1)
 
 
 def _cgroup_members() -> Iterator[int]:
@@ -469,13 +475,7 @@ class RealNode:
         self.kubelet.stop(grace=5.0)
         self.containerd.stop(grace=5.0)
         _kill(_shim_pids())
-        for _ in range(50):
-            members = list(_cgroup_members())
-            if not members:
-                break
-            _thaw_cgroups()
-            _kill(members)
-            time.sleep(0.1)
+        _kill_cgroup_members()
         _unmount_under([Path("/var/lib/kubelet/pods"), RUN_DIR / "containerd"])
         _remove_cgroups()
 
