@@ -248,13 +248,6 @@ def test_overview_counts_queued_and_running_runs(
     assert row.strip().endswith("2 1")  # queued, active
 
 
-def test_transitions_finds_spring_forward_to_the_second() -> None:
-    [(at, before, after)] = pages.transitions(
-        SOFIA, datetime(2026, 3, 28, tzinfo=UTC), datetime(2026, 3, 30, tzinfo=UTC)
-    )
-    assert at == datetime(2026, 3, 29, 1, 0, tzinfo=UTC) and (before, after) == ("+0200", "+0300")
-
-
 def test_the_ui_benchmark_runs_at_tiny_scale(tmp_path: Path) -> None:
     from bench import ui as bench_ui
 

@@ -302,3 +302,13 @@ class TestOneShot:
 def test_unknown_time_zones_are_rejected(zone):
     with pytest.raises(schedule.ScheduleError, match="example: "):
         schedule.build("cron", "* * * * *", zone=zone, anchor=utc(2026, 1, 1))
+
+
+def test_transitions_finds_both_offset_changes_of_a_year_to_the_second() -> None:
+    found = zones.transitions(
+        ZoneInfo(SOFIA), datetime(2026, 1, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)
+    )
+    assert [(t.at, t.offset_before, t.offset_after) for t in found] == [
+        (datetime(2026, 3, 29, 1, 0, tzinfo=UTC), timedelta(hours=2), timedelta(hours=3)),
+        (datetime(2026, 10, 25, 1, 0, tzinfo=UTC), timedelta(hours=3), timedelta(hours=2)),
+    ]

@@ -111,13 +111,39 @@ def _gap_end(wall: datetime, zone: ZoneInfo) -> datetime:
     """The transition instant that ends the gap containing ``wall``.
 
     zoneinfo maps a nonexistent time to the instant computed with the old offset (fold=0)
-    or the new one (fold=1); the transition lies between the two. Bisect to the second.
+    or the new one (fold=1); the transition lies between the two.
     """
     low = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
     high = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
     if low > high:
         low, high = high, low
-    offset_after = (high + timedelta(seconds=1)).astimezone(zone).utcoffset()
+    return _bisect_transition(low, high, zone)
+
+
+def transitions(zone: ZoneInfo, start: datetime, end: datetime) -> list[Transition]:
+    """The UTC-offset changes of ``zone`` in [start, end), to the second."""
+    found = []
+    moment = start
+    while moment < end:
+        # An hour never holds two changes: every zone keeps an offset for months.
+        following = min(moment + timedelta(hours=1), end)
+        before, after = moment.astimezone(zone).utcoffset(), following.astimezone(zone).utcoffset()
+        if before is not None and after is not None and before != after:
+            found.append(Transition(_bisect_transition(moment, following, zone), before, after))
+        moment = following
+    return found
+
+
+@dataclass(frozen=True)
+class Transition:
+    at: datetime
+    offset_before: timedelta
+    offset_after: timedelta
+
+
+def _bisect_transition(low: datetime, high: datetime, zone: ZoneInfo) -> datetime:
+    """The first whole second of ``high``'s UTC offset, given one offset change in (low, high]."""
+    offset_after = high.astimezone(zone).utcoffset()
     while high - low > timedelta(seconds=1):
         middle = low + (high - low) / 2
         if middle.astimezone(zone).utcoffset() == offset_after:

@@ -335,30 +335,11 @@ def job(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Pa
     return Page(d.key, "".join(body))
 
 
-def transitions(zone: ZoneInfo, start: datetime, end: datetime) -> list[tuple[datetime, str, str]]:
-    """UTC-offset changes of ``zone`` in [start, end): (instant, offset before, after)."""
-    found = []
-    step = timedelta(hours=1)
-    moment = start
-    while moment < end:
-        following = min(moment + step, end)
-        before, after = moment.astimezone(zone).utcoffset(), following.astimezone(zone).utcoffset()
-        if before != after:
-            low, high = moment, following
-            while high - low > timedelta(seconds=1):
-                middle = low + (high - low) / 2
-                if middle.astimezone(zone).utcoffset() == before:
-                    low = middle
-                else:
-                    high = middle
-            at = high.replace(microsecond=0)
-            found.append((at, _offset(moment, zone), _offset(following, zone)))
-        moment = following
-    return found
-
-
-def _offset(moment: datetime, zone: ZoneInfo) -> str:
-    return moment.astimezone(zone).strftime("%z")
+def _offset(offset: timedelta) -> str:
+    """+0200 / -0500, like strftime's %z."""
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}{abs(minutes) % 60:02d}"
 
 
 def _timeline(
@@ -366,7 +347,10 @@ def _timeline(
 ) -> str:
     first_day = since.astimezone(zone).date()
     last_day = now.astimezone(zone).date()
-    shifts = transitions(zone, since, now)
+    shifts = [
+        (t.at, _offset(t.offset_before), _offset(t.offset_after))
+        for t in zones.transitions(zone, since, now)
+    ]
     rows = []
     day = first_day
     while day <= last_day:
