@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,28 @@ def bin_dir() -> Path:
 def image_index() -> Path:
     """The list of image tars ``hack/images/build.sh`` (``make images``) wrote."""
     return cache_dir() / "images" / "index"
+
+
+class StaleImageWarning(UserWarning):
+    """The pgsched image the node would import is not built from the current sources."""
+
+
+def warn_if_images_stale() -> None:
+    """Warn when ``image_index()`` lists a pgsched image of other sources than these (the
+    pods would run the sidecar, runner and SDK of an older build): the fix is ``make
+    images``. ``hack/images/build.sh --check`` decides, with the hash the build names it by."""
+    check = subprocess.run(
+        [str(REPO_ROOT / "hack" / "images" / "build.sh"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if check.returncode != 0:
+        warnings.warn(
+            check.stderr.strip() or f"hack/images/build.sh --check: exit {check.returncode}",
+            StaleImageWarning,
+            stacklevel=2,
+        )
 
 
 @dataclass(frozen=True)

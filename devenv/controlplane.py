@@ -32,7 +32,7 @@ from types import TracebackType
 
 from devenv import commands, kubeconfig, node, pki, processes
 from devenv.adminclient import AdminClient, ApiError, Obj
-from devenv.binaries import Binaries, image_index
+from devenv.binaries import Binaries, image_index, warn_if_images_stale
 from devenv.node import NODE_IP, RealNode, in_netns
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,7 @@ class ControlPlane:
             )
         if name != "node-1":
             raise ValueError(f"{name!r}: the local node is called node-1 (its certificate)")
+        warn_if_images_stale()
         keys = self._require_pki()
         node_dir = self.work_dir / "node"
         node_dir.mkdir(parents=True, exist_ok=True)

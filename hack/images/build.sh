@@ -11,6 +11,9 @@
 # (`ctr -n k8s.io images import TAR`, then `ctr images tag REFERENCE TAG`).
 #
 # After a source change `make images` rebuilds only the pgsched image (about a minute warm).
+#
+# `build.sh --check` builds nothing: it exits 1, saying so, when images/index does not list
+# the pgsched image of the current sources (the cluster tests' fixtures ask before starting).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,13 +26,38 @@ PAUSE_IMAGE=registry.k8s.io/pause:3.10
 BASE_IMAGE=localhost/pgsched-python:3.11-slim
 PGSCHED_IMAGE=ghcr.io/pgsched/pgsched
 
+hash_of() { sha256sum | cut -c1-16; }
+
+# The Python base and the pgsched image are named by these hashes (computed first: --check).
+# mmdebstrap uses this machine's apt sources. The customize step does what the official slim
+# image has: pip and setuptools in /usr/local (not Debian's), no EXTERNALLY-MANAGED marker.
+mmdebstrap_args=(--variant=minbase
+    --include=python3,python3-venv,python3-pip,python-is-python3,passwd,ca-certificates bookworm)
+customize='apt-get purge -y -qq python3-pip python3-setuptools python3-wheel >/dev/null
+rm -f /usr/lib/python3.*/EXTERNALLY-MANAGED
+python3 "$(echo /usr/share/python-wheels/pip-*.whl)/pip" install --quiet --root-user-action=ignore --no-index \
+    --find-links /usr/share/python-wheels pip setuptools
+apt-get clean && rm -rf /var/lib/apt/lists/* /root/.cache'
+rootfs_hash=$( { printf '%s\n' "${mmdebstrap_args[@]}"; cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } | hash_of)
+base_hash=$( { echo "$rootfs_hash"; echo "$customize"; } | hash_of)
+# The build context is what .dockerignore lets through.
+pgsched_hash=$( { echo "$base_hash"; cd "$repo" && git ls-files -co --exclude-standard -- \
+    Dockerfile .dockerignore pyproject.toml README.md operator examples/pgsched_examples |
+    grep -v -e __pycache__ -e '\.egg-info/' | LC_ALL=C sort | xargs sha256sum; } | hash_of)
+pgsched_tar=$out/pgsched-$pgsched_hash.tar
+if [ "${1:-}" = --check ]; then
+    grep -qF "$pgsched_tar " "$out/index" 2>/dev/null && exit 0
+    echo "images: $out/index does not list the pgsched image of the current sources" \
+        "($(basename "$pgsched_tar")): pods would run an older build; run \`make images\`" >&2
+    exit 1
+fi
+
 "$repo/hack/debian-deps.sh"
 mkdir -p "$out"
 exec 9>"$out/.build.lock"
 flock 9
 
 buildah() { command buildah --root "$store/root" --runroot "$store/run" --storage-driver overlay "$@"; }
-hash_of() { sha256sum | cut -c1-16; }
 fail() { echo "images: $*" >&2; exit 1; }
 index=()
 
@@ -76,17 +104,6 @@ fi
 index+=("$busybox_tar docker.io/library/busybox:1.36 docker.io/library/busybox:latest")
 
 # -- the Python base -------------------------------------------------------------------------
-# mmdebstrap uses this machine's apt sources. The customize step does what the official slim
-# image has: pip and setuptools in /usr/local (not Debian's), no EXTERNALLY-MANAGED marker.
-mmdebstrap_args=(--variant=minbase
-    --include=python3,python3-venv,python3-pip,python-is-python3,passwd,ca-certificates bookworm)
-customize='apt-get purge -y -qq python3-pip python3-setuptools python3-wheel >/dev/null
-rm -f /usr/lib/python3.*/EXTERNALLY-MANAGED
-python3 "$(echo /usr/share/python-wheels/pip-*.whl)/pip" install --quiet --root-user-action=ignore --no-index \
-    --find-links /usr/share/python-wheels pip setuptools
-apt-get clean && rm -rf /var/lib/apt/lists/* /root/.cache'
-rootfs_hash=$( { printf '%s\n' "${mmdebstrap_args[@]}"; cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null || true; } | hash_of)
-base_hash=$( { echo "$rootfs_hash"; echo "$customize"; } | hash_of)
 base_tar=$out/python-base-$base_hash.tar
 if [ ! -f "$base_tar" ]; then
     rootfs=$out/python-rootfs-$rootfs_hash.tar
@@ -111,11 +128,6 @@ if ! buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
 fi
 
 # -- pgsched, from the root Dockerfile unchanged -----------------------------------------------
-# The build context is what .dockerignore lets through.
-pgsched_hash=$( { echo "$base_hash"; cd "$repo" && git ls-files -co --exclude-standard -- \
-    Dockerfile .dockerignore pyproject.toml README.md operator examples/pgsched_examples |
-    grep -v -e __pycache__ -e '\.egg-info/' | LC_ALL=C sort | xargs sha256sum; } | hash_of)
-pgsched_tar=$out/pgsched-$pgsched_hash.tar
 if [ ! -f "$pgsched_tar" ]; then
     echo "images: building $PGSCHED_IMAGE:$app_version from the root Dockerfile"
     started=$(date +%s)

@@ -51,6 +51,7 @@ USED = [
     ("watch", "jobs.batch", ""),
     ("delete", "jobs.batch", ""),
     ("list", "pods", ""),
+    ("get", "namespaces", ""),  # its Pod Security labels, after a warning on a Job
     ("create", "events", ""),
     # the per-run lease Secret: the token must not be readable from the Job or the pod
     ("create", "secrets", ""),
@@ -313,7 +314,11 @@ def test_as_the_service_account_the_operator_reads_its_resources_but_not_secrets
 
     assert as_operator.get(sj_path)["items"] == []
     assert as_operator.get(pods_path)["items"] == []
+    # A Role's `get namespaces` reaches its own namespace object, and no other.
+    namespace = as_operator.get(operator_api.path_of(plural="namespaces", name=watched))
+    assert namespace["metadata"]["name"] == watched
     for method, path, body in [
+        ("GET", operator_api.path_of(plural="namespaces", name=namespaced.other), None),
         ("GET", operator_api.path_of(namespace=watched, plural="secrets", name="db"), None),
         ("GET", operator_api.path_of(plural="secrets"), None),
         ("POST", pods_path, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}),

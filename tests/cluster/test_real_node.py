@@ -17,6 +17,14 @@ from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
 
+# A container's securityContext that Pod Security `restricted` admits.
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 4, "orphanTimeoutSeconds": 30}
 
 
@@ -83,16 +91,9 @@ def test_jobs_run_under_pod_security_restricted_as_the_images_non_root_user(
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
     operators.start()
-    restricted = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "runAsNonRoot": True,
-        "runAsUser": 65534,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
     template = busybox("id -u; touch /tmp/x 2>&1 || echo read-only")
     [main] = template["spec"]["template"]["spec"]["containers"]
-    main["securityContext"] = {**restricted, "readOnlyRootFilesystem": True}
+    main["securityContext"] = {**RESTRICTED, "readOnlyRootFilesystem": True}
     sj.apply("locked", {"schedule": "0 0 1 1 *", "jobTemplate": template})
     sj.annotate("locked", "pgsched.dev/run-now", "go")
     [run] = sj.wait_runs(
@@ -105,6 +106,62 @@ def test_jobs_run_under_pod_security_restricted_as_the_images_non_root_user(
     # The heartbeat sidecar ran as the image's own user (10001) under the same policy.
     [sidecar] = pod["status"]["initContainerStatuses"]
     assert sidecar["name"] and pod["spec"]["initContainers"][0]["securityContext"]["runAsNonRoot"]
+
+
+def busybox_with(command: str, security_context: dict[str, Any]) -> dict[str, Any]:
+    template = busybox(command)
+    [main] = template["spec"]["template"]["spec"]["containers"]
+    main["securityContext"] = security_context
+    return template
+
+
+def test_a_jobtemplate_violating_enforced_pod_security_fails_launchfailed_naming_the_violation(
+    operators, sj, cluster, namespace
+):
+    """Pod Security enforces only on pods: without the operator's check the Job would be
+    created, its pods refused one by one, and the run would wait for its orphan timeout."""
+    cluster.kubectl(
+        "label",
+        "namespace",
+        namespace,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/warn=restricted",
+    )
+    operators.start()
+    once = {"schedule": "0 0 1 1 *", "retryPolicy": {"maxAttempts": 1}}
+    sj.apply("bad", {**once, "jobTemplate": busybox_with("true", {"privileged": True})})
+    sj.apply("good", {**once, "jobTemplate": busybox_with("echo fine", RESTRICTED)})
+    sj.annotate("bad", "pgsched.dev/run-now", "go")
+    sj.annotate("good", "pgsched.dev/run-now", "go")
+    [failed] = sj.wait_runs("bad", lambda runs: runs and runs[0]["status"] == "FAILED", 60, "fail")
+    assert failed["reason"] == "LaunchFailed", failed
+    assert "violates Pod Security restricted:latest" in failed["error"], failed["error"]
+    assert (
+        'privileged (container "main" must not set securityContext.privileged=true)'
+        in (failed["error"])
+    )
+    # Nothing is left of it: no Job whose pods would be refused over and over.
+    wait_for(lambda: not sj.jobs("bad"), 15, describe="the refused Job deleted")
+    # The namespace's other job is not affected.
+    [run] = sj.wait_runs(
+        "good", lambda runs: runs and runs[0]["status"] in ("COMPLETED", "FAILED"), 90, "end"
+    )
+    assert run["status"] == "COMPLETED", run
+
+    # A level that is only warned about, not enforced, does not stop a run.
+    cluster.kubectl(
+        "label",
+        "namespace",
+        namespace,
+        "--overwrite",
+        "pod-security.kubernetes.io/enforce=baseline",
+    )
+    sj.apply("rooted", {**once, "jobTemplate": busybox("echo as root")})  # not restricted
+    sj.annotate("rooted", "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs(
+        "rooted", lambda runs: runs and runs[0]["status"] in ("COMPLETED", "FAILED"), 90, "end"
+    )
+    assert run["status"] == "COMPLETED", run
 
 
 def test_kubectl_logs_shows_a_runs_output_and_describe_says_how_to_get_it(

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 _RETRYABLE_STATUS = {500, 502, 503, 504}
 _MAX_RETRY_AFTER = 30.0
+_WARNING_HEADER = re.compile(r'^\s*\d{3}\s+\S+\s+"(?P<text>(?:[^"\\]|\\.)*)"')
 
 
 class ApiError(Exception):
@@ -123,6 +125,15 @@ class KubeApi:
 
     def create(self, path: str, body: Obj) -> Obj:
         return self.request("POST", path, body=body)
+
+    def create_with_warnings(self, path: str, body: Obj) -> tuple[Obj, list[str]]:
+        """``create``, and the ``Warning`` headers of the answer (admission warnings such as
+        Pod Security's about a Job's pod template): the text of each."""
+        response = self._exchange(
+            "POST", path, body=body, params=None, content_type="application/json"
+        )
+        created = json.loads(response.data) if response.data else {}
+        return created, warning_texts(response.headers.getlist("Warning"))
 
     def merge_patch(self, path: str, body: Obj) -> Obj:
         return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
@@ -229,6 +240,15 @@ class KubeApi:
             "%s; retrying in %.2fs (attempt %d of %d)", what, delay, attempt, self._retry.attempts
         )
         time.sleep(delay)
+
+
+def warning_texts(headers: list[str]) -> list[str]:
+    """The texts of ``Warning`` header values (RFC 9111: ``299 - "text"``, quoted)."""
+    texts = []
+    for header in headers:
+        match = _WARNING_HEADER.match(header)
+        texts.append(re.sub(r"\\(.)", r"\1", match["text"]) if match else header.strip())
+    return texts
 
 
 def _retry_after(header: str | None) -> float:

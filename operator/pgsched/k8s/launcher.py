@@ -14,7 +14,9 @@ its pod holds a dead lease and would only be fenced away, so it is deleted and t
 created anew; if the old one is still being deleted, the launch fails (``LaunchFailed``,
 retry policy applies) saying so. A same-named Job of another run is a real conflict and
 fails the launch, as does any error left after the API client's own retries (rate
-limiting, 429 and 5xx are handled there).
+limiting, 429 and 5xx are handled there), and a Job whose pod template the namespace's Pod
+Security level refuses (the API server's warning on the create, see k8s.podsecurity): it is
+deleted again, since the Job controller could never make its pod.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from pgsched import logs
 from pgsched.engine.launcher import LaunchError
 from pgsched.engine.models import Definition, Run
-from pgsched.k8s import api, jobs, names
+from pgsched.k8s import api, jobs, names, podsecurity
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,7 @@ class KubernetesLauncher:
     ) -> Obj:
         collection = path.rsplit("/", 1)[0]
         try:
-            created = self._kube.create(collection, manifest)
+            created = self._create_checked(collection, path, manifest, where)
         except api.ApiError as error:
             if not error.conflict:
                 raise LaunchError(f"creating Job {where}: {error.message}") from None
@@ -130,13 +132,25 @@ class KubernetesLauncher:
         )
         self._delete_quietly(path)
         try:
-            created = self._kube.create(collection, manifest)
+            created = self._create_checked(collection, path, manifest, where)
         except api.ApiError as error:
             raise LaunchError(
                 f"Job {where} is left from an earlier, lost claim of run {run.id} (another"
                 f" lease) and could not be replaced: {error.message}"
             ) from None
         run_log.info("run %s: replaced Job %s of the lost claim", run.id, where)
+        return created
+
+    def _create_checked(self, collection: str, path: str, manifest: Obj, where: str) -> Obj:
+        """Create the Job; if the namespace enforces a Pod Security level its pod template
+        violates (the API server's warning, see k8s.podsecurity), delete it again and fail
+        the launch saying which checks fail, instead of leaving a Job that never gets a pod."""
+        created, warnings = self._kube.create_with_warnings(collection, manifest)
+        namespace = str(manifest["metadata"]["namespace"])
+        violation = podsecurity.enforced_violation(self._kube, namespace, warnings)
+        if violation is not None:
+            self._delete_quietly(path)
+            raise LaunchError(f"Job {where}: {violation}")
         return created
 
     def _delete_quietly(self, path: str) -> None:
