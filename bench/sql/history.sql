@@ -1,0 +1,34 @@
+-- The history benchmark (bench/history.py): partitions, sizes, WAL.
+
+-- name: partition_exists
+SELECT to_regclass(%(partition)s) IS NOT NULL AS found;
+
+-- name: create_partition
+SELECT pgsched.create_run_partition(%(month)s::timestamptz) AS moved;
+
+-- name: big_job
+-- The job that gets every tenth history run.
+SELECT id FROM pgsched.job_definitions WHERE namespace = 'bench' ORDER BY id LIMIT 1;
+
+-- name: database_bytes
+SELECT pg_database_size(current_database()) AS bytes;
+
+-- name: oldest_month
+-- The oldest monthly partition and its rows (counted: the drop's size, exactly).
+SELECT p.name, (xpath('/row/n/text()',
+       query_to_xml(format('SELECT count(*) AS n FROM pgsched.%%I', p.name), false, true, '')))[1]
+       ::text::bigint AS rows
+FROM (
+    SELECT c.relname AS name FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'pgsched.job_runs'::regclass AND c.relname ~ '^job_runs_y'
+    ORDER BY c.relname LIMIT 1
+) AS p;
+
+-- name: wal_lsn
+SELECT pg_current_wal_lsn() AS lsn;
+
+-- name: wal_bytes
+SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %(since)s::pg_lsn)::bigint AS bytes;
+
+-- name: partition_count
+SELECT count(*) AS n FROM pg_inherits WHERE inhparent = 'pgsched.job_runs'::regclass;
