@@ -75,8 +75,8 @@ SET status = 'COMPLETED', finished_at = clock_timestamp(), settled_at = clock_ti
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'RUNNING';
 
 -- name: truncate_runs
--- CASCADE: the tables that point at runs (chain arrivals, the outbox) are emptied with them.
-TRUNCATE pgsched.job_runs RESTART IDENTITY CASCADE;
+-- Chain arrivals name runs without a foreign key since migration 0012: named here.
+TRUNCATE pgsched.job_runs, pgsched.chain_arrivals RESTART IDENTITY CASCADE;
 
 -- name: truncate_definitions
 TRUNCATE pgsched.job_runs, pgsched.job_definitions RESTART IDENTITY CASCADE;
