@@ -27,13 +27,16 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from psycopg import sql
+
 from bench import queries, seed
 from bench.context import Context
 from bench.latency import dispatcher_claim, timed_cycle
 from bench.report import Report, plot_path, pyplot
 from bench.stats import percentile, ratio
 from pgsched.db import connection
-from pgsched.engine import history, runs
+from pgsched.db import queries as engine_queries
+from pgsched.engine import history
 
 NAME = "history"
 TITLE = "claim latency vs history rows, and dropping a month (issue 17 #1)"
@@ -43,6 +46,7 @@ SPAN_DAYS = 120
 CHUNK = 1_000_000
 GOAL = 1.2  # claim p99 at the largest history <= 1.2x empty; claims during a drop likewise
 EXTRAPOLATE_TO = 100_000_000
+LISTED = 20  # pgsched runs' default --limit
 WINDOW_S = 5.0  # retention: seconds of claims measured before and after the drop
 
 
@@ -60,23 +64,12 @@ def run(ctx: Context) -> Report:
     grown = connection.connect(ctx.env.create_database("history_grown"))
     rows: list[dict[str, Any]] = []
     try:
-        _prepare(empty, span_days=0)
-        big = _prepare(grown, span_days=SPAN_DAYS)
+        _prepare(empty)
+        big = _prepare(grown)
         have = 0
         for level in sizes:
             started = time.monotonic()
-            for first in range(have + 1, level + 1, CHUNK):
-                grown.execute(
-                    queries.get("seed_history_span"),
-                    {
-                        "first": first,
-                        "last": min(level, first + CHUNK - 1),
-                        "total": max(sizes[-1], 1),
-                        "span_days": SPAN_DAYS,
-                        "big": big,
-                    },
-                )
-            grown.execute(queries.get("vacuum_analyze_runs"))
+            _load(grown, big, first=have + 1, last=level, total=max(sizes[-1], 1))
             load_s = time.monotonic() - started
             have = level
             rows.append(_measure(empty, grown, big, level, load_s, blocks, per_block))
@@ -94,22 +87,48 @@ def _one(conn: connection.Connection, name: str, **params: Any) -> dict[str, Any
     return row
 
 
-def _prepare(conn: connection.Connection, *, span_days: int) -> Any:
-    """Definitions, the month partitions the history will need (as the history service
-    would have created them over the months), the backlog; returns the big job's id."""
+def _prepare(conn: connection.Connection) -> Any:
+    """Definitions, this month's partition and the next ones, the backlog; returns the big
+    job's id."""
     seed.definitions(conn, count=DEFINITIONS, cap=5, due=False)
-    now = datetime.now(UTC)
-    oldest = now - timedelta(days=span_days + 1)
-    month = datetime(oldest.year, oldest.month, 1, tzinfo=UTC)
-    while span_days and month < now:
-        name = f"pgsched.{history.partition_name(month)}"
-        if not _one(conn, "partition_exists", partition=name)["found"]:
-            conn.execute(queries.get("create_partition"), {"month": month})
-        month = history.add_months(month, 1)
     history.run_once(conn, retention=None)
     seed.queued(conn, BACKLOG)
     conn.execute(queries.get("vacuum_analyze_runs"))
     return _one(conn, "big_job")["id"]
+
+
+def _load(conn: connection.Connection, big: Any, *, first: int, last: int, total: int) -> None:
+    """History rows ``first``..``last`` of ``total``, month by month: into the month's
+    partition if it exists, else into a new table attached afterwards (its indexes then
+    built in bulk: how the history service creates a month, with the rows already in)."""
+    if last < first:
+        return
+    base = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    step = timedelta(days=SPAN_DAYS) / total
+    newest, oldest = base - step * first, base - step * last
+    month = datetime(oldest.year, oldest.month, 1, tzinfo=UTC)
+    while month <= newest:
+        low, high = month, history.add_months(month, 1)
+        table = sql.Identifier("pgsched", history.partition_name(month))
+        exists = _one(
+            conn, "partition_exists", partition=f"pgsched.{history.partition_name(month)}"
+        )
+        if not exists["found"]:
+            conn.execute(queries.get("stage_month").format(table=table))
+        params = {"total": total, "span_days": SPAN_DAYS, "big": big, "base": base}
+        params |= {"low": low, "high": high}
+        # Only the rows of this month (the WHERE keeps exactly them), a million at a time.
+        g_low = max(first, int((base - high) / step))
+        g_high = min(last, int((base - low) / step) + 1)
+        for chunk in range(g_low, g_high + 1, CHUNK):
+            params |= {"first": chunk, "last": min(g_high, chunk + CHUNK - 1)}
+            conn.execute(queries.get("seed_history_span").format(table=table), params)
+        if not exists["found"]:
+            bounds = {"table": table, "low": sql.Literal(low), "high": sql.Literal(high)}
+            for step_name in ("attach_month", "attach_month_partition", "attached_month"):
+                conn.execute(queries.get(step_name).format(**bounds))
+        month = high
+    conn.execute(queries.get("analyze_runs"))
 
 
 def _measure(
@@ -131,11 +150,10 @@ def _measure(
                     conns[label], dispatcher_claim, retain=label == "grown"
                 )
                 samples[label].append(elapsed)
-    listing = []
+    listing, failed = [], []
     for _ in range(5 if blocks < 4 else 20):
-        started = time.perf_counter()
-        runs.history(grown, big, limit=50)
-        listing.append(time.perf_counter() - started)
+        listing.append(_runs_of(grown, big, statuses=None))
+        failed.append(_runs_of(grown, big, statuses=["FAILED"]))
     big_runs = level // 10
     return {
         "rows": level,
@@ -145,8 +163,19 @@ def _measure(
         "empty": samples["empty"],
         "grown": samples["grown"],
         "listing": listing,
+        "failed": failed,
         "big_runs": big_runs,
     }
+
+
+def _runs_of(conn: connection.Connection, big: Any, *, statuses: list[str] | None) -> float:
+    """Seconds for the query of ``pgsched runs SJ`` (``--status`` when ``statuses``)."""
+    started = time.perf_counter()
+    conn.execute(
+        engine_queries.get("run_history"),
+        {"definition_ids": [big], "statuses": statuses, "limit": LISTED},
+    ).fetchall()
+    return time.perf_counter() - started
 
 
 def _drop_oldest_month(grown: connection.Connection, *, window: float) -> dict[str, Any]:
@@ -228,6 +257,7 @@ def _report(
             "p50 ratio",
             "p99 ratio",
             "runs of big job ms",
+            "--status FAILED ms",
         ],
     )
     p99_ratios = []
@@ -248,6 +278,7 @@ def _report(
                 "p50 ratio": ratio(percentile(row["grown"], 0.5), percentile(row["empty"], 0.5)),
                 "p99 ratio": p99_ratios[-1],
                 "runs of big job ms": percentile(row["listing"], 0.5) * 1000,
+                "--status FAILED ms": percentile(row["failed"], 0.5) * 1000,
             }
         )
     largest = rows[-1]
@@ -274,7 +305,8 @@ def _report(
         f"spread over {SPAN_DAYS} days at the density of the largest level",
         f"fitted p99 ratio = {intercept:.3f} + {slope * 1e6:.4f} per million rows: "
         f"{projected:.2f} at {EXTRAPOLATE_TO:,} rows (extrapolated)",
-        f"generating history (COPY-free INSERT ... generate_series, then VACUUM ANALYZE): "
+        f"generating history (INSERT ... generate_series into each month before it is "
+        f"attached, then ANALYZE): "
         f"{load_rate:.1f} s per million rows; disk {largest['disk_bytes'] / 1e9:.1f} GB at "
         f"{largest['rows']:,} rows, so 100M rows would take about "
         f"{largest['disk_bytes'] / max(largest['rows'], 1) * 1e8 / 1e9:.0f} GB and "
@@ -287,7 +319,8 @@ def _report(
     ]
     report.data = {
         "levels": [
-            {k: v for k, v in r.items() if k not in {"empty", "grown", "listing"}} for r in rows
+            {k: v for k, v in r.items() if k not in {"empty", "grown", "listing", "failed"}}
+            for r in rows
         ],
         "samples_ms": {
             f"{r['rows']}/{label}": [v * 1000 for v in r[label]]

@@ -3,8 +3,22 @@
 -- name: partition_exists
 SELECT to_regclass(%(partition)s) IS NOT NULL AS found;
 
--- name: create_partition
-SELECT pgsched.create_run_partition(%(month)s::timestamptz) AS moved;
+-- name: stage_month
+-- A month's table, filled before it is attached (bench.history's fast load).
+CREATE TABLE {table} (LIKE pgsched.job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+
+-- name: attach_month
+-- As pgsched.create_run_partition attaches: the check spares ATTACH its scan.
+ALTER TABLE {table} ADD CONSTRAINT bench_range CHECK (scheduled_for >= {low} AND scheduled_for < {high});
+
+-- name: attach_month_partition
+ALTER TABLE pgsched.job_runs ATTACH PARTITION {table} FOR VALUES FROM ({low}) TO ({high});
+
+-- name: attached_month
+ALTER TABLE {table} DROP CONSTRAINT bench_range;
+
+-- name: analyze_runs
+ANALYZE pgsched.job_runs;
 
 -- name: big_job
 -- The job that gets every tenth history run.

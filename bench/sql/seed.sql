@@ -110,18 +110,20 @@ $$;
 DELETE FROM pgsched.job_runs WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: seed_history_span
--- The history benchmark's finished runs: rows %(first)s..%(last)s of %(total)s, spread
--- evenly over the %(span_days)s days before yesterday (so each month's partition gets its
--- share), settled, 5%% failed; every tenth run is the big job's (%(big)s), the rest spread
--- over the bench definitions.
+-- The history benchmark's finished runs, straight into one month's table {table} (a
+-- partition, or a table about to be attached as one: no index, no outbox trigger, so 10M
+-- rows take minutes): rows %(first)s..%(last)s of %(total)s, spread evenly over the
+-- %(span_days)s days before %(base)s and kept to [%(low)s, %(high)s); settled, 5%% failed;
+-- every tenth run is the big job's (%(big)s), the rest spread over the bench definitions.
 WITH d AS (
     SELECT array_agg(id ORDER BY id) AS ids, count(*)::int AS n
     FROM pgsched.job_definitions WHERE namespace = 'bench'
 )
-INSERT INTO pgsched.job_runs
-    (definition_id, status, trigger, scheduled_for, lease_token, started_at, heartbeat_at,
-     finished_at, settled_at, reason, exit_code, k8s_job_name)
-SELECT CASE WHEN g %% 10 = 0 THEN %(big)s::uuid ELSE d.ids[1 + g %% d.n] END,
+INSERT INTO {table}
+    (id, definition_id, status, trigger, scheduled_for, lease_token, started_at,
+     heartbeat_at, finished_at, settled_at, reason, exit_code, k8s_job_name)
+SELECT nextval('pgsched.job_runs_id_seq'),
+       CASE WHEN g %% 10 = 0 THEN %(big)s::uuid ELSE d.ids[1 + g %% d.n] END,
        CASE WHEN g %% 20 = 1 THEN 'FAILED' ELSE 'COMPLETED' END,
        'schedule', s.at, gen_random_uuid(), s.at + interval '2 seconds',
        s.at + interval '20 seconds', s.at + interval '31 seconds', s.at + interval '32 seconds',
@@ -130,6 +132,6 @@ SELECT CASE WHEN g %% 10 = 0 THEN %(big)s::uuid ELSE d.ids[1 + g %% d.n] END,
        'job-' || g
 FROM d, generate_series(%(first)s::bigint, %(last)s::bigint) AS g
 CROSS JOIN LATERAL (
-    SELECT date_trunc('day', now()) - interval '1 day'
-           - (g::float8 / %(total)s) * %(span_days)s * interval '1 day' AS at
-) AS s;
+    SELECT %(base)s::timestamptz - (g::float8 / %(total)s) * %(span_days)s * interval '1 day' AS at
+) AS s
+WHERE s.at >= %(low)s AND s.at < %(high)s;
