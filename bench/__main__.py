@@ -27,6 +27,7 @@ BENCHMARKS = {
     "locks": "bench.locks",
     "skew": "bench.skew",
     "footprint": "bench.footprint",
+    "history": "bench.history",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 

@@ -50,14 +50,14 @@ def run(ctx: Context) -> Report:
     retain = {label: rows > 0 for label, rows in tables.items()}
     samples: dict[tuple[str, str], list[float]] = defaultdict(list)
     cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
-    arms = {"dispatcher": _dispatcher, "raw": _raw}
+    arms = {"dispatcher": dispatcher_claim, "raw": _raw}
     try:
         for block in range(blocks):
             order = list(conns) if block % 2 == 0 else list(reversed(conns))
             for label in order:
                 for arm, claim in arms.items():
                     for _ in range(per_block):
-                        elapsed, used = _timed_cycle(conns[label], claim, retain=retain[label])
+                        elapsed, used = timed_cycle(conns[label], claim, retain=retain[label])
                         samples[(label, arm)].append(elapsed)
                         cpu[(label, arm)].append(used)
         plans = {label: _candidate_plan(conn) for label, conn in conns.items()}
@@ -138,7 +138,7 @@ def _prepare(conn: connection.Connection, *, history: int) -> None:
     conn.execute(queries.get("vacuum_analyze_runs"))
 
 
-def _dispatcher(conn: connection.Connection) -> list[int]:
+def dispatcher_claim(conn: connection.Connection) -> list[int]:
     result = dispatch.run_once(conn, launcher.NullLauncher(), batch_size=BATCH)
     return [run.id for run in result.claimed]
 
@@ -147,7 +147,7 @@ def _raw(conn: connection.Connection) -> list[int]:
     return [row["id"] for row in conn.execute(queries.raw_claim(), {"batch": BATCH})]
 
 
-def _timed_cycle(
+def timed_cycle(
     conn: connection.Connection,
     claim: Callable[[connection.Connection], list[int]],
     *,

@@ -1,18 +1,26 @@
 -- Watching the runs table while benchmarks churn it.
 
 -- name: table_stats
--- Tuple counts from the statistics system (updated within about a second) and sizes.
-SELECT s.n_live_tup AS live_tuples,
-       s.n_dead_tup AS dead_tuples,
-       s.autovacuum_count AS autovacuums,
-       s.vacuum_count AS vacuums,
-       s.last_autovacuum,
-       pg_relation_size('pgsched.job_runs') AS heap_bytes,
-       pg_total_relation_size('pgsched.job_runs') AS total_bytes,
-       pg_relation_size('pgsched.job_runs_queued') AS queued_index_bytes,
-       pg_relation_size('pgsched.job_runs_running') AS running_index_bytes
-FROM pg_stat_user_tables AS s
-WHERE s.relid = 'pgsched.job_runs'::regclass;
+-- Tuple counts from the statistics system (updated within about a second) and sizes,
+-- summed over job_runs' partitions (migration 0012; the parent itself holds no rows).
+WITH parts AS (
+    SELECT relid, isleaf FROM pg_partition_tree('pgsched.job_runs')
+)
+SELECT sum(s.n_live_tup)::bigint AS live_tuples,
+       sum(s.n_dead_tup)::bigint AS dead_tuples,
+       sum(s.autovacuum_count)::bigint AS autovacuums,
+       sum(s.vacuum_count)::bigint AS vacuums,
+       max(s.last_autovacuum) AS last_autovacuum,
+       sum(pg_relation_size(p.relid))::bigint AS heap_bytes,
+       sum(pg_total_relation_size(p.relid))::bigint AS total_bytes,
+       (SELECT sum(pg_relation_size(i.relid))::bigint FROM pg_partition_tree(
+            'pgsched.job_runs_queued') AS i WHERE i.isleaf) AS queued_index_bytes,
+       (SELECT sum(pg_relation_size(i.relid))::bigint FROM pg_partition_tree(
+            'pgsched.job_runs_running') AS i WHERE i.isleaf) AS running_index_bytes,
+       count(*) AS partitions
+FROM parts AS p
+JOIN pg_stat_user_tables AS s ON s.relid = p.relid
+WHERE p.isleaf;
 
 -- name: oldest_xmin_age
 -- How far the oldest snapshot holds back cleanup (0 when nothing does).

@@ -75,8 +75,8 @@ SET status = 'COMPLETED', finished_at = clock_timestamp(), settled_at = clock_ti
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'RUNNING';
 
 -- name: truncate_runs
--- CASCADE: the tables that point at runs (chain arrivals, the outbox) are emptied with them.
-TRUNCATE pgsched.job_runs RESTART IDENTITY CASCADE;
+-- Chain arrivals name runs without a foreign key since migration 0012: named here.
+TRUNCATE pgsched.job_runs, pgsched.chain_arrivals RESTART IDENTITY CASCADE;
 
 -- name: truncate_definitions
 TRUNCATE pgsched.job_runs, pgsched.job_definitions RESTART IDENTITY CASCADE;
@@ -108,3 +108,30 @@ $$;
 -- name: delete_runs
 -- The latency benchmark's empty table: finished runs are not retained at all.
 DELETE FROM pgsched.job_runs WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: seed_history_span
+-- The history benchmark's finished runs, straight into one month's table {table} (a
+-- partition, or a table about to be attached as one: no index, no outbox trigger, so 10M
+-- rows take minutes): rows %(first)s..%(last)s of %(total)s, spread evenly over the
+-- %(span_days)s days before %(base)s and kept to [%(low)s, %(high)s); settled, 5%% failed;
+-- every tenth run is the big job's (%(big)s), the rest spread over the bench definitions.
+WITH d AS (
+    SELECT array_agg(id ORDER BY id) AS ids, count(*)::int AS n
+    FROM pgsched.job_definitions WHERE namespace = 'bench'
+)
+INSERT INTO {table}
+    (id, definition_id, status, trigger, scheduled_for, lease_token, started_at,
+     heartbeat_at, finished_at, settled_at, reason, exit_code, k8s_job_name)
+SELECT nextval('pgsched.job_runs_id_seq'),
+       CASE WHEN g %% 10 = 0 THEN %(big)s::uuid ELSE d.ids[1 + g %% d.n] END,
+       CASE WHEN g %% 20 = 1 THEN 'FAILED' ELSE 'COMPLETED' END,
+       'schedule', s.at, gen_random_uuid(), s.at + interval '2 seconds',
+       s.at + interval '20 seconds', s.at + interval '31 seconds', s.at + interval '32 seconds',
+       CASE WHEN g %% 20 = 1 THEN 'NonZeroExit' END,
+       CASE WHEN g %% 20 = 1 THEN 1 ELSE 0 END,
+       'job-' || g
+FROM d, generate_series(%(first)s::bigint, %(last)s::bigint) AS g
+CROSS JOIN LATERAL (
+    SELECT %(base)s::timestamptz - (g::float8 / %(total)s) * %(span_days)s * interval '1 day' AS at
+) AS s
+WHERE s.at >= %(low)s AND s.at < %(high)s;

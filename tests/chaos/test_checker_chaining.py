@@ -60,7 +60,7 @@ def test_i10_catches_a_lost_downstream_run(conn, chain):
 
 def test_i10_catches_a_doubled_downstream_run(conn, chain):
     _, load, upstream = chain
-    conn.execute("DROP INDEX pgsched.job_runs_upstream_key")  # the safeguard, off
+    # A raw insert, past the chain lock and the NOT EXISTS that keep chaining exactly once.
     conn.execute(
         "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
         " upstream_run_id) VALUES (%s, 'QUEUED', 'upstream', %s, %s)",

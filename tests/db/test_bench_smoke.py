@@ -114,3 +114,13 @@ def test_locks_compares_locked_and_unlocked_claims_on_the_same_data(ctx: Context
     one = [row for row in report.rows if row["definitions"] == 1]
     assert one and all(row["locks per claim call"] == 1 for row in one)
     assert written(ctx, "locks")["plots"] == ["locks.png"]
+
+
+def test_history_grows_the_table_and_drops_a_month_while_claiming(ctx: Context) -> None:
+    report = cli.run_one("history", ctx)
+    assert [row["history rows"] for row in report.rows] == [0, 5_000, 20_000]
+    assert all(positive(row["p99 ratio"]) for row in report.rows)
+    assert all(positive(row["runs of big job ms"]) for row in report.rows)
+    retention = written(ctx, "history")["data"]["retention"]
+    assert retention["rows"] > 0 and retention["before"] and retention["after"]
+    assert len(report.floors) == 2

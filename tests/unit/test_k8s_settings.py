@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from pgsched.k8s.ratelimit import TokenBucket
@@ -49,6 +51,25 @@ def test_a_bad_tick_setting_names_its_variable():
     assert str(caught.value) == (
         "invalid operator settings:\n  PGSCHED_DISPATCH_BATCH: 20000 is out of range 1..10000"
         " (example: PGSCHED_DISPATCH_BATCH=50)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"), [("", None), ("90d", timedelta(days=90)), (" 36h ", timedelta(hours=36))]
+)
+def test_history_retention_is_days_or_hours_or_forever(raw, kept):
+    settings = OperatorSettings.from_environment({**BASE, "PGSCHED_HISTORY_RETENTION": raw})
+    assert settings.history_retention == kept
+
+
+@pytest.mark.parametrize("raw", ["90", "0d", "3 months", "-1d"])
+def test_a_bad_history_retention_names_the_variable_and_an_example(raw):
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment({**BASE, "PGSCHED_HISTORY_RETENTION": raw})
+    assert str(caught.value) == (
+        f"invalid operator settings:\n  PGSCHED_HISTORY_RETENTION: {raw!r} must be a positive"
+        " number of days or hours (or empty: keep forever) (example:"
+        " PGSCHED_HISTORY_RETENTION=90d)"
     )
 
 

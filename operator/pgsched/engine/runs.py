@@ -71,6 +71,7 @@ def run_now(
             "trigger": trigger,
             "scheduled_for": scheduled_for,
         }
+        conn.execute(queries.get("lock_request"), params)
         row = conn.execute(queries.get("enqueue_manual"), params).fetchone()
         if row:
             return Enqueued(Run.from_row(row), created=True)

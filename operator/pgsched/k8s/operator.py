@@ -39,7 +39,7 @@ import psycopg
 from pgsched import metrics
 from pgsched.db import connection, preflight, replication
 from pgsched.db.session import Session
-from pgsched.engine import loop
+from pgsched.engine import history, loop
 from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import api, gauges, handlers, names, pool_status, resync, verdicts
 from pgsched.k8s.launcher import KubernetesLauncher
@@ -114,6 +114,13 @@ class EngineThreads:
                 "verdicts",
                 lambda: verdicts.run_once(session.connection(), kube, now=self.clock()),
                 settings.verdict_interval_seconds,
+            ),
+            loop.Service(
+                "history partitions",
+                lambda: history.run_once(
+                    session.connection(), retention=settings.history_retention, now=self.clock()
+                ),
+                history.INTERVAL_SECONDS,
             ),
             loop.Service(
                 "resync",

@@ -8,8 +8,10 @@ once, as the dataclass field's; a bad value stops the operator with every proble
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from pgsched.engine.tick import TickSettings
 from pgsched.k8s.jobs import JobSettings
@@ -34,6 +36,8 @@ class OperatorSettings:
     # The web UI's address; empty: no UI (see pgsched.ui).
     ui_bind: str = ""
     pool_size: int = 4
+    # How long run history is kept (engine/history.py); None: forever.
+    history_retention: timedelta | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -119,6 +123,7 @@ class OperatorSettings:
             metrics_bind=env.get("PGSCHED_METRICS_BIND", cls.metrics_bind),
             ui_bind=env.get("PGSCHED_UI_BIND", cls.ui_bind),
             pool_size=int(number("PGSCHED_DB_POOL_SIZE", cls.pool_size, 2, "4")),
+            history_retention=_retention(env.get("PGSCHED_HISTORY_RETENTION", ""), problems),
         )
         if settings.jobs.image_pull_policy not in {"Always", "IfNotPresent", "Never"}:
             problems.add(
@@ -145,3 +150,22 @@ _TICK_VARIABLES = {
 def _is_bind(value: str) -> bool:
     host, _, port = value.rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+_RETENTION = re.compile(r"(\d+)([dh])")
+
+
+def _retention(raw: str, problems: Problems) -> timedelta | None:
+    """``90d`` or ``36h``; empty keeps history forever."""
+    if not raw.strip():
+        return None
+    found = _RETENTION.fullmatch(raw.strip())
+    if not found or int(found.group(1)) == 0:
+        problems.add(
+            "PGSCHED_HISTORY_RETENTION",
+            f"{raw!r} must be a positive number of days or hours (or empty: keep forever)",
+            "PGSCHED_HISTORY_RETENTION=90d",
+        )
+        return None
+    count = int(found.group(1))
+    return timedelta(days=count) if found.group(2) == "d" else timedelta(hours=count)

@@ -31,8 +31,6 @@ CREATE SCHEMA pgsched;
 
 SET default_tablespace = '';
 
-SET default_table_access_method = heap;
-
 --
 -- Name: job_runs; Type: TABLE; Schema: pgsched; Owner: -
 --
@@ -71,7 +69,7 @@ CREATE TABLE pgsched.job_runs (
     CONSTRAINT job_runs_status_check CHECK ((status = ANY (ARRAY['QUEUED'::text, 'RUNNING'::text, 'COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text, 'SKIPPED'::text]))),
     CONSTRAINT job_runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'retry'::text, 'backfill'::text, 'upstream'::text])))
 )
-WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='10000', autovacuum_analyze_scale_factor='0.02');
+PARTITION BY RANGE (scheduled_for);
 
 --
 -- Name: claim_for_dispatch(integer, integer, timestamp with time zone, uuid[], text); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -364,6 +362,45 @@ END;
 $$;
 
 --
+-- Name: create_run_partition(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.create_run_partition(month timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    low timestamptz := date_trunc('month', month, 'UTC');
+    high timestamptz := low + interval '1 month';
+    name text := 'job_runs_' || to_char(low AT TIME ZONE 'UTC', '"y"YYYY"m"MM');
+    moved bigint := 0;
+BEGIN
+    -- Autovacuum as migration 0004 tuned the whole table: early, for the live queue.
+    EXECUTE format(
+        'CREATE TABLE pgsched.%I (LIKE pgsched.job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)'
+        ' WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,'
+        ' autovacuum_analyze_scale_factor = 0.02)', name);
+    IF to_regclass('pgsched.job_runs_default') IS NOT NULL THEN
+        LOCK TABLE pgsched.job_runs_default IN ACCESS EXCLUSIVE MODE;
+        EXECUTE format(
+            'WITH gone AS (DELETE FROM pgsched.job_runs_default'
+            ' WHERE scheduled_for >= $1 AND scheduled_for < $2 RETURNING *)'
+            ' INSERT INTO pgsched.%I SELECT * FROM gone', name) USING low, high;
+        GET DIAGNOSTICS moved = ROW_COUNT;
+    END IF;
+    -- The check lets ATTACH skip its scan of the new partition.
+    EXECUTE format(
+        'ALTER TABLE pgsched.%I ADD CONSTRAINT %I CHECK (scheduled_for >= %L AND scheduled_for < %L)',
+        name, name || '_range', low, high);
+    EXECUTE format(
+        'ALTER TABLE pgsched.job_runs ATTACH PARTITION pgsched.%I FOR VALUES FROM (%L) TO (%L)',
+        name, low, high);
+    EXECUTE format('ALTER TABLE pgsched.%I DROP CONSTRAINT %I', name, name || '_range');
+    RETURN moved;
+END;
+$_$;
+
+--
 -- Name: current_timeline(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -406,6 +443,51 @@ CREATE FUNCTION pgsched.dispatch_counts_with_pools(definition_ids uuid[]) RETURN
     FROM pgsched.dispatch_counts(definition_ids) AS c
     JOIN pgsched.job_definitions AS d ON d.id = c.id;
 $$;
+
+--
+-- Name: drop_run_partition(text, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    live_check text := format(
+        'SELECT EXISTS (SELECT FROM pgsched.%1$I WHERE status = ''QUEUED'')'
+        ' OR EXISTS (SELECT FROM pgsched.%1$I WHERE status = ''RUNNING'')'
+        ' OR EXISTS (SELECT FROM pgsched.%1$I WHERE settled_at IS NULL'
+        '            AND status IN (''COMPLETED'', ''FAILED'', ''CANCELLED''))',
+        partition_name);
+    live boolean;
+BEGIN
+    IF to_regclass(format('pgsched.%I', partition_name)) IS NULL THEN
+        RETURN 'gone';
+    END IF;
+    EXECUTE live_check INTO live;
+    IF live THEN
+        RETURN 'kept';
+    END IF;
+    -- Arrivals its runs consumed are spent; those waiting stay (they name an upstream
+    -- run, not a row). Done before the lock: the join reads the whole partition's ids.
+    EXECUTE format(
+        'DELETE FROM pgsched.chain_arrivals AS a WHERE a.consumed_by IS NOT NULL'
+        ' AND EXISTS (SELECT FROM pgsched.%I AS r WHERE r.id = a.consumed_by)',
+        partition_name);
+    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint || 'ms', true);
+    BEGIN
+        LOCK TABLE pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 'busy';
+    END;
+    EXECUTE live_check INTO live;  -- again, now that nothing can change it
+    IF live THEN
+        RETURN 'kept';
+    END IF;
+    EXECUTE format('DROP TABLE pgsched.%I', partition_name);
+    RETURN 'dropped';
+END;
+$_$;
 
 --
 -- Name: finish_run(bigint, uuid, text, text, text, integer, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -704,6 +786,8 @@ BEGIN
 END;
 $$;
 
+SET default_table_access_method = heap;
+
 --
 -- Name: chain_arrivals; Type: TABLE; Schema: pgsched; Owner: -
 --
@@ -800,6 +884,46 @@ CREATE TABLE pgsched.job_pools (
 );
 
 --
+-- Name: job_runs_default; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.job_runs_default (
+    id bigint NOT NULL,
+    definition_id uuid NOT NULL,
+    status text NOT NULL,
+    trigger text NOT NULL,
+    scheduled_for timestamp with time zone NOT NULL,
+    deadline_at timestamp with time zone,
+    attempt integer DEFAULT 1 NOT NULL,
+    retry_of bigint,
+    request_token text,
+    lease_token uuid,
+    started_at timestamp with time zone,
+    heartbeat_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    cancel_requested_at timestamp with time zone,
+    reason text,
+    error text,
+    exit_code integer,
+    retry_hint text,
+    k8s_job_name text,
+    settled_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    cancelled_by text,
+    retry_decision text,
+    workload_ended_at timestamp with time zone,
+    outcome_pending_at timestamp with time zone,
+    upstream_run_id bigint,
+    CONSTRAINT job_runs_attempt_check CHECK ((attempt > 0)),
+    CONSTRAINT job_runs_retry_hint_check CHECK ((retry_hint = ANY (ARRAY['retry'::text, 'never'::text]))),
+    CONSTRAINT job_runs_running_has_lease CHECK (((status <> 'RUNNING'::text) OR (lease_token IS NOT NULL))),
+    CONSTRAINT job_runs_status_check CHECK ((status = ANY (ARRAY['QUEUED'::text, 'RUNNING'::text, 'COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text, 'SKIPPED'::text]))),
+    CONSTRAINT job_runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'retry'::text, 'backfill'::text, 'upstream'::text])))
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_threshold='10000', autovacuum_analyze_scale_factor='0.02');
+
+--
 -- Name: job_runs_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
 --
 
@@ -862,6 +986,12 @@ CREATE TABLE pgsched.schema_migrations (
 );
 
 --
+-- Name: job_runs_default; Type: TABLE ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.job_runs ATTACH PARTITION pgsched.job_runs_default DEFAULT;
+
+--
 -- Name: chain_arrivals chain_arrivals_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -894,7 +1024,14 @@ ALTER TABLE ONLY pgsched.job_pools
 --
 
 ALTER TABLE ONLY pgsched.job_runs
-    ADD CONSTRAINT job_runs_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT job_runs_pkey PRIMARY KEY (id, scheduled_for);
+
+--
+-- Name: job_runs_default job_runs_default_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.job_runs_default
+    ADD CONSTRAINT job_runs_default_pkey PRIMARY KEY (id, scheduled_for);
 
 --
 -- Name: run_events run_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -948,64 +1085,190 @@ CREATE INDEX job_definitions_pool ON pgsched.job_definitions USING btree (pool) 
 CREATE INDEX job_dependencies_upstream ON pgsched.job_dependencies USING btree (upstream_name);
 
 --
--- Name: job_runs_downstream; Type: INDEX; Schema: pgsched; Owner: -
+-- Name: job_runs_chained; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX job_runs_downstream ON pgsched.job_runs USING btree (upstream_run_id) WHERE (upstream_run_id IS NOT NULL);
+CREATE INDEX job_runs_chained ON ONLY pgsched.job_runs USING btree (definition_id, upstream_run_id) WHERE (trigger = 'upstream'::text);
 
 --
 -- Name: job_runs_history; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX job_runs_history ON pgsched.job_runs USING btree (definition_id, id DESC);
+CREATE INDEX job_runs_history ON ONLY pgsched.job_runs USING btree (definition_id, id DESC);
 
 --
--- Name: job_runs_occurrence_key; Type: INDEX; Schema: pgsched; Owner: -
+-- Name: job_runs_default_definition_id_id_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE UNIQUE INDEX job_runs_occurrence_key ON pgsched.job_runs USING btree (definition_id, scheduled_for, trigger) WHERE (trigger = ANY (ARRAY['schedule'::text, 'backfill'::text]));
-
---
--- Name: job_runs_outcome_pending; Type: INDEX; Schema: pgsched; Owner: -
---
-
-CREATE INDEX job_runs_outcome_pending ON pgsched.job_runs USING btree (id) WHERE ((status = 'RUNNING'::text) AND (outcome_pending_at IS NOT NULL));
-
---
--- Name: job_runs_queued; Type: INDEX; Schema: pgsched; Owner: -
---
-
-CREATE INDEX job_runs_queued ON pgsched.job_runs USING btree (scheduled_for, id) WHERE (status = 'QUEUED'::text);
-
---
--- Name: job_runs_request_key; Type: INDEX; Schema: pgsched; Owner: -
---
-
-CREATE UNIQUE INDEX job_runs_request_key ON pgsched.job_runs USING btree (definition_id, request_token) WHERE (request_token IS NOT NULL);
-
---
--- Name: job_runs_retry_key; Type: INDEX; Schema: pgsched; Owner: -
---
-
-CREATE UNIQUE INDEX job_runs_retry_key ON pgsched.job_runs USING btree (retry_of) WHERE (retry_of IS NOT NULL);
+CREATE INDEX job_runs_default_definition_id_id_idx ON pgsched.job_runs_default USING btree (definition_id, id DESC);
 
 --
 -- Name: job_runs_running; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX job_runs_running ON pgsched.job_runs USING btree (definition_id) WHERE (status = 'RUNNING'::text);
+CREATE INDEX job_runs_running ON ONLY pgsched.job_runs USING btree (definition_id) WHERE (status = 'RUNNING'::text);
+
+--
+-- Name: job_runs_default_definition_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_definition_id_idx ON pgsched.job_runs_default USING btree (definition_id) WHERE (status = 'RUNNING'::text);
+
+--
+-- Name: job_runs_requests; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_requests ON ONLY pgsched.job_runs USING btree (definition_id, request_token) WHERE (request_token IS NOT NULL);
+
+--
+-- Name: job_runs_default_definition_id_request_token_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_definition_id_request_token_idx ON pgsched.job_runs_default USING btree (definition_id, request_token) WHERE (request_token IS NOT NULL);
+
+--
+-- Name: job_runs_occurrence_key; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE UNIQUE INDEX job_runs_occurrence_key ON ONLY pgsched.job_runs USING btree (definition_id, scheduled_for, trigger) WHERE (trigger = ANY (ARRAY['schedule'::text, 'backfill'::text]));
+
+--
+-- Name: job_runs_default_definition_id_scheduled_for_trigger_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE UNIQUE INDEX job_runs_default_definition_id_scheduled_for_trigger_idx ON pgsched.job_runs_default USING btree (definition_id, scheduled_for, trigger) WHERE (trigger = ANY (ARRAY['schedule'::text, 'backfill'::text]));
+
+--
+-- Name: job_runs_default_definition_id_upstream_run_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_definition_id_upstream_run_id_idx ON pgsched.job_runs_default USING btree (definition_id, upstream_run_id) WHERE (trigger = 'upstream'::text);
 
 --
 -- Name: job_runs_unsettled; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX job_runs_unsettled ON pgsched.job_runs USING btree (id) WHERE ((settled_at IS NULL) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
+CREATE INDEX job_runs_unsettled ON ONLY pgsched.job_runs USING btree (id) WHERE ((settled_at IS NULL) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
 
 --
--- Name: job_runs_upstream_key; Type: INDEX; Schema: pgsched; Owner: -
+-- Name: job_runs_default_id_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE UNIQUE INDEX job_runs_upstream_key ON pgsched.job_runs USING btree (definition_id, upstream_run_id) WHERE (trigger = 'upstream'::text);
+CREATE INDEX job_runs_default_id_idx ON pgsched.job_runs_default USING btree (id) WHERE ((settled_at IS NULL) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
+
+--
+-- Name: job_runs_outcome_pending; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_outcome_pending ON ONLY pgsched.job_runs USING btree (id) WHERE ((status = 'RUNNING'::text) AND (outcome_pending_at IS NOT NULL));
+
+--
+-- Name: job_runs_default_id_idx1; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_id_idx1 ON pgsched.job_runs_default USING btree (id) WHERE ((status = 'RUNNING'::text) AND (outcome_pending_at IS NOT NULL));
+
+--
+-- Name: job_runs_retries; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_retries ON ONLY pgsched.job_runs USING btree (retry_of) WHERE (retry_of IS NOT NULL);
+
+--
+-- Name: job_runs_default_retry_of_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_retry_of_idx ON pgsched.job_runs_default USING btree (retry_of) WHERE (retry_of IS NOT NULL);
+
+--
+-- Name: job_runs_queued; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_queued ON ONLY pgsched.job_runs USING btree (scheduled_for, id) WHERE (status = 'QUEUED'::text);
+
+--
+-- Name: job_runs_default_scheduled_for_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_scheduled_for_id_idx ON pgsched.job_runs_default USING btree (scheduled_for, id) WHERE (status = 'QUEUED'::text);
+
+--
+-- Name: job_runs_downstream; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_downstream ON ONLY pgsched.job_runs USING btree (upstream_run_id) WHERE (upstream_run_id IS NOT NULL);
+
+--
+-- Name: job_runs_default_upstream_run_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_upstream_run_id_idx ON pgsched.job_runs_default USING btree (upstream_run_id) WHERE (upstream_run_id IS NOT NULL);
+
+--
+-- Name: job_runs_default_definition_id_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_history ATTACH PARTITION pgsched.job_runs_default_definition_id_id_idx;
+
+--
+-- Name: job_runs_default_definition_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_running ATTACH PARTITION pgsched.job_runs_default_definition_id_idx;
+
+--
+-- Name: job_runs_default_definition_id_request_token_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_requests ATTACH PARTITION pgsched.job_runs_default_definition_id_request_token_idx;
+
+--
+-- Name: job_runs_default_definition_id_scheduled_for_trigger_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_occurrence_key ATTACH PARTITION pgsched.job_runs_default_definition_id_scheduled_for_trigger_idx;
+
+--
+-- Name: job_runs_default_definition_id_upstream_run_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_chained ATTACH PARTITION pgsched.job_runs_default_definition_id_upstream_run_id_idx;
+
+--
+-- Name: job_runs_default_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_unsettled ATTACH PARTITION pgsched.job_runs_default_id_idx;
+
+--
+-- Name: job_runs_default_id_idx1; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_outcome_pending ATTACH PARTITION pgsched.job_runs_default_id_idx1;
+
+--
+-- Name: job_runs_default_pkey; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_pkey ATTACH PARTITION pgsched.job_runs_default_pkey;
+
+--
+-- Name: job_runs_default_retry_of_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_retries ATTACH PARTITION pgsched.job_runs_default_retry_of_idx;
+
+--
+-- Name: job_runs_default_scheduled_for_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_queued ATTACH PARTITION pgsched.job_runs_default_scheduled_for_id_idx;
+
+--
+-- Name: job_runs_default_upstream_run_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_downstream ATTACH PARTITION pgsched.job_runs_default_upstream_run_id_idx;
 
 --
 -- Name: job_runs job_runs_cancel_named; Type: TRIGGER; Schema: pgsched; Owner: -
@@ -1038,25 +1301,11 @@ CREATE TRIGGER job_runs_place_id BEFORE INSERT ON pgsched.job_runs FOR EACH ROW 
 CREATE TRIGGER job_runs_status_changed AFTER UPDATE ON pgsched.job_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_run_status_changes();
 
 --
--- Name: chain_arrivals chain_arrivals_consumed_by_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
---
-
-ALTER TABLE ONLY pgsched.chain_arrivals
-    ADD CONSTRAINT chain_arrivals_consumed_by_fkey FOREIGN KEY (consumed_by) REFERENCES pgsched.job_runs(id);
-
---
 -- Name: chain_arrivals chain_arrivals_downstream_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
 --
 
 ALTER TABLE ONLY pgsched.chain_arrivals
     ADD CONSTRAINT chain_arrivals_downstream_id_fkey FOREIGN KEY (downstream_id) REFERENCES pgsched.job_definitions(id);
-
---
--- Name: chain_arrivals chain_arrivals_upstream_run_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
---
-
-ALTER TABLE ONLY pgsched.chain_arrivals
-    ADD CONSTRAINT chain_arrivals_upstream_run_id_fkey FOREIGN KEY (upstream_run_id) REFERENCES pgsched.job_runs(id);
 
 --
 -- Name: job_dependencies job_dependencies_downstream_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
@@ -1066,25 +1315,11 @@ ALTER TABLE ONLY pgsched.job_dependencies
     ADD CONSTRAINT job_dependencies_downstream_id_fkey FOREIGN KEY (downstream_id) REFERENCES pgsched.job_definitions(id);
 
 --
--- Name: job_runs job_runs_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+-- Name: job_runs job_runs_definition_id_fkey1; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
 --
 
-ALTER TABLE ONLY pgsched.job_runs
-    ADD CONSTRAINT job_runs_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id);
-
---
--- Name: job_runs job_runs_retry_of_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
---
-
-ALTER TABLE ONLY pgsched.job_runs
-    ADD CONSTRAINT job_runs_retry_of_fkey FOREIGN KEY (retry_of) REFERENCES pgsched.job_runs(id);
-
---
--- Name: job_runs job_runs_upstream_run_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
---
-
-ALTER TABLE ONLY pgsched.job_runs
-    ADD CONSTRAINT job_runs_upstream_run_id_fkey FOREIGN KEY (upstream_run_id) REFERENCES pgsched.job_runs(id);
+ALTER TABLE pgsched.job_runs
+    ADD CONSTRAINT job_runs_definition_id_fkey1 FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id);
 
 --
 -- Name: SCHEMA pgsched; Type: ACL; Schema: -; Owner: -
@@ -1099,6 +1334,12 @@ GRANT USAGE ON SCHEMA pgsched TO pgsched_job;
 REVOKE ALL ON FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text) FROM PUBLIC;
 
 --
+-- Name: FUNCTION create_run_partition(month timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.create_run_partition(month timestamp with time zone) FROM PUBLIC;
+
+--
 -- Name: FUNCTION dispatch_counts(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -1109,6 +1350,12 @@ REVOKE ALL ON FUNCTION pgsched.dispatch_counts(definition_ids uuid[]) FROM PUBLI
 --
 
 REVOKE ALL ON FUNCTION pgsched.dispatch_counts_with_pools(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION drop_run_partition(partition_name text, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval) FROM PUBLIC;
 
 --
 -- Name: FUNCTION finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -

@@ -1,6 +1,7 @@
 -- Chaining (engine/chain.py): downstream runs for final upstream outcomes, queued in the
--- transaction that settles the upstream run, exactly once by the unique key
--- job_runs_upstream_key (and chain_arrivals' primary key for fan-in).
+-- transaction that settles the upstream run, exactly once: the inserts run under the
+-- downstream's chain lock (lock_chains), so insert_chained_runs' NOT EXISTS sees every
+-- chained run committed before (migration 0012), and chain_arrivals' primary key for fan-in.
 
 -- name: chain_edges
 -- The live downstream definitions a batch of final upstream runs matches: an edge names
@@ -41,8 +42,11 @@ FROM unnest(%(downstream_ids)s::uuid[], %(upstream_run_ids)s::bigint[]) WITH ORD
      AS c(downstream_id, upstream_run_id, ord)
 JOIN pgsched.job_definitions AS d ON d.id = c.downstream_id
 CROSS JOIN LATERAL (SELECT d.suspended OR d.auto_suspended_at IS NOT NULL AS skip) AS s
+WHERE NOT EXISTS (
+    SELECT FROM pgsched.job_runs AS x
+    WHERE x.definition_id = d.id AND x.upstream_run_id = c.upstream_run_id
+      AND x.trigger = 'upstream')
 ORDER BY c.ord  -- ids in upstream order, so equal-time chained runs queue in that order
-ON CONFLICT (definition_id, upstream_run_id) WHERE trigger = 'upstream' DO NOTHING
 RETURNING id, definition_id, upstream_run_id, status;
 
 -- name: record_arrivals

@@ -3,10 +3,20 @@
 -- suspend/resume call the engine's own functions.
 
 -- name: run_history
-SELECT * FROM pgsched.job_runs
-WHERE definition_id = ANY(%(definition_ids)s::uuid[])
-  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-ORDER BY id DESC
+-- Newest first, one definition at a time: with definition_id = one value, each partition's
+-- job_runs_history index (definition_id, id DESC) yields its runs in order and a Merge
+-- Append stops after the limit, however many runs the job has (= ANY over an array would
+-- read them all and sort, or walk every job's runs by id).
+SELECT r.*
+FROM unnest(%(definition_ids)s::uuid[]) AS d(id)
+CROSS JOIN LATERAL (
+    SELECT * FROM pgsched.job_runs AS j
+    WHERE j.definition_id = d.id
+      AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+    ORDER BY j.id DESC
+    LIMIT %(limit)s
+) AS r
+ORDER BY r.id DESC
 LIMIT %(limit)s;
 
 -- name: retry_chain

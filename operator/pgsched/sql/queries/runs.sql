@@ -1,13 +1,21 @@
 -- name: run_by_id
 SELECT * FROM pgsched.job_runs WHERE id = %(id)s;
 
+-- name: lock_request
+-- Run-now requests with one token queue one after the other (see enqueue_manual).
+SELECT pg_advisory_xact_lock(
+    hashtextextended('request:' || %(definition_id)s::text || ':' || %(token)s, 0));
+
 -- name: enqueue_manual
--- Idempotent per (definition, request token): the second request returns nothing.
+-- Idempotent per (definition, request token): the second request returns nothing. Run
+-- after lock_request in its transaction, so NOT EXISTS sees the first request's run
+-- (migration 0012: the partitioned table cannot hold a unique key on the token alone).
 INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)
 SELECT d.id, 'QUEUED', %(trigger)s, coalesce(%(scheduled_for)s::timestamptz, now()), %(token)s
 FROM pgsched.job_definitions AS d
 WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
-ON CONFLICT (definition_id, request_token) WHERE request_token IS NOT NULL DO NOTHING
+  AND NOT EXISTS (SELECT FROM pgsched.job_runs AS r
+                  WHERE r.definition_id = d.id AND r.request_token = %(token)s)
 RETURNING *;
 
 -- name: run_by_request

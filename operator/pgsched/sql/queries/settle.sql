@@ -15,14 +15,17 @@ FOR UPDATE OF r SKIP LOCKED;
 SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]) FOR NO KEY UPDATE;
 
 -- name: insert_retry
--- One retry per failed attempt (unique retry_of), even if two leaders settle concurrently.
+-- One retry per failed attempt, even if two leaders settle concurrently: this transaction
+-- holds the failed run's row lock (unsettled_runs), so a retry another settler inserted
+-- committed before it, and this statement's snapshot sees it (migration 0012: a unique
+-- key on retry_of alone is not possible on the partitioned table).
 -- A chained run's retry keeps its upstream run, so the chain shows through retries.
 INSERT INTO pgsched.job_runs
     (definition_id, status, trigger, scheduled_for, deadline_at, attempt, retry_of, request_token,
      upstream_run_id)
-VALUES (%(definition_id)s, 'QUEUED', 'retry', %(scheduled_for)s, %(deadline_at)s,
-        %(attempt)s, %(retry_of)s, NULL, %(upstream_run_id)s)
-ON CONFLICT (retry_of) WHERE retry_of IS NOT NULL DO NOTHING
+SELECT %(definition_id)s, 'QUEUED', 'retry', %(scheduled_for)s, %(deadline_at)s,
+       %(attempt)s, %(retry_of)s, NULL, %(upstream_run_id)s
+WHERE NOT EXISTS (SELECT FROM pgsched.job_runs WHERE retry_of = %(retry_of)s)
 RETURNING id;
 
 -- name: mark_settled

@@ -1,0 +1,394 @@
+"""Claim latency as run history grows, and retention by dropping a month (issue 17 #1).
+
+Two databases on one server, both with 1,000 definitions and a level backlog of 2,000 due
+QUEUED runs: ``empty`` (a fresh install: no finished run is ever kept) and ``grown``, whose
+history grows level by level (0, 1M, 10M finished runs by default; ``PGSCHED_BENCH_HISTORY``
+lists other levels, e.g. ``0,1000000,10000000,30000000``). History is generated inside
+Postgres (``generate_series``, 1M rows a statement) and spread evenly over the
+``SPAN_DAYS`` days before yesterday, at the density of the largest level, so each level
+adds older months (partitions) to the table; every tenth run is one job's (the "big job").
+
+At each level one process alternates blocks of dispatcher claims (batch 50,
+``dispatch.run_once``) between the two databases, so the ratio grown/empty is measured in
+the same minutes; the claimed batch is completed (kept in ``grown``, deleted in ``empty``)
+and as many runs queued again. ``pgsched runs`` of the big job is timed too.
+
+Retention, at the largest level: a claimer thread claims on ``grown`` continuously while
+the history service drops the oldest month (``history.run_once`` with a retention that
+expires just that month): how long the drop took, the WAL it wrote, and the claims' latency
+while it ran vs the seconds before.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg import sql
+
+from bench import queries, seed
+from bench.context import Context
+from bench.latency import dispatcher_claim, timed_cycle
+from bench.report import Report, plot_path, pyplot
+from bench.stats import percentile, ratio
+from pgsched.db import connection
+from pgsched.db import queries as engine_queries
+from pgsched.engine import history
+
+NAME = "history"
+TITLE = "claim latency vs history rows, and dropping a month (issue 17 #1)"
+DEFINITIONS = 1_000
+BACKLOG = 2_000
+SPAN_DAYS = 120
+CHUNK = 1_000_000
+GOAL = 1.2  # claim p99 at the largest history <= 1.2x empty; claims during a drop likewise
+EXTRAPOLATE_TO = 100_000_000
+LISTED = 20  # pgsched runs' default --limit
+WINDOW_S = 5.0  # retention: seconds of claims measured before and after the drop
+
+
+def levels(quick: bool) -> list[int]:
+    raw = os.environ.get("PGSCHED_BENCH_HISTORY", "")
+    if raw.strip():
+        return sorted({int(part) for part in raw.split(",")})
+    return [0, 5_000, 20_000] if quick else [0, 1_000_000, 10_000_000]
+
+
+def run(ctx: Context) -> Report:
+    sizes = levels(ctx.quick)
+    blocks, per_block = (2, 5) if ctx.quick else (12, 25)
+    empty = connection.connect(ctx.env.create_database("history_empty"))
+    grown = connection.connect(ctx.env.create_database("history_grown"))
+    rows: list[dict[str, Any]] = []
+    try:
+        _prepare(empty)
+        big = _prepare(grown)
+        have = 0
+        for level in sizes:
+            started = time.monotonic()
+            _load(grown, big, first=have + 1, last=level, total=max(sizes[-1], 1))
+            load_s = time.monotonic() - started
+            have = level
+            rows.append(_measure(empty, grown, big, level, load_s, blocks, per_block))
+        retention = _drop_oldest_month(grown, window=1.0 if ctx.quick else WINDOW_S)
+    finally:
+        empty.close()
+        grown.close()
+        ctx.env.drop_databases()
+    return _report(ctx, rows, retention, blocks, per_block)
+
+
+def _one(conn: connection.Connection, name: str, **params: Any) -> dict[str, Any]:
+    row = conn.execute(queries.get(name), params).fetchone()
+    assert row is not None, name
+    return row
+
+
+def _prepare(conn: connection.Connection) -> Any:
+    """Definitions, this month's partition and the next ones, the backlog; returns the big
+    job's id."""
+    seed.definitions(conn, count=DEFINITIONS, cap=5, due=False)
+    history.run_once(conn, retention=None)
+    seed.queued(conn, BACKLOG)
+    conn.execute(queries.get("vacuum_analyze_runs"))
+    return _one(conn, "big_job")["id"]
+
+
+def _load(conn: connection.Connection, big: Any, *, first: int, last: int, total: int) -> None:
+    """History rows ``first``..``last`` of ``total``, month by month: into the month's
+    partition if it exists, else into a new table attached afterwards (its indexes then
+    built in bulk: how the history service creates a month, with the rows already in)."""
+    if last < first:
+        return
+    base = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    step = timedelta(days=SPAN_DAYS) / total
+    newest, oldest = base - step * first, base - step * last
+    month = datetime(oldest.year, oldest.month, 1, tzinfo=UTC)
+    while month <= newest:
+        low, high = month, history.add_months(month, 1)
+        table = sql.Identifier("pgsched", history.partition_name(month))
+        exists = _one(
+            conn, "partition_exists", partition=f"pgsched.{history.partition_name(month)}"
+        )
+        if not exists["found"]:
+            conn.execute(queries.get("stage_month").format(table=table))
+        params = {"total": total, "span_days": SPAN_DAYS, "big": big, "base": base}
+        params |= {"low": low, "high": high}
+        # Only the rows of this month (the WHERE keeps exactly them), a million at a time.
+        g_low = max(first, int((base - high) / step))
+        g_high = min(last, int((base - low) / step) + 1)
+        for chunk in range(g_low, g_high + 1, CHUNK):
+            params |= {"first": chunk, "last": min(g_high, chunk + CHUNK - 1)}
+            conn.execute(queries.get("seed_history_span").format(table=table), params)
+        if not exists["found"]:
+            bounds = {"table": table, "low": sql.Literal(low), "high": sql.Literal(high)}
+            for step_name in ("attach_month", "attach_month_partition", "attached_month"):
+                conn.execute(queries.get(step_name).format(**bounds))
+        month = high
+    conn.execute(queries.get("analyze_runs"))
+
+
+def _measure(
+    empty: connection.Connection,
+    grown: connection.Connection,
+    big: Any,
+    level: int,
+    load_s: float,
+    blocks: int,
+    per_block: int,
+) -> dict[str, Any]:
+    samples: dict[str, list[float]] = {"empty": [], "grown": []}
+    conns = {"empty": empty, "grown": grown}
+    for block in range(blocks):
+        order = ["empty", "grown"] if block % 2 == 0 else ["grown", "empty"]
+        for label in order:
+            for _ in range(per_block):
+                elapsed, _used = timed_cycle(
+                    conns[label], dispatcher_claim, retain=label == "grown"
+                )
+                samples[label].append(elapsed)
+    listing, failed = [], []
+    for _ in range(5 if blocks < 4 else 20):
+        listing.append(_runs_of(grown, big, statuses=None))
+        failed.append(_runs_of(grown, big, statuses=["FAILED"]))
+    big_runs = level // 10
+    return {
+        "rows": level,
+        "load_s": load_s,
+        "disk_bytes": _one(grown, "database_bytes")["bytes"],
+        "partitions": _one(grown, "partition_count")["n"],
+        "empty": samples["empty"],
+        "grown": samples["grown"],
+        "listing": listing,
+        "failed": failed,
+        "big_runs": big_runs,
+    }
+
+
+def _runs_of(conn: connection.Connection, big: Any, *, statuses: list[str] | None) -> float:
+    """Seconds for the query of ``pgsched runs SJ`` (``--status`` when ``statuses``)."""
+    started = time.perf_counter()
+    conn.execute(
+        engine_queries.get("run_history"),
+        {"definition_ids": [big], "statuses": statuses, "limit": LISTED},
+    ).fetchall()
+    return time.perf_counter() - started
+
+
+def _drop_oldest_month(grown: connection.Connection, *, window: float) -> dict[str, Any]:
+    """Claims on their own connection, continuously, while the oldest month is dropped."""
+    oldest = _one(grown, "oldest_month")
+    month_end = history.add_months(history.month_of(oldest["name"]), 1)
+    # Expires exactly the oldest month: it ended before now - retention, the next did not.
+    retention = datetime.now(UTC) - month_end - timedelta(minutes=1)
+    dsn = grown.info.dsn
+    stop = threading.Event()
+    claims: list[tuple[float, float]] = []
+
+    def claimer() -> None:
+        with connection.connect(dsn) as conn:
+            while not stop.is_set():
+                started = time.perf_counter()
+                elapsed, _used = timed_cycle(conn, dispatcher_claim, retain=True)
+                claims.append((started, elapsed))
+
+    thread = threading.Thread(target=claimer, name="history-bench-claimer")
+    thread.start()
+    try:
+        time.sleep(window)
+        since = _one(grown, "wal_lsn")["lsn"]
+        began = time.perf_counter()
+        result = history.run_once(grown, retention=retention)
+        ended = time.perf_counter()
+        wal = _one(grown, "wal_bytes", since=since)["bytes"]
+        time.sleep(window)
+    finally:
+        stop.set()
+        thread.join()
+    assert result.dropped == [oldest["name"]], (result, oldest)
+    before = [e for s, e in claims if began - window <= s < began]
+    during = [e for s, e in claims if s < ended and s + e > began]
+    after = [e for s, e in claims if ended < s <= ended + window]
+    return {
+        "partition": oldest["name"],
+        "rows": oldest["rows"],
+        "drop_s": ended - began,
+        "wal_bytes": wal,
+        "before": before,
+        "during": during,
+        "after": after,
+        "timeline": [(s - began, e) for s, e in claims],
+    }
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b x."""
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    var = sum((x - mean_x) ** 2 for x in xs)
+    slope = (
+        sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    )
+    return mean_y - slope * mean_x, slope
+
+
+def _report(
+    ctx: Context,
+    rows: list[dict[str, Any]],
+    retention: dict[str, Any],
+    blocks: int,
+    per_block: int,
+) -> Report:
+    report = Report(
+        NAME,
+        TITLE,
+        columns=[
+            "history rows",
+            "partitions",
+            "load s",
+            "disk GB",
+            "p50 ms",
+            "p99 ms",
+            "empty p50 ms",
+            "empty p99 ms",
+            "p50 ratio",
+            "p99 ratio",
+            "runs of big job ms",
+            "--status FAILED ms",
+        ],
+    )
+    p99_ratios = []
+    for row in rows:
+        p99 = percentile(row["grown"], 0.99)
+        base99 = percentile(row["empty"], 0.99)
+        p99_ratios.append(ratio(p99, base99))
+        report.add(
+            **{
+                "history rows": row["rows"],
+                "partitions": row["partitions"],
+                "load s": row["load_s"],
+                "disk GB": row["disk_bytes"] / 1e9,
+                "p50 ms": percentile(row["grown"], 0.5) * 1000,
+                "p99 ms": p99 * 1000,
+                "empty p50 ms": percentile(row["empty"], 0.5) * 1000,
+                "empty p99 ms": base99 * 1000,
+                "p50 ratio": ratio(percentile(row["grown"], 0.5), percentile(row["empty"], 0.5)),
+                "p99 ratio": p99_ratios[-1],
+                "runs of big job ms": percentile(row["listing"], 0.5) * 1000,
+                "--status FAILED ms": percentile(row["failed"], 0.5) * 1000,
+            }
+        )
+    largest = rows[-1]
+    report.floor(
+        f"claim p99 with {largest['rows']:,} history rows / empty p99",
+        p99_ratios[-1],
+        GOAL,
+        higher_is_better=False,
+    )
+    intercept, slope = _fit([float(r["rows"]) for r in rows], p99_ratios)
+    projected = intercept + slope * EXTRAPOLATE_TO
+    before99 = percentile(retention["before"], 0.99)
+    worst_during = max(retention["during"]) if retention["during"] else float("nan")
+    report.floor(
+        "slowest claim while a month was dropped / p99 of the claims before",
+        ratio(worst_during, before99),
+        GOAL,
+        higher_is_better=False,
+    )
+    load_rate = sum(r["load_s"] for r in rows) / max(largest["rows"], 1) * 1e6
+    report.notes += [
+        f"{DEFINITIONS} definitions, backlog of {BACKLOG} due runs kept level, batch 50; "
+        f"{blocks} alternating blocks of {per_block} claims per database and level; history "
+        f"spread over {SPAN_DAYS} days at the density of the largest level",
+        f"fitted p99 ratio = {intercept:.3f} + {slope * 1e6:.4f} per million rows: "
+        f"{projected:.2f} at {EXTRAPOLATE_TO:,} rows (extrapolated)",
+        f"generating history (INSERT ... generate_series into each month before it is "
+        f"attached, then ANALYZE): "
+        f"{load_rate:.1f} s per million rows; disk {largest['disk_bytes'] / 1e9:.1f} GB at "
+        f"{largest['rows']:,} rows, so 100M rows would take about "
+        f"{largest['disk_bytes'] / max(largest['rows'], 1) * 1e8 / 1e9:.0f} GB and "
+        f"{load_rate * 100 / 60:.0f} minutes",
+        f"retention: dropped {retention['partition']} ({retention['rows']:,} rows) in "
+        f"{retention['drop_s'] * 1000:.0f} ms writing {retention['wal_bytes'] / 1024:.0f} KiB "
+        f"of WAL (claims' WAL included); {len(retention['during'])} claims overlapped it, "
+        f"slowest {worst_during * 1000:.1f} ms; p99 before {before99 * 1000:.1f} ms, p99 "
+        f"after {percentile(retention['after'], 0.99) * 1000:.1f} ms",
+    ]
+    report.data = {
+        "levels": [
+            {k: v for k, v in r.items() if k not in {"empty", "grown", "listing", "failed"}}
+            for r in rows
+        ],
+        "samples_ms": {
+            f"{r['rows']}/{label}": [v * 1000 for v in r[label]]
+            for r in rows
+            for label in ("empty", "grown")
+        },
+        "fit": {"intercept": intercept, "slope_per_row": slope, "projected": projected},
+        "retention": {k: v for k, v in retention.items() if k != "timeline"},
+    }
+    if ctx.plots:
+        report.plots.append(_plot_growth(ctx, rows, intercept, slope))
+        report.plots.append(_plot_drop(ctx, retention))
+    return report
+
+
+def _plot_growth(ctx: Context, rows: list[dict[str, Any]], intercept: float, slope: float) -> str:
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = [max(r["rows"], 1) / 1e6 for r in rows]
+    for label, style in (("grown", "-o"), ("empty", "--s")):
+        for q, name in ((0.5, "p50"), (0.99, "p99")):
+            left.plot(
+                xs,
+                [percentile(r[label], q) * 1000 for r in rows],
+                style,
+                label=f"{name} {'with history' if label == 'grown' else 'empty (same minutes)'}",
+            )
+    left.set_xlabel("history rows (millions)")
+    left.set_ylabel("claim latency (ms), batch 50")
+    left.set_title("Claim latency vs history")
+    left.grid(True, alpha=0.3)
+    left.legend(fontsize=8)
+    ratios = [ratio(percentile(r["grown"], 0.99), percentile(r["empty"], 0.99)) for r in rows]
+    right.plot([r["rows"] / 1e6 for r in rows], ratios, "o", label="measured p99 ratio")
+    far = EXTRAPOLATE_TO / 1e6
+    right.plot(
+        [0, far], [intercept, intercept + slope * EXTRAPOLATE_TO], "-", label="fitted, extrapolated"
+    )
+    right.axhline(GOAL, color="red", linestyle=":", label=f"goal {GOAL}x")
+    right.set_xlabel("history rows (millions)")
+    right.set_ylabel("p99 with history / p99 empty")
+    right.set_title("p99 ratio, fitted to 100M")
+    right.grid(True, alpha=0.3)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    path = plot_path(ctx.out_dir, "history_growth")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def _plot_drop(ctx: Context, retention: dict[str, Any]) -> str:
+    plt = pyplot()
+    fig, axis = plt.subplots(figsize=(8, 3.5))
+    axis.plot(
+        [t for t, _ in retention["timeline"]],
+        [e * 1000 for _, e in retention["timeline"]],
+        ".",
+        markersize=3,
+    )
+    axis.axvspan(0, retention["drop_s"], color="orange", alpha=0.4, label="drop of the month")
+    axis.set_xlabel("seconds from the drop")
+    axis.set_ylabel("claim latency (ms)")
+    axis.set_title(f"Claims while {retention['partition']} ({retention['rows']:,} rows) is dropped")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8)
+    fig.tight_layout()
+    path = plot_path(ctx.out_dir, "history_retention")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

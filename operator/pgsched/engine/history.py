@@ -1,0 +1,112 @@
+"""Run history partitions: months created ahead, expired months dropped whole.
+
+``job_runs`` is partitioned by UTC month of ``scheduled_for`` (migration 0012). Each round
+(one replica at a time, under an advisory lock) this service:
+
+- creates the current month's partition and ``MONTHS_AHEAD`` more, so runs land in their
+  month; a month's rows already waiting in the default partition move into it;
+- with a retention (``PGSCHED_HISTORY_RETENTION``, chart value ``history.retention``),
+  drops every month that ended more than the retention ago, one ``DROP TABLE`` each (no
+  DELETE, no vacuum debt). A month still holding a QUEUED or RUNNING run, or a finished
+  run not settled yet, is kept (``kept``) and retried next round; so is one whose lock
+  did not come within ``LOCK_WAIT`` (``busy``: a long query on job_runs);
+- prunes the default partition (runs outside every month) of settled runs older than the
+  retention, ``PRUNE_BATCH`` a round.
+
+Runs of other tables that name a dropped run (a retry's ``retry_of``, a chained run's
+``upstream_run_id``) keep the id; readers treat the run as gone. Chain arrivals the
+dropped runs consumed are deleted with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pgsched.db import clock, queries
+from pgsched.db.connection import Connection
+
+MONTHS_AHEAD = 2
+INTERVAL_SECONDS = 300.0
+LOCK_WAIT = timedelta(milliseconds=200)
+PRUNE_BATCH = 10_000
+
+
+@dataclass
+class HistoryResult:
+    created: list[str] = field(default_factory=list)
+    moved: int = 0  # rows moved out of the default partition into a new month
+    dropped: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # expired, but live rows or busy
+    pruned: int = 0  # rows deleted from the default partition
+    skipped: bool = False  # another replica held the lock
+
+
+def partition_name(month: datetime) -> str:
+    return f"job_runs_y{month.year:04d}m{month.month:02d}"
+
+
+def month_of(name: str) -> datetime:
+    """The first instant of the month a partition name names (``job_runs_y2026m12``)."""
+    return datetime(int(name[10:14]), int(name[15:17]), 1, tzinfo=UTC)
+
+
+def add_months(month: datetime, count: int) -> datetime:
+    index = month.year * 12 + month.month - 1 + count
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+def run_once(
+    conn: Connection, *, retention: timedelta | None, now: datetime | None = None
+) -> HistoryResult:
+    at = clock.now(conn, now).astimezone(UTC)  # the database's clock, as the tick's
+    result = HistoryResult()
+    with conn.transaction():
+        if not _locked(conn):
+            result.skipped = True
+            return result
+        existing = {row["name"] for row in conn.execute(queries.get("run_partitions"))}
+        this_month = datetime(at.year, at.month, 1, tzinfo=UTC)
+        for ahead in range(MONTHS_AHEAD + 1):
+            month = add_months(this_month, ahead)
+            if partition_name(month) not in existing:
+                moved = conn.execute(queries.get("create_run_partition"), {"month": month})
+                result.moved += int(_value(moved.fetchone(), "moved"))
+                result.created.append(partition_name(month))
+    if retention is None:
+        return result
+    before = at - retention
+    for name in sorted(existing):
+        if add_months(month_of(name), 1) > before:
+            break
+        with conn.transaction():  # one month a transaction: a kept one holds up no other
+            if not _locked(conn):
+                result.skipped = True
+                return result
+            outcome = _value(
+                conn.execute(
+                    queries.get("drop_run_partition"), {"name": name, "lock_wait": LOCK_WAIT}
+                ).fetchone(),
+                "outcome",
+            )
+        if outcome == "dropped":
+            result.dropped.append(name)
+        elif outcome != "gone":
+            result.kept.append(name)
+    with conn.transaction():
+        pruned = conn.execute(
+            queries.get("prune_default_partition"), {"before": before, "limit": PRUNE_BATCH}
+        )
+        result.pruned = pruned.rowcount
+    return result
+
+
+def _locked(conn: Connection) -> bool:
+    return bool(_value(conn.execute(queries.get("lock_history")).fetchone(), "locked"))
+
+
+def _value(row: dict[str, Any] | None, key: str) -> Any:
+    if row is None:
+        raise RuntimeError(f"the history query returned no row (wanted {key})")
+    return row[key]

@@ -1,0 +1,34 @@
+-- History partitions (engine/history.py; migration 0012): months created ahead, expired
+-- months dropped whole, the default partition pruned of what retention lets go.
+
+-- name: lock_history
+-- One replica maintains the partitions at a time; the others skip the round.
+SELECT pg_try_advisory_xact_lock(hashtextextended('pgsched:history', 0)) AS locked;
+
+-- name: run_partitions
+-- The monthly partitions, oldest first (the default partition is not one of them).
+SELECT c.relname AS name
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'pgsched.job_runs'::regclass
+  AND c.relname ~ '^job_runs_y[0-9]{4}m[0-9]{2}$'
+ORDER BY c.relname;
+
+-- name: create_run_partition
+SELECT pgsched.create_run_partition(%(month)s::timestamptz) AS moved;
+
+-- name: drop_run_partition
+SELECT pgsched.drop_run_partition(%(name)s, %(lock_wait)s::interval) AS outcome;
+
+-- name: prune_default_partition
+-- Finished, settled runs older than the retention that no month holds (a backfill from
+-- before the oldest month), a batch at a time: the default partition stays small.
+DELETE FROM pgsched.job_runs_default AS r
+USING (
+    SELECT id, scheduled_for FROM pgsched.job_runs_default
+    WHERE scheduled_for < %(before)s
+      AND status NOT IN ('QUEUED', 'RUNNING')
+      AND (settled_at IS NOT NULL OR status = 'SKIPPED')
+    LIMIT %(limit)s
+) AS old
+WHERE r.id = old.id AND r.scheduled_for = old.scheduled_for;

@@ -1,0 +1,191 @@
+"""Run history partitioned by month (migration 0012, engine/history.py): the move of an
+existing installation, a rolling upgrade across it, months created ahead, retention."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import invariants
+import racers
+from pgsched.db import connection, migrate
+from pgsched.engine import history, runs
+
+NOW = datetime(2026, 12, 15, 12, 0, tzinfo=UTC)
+
+
+def _database_at(postgres, name: str, version: int) -> str:
+    """A new database with the migrations up to ``version`` applied, as that release left it."""
+    with connection.connect(postgres.dsn()) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    with connection.connect(postgres.dsn(name)) as conn:
+        conn.execute("CREATE SCHEMA pgsched")
+        conn.execute(
+            "CREATE TABLE pgsched.schema_migrations (version integer PRIMARY KEY, name text"
+            " NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in migrate.available():
+            if migration.version <= version:
+                with conn.transaction():
+                    conn.execute(migration.sql)
+                    conn.execute(
+                        "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
+                        " VALUES (%s, %s, %s)",
+                        [migration.version, migration.name, migration.checksum],
+                    )
+    return postgres.dsn(name)
+
+
+def _seed(conn, *, definitions: int, runs_each: int) -> None:
+    ids = [uuid.uuid4() for _ in range(definitions)]
+    conn.execute(
+        "INSERT INTO pgsched.job_definitions (id, namespace, name, schedule_kind, schedule,"
+        " anchor, max_concurrent_runs)"
+        " SELECT id, 'up', 'def-' || n, 'cron', '0 0 1 1 *', now(), 1 + n %% 3"
+        " FROM unnest(%s::uuid[]) WITH ORDINALITY AS t(id, n)",
+        [ids],
+    )
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)"
+        " SELECT d, 'QUEUED', 'manual', now() - random() * interval '10 seconds', 'seed-' || g"
+        " FROM unnest(%s::uuid[]) d, generate_series(1, %s) g",
+        [ids, runs_each],
+    )
+
+
+def _count(conn, where: str = "true") -> int:
+    row = conn.execute(f"SELECT count(*) AS n FROM pgsched.job_runs WHERE {where}").fetchone()
+    return int(row["n"])
+
+
+def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(postgres):
+    """Four dispatchers of the release before 0012 (its claim function and fenced finish,
+    unchanged since 0010) claim and finish while the new release migrates the table under
+    them: no run is lost or claimed twice, and leases taken before the move are finished
+    after it."""
+    dsn = _database_at(postgres, "history_upgrade", 11)
+    total = 100 * 20
+    with connection.connect(dsn) as conn:
+        _seed(conn, definitions=100, runs_each=20)
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        racing = pool.starmap_async(
+            racers.dispatcher, [(dsn, worker, 2000 + worker, 240) for worker in range(4)]
+        )
+        with connection.connect(dsn) as conn:
+            deadline = time.monotonic() + 60
+            while _count(conn, "status = 'COMPLETED'") < total / 10:
+                assert time.monotonic() < deadline, "the dispatchers never got going"
+                time.sleep(0.05)
+            assert migrate.migrate(conn).applied == [
+                m.version for m in migrate.available() if m.version > 11
+            ]
+            done_before = _count(conn, "status = 'COMPLETED'")
+        launched = [run_id for batch in racing.get(timeout=300) for run_id in batch]
+
+    assert 0 < done_before < total, "the migration must land mid-race"
+    assert invariants.no_double_launch(launched) == []
+    assert len(launched) == total
+    with connection.connect(dsn) as conn:
+        assert _count(conn) == total
+        assert _count(conn, "status = 'COMPLETED'") == total
+        assert invariants.never_over_cap(conn) == []
+        assert invariants.every_attempt_terminal(conn) == []
+        partitioned = conn.execute(
+            "SELECT relkind FROM pg_class WHERE oid = 'pgsched.job_runs'::regclass"
+        ).fetchone()
+        assert partitioned["relkind"] == "p"
+
+
+def test_the_migration_keeps_every_row_id_and_lease_and_new_ids_continue(postgres):
+    dsn = _database_at(postgres, "history_move", 11)
+    with connection.connect(dsn) as conn:
+        _seed(conn, definitions=3, runs_each=4)
+        conn.execute(
+            "UPDATE pgsched.job_runs SET status = 'RUNNING', lease_token = gen_random_uuid(),"
+            " started_at = now() WHERE id % 3 = 0"
+        )
+        conn.execute(
+            "UPDATE pgsched.job_runs SET scheduled_for = scheduled_for - interval '200 days'"
+            " WHERE id % 2 = 0"
+        )
+        before = conn.execute("SELECT * FROM pgsched.job_runs ORDER BY id").fetchall()
+        migrate.migrate(conn)
+        after = conn.execute("SELECT * FROM pgsched.job_runs ORDER BY id").fetchall()
+        assert after == before
+        months = conn.execute(
+            "SELECT count(*) AS n FROM pg_inherits WHERE inhparent = 'pgsched.job_runs'::regclass"
+        ).fetchone()
+        assert months["n"] >= 3  # two months of rows (or three) and the default partition
+        definition = before[0]["definition_id"]
+        fresh = runs.run_now(conn, definition, token="after-the-move")
+        assert fresh.run.id == max(row["id"] for row in before) + 1
+
+
+def test_months_are_created_ahead_and_take_their_rows_out_of_the_default(conn):
+    _seed(conn, definitions=1, runs_each=0)
+    definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
+    queued = runs.run_now(conn, definition, token="t1", scheduled_for=NOW + timedelta(days=40))
+    assert _partition_of(conn, queued.run.id) == "job_runs_default"
+
+    result = history.run_once(conn, retention=None, now=NOW)
+
+    assert result.created == ["job_runs_y2026m12", "job_runs_y2027m01", "job_runs_y2027m02"]
+    assert result.moved == 1
+    assert _partition_of(conn, queued.run.id) == "job_runs_y2027m01"
+    again = runs.run_now(conn, definition, token="t1")
+    assert not again.created and again.run.id == queued.run.id  # the token still holds
+    assert history.run_once(conn, retention=None, now=NOW).created == []
+
+
+def test_retention_drops_expired_months_whole_and_keeps_one_with_a_live_run(conn):
+    _seed(conn, definitions=1, runs_each=0)
+    definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
+    for month in ("2026-05-01", "2026-06-01", "2026-07-01", "2026-11-01"):
+        conn.execute("SELECT pgsched.create_run_partition(%s::timestamptz)", [month])
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+        " finished_at, settled_at)"
+        " SELECT %s, 'COMPLETED', 'schedule', m + g * interval '1 hour', m, m"
+        " FROM unnest(ARRAY['2026-05-01', '2026-06-01', '2026-07-01', '2026-11-01',"
+        "                   '2026-01-01']::timestamptz[]) AS m, generate_series(1, 50) AS g",
+        [definition],
+    )
+    live = runs.run_now(
+        conn, definition, token="old", scheduled_for=datetime(2026, 6, 20, tzinfo=UTC)
+    )
+    consumer = conn.execute(
+        "SELECT id FROM pgsched.job_runs_y2026m05 ORDER BY id LIMIT 1"
+    ).fetchone()["id"]
+    conn.execute(
+        "INSERT INTO pgsched.chain_arrivals (downstream_id, upstream_name, upstream_run_id,"
+        " consumed_by) VALUES (%s, 'up', %s, %s)",
+        [definition, consumer, consumer],
+    )
+
+    result = history.run_once(conn, retention=timedelta(days=90), now=NOW)
+
+    # Months that ended before 2026-09-16: May and July go, June holds a QUEUED run.
+    assert result.dropped == ["job_runs_y2026m05", "job_runs_y2026m07"]
+    assert result.kept == ["job_runs_y2026m06"]
+    assert result.pruned == 50  # January's runs, in the default partition
+    assert _count(conn) == 50 + 50 + 1  # June's and November's
+    assert _count(conn, f"id = {live.run.id} AND status = 'QUEUED'") == 1
+    arrivals = conn.execute("SELECT count(*) AS n FROM pgsched.chain_arrivals").fetchone()
+    assert arrivals["n"] == 0
+
+    runs.cancel_run(conn, live.run.id, by=runs.BY_CLI)
+    conn.execute("UPDATE pgsched.job_runs SET settled_at = now() WHERE id = %s", [live.run.id])
+    assert history.run_once(conn, retention=timedelta(days=90), now=NOW).dropped == [
+        "job_runs_y2026m06"
+    ]
+
+
+def _partition_of(conn, run_id: int) -> str:
+    row = conn.execute(
+        "SELECT tableoid::regclass::text AS part FROM pgsched.job_runs WHERE id = %s", [run_id]
+    ).fetchone()
+    return str(row["part"]).removeprefix("pgsched.")
