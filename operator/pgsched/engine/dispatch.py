@@ -1,7 +1,7 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
 One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0010) so that it is one round trip and the
+``pgsched.claim_for_dispatch`` (migration 0014) so that it is one round trip and the
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
@@ -23,18 +23,21 @@ network round trips:
    cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
 
 Concurrency pools (``spec.pool``) add one limit shared by every job that joins the pool:
-step 2 also locks ``hashtextextended('pool:' || namespace/name, 0)`` for the candidates'
-pools, sorted together with the definitions' keys (one order, so no deadlock); step 3
-counts each pool's live RUNNING runs after the locks; step 4 claims a run only while its
-pool has room too. Within a pool the oldest ``scheduled_for`` goes first, whichever job it
-belongs to; a pool that does not exist has no room, so its jobs' runs wait.
+after step 3, the claim locks ``hashtextextended('pool:' || namespace/name, 0)`` for the
+pools of the candidates within their definition's room (as the definitions join them
+after their locks) and no others, in ascending key order — definitions first, pools
+second, for every claimer, so no deadlock; then counts each locked pool's live RUNNING
+runs; step 4 claims a run only while its pool has room too (an unlocked pool has none).
+Within a pool the oldest ``scheduled_for`` goes first, whichever job it belongs to; a pool
+that does not exist has no room, so its jobs' runs wait.
 
 The commit releases every lock. Launching happens afterwards, outside the transaction,
 with each claimed run's definition from :class:`Owners`: the dispatcher keeps the
 definitions it launched between ticks and re-reads only those whose ``version`` (returned
 by the claim with every run, bumped by the database on every change but materialize's
-bookkeeping, migration 0014) is newer than the kept one. A launch failure ends the run ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle``
-applies the retry policy to it like to any other failure.
+bookkeeping, migration 0014) is newer than the kept one. A launch failure ends the run
+``FAILED/LaunchFailed`` (fenced by its lease) and ``settle`` applies the retry policy to it
+like to any other failure.
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
 due run of a definition at its cap (or its pool at its limit, named in the error) as

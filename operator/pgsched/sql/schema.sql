@@ -111,9 +111,11 @@ DECLARE
     cand_ids bigint[];
     cand_defs uuid[];
     cand_triggers text[];
+    last_at timestamptz;       -- the last candidate's scheduled_for (where the rest starts)
+    spare boolean;
     first_defs uuid[];
     want_pools text[];
-    rest_defs uuid[];
+    rest_defs uuid[] := '{}';
     locked uuid[];
     locked_pools text[] := '{}';
     granted uuid[];
@@ -143,10 +145,13 @@ BEGIN
         RAISE EXCEPTION 'lock_mode must be wait or try, not %', lock_mode;
     END IF;
 
+    -- The first batch of candidates; the overshoot's further ones are selected (and
+    -- row-locked) below only if the first batch leaves them anything to decide.
     SELECT coalesce(array_agg(c.id ORDER BY c.scheduled_for, c.id), '{}'),
            coalesce(array_agg(c.definition_id ORDER BY c.scheduled_for, c.id), '{}'),
-           coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}')
-    INTO cand_ids, cand_defs, cand_triggers
+           coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}'),
+           max(c.scheduled_for)
+    INTO cand_ids, cand_defs, cand_triggers, last_at
     FROM (
         SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
         FROM pgsched.job_runs AS r
@@ -156,7 +161,7 @@ BEGIN
           AND (claim_for_dispatch.definition_ids IS NULL
                OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
         ORDER BY r.scheduled_for, r.id
-        LIMIT batch_size * overshoot
+        LIMIT batch_size
         FOR UPDATE OF r SKIP LOCKED
     ) AS c;
     IF cardinality(cand_ids) = 0 THEN
@@ -193,8 +198,11 @@ BEGIN
 
     -- Phase two: the pools (as the definitions join them now, read after their locks) of
     -- the candidates within their definition's room, and no others.
-    want_pools := pgsched.pools_with_room(cand_defs, lim_ids, lim_max, lim_deleted, lim_running,
-                                          lim_pool, locked_pools);
+    want_pools := '{}';
+    IF cardinality(array_remove(lim_pool, NULL)) > 0 THEN
+        want_pools := pgsched.pools_with_room(cand_defs, lim_ids, lim_max, lim_deleted,
+                                              lim_running, lim_pool, locked_pools);
+    END IF;
     IF cardinality(want_pools) > 0 THEN
         IF lock_mode = 'try' THEN
             SELECT coalesce(array_agg(p), '{}') INTO locked_pools
@@ -214,6 +222,49 @@ BEGIN
                coalesce(array_agg(p.running), '{}')
         INTO pool_keys, pool_limit, pool_running
         FROM pgsched.pool_counts(locked_pools) AS p;
+    END IF;
+
+    -- The rest of the overshoot (up to batch x overshoot candidates in all, in queue order
+    -- after the first batch), unless the first batch was all there was or leaves the rest
+    -- nothing to decide: every one of its candidates is claimable, with room to spare in
+    -- its definition and its pool. Then the whole list would give the same claim — the
+    -- first batch, and no verdict on a later candidate, since none of their definitions
+    -- or pools is used up — without locking three batches of rows for nothing.
+    IF cardinality(cand_ids) = batch_size AND overshoot > 1 THEN
+        SELECT coalesce(bool_and(coalesce(
+                   s.id IS NOT NULL AND NOT s.deleted AND s.k < s.max_runs - s.running
+                   AND (s.pool IS NULL OR s.pool_k < s.pool_limit - s.pool_running), false)),
+               false)
+        INTO spare
+        FROM (
+            SELECT l.id, l.deleted, l.max_runs, l.running, l.pool, c.k,
+                   sum(c.k) OVER (PARTITION BY l.pool) AS pool_k,
+                   p.pool_limit, p.running AS pool_running
+            FROM (SELECT c.d, count(*) AS k FROM unnest(cand_defs) AS c(d) GROUP BY c.d) AS c
+            LEFT JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running, lim_pool)
+                AS l(id, max_runs, deleted, running, pool) ON l.id = c.d
+            LEFT JOIN unnest(pool_keys, pool_limit, pool_running)
+                AS p(pool, pool_limit, running) ON p.pool = l.pool AND l.pool = ANY(locked_pools)
+        ) AS s;
+        IF NOT spare THEN
+            SELECT cand_ids || coalesce(array_agg(c.id ORDER BY c.scheduled_for, c.id), '{}'),
+                   cand_defs || coalesce(array_agg(c.definition_id ORDER BY c.scheduled_for, c.id), '{}'),
+                   cand_triggers || coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}')
+            INTO cand_ids, cand_defs, cand_triggers
+            FROM (
+                SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
+                FROM pgsched.job_runs AS r
+                WHERE r.status = 'QUEUED'
+                  AND r.scheduled_for <= moment
+                  AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+                  AND (claim_for_dispatch.definition_ids IS NULL
+                       OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
+                  AND (r.scheduled_for, r.id) > (last_at, cand_ids[batch_size])
+                ORDER BY r.scheduled_for, r.id
+                LIMIT batch_size * (overshoot - 1)
+                FOR UPDATE OF r SKIP LOCKED
+            ) AS c;
+        END IF;
     END IF;
 
     -- Round two, only if limits leave the batch short: try the further definitions' locks,
@@ -239,10 +290,12 @@ BEGIN
         WHERE counted.n <= counted.def_room
         GROUP BY counted.pool
     ) AS g;
-    SELECT coalesce(array_agg(DISTINCT c.d), '{}') INTO rest_defs
-    FROM unnest(cand_defs) AS c(d)
-    WHERE NOT c.d = ANY(lim_ids);
-    IF cardinality(rest_defs) > 0 AND claimable < batch_size THEN
+    IF claimable < batch_size THEN
+        SELECT coalesce(array_agg(DISTINCT c.d), '{}') INTO rest_defs
+        FROM unnest(cand_defs) AS c(d)
+        WHERE NOT c.d = ANY(lim_ids);
+    END IF;
+    IF cardinality(rest_defs) > 0 THEN
         granted := ARRAY(
             SELECT d FROM unnest(rest_defs) AS d
             WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
@@ -257,8 +310,11 @@ BEGIN
         INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping, lim_pool,
              lim_version
         FROM pgsched.dispatch_limits(granted) AS l;
-        want_pools := pgsched.pools_with_room(cand_defs, lim_ids, lim_max, lim_deleted,
-                                              lim_running, lim_pool, locked_pools);
+        want_pools := '{}';
+        IF cardinality(array_remove(lim_pool, NULL)) > 0 THEN
+            want_pools := pgsched.pools_with_room(cand_defs, lim_ids, lim_max, lim_deleted,
+                                                  lim_running, lim_pool, locked_pools);
+        END IF;
         granted_pools := ARRAY(
             SELECT p FROM unnest(want_pools) AS p
             WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0)));
