@@ -5,10 +5,11 @@ One claim transaction (docs/architecture.md, "The mechanism"), run inside the se
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
-1. select about ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
+1. select up to ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
    rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
    disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
-   crowding out the others before caps are applied;
+   crowding out the others before caps are applied (the first batch is selected first,
+   the rest only when, after steps 2-3, the first batch leaves them something to decide);
 2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
    the definitions of the first ``batch`` candidates, in one sorted order, so dispatchers
    claiming runs of the same definition serialize and never deadlock; if caps leave the
