@@ -1,10 +1,13 @@
-"""An idle tick with 100,000 definitions, none due (issue 2 #3).
+"""An idle tick as definitions grow: 1k, 10k, 100k, 1M, none due (issues 2 #3 and 17).
 
 A whole ``Ticker.run_once`` — leader election, materialize (two kinds), reap, settle,
 dispatch, release — on its own session, exactly as every replica runs it once a second
-whether or not anything is due. The baseline is the same tick on a database with no
-definitions at all, on the same server, ticks alternating between the two, so the ratio
-is what 100,000 idle definitions (and 100,000 finished runs of history) cost a tick.
+whether or not anything is due. One database grows in steps (1,000 → 10,000 → 100,000 →
+1,000,000 definitions, none due for the next hour, and as many finished runs of history);
+at each step its ticks alternate with the same tick on a database with no definitions at
+all, on the same server, so each ratio is what that many idle definitions cost a tick,
+measured against a baseline taken in the same minutes. The result is a curve: a flat
+tick is one whose every query reads an index range that idle definitions never enter.
 """
 
 from __future__ import annotations
@@ -13,48 +16,44 @@ from collections import defaultdict
 
 from bench import queries, seed
 from bench.context import Context
-from bench.report import Report
+from bench.report import Report, plot_path, pyplot
 from bench.stats import median, percentile, ratio
 from pgsched.db import connection
 from pgsched.engine import launcher
 from pgsched.engine.tick import Ticker, TickSettings
 
 NAME = "idle_tick"
-TITLE = "idle tick with 100k definitions, none due (issue 2 #3)"
-FLOOR_MS = 20.0
+TITLE = "idle tick vs definitions (1k-1M), none due (issues 2 #3, 17)"
+FLOOR_MS = 20.0  # issue 2: the median idle tick with 100,000 definitions
+GOAL_MS = 5.0  # issue 17: the same, tighter
+GOAL_AT = 100_000
 PHASES = ("tick", "materialize", "reap", "settle", "dispatch")
+SIZES = (1_000, 10_000, 100_000, 1_000_000)
+QUICK_SIZES = (200, 2_000)
+EMPTY = "no definitions"
 
 
 def run(ctx: Context) -> Report:
-    count = 2_000 if ctx.quick else 100_000
+    sizes = QUICK_SIZES if ctx.quick else SIZES
     ticks = 20 if ctx.quick else 300
-    big = f"{count // 1000}k definitions"
-    dsns = {"no definitions": ctx.env.create_database("tick"), big: ctx.env.create_database("tick")}
-    with connection.connect(dsns[big]) as conn:
-        seed.definitions(conn, count=count, cap=1, due=False)
-        seed.history(conn, count)
-        conn.execute(queries.get("vacuum_analyze_all"))
+    dsns = {EMPTY: ctx.env.create_database("tick"), "grown": ctx.env.create_database("tick")}
     tickers = {
         label: Ticker(
             lambda dsn=dsn: connection.connect(dsn), launcher.NullLauncher(), TickSettings()
         )
         for label, dsn in dsns.items()
     }
-    durations: dict[tuple[str, str], list[float]] = defaultdict(list)
+    durations: dict[tuple[int, str, str], list[float]] = defaultdict(list)
     busy = 0  # ticks that found something to do: the benchmark would not be idle
     try:
-        for label in tickers:
-            for _ in range(5):  # warm up: connect, plan caches
-                tickers[label].run_once()
-        for index in range(ticks):
-            order = list(tickers) if index % 2 == 0 else list(reversed(tickers))
-            for label in order:
-                result = tickers[label].run_once()
-                assert result.leader and result.error is None, result.error
-                if result.materialized and result.materialized.definitions:
-                    busy += 1
-                for phase in PHASES:
-                    durations[(label, phase)].append(result.durations[phase] * 1000)
+        with connection.connect(dsns["grown"]) as conn:
+            seeded = 0
+            for size in sizes:
+                seed.definitions(conn, count=size - seeded, cap=1, due=False, first=seeded)
+                seed.history(conn, size - seeded, start=seeded + 1)
+                seeded = size
+                conn.execute(queries.get("vacuum_analyze_all"))
+                busy += _measure(tickers, size, ticks, durations)
     finally:
         for ticker in tickers.values():
             ticker.close()
@@ -63,30 +62,115 @@ def run(ctx: Context) -> Report:
     report = Report(
         NAME,
         TITLE,
-        columns=["phase", "ticks", f"{big} median ms", "p99 ms", "empty median ms", "ratio"],
+        columns=[
+            "definitions",
+            "phase",
+            "ticks",
+            "median ms",
+            "p99 ms",
+            "empty median ms",
+            "ratio",
+        ],
     )
-    for phase in PHASES:
-        values = durations[(big, phase)]
-        base = durations[("no definitions", phase)]
-        report.add(
-            phase=phase,
-            ticks=len(values),
-            **{
-                f"{big} median ms": median(values),
-                "p99 ms": percentile(values, 0.99),
-                "empty median ms": median(base),
-                "ratio": ratio(median(values), median(base)),
-            },
-        )
+    for size in sizes:
+        for phase in PHASES:
+            values = durations[(size, "grown", phase)]
+            base = durations[(size, EMPTY, phase)]
+            report.add(
+                definitions=size,
+                phase=phase,
+                ticks=len(values),
+                **{
+                    "median ms": median(values),
+                    "p99 ms": percentile(values, 0.99),
+                    "empty median ms": median(base),
+                    "ratio": ratio(median(values), median(base)),
+                },
+            )
+    at = GOAL_AT if GOAL_AT in sizes else max(sizes)
+    tick_at = median(durations[(at, "grown", "tick")])
     report.floor(
-        f"idle tick median ms with {big}",
-        median(durations[(big, "tick")]),
-        FLOOR_MS,
+        f"idle tick median ms with {at:,} definitions", tick_at, FLOOR_MS, higher_is_better=False
+    )
+    report.floor(
+        f"idle tick median ms with {at:,} definitions (goal)",
+        tick_at,
+        GOAL_MS,
         higher_is_better=False,
     )
     report.notes.append(
-        f"{ticks} ticks per database, alternating; 'tick' includes leader election and release; "
-        f"baseline = the same tick with no definitions; {busy} ticks materialized something"
+        f"{ticks} ticks per database and size, alternating with the empty database; 'tick'"
+        " includes leader election and release; as many finished runs as definitions;"
+        f" {busy} ticks materialized something"
     )
-    report.data = {"durations_ms": {f"{k[0]}/{k[1]}": v for k, v in durations.items()}}
+    report.data = {
+        "durations_ms": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in durations.items()},
+    }
+    if ctx.plots:
+        report.plots.append(_plot(ctx, sizes, durations))
     return report
+
+
+def _measure(
+    tickers: dict[str, Ticker],
+    size: int,
+    ticks: int,
+    durations: dict[tuple[int, str, str], list[float]],
+) -> int:
+    busy = 0
+    for ticker in tickers.values():
+        for _ in range(5):  # warm up: connect, plan caches, the new size's statistics
+            ticker.run_once()
+    for index in range(ticks):
+        order = list(tickers) if index % 2 == 0 else list(reversed(tickers))
+        for label in order:
+            result = tickers[label].run_once()
+            assert result.leader and result.error is None, result.error
+            if result.materialized and result.materialized.definitions:
+                busy += 1
+            for phase in PHASES:
+                durations[(size, label, phase)].append(result.durations[phase] * 1000)
+    return busy
+
+
+def _plot(
+    ctx: Context, sizes: tuple[int, ...], durations: dict[tuple[int, str, str], list[float]]
+) -> str:
+    plt = pyplot()
+    fig, axis = plt.subplots(figsize=(7, 4))
+    for phase in PHASES:
+        axis.plot(
+            sizes,
+            [median(durations[(size, "grown", phase)]) for size in sizes],
+            marker="o",
+            label=f"{phase} (median)",
+            linewidth=2 if phase == "tick" else 1,
+        )
+    axis.plot(
+        sizes,
+        [percentile(durations[(size, "grown", "tick")], 0.99) for size in sizes],
+        marker="x",
+        linestyle=":",
+        label="tick (p99)",
+    )
+    axis.plot(
+        sizes,
+        [median(durations[(size, EMPTY, "tick")]) for size in sizes],
+        linestyle="--",
+        color="grey",
+        label="tick, no definitions (median)",
+    )
+    axis.axhline(GOAL_MS, color="red", linewidth=1, label=f"goal at {GOAL_AT:,}: {GOAL_MS:g} ms")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xticks(sizes, [f"{size:,}" for size in sizes])
+    axis.set_xlabel("idle definitions (and finished runs)")
+    axis.set_ylabel("ms")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7)
+    axis.set_title("An idle tick as definitions grow")
+    fig.tight_layout()
+    path = plot_path(ctx.out_dir, NAME)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name

@@ -32,7 +32,7 @@ _REAL: dict[str, sql.SQL] = {}
 _CLAIM = "pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)"
 # What takes the locks in the function's source, and what each becomes: nothing.
 _LOCKS = {
-    "PERFORM pgsched.lock_for_dispatch(first_defs, first_pools);": "NULL;",
+    "count(pg_advisory_xact_lock(k.key))": "count(k.key)",
     "pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0))": "true",
     "pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0))": "true",
 }

@@ -40,9 +40,12 @@ def main() -> int:
             conn.execute(queries.get("statements_extension"))
             seed.definitions(conn, count=1_000, cap=100_000, due=False)
             null = launcher.NullLauncher()
+            owners = dispatch.Owners()  # kept between calls, as the tick keeps its own
             arms: dict[str, Callable[[], object]] = {
                 "raw": lambda: conn.execute(queries.raw_claim(), {"batch": BATCH}).fetchall(),
-                "dispatch.run_once": lambda: dispatch.run_once(conn, null, batch_size=BATCH),
+                "dispatch.run_once": lambda: dispatch.run_once(
+                    conn, null, batch_size=BATCH, owners=owners
+                ),
                 "dispatch.claim": lambda: dispatch.claim(conn, batch_size=BATCH),
                 "dispatch.claim overshoot 1": lambda: dispatch.claim(
                     conn, batch_size=BATCH, overshoot=1

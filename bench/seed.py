@@ -41,8 +41,12 @@ def definitions(
     due: bool,
     kinds: tuple[str, ...] = ("cron", "rrule", "once"),
     age: timedelta = timedelta(days=30),
+    first: int = 0,
 ) -> datetime:
     """Insert ``count`` definitions with ``max_concurrent_runs = cap``, due now or idle.
+
+    ``first`` is the number of the first one's name (``def-<n>``): a database can be grown
+    in steps (the idle tick's curve).
 
     ``kinds`` narrows the mix; ``age`` is how long ago they were created (an RRULE's
     DTSTART day when its text gives none — which matters, see the materialize benchmark).
@@ -63,7 +67,7 @@ def definitions(
         "zones": [],
         "next_run_at": [],
     }
-    for n in range(count):
+    for n in range(first, first + count):
         kind, text, zone = mix[n % len(mix)]
         name = f"def-{n}"
         if kind == "once":
@@ -122,10 +126,12 @@ def queued(conn: Connection, count: int) -> None:
     conn.execute(queries.get("seed_queued"), {"count": count})
 
 
-def history(conn: Connection, count: int) -> None:
-    """``count`` finished (settled) runs, in chunks so a 1M-row load shows progress."""
-    for first in range(1, count + 1, HISTORY_CHUNK):
-        last = min(count, first + HISTORY_CHUNK - 1)
+def history(conn: Connection, count: int, *, start: int = 1) -> None:
+    """``count`` finished (settled) runs, in chunks so a 1M-row load shows progress;
+    ``start`` numbers the first (a history grown in steps continues the numbering)."""
+    end = start + count - 1
+    for first in range(start, end + 1, HISTORY_CHUNK):
+        last = min(end, first + HISTORY_CHUNK - 1)
         conn.execute(queries.get("seed_history"), {"first": first, "last": last})
 
 

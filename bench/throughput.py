@@ -35,7 +35,8 @@ DEFINITIONS = 1_000
 UNCAPPED = 100_000
 CAPPED = 1
 POOLS = 10
-FLOOR = 0.25
+FLOOR = 0.25  # issue 2
+GOAL = 0.5  # issue 17: one dispatcher at batch 50
 
 RAW = Arm("raw", "raw")
 DISPATCHER = Arm("dispatcher", "dispatch")
@@ -137,6 +138,12 @@ def run(ctx: Context) -> Report:
             series.ratio(cell, "dispatcher", "raw"),
             FLOOR,
         )
+        if workers == 1:
+            report.floor(
+                f"dispatcher / raw at batch {max(batches)}, 1 worker (goal)",
+                series.ratio(cell, "dispatcher", "raw"),
+                GOAL,
+            )
         report.floor(
             f"dispatcher, try locks / raw at batch {max(batches)}, {workers} worker(s)",
             series.ratio(cell, "dispatcher, try locks", "raw"),

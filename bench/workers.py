@@ -83,6 +83,7 @@ def claim_loop(task: Task) -> Outcome:
     raw = queries.raw_claim()
     complete = queries.get("complete_runs")
     null = launcher.NullLauncher()
+    owners = dispatch.Owners()  # kept between claims, as the tick keeps its own
     claims = calls = empty = at_cap = 0
     with connection.connect(task.dsn, application_name="pgsched-bench") as conn:
         while clock() < task.start_at:
@@ -103,6 +104,7 @@ def claim_loop(task: Task) -> Outcome:
                         null,
                         batch_size=task.batch,
                         try_locks=task.try_locks,
+                        owners=owners,
                     )
                 else:
                     result = dispatch.claim(

@@ -327,3 +327,59 @@ def test_the_claim_function_has_no_mode_that_skips_its_locks(conn):
     unlocked copy themselves (bench/planted.py); the product's claim always locks."""
     with pytest.raises(psycopg.errors.RaiseException, match="lock_mode must be wait or try"):
         conn.execute("SELECT * FROM pgsched.claim_for_dispatch(10, 4, NULL, NULL, 'none')")
+
+
+class DefinitionRecorder:
+    """Records the definition each run was launched with."""
+
+    def __init__(self) -> None:
+        self.launched: list[tuple[int, object]] = []
+
+    def launch(self, run, definition):
+        self.launched.append((run.id, definition))
+        return f"job-{run.id}"
+
+
+def template(image):
+    return {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": image}]}}}}
+
+
+def test_an_edited_definition_is_launched_as_edited_by_the_next_claim(conn):
+    """The tick keeps launched definitions between ticks (dispatch.Owners); an edit of the
+    template or the cap, even one stored at the same instant, is what the next claim uses."""
+    job = define(conn, maxConcurrentRuns=1, jobTemplate=template("app:1"), now=T0)
+    queue(conn, job, 4)
+    owners, launcher = dispatch.Owners(), DefinitionRecorder()
+
+    [first] = dispatch.run_once(conn, launcher, now=T0, owners=owners).claimed
+    lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED", now=T0)
+    [second] = dispatch.run_once(conn, launcher, now=T0, owners=owners).claimed
+    lease.finish(conn, lease.Lease(second.id, second.lease_token), "COMPLETED", now=T0)
+    # Unchanged between the two claims: the second launch used the kept definition.
+    assert launcher.launched[1][1] is launcher.launched[0][1]
+
+    define(conn, generation=2, maxConcurrentRuns=2, jobTemplate=template("app:2"), now=T0)
+    third = dispatch.run_once(conn, launcher, now=T0, owners=owners).claimed
+
+    assert len(third) == 2  # the new cap
+    images = [
+        definition.spec["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"]
+        for _, definition in launcher.launched
+    ]
+    assert images == ["app:1", "app:1", "app:2", "app:2"]
+    assert launcher.launched[2][1].max_concurrent_runs == 2
+
+
+def test_a_definitions_version_moves_with_edits_not_with_materialization(conn):
+    job = define(conn, schedule="* * * * *", now=T0)
+    version = job.version
+    materialize.run_once(conn, now=T0 + timedelta(minutes=3))
+    materialized = conn.execute(
+        "SELECT version, next_run_at, last_scheduled_for FROM pgsched.job_definitions"
+        " WHERE id = %s",
+        [job.id],
+    ).fetchone()
+    assert materialized["last_scheduled_for"] is not None  # materialize did write the row
+    assert materialized["version"] == version
+    suspended = define(conn, generation=2, schedule="* * * * *", suspend=True, now=T0)
+    assert suspended.version == version + 1

@@ -65,7 +65,7 @@ def test_claim_candidates_is_the_claim_functions_first_statement(conn):
     for name, parameter in {
         r"\bmoment\b": "coalesce(%(now)s::timestamptz, now())",
         r"\bclaim_for_dispatch\.definition_ids\b": "%(definition_ids)s::uuid[]",
-        r"\bbatch_size \* overshoot\b": "%(limit)s",
+        r"\bLIMIT batch_size\b": "LIMIT %(limit)s",
     }.items():
         function_text = re.sub(name, lambda _, p=parameter: p, function_text)
 

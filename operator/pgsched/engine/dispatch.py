@@ -1,14 +1,15 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
 One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0010) so that it is one round trip and the
+``pgsched.claim_for_dispatch`` (migration 0014) so that it is one round trip and the
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
-1. select about ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
+1. select up to ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
    rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
    disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
-   crowding out the others before caps are applied;
+   crowding out the others before caps are applied (the first batch is selected first,
+   the rest only when, after steps 2-3, the first batch leaves them something to decide);
 2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
    the definitions of the first ``batch`` candidates, in one sorted order, so dispatchers
    claiming runs of the same definition serialize and never deadlock; if caps leave the
@@ -23,15 +24,21 @@ network round trips:
    cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
 
 Concurrency pools (``spec.pool``) add one limit shared by every job that joins the pool:
-step 2 also locks ``hashtextextended('pool:' || namespace/name, 0)`` for the candidates'
-pools, sorted together with the definitions' keys (one order, so no deadlock); step 3
-counts each pool's live RUNNING runs after the locks; step 4 claims a run only while its
-pool has room too. Within a pool the oldest ``scheduled_for`` goes first, whichever job it
-belongs to; a pool that does not exist has no room, so its jobs' runs wait.
+after step 3, the claim locks ``hashtextextended('pool:' || namespace/name, 0)`` for the
+pools of the candidates within their definition's room (as the definitions join them
+after their locks) and no others, in ascending key order — definitions first, pools
+second, for every claimer, so no deadlock; then counts each locked pool's live RUNNING
+runs; step 4 claims a run only while its pool has room too (an unlocked pool has none).
+Within a pool the oldest ``scheduled_for`` goes first, whichever job it belongs to; a pool
+that does not exist has no room, so its jobs' runs wait.
 
-The commit releases every lock. Launching happens afterwards, outside the transaction: a
-launch failure ends the run ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle``
-applies the retry policy to it like to any other failure.
+The commit releases every lock. Launching happens afterwards, outside the transaction,
+with each claimed run's definition from :class:`Owners`: the dispatcher keeps the
+definitions it launched between ticks and re-reads only those whose ``version`` (returned
+by the claim with every run, bumped by the database on every change but materialize's
+bookkeeping, migration 0014) is newer than the kept one. A launch failure ends the run
+``FAILED/LaunchFailed`` (fenced by its lease) and ``settle`` applies the retry policy to it
+like to any other failure.
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
 due run of a definition at its cap (or its pool at its limit, named in the error) as
@@ -58,16 +65,62 @@ from pgsched.engine.models import Definition, Run
 log = logging.getLogger(__name__)
 
 DEFAULT_OVERSHOOT = 4
+# How many definitions Owners keeps (about 2 kB each): more than a busy tick launches.
+OWNERS_KEPT = 10_000
 
 
 @dataclass
 class DispatchResult:
     claimed: list[Run] = field(default_factory=list)
+    # Each claimed run's definition's version, as the claim read it after its lock.
+    versions: dict[UUID, int] = field(default_factory=dict)
     launched: int = 0
     launch_failed: list[int] = field(default_factory=list)
     at_cap: set[UUID] = field(default_factory=set)
     skipped: list[int] = field(default_factory=list)
     replace_requested: list[int] = field(default_factory=list)
+
+
+class Owners:
+    """The definitions of claimed runs, kept between ticks by id and version.
+
+    ``for_runs`` returns a definition for every claimed run whose definition exists: the
+    kept one if its version is at least the one the claim read, otherwise the stored row,
+    read again in one query for all that moved (and kept). Versions only grow, and the
+    database bumps them on every change a launch can see, so an edited template, cap or
+    deadline is used by the next claim after the edit. ``next_run_at`` and
+    ``last_scheduled_for`` of a kept definition may be older than the row's: the launch
+    does not read them.
+
+    Kept per connection: a new session (after a failure, a failover, another database)
+    starts empty, so a version is never compared across two servers' histories.
+    """
+
+    def __init__(self, kept: int = OWNERS_KEPT) -> None:
+        self._kept = kept
+        self._session: tuple[int, int] | None = None
+        self._definitions: dict[UUID, Definition] = {}
+
+    def for_runs(self, conn: Connection, result: DispatchResult) -> dict[UUID, Definition]:
+        session = (id(conn), conn.info.backend_pid)
+        if session != self._session:
+            self._session, self._definitions = session, {}
+        kept = self._definitions
+        owners: dict[UUID, Definition] = {}
+        stale: list[UUID] = []
+        for definition_id in {run.definition_id for run in result.claimed}:
+            known = kept.get(definition_id)
+            if known is not None and known.version >= result.versions.get(definition_id, 0):
+                owners[definition_id] = known
+            else:
+                stale.append(definition_id)
+        if stale:
+            fresh = definitions.get_many(conn, stale)
+            owners.update(fresh)
+            kept.update(fresh)
+            while len(kept) > self._kept:  # the oldest kept first (dicts keep order)
+                del kept[next(iter(kept))]
+        return owners
 
 
 def run_once(
@@ -79,11 +132,14 @@ def run_once(
     definition_ids: list[UUID] | None = None,
     now: datetime | None = None,
     try_locks: bool = False,
+    owners: Owners | None = None,
 ) -> DispatchResult:
     """Claim and launch up to ``batch_size`` due runs.
 
     ``definition_ids`` restricts the claim (run-now dispatches its own definition at once).
-    ``try_locks`` tries the definitions' locks before waiting (step 2 above).
+    ``try_locks`` tries the definitions' locks before waiting (step 2 above). ``owners``
+    keeps the launched definitions for the next call (the tick passes its own); without
+    it they are read for this call only.
     """
     result = claim(
         conn,
@@ -94,7 +150,7 @@ def run_once(
         try_locks=try_locks,
     )
     if result.claimed:
-        launch(conn, launcher, result, now=now)
+        launch(conn, launcher, result, now=now, owners=owners)
     return result
 
 
@@ -127,6 +183,7 @@ def claim(
         outcome = row["outcome"]
         if outcome == "claimed":
             result.claimed.append(Run.from_row(row))
+            result.versions[row["definition_id"]] = row["definition_version"]
         elif outcome == "skipped":
             result.skipped.append(row["subject_run"])
         elif outcome == "replace":
@@ -163,7 +220,12 @@ def _launch_all(
 
 
 def launch(
-    conn: Connection, launcher: Launcher, result: DispatchResult, *, now: datetime | None = None
+    conn: Connection,
+    launcher: Launcher,
+    result: DispatchResult,
+    *,
+    now: datetime | None = None,
+    owners: Owners | None = None,
 ) -> None:
     """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced).
 
@@ -172,13 +234,13 @@ def launch(
     second should not queue behind each other's). Everything that touches the database
     happens afterwards, on this thread.
     """
-    owners = definitions.get_many(conn, list({run.definition_id for run in result.claimed}))
-    outcomes = _launch_all(launcher, result.claimed, owners)
+    definitions_of = (owners or Owners()).for_runs(conn, result)
+    outcomes = _launch_all(launcher, result.claimed, definitions_of)
     recorded: dict[str, list[Any]] = {"ids": [], "lease_tokens": [], "handles": []}
     for run, outcome in zip(result.claimed, outcomes, strict=True):
         assert run.lease_token is not None
         if isinstance(outcome, Exception):
-            definition = owners.get(run.definition_id)
+            definition = definitions_of.get(run.definition_id)
             log_run = logs.for_run(log, run, definition)
             log_run.warning("run %s: launch failed: %s", run.id, outcome)
             lease.finish(

@@ -126,6 +126,7 @@ class Ticker:
         self._failures = FailureLog(log, "tick")
         self._database_offset = 0.0  # database clock - local clock, seconds (see _pause)
         self._timeline = 0  # the newest WAL timeline this replica ticked on (_check_timeline)
+        self._owners = dispatch.Owners()  # launched definitions, kept between ticks
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -233,6 +234,7 @@ class Ticker:
                 batch_size=settings.dispatch_batch,
                 overshoot=settings.overshoot,
                 now=now,
+                owners=self._owners,
             )
 
     def run_forever(

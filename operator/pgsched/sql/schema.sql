@@ -29,6 +29,31 @@ SET row_security = off;
 
 CREATE SCHEMA pgsched;
 
+--
+-- Name: bump_definition_version(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.bump_definition_version() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    probe pgsched.job_definitions;
+BEGIN
+    probe := NEW;
+    probe.next_run_at := OLD.next_run_at;
+    probe.last_scheduled_for := OLD.last_scheduled_for;
+    probe.pool := OLD.pool;  -- generated after BEFORE triggers; follows spec and namespace
+    probe.version := OLD.version;
+    IF probe IS DISTINCT FROM OLD THEN
+        NEW.version := OLD.version + 1;
+    ELSE
+        NEW.version := OLD.version;
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
 SET default_tablespace = '';
 
 --
@@ -75,7 +100,7 @@ PARTITION BY RANGE (scheduled_for);
 -- Name: claim_for_dispatch(integer, integer, timestamp with time zone, uuid[], text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
-CREATE FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text) RETURNS TABLE(outcome text, subject_run bigint, subject_definition uuid, run pgsched.job_runs)
+CREATE FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text) RETURNS TABLE(outcome text, subject_run bigint, subject_definition uuid, run pgsched.job_runs, definition_version bigint)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -84,13 +109,13 @@ DECLARE
     cand_ids bigint[];
     cand_defs uuid[];
     cand_triggers text[];
-    cand_pools text[];
+    last_at timestamptz;       -- the last candidate's scheduled_for (where the rest starts)
+    spare boolean;
     first_defs uuid[];
-    first_pools text[];
-    rest_defs uuid[];
-    rest_pools text[];
+    want_pools text[];
+    rest_defs uuid[] := '{}';
     locked uuid[];
-    locked_pools text[];
+    locked_pools text[] := '{}';
     granted uuid[];
     granted_pools text[];
     -- The locked definitions' limits, counted once, right after their locks were granted.
@@ -101,6 +126,7 @@ DECLARE
     lim_running bigint[] := '{}';
     lim_stopping bigint[] := '{}';
     lim_pool text[] := '{}';
+    lim_version bigint[] := '{}';
     -- The locked pools' limits and live RUNNING counts, likewise.
     pool_keys text[] := '{}';
     pool_limit integer[] := '{}';
@@ -117,10 +143,13 @@ BEGIN
         RAISE EXCEPTION 'lock_mode must be wait or try, not %', lock_mode;
     END IF;
 
+    -- The first batch of candidates; the overshoot's further ones are selected (and
+    -- row-locked) below only if the first batch leaves them anything to decide.
     SELECT coalesce(array_agg(c.id ORDER BY c.scheduled_for, c.id), '{}'),
            coalesce(array_agg(c.definition_id ORDER BY c.scheduled_for, c.id), '{}'),
-           coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}')
-    INTO cand_ids, cand_defs, cand_triggers
+           coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}'),
+           max(c.scheduled_for)
+    INTO cand_ids, cand_defs, cand_triggers, last_at
     FROM (
         SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
         FROM pgsched.job_runs AS r
@@ -130,58 +159,115 @@ BEGIN
           AND (claim_for_dispatch.definition_ids IS NULL
                OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
         ORDER BY r.scheduled_for, r.id
-        LIMIT batch_size * overshoot
+        LIMIT batch_size
         FOR UPDATE OF r SKIP LOCKED
     ) AS c;
     IF cardinality(cand_ids) = 0 THEN
         RETURN;
     END IF;
 
-    -- The pool of each candidate's definition, as it is before the locks (which pool keys
-    -- to lock); the counts below re-read it after the locks and trust only that reading.
-    SELECT array_agg(d.pool ORDER BY c.ord) INTO cand_pools
-    FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
-    JOIN pgsched.job_definitions AS d ON d.id = c.d;
-
-    -- Round one: enough definitions (and their pools) to fill the batch when limits allow.
+    -- Round one, phase one: the definitions of enough candidates to fill the batch when
+    -- limits allow. Waiting locks are taken by one statement over the keys in ascending
+    -- order (the aggregate consumes its sorted input row by row).
     SELECT array_agg(DISTINCT d) INTO first_defs FROM unnest(cand_defs[1:batch_size]) AS d;
-    SELECT coalesce(array_agg(DISTINCT p) FILTER (WHERE p IS NOT NULL), '{}') INTO first_pools
-    FROM unnest(cand_pools[1:batch_size]) AS p;
-    IF lock_mode = 'wait' THEN
-        PERFORM pgsched.lock_for_dispatch(first_defs, first_pools);
-        locked := first_defs;
-        locked_pools := first_pools;
-    ELSE
+    IF lock_mode = 'try' THEN
         SELECT coalesce(array_agg(d), '{}') INTO locked
         FROM unnest(first_defs) AS d
         WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
-        SELECT coalesce(array_agg(p), '{}') INTO locked_pools
-        FROM unnest(first_pools) AS p
-        WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0));
-        IF cardinality(locked) = 0 AND cardinality(locked_pools) = 0 THEN
-            -- Holding no lock yet, waiting (in key order) cannot deadlock, and it
-            -- progresses instead of spinning. Holding some, this claim uses what it holds.
-            PERFORM pgsched.lock_for_dispatch(first_defs, first_pools);
-            locked := first_defs;
-            locked_pools := first_pools;
-        END IF;
+    END IF;
+    IF lock_mode = 'wait' OR cardinality(locked) = 0 THEN
+        -- Holding no lock yet, waiting (in key order) cannot deadlock, and it progresses
+        -- instead of spinning. Holding some, a trying claim uses what it holds.
+        PERFORM count(pg_advisory_xact_lock(k.key)) FROM (
+            SELECT DISTINCT hashtextextended('dispatch:' || d::text, 0) AS key
+            FROM unnest(first_defs) AS d ORDER BY 1
+        ) AS k;
+        locked := first_defs;
     END IF;
 
     -- New statements, so new snapshots: they see every claim committed before our locks.
     SELECT coalesce(array_agg(l.id), '{}'), coalesce(array_agg(l.max_concurrent_runs), '{}'),
            coalesce(array_agg(l.concurrency_policy), '{}'), coalesce(array_agg(l.deleted), '{}'),
            coalesce(array_agg(l.running), '{}'), coalesce(array_agg(l.stopping), '{}'),
-           coalesce(array_agg(l.pool), '{}')
-    INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping, lim_pool
-    FROM pgsched.dispatch_counts_with_pools(locked) AS l;
-    SELECT coalesce(array_agg(p.pool), '{}'), coalesce(array_agg(p.concurrency_limit), '{}'),
-           coalesce(array_agg(p.running), '{}')
-    INTO pool_keys, pool_limit, pool_running
-    FROM pgsched.pool_counts(locked_pools) AS p;
+           coalesce(array_agg(l.pool), '{}'), coalesce(array_agg(l.version), '{}')
+    INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping, lim_pool,
+         lim_version
+    FROM pgsched.dispatch_limits(locked) AS l;
 
-    -- Round two, only if limits leave the batch short: try the further definitions' locks
-    -- and their pools'. What round one can claim: per pool, the candidates within their
-    -- definitions' room, up to the pool's room.
+    -- Phase two: the pools (as the definitions join them now, read after their locks) of
+    -- the candidates within their definition's room, and no others.
+    want_pools := '{}';
+    IF cardinality(array_remove(lim_pool, NULL)) > 0 THEN
+        want_pools := pgsched.pools_with_room(cand_defs, lim_ids, lim_max, lim_deleted,
+                                              lim_running, lim_pool, locked_pools);
+    END IF;
+    IF cardinality(want_pools) > 0 THEN
+        IF lock_mode = 'try' THEN
+            SELECT coalesce(array_agg(p), '{}') INTO locked_pools
+            FROM unnest(want_pools) AS p
+            WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0));
+        END IF;
+        IF lock_mode = 'wait' OR cardinality(locked_pools) = 0 THEN
+            -- Holding no pool key, waiting for pools in key order cannot deadlock: no
+            -- claimer waits for a definition key while it holds a pool key.
+            PERFORM count(pg_advisory_xact_lock(k.key)) FROM (
+                SELECT DISTINCT hashtextextended('pool:' || p, 0) AS key
+                FROM unnest(want_pools) AS p ORDER BY 1
+            ) AS k;
+            locked_pools := want_pools;
+        END IF;
+        SELECT coalesce(array_agg(p.pool), '{}'), coalesce(array_agg(p.concurrency_limit), '{}'),
+               coalesce(array_agg(p.running), '{}')
+        INTO pool_keys, pool_limit, pool_running
+        FROM pgsched.pool_counts(locked_pools) AS p;
+    END IF;
+
+    -- The rest of the overshoot (up to batch x overshoot candidates in all, in queue order
+    -- after the first batch), unless the first batch was all there was or leaves the rest
+    -- nothing to decide: every one of its candidates is claimable, with room to spare in
+    -- its definition and its pool. Then the whole list would give the same claim — the
+    -- first batch, and no verdict on a later candidate, since none of their definitions
+    -- or pools is used up — without locking three batches of rows for nothing.
+    IF cardinality(cand_ids) = batch_size AND overshoot > 1 THEN
+        SELECT coalesce(bool_and(coalesce(
+                   s.id IS NOT NULL AND NOT s.deleted AND s.k < s.max_runs - s.running
+                   AND (s.pool IS NULL OR s.pool_k < s.pool_limit - s.pool_running), false)),
+               false)
+        INTO spare
+        FROM (
+            SELECT l.id, l.deleted, l.max_runs, l.running, l.pool, c.k,
+                   sum(c.k) OVER (PARTITION BY l.pool) AS pool_k,
+                   p.pool_limit, p.running AS pool_running
+            FROM (SELECT c.d, count(*) AS k FROM unnest(cand_defs) AS c(d) GROUP BY c.d) AS c
+            LEFT JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running, lim_pool)
+                AS l(id, max_runs, deleted, running, pool) ON l.id = c.d
+            LEFT JOIN unnest(pool_keys, pool_limit, pool_running)
+                AS p(pool, pool_limit, running) ON p.pool = l.pool AND l.pool = ANY(locked_pools)
+        ) AS s;
+        IF NOT spare THEN
+            SELECT cand_ids || coalesce(array_agg(c.id ORDER BY c.scheduled_for, c.id), '{}'),
+                   cand_defs || coalesce(array_agg(c.definition_id ORDER BY c.scheduled_for, c.id), '{}'),
+                   cand_triggers || coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}')
+            INTO cand_ids, cand_defs, cand_triggers
+            FROM (
+                SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
+                FROM pgsched.job_runs AS r
+                WHERE r.status = 'QUEUED'
+                  AND r.scheduled_for <= moment
+                  AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+                  AND (claim_for_dispatch.definition_ids IS NULL
+                       OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
+                  AND (r.scheduled_for, r.id) > (last_at, cand_ids[batch_size])
+                ORDER BY r.scheduled_for, r.id
+                LIMIT batch_size * (overshoot - 1)
+                FOR UPDATE OF r SKIP LOCKED
+            ) AS c;
+        END IF;
+    END IF;
+
+    -- Round two, only if limits leave the batch short: try the further definitions' locks,
+    -- then the pools of their candidates with room. What round one can claim: per pool,
+    -- the candidates within their definitions' room, up to the pool's room.
     SELECT coalesce(sum(CASE WHEN g.pool IS NULL THEN g.k ELSE least(g.k, g.room) END), 0)
     INTO claimable
     FROM (
@@ -202,29 +288,35 @@ BEGIN
         WHERE counted.n <= counted.def_room
         GROUP BY counted.pool
     ) AS g;
-    SELECT coalesce(array_agg(DISTINCT c.d), '{}'),
-           coalesce(array_agg(DISTINCT c.p) FILTER (
-               WHERE c.p IS NOT NULL AND NOT c.p = ANY(locked_pools)), '{}')
-    INTO rest_defs, rest_pools
-    FROM unnest(cand_defs, cand_pools) AS c(d, p)
-    WHERE NOT c.d = ANY(lim_ids);
-    IF cardinality(rest_defs) > 0 AND claimable < batch_size THEN
+    IF claimable < batch_size THEN
+        SELECT coalesce(array_agg(DISTINCT c.d), '{}') INTO rest_defs
+        FROM unnest(cand_defs) AS c(d)
+        WHERE NOT c.d = ANY(lim_ids);
+    END IF;
+    IF cardinality(rest_defs) > 0 THEN
         granted := ARRAY(
             SELECT d FROM unnest(rest_defs) AS d
             WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
-        granted_pools := ARRAY(
-            SELECT p FROM unnest(rest_pools) AS p
-            WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0)));
-        locked_pools := locked_pools || granted_pools;
         SELECT lim_ids || coalesce(array_agg(l.id), '{}'),
                lim_max || coalesce(array_agg(l.max_concurrent_runs), '{}'),
                lim_policy || coalesce(array_agg(l.concurrency_policy), '{}'),
                lim_deleted || coalesce(array_agg(l.deleted), '{}'),
                lim_running || coalesce(array_agg(l.running), '{}'),
                lim_stopping || coalesce(array_agg(l.stopping), '{}'),
-               lim_pool || coalesce(array_agg(l.pool), '{}')
-        INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping, lim_pool
-        FROM pgsched.dispatch_counts_with_pools(granted) AS l;
+               lim_pool || coalesce(array_agg(l.pool), '{}'),
+               lim_version || coalesce(array_agg(l.version), '{}')
+        INTO lim_ids, lim_max, lim_policy, lim_deleted, lim_running, lim_stopping, lim_pool,
+             lim_version
+        FROM pgsched.dispatch_limits(granted) AS l;
+        want_pools := '{}';
+        IF cardinality(array_remove(lim_pool, NULL)) > 0 THEN
+            want_pools := pgsched.pools_with_room(cand_defs, lim_ids, lim_max, lim_deleted,
+                                                  lim_running, lim_pool, locked_pools);
+        END IF;
+        granted_pools := ARRAY(
+            SELECT p FROM unnest(want_pools) AS p
+            WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0)));
+        locked_pools := locked_pools || granted_pools;
         SELECT pool_keys || coalesce(array_agg(p.pool), '{}'),
                pool_limit || coalesce(array_agg(p.concurrency_limit), '{}'),
                pool_running || coalesce(array_agg(p.running), '{}')
@@ -233,13 +325,16 @@ BEGIN
     END IF;
 
     -- Choose, walking the candidates in queue order, with the counts read after the locks.
-    -- A candidate whose definition (or the pool it joins now) is not locked stays QUEUED
-    -- (another dispatcher is claiming it); a deleted definition's runs are being cancelled.
+    -- A candidate whose definition is not locked stays QUEUED (another dispatcher is
+    -- claiming it); a deleted definition's runs are being cancelled. A pool that is not
+    -- locked is not in `pools`: like a pool that does not exist, it has no room and gives
+    -- no verdict, so its candidates with room stay QUEUED; a definition at its own cap is
+    -- at its cap whatever its pool (0010 reached the same verdict by locking that pool).
     WITH limits AS (
         SELECT * FROM unnest(lim_ids, lim_max, lim_policy, lim_deleted, lim_running,
                              lim_stopping, lim_pool)
             AS l(id, max_runs, policy, deleted, running, stopping, pool)
-        WHERE NOT l.deleted AND (l.pool IS NULL OR l.pool = ANY(locked_pools))
+        WHERE NOT l.deleted
     ), pools AS (
         SELECT p.pool, p.pool_limit, greatest(p.pool_limit - p.running, 0) AS pool_room
         FROM unnest(pool_keys, pool_limit, pool_running) AS p(pool, pool_limit, running)
@@ -317,7 +412,8 @@ BEGIN
     -- run_events trigger.
     IF cardinality(at_cap_defs) > 0 THEN
         RETURN QUERY
-        SELECT 'at_cap'::text, NULL::bigint, d, NULL::pgsched.job_runs FROM unnest(at_cap_defs) AS d;
+        SELECT 'at_cap'::text, NULL::bigint, d, NULL::pgsched.job_runs, NULL::bigint
+        FROM unnest(at_cap_defs) AS d;
     END IF;
 
     IF cardinality(skipped_ids) > 0 THEN
@@ -327,7 +423,7 @@ BEGIN
             finished_at = moment, settled_at = moment
         FROM unnest(skipped_ids, skipped_errors) AS s(id, error)
         WHERE r.id = s.id AND r.status = 'QUEUED'
-        RETURNING 'skipped'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+        RETURNING 'skipped'::text, r.id, r.definition_id, NULL::pgsched.job_runs, NULL::bigint;
     END IF;
 
     IF cardinality(replace_defs) > 0 THEN
@@ -345,18 +441,20 @@ BEGIN
                 LIMIT w.extra
             ) AS oldest
         )
-        RETURNING 'replace'::text, r.id, r.definition_id, NULL::pgsched.job_runs;
+        RETURNING 'replace'::text, r.id, r.definition_id, NULL::pgsched.job_runs, NULL::bigint;
     END IF;
 
     -- clock_timestamp(), not now(): the claim happens after the locks were granted, so
     -- started_at is later than the finished_at of any run whose end made room for it.
+    -- definition_version: the owner's version as read after its lock (see Owners).
     IF cardinality(chosen_ids) > 0 THEN
         RETURN QUERY
         UPDATE pgsched.job_runs AS r
         SET status = 'RUNNING', started_at = coalesce(at, clock_timestamp()),
             lease_token = gen_random_uuid()
-        WHERE r.id = ANY(chosen_ids) AND r.status = 'QUEUED'
-        RETURNING 'claimed'::text, r.id, r.definition_id, r;
+        FROM unnest(lim_ids, lim_version) AS v(id, version)
+        WHERE r.id = ANY(chosen_ids) AND r.status = 'QUEUED' AND v.id = r.definition_id
+        RETURNING 'claimed'::text, r.id, r.definition_id, r, v.version;
     END IF;
 END;
 $$;
@@ -442,6 +540,24 @@ CREATE FUNCTION pgsched.dispatch_counts_with_pools(definition_ids uuid[]) RETURN
            d.pool
     FROM pgsched.dispatch_counts(definition_ids) AS c
     JOIN pgsched.job_definitions AS d ON d.id = c.id;
+$$;
+
+--
+-- Name: dispatch_limits(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.dispatch_limits(definition_ids uuid[]) RETURNS TABLE(id uuid, max_concurrent_runs integer, concurrency_policy text, deleted boolean, running bigint, stopping bigint, pool text, version bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT d.id, d.max_concurrent_runs, d.concurrency_policy, d.deleted_at IS NOT NULL,
+           r.running, r.stopping, d.pool, d.version
+    FROM pgsched.job_definitions AS d
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS running, count(*) FILTER (WHERE cancel_requested) AS stopping
+        FROM pgsched.job_runs
+        WHERE definition_id = d.id AND status = 'RUNNING'
+    ) AS r
+    WHERE d.id = ANY(definition_ids);
 $$;
 
 --
@@ -719,6 +835,24 @@ CREATE FUNCTION pgsched.pool_counts(pool_keys text[]) RETURNS TABLE(pool text, c
 $$;
 
 --
+-- Name: pools_with_room(uuid[], uuid[], integer[], boolean[], bigint[], text[], text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.pools_with_room(cand_defs uuid[], lim_ids uuid[], lim_max integer[], lim_deleted boolean[], lim_running bigint[], lim_pool text[], locked_pools text[]) RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT coalesce(array_agg(DISTINCT l.pool), '{}')
+    FROM (
+        SELECT c.d, row_number() OVER (PARTITION BY c.d ORDER BY c.ord) AS n
+        FROM unnest(cand_defs) WITH ORDINALITY AS c(d, ord)
+    ) AS c
+    JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running, lim_pool)
+        AS l(id, max_runs, deleted, running, pool) ON l.id = c.d
+    WHERE NOT l.deleted AND l.pool IS NOT NULL AND c.n <= l.max_runs - l.running
+      AND NOT l.pool = ANY(locked_pools);
+$$;
+
+--
 -- Name: record_inserted_runs(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -841,6 +975,7 @@ CREATE TABLE pgsched.job_definitions (
     max_queued_runs integer,
     pool text GENERATED ALWAYS AS (((namespace || '/'::text) || NULLIF((spec ->> 'pool'::text), ''::text))) STORED,
     after_mode text DEFAULT 'Any'::text NOT NULL,
+    version bigint DEFAULT 1 NOT NULL,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
     CONSTRAINT job_definitions_cancel_grace_seconds_check CHECK ((cancel_grace_seconds >= 0)),
@@ -1271,6 +1406,12 @@ ALTER INDEX pgsched.job_runs_queued ATTACH PARTITION pgsched.job_runs_default_sc
 ALTER INDEX pgsched.job_runs_downstream ATTACH PARTITION pgsched.job_runs_default_upstream_run_id_idx;
 
 --
+-- Name: job_definitions job_definitions_version; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER job_definitions_version BEFORE UPDATE ON pgsched.job_definitions FOR EACH ROW EXECUTE FUNCTION pgsched.bump_definition_version();
+
+--
 -- Name: job_runs job_runs_cancel_named; Type: TRIGGER; Schema: pgsched; Owner: -
 --
 
@@ -1328,6 +1469,12 @@ ALTER TABLE pgsched.job_runs
 GRANT USAGE ON SCHEMA pgsched TO pgsched_job;
 
 --
+-- Name: FUNCTION bump_definition_version(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.bump_definition_version() FROM PUBLIC;
+
+--
 -- Name: FUNCTION claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -1350,6 +1497,12 @@ REVOKE ALL ON FUNCTION pgsched.dispatch_counts(definition_ids uuid[]) FROM PUBLI
 --
 
 REVOKE ALL ON FUNCTION pgsched.dispatch_counts_with_pools(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION dispatch_limits(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.dispatch_limits(definition_ids uuid[]) FROM PUBLIC;
 
 --
 -- Name: FUNCTION drop_run_partition(partition_name text, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
@@ -1414,6 +1567,12 @@ REVOKE ALL ON FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_key
 --
 
 REVOKE ALL ON FUNCTION pgsched.pool_counts(pool_keys text[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pools_with_room(cand_defs uuid[], lim_ids uuid[], lim_max integer[], lim_deleted boolean[], lim_running bigint[], lim_pool text[], locked_pools text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.pools_with_room(cand_defs uuid[], lim_ids uuid[], lim_max integer[], lim_deleted boolean[], lim_running bigint[], lim_pool text[], locked_pools text[]) FROM PUBLIC;
 
 --
 -- Name: FUNCTION record_inserted_runs(); Type: ACL; Schema: pgsched; Owner: -

@@ -1,7 +1,8 @@
 -- name: claim_for_dispatch
 -- The whole claim transaction (candidates, definition and pool locks, live counts, claim,
--- Skip and Replace) in one call; see migrations/0010_concurrency_pools.sql.
-SELECT c.outcome, c.subject_run, c.subject_definition, (c.run).*
+-- Skip and Replace) in one call; see migrations/0014_dispatch_overhead.sql (0010 for pools).
+-- definition_version: the claimed run's definition's version, for the dispatcher's Owners.
+SELECT c.outcome, c.subject_run, c.subject_definition, c.definition_version, (c.run).*
 FROM pgsched.claim_for_dispatch(
     %(batch_size)s, %(overshoot)s, %(now)s::timestamptz, %(definition_ids)s::uuid[],
     CASE WHEN %(try_locks)s THEN 'try' ELSE 'wait' END
