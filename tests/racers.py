@@ -35,11 +35,15 @@ class SimulatedWork:
     pending: list[tuple[float, lease.Lease]] = field(default_factory=list)
 
     def launch(self, run: Run, definition: Definition) -> str | None:
+        self.start(run)
+        return None
+
+    def start(self, run: Run) -> None:
+        """The simulated workload of ``run`` starts; it finishes a few milliseconds later."""
         assert run.lease_token is not None
         self.launched.append(run.id)
         finish_at = time.monotonic() + self.rng.uniform(self.min_seconds, self.max_seconds)
         self.pending.append((finish_at, lease.Lease(run.id, run.lease_token)))
-        return None
 
     def finish_due(self, conn: connection.Connection) -> int:
         now = time.monotonic()
@@ -113,6 +117,38 @@ def dispatcher(
     return _claim_until_done(dsn, f"pgsched-racer-{worker}", seed, seconds, claim_into)
 
 
+# The claim call of the release before migration 0014 (migrations 0010-0013): the same
+# function, read without the definition_version column 0014 added. Kept verbatim so a
+# rolling-upgrade test can run that release's dispatcher across later migrations.
+RELEASE_0011_CLAIM = """
+SELECT c.outcome, c.subject_run, c.subject_definition, (c.run).*
+FROM pgsched.claim_for_dispatch(%(batch_size)s, 4, NULL::timestamptz, NULL::uuid[], 'wait') AS c
+"""
+
+
+def release_0011_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
+    """The release before 0012 and 0014 (schema at 0011) in a claim-and-work loop: its
+    claim call and the fenced finish, unchanged since 0010."""
+
+    def claim_into(conn: connection.Connection, work: SimulatedWork, batch_size: int) -> int:
+        try:
+            with conn.transaction():
+                rows = conn.execute(RELEASE_0011_CLAIM, {"batch_size": batch_size}).fetchall()
+        except psycopg.errors.InternalError_ as error:
+            # A claim in flight while the migration replaced job_runs finishes its old plan
+            # against a row type that no longer exists. Its transaction rolls back (nothing
+            # claimed) and the shipped loop fails open to the next tick: so does this one.
+            if "cache lookup failed" not in str(error):
+                raise
+            return 0
+        claimed = [Run.from_row(row) for row in rows if row["outcome"] == "claimed"]
+        for run in claimed:
+            work.start(run)
+        return len(claimed)
+
+    return _claim_until_done(dsn, f"pgsched-release-0011-{worker}", seed, seconds, claim_into)
+
+
 def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
     """Even workers claim as the release before migration 0005 did (``previous_dispatch``),
     odd ones with this release's one-call claim: a rolling upgrade, mid-roll."""
@@ -122,7 +158,7 @@ def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -
     def claim_into(conn: connection.Connection, work: SimulatedWork, batch_size: int) -> int:
         claimed = previous_dispatch.claim(conn, batch_size=batch_size)
         for run in claimed:
-            work.launch(run, None)  # type: ignore[arg-type]  # SimulatedWork ignores it
+            work.start(run)
         return len(claimed)
 
     return _claim_until_done(dsn, f"pgsched-previous-{worker}", seed, seconds, claim_into)
