@@ -20,12 +20,15 @@ dropped runs consumed are deleted with them.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
+
+log = logging.getLogger(__name__)
 
 MONTHS_AHEAD = 2
 INTERVAL_SECONDS = 300.0
@@ -74,6 +77,7 @@ def run_once(
                 moved = conn.execute(queries.get("create_run_partition"), {"month": month})
                 result.moved += int(_value(moved.fetchone(), "moved"))
                 result.created.append(partition_name(month))
+                log.info("created run history partition %s", partition_name(month))
     if retention is None:
         return result
     before = at - retention
@@ -91,8 +95,10 @@ def run_once(
                 "outcome",
             )
         if outcome == "dropped":
+            log.info("dropped run history partition %s (older than the retention)", name)
             result.dropped.append(name)
         elif outcome != "gone":
+            log.info("kept expired partition %s: %s", name, _KEPT[outcome])
             result.kept.append(name)
     with conn.transaction():
         pruned = conn.execute(
@@ -100,6 +106,12 @@ def run_once(
         )
         result.pruned = pruned.rowcount
     return result
+
+
+_KEPT = {
+    "kept": "it still holds a QUEUED, RUNNING or unsettled run",
+    "busy": f"its lock did not come within {LOCK_WAIT.total_seconds():g} s (trying again later)",
+}
 
 
 def _locked(conn: Connection) -> bool:
