@@ -197,12 +197,11 @@ def test_a_drop_that_cannot_get_its_lock_soon_gives_way_and_is_retried(dsn, conn
     does what this one could not."""
     _seed(conn, definitions=1, runs_each=0)
     conn.execute("SELECT pgsched.create_run_partition('2026-05-01'::timestamptz)")
-    with connection.connect(dsn) as reader:
-        with reader.transaction():
-            reader.execute("SELECT count(*) FROM pgsched.job_runs").fetchone()
-            started = time.monotonic()
-            held_off = history.run_once(conn, retention=timedelta(days=90), now=NOW)
-            waited = time.monotonic() - started
+    with connection.connect(dsn) as reader, reader.transaction():
+        reader.execute("SELECT count(*) FROM pgsched.job_runs").fetchone()
+        started = time.monotonic()
+        held_off = history.run_once(conn, retention=timedelta(days=90), now=NOW)
+        waited = time.monotonic() - started
     assert held_off.kept == ["job_runs_y2026m05"] and held_off.dropped == []
     assert held_off.busy == ["job_runs_y2026m12", "job_runs_y2027m01", "job_runs_y2027m02"]
     assert held_off.created == []
