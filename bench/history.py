@@ -61,10 +61,13 @@ def run(ctx: Context) -> Report:
     sizes = levels(ctx.quick)
     blocks, per_block = (2, 5) if ctx.quick else (12, 25)
     empty = connection.connect(ctx.env.create_database("history_empty"))
+    parts = connection.connect(ctx.env.create_database("history_parts"))
     grown = connection.connect(ctx.env.create_database("history_grown"))
     rows: list[dict[str, Any]] = []
     try:
         _prepare(empty)
+        _prepare(parts)
+        _empty_months(parts, since=datetime.now(UTC) - timedelta(days=SPAN_DAYS + 1))
         big = _prepare(grown)
         have = 0
         for level in sizes:
@@ -72,11 +75,12 @@ def run(ctx: Context) -> Report:
             _load(grown, big, first=have + 1, last=level, total=max(sizes[-1], 1))
             load_s = time.monotonic() - started
             have = level
-            rows.append(_measure(empty, grown, big, level, load_s, blocks, per_block))
+            conns = {"empty": empty, "parts": parts, "grown": grown}
+            rows.append(_measure(conns, big, level, load_s, blocks, per_block))
         retention = _drop_oldest_month(grown, window=1.0 if ctx.quick else WINDOW_S)
     finally:
-        empty.close()
-        grown.close()
+        for conn in (empty, parts, grown):
+            conn.close()
         ctx.env.drop_databases()
     return _report(ctx, rows, retention, blocks, per_block)
 
@@ -131,20 +135,32 @@ def _load(conn: connection.Connection, big: Any, *, first: int, last: int, total
     conn.execute(queries.get("analyze_runs"))
 
 
+def _empty_months(conn: connection.Connection, *, since: datetime) -> None:
+    """Every month from ``since`` on as an empty partition: the partitions of the grown
+    database at its largest, without its rows (what partitions cost, apart from rows)."""
+    month = datetime(since.year, since.month, 1, tzinfo=UTC)
+    while month < datetime.now(UTC):
+        name = f"pgsched.{history.partition_name(month)}"
+        if not _one(conn, "partition_exists", partition=name)["found"]:
+            conn.execute(queries.get("create_partition"), {"month": month})
+        month = history.add_months(month, 1)
+    conn.execute(queries.get("vacuum_analyze_runs"))
+
+
 def _measure(
-    empty: connection.Connection,
-    grown: connection.Connection,
+    conns: dict[str, connection.Connection],
     big: Any,
     level: int,
     load_s: float,
     blocks: int,
     per_block: int,
 ) -> dict[str, Any]:
-    samples: dict[str, list[float]] = {"empty": [], "grown": []}
-    conns = {"empty": empty, "grown": grown}
+    samples: dict[str, list[float]] = {label: [] for label in conns}
+    labels = list(conns)
+    grown = conns["grown"]
     for block in range(blocks):
-        order = ["empty", "grown"] if block % 2 == 0 else ["grown", "empty"]
-        for label in order:
+        shift = block % len(labels)
+        for label in labels[shift:] + labels[:shift]:
             for _ in range(per_block):
                 elapsed, _used = timed_cycle(
                     conns[label], dispatcher_claim, retain=label == "grown"
@@ -161,6 +177,8 @@ def _measure(
         "disk_bytes": _one(grown, "database_bytes")["bytes"],
         "partitions": _one(grown, "partition_count")["n"],
         "empty": samples["empty"],
+        "parts": samples["parts"],
+        "parts_partitions": _one(conns["parts"], "partition_count")["n"],
         "grown": samples["grown"],
         "listing": listing,
         "failed": failed,
@@ -256,6 +274,8 @@ def _report(
             "empty p99 ms",
             "p50 ratio",
             "p99 ratio",
+            "same partitions p99 ms",
+            "p99 ratio to same partitions",
             "runs of big job ms",
             "--status FAILED ms",
         ],
@@ -277,6 +297,8 @@ def _report(
                 "empty p99 ms": base99 * 1000,
                 "p50 ratio": ratio(percentile(row["grown"], 0.5), percentile(row["empty"], 0.5)),
                 "p99 ratio": p99_ratios[-1],
+                "same partitions p99 ms": percentile(row["parts"], 0.99) * 1000,
+                "p99 ratio to same partitions": ratio(p99, percentile(row["parts"], 0.99)),
                 "runs of big job ms": percentile(row["listing"], 0.5) * 1000,
                 "--status FAILED ms": percentile(row["failed"], 0.5) * 1000,
             }
@@ -299,7 +321,15 @@ def _report(
         higher_is_better=False,
     )
     load_rate = sum(r["load_s"] for r in rows) / max(largest["rows"], 1) * 1e6
+    largest_parts = percentile(largest["parts"], 0.99)
     report.notes += [
+        f"partitions apart from rows: {largest['parts_partitions']} empty partitions (the "
+        f"grown database's months, without rows) give p99 "
+        f"{ratio(largest_parts, percentile(largest['empty'], 0.99)):.2f}x and p50 "
+        f"{ratio(percentile(largest['parts'], 0.5), percentile(largest['empty'], 0.5)):.2f}x "
+        f"the {rows[0]['partitions']}-partition empty install; the grown one with its rows is "
+        f"{ratio(percentile(largest['grown'], 0.99), largest_parts):.2f}x (p99) the "
+        "same-partitions one",
         f"{DEFINITIONS} definitions, backlog of {BACKLOG} due runs kept level, batch 50; "
         f"{blocks} alternating blocks of {per_block} claims per database and level; history "
         f"spread over {SPAN_DAYS} days at the density of the largest level",
@@ -319,13 +349,17 @@ def _report(
     ]
     report.data = {
         "levels": [
-            {k: v for k, v in r.items() if k not in {"empty", "grown", "listing", "failed"}}
+            {
+                k: v
+                for k, v in r.items()
+                if k not in {"empty", "parts", "grown", "listing", "failed"}
+            }
             for r in rows
         ],
         "samples_ms": {
             f"{r['rows']}/{label}": [v * 1000 for v in r[label]]
             for r in rows
-            for label in ("empty", "grown")
+            for label in ("empty", "parts", "grown")
         },
         "fit": {"intercept": intercept, "slope_per_row": slope, "projected": projected},
         "retention": {k: v for k, v in retention.items() if k != "timeline"},
@@ -340,13 +374,18 @@ def _plot_growth(ctx: Context, rows: list[dict[str, Any]], intercept: float, slo
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     xs = [max(r["rows"], 1) / 1e6 for r in rows]
-    for label, style in (("grown", "-o"), ("empty", "--s")):
+    arms = (
+        ("grown", "-o", "with history"),
+        ("parts", ":^", "no rows, the same partitions"),
+        ("empty", "--s", "fresh install"),
+    )
+    for label, style, legend in arms:
         for q, name in ((0.5, "p50"), (0.99, "p99")):
             left.plot(
                 xs,
                 [percentile(r[label], q) * 1000 for r in rows],
                 style,
-                label=f"{name} {'with history' if label == 'grown' else 'empty (same minutes)'}",
+                label=f"{name} {legend}",
             )
     left.set_xlabel("history rows (millions)")
     left.set_ylabel("claim latency (ms), batch 50")

@@ -3,6 +3,9 @@
 -- name: partition_exists
 SELECT to_regclass(%(partition)s) IS NOT NULL AS found;
 
+-- name: create_partition
+SELECT pgsched.create_run_partition(%(month)s::timestamptz) AS moved;
+
 -- name: stage_month
 -- A month's table, filled before it is attached (bench.history's fast load).
 CREATE TABLE {table} (LIKE pgsched.job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS);

@@ -190,3 +190,22 @@ def _partition_of(conn, run_id: int) -> str:
         "SELECT tableoid::regclass::text AS part FROM pgsched.job_runs WHERE id = %s", [run_id]
     ).fetchone()
     return str(row["part"]).removeprefix("pgsched.")
+
+
+def test_a_drop_that_cannot_get_its_lock_soon_gives_way_and_is_retried(dsn, conn):
+    """A long query on job_runs holds off the drop and the creation of months: each
+    waits at most LOCK_WAIT (so no claim queues behind it for longer), and the next round
+    does what this one could not."""
+    _seed(conn, definitions=1, runs_each=0)
+    conn.execute("SELECT pgsched.create_run_partition('2026-05-01'::timestamptz)")
+    with connection.connect(dsn) as reader, reader.transaction():
+        reader.execute("SELECT count(*) FROM pgsched.job_runs").fetchone()
+        started = time.monotonic()
+        held_off = history.run_once(conn, retention=timedelta(days=90), now=NOW)
+        waited = time.monotonic() - started
+    assert held_off.kept == ["job_runs_y2026m05"] and held_off.dropped == []
+    assert held_off.busy == ["job_runs_y2026m12", "job_runs_y2027m01", "job_runs_y2027m02"]
+    assert held_off.created == []
+    assert waited < 4 * history.LOCK_WAIT.total_seconds() + 2
+    later = history.run_once(conn, retention=timedelta(days=90), now=NOW)
+    assert later.dropped == ["job_runs_y2026m05"] and later.created == held_off.busy

@@ -10,6 +10,9 @@
   DELETE, no vacuum debt). A month still holding a QUEUED or RUNNING run, or a finished
   run not settled yet, is kept (``kept``) and retried next round; so is one whose lock
   did not come within ``LOCK_WAIT`` (``busy``: a long query on job_runs);
+- never waits more than ``LOCK_WAIT`` for a lock (creating a month locks the default
+  partition, dropping one the table), so claims never queue behind it for longer; what
+  could not be done this round (``busy``, ``kept``) is tried again the next;
 - prunes the default partition (runs outside every month) of settled runs older than the
   retention, ``PRUNE_BATCH`` a round.
 
@@ -20,12 +23,17 @@ dropped runs consumed are deleted with them.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
+
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
+
+log = logging.getLogger(__name__)
 
 MONTHS_AHEAD = 2
 INTERVAL_SECONDS = 300.0
@@ -39,6 +47,7 @@ class HistoryResult:
     moved: int = 0  # rows moved out of the default partition into a new month
     dropped: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)  # expired, but live rows or busy
+    busy: list[str] = field(default_factory=list)  # not created: the lock did not come
     pruned: int = 0  # rows deleted from the default partition
     skipped: bool = False  # another replica held the lock
 
@@ -66,14 +75,26 @@ def run_once(
         if not _locked(conn):
             result.skipped = True
             return result
+        # Creating a month locks the default partition, which every claim reads: wait for
+        # it no longer than a drop does, or a long query would queue every claim behind us.
+        conn.execute(queries.get("limit_lock_wait"), {"lock_wait": LOCK_WAIT})
         existing = {row["name"] for row in conn.execute(queries.get("run_partitions"))}
         this_month = datetime(at.year, at.month, 1, tzinfo=UTC)
         for ahead in range(MONTHS_AHEAD + 1):
             month = add_months(this_month, ahead)
-            if partition_name(month) not in existing:
-                moved = conn.execute(queries.get("create_run_partition"), {"month": month})
-                result.moved += int(_value(moved.fetchone(), "moved"))
-                result.created.append(partition_name(month))
+            name = partition_name(month)
+            if name in existing:
+                continue
+            try:
+                with conn.transaction():  # a savepoint: a month that waited too long waits
+                    moved = conn.execute(queries.get("create_run_partition"), {"month": month})
+                    result.moved += int(_value(moved.fetchone(), "moved"))
+            except psycopg.errors.LockNotAvailable:
+                log.info("run history partition %s not created yet: %s", name, _KEPT["busy"])
+                result.busy.append(name)
+                continue
+            result.created.append(name)
+            log.info("created run history partition %s", name)
     if retention is None:
         return result
     before = at - retention
@@ -91,8 +112,10 @@ def run_once(
                 "outcome",
             )
         if outcome == "dropped":
+            log.info("dropped run history partition %s (older than the retention)", name)
             result.dropped.append(name)
         elif outcome != "gone":
+            log.info("kept expired partition %s: %s", name, _KEPT[outcome])
             result.kept.append(name)
     with conn.transaction():
         pruned = conn.execute(
@@ -100,6 +123,12 @@ def run_once(
         )
         result.pruned = pruned.rowcount
     return result
+
+
+_KEPT = {
+    "kept": "it still holds a QUEUED, RUNNING or unsettled run",
+    "busy": f"its lock did not come within {LOCK_WAIT.total_seconds():g} s (trying again later)",
+}
 
 
 def _locked(conn: Connection) -> bool:

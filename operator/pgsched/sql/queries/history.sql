@@ -5,6 +5,10 @@
 -- One replica maintains the partitions at a time; the others skip the round.
 SELECT pg_try_advisory_xact_lock(hashtextextended('pgsched:history', 0)) AS locked;
 
+-- name: limit_lock_wait
+-- For the rest of this transaction (migration 0012's drop_run_partition does the same).
+SELECT set_config('lock_timeout', (extract(epoch FROM %(lock_wait)s::interval) * 1000)::bigint || 'ms', true);
+
 -- name: run_partitions
 -- The monthly partitions, oldest first (the default partition is not one of them).
 SELECT c.relname AS name
