@@ -40,7 +40,10 @@ def measure(process: OperatorProcess, seconds: float) -> Sample:
 
 
 def run(ctx: Context) -> Report:
-    count, due, window = (300, 5, 20.0) if ctx.quick else (10_000, 20, 120.0)
+    # settle: after the ScheduledJobs are stored, and after the due ones are added.
+    count, due, window, settle = (
+        (300, 5, 5.0, (2, 5)) if ctx.quick else (10_000, 20, 120.0, (10, 30))
+    )
     report = Report(
         NAME,
         TITLE,
@@ -70,12 +73,12 @@ def run(ctx: Context) -> Report:
             )
             kube.wait_for_definitions(dsn, count, timeout=3600)
             settled = time.monotonic() - started
-            time.sleep(10)
+            time.sleep(settle[0])
             idle = measure(operator, window)
             bench.apply(
                 [kube.scheduled_job(f"due-{i}", "* * * * *", "sleep 2") for i in range(due)]
             )
-            time.sleep(30)
+            time.sleep(settle[1])
             busy = measure(operator, window)
             with connection.connect(dsn) as conn:
                 runs = conn.execute(

@@ -111,8 +111,8 @@ def skew(ctx: Context, report: Report) -> None:
             # Measure only minutes that start after everything is in place.
             first = _next_minute(datetime.now(UTC) + timedelta(seconds=5))
             last = first + timedelta(minutes=minutes - 1)
-            time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()) + 45)
-            all_jobs = bench.jobs()
+            time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
+            all_jobs = _created_by_both(bench, arrivals, first, last, due * minutes, slack=45)
             with connection.connect(dsn) as conn:
                 precise = [
                     (row["started_at"] - row["scheduled_for"]).total_seconds()
@@ -289,6 +289,30 @@ def _plain_client(bench: kube.Cluster, definition: Any, count: int) -> None:
         group = "batch" if manifest["kind"] == "Job" else ""
         plural = "jobs" if manifest["kind"] == "Job" else "secrets"
         client.create(api.path_of(group=group, namespace=PLAIN_NAMESPACE, plural=plural), manifest)
+
+
+def _created_by_both(
+    bench: kube.Cluster,
+    arrivals: kube.JobArrivals,
+    first: datetime,
+    last: datetime,
+    expected: int,
+    *,
+    slack: float,
+) -> list[dict[str, Any]]:
+    """The Jobs, once both pgsched and the CronJob controller have created all ``expected``
+    Jobs of the minutes measured and the watch has seen each, or after ``slack`` seconds
+    (then the floor on Jobs created says what is missing)."""
+    deadline = time.monotonic() + slack
+    while True:
+        all_jobs = bench.jobs()
+        ours, theirs = _job_skews(all_jobs, first, last, created=_created_at)
+        seen = all(job["metadata"]["name"] in arrivals.wall for job in all_jobs)
+        if (len(ours) >= expected and len(theirs) >= expected and seen) or (
+            time.monotonic() > deadline
+        ):
+            return all_jobs
+        time.sleep(1.0)
 
 
 def _job_skews(
