@@ -133,7 +133,11 @@ class EngineThreads:
             session.close()
 
     def _connector(self, application_name: str) -> Any:
-        return lambda: connection.connect(self.settings.dsn, application_name=application_name)
+        # A frozen server costs the tick and the publisher this bound, not the freeze.
+        bound = self.settings.tick.stall_seconds
+        return lambda: connection.connect(
+            self.settings.dsn, application_name=application_name, answer_timeout=bound
+        )
 
     def start(self) -> None:
         self.tick_thread.start()
