@@ -37,7 +37,7 @@ import prometheus_client
 import psycopg
 
 from pgsched import metrics
-from pgsched.db import connection, preflight, replication
+from pgsched.db import connection, preflight, primaries, replication
 from pgsched.db.session import Session
 from pgsched.engine import loop
 from pgsched.engine.tick import Ticker, TickResult
@@ -133,9 +133,10 @@ class EngineThreads:
             session.close()
 
     def _connector(self, application_name: str) -> Any:
-        # A frozen server costs the tick and the publisher this bound, not the freeze.
+        # A frozen server costs the tick and the publisher this bound, not the freeze; a
+        # former primary of a multi-host DSN is passed over on connect (db.primaries).
         bound = self.settings.tick.stall_seconds
-        return lambda: connection.connect(
+        return lambda: primaries.connect(
             self.settings.dsn, application_name=application_name, answer_timeout=bound
         )
 
