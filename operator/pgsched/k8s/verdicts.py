@@ -21,11 +21,19 @@ a silent run ``outcome_pending_at``, and this module settles it from the Job:
 
 Every write is fenced on the run's lease (and, for the silence, on the run still pending),
 so the Job watch, a resync or another replica racing this one changes nothing twice.
+
+One round reads each namespace's Jobs and pods with one list each, not two requests per
+run: after a long API outage a hundred runs may await their verdicts at once, and the
+operator's API rate limit would otherwise stretch the round over most of a minute. A run
+whose launch record was lost (the database went away between the Job's creation and the
+record) has no ``k8s_job_name``; its Job has the deterministic name and must carry the
+run's lease fingerprint to count as its Job.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -33,12 +41,13 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import lease
-from pgsched.k8s import api, outcomes
+from pgsched.k8s import api, names, outcomes
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "OutcomeUnknown"
+_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 @dataclass
@@ -64,13 +73,14 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
             return Verdict(
                 outcomes.Outcome("CANCELLED", "Cancelled", "its Job was gone after cancellation")
             )
+        job_name = row["k8s_job_name"] or names.job_name(row["name"], row["id"])
         ended = row["workload_ended_at"]
         seen = f"the workload ended at {ended.isoformat()}" if ended else "nothing said it ended"
         return Verdict(
             outcomes.Outcome(
                 "FAILED",
                 OUTCOME_UNKNOWN,
-                f"the run went silent and its Job {row['k8s_job_name']} is gone without a"
+                f"the run went silent and its Job {job_name} is gone without a"
                 f" recorded outcome ({seen}); whether it succeeded cannot be known,"
                 f" so it is not retried unless retryOn lists {OUTCOME_UNKNOWN}",
             )
@@ -103,23 +113,47 @@ def run_once(
     result = VerdictResult()
     rows = conn.execute(queries.get("runs_awaiting_verdict"), {"limit": limit}).fetchall()
     result.pending = len(rows)
+    by_namespace: dict[str, list[Obj]] = defaultdict(list)
     for row in rows:
-        namespace = row["namespace"]
-        try:
-            job: Obj | None = kube.get(
-                api.path_of(
-                    group="batch", namespace=namespace, plural="jobs", name=row["k8s_job_name"]
-                )
-            )
-        except api.ApiError as error:
-            if not error.not_found:
-                raise
-            job = None
-        pods: list[Obj] = []
-        if job is not None:
-            pods = api.pods_of_job(kube, namespace, row["k8s_job_name"])
-        _apply(conn, row, decide(row, job, pods), result, now=now)
+        by_namespace[row["namespace"]].append(row)
+    for namespace, pending in by_namespace.items():
+        jobs, pods = _jobs_and_pods(kube, namespace)
+        for row in pending:
+            job = _job_of(row, jobs)
+            name = job["metadata"]["name"] if job else None
+            _apply(conn, row, decide(row, job, pods.get(name, []) if name else []), result, now=now)
     return result
+
+
+def _jobs_and_pods(
+    kube: api.KubeApi, namespace: str
+) -> tuple[dict[str, Obj], dict[str, list[Obj]]]:
+    """The namespace's run Jobs by name, and the pods of every Job by Job name."""
+    listed = kube.get(
+        api.path_of(group="batch", namespace=namespace, plural="jobs"),
+        labelSelector=names.LABEL_RUN_ID,
+    )
+    jobs = {job["metadata"]["name"]: job for job in listed.get("items") or []}
+    pods: dict[str, list[Obj]] = defaultdict(list)
+    listed = kube.get(
+        api.path_of(namespace=namespace, plural="pods"), labelSelector=_JOB_NAME_LABEL
+    )
+    for pod in listed.get("items") or []:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        pods[str(labels.get(_JOB_NAME_LABEL))].append(pod)
+    return jobs, pods
+
+
+def _job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:
+    """The run's Job: by its recorded name, or (launch record lost) by the deterministic
+    name if it carries this run's lease."""
+    if row["k8s_job_name"]:
+        return jobs.get(row["k8s_job_name"])
+    job = jobs.get(names.job_name(row["name"], row["id"]))
+    if job is None:
+        return None
+    carried = names.job_lease_fingerprint(job["metadata"].get("annotations"))
+    return job if carried == names.lease_fingerprint(str(row["lease_token"])) else None
 
 
 def _apply(
