@@ -192,6 +192,34 @@ def test_an_active_job_with_a_silent_live_worker_is_heartbeat_lost_and_retried(c
     assert len(settle.run_once(conn, now=SILENT).retried) == 1
 
 
+def test_right_after_the_api_was_unreachable_silence_is_not_confirmed_from_its_view(conn):
+    """The API's pod statuses may predate its outage (a pod shown running whose workload
+    finished meanwhile): a replica confirms silence only STALE_VIEW_SECONDS after it last
+    failed to reach the API — or after it started. Outcomes on record are taken at once."""
+    _, run_lease = silent_run(conn)
+    _, done_lease = silent_run(conn, "done")
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name, done = job_name(conn, run_lease), job_name(conn, done_lease)
+    ticks = [1000.0]
+    shown = Api({name: job(), done: job("Complete")}, {name: [pod()]})
+    judge = verdicts.Verdicts(shown, clock=lambda: ticks[0])
+
+    result = judge.run_once(conn)  # just started: maybe mid-outage
+    assert (result.waiting, result.recorded) == (
+        [run_lease.run_id],
+        {done_lease.run_id: "COMPLETED"},
+    )
+    ticks[0] += verdicts.STALE_VIEW_SECONDS
+    shown.down = True
+    with pytest.raises(api.ApiError):
+        judge.run_once(conn)
+    shown.down = False
+    ticks[0] += verdicts.STALE_VIEW_SECONDS - 1
+    assert judge.run_once(conn).waiting == [run_lease.run_id]
+    ticks[0] += 1
+    assert judge.run_once(conn).recorded == {run_lease.run_id: "HeartbeatLost"}
+
+
 def test_a_heartbeat_that_comes_back_clears_the_pending_mark(conn):
     _, run_lease = silent_run(conn)
     reap.run_once(conn, now=SILENT, await_verdicts=True)

@@ -93,6 +93,7 @@ class EngineThreads:
         kube = publisher.kube  # the background share of the API tokens
         settings = self.settings
         pools_seen = pool_status.PoolStatus(kube)
+        judge = verdicts.Verdicts(kube)
         services = [
             loop.Service(
                 "publishing run events",
@@ -112,7 +113,7 @@ class EngineThreads:
             ),
             loop.Service(
                 "verdicts",
-                lambda: verdicts.run_once(session.connection(), kube, now=self.clock()),
+                lambda: judge.run_once(session.connection(), now=self.clock()),
                 settings.verdict_interval_seconds,
             ),
             loop.Service(

@@ -17,7 +17,12 @@ a silent run ``outcome_pending_at``, and this module settles it from the Job:
 - the Job is still active but the workload ended → wait: the kubelet or the Job
   controller has not caught up yet;
 - the API server cannot be reached → wait, and ask again next round. A verdict is late
-  while the API is away, never wrong (fail open).
+  while the API is away, never wrong (fail open);
+- the API server was unreachable less than ``STALE_VIEW_SECONDS`` ago (or this replica
+  just started) → silence is not confirmed yet: right after an outage the API still shows
+  the pods as the kubelet last reported them, before the outage — "running" for a pod
+  whose workload has finished since. The kubelet re-posts their status within seconds of
+  reconnecting (``Verdicts``). Outcomes already on record are taken at once.
 
 Every write is fenced on the run's lease (and, for the silence, on the run still pending),
 so the Job watch, a resync or another replica racing this one changes nothing twice.
@@ -33,7 +38,9 @@ run's lease fingerprint to count as its Job.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -47,6 +54,9 @@ from pgsched.k8s.names import Obj
 log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "OutcomeUnknown"
+# How long after the API server was last unreachable its pod statuses may still predate
+# the outage (the kubelet posts them every 10 s at most, and at once on a change).
+STALE_VIEW_SECONDS = 30.0
 _JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
@@ -105,11 +115,35 @@ def _pod_ended(pod: Obj) -> bool:
     )
 
 
+class Verdicts:
+    """One replica's verdict service: ``run_once`` that remembers when the API server was
+    last unreachable (initially: when the replica started, which may be mid-outage)."""
+
+    def __init__(self, kube: api.KubeApi, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._unreachable_at = clock()
+
+    def run_once(self, conn: Connection, *, now: datetime | None = None) -> VerdictResult:
+        fresh = self._clock() - self._unreachable_at >= STALE_VIEW_SECONDS
+        try:
+            return run_once(conn, self._kube, now=now, confirm_silence=fresh)
+        except api.ApiError:
+            self._unreachable_at = self._clock()
+            raise
+
+
 def run_once(
-    conn: Connection, kube: api.KubeApi, *, limit: int = 100, now: datetime | None = None
+    conn: Connection,
+    kube: api.KubeApi,
+    *,
+    limit: int = 100,
+    now: datetime | None = None,
+    confirm_silence: bool = True,
 ) -> VerdictResult:
     """Settle what can be settled among pending runs; an unreachable API raises
-    ``api.ApiError`` (the runs stay pending: the caller logs and comes back later)."""
+    ``api.ApiError`` (the runs stay pending: the caller logs and comes back later).
+    Without ``confirm_silence`` (the API's view may be stale) silent runs wait."""
     result = VerdictResult()
     rows = conn.execute(queries.get("runs_awaiting_verdict"), {"limit": limit}).fetchall()
     result.pending = len(rows)
@@ -121,7 +155,13 @@ def run_once(
         for row in pending:
             job = _job_of(row, jobs)
             name = job["metadata"]["name"] if job else None
-            _apply(conn, row, decide(row, job, pods.get(name, []) if name else []), result, now=now)
+            verdict = decide(row, job, pods.get(name, []) if name else [])
+            if verdict.silent and not confirm_silence:
+                verdict = Verdict(
+                    why="the API server was unreachable moments ago: its view of the pod may"
+                    " predate the outage"
+                )
+            _apply(conn, row, verdict, result, now=now)
     return result
 
 
