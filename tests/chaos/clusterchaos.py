@@ -36,7 +36,7 @@ from devenv.postgres import PostgresServer
 from devenv.watching import run_reflector
 from pgsched.db import connection
 from pgsched.db.connection import Connection
-from pgsched.k8s import names
+from pgsched.k8s import names, verdicts
 from plugins.operator import Operators, busybox, create_job_dsn_secret
 
 log = logging.getLogger(__name__)
@@ -145,6 +145,7 @@ class ClusterChaos(ChaosDriver):
     variant = "cluster"
     replica_sessions = ("pgsched-tick", "pgsched-publisher", "pgsched-handlers")
     verdict_interval_seconds = VERDICT_INTERVAL_SECONDS
+    verdict_stale_view_seconds = verdicts.STALE_VIEW_SECONDS
 
     def __init__(
         self,
@@ -232,7 +233,7 @@ class ClusterChaos(ChaosDriver):
     def variant_faults(self) -> dict[str, tuple[float, Fault]]:
         return {
             "apiserver_restart": (1.0, self.restart_apiserver),
-            "apiserver_outage": (0.25, self.stop_apiserver_while_jobs_run),
+            "apiserver_outage": (0.6, self.stop_apiserver_while_jobs_run),
         }
 
     def restart_apiserver(self, rng: random.Random) -> str | None:
@@ -261,7 +262,11 @@ class ClusterChaos(ChaosDriver):
             ended = running - set(faults.processes_by_run(uids))
             self.cluster.start_apiserver(timeout=180)
         self.outages.append(
-            {"seconds": round(time.monotonic() - started, 1), "workloads_ended": sorted(ended)}
+            {
+                "seconds": round(time.monotonic() - started, 1),
+                "back_at": time.time(),
+                "workloads_ended": sorted(ended),
+            }
         )
         return (
             f"API server stopped {seconds:.0f}s (ready again after"
@@ -359,8 +364,10 @@ class ClusterChaos(ChaosDriver):
         ).fetchall()
         sampled = self.sampler.result
         return {
-            "API server outages (s; runs whose workload ended meanwhile)": [
-                (outage["seconds"], len(outage["workloads_ended"])) for outage in self.outages
+            "API server outages (s down; runs whose workload ended meanwhile; verdicts"
+            " awaited at its return, settled within s)": [
+                (outage["seconds"], len(outage["workloads_ended"]), *self._settled(conn, outage))
+                for outage in self.outages
             ],
             "runs that awaited a verdict, by outcome": self._verdict_counts(conn),
             "longest verdict wait; longest past its Job's outcome": (
@@ -376,6 +383,19 @@ class ClusterChaos(ChaosDriver):
             "Jobs seen": len(self._recorder.jobs) if self._recorder else 0,
             "operator processes started": len(self.operators.started),
         }
+
+    def _settled(self, conn: Connection, outage: dict[str, Any]) -> tuple[int, float]:
+        """How many runs awaited a verdict when the API server came back, and how long
+        after that the last of them ended."""
+        row = conn.execute(
+            "SELECT count(*) AS n, extract(epoch FROM max(finished_at)) AS last"
+            " FROM pgsched.job_runs WHERE outcome_pending_at <= to_timestamp(%(back)s)"
+            " AND finished_at > to_timestamp(%(back)s)",
+            {"back": outage["back_at"]},
+        ).fetchone()
+        if row is None or not row["n"]:
+            return 0, 0.0
+        return int(row["n"]), round(float(row["last"]) - outage["back_at"], 1)
 
     def _verdict_counts(self, conn: Connection) -> dict[str, int]:
         rows = conn.execute(

@@ -105,6 +105,8 @@ class ChaosDriver:
     replica_sessions: tuple[str, ...] = ()
     # How often the replicas ask the API for the verdicts of silent runs (0: they do not).
     verdict_interval_seconds = 0.0
+    # How long after the API was away (or a replica started) silence is not confirmed.
+    verdict_stale_view_seconds = 0.0
 
     def __init__(self, config: ChaosConfig, server: PostgresServer, work_dir: Path) -> None:
         self.config = config
@@ -264,10 +266,13 @@ class ChaosDriver:
         return report
 
     def _verdict_allowance(self, since: datetime, until: datetime) -> float:
-        """What a verdict may take between two moments: the replicas' verdict interval plus
-        the time the API server was down (``invariants.deadlines_kept``)."""
-        return self.verdict_interval_seconds + self.api_down_seconds(
-            since.timestamp(), until.timestamp()
+        """What a verdict may take between two moments: the replicas' verdict interval, the
+        time the API server was down and the stale-view wait after it (or after a replica's
+        start) before silence is confirmed (``invariants.deadlines_kept``)."""
+        return (
+            self.verdict_interval_seconds
+            + self.verdict_stale_view_seconds
+            + self.api_down_seconds(since.timestamp(), until.timestamp())
         )
 
     def _inject_until(self, deadline: float) -> None:
