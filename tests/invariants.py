@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from datetime import timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgsched.db.connection import Connection
@@ -141,7 +141,12 @@ def launches_hold_their_claim(conn: Connection, launches: Iterable[tuple[int, st
     return problems
 
 
-def deadlines_kept(conn: Connection, *, slack_seconds: float) -> list[str]:
+def deadlines_kept(
+    conn: Connection,
+    *,
+    slack_seconds: float,
+    verdict_allowance: Callable[[datetime, datetime], float] | None = None,
+) -> list[str]:
     """I3: runs ended within their deadlines, and not before them.
 
     - a HeartbeatLost run was reaped after ``heartbeat.timeoutSeconds`` of silence (never
@@ -150,12 +155,17 @@ def deadlines_kept(conn: Connection, *, slack_seconds: float) -> list[str]:
       and that plus the slack;
     - a run with a starting deadline started before it, or was skipped at or after it.
 
+    A container run's silence only asks the API for a verdict (``outcome_pending_at``,
+    I8): then the timeout and slack bound the moment it was asked, and the verdict itself
+    may take ``verdict_allowance(asked, ended)`` seconds (the verdict interval plus the
+    API server's downtime in between) plus the slack.
+
     The slack covers the tick interval and every stall the test injected (a paused
     leader, a database restart): the reaper cannot run while nobody can lead.
     """
     rows = conn.execute(
         "SELECT r.id, r.status, r.reason, r.started_at, r.heartbeat_at, r.finished_at,"
-        " r.deadline_at, d.heartbeat_timeout_seconds AS timeout,"
+        " r.outcome_pending_at, r.deadline_at, d.heartbeat_timeout_seconds AS timeout,"
         " d.orphan_timeout_seconds AS orphan_timeout"
         " FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id"
         " WHERE r.reason IN ('HeartbeatLost', 'Orphaned', 'DeadlineMissed')"
@@ -165,22 +175,35 @@ def deadlines_kept(conn: Connection, *, slack_seconds: float) -> list[str]:
     problems = []
     for row in rows:
         run = f"run {row['id']}"
+        asked = row["outcome_pending_at"]
+        reaped = asked or row["finished_at"]
+        if row["reason"] in ("HeartbeatLost", "Orphaned") and asked is not None:
+            allowance = verdict_allowance(asked, row["finished_at"]) if verdict_allowance else 0
+            took = (row["finished_at"] - asked).total_seconds()
+            if took > allowance + slack_seconds:
+                problems.append(
+                    f"{run}: its verdict ({row['reason']}) took {took:.1f}s after it was asked"
+                    f" (allowed {allowance:.1f}s for the verdict interval and the API server's"
+                    f" downtime, slack {slack_seconds:g}s)"
+                )
         if row["reason"] == "HeartbeatLost":
-            silent = row["finished_at"] - row["heartbeat_at"]
+            silent = reaped - row["heartbeat_at"]
             limit = timedelta(seconds=row["timeout"])
             if not limit <= silent <= limit + slack:
                 problems.append(
                     f"{run} reaped HeartbeatLost {silent.total_seconds():.1f}s after its last"
                     f" heartbeat (timeout {row['timeout']}s, slack {slack_seconds:g}s)"
+                    + (" (when its verdict was asked)" if asked else "")
                 )
         elif row["reason"] == "Orphaned":
-            silent = row["finished_at"] - row["started_at"]
+            silent = reaped - row["started_at"]
             limit = timedelta(seconds=row["orphan_timeout"])
             if row["heartbeat_at"] is not None or not limit <= silent <= limit + slack:
                 problems.append(
                     f"{run} reaped Orphaned {silent.total_seconds():.1f}s after its claim"
                     f" (heartbeat {row['heartbeat_at']}, orphan timeout"
                     f" {row['orphan_timeout']}s, slack {slack_seconds:g}s)"
+                    + (" (when its verdict was asked)" if asked else "")
                 )
         elif (
             # (a run skipped when materialized already late carries no deadline_at)

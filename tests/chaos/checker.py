@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,11 @@ def check(
     launches: Iterable[tuple[int, str]],
     slack_seconds: float,
     executions: Iterable[dict[str, Any]] = (),
+    verdict_allowance: Callable[[datetime, datetime], float] | None = None,
 ) -> dict[str, list[str]]:
     """Every invariant over the database; ``launches`` are (run id, lease token) pairs,
-    ``executions`` the job side's own log of what it ran (see ``executions_match``)."""
+    ``executions`` the job side's own log of what it ran (see ``executions_match``),
+    ``verdict_allowance`` what a silent run's verdict may take (see ``deadlines_kept``)."""
     launched = list(launches)
     return {
         "I8": executions_match(conn, list(executions)),
@@ -39,7 +42,9 @@ def check(
         + invariants.no_duplicate_occurrence(conn),
         "I2": invariants.never_over_cap(conn) + sampled.violations["I2"],
         "I3": invariants.every_attempt_terminal(conn)
-        + invariants.deadlines_kept(conn, slack_seconds=slack_seconds)
+        + invariants.deadlines_kept(
+            conn, slack_seconds=slack_seconds, verdict_allowance=verdict_allowance
+        )
         + sampled.violations["I3"],
         "I4": invariants.terminal_statuses_final(conn) + sampled.violations["I4"],
         "I5": invariants.attempts_keep_their_trail(conn),

@@ -4,7 +4,10 @@
 ScheduledJobs whose Jobs run busybox ``sleep`` for 1-10 s next to the heartbeat sidecar,
 as pods on the local node (real containers); run-now requests arrive as annotations. On top of the shared
 faults (leader kill and pause, session kills, Postgres restart and crash, kill -9 and
-SIGSTOP of pod processes) the API server is restarted.
+SIGSTOP of pod processes) the API server is restarted (seconds down) and stopped for long
+outages while Jobs run (``config.api_outage_seconds``: CI a quarter minute, the long run
+1-5 minutes), so Jobs finish while nobody can see them: their runs must await the Job's
+verdict and end with the Job's outcome, never be retried (I8).
 
 What the cluster adds to the checks: a watch records every Job ever created (a relist
 after an API restart catches up), so I1 also means "one Job per run, carrying the lease of
@@ -19,6 +22,7 @@ import random
 import subprocess
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import invariants
@@ -32,13 +36,17 @@ from devenv.postgres import PostgresServer
 from devenv.watching import run_reflector
 from pgsched.db import connection
 from pgsched.db.connection import Connection
-from pgsched.k8s import names
+from pgsched.k8s import names, verdicts
 from plugins.operator import Operators, busybox, create_job_dsn_secret
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 10, "orphanTimeoutSeconds": 45}
-OPERATOR_ENV = {"PGSCHED_RESYNC_INTERVAL_SECONDS": "5"}
+VERDICT_INTERVAL_SECONDS = 2.0
+OPERATOR_ENV = {
+    "PGSCHED_RESYNC_INTERVAL_SECONDS": "5",
+    "PGSCHED_VERDICT_INTERVAL_SECONDS": f"{VERDICT_INTERVAL_SECONDS:g}",
+}
 
 
 def scheduled_job_spec(rng: random.Random, index: int) -> dict[str, Any]:
@@ -58,12 +66,14 @@ def scheduled_job_spec(rng: random.Random, index: int) -> dict[str, Any]:
 
 
 class JobRecorder:
-    """Every Job of the namespace ever seen: uid → (run id, lease token annotation), and
-    the runs whose Job was seen to succeed."""
+    """Every Job of the namespace ever seen: uid → (run id, lease token annotation), the
+    runs whose Job was seen to succeed, and when each run's Job was first seen finished
+    (or deleted): from then on the outcome is on record in the API."""
 
     def __init__(self, api: AdminClient, namespace: str) -> None:
         self.jobs: dict[str, tuple[int, str]] = {}
         self.succeeded: set[int] = set()
+        self.recorded: dict[int, float] = {}  # run id → epoch seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=run_reflector,
@@ -84,8 +94,11 @@ class JobRecorder:
         lease = names.job_lease_fingerprint(metadata.get("annotations")) or ""
         self.jobs.setdefault(metadata["uid"], (run_id, lease))
         conditions = (job.get("status") or {}).get("conditions") or []
-        if any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions):
+        done = {c.get("type") for c in conditions if c.get("status") == "True"}
+        if "Complete" in done:
             self.succeeded.add(run_id)
+        if event_type == "DELETED" or done & {"Complete", "Failed"}:
+            self.recorded.setdefault(run_id, time.time())
 
     def stop(self) -> None:
         self._stop.set()  # the watch thread is a daemon; it ends with its stream
@@ -131,6 +144,8 @@ class Annotations(threading.Thread):
 class ClusterChaos(ChaosDriver):
     variant = "cluster"
     replica_sessions = ("pgsched-tick", "pgsched-publisher", "pgsched-handlers")
+    verdict_interval_seconds = VERDICT_INTERVAL_SECONDS
+    verdict_stale_view_seconds = verdicts.STALE_VIEW_SECONDS
 
     def __init__(
         self,
@@ -154,6 +169,7 @@ class ClusterChaos(ChaosDriver):
         self._paths: list[str] = []
         self._recorder: JobRecorder | None = None
         self._annotations: Annotations | None = None
+        self.outages: list[dict[str, Any]] = []  # the long API server outages injected
 
     def prepare(self) -> None:
         with connection.connect(self.dsn, application_name="chaos-setup") as conn:
@@ -211,15 +227,51 @@ class ClusterChaos(ChaosDriver):
         pods = self.cluster.api.get(f"/api/v1/namespaces/{self.namespace}/pods")["items"]
         return faults.processes_by_run(pod["metadata"]["uid"] for pod in pods)
 
+    def verdict_evidence(self) -> dict[int, float]:
+        return dict(self._recorder.recorded) if self._recorder else {}
+
     def variant_faults(self) -> dict[str, tuple[float, Fault]]:
-        return {"apiserver_restart": (1.0, self.restart_apiserver)}
+        return {
+            "apiserver_restart": (1.0, self.restart_apiserver),
+            "apiserver_outage": (0.6, self.stop_apiserver_while_jobs_run),
+        }
 
     def restart_apiserver(self, rng: random.Random) -> str | None:
         downtime = rng.uniform(1.0, 4.0)
         started = time.monotonic()
-        self.cluster.restart_apiserver(downtime=downtime)
+        with self.api_away():
+            self.cluster.restart_apiserver(downtime=downtime)
         return (
             f"API server down {downtime:.1f}s, ready again after {time.monotonic() - started:.1f}s"
+        )
+
+    def stop_apiserver_while_jobs_run(self, rng: random.Random) -> str | None:
+        """The API server process stopped for ``config.api_outage_seconds`` while Jobs
+        run: their workloads end unseen (kubelet and containers keep going, the heartbeat
+        sidecar talks to Postgres), so their outcomes wait in the Jobs' status."""
+        pods = self.cluster.api.get(f"/api/v1/namespaces/{self.namespace}/pods")["items"]
+        uids = [pod["metadata"]["uid"] for pod in pods]
+        running = set(faults.processes_by_run(uids))
+        if not running:
+            return None  # owed: an outage with no Job running proves nothing
+        seconds = rng.uniform(*self.config.api_outage_seconds)
+        started = time.monotonic()
+        with self.api_away():
+            self.cluster.stop_apiserver()
+            time.sleep(seconds)
+            ended = running - set(faults.processes_by_run(uids))
+            self.cluster.start_apiserver(timeout=180)
+        self.outages.append(
+            {
+                "seconds": round(time.monotonic() - started, 1),
+                "back_at": time.time(),
+                "workloads_ended": sorted(ended),
+            }
+        )
+        return (
+            f"API server stopped {seconds:.0f}s (ready again after"
+            f" {time.monotonic() - started:.0f}s); {len(running)} runs' pods were running,"
+            f" {len(ended)} of them ended during the outage: {sorted(ended)}"
         )
 
     def launches(self, conn: Connection) -> list[tuple[int, str]]:
@@ -227,13 +279,50 @@ class ClusterChaos(ChaosDriver):
         return list(self._recorder.jobs.values())
 
     def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
-        """I3 on the cluster: after the drain nothing of an ended run is still running."""
+        """I3 on the cluster: after the drain nothing of an ended run is still running.
+        I8: succeeded work is not run again (``succeeded_work_kept``)."""
         deadline = time.monotonic() + 90
         while True:
             leftovers = self._still_running(conn)
             if not leftovers or time.monotonic() > deadline:
-                return {"I3": leftovers}
+                return {"I3": leftovers, "I8": self.succeeded_work_kept(conn)}
             time.sleep(2)
+
+    def succeeded_work_kept(self, conn: Connection) -> list[str]:
+        """I8 from the Jobs' side: a run whose Job succeeded ends COMPLETED — unless the
+        API confirmed it silent (its Job active, its workload not ended) before the
+        success was on record: a job frozen past its timeout, which may wake and finish
+        after its lease is gone (the documented at-least-once case). Failing a run whose
+        success the Job watch had already seen, or whose sidecar had reported the
+        workload's end, and so retrying it, is running succeeded work again."""
+        assert self._recorder is not None
+        succeeded = sorted(self._recorder.succeeded)
+        rows = conn.execute(
+            "SELECT r.id, r.status, r.reason, r.finished_at, r.workload_ended_at,"
+            " (SELECT n.id FROM pgsched.job_runs AS n WHERE n.retry_of = r.id) AS retried_as"
+            " FROM pgsched.job_runs AS r WHERE r.id = ANY(%s) AND r.status <> 'COMPLETED'",
+            [succeeded],
+        ).fetchall()
+        problems = []
+        for row in rows:
+            recorded = self._recorder.recorded.get(row["id"])
+            finished = row["finished_at"].timestamp() if row["finished_at"] else None
+            ended = row["workload_ended_at"]
+            known = []
+            if recorded is not None and finished is not None and recorded <= finished:
+                known.append(
+                    f"its Job's success was seen at {datetime.fromtimestamp(recorded, UTC)}"
+                )
+            if ended is not None and finished is not None and ended <= row["finished_at"]:
+                known.append(f"its sidecar reported the workload ended at {ended}")
+            if known:
+                again = f", and was executed again as run {row['retried_as']}"
+                problems.append(
+                    f"run {row['id']}: {' and '.join(known)}, yet it ended"
+                    f" {row['status']}/{row['reason']} at {row['finished_at']}"
+                    + (again if row["retried_as"] else "")
+                )
+        return problems
 
     def _still_running(self, conn: Connection) -> list[str]:
         jobs = self.cluster.api.get(
@@ -273,7 +362,17 @@ class ClusterChaos(ChaosDriver):
             "SELECT id FROM pgsched.job_runs WHERE id = ANY(%s) AND reason = 'HeartbeatLost'",
             [succeeded],
         ).fetchall()
+        sampled = self.sampler.result
         return {
+            "API server outages (s down; runs whose workload ended meanwhile; verdicts"
+            " awaited at its return, settled within s)": [
+                (outage["seconds"], len(outage["workloads_ended"]), *self._settled(conn, outage))
+                for outage in self.outages
+            ],
+            "runs that awaited a verdict, by outcome": self._verdict_counts(conn),
+            "longest verdict wait; longest past its Job's outcome": (
+                f"{sampled.max_verdict_wait_seconds:.1f}s; {sampled.max_verdict_late_seconds:.1f}s"
+            ),
             "scheduled jobs": self._count,
             # Since outcome-aware reaping (I8) a Job that succeeds while the API server is
             # away awaits its verdict instead of being reaped, so this should stay empty;
@@ -284,6 +383,26 @@ class ClusterChaos(ChaosDriver):
             "Jobs seen": len(self._recorder.jobs) if self._recorder else 0,
             "operator processes started": len(self.operators.started),
         }
+
+    def _settled(self, conn: Connection, outage: dict[str, Any]) -> tuple[int, float]:
+        """How many runs awaited a verdict when the API server came back, and how long
+        after that the last of them ended."""
+        row = conn.execute(
+            "SELECT count(*) AS n, extract(epoch FROM max(finished_at)) AS last"
+            " FROM pgsched.job_runs WHERE outcome_pending_at <= to_timestamp(%(back)s)"
+            " AND finished_at > to_timestamp(%(back)s)",
+            {"back": outage["back_at"]},
+        ).fetchone()
+        if row is None or not row["n"]:
+            return 0, 0.0
+        return int(row["n"]), round(float(row["last"]) - outage["back_at"], 1)
+
+    def _verdict_counts(self, conn: Connection) -> dict[str, int]:
+        rows = conn.execute(
+            "SELECT status || coalesce('/' || reason, '') AS what, count(*) AS n"
+            " FROM pgsched.job_runs WHERE outcome_pending_at IS NOT NULL GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        return {row["what"]: row["n"] for row in rows}
 
     def teardown(self) -> None:
         if self._recorder is not None:

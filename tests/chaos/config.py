@@ -43,6 +43,8 @@ class ChaosConfig:
     # How long a paused replica or job stays stopped.
     pause_seconds: tuple[float, float] = (2.0, 10.0)
     drain_timeout: float = 180.0
+    # How long the cluster variant's API server outages last (``apiserver_outage``).
+    api_outage_seconds: tuple[float, float] = (15.0, 30.0)
     # None: every fault kind of the variant; otherwise only these.
     fault_kinds: tuple[str, ...] | None = None
     # A safeguard switched off on purpose (self-tests only): see ``planted`` in the drivers.

@@ -19,6 +19,7 @@ kill -9 or SIGSTOP of the processes of running jobs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
@@ -26,7 +27,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -101,6 +103,10 @@ class ChaosDriver:
     variant = ""
     # LIKE patterns of the replicas' database sessions (pg_stat_activity.application_name).
     replica_sessions: tuple[str, ...] = ()
+    # How often the replicas ask the API for the verdicts of silent runs (0: they do not).
+    verdict_interval_seconds = 0.0
+    # How long after the API was away (or a replica started) silence is not confirmed.
+    verdict_stale_view_seconds = 0.0
 
     def __init__(self, config: ChaosConfig, server: PostgresServer, work_dir: Path) -> None:
         self.config = config
@@ -112,10 +118,15 @@ class ChaosDriver:
         self.freezer = faults.Freezer()
         self.admin = Session.for_dsn(self.dsn, application_name="chaos-driver")
         self.supervisor = Supervisor(self.start_replica)
+        # [start, end] (epoch seconds; end inf while it lasts) of every API server outage.
+        self._api_outages: list[list[float]] = []
         self.sampler = Sampler(
             self.dsn,
             stall_slack_seconds=config.stall_slack_seconds,
             queue_bound_seconds=QUEUE_BOUND_SECONDS,
+            evidence=self.verdict_evidence,
+            api_down=self.api_down_seconds,
+            verdict_interval=self.verdict_interval_seconds,
         )
 
     # -- what a variant provides ------------------------------------------------------------
@@ -149,6 +160,27 @@ class ChaosDriver:
     def executions(self) -> list[dict[str, Any]]:
         """The job side's own log of what it executed (``checker.executions_match``)."""
         return []
+
+    def verdict_evidence(self) -> dict[int, float]:
+        """Run id → when (epoch seconds) the job side's own record of its outcome appeared
+        (cluster: its Job seen finished or deleted): a pending verdict is due from then."""
+        return {}
+
+    @contextlib.contextmanager
+    def api_away(self) -> Iterator[None]:
+        """Record an API server outage (for the verdicts' bounds) while the block runs."""
+        outage = [time.time(), float("inf")]
+        self._api_outages.append(outage)
+        try:
+            yield
+        finally:
+            outage[1] = time.time()
+
+    def api_down_seconds(self, since: float, until: float) -> float:
+        """How long the API server was down between two epoch times."""
+        return sum(
+            max(0.0, min(end, until) - max(start, since)) for start, end in list(self._api_outages)
+        )
 
     def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
         return {}
@@ -195,6 +227,7 @@ class ChaosDriver:
                     launches=launches,
                     slack_seconds=config.stall_slack_seconds,
                     executions=self.executions(),
+                    verdict_allowance=self._verdict_allowance,
                 )
                 for invariant, found in self.variant_checks(conn).items():
                     violations[invariant] += found
@@ -231,6 +264,16 @@ class ChaosDriver:
         path = report.write(config.report_dir)
         print(report.summary() + f"\n  report: {path}", flush=True)
         return report
+
+    def _verdict_allowance(self, since: datetime, until: datetime) -> float:
+        """What a verdict may take between two moments: the replicas' verdict interval, the
+        time the API server was down and the stale-view wait after it (or after a replica's
+        start) before silence is confirmed (``invariants.deadlines_kept``)."""
+        return (
+            self.verdict_interval_seconds
+            + self.verdict_stale_view_seconds
+            + self.api_down_seconds(since.timestamp(), until.timestamp())
+        )
 
     def _inject_until(self, deadline: float) -> None:
         catalog = self._faults()

@@ -6,8 +6,17 @@ database restarts) and reports each violation once:
 - I2 live: a definition with more RUNNING runs than its cap right now;
 - I9 live: a concurrency pool with more RUNNING runs (across its jobs) than its limit;
 - I3 live: a RUNNING run silent for longer than its heartbeat (or orphan) timeout plus the
-  stall slack — the reaper should have ended it — or a due QUEUED run waiting longer than
-  the queue bound;
+  stall slack — the reaper should have ended it, or asked for its verdict — or a due
+  QUEUED run waiting longer than the queue bound;
+- I3 live, runs awaiting a verdict (``outcome_pending_at``, container runs: the reaper
+  asks the API instead of calling silence death, I8): such a run may stay RUNNING as long
+  as its Job has not recorded an outcome — the Job controller decides, and after an API
+  server restart it can take a minute to catch up. Once the job side's own record exists
+  (``evidence``: the driver's Job watch saw the Job finished, or deleted), the verdict is
+  due within the verdict interval plus the time the API server was down meanwhile
+  (``api_down``: the driver knows its outages) plus the slack; later is a violation.
+  A run pending while its Job never finishes is not lost either: the drain waits for
+  every run to end and fails the run if one does not;
 - I4 live: every terminal row it sees is remembered (status, reason, error, finished_at);
   seeing it again with anything changed — in a later sample, or in the final state — is an
   overwritten terminal status.
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +55,8 @@ HAVING count(*) > p.concurrency_limit
 _SILENT = """
 SELECT r.id, extract(epoch FROM now() - coalesce(r.heartbeat_at, r.started_at)) AS silent,
        CASE WHEN r.heartbeat_at IS NULL THEN d.orphan_timeout_seconds
-            ELSE d.heartbeat_timeout_seconds END AS allowed
+            ELSE d.heartbeat_timeout_seconds END AS allowed,
+       extract(epoch FROM r.outcome_pending_at) AS pending_at, extract(epoch FROM now()) AS now
 FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING'
 """
@@ -73,6 +84,8 @@ class Sampled:
     )
     terminal: dict[int, tuple[object, ...]] = field(default_factory=dict)
     max_overdue_seconds: float = 0.0  # longest silence beyond a heartbeat/orphan timeout
+    max_verdict_wait_seconds: float = 0.0  # longest time a run awaited its verdict
+    max_verdict_late_seconds: float = 0.0  # … after its Job had recorded the outcome
     max_queue_wait_seconds: float = 0.0
     peak_running: int = 0
 
@@ -85,12 +98,18 @@ class Sampler(threading.Thread):
         stall_slack_seconds: float,
         queue_bound_seconds: float,
         interval: float = 0.5,
+        evidence: Callable[[], dict[int, float]] = dict,
+        api_down: Callable[[float, float], float] = lambda since, until: 0.0,
+        verdict_interval: float = 0.0,
     ) -> None:
         super().__init__(name="chaos-sampler", daemon=True)
         self._session = Session.for_dsn(dsn, application_name="chaos-sampler")
         self._slack = stall_slack_seconds
         self._queue_bound = queue_bound_seconds
         self._interval = interval
+        self._evidence = evidence
+        self._api_down = api_down
+        self._verdict_interval = verdict_interval
         self._stop_event = threading.Event()
         self._seen: set[str] = set()
         self._since: object = None
@@ -137,16 +156,12 @@ class Sampler(threading.Thread):
                 f" limit {row['pool_limit']}",
             )
         result.peak_running = max(result.peak_running, len(silent))
+        evidence = self._evidence() if any(r["pending_at"] for r in silent) else {}
         for row in silent:
-            overdue = float(row["silent"]) - row["allowed"]
-            result.max_overdue_seconds = max(result.max_overdue_seconds, overdue)
-            if overdue > self._slack:
-                self._report(
-                    "I3",
-                    f"silent:{row['id']}",
-                    f"live: run {row['id']} RUNNING and silent for {float(row['silent']):.0f}s"
-                    f" (timeout {row['allowed']}s + slack {self._slack:g}s): not reaped",
-                )
+            if row["pending_at"] is None:
+                self._check_silence(row)
+            else:
+                self._check_verdict(row, evidence.get(row["id"]))
         for row in waiting:
             waited = float(row["waited"])
             result.max_queue_wait_seconds = max(result.max_queue_wait_seconds, waited)
@@ -162,6 +177,39 @@ class Sampler(threading.Thread):
             if self._since is None or row["finished_at"] > self._since:
                 self._since = row["finished_at"]
         result.samples += 1
+
+    def _check_silence(self, row: dict[str, Any]) -> None:
+        overdue = float(row["silent"]) - row["allowed"]
+        self.result.max_overdue_seconds = max(self.result.max_overdue_seconds, overdue)
+        if overdue > self._slack:
+            self._report(
+                "I3",
+                f"silent:{row['id']}",
+                f"live: run {row['id']} RUNNING and silent for {float(row['silent']):.0f}s"
+                f" (timeout {row['allowed']}s + slack {self._slack:g}s): not reaped, and no"
+                " verdict asked",
+            )
+
+    def _check_verdict(self, row: dict[str, Any], recorded: float | None) -> None:
+        """A run awaiting its verdict; ``recorded``: when its Job's outcome appeared."""
+        now, pending_at = float(row["now"]), float(row["pending_at"])
+        result = self.result
+        result.max_verdict_wait_seconds = max(result.max_verdict_wait_seconds, now - pending_at)
+        if recorded is None:
+            return  # the Job has no outcome yet: the verdict waits for it
+        due = max(recorded, pending_at)
+        down = self._api_down(due, now)
+        late = now - due - self._verdict_interval - down
+        result.max_verdict_late_seconds = max(result.max_verdict_late_seconds, late)
+        if late > self._slack:
+            self._report(
+                "I3",
+                f"verdict:{row['id']}",
+                f"live: run {row['id']} still RUNNING awaiting its verdict {now - due:.0f}s"
+                f" after its Job recorded the outcome (verdict interval"
+                f" {self._verdict_interval:g}s + API server down {down:.0f}s meanwhile +"
+                f" slack {self._slack:g}s): not settled",
+            )
 
     def _remember(self, row: dict[str, Any], *, when: str) -> None:
         known = self.result.terminal.setdefault(row["id"], _outcome(row))

@@ -14,9 +14,10 @@ import pytest
 
 from factories import RecordingLauncher, define, runs_of
 from pgsched.engine import dispatch, lease, reap, runs, settle
-from pgsched.k8s import api, verdicts
+from pgsched.k8s import api, names, verdicts
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+JOB_NAME = "batch.kubernetes.io/job-name"
 SILENT = T0 + timedelta(seconds=45)  # the last beat (T0 + 10 s) is older than timeoutSeconds
 
 
@@ -30,17 +31,26 @@ class Api:
         self.on_get = on_get
 
     def get(self, path, **params):
+        """Lists, as the verdicts read them: a namespace's Jobs, its Jobs' pods."""
         if self.on_get:
             self.on_get()
         if self.down:
             raise api.ApiError("GET", path, 0, {"reason": "ConnectionError", "message": "down"})
-        if "labelSelector" in params:
-            name = params["labelSelector"].split("=", 1)[1]
-            return {"items": self.pods.get(name, [])}
-        name = path.rsplit("/", 1)[1]
-        if name not in self.jobs:
-            raise api.ApiError("GET", path, 404, {"reason": "NotFound"})
-        return self.jobs[name]
+        if path.endswith("/pods"):
+            return {
+                "items": [
+                    {**item, "metadata": {**item["metadata"], "labels": {JOB_NAME: name}}}
+                    for name, items in self.pods.items()
+                    for item in items
+                ]
+            }
+        assert path.endswith("/jobs") and params["labelSelector"] == names.LABEL_RUN_ID
+        return {
+            "items": [
+                {**item, "metadata": {"name": name, **item.get("metadata", {})}}
+                for name, item in self.jobs.items()
+            ]
+        }
 
 
 def job(*conditions):
@@ -182,6 +192,34 @@ def test_an_active_job_with_a_silent_live_worker_is_heartbeat_lost_and_retried(c
     assert len(settle.run_once(conn, now=SILENT).retried) == 1
 
 
+def test_right_after_the_api_was_unreachable_silence_is_not_confirmed_from_its_view(conn):
+    """The API's pod statuses may predate its outage (a pod shown running whose workload
+    finished meanwhile): a replica confirms silence only STALE_VIEW_SECONDS after it last
+    failed to reach the API — or after it started. Outcomes on record are taken at once."""
+    _, run_lease = silent_run(conn)
+    _, done_lease = silent_run(conn, "done")
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name, done = job_name(conn, run_lease), job_name(conn, done_lease)
+    ticks = [1000.0]
+    shown = Api({name: job(), done: job("Complete")}, {name: [pod()]})
+    judge = verdicts.Verdicts(shown, clock=lambda: ticks[0])
+
+    result = judge.run_once(conn)  # just started: maybe mid-outage
+    assert (result.waiting, result.recorded) == (
+        [run_lease.run_id],
+        {done_lease.run_id: "COMPLETED"},
+    )
+    ticks[0] += verdicts.STALE_VIEW_SECONDS
+    shown.down = True
+    with pytest.raises(api.ApiError):
+        judge.run_once(conn)
+    shown.down = False
+    ticks[0] += verdicts.STALE_VIEW_SECONDS - 1
+    assert judge.run_once(conn).waiting == [run_lease.run_id]
+    ticks[0] += 1
+    assert judge.run_once(conn).recorded == {run_lease.run_id: "HeartbeatLost"}
+
+
 def test_a_heartbeat_that_comes_back_clears_the_pending_mark(conn):
     _, run_lease = silent_run(conn)
     reap.run_once(conn, now=SILENT, await_verdicts=True)
@@ -213,3 +251,43 @@ def test_workload_ended_is_fenced_by_the_lease(conn):
     assert row(conn, run_lease)["workload_ended_at"] is None
     lease.finish(conn, run_lease, "COMPLETED")
     assert not lease.workload_ended(conn, run_lease)
+
+
+def lost_launch_record(conn, name="job"):
+    """A run whose Job was created and whose pod beat, but whose launch record
+    (``k8s_job_name``) the database lost; reaped silent at SILENT."""
+    definition, run_lease = silent_run(conn, name)
+    conn.execute(
+        "UPDATE pgsched.job_runs SET k8s_job_name = NULL WHERE id = %s", [run_lease.run_id]
+    )
+    reaped = reap.run_once(conn, now=SILENT, await_verdicts=True)
+    assert reaped.run_ids["outcome_pending"] == [run_lease.run_id]  # awaited, not reaped
+    return definition, run_lease, names.job_name(definition.name, run_lease.run_id)
+
+
+def completed_job(token):
+    annotations = {names.ANNOTATION_LEASE_SHA256: names.lease_fingerprint(str(token))}
+    return {**job("Complete"), "metadata": {"annotations": annotations}}
+
+
+COMPLETED_POD = pod(terminated={"exitCode": 0, "reason": "Completed"}, phase="Succeeded")
+
+
+def test_a_run_whose_launch_record_was_lost_is_completed_by_its_job_under_its_name(conn):
+    definition, run_lease, name = lost_launch_record(conn)
+
+    result = verdicts.run_once(
+        conn, Api({name: completed_job(run_lease.token)}, {name: [COMPLETED_POD]})
+    )
+
+    assert result.recorded == {run_lease.run_id: "COMPLETED"}
+    settle.run_once(conn, now=SILENT)
+    assert [r["status"] for r in runs_of(conn, definition)] == ["COMPLETED"]
+
+
+def test_a_job_of_that_name_with_another_claims_lease_is_not_the_runs_own(conn):
+    _, run_lease, name = lost_launch_record(conn)
+
+    verdicts.run_once(conn, Api({name: completed_job(uuid.uuid4())}, {name: [COMPLETED_POD]}))
+
+    assert row(conn, run_lease)["reason"] == "OutcomeUnknown"

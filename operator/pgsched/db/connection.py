@@ -10,13 +10,122 @@ lock include every claim committed before the lock was granted.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
+import socket
+import threading
+import time
 from typing import Any
 
 import psycopg
+from psycopg.abc import RV, PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
+
+
+class BoundedConnection(psycopg.Connection[DictRow]):
+    """A connection that gives up on a server that stops answering.
+
+    A server process that is frozen (SIGSTOP, a stalled VM, a hung storage layer) keeps
+    its TCP connections: the kernel still acknowledges every byte and every keepalive, so
+    neither ``tcp_user_timeout`` nor keepalives fire, and ``statement_timeout`` is the
+    frozen server's own to enforce. The client would wait as long as the freeze lasts.
+    With ``answer_timeout`` set, every wait for the server (a statement, its rows, a
+    commit) that takes longer has the socket shut down under it: the wait ends with an
+    ``OperationalError`` naming the server and the bound, the connection is broken, and
+    the caller's session reconnects — to the next host of a multi-host DSN if this one
+    still does not answer (the connect timeout bounds that).
+    """
+
+    answer_timeout: float | None = None
+
+    def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        limit = self.answer_timeout
+        if limit is None:
+            return super().wait(gen, interval, timeout)
+        alarm = _WATCHDOG.arm(self.pgconn.socket, limit)
+        try:
+            return super().wait(gen, interval, timeout)
+        except psycopg.OperationalError as error:
+            if alarm.fired:
+                raise psycopg.OperationalError(
+                    f"the database at {self.info.host}:{self.info.port} did not answer within"
+                    f" {limit:g}s (a frozen server?); connection closed"
+                ) from error
+            raise
+        finally:
+            _WATCHDOG.disarm(alarm)
+
+
+class _Alarm:
+    def __init__(self, fd: int, at: float) -> None:
+        self.fd = fd
+        self.at = at
+        self.armed = True
+        self.fired = False
+
+
+class _Watchdog:
+    """One thread for every bounded connection: shuts down the socket of a wait that
+    outlived its deadline (a shutdown, unlike a close, is safe while libpq uses the fd)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._heap: list[tuple[float, int, _Alarm]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, fd: int, seconds: float) -> _Alarm:
+        alarm = _Alarm(fd, time.monotonic() + seconds)
+        with self._lock:
+            heapq.heappush(self._heap, (alarm.at, next(self._order), alarm))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="pgsched-db-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()
+        return alarm
+
+    def disarm(self, alarm: _Alarm) -> None:
+        with self._lock:
+            alarm.armed = False
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while self._heap and not self._heap[0][2].armed:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._lock.wait()
+                    continue
+                at, _, alarm = self._heap[0]
+                left = at - time.monotonic()
+                if left > 0:
+                    self._lock.wait(left)
+                    continue
+                heapq.heappop(self._heap)
+                alarm.fired = True
+                alarm.armed = False
+                _shut_down(alarm.fd)  # under the lock: the wait cannot end and reuse the fd
+
+
+def _shut_down(fd: int) -> None:
+    try:
+        severed = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        severed.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+    finally:
+        severed.close()
+
+
+_WATCHDOG = _Watchdog()
 
 Connection = psycopg.Connection[DictRow]
 
@@ -39,17 +148,32 @@ def with_connect_timeout(dsn: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "connect_timeout": CONNECT_TIMEOUT_SECONDS}
 
 
-def connect(dsn: str, *, application_name: str = "pgsched", **kwargs: Any) -> Connection:
-    """Open an autocommit connection that returns rows as dicts (with a connect timeout)."""
-    conn = psycopg.connect(
+def connect(
+    dsn: str,
+    *,
+    application_name: str = "pgsched",
+    answer_timeout: float | None = None,
+    **kwargs: Any,
+) -> Connection:
+    """Open an autocommit connection that returns rows as dicts (with a connect timeout;
+    ``answer_timeout``: see :class:`BoundedConnection` and :func:`bound_answers`)."""
+    conn = BoundedConnection.connect(
         dsn,
         autocommit=True,
         row_factory=dict_row,
         application_name=application_name,
         **with_connect_timeout(dsn, kwargs),
     )
+    conn.answer_timeout = answer_timeout
     configure(conn)
     return conn
+
+
+def bound_answers(conn: Connection, seconds: float | None) -> None:
+    """Give up on the server after ``seconds`` without an answer (None: wait forever);
+    for connections opened by :func:`connect`."""
+    if isinstance(conn, BoundedConnection):
+        conn.answer_timeout = seconds
 
 
 def configure(conn: Connection) -> None:

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import psycopg
 
-from pgsched.db import connection
+from pgsched.db import primaries
 from pgsched.db.connection import Connection
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,10 @@ class Session:
 
     @classmethod
     def for_dsn(cls, dsn: str, *, application_name: str) -> Session:
-        """A session with short TCP timeouts and keepalives (and the connect timeout)."""
+        """A session with short TCP timeouts and keepalives (and the connect timeout),
+        never on a former primary of a multi-host DSN (``primaries``)."""
         return cls(
-            lambda: connection.connect(
+            lambda: primaries.connect(
                 dsn,
                 application_name=application_name,
                 tcp_user_timeout=TCP_USER_TIMEOUT_MS,

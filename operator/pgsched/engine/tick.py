@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from pgsched.db import clock
+from pgsched.db import clock, connection
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
 from pgsched.engine import dispatch, leader, loop, materialize, reap, settle
@@ -136,6 +136,10 @@ class Ticker:
         could tick. The session is idle between phases and between ticks for at most a tick
         interval, so a generous multiple of it is never reached by a live leader.
         """
+        # And the other way round: a server frozen mid-statement keeps the TCP connection
+        # alive (its kernel acknowledges everything), so the client gives up after the same
+        # bound and reconnects (``connection.BoundedConnection``).
+        connection.bound_answers(conn, self.settings.stall_seconds)
         limit = f"{int(self.settings.stall_seconds * 1000)}ms"
         before = clock.local().timestamp()
         row = conn.execute(

@@ -37,7 +37,7 @@ import prometheus_client
 import psycopg
 
 from pgsched import metrics
-from pgsched.db import connection, preflight, replication
+from pgsched.db import connection, preflight, primaries, replication
 from pgsched.db.session import Session
 from pgsched.engine import history, loop
 from pgsched.engine.tick import Ticker, TickResult
@@ -93,6 +93,7 @@ class EngineThreads:
         kube = publisher.kube  # the background share of the API tokens
         settings = self.settings
         pools_seen = pool_status.PoolStatus(kube)
+        judge = verdicts.Verdicts(kube)
         services = [
             loop.Service(
                 "publishing run events",
@@ -112,7 +113,7 @@ class EngineThreads:
             ),
             loop.Service(
                 "verdicts",
-                lambda: verdicts.run_once(session.connection(), kube, now=self.clock()),
+                lambda: judge.run_once(session.connection(), now=self.clock()),
                 settings.verdict_interval_seconds,
             ),
             loop.Service(
@@ -140,7 +141,12 @@ class EngineThreads:
             session.close()
 
     def _connector(self, application_name: str) -> Any:
-        return lambda: connection.connect(self.settings.dsn, application_name=application_name)
+        # A frozen server costs the tick and the publisher this bound, not the freeze; a
+        # former primary of a multi-host DSN is passed over on connect (db.primaries).
+        bound = self.settings.tick.stall_seconds
+        return lambda: primaries.connect(
+            self.settings.dsn, application_name=application_name, answer_timeout=bound
+        )
 
     def start(self) -> None:
         self.tick_thread.start()

@@ -17,15 +17,30 @@ a silent run ``outcome_pending_at``, and this module settles it from the Job:
 - the Job is still active but the workload ended → wait: the kubelet or the Job
   controller has not caught up yet;
 - the API server cannot be reached → wait, and ask again next round. A verdict is late
-  while the API is away, never wrong (fail open).
+  while the API is away, never wrong (fail open);
+- the API server was unreachable less than ``STALE_VIEW_SECONDS`` ago (or this replica
+  just started) → silence is not confirmed yet: right after an outage the API still shows
+  the pods as the kubelet last reported them, before the outage — "running" for a pod
+  whose workload has finished since. The kubelet re-posts their status within seconds of
+  reconnecting (``Verdicts``). Outcomes already on record are taken at once.
 
 Every write is fenced on the run's lease (and, for the silence, on the run still pending),
 so the Job watch, a resync or another replica racing this one changes nothing twice.
+
+One round reads each namespace's Jobs and pods with one list each, not two requests per
+run: after a long API outage a hundred runs may await their verdicts at once, and the
+operator's API rate limit would otherwise stretch the round over most of a minute. A run
+whose launch record was lost (the database went away between the Job's creation and the
+record) has no ``k8s_job_name``; its Job has the deterministic name and must carry the
+run's lease fingerprint to count as its Job.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -33,12 +48,16 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import lease
-from pgsched.k8s import api, outcomes
+from pgsched.k8s import api, names, outcomes
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "OutcomeUnknown"
+# How long after the API server was last unreachable its pod statuses may still predate
+# the outage (the kubelet posts them every 10 s at most, and at once on a change).
+STALE_VIEW_SECONDS = 30.0
+_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 @dataclass
@@ -64,13 +83,14 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
             return Verdict(
                 outcomes.Outcome("CANCELLED", "Cancelled", "its Job was gone after cancellation")
             )
+        job_name = row["k8s_job_name"] or names.job_name(row["name"], row["id"])
         ended = row["workload_ended_at"]
         seen = f"the workload ended at {ended.isoformat()}" if ended else "nothing said it ended"
         return Verdict(
             outcomes.Outcome(
                 "FAILED",
                 OUTCOME_UNKNOWN,
-                f"the run went silent and its Job {row['k8s_job_name']} is gone without a"
+                f"the run went silent and its Job {job_name} is gone without a"
                 f" recorded outcome ({seen}); whether it succeeded cannot be known,"
                 f" so it is not retried unless retryOn lists {OUTCOME_UNKNOWN}",
             )
@@ -95,31 +115,85 @@ def _pod_ended(pod: Obj) -> bool:
     )
 
 
+class Verdicts:
+    """One replica's verdict service: ``run_once`` that remembers when the API server was
+    last unreachable (initially: when the replica started, which may be mid-outage)."""
+
+    def __init__(self, kube: api.KubeApi, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._unreachable_at = clock()
+
+    def run_once(self, conn: Connection, *, now: datetime | None = None) -> VerdictResult:
+        fresh = self._clock() - self._unreachable_at >= STALE_VIEW_SECONDS
+        try:
+            return run_once(conn, self._kube, now=now, confirm_silence=fresh)
+        except api.ApiError:
+            self._unreachable_at = self._clock()
+            raise
+
+
 def run_once(
-    conn: Connection, kube: api.KubeApi, *, limit: int = 100, now: datetime | None = None
+    conn: Connection,
+    kube: api.KubeApi,
+    *,
+    limit: int = 100,
+    now: datetime | None = None,
+    confirm_silence: bool = True,
 ) -> VerdictResult:
     """Settle what can be settled among pending runs; an unreachable API raises
-    ``api.ApiError`` (the runs stay pending: the caller logs and comes back later)."""
+    ``api.ApiError`` (the runs stay pending: the caller logs and comes back later).
+    Without ``confirm_silence`` (the API's view may be stale) silent runs wait."""
     result = VerdictResult()
     rows = conn.execute(queries.get("runs_awaiting_verdict"), {"limit": limit}).fetchall()
     result.pending = len(rows)
+    by_namespace: dict[str, list[Obj]] = defaultdict(list)
     for row in rows:
-        namespace = row["namespace"]
-        try:
-            job: Obj | None = kube.get(
-                api.path_of(
-                    group="batch", namespace=namespace, plural="jobs", name=row["k8s_job_name"]
+        by_namespace[row["namespace"]].append(row)
+    for namespace, pending in by_namespace.items():
+        jobs, pods = _jobs_and_pods(kube, namespace)
+        for row in pending:
+            job = _job_of(row, jobs)
+            name = job["metadata"]["name"] if job else None
+            verdict = decide(row, job, pods.get(name, []) if name else [])
+            if verdict.silent and not confirm_silence:
+                verdict = Verdict(
+                    why="the API server was unreachable moments ago: its view of the pod may"
+                    " predate the outage"
                 )
-            )
-        except api.ApiError as error:
-            if not error.not_found:
-                raise
-            job = None
-        pods: list[Obj] = []
-        if job is not None:
-            pods = api.pods_of_job(kube, namespace, row["k8s_job_name"])
-        _apply(conn, row, decide(row, job, pods), result, now=now)
+            _apply(conn, row, verdict, result, now=now)
     return result
+
+
+def _jobs_and_pods(
+    kube: api.KubeApi, namespace: str
+) -> tuple[dict[str, Obj], dict[str, list[Obj]]]:
+    """The namespace's run Jobs by name, and the pods of every Job by Job name."""
+    listed = kube.get(
+        api.path_of(group="batch", namespace=namespace, plural="jobs"),
+        labelSelector=names.LABEL_RUN_ID,
+    )
+    jobs = {job["metadata"]["name"]: job for job in listed.get("items") or []}
+    pods: dict[str, list[Obj]] = defaultdict(list)
+    listed = kube.get(
+        api.path_of(namespace=namespace, plural="pods"), labelSelector=_JOB_NAME_LABEL
+    )
+    for pod in listed.get("items") or []:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        pods[str(labels.get(_JOB_NAME_LABEL))].append(pod)
+    return jobs, pods
+
+
+def _job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:
+    """The run's Job: by its recorded name, or (launch record lost) by the deterministic
+    name if it carries this run's lease."""
+    if row["k8s_job_name"]:
+        return jobs.get(row["k8s_job_name"])
+    job = jobs.get(names.job_name(row["name"], row["id"]))
+    if job is None:
+        return None
+    carried = names.job_lease_fingerprint(job["metadata"].get("annotations"))
+    return job if carried == names.lease_fingerprint(str(row["lease_token"])) else None
 
 
 def _apply(

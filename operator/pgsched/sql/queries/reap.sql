@@ -5,13 +5,15 @@
 
 -- name: await_verdicts_of_silent_runs
 -- A silent run with a launched workload (a Job) may have finished unseen: ask for its verdict.
+-- A run that ever beat has one even if its launch record was lost (the database went away
+-- between the Job's creation and SET k8s_job_name): the verdict finds it by its name.
 UPDATE pgsched.job_runs AS r
 SET outcome_pending_at = %(now)s
 FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
   AND r.outcome_pending_at IS NULL
-  AND r.k8s_job_name IS NOT NULL
+  AND (r.k8s_job_name IS NOT NULL OR r.heartbeat_at IS NOT NULL)
   AND (r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
        OR (r.heartbeat_at IS NULL
            AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)))

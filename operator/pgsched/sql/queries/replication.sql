@@ -8,3 +8,13 @@ SELECT current_setting('synchronous_standby_names') AS synchronous_standby_names
        (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))
            AS synchronous_standbys,
        pgsched.current_timeline() AS timeline;
+
+-- name: server_identity
+-- Which cluster a server belongs to (a standby shares its primary's system identifier),
+-- whether it takes writes, and on which WAL timeline (pgsched/db/primaries.py).
+SELECT (SELECT system_identifier FROM pg_control_system()) AS system_identifier,
+       pg_is_in_recovery() AS in_recovery,
+       -- (pgsched.current_timeline() inlined: job pods' role may call only the lease functions)
+       CASE WHEN pg_is_in_recovery() THEN NULL
+            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+       END AS timeline;
