@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 # kopf's per-object workers (see _startup): enough to keep the handler threads busy.
 WORKER_LIMIT = 50
 WORKER_IDLE_SECONDS = 0.5
-LIST_CHUNK = 500
 
 
 class StartupError(RuntimeError):
@@ -269,9 +268,10 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         # leaves its place at once (kopf's default lingers 5 s per object).
         settings.queueing.worker_limit = WORKER_LIMIT
         settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
-        # Its first list of a resource is one response unless chunked: 100,000 ScheduledJobs
-        # parsed at once would be gigabytes for a moment.
-        settings.watching.chunk_size = LIST_CHUNK
+        # Its first list stays one response (kopf's default): chunked, it is paced by the
+        # bounded workers, and a chunk that takes longer than etcd's compaction interval to
+        # work through expires the list's continue token (410 Gone), which kills kopf's
+        # watcher for good — seen on a slow machine at 500 per chunk.
         memo["pgsched"] = handlers.Context(
             pool=pool, kube=kube, publisher=publisher, clock=threads.clock
         )
