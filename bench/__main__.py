@@ -28,6 +28,7 @@ BENCHMARKS = {
     "skew": "bench.skew",
     "footprint": "bench.footprint",
     "history": "bench.history",
+    "fleet": "bench.fleet",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 
@@ -54,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--snapshot-seconds", type=float, help="bloat: how long the old snapshot is held (180)"
     )
+    parser.add_argument(
+        "--sizes",
+        type=lambda text: tuple(int(part) for part in text.split(",")),
+        default=(),
+        help="fleet: ScheduledJobs per fleet, comma-separated (1000,10000,100000)",
+    )
     parser.add_argument("--out", type=Path, default=report.RESULTS, help="results directory")
     args = parser.parse_args(argv)
     names = args.names or ISSUE_2_SUITE
@@ -70,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds=args.seconds or (0.4 if args.quick else 1.5),
             out_dir=args.out,
             snapshot_seconds=args.snapshot_seconds or (4.0 if args.quick else 180.0),
+            sizes=args.sizes,
         )
         for name in names:
             run_one(name, ctx)

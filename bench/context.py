@@ -24,6 +24,7 @@ class Context:
     out_dir: Path = field(default_factory=lambda: Path(__file__).parent / "results")
     snapshot_seconds: float = 180.0  # bloat: how long the old snapshot is held
     plots: bool = True
+    sizes: tuple[int, ...] = ()  # fleet: the fleet sizes (empty: the benchmark's own)
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default

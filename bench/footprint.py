@@ -33,10 +33,10 @@ class Sample:
 
 def measure(process: OperatorProcess, seconds: float) -> Sample:
     """Average CPU over the window (user + system, % of one core) and the RSS at its end."""
-    before = _cpu_seconds(process.pid)
+    before = cpu_seconds(process.pid)
     time.sleep(seconds)
-    used = _cpu_seconds(process.pid) - before
-    return Sample(_rss_mib(process.pid), 100 * used / seconds)
+    used = cpu_seconds(process.pid) - before
+    return Sample(rss_mib(process.pid), 100 * used / seconds)
 
 
 def run(ctx: Context) -> Report:
@@ -110,12 +110,12 @@ def run(ctx: Context) -> Report:
     return report
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND  # utime + stime
 
 
-def _rss_mib(pid: int) -> float:
+def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024

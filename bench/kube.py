@@ -49,11 +49,13 @@ class Cluster:
     def jobs(self) -> list[dict[str, Any]]:
         return list(json.loads(self.kubectl("get", "jobs", "-n", NAMESPACE, "-o", "json"))["items"])
 
-    def operator(self, dsn: str, name: str = "operator", **env: str) -> OperatorProcess:
+    def operator(
+        self, dsn: str, name: str = "operator", *, namespaces: str = NAMESPACE, **env: str
+    ) -> OperatorProcess:
         return start_operator(
             kubeconfig=self.control_plane.kubeconfig,
             dsn=dsn,
-            namespaces=NAMESPACE,
+            namespaces=namespaces,
             log_path=self.work_dir / f"{name}.log",
             timeout=120,
             **env,
@@ -61,13 +63,16 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(*, node: bool = True) -> Iterator[Cluster]:
-    """A control plane with the CRDs, the ``bench`` namespace and (optionally) a node."""
+def cluster(*, node: bool = True, host_only: bool = False) -> Iterator[Cluster]:
+    """A control plane with the CRDs, the ``bench`` namespace and (optionally) a node.
+
+    ``host_only``: no node and no network namespace, so no wait for the machine's node
+    lock (``ControlPlane(host_only=True)``), for benchmarks that run no pods."""
     with (
         tempfile.TemporaryDirectory(prefix="pgsched-bench-") as work,
-        ControlPlane(binaries=Binaries.locate()) as control_plane,
+        ControlPlane(binaries=Binaries.locate(), host_only=host_only) as control_plane,
     ):
-        if node:
+        if node and not host_only:
             control_plane.add_node("node-1")
         control_plane.apply_crds(CRDS)
         control_plane.kubectl("create", "namespace", NAMESPACE)

@@ -84,7 +84,12 @@ class ControlPlane:
         binaries: Binaries | None = None,
         verbosity: int = 1,
         keep_work_dir: bool = False,
+        host_only: bool = False,
     ) -> None:
+        """``host_only``: no node and no network namespace — etcd, the API server and the
+        controller manager on the host's loopback, without the machine lock (nothing of
+        the node's fixed host paths is used). For benchmarks of the API side alone (a
+        fleet of idle ScheduledJobs), so they never keep the real node from others."""
         self.binaries = binaries or Binaries.locate()
         self._owns_work_dir = work_dir is None
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="pgsched-k8s-"))
@@ -94,7 +99,8 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         self.kubeconfig = self.work_dir / "admin.kubeconfig"
         # Components inside the node's namespace reach the API server at the node's IP.
-        self.node_server = f"https://{NODE_IP}:{self.apiserver_port}"
+        self.host_only = host_only
+        self.node_server = self.server if host_only else f"https://{NODE_IP}:{self.apiserver_port}"
         self.nodes: dict[str, RealNode] = {}
         self._etcd_client_port = 0
         self._lock = node.MachineLock()
@@ -125,6 +131,9 @@ class ControlPlane:
     def start(self, *, timeout: float = 60.0) -> None:
         """Start everything and return once the API server is ready and controllers run."""
         processes.install_signal_handlers()
+        if self.host_only:
+            self._start_host_only(timeout=timeout)
+            return
         node.check_machine()
         self._lock.acquire()
         try:
@@ -143,6 +152,23 @@ class ControlPlane:
         except BaseException:
             self.stop()
             raise
+
+    def _start_host_only(self, *, timeout: float) -> None:
+        try:
+            self._pki = pki.create(
+                self.work_dir / "pki", service_ip=SERVICE_IP, node_ip=NODE_IP, node_name="node-1"
+            )
+            self._write_kubeconfigs(self._pki)
+            self._start_etcd(timeout=timeout)
+            self.start_apiserver(timeout=timeout)
+            self._start_controller_manager(timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _contained(self, argv: list[str | Path]) -> list[str]:
+        """A control-plane process: in the node's network namespace, unless host-only."""
+        return [str(arg) for arg in argv] if self.host_only else in_netns(argv)
 
     def stop(self) -> None:
         """Stop the node (and its containers), the control plane and the relays, and leave
@@ -187,14 +213,14 @@ class ControlPlane:
         etcd_url = f"http://127.0.0.1:{self._etcd_client_port}"
         self._apiserver = processes.ManagedProcess(
             "kube-apiserver",
-            in_netns(
+            self._contained(
                 [
                     self.binaries.kube_apiserver,
                     f"--etcd-servers={etcd_url}",
                     # On the node's IP, so the `kubernetes` Service (10.96.0.1:443, through
                     # kube-proxy) reaches it from pods; the host comes in through the relay.
-                    f"--bind-address={NODE_IP}",
-                    f"--advertise-address={NODE_IP}",
+                    f"--bind-address={'127.0.0.1' if self.host_only else NODE_IP}",
+                    f"--advertise-address={'127.0.0.1' if self.host_only else NODE_IP}",
                     f"--secure-port={self.apiserver_port}",
                     # For logs, exec and port-forward the API server calls the kubelet.
                     f"--kubelet-client-certificate={keys.admin.cert}",
@@ -221,6 +247,8 @@ class ControlPlane:
                     "--allow-privileged=true",
                     "--profiling=false",
                     f"--v={self.verbosity}",
+                    # Host-only: no `kubernetes` Service endpoint (a loopback one is refused).
+                    *(["--endpoint-reconciler-type=none"] if self.host_only else []),
                 ]
             ),
             log_path=self.work_dir / "logs" / "kube-apiserver.log",
@@ -250,6 +278,10 @@ class ControlPlane:
             )
         if name != "node-1":
             raise ValueError(f"{name!r}: the local node is called node-1 (its certificate)")
+        if self.host_only:
+            raise ValueError(
+                "a host-only control plane has no node (ControlPlane(host_only=False))"
+            )
         warn_if_images_stale()
         keys = self._require_pki()
         node_dir = self.work_dir / "node"
@@ -473,7 +505,7 @@ class ControlPlane:
         config = self.work_dir / "scheduler.kubeconfig"
         self._scheduler = processes.ManagedProcess(
             "kube-scheduler",
-            in_netns(
+            self._contained(
                 [
                     self.binaries.kube_scheduler,
                     f"--kubeconfig={config}",
@@ -495,7 +527,7 @@ class ControlPlane:
         client_url = f"http://127.0.0.1:{self._etcd_client_port}"
         self._etcd = processes.ManagedProcess(
             "etcd",
-            in_netns(
+            self._contained(
                 [
                     self.binaries.etcd,
                     "--name=devenv",
@@ -521,7 +553,7 @@ class ControlPlane:
         config = self.work_dir / "controller-manager.kubeconfig"
         self._controller_manager = processes.ManagedProcess(
             "kube-controller-manager",
-            in_netns(
+            self._contained(
                 [
                     self.binaries.kube_controller_manager,
                     f"--kubeconfig={config}",

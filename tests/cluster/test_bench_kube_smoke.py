@@ -1,13 +1,14 @@
-"""The two Kubernetes benchmarks run at tiny scale on a real control plane, so they don't rot.
+"""The Kubernetes benchmarks run at tiny scale on a real control plane, so they don't rot.
 
 Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every comparison were
 measured (pgsched and CronJob, the operator and a plain client, the operator with and
-without ScheduledJobs), not the figures, which mean nothing at this scale on a shared
-machine. The real runs are ``python -m bench skew footprint``.
+without ScheduledJobs, each fleet size), not the figures, which mean nothing at this scale
+on a shared machine. The real runs are ``python -m bench skew footprint fleet``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -53,3 +54,13 @@ def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(ctx: Con
         assert row["RSS MiB"] > 20 and row["baseline RSS MiB"] > 20, row
         assert finite(row["CPU %"]) and finite(row["baseline CPU %"]), row
     assert "300 ScheduledJobs accepted" in report.notes[0]
+
+
+def test_fleet_measures_sync_memory_and_idle_requests_per_fleet_size(ctx: Context) -> None:
+    report = cli.run_one("fleet", dataclasses.replace(ctx, sizes=(20, 60)))
+    assert [row["ScheduledJobs"] for row in report.rows] == [0, 20, 60]
+    for row in report.rows:
+        assert row["RSS idle MiB"] > 20 and finite(row["sync s"]), row
+        assert finite(row["idle req/min"]) and finite(row["tick mean ms"]), row
+    assert report.rows[-1]["sync writes"] >= 60, "each ScheduledJob's status is a write"
+    assert (ctx.out_dir / "fleet.png").is_file() and report.floors

@@ -36,6 +36,7 @@ from pgsched import logs, metrics
 from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import chain, definitions, pools, runs
+from pgsched.engine.models import Definition
 from pgsched.k8s import api, names, outcomes, status
 from pgsched.k8s.publisher import Publisher
 
@@ -95,11 +96,15 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
             except spec_module.SpecError as error:
                 _reject(context, conn, key, body, str(error), now=now)
                 return
-            try:
-                stored = definitions.upsert(conn, key, parsed, raw_spec=_plain(spec), now=pinned)
-            except chain.CycleError as error:
-                _reject(context, conn, key, body, str(error), now=now)
-                return
+            raw_spec = _plain(spec)
+            stored = definitions.get(conn, key.id)
+            if not _in_force(stored, generation, raw_spec):
+                try:
+                    stored = definitions.upsert(conn, key, parsed, raw_spec=raw_spec, now=pinned)
+                except chain.CycleError as error:
+                    _reject(context, conn, key, body, str(error), now=now)
+                    return
+            assert stored is not None
             # On resume (every operator start) most resources are already up to date: their
             # status and Event need not be written again, thousands of times over.
             current = dict(body.get("status") or {})
@@ -127,6 +132,19 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
         raise kopf.TemporaryError(f"database error, will retry: {error}", delay=5) from error
     except api.ApiError as error:
         raise kopf.TemporaryError(f"Kubernetes API error, will retry: {error}", delay=5) from error
+
+
+def _in_force(stored: Definition | None, generation: int, raw_spec: Any) -> bool:
+    """Whether this generation's spec is already the stored definition, as on every
+    operator start for all but the changed ScheduledJobs: then nothing is written (an
+    upsert would rewrite every row of a fleet on each restart of each replica)."""
+    return (
+        stored is not None
+        and stored.generation == generation
+        and stored.rejection is None
+        and stored.deleted_at is None
+        and stored.spec == raw_spec
+    )
 
 
 def _reject(

@@ -49,6 +49,11 @@ from pgsched.k8s.settings import OperatorSettings
 log = logging.getLogger(__name__)
 
 
+# kopf's per-object workers (see _startup): enough to keep the handler threads busy.
+WORKER_LIMIT = 50
+WORKER_IDLE_SECONDS = 0.5
+
+
 class StartupError(RuntimeError):
     pass
 
@@ -269,6 +274,17 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         settings.posting.level = logging.WARNING
         settings.execution.max_workers = max(4, threads.settings.pool_size * 2)
         settings.watching.server_timeout = 120
+        # kopf starts a worker per object with events and, unbounded, handles a whole fleet
+        # at once on start-up: one TLS connection per concurrent patch (its connection pool
+        # has no limit) until the API server resets them, every patch retried with backoff.
+        # A bounded set of workers keeps connections and memory flat; a worker that idles
+        # leaves its place at once (kopf's default lingers 5 s per object).
+        settings.queueing.worker_limit = WORKER_LIMIT
+        settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
+        # Its first list stays one response (kopf's default): chunked, it is paced by the
+        # bounded workers, and a chunk that takes longer than etcd's compaction interval to
+        # work through expires the list's continue token (410 Gone), which kills kopf's
+        # watcher for good — seen on a slow machine at 500 per chunk.
         memo["pgsched"] = handlers.Context(
             pool=pool, kube=kube, publisher=publisher, clock=threads.clock
         )
