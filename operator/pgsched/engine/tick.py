@@ -233,6 +233,7 @@ class Ticker:
                 batch_size=settings.dispatch_batch,
                 overshoot=settings.overshoot,
                 now=now,
+                on_time_seconds=max(2.0, 2 * settings.interval_seconds),
             )
 
     def run_forever(

@@ -1,0 +1,67 @@
+"""A stampede of due runs: launched oldest due first, and a run that falls due while the
+backlog drains is launched on time, ahead of it (engine/dispatch.py, "On time first")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from factories import RecordingLauncher, define
+from pgsched.engine import dispatch, runs
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+ON_TIME = 2.0  # the tick's window at its default 1 s interval
+
+
+def queue(conn, job, at, count=1):
+    for index in range(count):
+        runs.run_now(conn, job.id, token=f"{job.name}-{at.isoformat()}-{index}", scheduled_for=at)
+
+
+def drain(conn, launcher, *, now, batch):
+    while dispatch.run_once(
+        conn, launcher, batch_size=batch, now=now, on_time_seconds=ON_TIME
+    ).claimed:
+        pass
+
+
+def test_a_backlog_is_launched_oldest_due_first_whatever_order_its_rows_were_made_in(conn):
+    jobs = [define(conn, f"job-{i}", maxConcurrentRuns=100, now=T0) for i in range(5)]
+    # Rows made newest due first (ids run against due order, as retries' rows do).
+    for minute in reversed(range(6)):
+        for job in jobs:
+            queue(conn, job, T0 + timedelta(minutes=minute), count=2)
+    launcher = RecordingLauncher()
+    drain(conn, launcher, now=T0 + timedelta(hours=1), batch=7)
+    due = [run.scheduled_for for run in launcher.launched]
+    assert len(due) == 60 and due == sorted(due)
+
+
+def test_a_run_due_during_a_stampede_is_launched_on_the_next_tick_ahead_of_the_backlog(conn):
+    stampede = [define(conn, f"hourly-{i}", maxConcurrentRuns=5, now=T0) for i in range(40)]
+    for job in stampede:
+        queue(conn, job, T0)
+    other = define(conn, "other", now=T0)
+    launcher = RecordingLauncher()
+    # The first tick after the due second launches the first batch of the stampede.
+    dispatch.run_once(conn, launcher, batch_size=10, now=T0, on_time_seconds=ON_TIME)
+    # Five seconds later 30 are still waiting, and the other job's run falls due.
+    later = T0 + timedelta(seconds=5)
+    queue(conn, other, later)
+    tick = dispatch.run_once(conn, launcher, batch_size=10, now=later, on_time_seconds=ON_TIME)
+    assert tick.claimed[0].definition_id == other.id  # launched first, too
+    assert len(tick.claimed) == 10  # and the rest of the batch still goes to the backlog
+    # Without "on time first" it would have waited behind the whole backlog.
+    drain(conn, launcher, now=later, batch=10)
+    backlog = [run for run in launcher.launched if run.definition_id != other.id]
+    assert len(backlog) == 40 and all(run.scheduled_for == T0 for run in backlog)
+
+
+def test_a_run_late_beyond_the_window_joins_the_backlog_in_due_order(conn):
+    old = define(conn, "old", maxConcurrentRuns=10, now=T0)
+    newer = define(conn, "newer", now=T0)
+    queue(conn, old, T0, count=10)
+    queue(conn, newer, T0 + timedelta(seconds=30))
+    launcher = RecordingLauncher()
+    # A minute on, both are late: the older runs go first, the window does not reorder them.
+    drain(conn, launcher, now=T0 + timedelta(seconds=90), batch=4)
+    assert [run.definition_id for run in launcher.launched] == [old.id] * 10 + [newer.id]
