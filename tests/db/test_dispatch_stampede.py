@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from factories import RecordingLauncher, define
-from pgsched.engine import dispatch, runs
+from pgsched.engine import dispatch, pools, runs
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 ON_TIME = 2.0  # the tick's window at its default 1 s interval
@@ -65,3 +65,15 @@ def test_a_run_late_beyond_the_window_joins_the_backlog_in_due_order(conn):
     # A minute on, both are late: the older runs go first, the window does not reorder them.
     drain(conn, launcher, now=T0 + timedelta(seconds=90), batch=4)
     assert [run.definition_id for run in launcher.launched] == [old.id] * 10 + [newer.id]
+
+
+def test_a_pool_keeps_its_oldest_first_order_even_for_a_run_that_is_on_time(conn):
+    pools.upsert(conn, "default", "warehouse", 1)
+    waiting = define(conn, "waiting", pool="warehouse", now=T0)
+    punctual = define(conn, "punctual", pool="warehouse", now=T0)
+    queue(conn, waiting, T0 - timedelta(minutes=10))
+    queue(conn, punctual, T0)
+    tick = dispatch.run_once(
+        conn, RecordingLauncher(), batch_size=10, now=T0, on_time_seconds=ON_TIME
+    )
+    assert [run.definition_id for run in tick.claimed] == [waiting.id]

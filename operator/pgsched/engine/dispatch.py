@@ -40,6 +40,7 @@ others are. So a tick first claims for the definitions with a run due in the las
 ``on_time_seconds`` (the tick's: two intervals, at least 2 s), then fills the batch from the
 backlog in the claim's order (``scheduled_for``, then id); both launch in that order, the
 punctual runs first. A backlog cannot starve: a run stays "on time" for two intervals only.
+Jobs in a pool keep the pool's order (oldest first across its jobs): they are never "on time".
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
 due run of a definition at its cap (or its pool at its limit, named in the error) as
