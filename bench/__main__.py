@@ -27,6 +27,7 @@ BENCHMARKS = {
     "locks": "bench.locks",
     "skew": "bench.skew",
     "footprint": "bench.footprint",
+    "stampede": "bench.stampede",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 

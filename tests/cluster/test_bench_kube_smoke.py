@@ -1,9 +1,9 @@
-"""The two Kubernetes benchmarks run at tiny scale on a real control plane, so they don't rot.
+"""The Kubernetes benchmarks run at tiny scale on a real control plane, so they don't rot.
 
 Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every comparison were
 measured (pgsched and CronJob, the operator and a plain client, the operator with and
 without ScheduledJobs), not the figures, which mean nothing at this scale on a shared
-machine. The real runs are ``python -m bench skew footprint``.
+machine. The real runs are ``python -m bench skew footprint stampede``.
 """
 
 from __future__ import annotations
@@ -53,3 +53,13 @@ def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(ctx: Con
         assert row["RSS MiB"] > 20 and row["baseline RSS MiB"] > 20, row
         assert finite(row["CPU %"]) and finite(row["baseline CPU %"]), row
     assert "300 ScheduledJobs accepted" in report.notes[0]
+
+
+def test_stampede_times_the_due_instant_to_each_job_against_a_plain_client(ctx: Context) -> None:
+    report = cli.run_one("stampede", ctx)
+    data = report.data
+    assert len(data["ours"]) == len(data["plain"]) == 100, "both sides create every Job"
+    assert len(data["others_skew"]) == 5 and all(finite(v) for v in data["ours"] + data["plain"])
+    assert len(data["others_status"]) == 5, "every other job's status shows its run"
+    assert data["rss_peak"] >= data["rss_before"] > 20
+    assert json.loads((ctx.out_dir / "stampede.json").read_text())["floors"]
