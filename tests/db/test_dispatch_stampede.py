@@ -77,3 +77,38 @@ def test_a_pool_keeps_its_oldest_first_order_even_for_a_run_that_is_on_time(conn
         conn, RecordingLauncher(), batch_size=10, now=T0, on_time_seconds=ON_TIME
     )
     assert [run.definition_id for run in tick.claimed] == [waiting.id]
+
+
+def test_a_run_due_during_a_long_tick_is_still_on_time_at_the_next(dsn, conn):
+    """During a stampede a tick lasts as long as its batch takes at the API budget's pace:
+    a run that fell due meanwhile is late by more than two intervals at the next tick, and
+    still goes before the backlog."""
+    import time
+
+    from pgsched.db import connection
+    from pgsched.engine.tick import Ticker, TickSettings
+
+    class SlowLauncher(RecordingLauncher):
+        def launch(self, run, definition):
+            time.sleep(0.25)  # a Job creation at a few per second
+            return super().launch(run, definition)
+
+    stampede = [define(conn, f"hourly-{i}", now=T0) for i in range(20)]
+    for job in stampede:
+        queue(conn, job, T0)
+    other = define(conn, "other", now=T0)
+    now = [T0]
+    launcher = SlowLauncher()
+    tick = Ticker(
+        lambda: connection.connect(dsn, application_name="pgsched-tick-test"),
+        launcher,
+        TickSettings(dispatch_batch=10),
+        clock=lambda: now[0],
+    )
+    try:
+        assert len(tick.run_once().dispatched.claimed) == 10  # 2.5 s at this pace
+        queue(conn, other, T0 + timedelta(seconds=1))
+        now[0] = T0 + timedelta(seconds=4)  # 3 s late: more than two 1 s intervals
+        assert tick.run_once().dispatched.claimed[0].definition_id == other.id
+    finally:
+        tick.close()

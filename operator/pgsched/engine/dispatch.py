@@ -37,9 +37,10 @@ applies the retry policy to it like to any other failure.
 launch (5,000 ScheduledJobs on ``0 * * * *``), the claim's order alone would make a run that
 falls due a few seconds later wait until the whole backlog is launched: late only because
 others are. So a tick first claims for the definitions with a run due in the last
-``on_time_seconds`` (the tick's: two intervals, at least 2 s), then fills the batch from the
+``on_time_seconds`` (the tick's: since its previous dispatch, so each run is on time at
+one tick, however long ticks take), then fills the batch from the
 backlog in the claim's order (``scheduled_for``, then id); both launch in that order, the
-punctual runs first. A backlog cannot starve: a run stays "on time" for two intervals only.
+punctual runs first. A backlog cannot starve: a run is "on time" at one tick only.
 Jobs in a pool keep the pool's order (oldest first across its jobs): they are never "on time".
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
