@@ -25,7 +25,7 @@ from typing import Any
 
 from bench import kube
 from bench.context import Context
-from bench.report import Report, plot_path, pyplot
+from bench.report import Report, pyplot, save_plot
 from bench.stats import median, percentile, ratio
 from devenv.waiting import wait_for
 from pgsched.db import connection
@@ -81,11 +81,7 @@ def plot(data: dict[str, Any], out_dir: Path) -> str:
     for axis in (left, right):
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=8)
-    fig.tight_layout()
-    path = plot_path(out_dir, NAME)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path.name
+    return save_plot(fig, out_dir, NAME)
 
 
 def skew(ctx: Context, report: Report) -> None:
