@@ -29,6 +29,7 @@ BENCHMARKS = {
     "footprint": "bench.footprint",
     "history": "bench.history",
     "fleet": "bench.fleet",
+    "stampede": "bench.stampede",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 

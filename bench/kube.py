@@ -14,10 +14,12 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import urllib3
 import yaml
@@ -27,6 +29,8 @@ from devenv.controlplane import ControlPlane
 from devenv.operators import OperatorProcess, start_operator
 from devenv.waiting import wait_for
 from pgsched.db import connection
+from pgsched.engine.models import Run
+from pgsched.k8s import api, jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"  # ScheduledJob and ConcurrencyPool: the operator needs both
@@ -153,20 +157,20 @@ def cron_job(name: str, schedule: str, command: str = "true") -> dict[str, Any]:
     }
 
 
-class JobArrivals:
-    """When each Job in a namespace became visible to a watcher (``time.monotonic``).
+class FirstSeen:
+    """When each key of a watch's events was first seen (``time.monotonic``, and UNIX time).
 
-    Both sides of the burst comparison are timed the same way, by a watch on their own
-    namespace, to the millisecond — ``creationTimestamp`` has one-second resolution.
+    ``key`` maps an event to what to time (a Job's name when it is ADDED, say) or None; the
+    watch is ``call(*args, **kwargs)`` of the official client, restarted until stopped.
     """
 
-    def __init__(self, bench: Cluster, namespace: str) -> None:
-        from kubernetes import client, config
-
-        self._batch = client.BatchV1Api(
-            config.new_client_from_config(config_file=str(bench.control_plane.kubeconfig))
-        )
-        self._namespace = namespace
+    def __init__(
+        self, key: Callable[[dict[str, Any]], str | None], call: Any, *args: Any, **kwargs: Any
+    ) -> None:
+        self._key = key
+        self._call = call
+        self._args = args
+        self._kwargs = kwargs
         self.times: dict[str, float] = {}
         self.wall: dict[str, float] = {}  # the same moments as UNIX time
         self._stopped = threading.Event()
@@ -181,12 +185,12 @@ class JobArrivals:
             self._stream = watch.Watch()
             try:
                 for event in self._stream.stream(
-                    self._batch.list_namespaced_job, self._namespace, timeout_seconds=900
+                    self._call, *self._args, timeout_seconds=900, **self._kwargs
                 ):
                     if event is None or self._stopped.is_set():
                         break  # stop() ends the stream with a None event
-                    name = event["object"].metadata.name
-                    if event["type"] == "ADDED" and name not in self.times:
+                    name = self._key(event)
+                    if name is not None and name not in self.times:
                         self.times[name] = time.monotonic()
                         self.wall[name] = time.time()
             except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError):
@@ -200,7 +204,7 @@ class JobArrivals:
         if self._stream is not None:
             self._stream.stop()
 
-    def start(self) -> JobArrivals:
+    def start(self) -> Self:
         self._thread.start()
         time.sleep(2)  # let the watch connect before anything is created
         return self
@@ -209,9 +213,83 @@ class JobArrivals:
         deadline = time.monotonic() + timeout
         while len(self.times) < count:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(self.times)} of {count} Jobs seen in {self._namespace}")
+                raise TimeoutError(f"{len(self.times)} of {count} seen by {self._call.__name__}")
             time.sleep(0.1)
         return sorted(self.times.values())
+
+
+class JobArrivals(FirstSeen):
+    """When each Job in a namespace became visible to a watcher.
+
+    Both sides of the burst comparison are timed the same way, by a watch on their own
+    namespace, to the millisecond — ``creationTimestamp`` has one-second resolution.
+    """
+
+    def __init__(self, bench: Cluster, namespace: str) -> None:
+        from kubernetes import client
+
+        def added(event: dict[str, Any]) -> str | None:
+            return str(event["object"].metadata.name) if event["type"] == "ADDED" else None
+
+        batch = client.BatchV1Api(api_client(bench))
+        super().__init__(added, batch.list_namespaced_job, namespace)
+
+
+def api_client(bench: Cluster) -> Any:
+    """The official client, for watches."""
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(bench.control_plane.kubeconfig))
+
+
+def create_plain_jobs(
+    bench: Cluster, definition: Any, count: int, *, namespace: str, qps: float, burst: int
+) -> None:
+    """What the launcher creates for ``count`` runs of ``definition`` (each run's lease
+    Secret, then its Job: the same builders, client class and limits), one by one, in
+    ``namespace``, by a plain client. Its hand-over of the Secret to the Job is a background
+    request, left out here."""
+    client = api.KubeApi.from_environment(
+        qps=qps, burst=burst, kubeconfig=str(bench.control_plane.kubeconfig)
+    )
+    settings = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev")
+    now = datetime.now(UTC)
+    manifests = []
+    for index in range(count):
+        run = Run(
+            id=10_000_000 + index,
+            definition_id=definition.id,
+            status="RUNNING",
+            trigger="manual",
+            scheduled_for=now,
+            deadline_at=None,
+            attempt=1,
+            retry_of=None,
+            request_token=None,
+            lease_token=uuid.uuid4(),
+            started_at=now,
+            heartbeat_at=None,
+            finished_at=None,
+            cancel_requested=False,
+            cancel_requested_at=None,
+            reason=None,
+            error=None,
+            exit_code=None,
+            retry_hint=None,
+            k8s_job_name=None,
+            settled_at=None,
+            created_at=now,
+            cancelled_by=None,
+            retry_decision=None,
+        )
+        for manifest in (jobs.lease_secret(definition, run), jobs.build(definition, run, settings)):
+            manifest["metadata"]["namespace"] = namespace
+            manifest["metadata"].pop("ownerReferences")
+            manifests.append(manifest)
+    for manifest in manifests:
+        group = "batch" if manifest["kind"] == "Job" else ""
+        plural = "jobs" if manifest["kind"] == "Job" else "secrets"
+        client.create(api.path_of(group=group, namespace=namespace, plural=plural), manifest)
 
 
 def jobs_per_second(arrivals: list[float]) -> float:

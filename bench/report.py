@@ -113,6 +113,15 @@ def plot_path(out_dir: Path, name: str) -> Path:
     return out_dir / f"{name}.png"
 
 
+def save_plot(fig: Any, out_dir: Path, name: str) -> str:
+    """Lay out, save as ``<name>.png`` in ``out_dir`` and close a figure; its file name."""
+    fig.tight_layout()
+    path = plot_path(out_dir, name)
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path.name
+
+
 def pyplot() -> Any:
     """matplotlib's pyplot on the file-only backend (no display on CI or servers)."""
     import matplotlib

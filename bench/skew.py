@@ -18,7 +18,6 @@ namespace. Floor: ≥ 80% of the plain client.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,13 +25,12 @@ from typing import Any
 
 from bench import kube
 from bench.context import Context
-from bench.report import Report, plot_path, pyplot
+from bench.report import Report, pyplot, save_plot
 from bench.stats import median, percentile, ratio
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.engine import definitions
-from pgsched.engine.models import Run
-from pgsched.k8s import api, jobs, names
+from pgsched.k8s import names
 
 NAME = "skew"
 TITLE = "schedule-to-Job skew vs CronJob, and a burst of 1,000 due runs (issue 7 #5)"
@@ -83,11 +81,7 @@ def plot(data: dict[str, Any], out_dir: Path) -> str:
     for axis in (left, right):
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=8)
-    fig.tight_layout()
-    path = plot_path(out_dir, NAME)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path.name
+    return save_plot(fig, out_dir, NAME)
 
 
 def skew(ctx: Context, report: Report) -> None:
@@ -208,7 +202,14 @@ def burst(ctx: Context, report: Report) -> None:
             our_arrivals = ours.wait(count, 600)
             time.sleep(5)  # let the publisher catch up, so the baseline runs on a quiet server
             plain = kube.JobArrivals(bench, PLAIN_NAMESPACE).start()
-            _plain_client(bench, definition, count)
+            kube.create_plain_jobs(
+                bench,
+                definition,
+                count,
+                namespace=PLAIN_NAMESPACE,
+                qps=float(BURST_QPS),
+                burst=int(BURST_BURST),
+            )
             plain_arrivals = plain.wait(count, 600)
         finally:
             for watcher in (ours, plain):
@@ -241,54 +242,6 @@ def burst(ctx: Context, report: Report) -> None:
         " Job) one by one, after the operator's burst, with the same client class and limits"
     )
     report.floor("burst Jobs/s vs plain client", ratio(ours_rate, plain_rate), 0.8)
-
-
-def _plain_client(bench: kube.Cluster, definition: Any, count: int) -> None:
-    """Create the same Jobs and their lease Secrets (same builders, same client and
-    limits) one by one."""
-    client = api.KubeApi.from_environment(
-        qps=float(BURST_QPS), burst=int(BURST_BURST), kubeconfig=str(bench.control_plane.kubeconfig)
-    )
-    settings = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev")
-    now = datetime.now(UTC)
-    manifests = []
-    for index in range(count):
-        run = Run(
-            id=10_000_000 + index,
-            definition_id=definition.id,
-            status="RUNNING",
-            trigger="manual",
-            scheduled_for=now,
-            deadline_at=None,
-            attempt=1,
-            retry_of=None,
-            request_token=None,
-            lease_token=uuid.uuid4(),
-            started_at=now,
-            heartbeat_at=None,
-            finished_at=None,
-            cancel_requested=False,
-            cancel_requested_at=None,
-            reason=None,
-            error=None,
-            exit_code=None,
-            retry_hint=None,
-            k8s_job_name=None,
-            settled_at=None,
-            created_at=now,
-            cancelled_by=None,
-            retry_decision=None,
-        )
-        # What the launcher creates before a Job is claimed as started: the run's lease
-        # Secret, then the Job (its ownership handover to the Job is a background request).
-        for manifest in (jobs.lease_secret(definition, run), jobs.build(definition, run, settings)):
-            manifest["metadata"]["namespace"] = PLAIN_NAMESPACE
-            manifest["metadata"].pop("ownerReferences")
-            manifests.append(manifest)
-    for manifest in manifests:
-        group = "batch" if manifest["kind"] == "Job" else ""
-        plural = "jobs" if manifest["kind"] == "Job" else "secrets"
-        client.create(api.path_of(group=group, namespace=PLAIN_NAMESPACE, plural=plural), manifest)
 
 
 def _created_by_both(

@@ -3,7 +3,7 @@
 Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every comparison were
 measured (pgsched and CronJob, the operator and a plain client, the operator with and
 without ScheduledJobs, each fleet size), not the figures, which mean nothing at this scale
-on a shared machine. The real runs are ``python -m bench skew footprint fleet``.
+on a shared machine. The real runs are ``python -m bench skew footprint fleet stampede``.
 """
 
 from __future__ import annotations
@@ -64,3 +64,13 @@ def test_fleet_measures_sync_memory_and_idle_requests_per_fleet_size(ctx: Contex
         assert finite(row["idle req/min"]) and finite(row["tick mean ms"]), row
     assert report.rows[-1]["sync writes"] >= 60, "each ScheduledJob's status is a write"
     assert (ctx.out_dir / "fleet.png").is_file() and report.floors
+
+
+def test_stampede_times_the_due_instant_to_each_job_against_a_plain_client(ctx: Context) -> None:
+    report = cli.run_one("stampede", ctx)
+    data = report.data
+    assert len(data["ours"]) == len(data["plain"]) == 100, "both sides create every Job"
+    assert len(data["others_skew"]) == 5 and all(finite(v) for v in data["ours"] + data["plain"])
+    assert len(data["others_status"]) == 5, "every other job's status shows its run"
+    assert data["rss_peak"] >= data["rss_before"] > 20
+    assert json.loads((ctx.out_dir / "stampede.json").read_text())["floors"]

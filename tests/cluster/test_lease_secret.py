@@ -5,10 +5,12 @@ adopts an existing Job only when it carries the current claim's lease."""
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 
 import pytest
 
+from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, runs
 from pgsched.k8s import api, jobs, launcher, names
@@ -101,6 +103,13 @@ def test_a_job_of_the_current_claim_is_adopted_one_of_a_lost_claim_is_replaced(
     )
     secret = cluster.api.get(secret_path)
     assert base64.b64decode(secret["data"][names.LEASE_SECRET_KEY]).decode() == str(new_token)
-    assert [ref["uid"] for ref in secret["metadata"]["ownerReferences"]] == [
-        replaced["metadata"]["uid"]
-    ]
+
+    def owners() -> list[str]:
+        secret = cluster.api.get(secret_path)
+        return [ref["uid"] for ref in secret["metadata"]["ownerReferences"]]
+
+    # The hand-over to the Job is a background request, after the launch; the earlier
+    # launches' hand-overs (to the replaced Job) are refused, not applied after it.
+    wait_for(lambda: owners() == [replaced["metadata"]["uid"]], 10, describe=lambda: str(owners()))
+    time.sleep(0.5)
+    assert owners() == [replaced["metadata"]["uid"]]

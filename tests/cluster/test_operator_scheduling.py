@@ -12,18 +12,19 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+import devenv
 from devenv.commands import CommandError
 from devenv.waiting import wait_for
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
 
-SHIFTED_CLOCK = Path(__file__).parent / "shifted_clock"
+SHIFTED_CLOCK = Path(devenv.__file__).parent / "shifted_clock"
 
 
 def start_with_shifted_clock(operators, offset_seconds: float):
     """A replica whose engine clock runs ``offset_seconds`` from the local one (the product
-    has no setting for it: shifted_clock/sitecustomize.py wraps the operator's entry)."""
+    has no setting for it: devenv/shifted_clock/sitecustomize.py wraps the operator's entry)."""
     path = os.pathsep.join(p for p in (str(SHIFTED_CLOCK), os.environ.get("PYTHONPATH")) if p)
     return operators.start(PYTHONPATH=path, SHIFTED_CLOCK_SECONDS=str(offset_seconds))
 

@@ -104,16 +104,48 @@ def test_token_bucket_refills_while_idle():
     assert [bucket.acquire() for _ in range(5)] == [0.0] * 5
 
 
-def test_background_requests_take_spare_tokens_and_never_go_into_debt():
+def test_background_requests_take_spare_tokens_above_the_half_kept_for_urgent_ones():
     clock = FakeClock()
-    bucket = TokenBucket(10, 2, clock=clock, sleep=clock.sleep)
-    assert bucket.acquire(urgent=False) == 0.0  # a spare token: no wait
-    bucket.acquire()
-    bucket.acquire()  # urgent: reserves the next token (the bucket is in debt)
-    assert clock.now == pytest.approx(0.1)
-    # Background waits until a whole token is back, without reserving ahead of anyone.
-    assert bucket.acquire(urgent=False) == pytest.approx(0.1)
-    assert clock.now == pytest.approx(0.2)
+    bucket = TokenBucket(10, 4, clock=clock, sleep=clock.sleep)
+    assert [bucket.acquire(urgent=False) for _ in range(2)] == [0.0, 0.0]  # spare: no wait
+    # The other half of the burst is kept for urgent requests (the next Jobs)...
+    assert bucket.acquire(urgent=False) == pytest.approx(0.1)  # ...until one more refills
+    assert [bucket.acquire() for _ in range(2)] == [0.0, 0.0]
+
+
+def test_background_requests_get_their_share_while_urgent_ones_keep_the_bucket_empty():
+    """Statuses and Events are not starved by a stampede of Job creations: they get
+    ``background_share`` of the rate, the Jobs get the rest."""
+    import threading
+    import time
+
+    bucket = TokenBucket(400, 1, background_share=0.05)
+    bucket.acquire()  # an empty bucket, as in the middle of a stampede
+    stop = threading.Event()
+    urgent: list[float] = []
+    background: list[float] = []
+
+    def launcher() -> None:
+        while not stop.is_set():
+            bucket.acquire()
+            urgent.append(time.monotonic())
+
+    def publisher() -> None:
+        while not stop.is_set():
+            bucket.acquire(urgent=False)
+            background.append(time.monotonic())
+
+    threads = [threading.Thread(target=launcher) for _ in range(4)]
+    threads.append(threading.Thread(target=publisher))
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    # 5% of 400 qps for 1.5 s is 30 tokens; never none, never much more than the share.
+    assert 10 <= len(background) <= 45, (len(background), len(urgent))
+    assert len(urgent) >= 0.9 * (len(urgent) + len(background)), (len(background), len(urgent))
 
 
 def test_launching_jobs_is_not_slowed_by_background_requests():

@@ -40,6 +40,16 @@ bookkeeping, migration 0014) is newer than the kept one. A launch failure ends t
 ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle`` applies the retry policy to it
 like to any other failure.
 
+**On time first, then the backlog, oldest first.** When more is due than one tick can
+launch (5,000 ScheduledJobs on ``0 * * * *``), the claim's order alone would make a run that
+falls due a few seconds later wait until the whole backlog is launched: late only because
+others are. So a tick first claims for the definitions with a run due in the last
+``on_time_seconds`` (the tick's: since its previous dispatch, so each run is on time at
+one tick, however long ticks take), then fills the batch from the
+backlog in the claim's order (``scheduled_for``, then id); both launch in that order, the
+punctual runs first. A backlog cannot starve: a run is "on time" at one tick only.
+Jobs in a pool keep the pool's order (oldest first across its jobs): they are never "on time".
+
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
 due run of a definition at its cap (or its pool at its limit, named in the error) as
 ``SKIPPED/ConcurrencyPolicy``; ``Replace`` asks the
@@ -79,6 +89,16 @@ class DispatchResult:
     at_cap: set[UUID] = field(default_factory=set)
     skipped: list[int] = field(default_factory=list)
     replace_requested: list[int] = field(default_factory=list)
+
+    def add(self, other: DispatchResult) -> None:
+        """Another claim of the same tick, launched after this one's runs."""
+        self.claimed += other.claimed
+        self.launched += other.launched
+        self.launch_failed += other.launch_failed
+        self.at_cap |= other.at_cap
+        self.skipped += other.skipped
+        self.replace_requested += other.replace_requested
+        self.versions.update(other.versions)
 
 
 class Owners:
@@ -133,25 +153,47 @@ def run_once(
     now: datetime | None = None,
     try_locks: bool = False,
     owners: Owners | None = None,
+    on_time_seconds: float | None = None,
 ) -> DispatchResult:
     """Claim and launch up to ``batch_size`` due runs.
 
     ``definition_ids`` restricts the claim (run-now dispatches its own definition at once).
     ``try_locks`` tries the definitions' locks before waiting (step 2 above). ``owners``
     keeps the launched definitions for the next call (the tick passes its own); without
-    it they are read for this call only.
+    it they are read for this call only. ``on_time_seconds`` claims first for definitions
+    with a run due that recently (the tick's "on time first", above).
     """
-    result = claim(
-        conn,
-        batch_size=batch_size,
-        overshoot=overshoot,
-        definition_ids=definition_ids,
-        now=now,
-        try_locks=try_locks,
-    )
+
+    def claim_some(limit: int, only: list[UUID] | None) -> DispatchResult:
+        return claim(
+            conn,
+            batch_size=limit,
+            overshoot=overshoot,
+            definition_ids=only,
+            now=now,
+            try_locks=try_locks,
+        )
+
+    result = DispatchResult()
+    if on_time_seconds is not None and definition_ids is None:
+        punctual = on_time_definitions(conn, window=on_time_seconds, limit=batch_size, now=now)
+        if punctual:
+            result = claim_some(batch_size, punctual)
+    if len(result.claimed) < batch_size:
+        result.add(claim_some(batch_size - len(result.claimed), definition_ids))
     if result.claimed:
         launch(conn, launcher, result, now=now, owners=owners)
     return result
+
+
+def on_time_definitions(
+    conn: Connection, *, window: float, limit: int, now: datetime | None = None
+) -> list[UUID]:
+    """Definitions (at most ``limit``) with a queued run due in the last ``window`` seconds."""
+    rows = conn.execute(
+        queries.get("on_time_definitions"), {"window": window, "limit": limit, "now": now}
+    )
+    return [row["definition_id"] for row in rows]
 
 
 def claim(
@@ -192,7 +234,8 @@ def claim(
             result.at_cap.add(row["subject_definition"])
         else:
             raise RuntimeError(f"pgsched.claim_for_dispatch returned unknown outcome {outcome!r}")
-    result.claimed.sort(key=lambda run: run.id)
+    # Launched in this order: oldest due first (a retry's row is newer than its due time).
+    result.claimed.sort(key=lambda run: (run.scheduled_for, run.id))
     result.skipped.sort()
     result.replace_requested.sort()
     return result

@@ -127,6 +127,7 @@ class Ticker:
         self._database_offset = 0.0  # database clock - local clock, seconds (see _pause)
         self._timeline = 0  # the newest WAL timeline this replica ticked on (_check_timeline)
         self._owners = dispatch.Owners()  # launched definitions, kept between ticks
+        self._previous_tick_at: float | None = None  # engine time (_on_time_seconds)
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -239,7 +240,26 @@ class Ticker:
                 overshoot=settings.overshoot,
                 now=now,
                 owners=self._owners,
+                on_time_seconds=self._on_time_seconds(),
             )
+
+    def _on_time_seconds(self) -> float:
+        """How recently a run must have fallen due to be "on time" (``dispatch``): since the
+        previous tick started, on the engine's clock. So each run is on time at exactly one
+        tick, the first that sees it due, however long ticks take (during a stampede each
+        launches a batch at the API budget's pace). Before the first tick: two intervals."""
+        previous, self._previous_tick_at = self._previous_tick_at, self._engine_time()
+        if previous is None:
+            return 2 * self.settings.interval_seconds
+        return max(self._previous_tick_at - previous, 0.001)
+
+    def _engine_time(self) -> float:
+        """The engine's "now" as a UNIX time: the pinned clock, or the database's (measured
+        when the session opened)."""
+        pinned = self._clock()
+        if pinned is not None:
+            return pinned.timestamp()
+        return clock.local().timestamp() + self._database_offset
 
     def run_forever(
         self, stop: threading.Event, *, on_tick: Callable[[TickResult], None] | None = None
@@ -273,13 +293,7 @@ class Ticker:
         instead of up to a whole interval later, as free-running ticks would.
         """
         interval = self.settings.interval_seconds
-        pinned = self._clock()
-        now = (
-            pinned.timestamp()
-            if pinned is not None
-            else clock.local().timestamp() + self._database_offset
-        )
-        return interval - now % interval + TICK_MARGIN_SECONDS
+        return interval - self._engine_time() % interval + TICK_MARGIN_SECONDS
 
     def close(self) -> None:
         self._session.close()

@@ -5,6 +5,15 @@ exists), then the Job, then the Secret is handed to the Job as its owner (so it 
 garbage-collected with the Job). A Secret left from an earlier claim of the same run
 (``409``) is overwritten with the current token and given back to the ScheduledJob.
 
+The hand-over waits in a queue for one thread that sends it as a background request
+(``KubeApi.background``): a launch costs the two requests a plain client would make (the
+Secret, the Job), and the launch threads never wait for the background share of the API
+budget during a stampede. The patch names the Secret's ``resourceVersion`` as the launch
+left it, so a hand-over that comes after a later claim of the same run rewrote the Secret
+is refused (``409``) instead of giving that claim's Secret to the old Job. Until it is
+sent (or if the operator stops first) the Secret belongs to the ScheduledJob and goes with
+it.
+
 Creating the Job is idempotent: the name is deterministic, and ``409 AlreadyExists`` for a
 Job that carries this run id *and* this claim's lease fingerprint means an earlier attempt
 to launch this very claim got through (a crash between create and record): it is adopted.
@@ -22,6 +31,9 @@ deleted again, since the Job controller could never make its pod.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 from pgsched import logs
@@ -44,6 +56,9 @@ class KubernetesLauncher:
     def __init__(self, kube: api.KubeApi, settings: jobs.JobSettings) -> None:
         self._kube = kube
         self._settings = settings
+        self._handovers: queue.SimpleQueue[_Handover] = queue.SimpleQueue()
+        self._handover_thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
 
     def launch(self, run: Run, definition: Definition) -> str | None:
         manifest = jobs.build(definition, run, self._settings)
@@ -54,7 +69,7 @@ class KubernetesLauncher:
         secret = jobs.lease_secret(definition, run)
         secret_path = f"{secrets}/{secret['metadata']['name']}"
         try:
-            self._put_secret(secrets, secret_path, secret)
+            secret_version = self._put_secret(secrets, secret_path, secret)
         except api.ApiError as error:
             raise LaunchError(
                 f"creating the lease Secret {definition.namespace}/{secret['metadata']['name']}:"
@@ -66,31 +81,57 @@ class KubernetesLauncher:
         except LaunchError:
             self._delete_quietly(secret_path)
             raise
-        try:
-            # Not urgent (the pod already has its Secret): behind other launches' creations.
-            self._kube.background().merge_patch(secret_path, jobs.owned_by_job(job))
-        except api.ApiError as error:
-            # The Job runs either way; the Secret then goes with the ScheduledJob instead.
-            run_log.warning(
-                "run %s: could not hand the lease Secret to Job %s: %s", run.id, where, error
-            )
+        # Not urgent (the pod already has its Secret): behind other launches' creations.
+        self._hand_over(_Handover(secret_path, secret_version, job, run.id, where, run_log))
         return name
 
-    def _put_secret(self, collection: str, path: str, secret: Obj) -> None:
+    def _put_secret(self, collection: str, path: str, secret: Obj) -> str:
+        """Create (or take over) the lease Secret; its ``resourceVersion``."""
         try:
-            self._kube.create(collection, secret)
+            created = self._kube.create(collection, secret)
         except api.ApiError as error:
             if not error.conflict:
                 raise
             # Left by an earlier claim of this run: this claim's token, and back to the
             # ScheduledJob, so deleting that claim's Job does not take the Secret along.
-            self._kube.merge_patch(
+            created = self._kube.merge_patch(
                 path,
                 {
                     "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
                     "stringData": secret["stringData"],
                 },
             )
+        return str(created["metadata"]["resourceVersion"])
+
+    def _hand_over(self, handover: _Handover) -> None:
+        with self._thread_lock:
+            if self._handover_thread is None:
+                self._handover_thread = threading.Thread(
+                    target=self._send_handovers, name="pgsched-lease-handover", daemon=True
+                )
+                self._handover_thread.start()
+        self._handovers.put(handover)
+
+    def _send_handovers(self) -> None:
+        background = self._kube.background()
+        while True:
+            handover = self._handovers.get()
+            patch = jobs.owned_by_job(handover.job)
+            patch["metadata"]["resourceVersion"] = handover.secret_version
+            try:
+                background.merge_patch(handover.secret_path, patch)
+            except api.ApiError as error:
+                if error.conflict:  # a later claim of the run rewrote it: that claim's now
+                    continue
+                # The Job runs either way; the Secret then goes with the ScheduledJob instead.
+                handover.log.warning(
+                    "run %s: could not hand the lease Secret to Job %s: %s",
+                    handover.run_id,
+                    handover.where,
+                    error,
+                )
+            except Exception:  # never let the thread die: later hand-overs still go
+                log.exception("handing the lease Secret to Job %s", handover.where)
 
     def _create_job(
         self,
@@ -159,3 +200,15 @@ class KubernetesLauncher:
         except api.ApiError as error:
             if not error.not_found:
                 log.warning("could not delete %s: %s", path, error)
+
+
+@dataclass(frozen=True)
+class _Handover:
+    """A lease Secret to give to its Job, as the launch left it."""
+
+    secret_path: str
+    secret_version: str
+    job: Obj
+    run_id: int
+    where: str
+    log: logging.Logger | logs.ContextAdapter

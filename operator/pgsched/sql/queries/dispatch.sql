@@ -23,6 +23,23 @@ ORDER BY r.scheduled_for, r.id
 LIMIT %(limit)s
 FOR UPDATE OF r SKIP LOCKED;
 
+-- name: on_time_definitions
+-- Definitions with a queued run that fell due in the last %(window)s seconds, at most
+-- %(limit)s: dispatch claims their runs before the backlog (engine/dispatch.py, run_once).
+-- A range of the partial queue index. Not jobs in a pool: its order is oldest first across
+-- its jobs, whatever is on time.
+SELECT DISTINCT due.definition_id
+FROM (
+    SELECT r.definition_id
+    FROM pgsched.job_runs AS r
+    JOIN pgsched.job_definitions AS d ON d.id = r.definition_id AND d.pool IS NULL
+    WHERE r.status = 'QUEUED'
+      AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())
+      AND r.scheduled_for > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+    ORDER BY r.scheduled_for, r.id
+    LIMIT %(limit)s
+) AS due;
+
 -- name: record_launches
 UPDATE pgsched.job_runs AS r SET k8s_job_name = l.handle
 FROM unnest(%(ids)s::bigint[], %(lease_tokens)s::uuid[], %(handles)s::text[]) AS l(id, lease_token, handle)

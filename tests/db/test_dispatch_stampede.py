@@ -1,0 +1,114 @@
+"""A stampede of due runs: launched oldest due first, and a run that falls due while the
+backlog drains is launched on time, ahead of it (engine/dispatch.py, "On time first")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from factories import RecordingLauncher, define
+from pgsched.engine import dispatch, pools, runs
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+ON_TIME = 2.0  # the tick's window at its default 1 s interval
+
+
+def queue(conn, job, at, count=1):
+    for index in range(count):
+        runs.run_now(conn, job.id, token=f"{job.name}-{at.isoformat()}-{index}", scheduled_for=at)
+
+
+def drain(conn, launcher, *, now, batch):
+    while dispatch.run_once(
+        conn, launcher, batch_size=batch, now=now, on_time_seconds=ON_TIME
+    ).claimed:
+        pass
+
+
+def test_a_backlog_is_launched_oldest_due_first_whatever_order_its_rows_were_made_in(conn):
+    jobs = [define(conn, f"job-{i}", maxConcurrentRuns=100, now=T0) for i in range(5)]
+    # Rows made newest due first (ids run against due order, as retries' rows do).
+    for minute in reversed(range(6)):
+        for job in jobs:
+            queue(conn, job, T0 + timedelta(minutes=minute), count=2)
+    launcher = RecordingLauncher()
+    drain(conn, launcher, now=T0 + timedelta(hours=1), batch=7)
+    due = [run.scheduled_for for run in launcher.launched]
+    assert len(due) == 60 and due == sorted(due)
+
+
+def test_a_run_due_during_a_stampede_is_launched_on_the_next_tick_ahead_of_the_backlog(conn):
+    stampede = [define(conn, f"hourly-{i}", maxConcurrentRuns=5, now=T0) for i in range(40)]
+    for job in stampede:
+        queue(conn, job, T0)
+    other = define(conn, "other", now=T0)
+    launcher = RecordingLauncher()
+    # The first tick after the due second launches the first batch of the stampede.
+    dispatch.run_once(conn, launcher, batch_size=10, now=T0, on_time_seconds=ON_TIME)
+    # Five seconds later 30 are still waiting, and the other job's run falls due.
+    later = T0 + timedelta(seconds=5)
+    queue(conn, other, later)
+    tick = dispatch.run_once(conn, launcher, batch_size=10, now=later, on_time_seconds=ON_TIME)
+    assert tick.claimed[0].definition_id == other.id  # launched first, too
+    assert len(tick.claimed) == 10  # and the rest of the batch still goes to the backlog
+    # Without "on time first" it would have waited behind the whole backlog.
+    drain(conn, launcher, now=later, batch=10)
+    backlog = [run for run in launcher.launched if run.definition_id != other.id]
+    assert len(backlog) == 40 and all(run.scheduled_for == T0 for run in backlog)
+
+
+def test_a_run_late_beyond_the_window_joins_the_backlog_in_due_order(conn):
+    old = define(conn, "old", maxConcurrentRuns=10, now=T0)
+    newer = define(conn, "newer", now=T0)
+    queue(conn, old, T0, count=10)
+    queue(conn, newer, T0 + timedelta(seconds=30))
+    launcher = RecordingLauncher()
+    # A minute on, both are late: the older runs go first, the window does not reorder them.
+    drain(conn, launcher, now=T0 + timedelta(seconds=90), batch=4)
+    assert [run.definition_id for run in launcher.launched] == [old.id] * 10 + [newer.id]
+
+
+def test_a_pool_keeps_its_oldest_first_order_even_for_a_run_that_is_on_time(conn):
+    pools.upsert(conn, "default", "warehouse", 1)
+    waiting = define(conn, "waiting", pool="warehouse", now=T0)
+    punctual = define(conn, "punctual", pool="warehouse", now=T0)
+    queue(conn, waiting, T0 - timedelta(minutes=10))
+    queue(conn, punctual, T0)
+    tick = dispatch.run_once(
+        conn, RecordingLauncher(), batch_size=10, now=T0, on_time_seconds=ON_TIME
+    )
+    assert [run.definition_id for run in tick.claimed] == [waiting.id]
+
+
+def test_a_run_due_during_a_long_tick_is_still_on_time_at_the_next(dsn, conn):
+    """During a stampede a tick lasts as long as its batch takes at the API budget's pace:
+    a run that fell due meanwhile is late by more than two intervals at the next tick, and
+    still goes before the backlog."""
+    import time
+
+    from pgsched.db import connection
+    from pgsched.engine.tick import Ticker, TickSettings
+
+    class SlowLauncher(RecordingLauncher):
+        def launch(self, run, definition):
+            time.sleep(0.25)  # a Job creation at a few per second
+            return super().launch(run, definition)
+
+    stampede = [define(conn, f"hourly-{i}", now=T0) for i in range(20)]
+    for job in stampede:
+        queue(conn, job, T0)
+    other = define(conn, "other", now=T0)
+    now = [T0]
+    launcher = SlowLauncher()
+    tick = Ticker(
+        lambda: connection.connect(dsn, application_name="pgsched-tick-test"),
+        launcher,
+        TickSettings(dispatch_batch=10),
+        clock=lambda: now[0],
+    )
+    try:
+        assert len(tick.run_once().dispatched.claimed) == 10  # 2.5 s at this pace
+        queue(conn, other, T0 + timedelta(seconds=1))
+        now[0] = T0 + timedelta(seconds=4)  # 3 s late: more than two 1 s intervals
+        assert tick.run_once().dispatched.claimed[0].definition_id == other.id
+    finally:
+        tick.close()
