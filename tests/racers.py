@@ -113,6 +113,21 @@ def dispatcher(
     return _claim_until_done(dsn, f"pgsched-racer-{worker}", seed, seconds, claim_into)
 
 
+def upgrading_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
+    """This release's dispatcher while migration 0012 swaps job_runs under it. A claim in
+    flight at the swap can fail ("could not open relation with OID", the old table gone);
+    it is rolled back whole, and like the operator's tick (which fails open) this claims
+    again."""
+
+    def claim_into(conn: connection.Connection, work: SimulatedWork, batch_size: int) -> int:
+        try:
+            return len(dispatch.run_once(conn, work, batch_size=batch_size).claimed)
+        except psycopg.errors.InternalError_:
+            return 0
+
+    return _claim_until_done(dsn, f"pgsched-upgrading-{worker}", seed, seconds, claim_into)
+
+
 def mixed_version_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
     """Even workers claim as the release before migration 0005 did (``previous_dispatch``),
     odd ones with this release's one-call claim: a rolling upgrade, mid-roll."""

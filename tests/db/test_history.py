@@ -73,7 +73,7 @@ def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(
     context = multiprocessing.get_context("spawn")
     with context.Pool(4) as pool:
         racing = pool.starmap_async(
-            racers.dispatcher, [(dsn, worker, 2000 + worker, 240) for worker in range(4)]
+            racers.upgrading_dispatcher, [(dsn, worker, 2000 + worker, 240) for worker in range(4)]
         )
         with connection.connect(dsn) as conn:
             deadline = time.monotonic() + 60
