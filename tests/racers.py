@@ -136,9 +136,10 @@ def release_0011_dispatcher(dsn: str, worker: int, seed: int, seconds: float) ->
                 rows = conn.execute(RELEASE_0011_CLAIM, {"batch_size": batch_size}).fetchall()
         except psycopg.errors.InternalError_ as error:
             # A claim in flight while the migration replaced job_runs finishes its old plan
-            # against a row type that no longer exists. Its transaction rolls back (nothing
+            # against a table or row type that no longer exists ("could not open relation
+            # with OID", "cache lookup failed for type"). Its transaction rolls back (nothing
             # claimed) and the shipped loop fails open to the next tick: so does this one.
-            if "cache lookup failed" not in str(error):
+            if not any(gone in str(error) for gone in ("could not open relation", "cache lookup")):
                 raise
             return 0
         claimed = [Run.from_row(row) for row in rows if row["outcome"] == "claimed"]
