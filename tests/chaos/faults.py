@@ -245,13 +245,17 @@ class FaultLog:
 
 
 class FaultPlan:
-    """Every kind once (shuffled), then weighted random draws."""
+    """Every kind once (shuffled; the ``last`` kinds after all others), then weighted
+    random draws."""
 
-    def __init__(self, rng: random.Random, weights: dict[str, float]) -> None:
+    def __init__(
+        self, rng: random.Random, weights: dict[str, float], *, last: tuple[str, ...] = ()
+    ) -> None:
         self._rng = rng
         self._weights = weights
-        self._first = list(weights)
+        self._first = [kind for kind in weights if kind not in last]
         rng.shuffle(self._first)
+        self._first += [kind for kind in last if kind in weights]
 
     def next(self) -> str:
         if self._first:
