@@ -107,6 +107,9 @@ class ChaosDriver:
     verdict_interval_seconds = 0.0
     # How long after the API was away (or a replica started) silence is not confirmed.
     verdict_stale_view_seconds = 0.0
+    # Kinds injected only after every other kind's first time (their aftermath would leave
+    # the others nothing to act on for a while).
+    late_fault_kinds: tuple[str, ...] = ()
 
     def __init__(self, config: ChaosConfig, server: PostgresServer, work_dir: Path) -> None:
         self.config = config
@@ -280,7 +283,11 @@ class ChaosDriver:
         if not catalog:
             time.sleep(max(0.0, deadline - time.monotonic()))
             return
-        plan = faults.FaultPlan(self.rng, {kind: weight for kind, (weight, _) in catalog.items()})
+        plan = faults.FaultPlan(
+            self.rng,
+            {kind: weight for kind, (weight, _) in catalog.items()},
+            last=self.late_fault_kinds,
+        )
         while time.monotonic() < deadline:
             time.sleep(min(self.rng.uniform(*self.config.fault_gap), deadline - time.monotonic()))
             if time.monotonic() >= deadline:

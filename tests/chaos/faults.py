@@ -245,13 +245,18 @@ class FaultLog:
 
 
 class FaultPlan:
-    """Every kind once (shuffled), then weighted random draws."""
+    """Every kind once (shuffled; the ``last`` kinds after all others), then weighted
+    random draws."""
 
-    def __init__(self, rng: random.Random, weights: dict[str, float]) -> None:
+    def __init__(
+        self, rng: random.Random, weights: dict[str, float], *, last: tuple[str, ...] = ()
+    ) -> None:
         self._rng = rng
         self._weights = weights
-        self._first = list(weights)
+        self._first = [kind for kind in weights if kind not in last]
         rng.shuffle(self._first)
+        self._last = [kind for kind in last if kind in weights]
+        self._first += self._last
 
     def next(self) -> str:
         if self._first:
@@ -260,6 +265,8 @@ class FaultPlan:
         return self._rng.choices(kinds, weights=[self._weights[k] for k in kinds])[0]
 
     def again(self, kind: str) -> None:
-        """``kind`` had nothing to act on (no job running, no tick caught): owe it."""
+        """``kind`` had nothing to act on (no job running, no tick caught): owe it (still
+        before the ``last`` kinds not injected yet)."""
         if kind not in self._first:
-            self._first.append(kind)
+            pending_last = [i for i, k in enumerate(self._first) if k in self._last]
+            self._first.insert(pending_last[0] if pending_last else len(self._first), kind)
