@@ -7,7 +7,8 @@ database restarts) and reports each violation once:
 - I9 live: a concurrency pool with more RUNNING runs (across its jobs) than its limit;
 - I3 live: a RUNNING run silent for longer than its heartbeat (or orphan) timeout plus the
   stall slack — the reaper should have ended it, or asked for its verdict — or a due
-  QUEUED run waiting longer than the queue bound;
+  QUEUED run waiting longer than the queue bound plus the time the API server was down
+  meanwhile (runs awaiting their verdicts keep their caps until the API answers);
 - I3 live, runs awaiting a verdict (``outcome_pending_at``, container runs: the reaper
   asks the API instead of calling silence death, I8): such a run may stay RUNNING as long
   as its Job has not recorded an outcome — the Job controller decides, and after an API
@@ -61,7 +62,8 @@ FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING'
 """
 _WAITING = """
-SELECT id, extract(epoch FROM now() - scheduled_for) AS waited
+SELECT id, extract(epoch FROM now() - scheduled_for) AS waited,
+       extract(epoch FROM scheduled_for) AS due_at, extract(epoch FROM now()) AS now
 FROM pgsched.job_runs WHERE status = 'QUEUED' AND scheduled_for <= now()
 ORDER BY scheduled_for LIMIT 20
 """
@@ -165,12 +167,15 @@ class Sampler(threading.Thread):
         for row in waiting:
             waited = float(row["waited"])
             result.max_queue_wait_seconds = max(result.max_queue_wait_seconds, waited)
-            if waited > self._queue_bound:
+            # While the API server is down, runs awaiting their verdicts keep their caps
+            # (RUNNING until their Job's outcome can be read), so a capped run waits too.
+            down = self._api_down(float(row["due_at"]), float(row["now"]))
+            if waited > self._queue_bound + down:
                 self._report(
                     "I3",
                     f"queued:{row['id']}",
                     f"live: run {row['id']} due and QUEUED for {waited:.0f}s"
-                    f" (bound {self._queue_bound:g}s)",
+                    f" (bound {self._queue_bound:g}s + API server down {down:.0f}s meanwhile)",
                 )
         for row in terminal:
             self._remember(row, when="later sample")

@@ -43,14 +43,21 @@ def plant(conn, run_id, *, silent_for: float, pending_for: float | None = None) 
     )
 
 
-def sample(conn, run_id, *, recorded_ago: float | None = None, api_down: float = 0.0) -> list[str]:
+def sample(
+    conn,
+    run_id,
+    *,
+    recorded_ago: float | None = None,
+    api_down: float = 0.0,
+    queue_bound: float = 600,
+) -> list[str]:
     """One live sample; the Job's outcome on record ``recorded_ago`` seconds ago (None:
     the Job has none yet), the API server down ``api_down`` seconds of any interval."""
     now = time.time()
     sampler = Sampler(
         conn.info.dsn,
         stall_slack_seconds=SLACK,
-        queue_bound_seconds=600,
+        queue_bound_seconds=queue_bound,
         evidence=lambda: {} if recorded_ago is None else {run_id: now - recorded_ago},
         api_down=lambda since, until: min(api_down, until - since),
         verdict_interval=2.0,
@@ -103,3 +110,31 @@ def test_a_silent_verdict_is_bounded_by_the_api_outages_it_waited_behind(conn, r
     assert f"run {run_id}: its verdict (HeartbeatLost) took 100.0s after it was asked" in late
     # the verdict interval (2 s) and 95 s of API server downtime in between
     assert deadlines_kept(conn, slack_seconds=SLACK, verdict_allowance=lambda a, b: 97.0) == []
+
+
+def queued_since(conn, seconds: float) -> int:
+    """A run-now request of another job, due ``seconds`` ago and still QUEUED."""
+    job = define(conn, "waiting")
+    request = runs.run_now(conn, job.id, token="w")
+    conn.execute(
+        "UPDATE pgsched.job_runs SET scheduled_for = now() - make_interval(secs => %s)"
+        " WHERE id = %s",
+        [seconds, request.run.id],
+    )
+    return request.run.id
+
+
+def test_a_due_run_queued_past_the_bound_is_reported(conn, run_id):
+    waiting = queued_since(conn, 200)
+
+    [found] = sample(conn, run_id, queue_bound=180)
+
+    assert f"run {waiting} due and QUEUED for 200s (bound 180s + API server down 0s" in found
+
+
+def test_the_api_servers_downtime_extends_the_queue_bound(conn, run_id):
+    """A 10-minute run (seed 654409647): runs due during a 217 s outage waited behind their
+    definitions' caps, held by runs awaiting verdicts until the API came back."""
+    queued_since(conn, 200)
+
+    assert sample(conn, run_id, queue_bound=180, api_down=30) == []
