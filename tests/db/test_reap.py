@@ -75,6 +75,32 @@ def test_run_that_ignores_cancellation_past_the_grace_is_stopped_as_cancelled(co
     assert status(conn, run) == ("CANCELLED", "Cancelled")
 
 
+def test_a_cancelled_run_whose_workload_ended_awaits_its_verdict_not_the_grace(conn):
+    """The sidecar noted the workload's end; the cancel grace passing does not make the run
+    CANCELLED: its Job's outcome decides (verdicts), whatever the workload did."""
+    job = define(conn, cancelGraceSeconds=30, now=T0)
+    run = start_run(conn, job)
+    lease.heartbeat(conn, run, now=T0 + timedelta(seconds=1))
+    assert lease.workload_ended(conn, run, now=T0 + timedelta(seconds=2))
+    runs.cancel_run(conn, run.run_id, by=runs.BY_CLI, now=T0 + timedelta(seconds=3))
+    assert reap.run_once(conn, now=T0 + timedelta(seconds=40)).count("cancel_ignored") == 0
+    assert status(conn, run) == ("RUNNING", None)
+
+
+def test_a_cancelled_run_awaiting_its_verdict_is_left_to_the_verdict(conn):
+    job = define(
+        conn, cancelGraceSeconds=30, heartbeat={"intervalSeconds": 5, "timeoutSeconds": 30}, now=T0
+    )
+    run = start_run(conn, job)
+    lease.heartbeat(conn, run, now=T0 + timedelta(seconds=1))
+    runs.cancel_run(conn, run.run_id, by=runs.BY_CLI, now=T0 + timedelta(seconds=2))
+    marked = reap.run_once(conn, now=T0 + timedelta(seconds=32), await_verdicts=True)
+    assert marked.run_ids["outcome_pending"] == [run.run_id]
+    later = reap.run_once(conn, now=T0 + timedelta(seconds=60), await_verdicts=True)
+    assert later.count("cancel_ignored") == 0
+    assert status(conn, run) == ("RUNNING", None)
+
+
 def test_run_past_its_active_deadline_fails_deadline_exceeded(conn):
     job = define(conn, activeDeadlineSeconds=60, now=T0)
     run = start_run(conn, job)

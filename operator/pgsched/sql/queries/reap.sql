@@ -69,6 +69,12 @@ WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
   AND r.cancel_requested
   AND r.cancel_requested_at < %(now)s - make_interval(secs => d.cancel_grace_seconds)
+  -- A run whose workload already ended (its sidecar said so) or that awaits its verdict is
+  -- not "ignoring" the cancel: its outcome is its Job's to tell, and the verdict reads it
+  -- (CANCELLED only if the Job says so or is gone). Found by a 10-minute chaos run, where
+  -- this rule pre-empted a pending verdict.
+  AND r.workload_ended_at IS NULL
+  AND r.outcome_pending_at IS NULL
 RETURNING r.id;
 
 -- name: reap_active_deadline
