@@ -8,7 +8,9 @@ database restarts) and reports each violation once:
 - I3 live: a RUNNING run silent for longer than its heartbeat (or orphan) timeout plus the
   stall slack — the reaper should have ended it, or asked for its verdict — or a due
   QUEUED run waiting longer than the queue bound plus the time the API server was down
-  meanwhile (runs awaiting their verdicts keep their caps until the API answers);
+  meanwhile, or — if longer — the time its job's cap was held by runs that went silent and
+  awaited their verdicts (they keep their places until the API answers and the Job
+  controller has caught up; the rules for those runs bound that time);
 - I3 live, runs awaiting a verdict (``outcome_pending_at``, container runs: the reaper
   asks the API instead of calling silence death, I8): such a run may stay RUNNING as long
   as its Job has not recorded an outcome — the Job controller decides, and after an API
@@ -54,7 +56,9 @@ GROUP BY d.pool, p.concurrency_limit
 HAVING count(*) > p.concurrency_limit
 """
 _SILENT = """
-SELECT r.id, extract(epoch FROM now() - coalesce(r.heartbeat_at, r.started_at)) AS silent,
+SELECT r.id, r.definition_id,
+       extract(epoch FROM now() - coalesce(r.heartbeat_at, r.started_at)) AS silent,
+       extract(epoch FROM coalesce(r.heartbeat_at, r.started_at)) AS silent_since,
        CASE WHEN r.heartbeat_at IS NULL THEN d.orphan_timeout_seconds
             ELSE d.heartbeat_timeout_seconds END AS allowed,
        extract(epoch FROM r.outcome_pending_at) AS pending_at, extract(epoch FROM now()) AS now
@@ -62,7 +66,7 @@ FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING'
 """
 _WAITING = """
-SELECT id, extract(epoch FROM now() - scheduled_for) AS waited,
+SELECT id, definition_id, extract(epoch FROM now() - scheduled_for) AS waited,
        extract(epoch FROM scheduled_for) AS due_at, extract(epoch FROM now()) AS now
 FROM pgsched.job_runs WHERE status = 'QUEUED' AND scheduled_for <= now()
 ORDER BY scheduled_for LIMIT 20
@@ -114,6 +118,8 @@ class Sampler(threading.Thread):
         self._verdict_interval = verdict_interval
         self._stop_event = threading.Event()
         self._seen: set[str] = set()
+        # run id → (definition id, silent since, last seen awaiting its verdict), epoch s.
+        self._verdict_holds: dict[int, tuple[object, float, float]] = {}
         self._since: object = None
         self.result = Sampled()
 
@@ -158,6 +164,15 @@ class Sampler(threading.Thread):
                 f" limit {row['pool_limit']}",
             )
         result.peak_running = max(result.peak_running, len(silent))
+        for row in silent:
+            if row["pending_at"] is not None:
+                # Silent, then awaiting its verdict: it holds a place under its job's cap
+                # from its last sign of life; both phases are bounded by the rules below.
+                self._verdict_holds[row["id"]] = (
+                    row["definition_id"],
+                    float(row["silent_since"]),
+                    float(row["now"]),
+                )
         evidence = self._evidence() if any(r["pending_at"] for r in silent) else {}
         for row in silent:
             if row["pending_at"] is None:
@@ -169,19 +184,36 @@ class Sampler(threading.Thread):
             result.max_queue_wait_seconds = max(result.max_queue_wait_seconds, waited)
             # While the API server is down, runs awaiting their verdicts keep their caps
             # (RUNNING until their Job's outcome can be read), so a capped run waits too.
-            down = self._api_down(float(row["due_at"]), float(row["now"]))
-            if waited > self._queue_bound + down:
+            due_at, now = float(row["due_at"]), float(row["now"])
+            down = self._api_down(due_at, now)
+            held = self._held_by_verdicts(row["definition_id"], due_at, now)
+            if waited > self._queue_bound + max(down, held):
                 self._report(
                     "I3",
                     f"queued:{row['id']}",
                     f"live: run {row['id']} due and QUEUED for {waited:.0f}s"
-                    f" (bound {self._queue_bound:g}s + API server down {down:.0f}s meanwhile)",
+                    f" (bound {self._queue_bound:g}s + API server down {down:.0f}s or its"
+                    f" job's cap held by runs awaiting verdicts {held:.0f}s meanwhile)",
                 )
         for row in terminal:
             self._remember(row, when="later sample")
             if self._since is None or row["finished_at"] > self._since:
                 self._since = row["finished_at"]
         result.samples += 1
+
+    def _held_by_verdicts(self, definition_id: object, since: float, until: float) -> float:
+        """How long, between two epoch times, a run of this definition that went silent and
+        then awaited its verdict held a place under the cap (the union of those spans)."""
+        spans = sorted(
+            (max(start, since), min(end, until))
+            for held_for, start, end in self._verdict_holds.values()
+            if held_for == definition_id and end > since and start < until
+        )
+        total, reached = 0.0, since
+        for start, end in spans:
+            total += max(0.0, end - max(start, reached))
+            reached = max(reached, end)
+        return total
 
     def _check_silence(self, row: dict[str, Any]) -> None:
         overdue = float(row["silent"]) - row["allowed"]

@@ -112,10 +112,11 @@ def test_a_silent_verdict_is_bounded_by_the_api_outages_it_waited_behind(conn, r
     assert deadlines_kept(conn, slack_seconds=SLACK, verdict_allowance=lambda a, b: 97.0) == []
 
 
-def queued_since(conn, seconds: float) -> int:
-    """A run-now request of another job, due ``seconds`` ago and still QUEUED."""
-    job = define(conn, "waiting")
-    request = runs.run_now(conn, job.id, token="w")
+def queued_since(conn, seconds: float, job_id=None) -> int:
+    """A run-now request (of another job, unless ``job_id``), due ``seconds`` ago and still
+    QUEUED."""
+    job_id = job_id or define(conn, "waiting").id
+    request = runs.run_now(conn, job_id, token="w")
     conn.execute(
         "UPDATE pgsched.job_runs SET scheduled_for = now() - make_interval(secs => %s)"
         " WHERE id = %s",
@@ -130,6 +131,7 @@ def test_a_due_run_queued_past_the_bound_is_reported(conn, run_id):
     [found] = sample(conn, run_id, queue_bound=180)
 
     assert f"run {waiting} due and QUEUED for 200s (bound 180s + API server down 0s" in found
+    assert "cap held by runs awaiting verdicts 0s" in found
 
 
 def test_the_api_servers_downtime_extends_the_queue_bound(conn, run_id):
@@ -138,3 +140,40 @@ def test_the_api_servers_downtime_extends_the_queue_bound(conn, run_id):
     queued_since(conn, 200)
 
     assert sample(conn, run_id, queue_bound=180, api_down=30) == []
+
+
+def job_of(conn, run_id):
+    return conn.execute(
+        "SELECT definition_id FROM pgsched.job_runs WHERE id = %s", [run_id]
+    ).fetchone()["definition_id"]
+
+
+def test_a_wait_behind_a_run_awaiting_its_verdict_extends_the_queue_bound(conn, run_id):
+    """A 10-minute run (seed 1323391029): two capped runs waited 272 s, 1 s past the bound
+    plus the 91 s outage, behind runs whose verdicts settled a minute after the API came
+    back. The time its own job's cap was held by a silent, then pending, run is allowed."""
+    plant(conn, run_id, silent_for=250, pending_for=200)
+    same_job = queued_since(conn, 260, job_id=job_of(conn, run_id))
+
+    assert sample(conn, run_id, queue_bound=180, api_down=30) == [], same_job
+
+
+def test_a_run_awaiting_its_verdict_excuses_no_wait_of_another_job(conn, run_id):
+    plant(conn, run_id, silent_for=250, pending_for=200)
+    other_job = queued_since(conn, 260)
+
+    [found] = sample(conn, run_id, queue_bound=180, api_down=30)
+
+    assert f"run {other_job} due and QUEUED for 260s" in found
+    assert "cap held by runs awaiting verdicts 0s" in found
+
+
+def test_only_the_time_the_cap_was_held_is_allowed(conn, run_id):
+    """Held for the last 60 s of a 260 s wait: 180 + 60 < 260, still a violation."""
+    plant(conn, run_id, silent_for=60, pending_for=20)
+    same_job = queued_since(conn, 260, job_id=job_of(conn, run_id))
+
+    [found] = sample(conn, run_id, queue_bound=180)
+
+    assert f"run {same_job} due and QUEUED for 260s" in found
+    assert "cap held by runs awaiting verdicts 60s" in found
