@@ -14,7 +14,7 @@ import pytest
 
 from factories import RecordingLauncher, define, runs_of
 from pgsched.engine import dispatch, lease, reap, runs, settle
-from pgsched.k8s import api, names, verdicts
+from pgsched.k8s import api, names, outcomes, verdicts
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -291,3 +291,54 @@ def test_a_job_of_that_name_with_another_claims_lease_is_not_the_runs_own(conn):
     verdicts.run_once(conn, Api({name: completed_job(uuid.uuid4())}, {name: [COMPLETED_POD]}))
 
     assert row(conn, run_lease)["reason"] == "OutcomeUnknown"
+
+
+def ended_then_cancelled(conn, *, cancel_after_end: bool):
+    """A silent run whose sidecar reported the workload's end at T0 + 12 s, and whose
+    cancellation (``concurrencyPolicy: Replace``'s next occurrence) came at T0 + 11 s or
+    T0 + 20 s; its Job Complete, its pod Succeeded."""
+    _, run_lease = silent_run(conn)
+    cancel_at = T0 + timedelta(seconds=20 if cancel_after_end else 11)
+    if not cancel_after_end:
+        runs.cancel_run(conn, run_lease.run_id, by=runs.BY_REPLACE, now=cancel_at)
+    assert lease.workload_ended(conn, run_lease, now=T0 + timedelta(seconds=12))
+    if cancel_after_end:
+        runs.cancel_run(conn, run_lease.run_id, by=runs.BY_REPLACE, now=cancel_at)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    completed = pod(terminated={"exitCode": 0, "reason": "Completed"}, phase="Succeeded")
+    return run_lease, Api({name: job("Complete")}, {name: [completed]})
+
+
+def test_a_cancel_that_came_after_the_workload_ended_leaves_the_jobs_outcome(conn):
+    """A 10-minute chaos run (seed 393327150): a Job finished during an API outage, the
+    next occurrence's Replace asked it to stop meanwhile, and its verdict said CANCELLED —
+    reporting work that had run to its end as stopped."""
+    run_lease, served = ended_then_cancelled(conn, cancel_after_end=True)
+
+    assert verdicts.run_once(conn, served).recorded == {run_lease.run_id: "COMPLETED"}
+    assert row(conn, run_lease)["reason"] is None
+
+
+def test_a_cancel_before_the_workload_ended_still_decides(conn):
+    run_lease, served = ended_then_cancelled(conn, cancel_after_end=False)
+
+    assert verdicts.run_once(conn, served).recorded == {run_lease.run_id: "Cancelled"}
+    assert row(conn, run_lease)["status"] == "CANCELLED"
+
+
+def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_cancel(conn):
+    run_lease, served = ended_then_cancelled(conn, cancel_after_end=True)
+    name = job_name(conn, run_lease)
+
+    outcome = outcomes.record(
+        conn,
+        run_lease.run_id,
+        names.lease_fingerprint(str(run_lease.token)),
+        job=served.jobs[name],
+        pods=served.pods[name],
+        deleted=False,
+    )
+
+    assert outcome is not None and outcome.status == "COMPLETED"
+    assert row(conn, run_lease)["status"] == "COMPLETED"

@@ -117,6 +117,7 @@ class Run(_Row):
     cancelled_by: str | None  # who asked it to stop: runs.BY_* (migration 0006)
     retry_decision: str | None  # what settling decided, and why (migration 0006)
     upstream_run_id: int | None = None  # the upstream run whose final outcome queued it
+    workload_ended_at: datetime | None = None  # the sidecar saw the workload end (0007)
 
     @property
     def is_terminal(self) -> bool:

@@ -1,7 +1,9 @@
 """What a finished Job says about its run, and recording it (fenced).
 
 Reading order, most specific first: a cancelled run ends ``CANCELLED`` however its pod
-exited; a Job failed by its ``activeDeadlineSeconds`` is ``DeadlineExceeded``; an evicted
+exited — if the cancellation came while its workload ran (``cancel_stopped``: one requested
+after the heartbeat sidecar reported the workload's end found nothing to stop, and the
+Job's own outcome stands); a Job failed by its ``activeDeadlineSeconds`` is ``DeadlineExceeded``; an evicted
 pod is ``Evicted``; a main container killed for memory is ``OOMKilled``; any other non-zero
 exit is ``NonZeroExit`` with the exit code; a Job deleted while its run was still running
 is ``JobDeleted``. These are the reasons ``retryOn``/``neverRetryOn`` match.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from pgsched.db.connection import Connection
 from pgsched.engine import lease, runs
@@ -38,6 +41,21 @@ def finished(job: Obj) -> bool:
     return bool(
         _true_conditions(job) & {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
     )
+
+
+def cancel_stopped(
+    cancel_requested: bool, cancel_requested_at: datetime | None, workload_ended_at: datetime | None
+) -> bool:
+    """Whether a run's cancellation decides its outcome: it was requested before the
+    workload ended. A request that came later — ``concurrencyPolicy: Replace``'s next
+    occurrence, or ``pgsched cancel``, while an API outage kept the finished Job from being
+    read — found the work done; calling that run CANCELLED would report work that ran to
+    its end as stopped. Both times are the database's clock."""
+    if not cancel_requested:
+        return False
+    if cancel_requested_at is None or workload_ended_at is None:
+        return True
+    return cancel_requested_at < workload_ended_at
 
 
 def of_job(job: Obj, pods: list[Obj], *, deleted: bool, cancel_requested: bool) -> Outcome | None:
@@ -142,7 +160,8 @@ def record(
         or names.lease_fingerprint(str(run.lease_token)) != lease_fingerprint
     ):
         return None
-    outcome = of_job(job, pods, deleted=deleted, cancel_requested=run.cancel_requested)
+    cancelled = cancel_stopped(run.cancel_requested, run.cancel_requested_at, run.workload_ended_at)
+    outcome = of_job(job, pods, deleted=deleted, cancel_requested=cancelled)
     if outcome is None:
         return None
     assert run.lease_token is not None

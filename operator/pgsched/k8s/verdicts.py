@@ -7,7 +7,8 @@ that succeeded. So the reaper (``engine.reap``, with the Kubernetes launcher) on
 a silent run ``outcome_pending_at``, and this module settles it from the Job:
 
 - the Job finished → its outcome, exactly as the Job watch reads it (``COMPLETED``, or the
-  real failure reason: ``NonZeroExit``, ``OOMKilled``, ``Evicted``, ...);
+  real failure reason: ``NonZeroExit``, ``OOMKilled``, ``Evicted``, ...; ``CANCELLED`` only
+  if the cancellation came before the workload ended, ``outcomes.cancel_stopped``);
 - the Job is gone without a verdict → ``FAILED/OutcomeUnknown``: nobody can tell whether
   the work ran to success, so by default it is *not* retried (opt in with ``retryOn``);
   a run whose cancellation was requested ends ``CANCELLED`` instead;
@@ -96,9 +97,10 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
             )
         )
     if outcomes.finished(job):
-        outcome = outcomes.of_job(
-            job, pods, deleted=False, cancel_requested=bool(row["cancel_requested"])
+        cancelled = outcomes.cancel_stopped(
+            row["cancel_requested"], row["cancel_requested_at"], row["workload_ended_at"]
         )
+        outcome = outcomes.of_job(job, pods, deleted=False, cancel_requested=cancelled)
         return Verdict(outcome)
     if row["workload_ended_at"] is not None or any(_pod_ended(pod) for pod in pods):
         return Verdict(why="the workload ended; its Job has not recorded the outcome yet")

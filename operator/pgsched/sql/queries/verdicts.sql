@@ -2,7 +2,8 @@
 
 -- name: runs_awaiting_verdict
 SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.heartbeat_at, r.started_at,
-       r.workload_ended_at, r.outcome_pending_at, r.cancel_requested, d.namespace, d.name
+       r.workload_ended_at, r.outcome_pending_at, r.cancel_requested, r.cancel_requested_at,
+       d.namespace, d.name
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.status = 'RUNNING' AND r.outcome_pending_at IS NOT NULL
