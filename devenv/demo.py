@@ -237,7 +237,8 @@ The database (every run, every attempt, every skipped occurrence):
 
 
 def show_run_logs(cp: ControlPlane, scheduled_job: str, *, timeout: float = 30.0) -> None:
-    """The last screen: ``kubectl logs`` of the newest pod whose workload container ended.
+    """The last screen: ``kubectl logs --all-containers`` of the newest pod whose workload
+    container ended.
 
     A run is COMPLETED as soon as its Job reports ``SuccessCriteriaMet``, which can be a
     moment before the pod itself is ``Succeeded`` (the heartbeat sidecar is still stopping),
@@ -268,9 +269,13 @@ def show_run_logs(cp: ControlPlane, scheduled_job: str, *, timeout: float = 30.0
         )
         return
     pod = max(done, key=lambda p: p["metadata"]["creationTimestamp"])["metadata"]["name"]
-    logs = cp.kubectl("logs", "-n", JOBS_NAMESPACE, pod, "-c", container, check=False)
+    # Every container: the heartbeat sidecar's lines (lease, workload ended) with the job's own.
+    logs = cp.kubectl(
+        "logs", "-n", JOBS_NAMESPACE, pod, "--all-containers", "--prefix", check=False
+    )
     print(
-        f"$ kubectl -n {JOBS_NAMESPACE} logs {pod} -c {container}\n{logs.stdout}{logs.stderr}",
+        f"$ kubectl -n {JOBS_NAMESPACE} logs {pod} --all-containers --prefix\n"
+        f"{logs.stdout}{logs.stderr}",
         flush=True,
     )
 

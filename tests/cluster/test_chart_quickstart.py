@@ -43,11 +43,15 @@ def test_the_quickstart_installs_the_chart_and_turns_the_examples_green():
     assert re.search(
         r"ledger-report\s+FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8;\S*\s+Europe/Sofia", table
     )
-    # The last screen is `kubectl logs` of a run's pod: the workload's own output, served by
-    # the real kubelet.
-    assert re.search(
-        r"\$ kubectl -n pgsched-demo logs \S+ -c hello\nhello from pgsched run \d+", output
+    # The last screen is `kubectl logs` of a run's pod, every container: the workload's own
+    # output and the heartbeat sidecar's lines, served by the real kubelet.
+    [screen] = re.findall(
+        r"^\$ kubectl -n pgsched-demo logs \S+ --all-containers --prefix\n(?:\[pod/.*\n)+",
+        output,
+        re.M,
     )
+    assert re.search(r"^\[pod/\S+/hello\] hello from pgsched run \d+", screen, re.M), screen
+    assert re.search(r"^\[pod/\S+/pgsched-heartbeat\] .*run \d+", screen, re.M), screen
     # It says how to look around, and cleans up after itself.
     assert "kubectl -n pgsched-demo get sj -w" in output
     [kubeconfig] = re.findall(r"export KUBECONFIG=(\S+)", output)
