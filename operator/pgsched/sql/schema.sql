@@ -103,6 +103,7 @@ PARTITION BY RANGE (scheduled_for);
 CREATE FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text) RETURNS TABLE(outcome text, subject_run bigint, subject_definition uuid, run pgsched.job_runs, definition_version bigint)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     moment timestamptz := coalesce(at, now());
@@ -1231,7 +1232,7 @@ CREATE INDEX job_dependencies_upstream ON pgsched.job_dependencies USING btree (
 -- Name: job_runs_by_status; Type: INDEX; Schema: pgsched; Owner: -
 --
 
-CREATE INDEX job_runs_by_status ON ONLY pgsched.job_runs USING btree (status, definition_id, id DESC);
+CREATE INDEX job_runs_by_status ON ONLY pgsched.job_runs USING btree (definition_id, status, id DESC);
 
 --
 -- Name: job_runs_chained; Type: INDEX; Schema: pgsched; Owner: -
@@ -1288,6 +1289,12 @@ CREATE UNIQUE INDEX job_runs_occurrence_key ON ONLY pgsched.job_runs USING btree
 CREATE UNIQUE INDEX job_runs_default_definition_id_scheduled_for_trigger_idx ON pgsched.job_runs_default USING btree (definition_id, scheduled_for, trigger) WHERE (trigger = ANY (ARRAY['schedule'::text, 'backfill'::text]));
 
 --
+-- Name: job_runs_default_definition_id_status_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_definition_id_status_id_idx ON pgsched.job_runs_default USING btree (definition_id, status, id DESC);
+
+--
 -- Name: job_runs_default_definition_id_upstream_run_id_idx; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -1342,12 +1349,6 @@ CREATE INDEX job_runs_queued ON ONLY pgsched.job_runs USING btree (scheduled_for
 CREATE INDEX job_runs_default_scheduled_for_id_idx ON pgsched.job_runs_default USING btree (scheduled_for, id) WHERE (status = 'QUEUED'::text);
 
 --
--- Name: job_runs_default_status_definition_id_id_idx; Type: INDEX; Schema: pgsched; Owner: -
---
-
-CREATE INDEX job_runs_default_status_definition_id_id_idx ON pgsched.job_runs_default USING btree (status, definition_id, id DESC);
-
---
 -- Name: job_runs_downstream; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -1384,6 +1385,12 @@ ALTER INDEX pgsched.job_runs_requests ATTACH PARTITION pgsched.job_runs_default_
 ALTER INDEX pgsched.job_runs_occurrence_key ATTACH PARTITION pgsched.job_runs_default_definition_id_scheduled_for_trigger_idx;
 
 --
+-- Name: job_runs_default_definition_id_status_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_by_status ATTACH PARTITION pgsched.job_runs_default_definition_id_status_id_idx;
+
+--
 -- Name: job_runs_default_definition_id_upstream_run_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
 --
 
@@ -1418,12 +1425,6 @@ ALTER INDEX pgsched.job_runs_retries ATTACH PARTITION pgsched.job_runs_default_r
 --
 
 ALTER INDEX pgsched.job_runs_queued ATTACH PARTITION pgsched.job_runs_default_scheduled_for_id_idx;
-
---
--- Name: job_runs_default_status_definition_id_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
---
-
-ALTER INDEX pgsched.job_runs_by_status ATTACH PARTITION pgsched.job_runs_default_status_definition_id_id_idx;
 
 --
 -- Name: job_runs_default_upstream_run_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -

@@ -26,13 +26,16 @@ FROM (
     FROM unnest(%(definition_ids)s::uuid[]) AS d(id)
     CROSS JOIN (SELECT DISTINCT unnest(%(statuses)s::text[])) AS s(status)
     CROSS JOIN LATERAL (
-        -- ANY(ARRAY[...]), not =, and the status in the ORDER BY: with an equality the
-        -- planner may walk job_runs_history and filter, trusting an estimate that cannot
-        -- know this job has few runs in this status; this order only job_runs_by_status
-        -- gives without sorting every run of the job.
+        -- The range repeats the equality on purpose: the planner, estimating this status's
+        -- share of the job's runs from the table's statistics (it cannot know this job
+        -- has none, nor, if a month holds a single status, that others exist), would
+        -- otherwise walk job_runs_history newest first and filter, reading every run of a
+        -- job without one in this status; the range makes that walk look as long as it
+        -- can be, so it takes job_runs_by_status (definition_id, status, id DESC).
         SELECT * FROM pgsched.job_runs AS j
-        WHERE j.status = ANY(ARRAY[s.status]) AND j.definition_id = d.id
-        ORDER BY j.status, j.id DESC
+        WHERE j.definition_id = d.id AND j.status = s.status
+          AND j.status >= s.status AND j.status <= s.status
+        ORDER BY j.id DESC
         LIMIT %(limit)s
     ) AS h
 ) AS r
