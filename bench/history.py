@@ -1,15 +1,17 @@
 """Claim latency as run history grows, and retention by dropping a month (issue 17 #1).
 
-Two databases on one server, both with 1,000 definitions and a level backlog of 2,000 due
-QUEUED runs: ``empty`` (a fresh install: no finished run is ever kept) and ``grown``, whose
+Four databases on one server, each with 1,000 definitions and a level backlog of 2,000 due
+QUEUED runs: ``empty`` (a fresh install: no finished run is ever kept), ``parts`` (empty
+partitions for the months ``grown`` spans at its largest), ``many`` (``MANY_MONTHS`` empty
+months before this one: what the number of partitions costs by itself) and ``grown``, whose
 history grows level by level (0, 1M, 10M finished runs by default; ``PGSCHED_BENCH_HISTORY``
 lists other levels, e.g. ``0,1000000,10000000,30000000``). History is generated inside
 Postgres (``generate_series``, 1M rows a statement) and spread evenly over the
 ``SPAN_DAYS`` days before yesterday, at the density of the largest level, so each level
 adds older months (partitions) to the table; every tenth run is one job's (the "big job").
 
-At each level one process alternates blocks of dispatcher claims (batch 50,
-``dispatch.run_once``) between the two databases, so the ratio grown/empty is measured in
+At each level one process rotates blocks of dispatcher claims (batch 50,
+``dispatch.run_once``) over the databases, so the ratios to ``empty`` are measured in
 the same minutes; the claimed batch is completed (kept in ``grown``, deleted in ``empty``)
 and as many runs queued again. ``pgsched runs`` of the big job is timed too.
 
@@ -48,6 +50,7 @@ GOAL = 1.2  # claim p99 at the largest history <= 1.2x empty; claims during a dr
 EXTRAPOLATE_TO = 100_000_000
 LISTED = 20  # pgsched runs' default --limit
 WINDOW_S = 5.0  # retention: seconds of claims measured before and after the drop
+MANY_MONTHS = 24  # the many-partitions database: two years kept without retention
 
 
 def levels(quick: bool) -> list[int]:
@@ -62,12 +65,16 @@ def run(ctx: Context) -> Report:
     blocks, per_block = (2, 5) if ctx.quick else (12, 25)
     empty = connection.connect(ctx.env.create_database("history_empty"))
     parts = connection.connect(ctx.env.create_database("history_parts"))
+    many = connection.connect(ctx.env.create_database("history_many"))
     grown = connection.connect(ctx.env.create_database("history_grown"))
     rows: list[dict[str, Any]] = []
     try:
         _prepare(empty)
         _prepare(parts)
         _empty_months(parts, since=datetime.now(UTC) - timedelta(days=SPAN_DAYS + 1))
+        _prepare(many)
+        this_month = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        _empty_months(many, since=history.add_months(this_month, -MANY_MONTHS))
         big = _prepare(grown)
         have = 0
         for level in sizes:
@@ -75,11 +82,11 @@ def run(ctx: Context) -> Report:
             _load(grown, big, first=have + 1, last=level, total=max(sizes[-1], 1))
             load_s = time.monotonic() - started
             have = level
-            conns = {"empty": empty, "parts": parts, "grown": grown}
+            conns = {"empty": empty, "parts": parts, "many": many, "grown": grown}
             rows.append(_measure(conns, big, level, load_s, blocks, per_block))
         retention = _drop_oldest_month(grown, window=1.0 if ctx.quick else WINDOW_S)
     finally:
-        for conn in (empty, parts, grown):
+        for conn in (empty, parts, many, grown):
             conn.close()
         ctx.env.drop_databases()
     return _report(ctx, rows, retention, blocks, per_block)
@@ -179,6 +186,8 @@ def _measure(
         "empty": samples["empty"],
         "parts": samples["parts"],
         "parts_partitions": _one(conns["parts"], "partition_count")["n"],
+        "many": samples["many"],
+        "many_partitions": _one(conns["many"], "partition_count")["n"],
         "grown": samples["grown"],
         "listing": listing,
         "failed": failed,
@@ -242,6 +251,13 @@ def _drop_oldest_month(grown: connection.Connection, *, window: float) -> dict[s
     }
 
 
+def _pooled_ratio(rows: list[dict[str, Any]], label: str, q: float) -> float:
+    """The q-quantile of ``label``'s claims over every level / the empty install's (the
+    partitions of ``label`` do not change between levels)."""
+    pooled = [sample for row in rows for sample in row[label]]
+    return ratio(percentile(pooled, q), percentile([s for r in rows for s in r["empty"]], q))
+
+
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least squares y = a + b x."""
     n = len(xs)
@@ -276,6 +292,8 @@ def _report(
             "p99 ratio",
             "same partitions p99 ms",
             "p99 ratio to same partitions",
+            "many partitions p50 ms",
+            "many partitions p50 ratio",
             "runs of big job ms",
             "--status FAILED ms",
         ],
@@ -299,6 +317,10 @@ def _report(
                 "p99 ratio": p99_ratios[-1],
                 "same partitions p99 ms": percentile(row["parts"], 0.99) * 1000,
                 "p99 ratio to same partitions": ratio(p99, percentile(row["parts"], 0.99)),
+                "many partitions p50 ms": percentile(row["many"], 0.5) * 1000,
+                "many partitions p50 ratio": ratio(
+                    percentile(row["many"], 0.5), percentile(row["empty"], 0.5)
+                ),
                 "runs of big job ms": percentile(row["listing"], 0.5) * 1000,
                 "--status FAILED ms": percentile(row["failed"], 0.5) * 1000,
             }
@@ -330,6 +352,10 @@ def _report(
         f"the {rows[0]['partitions']}-partition empty install; the grown one with its rows is "
         f"{ratio(percentile(largest['grown'], 0.99), largest_parts):.2f}x (p99) the "
         "same-partitions one",
+        f"partitions alone: {largest['many_partitions']} partitions ({MANY_MONTHS} empty months "
+        f"before this one) vs the fresh install's {rows[0]['partitions']}, over all levels' "
+        f"claims: p50 {_pooled_ratio(rows, 'many', 0.5):.2f}x, p99 "
+        f"{_pooled_ratio(rows, 'many', 0.99):.2f}x",
         f"{DEFINITIONS} definitions, backlog of {BACKLOG} due runs kept level, batch 50; "
         f"{blocks} alternating blocks of {per_block} claims per database and level; history "
         f"spread over {SPAN_DAYS} days at the density of the largest level",
@@ -352,14 +378,14 @@ def _report(
             {
                 k: v
                 for k, v in r.items()
-                if k not in {"empty", "parts", "grown", "listing", "failed"}
+                if k not in {"empty", "parts", "many", "grown", "listing", "failed"}
             }
             for r in rows
         ],
         "samples_ms": {
             f"{r['rows']}/{label}": [v * 1000 for v in r[label]]
             for r in rows
-            for label in ("empty", "parts", "grown")
+            for label in ("empty", "parts", "many", "grown")
         },
         "fit": {"intercept": intercept, "slope_per_row": slope, "projected": projected},
         "retention": {k: v for k, v in retention.items() if k != "timeline"},
@@ -377,6 +403,7 @@ def _plot_growth(ctx: Context, rows: list[dict[str, Any]], intercept: float, slo
     arms = (
         ("grown", "-o", "with history"),
         ("parts", ":^", "no rows, the same partitions"),
+        ("many", "-.v", f"no rows, {MANY_MONTHS} months of partitions"),
         ("empty", "--s", "fresh install"),
     )
     for label, style, legend in arms:

@@ -125,6 +125,12 @@ def expected(
     return result
 
 
+def _months_ago(n: int) -> datetime:
+    """NOW, a month before or two (by n): queues and RUNNING runs span three partitions, as
+    a backfill's or a long run's do, so the claim's month bounds are exercised too."""
+    return NOW - timedelta(days=31 * (n % 3))
+
+
 def build_queue(conn, rng: random.Random):
     """Random pools, definitions and runs; returns what :func:`expected` needs."""
     pools = {f"pool-{index}": rng.randint(1, 3) for index in range(rng.randint(0, 2))}
@@ -167,7 +173,13 @@ def build_queue(conn, rng: random.Random):
                 " request_token, lease_token, started_at, cancel_requested)"
                 " VALUES (%s, 'RUNNING', 'manual', %s, %s, gen_random_uuid(), %s, %s)"
                 " RETURNING id",
-                [d, NOW, f"running-{age}", NOW - timedelta(minutes=30 - age), stopping],
+                [
+                    d,
+                    _months_ago(age),
+                    f"running-{age}",
+                    NOW - timedelta(minutes=30 - age),
+                    stopping,
+                ],
             ).fetchone()
             running.append((row["id"], stopping))
         running_by_age[d] = running
@@ -175,7 +187,8 @@ def build_queue(conn, rng: random.Random):
             cap, policy, deleted, len(running), sum(1 for _, stopping in running if stopping), pool
         )
         for minute in range(rng.randint(0, 6)):
-            queued.append((d, rng.choice(["schedule", "manual"]), NOW - timedelta(minutes=minute)))
+            scheduled_for = _months_ago(minute) - timedelta(minutes=minute)
+            queued.append((d, rng.choice(["schedule", "manual"]), scheduled_for))
     rng.shuffle(queued)
     for position, (d, trigger, scheduled_for) in enumerate(queued):
         conn.execute(
@@ -190,6 +203,10 @@ def build_queue(conn, rng: random.Random):
 def test_the_claim_function_applies_the_rules_on_random_queues(conn, try_locks):
     rng = random.Random(20261130 + try_locks)
     pool_skips = 0
+    for month in range(2, 8):  # NOW's month, the ones before, one ahead; the rest: default
+        conn.execute(
+            "SELECT pgsched.create_run_partition(%s)", [datetime(2026, month, 1, tzinfo=UTC)]
+        )
     for case in range(CASES):
         conn.execute(
             "TRUNCATE pgsched.job_runs, pgsched.job_definitions, pgsched.job_pools CASCADE"

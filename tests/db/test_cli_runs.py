@@ -6,6 +6,8 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from psycopg import sql
+
 from cli_runner import pgsched
 from factories import RecordingLauncher, define
 from pgsched.engine import definitions, dispatch, lease, runs, settle
@@ -64,6 +66,42 @@ def test_runs_filters_by_status_and_limits(dsn, conn):
     runs.cancel_run(conn, runs.history(conn, job.id)[0].id, by=runs.BY_CLI)
     data = pgsched("runs", "report", "--status", "queued", "--limit", "1", "-o", "json", dsn=dsn)
     assert [item["status"] for item in data.json()["runs"]] == ["QUEUED"]
+
+
+def test_runs_with_several_statuses_lists_them_merged_newest_first(dsn, conn):
+    job = define(conn, "report", maxConcurrentRuns=5, now=T0)
+    for token in "abcdef":
+        runs.run_now(conn, job.id, token=token, scheduled_for=T0)
+    ids = [run.id for run in runs.history(conn, job.id)]  # newest first
+    for run_id in ids[1::2]:
+        runs.cancel_run(conn, run_id, by=runs.BY_CLI)
+    args = ["runs", "report", "--status", "CANCELLED", "--status", "queued"]
+    data = pgsched(*args, "--status", "QUEUED", "--limit", "5", "-o", "json", dsn=dsn).json()
+    assert [item["id"] for item in data["runs"]] == ids[:5]
+    cancelled = pgsched("runs", "report", "--status", "CANCELLED", "-o", "json", dsn=dsn).json()
+    assert [item["id"] for item in cancelled["runs"]] == ids[1::2]
+
+
+def test_runs_with_a_status_the_job_has_none_of_reads_a_few_pages_not_its_runs(conn):
+    from pgsched.db import queries
+
+    job = define(conn, "busy", now=T0)
+    other = define(conn, "flaky", now=T0)
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+        " request_token, finished_at, settled_at)"
+        " SELECT CASE WHEN g %% 10 = 0 THEN %s ELSE %s END,"
+        " CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'COMPLETED' END, 'manual',"
+        " %s - g * interval '1 second', 'r' || g, %s, %s FROM generate_series(1, 50000) g",
+        [other.id, job.id, T0, T0, T0],
+    )
+    conn.execute("ANALYZE pgsched.job_runs")
+    plan = conn.execute(
+        sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}").format(queries.get("run_history")),
+        {"definition_ids": [job.id], "statuses": ["FAILED"], "limit": 20},
+    ).fetchone()["QUERY PLAN"][0]
+    assert plan["Plan"]["Actual Rows"] == 0
+    assert plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"] < 50, plan
 
 
 def test_runs_of_an_unknown_scheduled_job_says_where_it_looked(dsn, conn):

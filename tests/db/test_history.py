@@ -61,20 +61,14 @@ def _count(conn, where: str = "true") -> int:
     return int(row["n"])
 
 
-def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(postgres):
-    """Four dispatchers of the release before 0012 (its claim function and fenced finish,
-    unchanged since 0010) claim and finish while the new release migrates the table under
-    them: no run is lost or claimed twice, and leases taken before the move are finished
-    after it."""
-    dsn = _database_at(postgres, "history_upgrade", 11)
-    total = 100 * 20
-    with connection.connect(dsn) as conn:
-        _seed(conn, definitions=100, runs_each=20)
+def _race_the_migration(dsn: str, *, version: int, dispatcher, seed: int, total: int) -> None:
+    """Four ``dispatcher`` processes claim and finish the ``total`` seeded runs while the
+    migrations after ``version`` are applied under them, mid-race; then no run was lost or
+    launched twice, every one completed, and no cap was exceeded."""
     context = multiprocessing.get_context("spawn")
     with context.Pool(4) as pool:
         racing = pool.starmap_async(
-            racers.release_0011_dispatcher,
-            [(dsn, worker, 2000 + worker, 240) for worker in range(4)],
+            dispatcher, [(dsn, worker, seed + worker, 240) for worker in range(4)]
         )
         with connection.connect(dsn) as conn:
             deadline = time.monotonic() + 60
@@ -82,7 +76,7 @@ def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(
                 assert time.monotonic() < deadline, "the dispatchers never got going"
                 time.sleep(0.05)
             assert migrate.migrate(conn).applied == [
-                m.version for m in migrate.available() if m.version > 11
+                m.version for m in migrate.available() if m.version > version
             ]
             done_before = _count(conn, "status = 'COMPLETED'")
         launched = [run_id for batch in racing.get(timeout=300) for run_id in batch]
@@ -95,10 +89,43 @@ def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(
         assert _count(conn, "status = 'COMPLETED'") == total
         assert invariants.never_over_cap(conn) == []
         assert invariants.every_attempt_terminal(conn) == []
+
+
+def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(postgres):
+    """Four dispatchers of the release before 0012 (its claim function and fenced finish,
+    unchanged since 0010) claim and finish while the new release migrates the table under
+    them: no run is lost or claimed twice, and leases taken before the move are finished
+    after it."""
+    dsn = _database_at(postgres, "history_upgrade", 11)
+    with connection.connect(dsn) as conn:
+        _seed(conn, definitions=100, runs_each=20)
+
+    _race_the_migration(
+        dsn, version=11, dispatcher=racers.release_0011_dispatcher, seed=2000, total=100 * 20
+    )
+
+    with connection.connect(dsn) as conn:
         partitioned = conn.execute(
             "SELECT relkind FROM pg_class WHERE oid = 'pgsched.job_runs'::regclass"
         ).fetchone()
         assert partitioned["relkind"] == "p"
+
+
+def test_rolling_upgrade_dispatchers_race_the_claim_pruning_migration(postgres):
+    """Four dispatchers of the release before 0015 (the same dispatcher, calling
+    claim_for_dispatch by the same signature) claim and finish over a year of partitions
+    while 0015 replaces the function's body and indexes job_runs under them: no run is lost
+    or claimed twice, caps hold across the swap."""
+    dsn = _database_at(postgres, "claim_pruning_upgrade", 14)
+    with connection.connect(dsn) as conn:
+        history.run_once(conn, retention=None)
+        month = history.month_of(history.partition_name(datetime.now(UTC)))
+        for _ in range(12):
+            month = history.add_months(month, -1)
+            conn.execute("SELECT pgsched.create_run_partition(%s)", [month])
+        _seed(conn, definitions=100, runs_each=20)
+
+    _race_the_migration(dsn, version=14, dispatcher=racers.dispatcher, seed=3000, total=100 * 20)
 
 
 def test_the_migration_keeps_every_row_id_and_lease_and_new_ids_continue(postgres):

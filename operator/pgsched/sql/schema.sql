@@ -103,13 +103,17 @@ PARTITION BY RANGE (scheduled_for);
 CREATE FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text) RETURNS TABLE(outcome text, subject_run bigint, subject_definition uuid, run pgsched.job_runs, definition_version bigint)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     moment timestamptz := coalesce(at, now());
     cand_ids bigint[];
     cand_defs uuid[];
     cand_triggers text[];
-    last_at timestamptz;       -- the last candidate's scheduled_for (where the rest starts)
+    -- The candidates' first and last scheduled_for: the months every run this claim
+    -- writes lies in (the rest of the overshoot starts after last_at and moves it on).
+    first_at timestamptz;
+    last_at timestamptz;
     spare boolean;
     first_defs uuid[];
     want_pools text[];
@@ -148,8 +152,8 @@ BEGIN
     SELECT coalesce(array_agg(c.id ORDER BY c.scheduled_for, c.id), '{}'),
            coalesce(array_agg(c.definition_id ORDER BY c.scheduled_for, c.id), '{}'),
            coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}'),
-           max(c.scheduled_for)
-    INTO cand_ids, cand_defs, cand_triggers, last_at
+           min(c.scheduled_for), max(c.scheduled_for)
+    INTO cand_ids, cand_defs, cand_triggers, first_at, last_at
     FROM (
         SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
         FROM pgsched.job_runs AS r
@@ -247,8 +251,9 @@ BEGIN
         IF NOT spare THEN
             SELECT cand_ids || coalesce(array_agg(c.id ORDER BY c.scheduled_for, c.id), '{}'),
                    cand_defs || coalesce(array_agg(c.definition_id ORDER BY c.scheduled_for, c.id), '{}'),
-                   cand_triggers || coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}')
-            INTO cand_ids, cand_defs, cand_triggers
+                   cand_triggers || coalesce(array_agg(c.trigger ORDER BY c.scheduled_for, c.id), '{}'),
+                   coalesce(max(c.scheduled_for), last_at)
+            INTO cand_ids, cand_defs, cand_triggers, last_at
             FROM (
                 SELECT r.id, r.definition_id, r.trigger, r.scheduled_for
                 FROM pgsched.job_runs AS r
@@ -423,6 +428,7 @@ BEGIN
             finished_at = moment, settled_at = moment
         FROM unnest(skipped_ids, skipped_errors) AS s(id, error)
         WHERE r.id = s.id AND r.status = 'QUEUED'
+          AND r.scheduled_for >= first_at AND r.scheduled_for <= last_at
         RETURNING 'skipped'::text, r.id, r.definition_id, NULL::pgsched.job_runs, NULL::bigint;
     END IF;
 
@@ -454,6 +460,7 @@ BEGIN
             lease_token = gen_random_uuid()
         FROM unnest(lim_ids, lim_version) AS v(id, version)
         WHERE r.id = ANY(chosen_ids) AND r.status = 'QUEUED' AND v.id = r.definition_id
+          AND r.scheduled_for >= first_at AND r.scheduled_for <= last_at
         RETURNING 'claimed'::text, r.id, r.definition_id, r, v.version;
     END IF;
 END;
@@ -550,13 +557,15 @@ CREATE FUNCTION pgsched.dispatch_limits(definition_ids uuid[]) RETURNS TABLE(id 
     LANGUAGE sql STABLE
     AS $$
     SELECT d.id, d.max_concurrent_runs, d.concurrency_policy, d.deleted_at IS NOT NULL,
-           r.running, r.stopping, d.pool, d.version
+           coalesce(r.running, 0), coalesce(r.stopping, 0), d.pool, d.version
     FROM pgsched.job_definitions AS d
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS running, count(*) FILTER (WHERE cancel_requested) AS stopping
-        FROM pgsched.job_runs
-        WHERE definition_id = d.id AND status = 'RUNNING'
-    ) AS r
+    LEFT JOIN (
+        SELECT j.definition_id, count(*) AS running,
+               count(*) FILTER (WHERE j.cancel_requested) AS stopping
+        FROM pgsched.job_runs AS j
+        WHERE j.status = 'RUNNING' AND j.definition_id = ANY(definition_ids)
+        GROUP BY j.definition_id
+    ) AS r ON r.definition_id = d.id
     WHERE d.id = ANY(definition_ids);
 $$;
 
@@ -1220,6 +1229,12 @@ CREATE INDEX job_definitions_pool ON pgsched.job_definitions USING btree (pool) 
 CREATE INDEX job_dependencies_upstream ON pgsched.job_dependencies USING btree (upstream_name);
 
 --
+-- Name: job_runs_by_status; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_by_status ON ONLY pgsched.job_runs USING btree (definition_id, status, id DESC);
+
+--
 -- Name: job_runs_chained; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -1272,6 +1287,12 @@ CREATE UNIQUE INDEX job_runs_occurrence_key ON ONLY pgsched.job_runs USING btree
 --
 
 CREATE UNIQUE INDEX job_runs_default_definition_id_scheduled_for_trigger_idx ON pgsched.job_runs_default USING btree (definition_id, scheduled_for, trigger) WHERE (trigger = ANY (ARRAY['schedule'::text, 'backfill'::text]));
+
+--
+-- Name: job_runs_default_definition_id_status_id_idx; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_runs_default_definition_id_status_id_idx ON pgsched.job_runs_default USING btree (definition_id, status, id DESC);
 
 --
 -- Name: job_runs_default_definition_id_upstream_run_id_idx; Type: INDEX; Schema: pgsched; Owner: -
@@ -1362,6 +1383,12 @@ ALTER INDEX pgsched.job_runs_requests ATTACH PARTITION pgsched.job_runs_default_
 --
 
 ALTER INDEX pgsched.job_runs_occurrence_key ATTACH PARTITION pgsched.job_runs_default_definition_id_scheduled_for_trigger_idx;
+
+--
+-- Name: job_runs_default_definition_id_status_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
+--
+
+ALTER INDEX pgsched.job_runs_by_status ATTACH PARTITION pgsched.job_runs_default_definition_id_status_id_idx;
 
 --
 -- Name: job_runs_default_definition_id_upstream_run_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
