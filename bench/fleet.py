@@ -267,8 +267,9 @@ def unsynced_statuses(admin: AdminClient, namespace: str) -> int:
             return missing
 
 
-def server_requests(admin: AdminClient) -> Counter[tuple[str, str]]:
-    """The API server's request counts on the operator's resources, by (verb, resource).
+def server_requests(admin: AdminClient, *, successful: bool = False) -> Counter[tuple[str, str]]:
+    """The API server's request counts on the operator's resources, by (verb, resource);
+    ``successful``: only those answered 2xx (no conflicts, no errors).
 
     ``apiserver_request_total`` has no namespace label: one operator runs at a time."""
     text = _raw_get(admin, "/metrics")
@@ -277,6 +278,8 @@ def server_requests(admin: AdminClient) -> Counter[tuple[str, str]]:
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        if successful and not labels.get("code", "").startswith("2"):
+            continue
         if labels.get("resource") in RESOURCES:
             counts[(labels.get("verb", ""), labels["resource"])] += int(
                 float(line.rsplit(" ", 1)[1])

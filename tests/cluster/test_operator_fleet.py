@@ -70,15 +70,24 @@ def test_operator_syncs_a_fleet_it_finds_on_start_in_bounded_memory_without_fail
     host_cluster.kubectl("create", "namespace", "fleet-start")
     fleet.create_fleet(admin, "fleet-start", FLEET)
     peak = fleet.PeakRss()
+    before = fleet.server_requests(admin, successful=True)
     operator = start(host_cluster, dsn, "fleet-start", tmp_path / "operator.log")
     try:
         peak.follow(operator.pid)
         fleet.wait_for_sync(admin, dsn, "fleet-start", FLEET, timeout=300)
+        time.sleep(3)  # nothing more is written
+        writes = fleet.server_requests(admin, successful=True) - before
     finally:
         highest = peak.stop()
         operator.stop()
     failed = [line for line in operator.log().splitlines() if "failed; will retry" in line]
     assert not failed, f"{len(failed)} API requests failed while syncing, e.g. {failed[:3]}"
+    # Three writes per new ScheduledJob: kopf's finalizer, the status (kopf's record of the
+    # handled spec in the same patch) and the Scheduled Event.
+    assert {key: n for key, n in writes.items() if key[0] in ("POST", "PATCH", "PUT")} == {
+        ("PATCH", "scheduledjobs"): 2 * FLEET,
+        ("POST", "events"): FLEET,
+    }
     assert highest < baseline + MEMORY_ALLOWANCE_MIB, (
         f"syncing {FLEET} ScheduledJobs took the operator to {highest:.0f} MiB,"
         f" from {baseline:.0f} MiB with none"
