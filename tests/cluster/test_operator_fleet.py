@@ -161,3 +161,50 @@ def definition_generation(dsn: str, name: str) -> int:
             "SELECT generation FROM pgsched.job_definitions WHERE name = %s", (name,)
         ).fetchone()
         return int(row["generation"]) if row else 0
+
+
+def test_first_start_after_kopfs_record_moved_to_the_status_writes_only_that_record(
+    host_cluster: ControlPlane, admin: AdminClient, dsn: str, tmp_path: Path
+) -> None:
+    """The previous release kept kopf's record of the handled spec in an annotation; this
+    one keeps it in the status. On the first start after the upgrade kopf finds no record
+    and handles each ScheduledJob as created: the definition row is not rewritten, no
+    Event is posted and the status keeps its generation; only kopf's record is written
+    (docs/operations.md, Upgrades)."""
+    namespace, size = "fleet-upgrade", 40
+    path = f"/apis/pgsched.dev/v1alpha1/namespaces/{namespace}/scheduledjobs"
+    host_cluster.kubectl("create", "namespace", namespace)
+    fleet.create_fleet(admin, namespace, size)
+    first = start(host_cluster, dsn, namespace, tmp_path / "first.log")
+    try:
+        fleet.wait_for_sync(admin, dsn, namespace, size, timeout=300)
+        time.sleep(3)
+    finally:
+        first.stop()
+    # The previous release's state, planted: the record in the annotation, none in the status.
+    for item in admin.get(path)["items"]:
+        name, record = item["metadata"]["name"], item["status"]["kopf"][RECORD]
+        admin.patch(f"{path}/{name}/status", {"status": {"kopf": None}})
+        admin.patch(f"{path}/{name}", {"metadata": {"annotations": {OLD_RECORD: record + "\n"}}})
+    rows_before = row_versions(dsn)
+    events_before = len(admin.get(f"/api/v1/namespaces/{namespace}/events")["items"])
+    second = start(host_cluster, dsn, namespace, tmp_path / "second.log")
+    try:
+        wait_for(
+            lambda: all(
+                RECORD in item["status"].get("kopf", {}) for item in admin.get(path)["items"]
+            ),
+            120,
+            describe="kopf's record in every status",
+        )
+        time.sleep(3)
+    finally:
+        second.stop()
+    items = admin.get(path)["items"]
+    assert row_versions(dsn) == rows_before
+    assert len(admin.get(f"/api/v1/namespaces/{namespace}/events")["items"]) == events_before
+    assert {item["status"]["observedGeneration"] for item in items} == {1}
+
+
+RECORD = "last-handled-configuration"
+OLD_RECORD = f"kopf.pgsched.dev/{RECORD}"
