@@ -70,15 +70,24 @@ def test_operator_syncs_a_fleet_it_finds_on_start_in_bounded_memory_without_fail
     host_cluster.kubectl("create", "namespace", "fleet-start")
     fleet.create_fleet(admin, "fleet-start", FLEET)
     peak = fleet.PeakRss()
+    before = fleet.server_requests(admin, successful=True)
     operator = start(host_cluster, dsn, "fleet-start", tmp_path / "operator.log")
     try:
         peak.follow(operator.pid)
         fleet.wait_for_sync(admin, dsn, "fleet-start", FLEET, timeout=300)
+        time.sleep(3)  # nothing more is written
+        writes = fleet.server_requests(admin, successful=True) - before
     finally:
         highest = peak.stop()
         operator.stop()
     failed = [line for line in operator.log().splitlines() if "failed; will retry" in line]
     assert not failed, f"{len(failed)} API requests failed while syncing, e.g. {failed[:3]}"
+    # Three writes per new ScheduledJob: kopf's finalizer, the status (kopf's record of the
+    # handled spec in the same patch) and the Scheduled Event.
+    assert {key: n for key, n in writes.items() if key[0] in ("POST", "PATCH", "PUT")} == {
+        ("PATCH", "scheduledjobs"): 2 * FLEET,
+        ("POST", "events"): FLEET,
+    }
     assert highest < baseline + MEMORY_ALLOWANCE_MIB, (
         f"syncing {FLEET} ScheduledJobs took the operator to {highest:.0f} MiB,"
         f" from {baseline:.0f} MiB with none"
@@ -152,3 +161,50 @@ def definition_generation(dsn: str, name: str) -> int:
             "SELECT generation FROM pgsched.job_definitions WHERE name = %s", (name,)
         ).fetchone()
         return int(row["generation"]) if row else 0
+
+
+def test_first_start_after_kopfs_record_moved_to_the_status_writes_only_that_record(
+    host_cluster: ControlPlane, admin: AdminClient, dsn: str, tmp_path: Path
+) -> None:
+    """The previous release kept kopf's record of the handled spec in an annotation; this
+    one keeps it in the status. On the first start after the upgrade kopf finds no record
+    and handles each ScheduledJob as created: the definition row is not rewritten, no
+    Event is posted and the status keeps its generation; only kopf's record is written
+    (docs/operations.md, Upgrades)."""
+    namespace, size = "fleet-upgrade", 40
+    path = f"/apis/pgsched.dev/v1alpha1/namespaces/{namespace}/scheduledjobs"
+    host_cluster.kubectl("create", "namespace", namespace)
+    fleet.create_fleet(admin, namespace, size)
+    first = start(host_cluster, dsn, namespace, tmp_path / "first.log")
+    try:
+        fleet.wait_for_sync(admin, dsn, namespace, size, timeout=300)
+        time.sleep(3)
+    finally:
+        first.stop()
+    # The previous release's state, planted: the record in the annotation, none in the status.
+    for item in admin.get(path)["items"]:
+        name, record = item["metadata"]["name"], item["status"]["kopf"][RECORD]
+        admin.patch(f"{path}/{name}/status", {"status": {"kopf": None}})
+        admin.patch(f"{path}/{name}", {"metadata": {"annotations": {OLD_RECORD: record + "\n"}}})
+    rows_before = row_versions(dsn)
+    events_before = len(admin.get(f"/api/v1/namespaces/{namespace}/events")["items"])
+    second = start(host_cluster, dsn, namespace, tmp_path / "second.log")
+    try:
+        wait_for(
+            lambda: all(
+                RECORD in item["status"].get("kopf", {}) for item in admin.get(path)["items"]
+            ),
+            120,
+            describe="kopf's record in every status",
+        )
+        time.sleep(3)
+    finally:
+        second.stop()
+    items = admin.get(path)["items"]
+    assert row_versions(dsn) == rows_before
+    assert len(admin.get(f"/api/v1/namespaces/{namespace}/events")["items"]) == events_before
+    assert {item["status"]["observedGeneration"] for item in items} == {1}
+
+
+RECORD = "last-handled-configuration"
+OLD_RECORD = f"kopf.pgsched.dev/{RECORD}"

@@ -73,7 +73,9 @@ def _key(meta: Any, uid: str, generation: int) -> definitions.DefinitionKey:
 @kopf.on.resume(names.GROUP, names.VERSION, names.PLURAL)
 @kopf.on.create(names.GROUP, names.VERSION, names.PLURAL)
 @kopf.on.update(names.GROUP, names.VERSION, names.PLURAL)
-def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) -> None:
+def reconcile(
+    body: Any, spec: Any, meta: Any, uid: str, memo: Any, patch: kopf.Patch, **_: Any
+) -> None:
     context = _context(memo)
     generation = int(meta.get("generation") or 1)
     key = _key(meta, uid, generation)
@@ -109,7 +111,12 @@ def reconcile(body: Any, spec: Any, meta: Any, uid: str, memo: Any, **_: Any) ->
             # status and Event need not be written again, thousands of times over.
             current = dict(body.get("status") or {})
             if current.get("observedGeneration") != generation or stored.generation != generation:
-                context.publisher.patch_status(conn, stored, dict(body))
+                # Written by kopf after the handler, in one status patch with its record of
+                # the handled spec (status.kopf, see operator.py): a write per ScheduledJob
+                # fewer than a status patch of our own next to kopf's annotation patch.
+                new = context.publisher.render_status(conn, stored, dict(body))
+                patch.status.update(new)
+                context.publisher.announce_transitions(stored, dict(body), new)
                 # Downstreams naming this one: their UpstreamsFound condition may change.
                 context.publisher.refresh_statuses(
                     conn, chain.downstream_ids(conn, namespace=key.namespace, name=key.name)

@@ -268,9 +268,11 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
             prefix="kopf.pgsched.dev"
         )
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix="kopf.pgsched.dev", key="last-handled-configuration"
-        )
+        # kopf's record of the last handled spec lives in the status
+        # (status.kopf.last-handled-configuration), not in an annotation: the reconcile
+        # handler hands its status to kopf, so both are one status patch — a new
+        # ScheduledJob costs three writes (finalizer, status, Scheduled Event), not four.
+        settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage()
         settings.posting.level = logging.WARNING
         settings.execution.max_workers = max(4, threads.settings.pool_size * 2)
         settings.watching.server_timeout = 120

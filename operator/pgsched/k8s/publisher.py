@@ -194,10 +194,19 @@ class Publisher:
 
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
         """Render the ScheduledJob's status from the database and merge-patch it."""
+        new = self.render_status(conn, definition, current)
+        path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
+        self.kube.merge_patch(path, {"status": new})
+        self.announce_transitions(definition, current, new)
+        return new
+
+    def render_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
+        """The ScheduledJob's status rendered from the database, for a merge patch (the
+        caller writes it, then calls ``announce_transitions``)."""
         old = current.get("status") or {}
         counts = runs.counts(conn, definition.id)
         last_run = runs.last_run(conn, definition.id)
-        new = status.render(
+        return status.render(
             definition,
             last_run=last_run,
             active=counts.running,
@@ -210,9 +219,11 @@ class Publisher:
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
             pool_found=_pool_found(conn, definition),
         )
-        path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
-        self.kube.merge_patch(path, {"status": new})
-        for condition in status.transitions(old, new):
+
+    def announce_transitions(self, definition: Definition, current: Obj, new: Obj) -> None:
+        """The Event of a condition that flipped between ``current``'s status and ``new``
+        (auto-suspension), with the new status written (or about to be, by kopf)."""
+        for condition in status.transitions(current.get("status") or {}, new):
             suspended_at = definition.auto_suspended_at
             if condition["reason"] == "TooManyFailures" and suspended_at is not None:
                 self.post_event(
@@ -225,7 +236,6 @@ class Publisher:
                     message=condition["message"],
                     at=suspended_at,
                 )
-        return new
 
 
 def _pool_found(conn: Connection, definition: Definition) -> bool:
