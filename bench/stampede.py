@@ -51,6 +51,7 @@ PLAIN_NAMESPACE = "bench-plain"
 OTHERS_LABEL = "bench.pgsched.dev/other"
 CLOCK = Path(devenv.__file__).parent / "shifted_clock"
 AHEAD = 5.0  # seconds between moving the clock and the due instant
+SETUP_START = 300  # the engine's clock during the set-up starts this many seconds past an hour
 # No pod runs, so no run heartbeats: keep the reaper from failing (and retrying) runs whose
 # Job exists while a slow machine still drains the stampede.
 QUIET = {"timeoutSeconds": 3600, "orphanTimeoutSeconds": 3600}
@@ -118,11 +119,19 @@ def run(ctx: Context) -> Report:
 
 def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
     dsn = ctx.env.create_database("stampede")
-    with kube.cluster(node=False) as bench:
+    with kube.cluster(host_only=True) as bench:
         kube.job_dsn_secret(bench, dsn)
         bench.kubectl("create", "namespace", PLAIN_NAMESPACE)
         clock_file = bench.work_dir / "clock-offset"
-        clock_file.write_text("0")
+        # The set-up must not cross a top of the hour on the engine's clock: the
+        # ScheduledJobs would be due then, or — if the stampede were moved to the hour
+        # after — the engine would catch that earlier occurrence up the moment the clock
+        # moves (a smoke run started at 17:58 saw its Jobs before the due instant). So the
+        # engine's clock starts at five past an hour, whatever the time: 55 minutes of
+        # set-up before the next top of the hour, the stampede's due instant.
+        now = datetime.now(UTC)
+        start_offset = float(SETUP_START - (now.minute * 60 + now.second))
+        clock_file.write_text(repr(start_offset))
         operator = bench.operator(
             dsn,
             PGSCHED_API_QPS=f"{QPS:g}",
@@ -135,10 +144,9 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
         )
         watchers: list[kube.FirstSeen] = []
         try:
-            # The top of the hour the stampede is due at, on the engine clock (unshifted yet).
-            due = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-            if due - datetime.now(UTC) < timedelta(minutes=5):
-                due += timedelta(hours=1)
+            # The top of the hour the stampede is due at: the next one on the engine clock.
+            engine_now = datetime.now(UTC) + timedelta(seconds=start_offset)
+            due = engine_now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
             drain = 2 * count / QPS  # the plain client's time, about
             other_due = {
                 f"other-{k}": due + timedelta(seconds=1 + int(k * drain / others))
