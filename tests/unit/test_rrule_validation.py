@@ -117,3 +117,12 @@ def test_a_hostile_rule_is_a_precise_error_within_a_second(text):
         or "INTERVAL=0" in message
         or ("needs more than 50000 candidate times" in message)
     )
+
+
+def test_an_interval_that_never_reaches_its_by_values_is_a_precise_error():
+    """Found by the schedule fuzzer in CI: every second minute from 00:01 is odd, so
+    BYMINUTE=0 is never reached; dateutil raised a bare ValueError out of the parser."""
+    message = rejection("DTSTART:20190101T000100\nRRULE:FREQ=MINUTELY;INTERVAL=2;BYMINUTE=0")
+
+    assert "FREQ=MINUTELY;INTERVAL=2 counted from DTSTART 20190101T000100 never lands" in message
+    assert "never produces an occurrence" in message

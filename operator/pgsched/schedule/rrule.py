@@ -358,7 +358,32 @@ def _member(parts: rfc5545.RuleParts, dtstart: datetime) -> _Member:
     _check_period_size(
         parts, bymonth, bymonthday, byday, len(byhour) * len(byminute) * len(bysecond)
     )
-    rule = du_rrule.rrule(
+    try:
+        rule = _rule(parts, dtstart, bymonth, bymonthday, byday, byhour, byminute, bysecond)
+    except ValueError as error:  # "Invalid rrule byxxx generates an empty set."
+        # e.g. FREQ=MINUTELY;INTERVAL=2;BYMINUTE=0 from a DTSTART at minute 1: every second
+        # minute from :01 is odd, so no occurrence can ever fall on :00.
+        raise ScheduleError(
+            f"FREQ={parts.freq};INTERVAL={parts.interval} counted from DTSTART"
+            f" {dtstart:%Y%m%dT%H%M%S} never lands on its BYHOUR/BYMINUTE/BYSECOND values, so"
+            f" the rule never produces an occurrence ({error}); start DTSTART on one of them"
+            " or use an INTERVAL that divides 24 (hours) or 60 (minutes, seconds) evenly",
+            example=_EXAMPLE,
+        ) from None
+    return _Member(rule=rule, parts=parts, until=parts.until, step_cost=_step_cost(parts))
+
+
+def _rule(
+    parts: rfc5545.RuleParts,
+    dtstart: datetime,
+    bymonth: tuple[int, ...],
+    bymonthday: tuple[int, ...],
+    byday: tuple[tuple[int | None, int], ...],
+    byhour: tuple[int, ...],
+    byminute: tuple[int, ...],
+    bysecond: tuple[int, ...],
+) -> du_rrule.rrule:
+    return du_rrule.rrule(
         _FREQ_CODES[parts.freq],
         dtstart=dtstart,
         interval=parts.interval,
@@ -375,7 +400,6 @@ def _member(parts: rfc5545.RuleParts, dtstart: datetime) -> _Member:
         bysecond=bysecond or None,
         cache=False,
     )
-    return _Member(rule=rule, parts=parts, until=parts.until, step_cost=_step_cost(parts))
 
 
 def _check_period_size(
