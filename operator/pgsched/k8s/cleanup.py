@@ -112,7 +112,10 @@ def _clean_up(
 SUCCESSFUL_RUNS_HISTORY_LIMIT = 3
 FAILED_RUNS_HISTORY_LIMIT = 1
 # Reasons the engine gives runs it ends itself: their pods may still be running, and must not.
-ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded"})
+# LaunchFailed: a Job was created but the launch failed (e.g. a pod template the namespace's
+# Pod Security refuses, k8s.launcher): it is deleted after the run is ended, so the Job watch
+# cannot see its deletion first and call it JobDeleted.
+ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded", "LaunchFailed"})
 # A job that recorded its own end (the SDK runner) exits right after; give its pod this long
 # before deleting its Job, so the Job completes normally and keeps its history and logs.
 JOB_EXIT_GRACE = timedelta(seconds=30)

@@ -24,8 +24,10 @@ created anew; if the old one is still being deleted, the launch fails (``LaunchF
 retry policy applies) saying so. A same-named Job of another run is a real conflict and
 fails the launch, as does any error left after the API client's own retries (rate
 limiting, 429 and 5xx are handled there), and a Job whose pod template the namespace's Pod
-Security level refuses (the API server's warning on the create, see k8s.podsecurity): it is
-deleted again, since the Job controller could never make its pod.
+Security level refuses (the API server's warning on the create, see k8s.podsecurity): the
+Job controller could never make its pod, so the launch fails and, once the engine has
+recorded ``LaunchFailed``, the clean-up deletes the Job (k8s.cleanup). Not here: deleting it
+before the run is ended let the Job watch see the deletion first and record ``JobDeleted``.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class KubernetesLauncher:
     ) -> Obj:
         collection = path.rsplit("/", 1)[0]
         try:
-            created = self._create_checked(collection, path, manifest, where)
+            created = self._create_checked(collection, manifest, where)
         except api.ApiError as error:
             if not error.conflict:
                 raise LaunchError(f"creating Job {where}: {error.message}") from None
@@ -173,7 +175,7 @@ class KubernetesLauncher:
         )
         self._delete_quietly(path)
         try:
-            created = self._create_checked(collection, path, manifest, where)
+            created = self._create_checked(collection, manifest, where)
         except api.ApiError as error:
             raise LaunchError(
                 f"Job {where} is left from an earlier, lost claim of run {run.id} (another"
@@ -182,15 +184,15 @@ class KubernetesLauncher:
         run_log.info("run %s: replaced Job %s of the lost claim", run.id, where)
         return created
 
-    def _create_checked(self, collection: str, path: str, manifest: Obj, where: str) -> Obj:
+    def _create_checked(self, collection: str, manifest: Obj, where: str) -> Obj:
         """Create the Job; if the namespace enforces a Pod Security level its pod template
-        violates (the API server's warning, see k8s.podsecurity), delete it again and fail
-        the launch saying which checks fail, instead of leaving a Job that never gets a pod."""
+        violates (the API server's warning, see k8s.podsecurity), fail the launch saying
+        which checks fail, instead of leaving a run whose Job never gets a pod; the clean-up
+        deletes the Job once the run is ended (see the module's docstring)."""
         created, warnings = self._kube.create_with_warnings(collection, manifest)
         namespace = str(manifest["metadata"]["namespace"])
         violation = podsecurity.enforced_violation(self._kube, namespace, warnings)
         if violation is not None:
-            self._delete_quietly(path)
             raise LaunchError(f"Job {where}: {violation}")
         return created
 
