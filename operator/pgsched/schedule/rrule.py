@@ -359,7 +359,23 @@ def _member(parts: rfc5545.RuleParts, dtstart: datetime) -> _Member:
         parts, bymonth, bymonthday, byday, len(byhour) * len(byminute) * len(bysecond)
     )
     try:
-        rule = _rule(parts, dtstart, bymonth, bymonthday, byday, byhour, byminute, bysecond)
+        rule = du_rrule.rrule(
+            _FREQ_CODES[parts.freq],
+            dtstart=dtstart,
+            interval=parts.interval,
+            wkst=parts.wkst,
+            until=parts.until,
+            bysetpos=parts.bysetpos or None,
+            bymonth=bymonth or None,
+            bymonthday=bymonthday or None,
+            byyearday=parts.byyearday or None,
+            byweekno=parts.byweekno or None,
+            byweekday=[du_rrule.weekday(day, ordinal) for ordinal, day in byday] or None,
+            byhour=byhour or None,
+            byminute=byminute or None,
+            bysecond=bysecond or None,
+            cache=False,
+        )
     except ValueError as error:  # "Invalid rrule byxxx generates an empty set."
         # e.g. FREQ=MINUTELY;INTERVAL=2;BYMINUTE=0 from a DTSTART at minute 1: every second
         # minute from :01 is odd, so no occurrence can ever fall on :00.
@@ -371,35 +387,6 @@ def _member(parts: rfc5545.RuleParts, dtstart: datetime) -> _Member:
             example=_EXAMPLE,
         ) from None
     return _Member(rule=rule, parts=parts, until=parts.until, step_cost=_step_cost(parts))
-
-
-def _rule(
-    parts: rfc5545.RuleParts,
-    dtstart: datetime,
-    bymonth: tuple[int, ...],
-    bymonthday: tuple[int, ...],
-    byday: tuple[tuple[int | None, int], ...],
-    byhour: tuple[int, ...],
-    byminute: tuple[int, ...],
-    bysecond: tuple[int, ...],
-) -> du_rrule.rrule:
-    return du_rrule.rrule(
-        _FREQ_CODES[parts.freq],
-        dtstart=dtstart,
-        interval=parts.interval,
-        wkst=parts.wkst,
-        until=parts.until,
-        bysetpos=parts.bysetpos or None,
-        bymonth=bymonth or None,
-        bymonthday=bymonthday or None,
-        byyearday=parts.byyearday or None,
-        byweekno=parts.byweekno or None,
-        byweekday=[du_rrule.weekday(day, ordinal) for ordinal, day in byday] or None,
-        byhour=byhour or None,
-        byminute=byminute or None,
-        bysecond=bysecond or None,
-        cache=False,
-    )
 
 
 def _check_period_size(
