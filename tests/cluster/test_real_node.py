@@ -5,9 +5,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,19 +44,10 @@ def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def test_the_heartbeat_sidecar_exits_on_sigterm_so_a_short_job_completes_promptly(
-    operators, sj, cluster, namespace
-):
-    """The sidecar (``pgsched heartbeat`` as PID 1 of the real image) must end on the
-    kubelet's SIGTERM once the main container exits: if it ignored it, the Job would only
-    complete after the pod's 30 s grace period."""
-    operators.start()
-    sj.apply("short", {"schedule": "0 0 1 1 *", "jobTemplate": busybox("sleep 3")})
-    sj.annotate("short", "pgsched.dev/run-now", "go")
-    [run] = sj.wait_runs(
-        "short", lambda runs: runs and runs[0]["status"] == "COMPLETED", 90, "completion"
-    )
-    [pod] = pods_of(cluster, namespace, "short")
+def main_exit_to_job_complete(cluster: Any, namespace: str, name: str, run: dict[str, Any]):
+    """Seconds from the main container's exit to the Job's Complete condition, and the
+    pod's grace period: a sidecar that missed its SIGTERM makes the first near the second."""
+    [pod] = pods_of(cluster, namespace, name)
     [main] = pod["status"]["containerStatuses"]
     main_exit = parse_time(main["state"]["terminated"]["finishedAt"])
     job = json.loads(
@@ -59,8 +55,87 @@ def test_the_heartbeat_sidecar_exits_on_sigterm_so_a_short_job_completes_promptl
     )
     [complete] = [c for c in job["status"]["conditions"] if c["type"] == "Complete"]
     delay = (parse_time(complete["lastTransitionTime"]) - main_exit).total_seconds()
-    grace = pod["spec"]["terminationGracePeriodSeconds"]
+    return delay, pod["spec"]["terminationGracePeriodSeconds"]
+
+
+def run_now_until_completed(sj: Any, name: str, command: str) -> dict[str, Any]:
+    sj.apply(name, {"schedule": "0 0 1 1 *", "jobTemplate": busybox(command)})
+    sj.annotate(name, "pgsched.dev/run-now", "go")
+    [run] = sj.wait_runs(
+        name, lambda runs: runs and runs[0]["status"] == "COMPLETED", 90, "completion"
+    )
+    return dict(run)
+
+
+def test_the_heartbeat_sidecar_exits_on_sigterm_so_a_short_job_completes_promptly(
+    operators, sj, cluster, namespace
+):
+    """The sidecar (``pgsched heartbeat`` as PID 1 of the real image) must end on the
+    kubelet's SIGTERM once the main container exits: if it ignored it, the Job would only
+    complete after the pod's 30 s grace period."""
+    operators.start()
+    run = run_now_until_completed(sj, "short", "sleep 3")
+    delay, grace = main_exit_to_job_complete(cluster, namespace, "short", run)
     print(f"main container exit -> Job Complete: {delay:.1f}s (grace {grace}s)")
+    assert delay < grace / 3, f"{delay:.1f}s from the main container's exit to Job Complete"
+
+
+class SidecarStopper:
+    """Stops every containerised ``pgsched heartbeat`` for ``seconds`` as soon as it is
+    exec'd, before Python can install a SIGTERM handler: a busy node, made certain."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.stopped: list[int] = []
+        self._done = threading.Event()
+        self._own_pid_namespace = os.readlink("/proc/self/ns/pid")
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> SidecarStopper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        seen: set[int] = set()
+        while not self._done.is_set():
+            for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()):
+                if pid not in seen and self._is_a_containerised_sidecar(pid):
+                    seen.add(pid)
+                    os.kill(pid, signal.SIGSTOP)
+                    self.stopped.append(pid)
+                    threading.Timer(self.seconds, os.kill, (pid, signal.SIGCONT)).start()
+            time.sleep(0.005)
+
+    def _is_a_containerised_sidecar(self, pid: int) -> bool:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            namespace = os.readlink(f"/proc/{pid}/ns/pid")
+        except OSError:
+            return False
+        # `pgsched heartbeat` runs as `<python> <bin>/pgsched heartbeat`; cmdline ends in NUL.
+        is_sidecar = len(argv) >= 3 and argv[-3].endswith(b"/pgsched") and argv[-2] == b"heartbeat"
+        return is_sidecar and namespace != self._own_pid_namespace
+
+
+def test_a_sidecar_slow_to_start_still_hears_sigterm_so_a_fast_job_completes_promptly(
+    operators, sj, cluster, namespace
+):
+    """A PID 1 without a handler never receives SIGTERM. A workload that ends before the
+    sidecar has installed its handler (``true`` on a busy node) used to leave the sidecar
+    deaf: the pod ended 30 s later, at its grace period, and the run held its cap all that
+    time (a 5-second job started 29 s late in CI). The Job's postStart hook now holds the
+    workload back until the sidecar listens; here the sidecar is stopped for 3 s right
+    after its exec, so without the hook the workload would always end first."""
+    operators.start()
+    with SidecarStopper(seconds=3) as stopper:
+        run = run_now_until_completed(sj, "fast", "true")
+    assert stopper.stopped, "no sidecar was caught before it started (the test proved nothing)"
+    delay, grace = main_exit_to_job_complete(cluster, namespace, "fast", run)
+    print(f"sidecar stopped 3 s at start; main container exit -> Job Complete: {delay:.1f}s")
     assert delay < grace / 3, f"{delay:.1f}s from the main container's exit to Job Complete"
 
 

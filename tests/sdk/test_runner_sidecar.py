@@ -64,6 +64,22 @@ def test_sidecar_notes_on_sigterm_that_the_workload_ended_so_silence_is_not_vani
     assert "noted that the workload ended" in pod.output
 
 
+def test_sidecar_announces_it_listens_and_a_sigterm_right_after_ends_it(dsn, conn, pods, tmp_path):
+    """The listening file is what the Job's postStart hook waits for before kubelet starts
+    the workload: from the moment it exists, SIGTERM must end the sidecar (as PID 1 of a
+    container a signal without a handler would be dropped)."""
+    run = claim(conn, sdk_job(conn))
+    cancel_file = tmp_path / "shared" / "cancel"
+    listening_file = cancel_file.with_name("heartbeat-listening")
+    pod = start_sidecar(pods, dsn, run, cancel_file)
+    wait_for(listening_file.exists, what="the listening file")
+
+    pod.process.send_signal(signal.SIGTERM)
+
+    assert pod.wait(15) == 0, pod.output
+    assert not cancel_file.exists()
+
+
 def test_sidecar_writes_lease_lost_when_its_run_is_reaped_and_waits_for_sigterm(
     dsn, conn, pods, tmp_path
 ):

@@ -50,6 +50,9 @@ def test_heartbeat_runs_as_a_native_sidecar_with_the_lease_and_the_job_dsn_secre
     assert env["PGSCHED_LEASE_TOKEN"] == LEASE_REF
     assert env["PGSCHED_DSN"] == {"secretKeyRef": {"name": "job-dsn", "key": "dsn"}}
     assert sidecar["securityContext"]["runAsNonRoot"] is True
+    # kubelet starts the workload only once the sidecar says SIGTERM will reach it.
+    hook = sidecar["lifecycle"]["postStart"]["exec"]["command"]
+    assert hook[:2] == ["sh", "-c"] and "/pgsched/heartbeat-listening" in hook[2]
     [main] = pod["containers"]
     assert env_of(main)["PGSCHED_CANCEL_FILE"] == "/pgsched/cancel"
     assert "PGSCHED_LEASE_TOKEN" not in env_of(main)

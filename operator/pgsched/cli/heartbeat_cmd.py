@@ -39,4 +39,5 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    sidecar.announce_listening(contract)  # only now may kubelet start the workload
     return sidecar.run(contract, stop)

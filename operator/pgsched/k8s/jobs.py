@@ -201,6 +201,23 @@ def _sdk_env(job: Obj) -> list[Obj]:
     ]
 
 
+# The sidecar is PID 1 of its container, and the kernel drops a signal sent to a PID 1 that
+# has no handler for it. kubelet starts the main containers as soon as the sidecar's
+# process exists and sends it SIGTERM when they end: a workload that ends before Python has
+# installed its handler (a fast command on a busy node) would leave the sidecar deaf, and
+# the pod would end only after its grace period (30 s by default), holding the run's cap all
+# the while. kubelet starts the main containers only after a sidecar's postStart hook
+# returns, so the hook waits until the sidecar says it is listening, for at most 30 s (then
+# it lets the workload start as before; it always exits 0, since a failing hook would kill
+# the sidecar).
+_WAIT_UNTIL_LISTENING = [
+    "sh",
+    "-c",
+    f"for _ in $(seq 300); do [ -e {names.HEARTBEAT_LISTENING_FILE} ] && exit 0; sleep 0.1;"
+    " done; exit 0",
+]
+
+
 def _sidecar(definition: Definition, run: Run, settings: JobSettings) -> Obj:
     return {
         "name": names.SIDECAR_NAME,
@@ -208,6 +225,7 @@ def _sidecar(definition: Definition, run: Run, settings: JobSettings) -> Obj:
         "imagePullPolicy": settings.image_pull_policy,
         "restartPolicy": "Always",
         "command": ["pgsched", "heartbeat"],
+        "lifecycle": {"postStart": {"exec": {"command": _WAIT_UNTIL_LISTENING}}},
         "env": [*_workload_env(run), *_lease_env(definition, run, settings)],
         "volumeMounts": [{"name": names.SHARED_VOLUME, "mountPath": names.SHARED_MOUNT}],
         "resources": {

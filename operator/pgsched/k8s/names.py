@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
+from pgsched import names as shared_names
+
 # A Kubernetes object (or any part of one) as the API sends and takes it: decoded JSON.
 Obj = dict[str, Any]
 
@@ -37,6 +39,7 @@ SIDECAR_NAME = "pgsched-heartbeat"
 SHARED_VOLUME = "pgsched"
 SHARED_MOUNT = "/pgsched"
 CANCEL_FILE = f"{SHARED_MOUNT}/cancel"
+HEARTBEAT_LISTENING_FILE = f"{SHARED_MOUNT}/{shared_names.HEARTBEAT_LISTENING_FILE}"
 
 _MAX_NAME = 63  # Job names become label values (job-name), which are capped at 63
 

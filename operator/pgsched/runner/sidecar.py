@@ -10,7 +10,10 @@ does not poll is stopped by the operator, which deletes the Job after the cancel
 
 After ``lost`` there is nothing left to keep alive, but the sidecar does not exit: kubelet
 restarts a native sidecar that exits. It waits for SIGTERM — sent by kubelet once the main
-containers ended — and exits 0.
+containers ended — and exits 0. It is PID 1 of its container, and the kernel drops signals a
+PID 1 has no handler for, so it announces when its handler is installed (a file beside the
+cancel file) and the Job's postStart hook holds the workload back until then
+(:func:`announce_listening`).
 
 It never writes a terminal status. It cannot know the outcome: the workload's exit code,
 an OOM kill or an eviction are visible to the operator's Job watch, not inside the pod,
@@ -33,6 +36,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
+from pgsched import names
 from pgsched.db import clock
 from pgsched.db.session import Session
 from pgsched.engine import lease
@@ -64,6 +68,21 @@ def run(settings: RunnerSettings, stop: threading.Event) -> int:
     mark_ended(settings)
     log.info("run %s: sidecar stopped", settings.run_id)
     return 0
+
+
+def announce_listening(settings: RunnerSettings) -> None:
+    """Create the listening file next to the cancel file, once SIGTERM has a handler.
+
+    The Job's postStart hook waits for it before kubelet starts the workload: a PID 1
+    without a handler never sees SIGTERM, so a workload that ended sooner would leave the
+    sidecar running until the pod's grace period ran out. A failure is logged (the hook
+    gives up after 30 s and the workload starts anyway)."""
+    path = settings.cancel_file.with_name(names.HEARTBEAT_LISTENING_FILE)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as error:
+        log.error("cannot create %s (the workload starts 30 s late): %s", path, error)
 
 
 def _session(settings: RunnerSettings) -> Session:
