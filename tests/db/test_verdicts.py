@@ -22,35 +22,52 @@ SILENT = T0 + timedelta(seconds=45)  # the last beat (T0 + 10 s) is older than t
 
 
 class Api:
-    """Serves ``jobs`` (name → Job) and their pods; ``down`` makes every call fail."""
+    """Serves ``jobs`` (name → Job) and their pods, as the API server would for a label
+    selector on run ids (a Job named ``<name>-<id>`` and its pods carry run-id ``<id>``);
+    ``down`` makes every call fail. ``served`` counts the objects it returned."""
 
     def __init__(self, jobs=None, pods=None, *, down=False, on_get=None):
         self.jobs = jobs or {}
         self.pods = pods or {}
         self.down = down
         self.on_get = on_get
+        self.served = 0
 
     def get(self, path, **params):
-        """Lists, as the verdicts read them: a namespace's Jobs, its Jobs' pods."""
+        """Lists, as the verdicts read them: the pending runs' Jobs, and those Jobs' pods."""
         if self.on_get:
             self.on_get()
         if self.down:
             raise api.ApiError("GET", path, 0, {"reason": "ConnectionError", "message": "down"})
+        wanted = selected_run_ids(params["labelSelector"])
         if path.endswith("/pods"):
-            return {
-                "items": [
-                    {**item, "metadata": {**item["metadata"], "labels": {JOB_NAME: name}}}
-                    for name, items in self.pods.items()
-                    for item in items
-                ]
-            }
-        assert path.endswith("/jobs") and params["labelSelector"] == names.LABEL_RUN_ID
-        return {
-            "items": [
+            assert params["labelSelector"].endswith(f",{JOB_NAME}")
+            items = [
+                {**item, "metadata": {**item["metadata"], "labels": {JOB_NAME: name}}}
+                for name, items in self.pods.items()
+                if run_id_of(name) in wanted
+                for item in items
+            ]
+        else:
+            assert path.endswith("/jobs")
+            items = [
                 {**item, "metadata": {"name": name, **item.get("metadata", {})}}
                 for name, item in self.jobs.items()
+                if run_id_of(name) in wanted
             ]
-        }
+        self.served += len(items)
+        return {"items": items}
+
+
+def selected_run_ids(selector):
+    """The ids of ``pgsched.dev/run-id in (1,2)`` (the first requirement of a selector)."""
+    prefix = f"{names.LABEL_RUN_ID} in ("
+    assert selector.startswith(prefix), selector
+    return set(selector[len(prefix) :].split(")", 1)[0].split(","))
+
+
+def run_id_of(job_name):
+    return job_name.rsplit("-", 1)[1]
 
 
 def job(*conditions):
@@ -342,3 +359,18 @@ def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_canc
 
     assert outcome is not None and outcome.status == "COMPLETED"
     assert row(conn, run_lease)["status"] == "COMPLETED"
+
+
+def test_a_round_reads_only_its_runs_jobs_and_pods_however_many_the_namespace_holds(conn):
+    """After a stampede one namespace holds thousands of Jobs; a round of verdicts must not
+    list them all (it shares the publisher's thread with statuses and Events)."""
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    others = {f"other-{run_id}": job("Complete") for run_id in range(10_000, 12_000)}
+    shown = Api({name: job("Complete"), **others}, {n: [COMPLETED_POD] for n in [name, *others]})
+
+    result = verdicts.run_once(conn, shown)
+
+    assert result.recorded == {run_lease.run_id: "COMPLETED"}
+    assert shown.served == 2  # its Job and its pod, not 4,002 objects

@@ -30,7 +30,11 @@ so the Job watch, a resync or another replica racing this one changes nothing tw
 
 One round reads each namespace's Jobs and pods with one list each, not two requests per
 run: after a long API outage a hundred runs may await their verdicts at once, and the
-operator's API rate limit would otherwise stretch the round over most of a minute. A run
+operator's API rate limit would otherwise stretch the round over most of a minute. Each list
+selects the round's runs by their run-id label (``pgsched.dev/run-id in (...)``), so a round
+costs what its at most ``limit`` runs' objects weigh, not the namespace's: after a stampede
+one namespace may hold thousands of Jobs, and listing them all every round would hold the
+publisher thread (which the verdicts share with statuses and Events) for seconds. A run
 whose launch record was lost (the database went away between the Job's creation and the
 record) has no ``k8s_job_name``; its Job has the deterministic name and must carry the
 run's lease fingerprint to count as its Job.
@@ -153,7 +157,7 @@ def run_once(
     for row in rows:
         by_namespace[row["namespace"]].append(row)
     for namespace, pending in by_namespace.items():
-        jobs, pods = _jobs_and_pods(kube, namespace)
+        jobs, pods = _jobs_and_pods(kube, namespace, [row["id"] for row in pending])
         for row in pending:
             job = _job_of(row, jobs)
             name = job["metadata"]["name"] if job else None
@@ -168,17 +172,19 @@ def run_once(
 
 
 def _jobs_and_pods(
-    kube: api.KubeApi, namespace: str
+    kube: api.KubeApi, namespace: str, run_ids: list[int]
 ) -> tuple[dict[str, Obj], dict[str, list[Obj]]]:
-    """The namespace's run Jobs by name, and the pods of every Job by Job name."""
+    """The Jobs of these runs by name, and their pods by Job name (a run's pods carry its
+    run-id label from the Job's pod template)."""
+    selector = f"{names.LABEL_RUN_ID} in ({','.join(str(i) for i in sorted(set(run_ids)))})"
     listed = kube.get(
-        api.path_of(group="batch", namespace=namespace, plural="jobs"),
-        labelSelector=names.LABEL_RUN_ID,
+        api.path_of(group="batch", namespace=namespace, plural="jobs"), labelSelector=selector
     )
     jobs = {job["metadata"]["name"]: job for job in listed.get("items") or []}
     pods: dict[str, list[Obj]] = defaultdict(list)
     listed = kube.get(
-        api.path_of(namespace=namespace, plural="pods"), labelSelector=_JOB_NAME_LABEL
+        api.path_of(namespace=namespace, plural="pods"),
+        labelSelector=f"{selector},{_JOB_NAME_LABEL}",
     )
     for pod in listed.get("items") or []:
         labels = (pod.get("metadata") or {}).get("labels") or {}
