@@ -46,8 +46,13 @@ falls due a few seconds later wait until the whole backlog is launched: late onl
 others are. So a tick first claims for the definitions with a run due in the last
 ``on_time_seconds`` (the tick's: since its previous dispatch, so each run is on time at
 one tick, however long ticks take), then fills the batch from the
-backlog in the claim's order (``scheduled_for``, then id); both launch in that order, the
-punctual runs first. A backlog cannot starve: a run is "on time" at one tick only.
+backlog in the claim's order (``scheduled_for``, then id); the punctual runs launch first,
+the newest due first, then the backlog in its order. A backlog cannot starve: a run is "on
+time" at one tick only. Within the window the newest due go first because a window can hold
+more than a batch: the first tick after a stampede's due second (materializing 5,000
+definitions takes about a second) sees the stampede *and* a run of another job due a moment
+later. The stampede cannot be on time whatever is chosen; oldest first would give the other
+run's one chance to 50 of it, and it would wait behind the whole backlog.
 Jobs in a pool keep the pool's order (oldest first across its jobs): they are never "on time".
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
@@ -179,6 +184,7 @@ def run_once(
         punctual = on_time_definitions(conn, window=on_time_seconds, limit=batch_size, now=now)
         if punctual:
             result = claim_some(batch_size, punctual)
+            result.claimed.sort(key=lambda run: run.scheduled_for, reverse=True)  # stable
     if len(result.claimed) < batch_size:
         result.add(claim_some(batch_size - len(result.claimed), definition_ids))
     if result.claimed:
@@ -189,7 +195,8 @@ def run_once(
 def on_time_definitions(
     conn: Connection, *, window: float, limit: int, now: datetime | None = None
 ) -> list[UUID]:
-    """Definitions (at most ``limit``) with a queued run due in the last ``window`` seconds."""
+    """Definitions (at most ``limit``, the newest due first) with a queued run due in the
+    last ``window`` seconds."""
     rows = conn.execute(
         queries.get("on_time_definitions"), {"window": window, "limit": limit, "now": now}
     )
