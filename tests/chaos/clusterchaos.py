@@ -292,40 +292,11 @@ class ClusterChaos(ChaosDriver):
             time.sleep(2)
 
     def succeeded_work_kept(self, conn: Connection) -> list[str]:
-        """I8 from the Jobs' side: a run whose Job succeeded ends COMPLETED — unless the
-        API confirmed it silent (its Job active, its workload not ended) before the
-        success was on record: a job frozen past its timeout, which may wake and finish
-        after its lease is gone (the documented at-least-once case). Failing a run whose
-        success the Job watch had already seen, or whose sidecar had reported the
-        workload's end, and so retrying it, is running succeeded work again."""
+        """I8 from the Jobs' side (:func:`succeeded_work_violations`)."""
         assert self._recorder is not None
-        succeeded = sorted(self._recorder.succeeded)
-        rows = conn.execute(
-            "SELECT r.id, r.status, r.reason, r.finished_at, r.workload_ended_at,"
-            " (SELECT n.id FROM pgsched.job_runs AS n WHERE n.retry_of = r.id) AS retried_as"
-            " FROM pgsched.job_runs AS r WHERE r.id = ANY(%s) AND r.status <> 'COMPLETED'",
-            [succeeded],
-        ).fetchall()
-        problems = []
-        for row in rows:
-            recorded = self._recorder.recorded.get(row["id"])
-            finished = row["finished_at"].timestamp() if row["finished_at"] else None
-            ended = row["workload_ended_at"]
-            known = []
-            if recorded is not None and finished is not None and recorded <= finished:
-                known.append(
-                    f"its Job's success was seen at {datetime.fromtimestamp(recorded, UTC)}"
-                )
-            if ended is not None and finished is not None and ended <= row["finished_at"]:
-                known.append(f"its sidecar reported the workload ended at {ended}")
-            if known:
-                again = f", and was executed again as run {row['retried_as']}"
-                problems.append(
-                    f"run {row['id']}: {' and '.join(known)}, yet it ended"
-                    f" {row['status']}/{row['reason']} at {row['finished_at']}"
-                    + (again if row["retried_as"] else "")
-                )
-        return problems
+        return succeeded_work_violations(
+            conn, sorted(self._recorder.succeeded), dict(self._recorder.recorded)
+        )
 
     def _still_running(self, conn: Connection) -> list[str]:
         jobs = self.cluster.api.get(
@@ -410,3 +381,55 @@ class ClusterChaos(ChaosDriver):
     def teardown(self) -> None:
         if self._recorder is not None:
             self._recorder.stop()
+
+
+def succeeded_work_violations(
+    conn: Connection, succeeded: list[int], recorded: dict[int, float]
+) -> list[str]:
+    """I8 from the Jobs' side: a run whose Job succeeded (``succeeded``; ``recorded``: when
+    the Job watch's evidence saw each outcome, UNIX time) ends COMPLETED — unless the API
+    confirmed it silent (its Job active, its workload not ended) before the success was on
+    record: a job frozen past its timeout, which may wake and finish after its lease is
+    gone (the documented at-least-once case). Failing a run whose success the Job watch had
+    already seen, or whose sidecar had reported the workload's end, and so retrying it, is
+    running succeeded work again; so is calling it CANCELLED for a cancel requested after
+    its workload ended (nothing was left to stop).
+
+    One exit from the rule, by design (README, Cancellation): a cancel requested while the
+    workload still ran makes the run CANCELLED even if its container then exits 0, since
+    exiting 0 after reading the cancel file is how a cooperative container stops; exit 0
+    cannot tell that from finishing anyway. Such a run is not retried."""
+    rows = conn.execute(
+        "SELECT r.id, r.status, r.reason, r.finished_at, r.workload_ended_at,"
+        " r.cancel_requested_at,"
+        " (SELECT n.id FROM pgsched.job_runs AS n WHERE n.retry_of = r.id) AS retried_as"
+        " FROM pgsched.job_runs AS r WHERE r.id = ANY(%s) AND r.status <> 'COMPLETED'",
+        [succeeded],
+    ).fetchall()
+    problems = []
+    for row in rows:
+        seen = recorded.get(row["id"])
+        finished = row["finished_at"].timestamp() if row["finished_at"] else None
+        ended = row["workload_ended_at"]
+        asked = row["cancel_requested_at"]
+        if (
+            row["status"] == "CANCELLED"
+            and row["retried_as"] is None
+            and asked is not None
+            and ended is not None
+            and asked < ended
+        ):
+            continue  # cancelled while it ran: CANCELLED by design, not run again
+        known = []
+        if seen is not None and finished is not None and seen <= finished:
+            known.append(f"its Job's success was seen at {datetime.fromtimestamp(seen, UTC)}")
+        if ended is not None and finished is not None and ended <= row["finished_at"]:
+            known.append(f"its sidecar reported the workload ended at {ended}")
+        if known:
+            again = f", and was executed again as run {row['retried_as']}"
+            problems.append(
+                f"run {row['id']}: {' and '.join(known)}, yet it ended"
+                f" {row['status']}/{row['reason']} at {row['finished_at']}"
+                + (again if row["retried_as"] else "")
+            )
+    return problems
