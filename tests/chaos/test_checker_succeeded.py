@@ -41,28 +41,26 @@ def end(conn, run_id, *, status, reason, workload_ended_ago, cancel_asked_ago=No
     )
 
 
-def test_a_cancel_that_reached_the_running_workload_makes_cancelled_no_violation(conn, run_id):
-    # Replace's next occurrence at :00, the workload (not polling) exited 0 at :04.
+def cancelled(conn, run_id, *, cancel_asked_ago):
+    """The run ended CANCELLED just now; its workload ended a minute ago."""
     end(
         conn,
         run_id,
         status="CANCELLED",
         reason="Cancelled",
         workload_ended_ago=60,
-        cancel_asked_ago=64,
+        cancel_asked_ago=cancel_asked_ago,
     )
+
+
+def test_a_cancel_that_reached_the_running_workload_makes_cancelled_no_violation(conn, run_id):
+    # Replace's next occurrence at :00, the workload (not polling) exited 0 at :04.
+    cancelled(conn, run_id, cancel_asked_ago=64)
     assert succeeded_work_violations(conn, [run_id], {}) == []
 
 
 def test_cancelled_for_a_cancel_asked_after_the_workload_ended_is_reported(conn, run_id):
-    end(
-        conn,
-        run_id,
-        status="CANCELLED",
-        reason="Cancelled",
-        workload_ended_ago=60,
-        cancel_asked_ago=30,
-    )
+    cancelled(conn, run_id, cancel_asked_ago=30)
     [problem] = succeeded_work_violations(conn, [run_id], {})
     assert f"run {run_id}: its sidecar reported the workload ended" in problem
     assert "CANCELLED/Cancelled" in problem
