@@ -11,6 +11,9 @@ broken variants are made here, by the test or benchmark that wants them:
   :func:`use_unlocked_claim` points this process's ``claim_for_dispatch`` query at it.
 - :func:`install_poolless_claim` creates the same function with its locks but without the
   concurrency pools' limit: the planted I9 bug (pools over their limit).
+- :func:`install_claim_sparing_unlocked_candidates` creates it with a "room to spare"
+  verdict (which claims a batch without the choice) blind to the candidates whose
+  definitions another dispatcher holds: a planted I2 bug of try-mode dispatchers.
 - :class:`LeaderlessTicker` is the real tick loop acting as leader on every tick, as a
   paused-then-woken leader would.
 
@@ -43,6 +46,17 @@ _POOL_CHECK = {
     "AND (eligible.pool IS NULL OR eligible.pool_n <= eligible.pool_room)": "",
 }
 
+# What makes the claim's "room to spare" verdict (migration 0016: when it holds, every
+# candidate is claimed as it is, without the choice) judge every candidate, and what it
+# becomes: a verdict on the candidates whose definitions it locked and counted only. A
+# candidate whose definition another dispatcher holds (try mode) is then claimed unlocked
+# and uncounted.
+_SPARE_VERDICT = {
+    "LEFT JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running, lim_pool)": (
+        "JOIN unnest(lim_ids, lim_max, lim_deleted, lim_running, lim_pool)"
+    ),
+}
+
 
 def install_unlocked_claim(conn: Connection) -> None:
     """Create ``pgsched_planted.claim_for_dispatch``: the claim minus its advisory locks.
@@ -56,6 +70,13 @@ def install_poolless_claim(conn: Connection) -> None:
     """Create ``pgsched_planted.claim_for_dispatch``: the claim, locks and caps intact,
     that ignores its pools' limits. Route to it with :func:`use_unlocked_claim`."""
     _install(conn, _POOL_CHECK)
+
+
+def install_claim_sparing_unlocked_candidates(conn: Connection) -> None:
+    """Create ``pgsched_planted.claim_for_dispatch``: the claim whose "room to spare"
+    verdict overlooks the candidates of definitions it did not lock. Route to it with
+    :func:`use_unlocked_claim`."""
+    _install(conn, _SPARE_VERDICT)
 
 
 def _install(conn: Connection, replacements: dict[str, str]) -> None:

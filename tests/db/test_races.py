@@ -186,3 +186,48 @@ def test_chained_runs_are_exactly_once_with_three_leaderless_tick_loops(dsn):
         ).fetchone()
     # 100 upstream runs, each chained once into its down-N; join fired at least once.
     assert counts["chained"] > 100 and counts["completed"] == counts["chained"] + 100
+
+
+def _race_try_lock_dispatchers_past_a_crowded_definition(dsn, *, planted_claim):
+    """Eight try-lock dispatchers over one crowded definition (cap 2, 300 runs) and 20
+    roomy ones (cap 50, 20 runs each). A claim often finds the crowded one held by another
+    dispatcher while every definition it did lock has room to spare: migration 0016 claims
+    such a batch without the choice, and must leave the crowded one's runs queued."""
+    with connection.connect(dsn) as conn:
+        crowded, *_ = seed_definitions(conn, count=21, runs_each=20, seed=13)
+        conn.execute("UPDATE pgsched.job_definitions SET max_concurrent_runs = 50")
+        conn.execute(
+            "UPDATE pgsched.job_definitions SET max_concurrent_runs = 2 WHERE id = %s", [crowded]
+        )
+        conn.execute(
+            "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+            " request_token) SELECT %s, 'QUEUED', 'manual',"
+            " now() - random() * interval '10 seconds', 'crowd-' || g"
+            " FROM generate_series(1, 280) g",
+            [crowded],
+        )
+        if planted_claim:
+            planted.install_claim_sparing_unlocked_candidates(conn)
+    launched, _, live_violations = race(
+        dsn, racers.dispatcher, WORKERS, 120, unlocked=planted_claim, try_locks=True
+    )
+    assert invariants.no_double_launch(launched) == []
+    with connection.connect(dsn) as conn:
+        return len(launched), invariants.never_over_cap(conn), live_violations
+
+
+def test_try_lock_dispatchers_claiming_batches_with_room_to_spare_keep_caps(dsn):
+    launched, over_cap, live_violations = _race_try_lock_dispatchers_past_a_crowded_definition(
+        dsn, planted_claim=False
+    )
+    assert launched == 21 * 20 + 280
+    assert over_cap == [] and live_violations == []
+
+
+def test_the_checks_catch_a_spare_verdict_blind_to_definitions_another_dispatcher_holds(dsn):
+    """The experiment can fail: a claim (planted, created here) whose room-to-spare verdict
+    judges only the candidates whose definitions it locked claims the others unlocked."""
+    _, over_cap, live_violations = _race_try_lock_dispatchers_past_a_crowded_definition(
+        dsn, planted_claim=True
+    )
+    assert over_cap != [] or live_violations != []

@@ -1,7 +1,7 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
 One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0014) so that it is one round trip and the
+``pgsched.claim_for_dispatch`` (migration 0016) so that it is one round trip and the
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
@@ -22,6 +22,9 @@ network round trips:
    before our locks were granted);
 4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
    cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
+   When every candidate of the first batch is claimable with room to spare (the usual
+   case), that is every one of them, and the claim takes them as they are, without the
+   rest of the overshoot or the walk over the candidates that decides the other cases.
 
 Concurrency pools (``spec.pool``) add one limit shared by every job that joins the pool:
 after step 3, the claim locks ``hashtextextended('pool:' || namespace/name, 0)`` for the
