@@ -73,6 +73,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from psycopg import rows
+
 from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
@@ -220,7 +222,7 @@ def claim(
     The connection is autocommit, so the call is its own transaction and its commit
     releases the definitions' locks as soon as the function returns.
     """
-    rows = conn.execute(
+    cursor = conn.cursor(row_factory=rows.tuple_row).execute(
         queries.get("claim_for_dispatch"),
         {
             "batch_size": batch_size,
@@ -230,18 +232,25 @@ def claim(
             "try_locks": try_locks,
         },
     )
+    # Tuple rows, read by position (a batch is many rows; see Run.reader).
+    columns = [column.name for column in cursor.description or ()]
+    read_run = Run.reader(columns)
+    outcome_at, run_at, definition_at, claimed_at, version_at = map(
+        columns.index,
+        ("outcome", "subject_run", "subject_definition", "definition_id", "definition_version"),
+    )
     result = DispatchResult()
-    for row in rows:
-        outcome = row["outcome"]
+    for row in cursor.fetchall():
+        outcome = row[outcome_at]
         if outcome == "claimed":
-            result.claimed.append(Run.from_row(row))
-            result.versions[row["definition_id"]] = row["definition_version"]
+            result.claimed.append(read_run(row))
+            result.versions[row[claimed_at]] = row[version_at]
         elif outcome == "skipped":
-            result.skipped.append(row["subject_run"])
+            result.skipped.append(row[run_at])
         elif outcome == "replace":
-            result.replace_requested.append(row["subject_run"])
+            result.replace_requested.append(row[run_at])
         elif outcome == "at_cap":
-            result.at_cap.add(row["subject_definition"])
+            result.at_cap.add(row[definition_at])
         else:
             raise RuntimeError(f"pgsched.claim_for_dispatch returned unknown outcome {outcome!r}")
     # Launched in this order: oldest due first (a retry's row is newer than its due time).

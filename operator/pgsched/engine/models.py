@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 from uuid import UUID
 
 RunStatus = Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SKIPPED"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"})
+
+_R = TypeVar("_R")
 
 
 class _Row:
@@ -22,13 +26,28 @@ class _Row:
             values = {name: row[name] for name in names}
         except KeyError:  # a column left out: __init__ applies defaults (or says what lacks)
             return cls(**{name: row[name] for name in names if name in row})
-        # Every field is in the row: fill the frozen instance directly. Its generated
-        # __init__ would only assign the same values one object.__setattr__ at a time
-        # (these classes have no __post_init__), four times slower for the dispatcher's
-        # thousands of rows a second.
-        built = object.__new__(cls)
-        built.__dict__.update(values)
-        return built
+        return _filled(cls, values)
+
+    @classmethod
+    def reader(cls, columns: Sequence[str]) -> Callable[[Sequence[Any]], Self]:
+        """Build from tuple rows whose columns are named ``columns`` (a cursor's
+        description), like :meth:`from_row` from the same rows as dicts. For readers of
+        many rows: psycopg makes a tuple row in half the time of a dict row, and the
+        fields' positions are looked up once, not per row."""
+        names = _field_names(cls)  # type: ignore[arg-type]
+        if not set(names) <= set(columns):
+            return lambda row: cls.from_row(dict(zip(columns, row, strict=True)))
+        pick = operator.itemgetter(*(columns.index(name) for name in names))
+        return lambda row: _filled(cls, zip(names, pick(row), strict=True))
+
+
+def _filled(cls: type[_R], values: dict[str, Any] | Iterable[tuple[str, Any]]) -> _R:
+    """A frozen instance with every field set. Its generated __init__ would only assign
+    the same values one object.__setattr__ at a time (these classes have no
+    __post_init__), four times slower for the dispatcher's thousands of rows a second."""
+    built = object.__new__(cls)
+    built.__dict__.update(values)
+    return built
 
 
 @functools.cache
