@@ -231,8 +231,10 @@ def claim(
             "definition_ids": definition_ids,
             "try_locks": try_locks,
         },
+        binary=True,
     )
-    # Tuple rows, read by position (a batch is many rows; see Run.reader).
+    # A batch is many rows: in binary, the server does not format their timestamps and
+    # uuids as text, nor the client parse them; as tuples, read by position (Run.reader).
     columns = [column.name for column in cursor.description or ()]
     read_run = Run.reader(columns)
     outcome_at, run_at, definition_at, claimed_at, version_at = map(
