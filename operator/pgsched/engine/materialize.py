@@ -23,6 +23,21 @@ Occurrences of a suspended definition are recorded as ``SKIPPED/Suspended``, so 
 never replays what suspension skipped. An occurrence already past its starting deadline is
 recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
 ``SKIPPED/DSTGap``.
+
+**A bounded amount per round, on time first.** One round (one tick) materializes at most one
+batch of each kind and says whether more is due (``MaterializeResult.more``): the tick
+dispatches what it materialized and goes again at once. So the first runs of a stampede
+(5,000 ScheduledJobs on ``0 * * * *``) are claimed after one batch is materialized, not
+after all 5,000 (about a second), and the stampede's materialization proceeds between its
+dispatch batches, ahead of them (with the default batches, 500 definitions per 50 Jobs
+launched). Which definitions a round takes mirrors dispatch's "on time first": those that
+fell due since the previous round (``on_time_since``, that round's "now"), the newest due
+first, then the backlog, oldest due first. Otherwise a definition due a second after a
+stampede would wait behind the stampede's remaining materialization and, no longer on
+time when its run appears, behind its whole dispatch backlog too. Lateness
+(``catchUp: none``, ``startingDeadlineSeconds``) is measured against the "now" of the round
+that materializes an occurrence: while materialization stays ahead of dispatch, a
+backlogged definition is judged before its run could have been launched anyway.
 """
 
 from __future__ import annotations
@@ -68,12 +83,18 @@ class MaterializeResult:
     queued: int = 0
     skipped: int = 0
     failed_definitions: list[str] = field(default_factory=list)
+    # A batch was full: more may be due now (the tick goes again at once).
+    more: bool = False
+    # The "now" of the round's first batch: the next round's ``on_time_since``.
+    at: datetime | None = None
 
     def add(self, other: MaterializeResult) -> None:
         self.definitions += other.definitions
         self.queued += other.queued
         self.skipped += other.skipped
         self.failed_definitions += other.failed_definitions
+        self.more = self.more or other.more
+        self.at = self.at or other.at
 
 
 def run_once(
@@ -82,17 +103,23 @@ def run_once(
     now: datetime | None = None,
     batch_size: int = 500,
     late_after: timedelta = DEFAULT_LATE_AFTER,
+    on_time_since: datetime | None = None,
 ) -> MaterializeResult:
-    """Materialize every due definition: recurring ones first, then one-shots."""
+    """Materialize at most ``batch_size`` due definitions of each kind, recurring ones
+    first, then one-shots: those due after ``on_time_since`` first (the newest due first),
+    then the oldest due. ``more`` says whether a batch was full."""
     result = MaterializeResult()
     for kinds in (["cron", "rrule"], ["once"]):
-        while True:
-            batch = _materialize_batch(
-                conn, kinds=kinds, now=now, batch_size=batch_size, late_after=late_after
+        result.add(
+            _materialize_batch(
+                conn,
+                kinds=kinds,
+                now=now,
+                batch_size=batch_size,
+                late_after=late_after,
+                on_time_since=on_time_since,
             )
-            result.add(batch)
-            if batch.definitions < batch_size:
-                break
+        )
     return result
 
 
@@ -103,12 +130,14 @@ def _materialize_batch(
     now: datetime | None,
     batch_size: int,
     late_after: timedelta,
+    on_time_since: datetime | None,
 ) -> MaterializeResult:
     result = MaterializeResult()
     with conn.transaction():
         at = clock.now(conn, now)
         rows = conn.execute(
-            queries.get("due_definitions"), {"now": at, "kinds": kinds, "limit": batch_size}
+            queries.get("due_definitions"),
+            {"now": at, "kinds": kinds, "limit": batch_size, "on_time_since": on_time_since},
         ).fetchall()
         columns: dict[str, list[object]] = {
             name: []
@@ -161,6 +190,8 @@ def _materialize_batch(
         if advance["ids"]:
             conn.execute(queries.get("advance_definitions"), advance)
         result.definitions = len(rows)
+        result.more = len(rows) >= batch_size
+        result.at = at
     return result
 
 
