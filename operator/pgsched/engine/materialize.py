@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import islice
+from typing import Any
 
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
@@ -135,10 +136,10 @@ def _materialize_batch(
     result = MaterializeResult()
     with conn.transaction():
         at = clock.now(conn, now)
-        rows = conn.execute(
-            queries.get("due_definitions"),
-            {"now": at, "kinds": kinds, "limit": batch_size, "on_time_since": on_time_since},
-        ).fetchall()
+        due = {"now": at, "kinds": kinds, "limit": batch_size}
+        rows = conn.execute(queries.get("due_definitions"), due).fetchall()
+        if len(rows) >= batch_size and on_time_since is not None:
+            rows = _on_time_first(conn, rows, due={**due, "on_time_since": on_time_since})
         columns: dict[str, list[object]] = {
             name: []
             for name in (
@@ -193,6 +194,17 @@ def _materialize_batch(
         result.more = len(rows) >= batch_size
         result.at = at
     return result
+
+
+def _on_time_first(
+    conn: Connection, oldest: list[dict[str, Any]], *, due: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """More is due than a batch holds: the definitions due since the previous round go
+    first, the newest first, then the oldest of the rest. (Rows of the oldest this leaves
+    out stay locked until the commit, not materialized: they are due at the next round.)"""
+    punctual = conn.execute(queries.get("due_definitions_on_time"), due).fetchall()
+    taken = {row["id"] for row in punctual}
+    return (punctual + [row for row in oldest if row["id"] not in taken])[: len(oldest)]
 
 
 def plan_definition(
