@@ -199,7 +199,7 @@ def test_a_stampedes_first_jobs_are_launched_after_one_materialization_batch(dsn
     assert {(row["runs"], row["next_run_at"]) for row in per_definition} == {
         (1, T0 + timedelta(hours=1))
     }
-    # Launched in the order materialized: oldest due first, then run id.
+    # Due at one instant, they are launched in the order they were materialized (run id).
     launched = [run.id for run in launcher.launched]
     assert launched == sorted(launched)
 
