@@ -870,8 +870,9 @@ CREATE FUNCTION pgsched.record_inserted_runs() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
-    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger
+    INSERT INTO pgsched.run_events
+        (run_id, definition_id, status, reason, attempt, trigger, scheduled_for)
+    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger, n.scheduled_for
     FROM new_rows AS n;
     RETURN NULL;
 END;
@@ -886,8 +887,9 @@ CREATE FUNCTION pgsched.record_run_status_changes() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
-    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger
+    INSERT INTO pgsched.run_events
+        (run_id, definition_id, status, reason, attempt, trigger, scheduled_for)
+    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger, n.scheduled_for
     FROM new_rows AS n
     JOIN old_rows AS o ON o.id = n.id
     WHERE o.status IS DISTINCT FROM n.status;
@@ -1092,7 +1094,8 @@ CREATE TABLE pgsched.run_events (
     reason text,
     attempt integer NOT NULL,
     trigger text NOT NULL,
-    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    scheduled_for timestamp with time zone
 );
 
 --
