@@ -24,9 +24,6 @@ primary-key read: nothing is validated again, nothing written.
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -62,36 +59,6 @@ class Context:
     # run-now tokens this process has queued, by uid: a lingering annotation is not
     # handled again on every status change (only ScheduledJobs that carry one are here).
     run_now_seen: dict[str, str] = field(default_factory=dict)
-    published: Published = field(default_factory=lambda: Published())
-
-
-class Published:
-    """The generations whose status and Event were written in the last ``window`` seconds.
-
-    Writing a new ScheduledJob's finalizer makes the API server send a MODIFIED event whose
-    status does not show the generation yet (the status patch is the next request); synced,
-    it asks for that status and Event again. Within the window such a request is the echo
-    of a write just made and is dropped (a new generation is always published: it is
-    another key). At most ``size`` are remembered, the oldest forgotten first: a forgotten
-    one costs one redundant status patch, never a missing one."""
-
-    def __init__(self, *, window: float = 60.0, size: int = 20_000) -> None:
-        self._window = window
-        self._size = size
-        self._at: OrderedDict[tuple[UUID, int], float] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def recently(self, uid: UUID, generation: int) -> bool:
-        with self._lock:
-            at = self._at.get((uid, generation))
-            return at is not None and time.monotonic() - at < self._window
-
-    def add(self, uid: UUID, generation: int) -> None:
-        with self._lock:
-            self._at[(uid, generation)] = time.monotonic()
-            self._at.move_to_end((uid, generation))
-            while len(self._at) > self._size:
-                self._at.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -227,9 +194,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
     pinned = context.clock()
     with context.pool.connection() as conn:
         stored = definitions.get(conn, key.id)
+        published = observed or (stored is not None and stored.published_generation == generation)
         if (
             not revalidate
-            and observed
+            and published
             and not writes.add_finalizer
             and _settled(stored, generation, spec)
             and (not run_now or context.run_now_seen.get(meta["uid"]) == run_now)
@@ -257,7 +225,11 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             except chain.CycleError as error:
                 return Synced(_reject(conn, key, spec, writes, str(error), now=now))
         assert stored is not None
-        if not observed or stored.generation != generation:
+        # Published: the status shows this generation, or the writer wrote it and this is
+        # the echo of another write made before (the finalizer's: migration 0017).
+        if not (observed or stored.published_generation == generation) or (
+            stored.generation != generation
+        ):
             # Downstreams naming this one: their UpstreamsFound condition may change.
             downstreams = chain.downstream_ids(conn, namespace=key.namespace, name=key.name)
             writes = replace(writes, status=True, downstreams=tuple(downstreams))
@@ -333,6 +305,8 @@ def _reject(
         at=now,
     )
     if stored is not None:  # an older generation stays in force; its status says why
+        if stored.published_generation == key.generation:
+            return writes  # this rejection was published
         return replace(writes, status=True, events=(note,))
     rejected = status.render_rejected(
         spec,
@@ -457,9 +431,7 @@ def _write(context: Context, writes: Writes) -> None:
         kube, path, finalizers=writes.finalizers, version=writes.version
     ):
         return  # gone, or being deleted: its deletion sync says the rest
-    publish = (writes.status or writes.rejected_status is not None or bool(writes.events)) and (
-        not context.published.recently(writes.uid, writes.generation)
-    )
+    publish = writes.status or writes.rejected_status is not None or bool(writes.events)
     if publish and not _publish(context, writes):
         return  # gone
     if writes.clear_cancel:
@@ -474,9 +446,28 @@ def _write(context: Context, writes: Writes) -> None:
 
 
 def _publish(context: Context, writes: Writes) -> bool:
-    """The generation's status and Events; False if the ScheduledJob is gone."""
-    if (writes.status or writes.rejected_status is not None) and not _write_status(context, writes):
-        return False
+    """The generation's status and Events, unless they were written already (by this
+    writer or another replica's); False if the ScheduledJob is gone."""
+    path = api.scheduled_job_path(writes.namespace, writes.name, subresource="status")
+    current = {"status": {"conditions": list(writes.conditions)}}
+    with context.pool.connection() as conn:
+        definition = definitions.get(conn, writes.uid)
+        if definition is not None and (
+            definition.deleted_at is not None
+            or definition.published_generation == writes.generation
+        ):
+            return True
+        new = writes.rejected_status
+        if new is None and writes.status:
+            if definition is None:
+                return True  # nothing stored to render (never valid: rejected_status)
+            new = context.publisher.render_status(conn, definition, current)
+    if new is not None:
+        patch = {"status": new}
+        if not _ignore_gone(lambda: context.kube.merge_patch(path, patch)):
+            return False
+        if definition is not None:
+            context.publisher.announce_transitions(definition, current, new)
     for note in writes.events:
         context.publisher.post_event(
             namespace=writes.namespace,
@@ -488,37 +479,18 @@ def _publish(context: Context, writes: Writes) -> bool:
             message=note.message,
             at=note.at,
         )
-    context.published.add(writes.uid, writes.generation)
-    return True
-
-
-def _write_status(context: Context, writes: Writes) -> bool:
-    """The status, for this uid only (a ScheduledJob deleted and created again under the
-    same name is another one). False if it is gone."""
-    path = api.scheduled_job_path(writes.namespace, writes.name, subresource="status")
-    current = {"status": {"conditions": list(writes.conditions)}}
-    new = writes.rejected_status
-    definition = None
-    if new is None:
-        with context.pool.connection() as conn:
-            definition = definitions.get(conn, writes.uid)
-            if definition is None or definition.deleted_at is not None:
-                return True
-            new = context.publisher.render_status(conn, definition, current)
-    patch = {"metadata": {"uid": str(writes.uid)}, "status": new}
-    if not _ignore_gone(lambda: context.kube.merge_patch(path, patch)):
-        return False
     if definition is not None:
-        context.publisher.announce_transitions(definition, current, new)
+        with context.pool.connection() as conn:
+            definitions.mark_published(conn, writes.uid, writes.generation)
     return True
 
 
 def _ignore_gone(call: Callable[[], Obj]) -> bool:
-    """``call``; False if the object is gone (or is another one now: uid precondition)."""
+    """``call``; False if the object is gone."""
     try:
         call()
     except api.ApiError as error:
-        if error.not_found or error.conflict:
+        if error.not_found:
             return False
         raise
     return True

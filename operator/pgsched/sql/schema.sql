@@ -44,6 +44,7 @@ BEGIN
     probe.next_run_at := OLD.next_run_at;
     probe.last_scheduled_for := OLD.last_scheduled_for;
     probe.pool := OLD.pool;  -- generated after BEFORE triggers; follows spec and namespace
+    probe.published_generation := OLD.published_generation;
     probe.version := OLD.version;
     IF probe IS DISTINCT FROM OLD THEN
         NEW.version := OLD.version + 1;
@@ -987,6 +988,7 @@ CREATE TABLE pgsched.job_definitions (
     pool text GENERATED ALWAYS AS (((namespace || '/'::text) || NULLIF((spec ->> 'pool'::text), ''::text))) STORED,
     after_mode text DEFAULT 'Any'::text NOT NULL,
     version bigint DEFAULT 1 NOT NULL,
+    published_generation bigint,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
     CONSTRAINT job_definitions_cancel_grace_seconds_check CHECK ((cancel_grace_seconds >= 0)),
