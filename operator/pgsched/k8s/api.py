@@ -100,9 +100,12 @@ class KubeApi:
         self._retry = retry or RetrySettings()
         self._timeout = timeout
         self._urgent = True
+        # Connections kept per API server: the watches hold one each for minutes, and the
+        # writers, Job workers and launches each have one in flight; past maxsize urllib3
+        # opens and closes a TLS connection per request (a handshake both sides pay for).
         self._pool = urllib3.PoolManager(
             num_pools=4,
-            maxsize=8,
+            maxsize=32,
             cert_reqs="CERT_REQUIRED" if configuration.verify_ssl else "CERT_NONE",
             ca_certs=configuration.ssl_ca_cert,
             cert_file=configuration.cert_file,

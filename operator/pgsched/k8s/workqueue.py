@@ -49,17 +49,21 @@ class WorkQueue(Generic[K, V]):
         self._timers: list[tuple[float, int, K]] = []  # heap; stale entries skipped
         self._sequence = itertools.count()
         self._closed = False
-        self._changed = threading.Condition()
+        # One lock, two conditions: a key made ready wakes one getter, a place freed one
+        # putter (waking every thread on every change costs more than the work at 100/s).
+        self._lock = threading.Lock()
+        self._ready_or_timer = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
 
     def __len__(self) -> int:
         """Keys held: waiting, delayed or being handled."""
-        with self._changed:
+        with self._lock:
             return self._held()
 
     def put(self, key: K, value: V) -> bool:
         """Hand over ``value`` for ``key``; waits for room if the key is new and the queue
         is full. False if the queue was closed."""
-        with self._changed:
+        with self._lock:
             while True:
                 if self._closed:
                     return False
@@ -77,13 +81,13 @@ class WorkQueue(Generic[K, V]):
                 if self._held() < self.capacity:
                     self._make_ready(key, value)
                     return True
-                self._changed.wait()
+                self._room.wait()
 
     def get(self, *, timeout: float | None = None) -> tuple[K, V] | None:
         """The oldest waiting key and its value, now being handled (call :meth:`done`);
         None after ``timeout`` or once closed."""
         deadline = None if timeout is None else self._clock() + timeout
-        with self._changed:
+        with self._lock:
             while True:
                 self._release_due()
                 if self._closed:
@@ -98,12 +102,12 @@ class WorkQueue(Generic[K, V]):
                     waits.append(self._timers[0][0] - self._clock())
                 if deadline is not None and waits[0] <= 0:
                     return None
-                self._changed.wait(max(0.0, min(waits)) if waits else None)
+                self._ready_or_timer.wait(max(0.0, min(waits)) if waits else None)
 
     def done(self, key: K, value: V, *, retry_in: float | None = None) -> None:
         """``key`` was handled. ``retry_in``: it was not, try ``value`` again that much later
         (unless a newer value arrived meanwhile: that one runs now)."""
-        with self._changed:
+        with self._lock:
             self._active.discard(key)
             arrived = self._arrived.pop(key, None)
             if arrived is not None:
@@ -112,13 +116,16 @@ class WorkQueue(Generic[K, V]):
                 due = self._clock() + retry_in
                 self._delayed[key] = (due, value)
                 heapq.heappush(self._timers, (due, next(self._sequence), key))
-            self._changed.notify_all()
+                self._ready_or_timer.notify()  # a getter may now wait for this timer
+            else:
+                self._room.notify()
 
     def close(self) -> None:
         """Wake every waiter; nothing more is put or got."""
-        with self._changed:
+        with self._lock:
             self._closed = True
-            self._changed.notify_all()
+            self._ready_or_timer.notify_all()
+            self._room.notify_all()
 
     def _held(self) -> int:
         # A key that arrived while handled is still one key (it is in _active).
@@ -127,7 +134,7 @@ class WorkQueue(Generic[K, V]):
     def _make_ready(self, key: K, value: V) -> None:
         self._ready[key] = value
         self._order.append(key)
-        self._changed.notify_all()
+        self._ready_or_timer.notify()
 
     def _release_due(self) -> None:
         now = self._clock()
