@@ -16,9 +16,9 @@ Two halves, so that a fleet costs the database's pace, not the API server's:
   second) cost megabytes, not a copy of every object.
 
 Every replica syncs every ScheduledJob (each is idempotent: two replicas do the same
-harmless thing twice). An unchanged, already published ScheduledJob — all of them on an
-operator restart, and every status change the publisher itself causes — costs one
-primary-key read: nothing is validated again, nothing written.
+harmless thing twice). An unchanged, already published ScheduledJob costs one primary-key
+read when the watch hands it over again (every status change the publisher itself causes);
+listed, on an operator's start, it is validated again; either way nothing is written.
 """
 
 from __future__ import annotations
@@ -194,10 +194,9 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
     pinned = context.clock()
     with context.pool.connection() as conn:
         stored = definitions.get(conn, key.id)
-        published = observed or (stored is not None and stored.published_generation == generation)
         if (
             not revalidate
-            and published
+            and _published(stored, generation, observed=observed)
             and not writes.add_finalizer
             and _settled(stored, generation, spec)
             and (not run_now or context.run_now_seen.get(meta["uid"]) == run_now)
@@ -225,9 +224,7 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             except chain.CycleError as error:
                 return Synced(_reject(conn, key, spec, writes, str(error), now=now))
         assert stored is not None
-        # Published: the status shows this generation, or the writer wrote it and this is
-        # the echo of another write made before (the finalizer's: migration 0017).
-        if not (observed or stored.published_generation == generation) or (
+        if not _published(stored, generation, observed=observed) or (
             stored.generation != generation
         ):
             # Downstreams naming this one: their UpstreamsFound condition may change.
@@ -251,6 +248,13 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             # operator restart) never cancels runs that started after the request.
             writes = replace(writes, clear_cancel=True)
     return Synced(writes if writes.anything else None)
+
+
+def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
+    """The generation's status and Event are written: the status shows it, or the writer
+    recorded it — then this body is the echo of a write made before it (the finalizer's,
+    whose MODIFIED event still shows the old status: migration 0017)."""
+    return observed or (stored is not None and stored.published_generation == generation)
 
 
 def _settled(stored: Definition | None, generation: int, spec: Obj) -> bool:
