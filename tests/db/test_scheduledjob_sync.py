@@ -193,3 +193,21 @@ def test_a_deleted_scheduledjob_waits_for_its_running_runs_then_releases_the_fin
     done = scheduledjobs.sync(context, deleting, revalidate=False)
     assert done.retry_in is None
     assert done.writes is not None and done.writes.release_finalizer
+
+
+def test_a_watch_event_of_a_settled_scheduledjob_does_not_reach_the_database(dsn):
+    """Every status patch the publisher makes comes back as a MODIFIED event: with runs
+    every minute across a fleet, a database read each would be the sync's steady load."""
+    with connection.pool(dsn, name="pgsched-test-sync", max_size=1) as pool:
+        context = scheduledjobs.Context(
+            pool=pool,
+            kube=None,  # type: ignore[arg-type]
+            publisher=Publisher(None),  # type: ignore[arg-type]
+            clock=lambda: None,
+        )
+        pool.close()  # any use of the database now fails
+        settled = body(observed=1, finalizer=True)
+
+        assert scheduledjobs.sync(context, settled, revalidate=False) == scheduledjobs.Synced()
+        # A listed one is read and validated again: here, the closed pool says so.
+        assert scheduledjobs.sync(context, settled, revalidate=True).retry_in is not None
