@@ -17,8 +17,8 @@ client's start to its first and last Job (the ratio is the plain client's time o
 1.0 is as fast); the 20 unrelated jobs' skew (their Job seen minus their ``runAt``); how long
 their ScheduledJob's status (``lastRun``) and their RunStarted Event took after their Job,
 while the stampede's own statuses and Events queue for their share of the API budget; how
-many Events were posted while the Jobs were being created; the operator's RSS before and
-at its peak during the stampede.
+many Events were posted while the Jobs were being created, and when the last of all runs'
+RunStarted Events was (the outbox drained); the operator's RSS before and at its peak.
 
 No node: a single node cannot run 5,000 pods, and what is measured ends when a Job exists.
 The Job controller still creates each Job's pod (Pending, unschedulable) on both sides.
@@ -194,6 +194,13 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
                 lambda: all(name in statuses.times for name in other_due),
                 600,
                 describe=lambda: f"the other jobs' statuses ({len(statuses.times)} seen)",
+            )
+            # The other jobs go first (k8s/publisher.py, "Fair turns"): the stampede's own
+            # Events come after theirs; wait for all of them to time the whole outbox.
+            wait_for(
+                lambda: len(events.times) >= count + others,
+                600,
+                describe=lambda: f"every RunStarted Event ({len(events.times)} seen)",
             )
             memory.stop()
             rss_before = memory.samples[0] if memory.samples else float("nan")

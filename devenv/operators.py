@@ -9,6 +9,7 @@ operator pods on the real node under real RBAC — is ``make demo`` and the char
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -45,12 +46,21 @@ class OperatorProcess:
             return str(response.read().decode())
 
     def healthy(self) -> bool:
+        return self._health() is not None
+
+    def listed(self) -> bool:
+        """Every watch of the operator has listed its objects once (``/healthz`` says)."""
+        return bool((self._health() or {}).get("listed"))
+
+    def _health(self) -> dict[str, object] | None:
+        """``/healthz``'s answer while healthy, else None."""
         try:
             url = f"http://127.0.0.1:{self.health_port}/healthz"
             with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+                answer = json.loads(response.read())
+                return answer if response.status == 200 and isinstance(answer, dict) else None
+        except (OSError, ValueError):
+            return None
 
     def stop(self, timeout: float = 30) -> int:
         if self.process.poll() is None:

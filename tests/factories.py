@@ -1,4 +1,5 @@
-"""Small builders shared by tests: definitions from spec snippets, a recording launcher."""
+"""Small builders shared by tests: definitions from spec snippets, a recording launcher, a
+database as an older release left it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgsched import spec as spec_module
+from pgsched.db import connection, migrate
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions
 from pgsched.engine.launcher import LaunchError
@@ -74,3 +76,26 @@ def reload(conn: Connection, definition: Definition) -> Definition:
     found = definitions.get(conn, definition.id)
     assert found is not None
     return found
+
+
+def database_at(postgres: Any, name: str, version: int) -> str:
+    """A new database with the migrations up to ``version`` applied, as that release left it."""
+    with connection.connect(postgres.dsn()) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {name}")
+    with connection.connect(postgres.dsn(name)) as conn:
+        conn.execute("CREATE SCHEMA pgsched")
+        conn.execute(
+            "CREATE TABLE pgsched.schema_migrations (version integer PRIMARY KEY, name text"
+            " NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in migrate.available():
+            if migration.version <= version:
+                with conn.transaction():
+                    conn.execute(migration.sql)
+                    conn.execute(
+                        "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
+                        " VALUES (%s, %s, %s)",
+                        [migration.version, migration.name, migration.checksum],
+                    )
+    return str(postgres.dsn(name))

@@ -66,6 +66,13 @@ POOL_RUNNING = Gauge(
 POOL_QUEUED = Gauge(
     "pgsched_pool_queued", "Due QUEUED runs of a ConcurrencyPool's jobs.", ["namespace", "pool"]
 )
+WORK_QUEUE = Gauge(
+    "pgsched_work_queue_keys",
+    "Objects waiting or being handled in the operator's work queues: `scheduledjobs` (to"
+    " sync into the database), `scheduledjob-writes` (finalizers, statuses and Events to"
+    " write), `jobs` (finished Jobs to record), `concurrencypools`.",
+    ["queue"],
+)
 KUBE_REQUESTS = Counter(
     "pgsched_kube_requests_total",
     "Kubernetes API requests by verb and response code.",

@@ -1,6 +1,6 @@
 """The cluster variant: three real operator replicas on the local control plane.
 
-``pgsched operator`` processes (kopf, the tick thread, the publisher) over a few dozen
+``pgsched operator`` processes (the watches, the tick thread, the publisher) over a few dozen
 ScheduledJobs whose Jobs run busybox ``sleep`` for 1-10 s next to the heartbeat sidecar,
 as pods on the local node (real containers); run-now requests arrive as annotations. On top of the shared
 faults (leader kill and pause, session kills, Postgres restart and crash, kill -9 and

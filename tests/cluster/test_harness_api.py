@@ -126,7 +126,7 @@ def test_service_account_is_denied_without_rbac_and_allowed_with_a_role(
         "--role=read-configmaps",
         f"--serviceaccount={namespace}:reader",
     )
-    # The Python client in the pgsched image, logging in the way kopf does: the in-cluster
+    # The Python client in the pgsched image, logging in the way the operator does: the in-cluster
     # config (the projected token, the `kubernetes` Service through kube-proxy).
     script = (
         "import kubernetes as k\n"

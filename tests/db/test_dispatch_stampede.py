@@ -1,15 +1,21 @@
-"""A stampede of due runs: launched oldest due first, and a run that falls due while the
-backlog drains is launched on time, ahead of it (engine/dispatch.py, "On time first")."""
+"""A stampede of due runs: its first runs are launched after one materialization batch,
+the rest oldest due first, and a run that falls due while the backlog is materialized or
+drains is launched on time, ahead of it (engine/materialize.py, engine/dispatch.py, "On
+time first")."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 from factories import RecordingLauncher, define
+from pgsched.db import connection
 from pgsched.engine import dispatch, pools, runs
+from pgsched.engine.tick import Ticker, TickSettings
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 ON_TIME = 2.0  # the tick's window at its default 1 s interval
+HOURLY = 2000  # ScheduledJobs on 0 * * * *, due at T0
 
 
 def queue(conn, job, at, count=1):
@@ -57,10 +63,11 @@ def test_a_run_due_during_a_stampede_is_launched_on_the_next_tick_ahead_of_the_b
 
 
 def test_a_run_due_a_moment_after_a_stampede_is_on_time_at_the_stampedes_first_tick(conn):
-    """Materializing 5,000 definitions takes about a second, so the first tick after their
-    due second also sees a run of another job due a second later, in the same window. The
-    window holds more than a batch; the other run's one chance at being on time must not go
-    to the stampede (the benchmark: it waited 50.9 s behind all 5,000)."""
+    """A tick that starts late (the first tick used to materialize all 5,000 definitions,
+    about a second, before claiming) sees the stampede and a run of another job due a
+    second later in the same window. The window holds more than a batch; the other run's
+    one chance at being on time must not go to the stampede (the benchmark: it waited
+    50.9 s behind all 5,000)."""
     stampede = [define(conn, f"hourly-{i}", now=T0) for i in range(40)]
     for job in stampede:
         queue(conn, job, T0)
@@ -107,10 +114,6 @@ def test_a_run_due_during_a_long_tick_is_still_on_time_at_the_next(dsn, conn):
     """During a stampede a tick lasts as long as its batch takes at the API budget's pace:
     a run that fell due meanwhile is late by more than two intervals at the next tick, and
     still goes before the backlog."""
-    import time
-
-    from pgsched.db import connection
-    from pgsched.engine.tick import Ticker, TickSettings
 
     class SlowLauncher(RecordingLauncher):
         def launch(self, run, definition):
@@ -122,13 +125,7 @@ def test_a_run_due_during_a_long_tick_is_still_on_time_at_the_next(dsn, conn):
         queue(conn, job, T0)
     other = define(conn, "other", now=T0)
     now = [T0]
-    launcher = SlowLauncher()
-    tick = Ticker(
-        lambda: connection.connect(dsn, application_name="pgsched-tick-test"),
-        launcher,
-        TickSettings(dispatch_batch=10),
-        clock=lambda: now[0],
-    )
+    tick = ticker(dsn, SlowLauncher(), now, dispatch_batch=10)
     try:
         assert len(tick.run_once().dispatched.claimed) == 10  # 2.5 s at this pace
         queue(conn, other, T0 + timedelta(seconds=1))
@@ -136,3 +133,94 @@ def test_a_run_due_during_a_long_tick_is_still_on_time_at_the_next(dsn, conn):
         assert tick.run_once().dispatched.claimed[0].definition_id == other.id
     finally:
         tick.close()
+
+
+def ticker(dsn, launcher, now, **settings):
+    """A tick leader on its own session, its clock pinned to ``now[0]``."""
+    return Ticker(
+        lambda: connection.connect(dsn, application_name="pgsched-tick-test"),
+        launcher,
+        TickSettings(**settings),
+        clock=lambda: now[0],
+    )
+
+
+def hourly_stampede(conn):
+    for index in range(HOURLY):
+        define(conn, f"hourly-{index}", schedule="0 * * * *", now=T0 - timedelta(minutes=30))
+
+
+class CountingLauncher(RecordingLauncher):
+    """Records, at each launch, how many runs had been materialized."""
+
+    def __init__(self, dsn):
+        super().__init__()
+        self.materialized_at_launch: list[int] = []
+        self._db = connection.connect(dsn, application_name="pgsched-test-launcher")
+
+    def launch(self, run, definition):
+        [row] = self._db.execute("SELECT count(*) AS runs FROM pgsched.job_runs").fetchall()
+        self.materialized_at_launch.append(row["runs"])
+        return super().launch(run, definition)
+
+    def close(self):
+        self._db.close()
+
+
+def test_a_stampedes_first_jobs_are_launched_after_one_materialization_batch(dsn, conn):
+    """With thousands due at one second, the first tick used to materialize all of them
+    (5,000 took 1.1 s in the stampede benchmark) before it claimed anything. Now it
+    materializes one batch, dispatches, and the ticks that follow at once go on: every
+    occurrence materialized exactly once, its next_run_at advanced with it."""
+    hourly_stampede(conn)
+    launcher = CountingLauncher(dsn)
+    now = [T0 + timedelta(seconds=0.02)]
+    tick = ticker(dsn, launcher, now, materialize_batch=500, dispatch_batch=50)
+    try:
+        first = tick.run_once()
+        assert len(first.dispatched.claimed) == 50
+        assert launcher.materialized_at_launch[0] == 500  # not 2,000
+        assert first.materialized.more  # so the loop ticks again at once
+
+        ticks = [first]
+        while ticks[-1].materialized.more:
+            now[0] += timedelta(seconds=0.3)  # a dispatch batch at the API budget's pace
+            ticks.append(tick.run_once())
+    finally:
+        tick.close()
+        launcher.close()
+    assert len(ticks) == HOURLY // 500 + 1  # the last finds nothing more
+    assert sum(each.materialized.queued for each in ticks) == HOURLY
+    per_definition = conn.execute(
+        "SELECT count(r.id) AS runs, d.next_run_at FROM pgsched.job_definitions AS d"
+        " LEFT JOIN pgsched.job_runs AS r ON r.definition_id = d.id"
+        " GROUP BY d.id, d.next_run_at"
+    ).fetchall()
+    assert {(row["runs"], row["next_run_at"]) for row in per_definition} == {
+        (1, T0 + timedelta(hours=1))
+    }
+    # Due at one instant, they are launched in the order they were materialized (run id).
+    launched = [run.id for run in launcher.launched]
+    assert launched == sorted(launched)
+
+
+def test_a_job_due_a_second_after_a_stampede_is_not_queued_behind_its_materialization(dsn, conn):
+    """The stampede is materialized a batch per tick, oldest due first; a definition of
+    the same kind that falls due meanwhile is materialized first at the next tick, and its
+    run is on time, so it is launched before the stampede's backlog."""
+    hourly_stampede(conn)
+    other = define(
+        conn, "other", rrule="FREQ=HOURLY;BYMINUTE=0;BYSECOND=1", now=T0 - timedelta(minutes=30)
+    )
+    launcher = RecordingLauncher()
+    now = [T0 + timedelta(seconds=0.02)]
+    tick = ticker(dsn, launcher, now, materialize_batch=500, dispatch_batch=50)
+    try:
+        tick.run_once()
+        now[0] = T0 + timedelta(seconds=1.1)  # the first batch's launches took a second
+        second = tick.run_once()
+    finally:
+        tick.close()
+    assert second.materialized.definitions == 500  # the other job and 499 of the stampede
+    assert second.dispatched.claimed[0].definition_id == other.id
+    assert [run.definition_id for run in launcher.launched].index(other.id) == 50

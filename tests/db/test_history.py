@@ -10,33 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import invariants
 import racers
+from factories import database_at
 from pgsched.db import connection, migrate
 from pgsched.engine import history, runs
 
 NOW = datetime(2026, 12, 15, 12, 0, tzinfo=UTC)
-
-
-def _database_at(postgres, name: str, version: int) -> str:
-    """A new database with the migrations up to ``version`` applied, as that release left it."""
-    with connection.connect(postgres.dsn()) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {name}")
-    with connection.connect(postgres.dsn(name)) as conn:
-        conn.execute("CREATE SCHEMA pgsched")
-        conn.execute(
-            "CREATE TABLE pgsched.schema_migrations (version integer PRIMARY KEY, name text"
-            " NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in migrate.available():
-            if migration.version <= version:
-                with conn.transaction():
-                    conn.execute(migration.sql)
-                    conn.execute(
-                        "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
-                        " VALUES (%s, %s, %s)",
-                        [migration.version, migration.name, migration.checksum],
-                    )
-    return postgres.dsn(name)
 
 
 def _seed(conn, *, definitions: int, runs_each: int) -> None:
@@ -96,7 +74,7 @@ def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(
     unchanged since 0010) claim and finish while the new release migrates the table under
     them: no run is lost or claimed twice, and leases taken before the move are finished
     after it."""
-    dsn = _database_at(postgres, "history_upgrade", 11)
+    dsn = database_at(postgres, "history_upgrade", 11)
     with connection.connect(dsn) as conn:
         _seed(conn, definitions=100, runs_each=20)
 
@@ -116,7 +94,7 @@ def test_rolling_upgrade_dispatchers_race_the_claim_pruning_migration(postgres):
     claim_for_dispatch by the same signature) claim and finish over a year of partitions
     while 0015 replaces the function's body and indexes job_runs under them: no run is lost
     or claimed twice, caps hold across the swap."""
-    dsn = _database_at(postgres, "claim_pruning_upgrade", 14)
+    dsn = database_at(postgres, "claim_pruning_upgrade", 14)
     with connection.connect(dsn) as conn:
         history.run_once(conn, retention=None)
         month = history.month_of(history.partition_name(datetime.now(UTC)))
@@ -129,7 +107,7 @@ def test_rolling_upgrade_dispatchers_race_the_claim_pruning_migration(postgres):
 
 
 def test_the_migration_keeps_every_row_id_and_lease_and_new_ids_continue(postgres):
-    dsn = _database_at(postgres, "history_move", 11)
+    dsn = database_at(postgres, "history_move", 11)
     with connection.connect(dsn) as conn:
         _seed(conn, definitions=3, runs_each=4)
         conn.execute(

@@ -191,7 +191,7 @@ def test_chained_runs_are_exactly_once_with_three_leaderless_tick_loops(dsn):
 def _race_try_lock_dispatchers_past_a_crowded_definition(dsn, *, planted_claim):
     """Eight try-lock dispatchers over one crowded definition (cap 2, 300 runs) and 20
     roomy ones (cap 50, 20 runs each). A claim often finds the crowded one held by another
-    dispatcher while every definition it did lock has room to spare: migration 0016 claims
+    dispatcher while every definition it did lock has room to spare: migration 0018 claims
     such a batch without the choice, and must leave the crowded one's runs queued."""
     with connection.connect(dsn) as conn:
         crowded, *_ = seed_definitions(conn, count=21, runs_each=20, seed=13)

@@ -353,7 +353,7 @@ def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_canc
         run_lease.run_id,
         names.lease_fingerprint(str(run_lease.token)),
         job=served.jobs[name],
-        pods=served.pods[name],
+        pods=lambda: served.pods[name],
         deleted=False,
     )
 

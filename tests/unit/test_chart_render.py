@@ -315,7 +315,7 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
     assert chart == read
 
 
-def test_probes_use_kopfs_healthz_on_the_health_port(helm_binary):
+def test_probes_use_the_operators_healthz_on_the_health_port(helm_binary):
     operator = container(render(helm_binary))
     ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
     assert ports == {"health": 8080, "metrics": 9090}

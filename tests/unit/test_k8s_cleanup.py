@@ -7,7 +7,6 @@ from datetime import timedelta
 from k8sfixtures import T0, definition
 from pgsched.engine.runs import Ending
 from pgsched.k8s.cleanup import must_stop
-from pgsched.k8s.operator import _url_host
 
 
 def ending(status, reason=None, *, finished=0, cancel_requested=None, checked=1):
@@ -38,9 +37,3 @@ def test_a_cancel_forced_after_the_grace_stops_the_pod_but_a_cooperative_one_doe
 def test_a_job_that_recorded_its_own_end_gets_time_to_exit():
     assert not must_stop(ending("COMPLETED", finished=0, checked=10), definition())
     assert must_stop(ending("COMPLETED", finished=0, checked=31), definition())
-
-
-def test_health_urls_bracket_ipv6_hosts():
-    assert _url_host("10.0.0.7:8080") == "10.0.0.7:8080"
-    assert _url_host("fd00::1:8080") == "[fd00::1]:8080"
-    assert _url_host("[fd00::1]:8080") == "[fd00::1]:8080"

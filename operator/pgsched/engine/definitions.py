@@ -264,6 +264,12 @@ def delete(conn: Connection, definition_id: UUID, *, now: datetime | None = None
     return outcome.asked_to_stop
 
 
+def mark_published(conn: Connection, definition_id: UUID, generation: int) -> None:
+    """Record that the status and Event of ``generation`` are written (not a change of
+    the definition: its version stays)."""
+    conn.execute(queries.get("mark_published"), {"id": definition_id, "generation": generation})
+
+
 def set_suspended(
     conn: Connection, definition_id: UUID, suspended: bool, *, now: datetime | None = None
 ) -> Definition | None:

@@ -1,7 +1,7 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
 One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0016) so that it is one round trip and the
+``pgsched.claim_for_dispatch`` (migration 0018) so that it is one round trip and the
 definitions' locks are held for a few milliseconds of server time, not across several
 network round trips:
 
@@ -52,10 +52,11 @@ one tick, however long ticks take), then fills the batch from the
 backlog in the claim's order (``scheduled_for``, then id); the punctual runs launch first,
 the newest due first, then the backlog in its order. A backlog cannot starve: a run is "on
 time" at one tick only. Within the window the newest due go first because a window can hold
-more than a batch: the first tick after a stampede's due second (materializing 5,000
-definitions takes about a second) sees the stampede *and* a run of another job due a moment
-later. The stampede cannot be on time whatever is chosen; oldest first would give the other
-run's one chance to 50 of it, and it would wait behind the whole backlog.
+more than a batch: a tick that starts late (its predecessor launched a batch at the API
+budget's pace) sees a stampede *and* a run of another job due a moment later. The stampede
+cannot be on time whatever is chosen; oldest first would give the other run's one chance to
+50 of it, and it would wait behind the whole backlog. (Materialization takes its batches in
+the same order, ``engine/materialize.py``.)
 Jobs in a pool keep the pool's order (oldest first across its jobs): they are never "on time".
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a

@@ -23,6 +23,21 @@ Occurrences of a suspended definition are recorded as ``SKIPPED/Suspended``, so 
 never replays what suspension skipped. An occurrence already past its starting deadline is
 recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
 ``SKIPPED/DSTGap``.
+
+**A bounded amount per round, on time first.** One round (one tick) materializes at most one
+batch of each kind and says whether more is due (``MaterializeResult.more``): the tick
+dispatches what it materialized and goes again at once. So the first runs of a stampede
+(5,000 ScheduledJobs on ``0 * * * *``) are claimed after one batch is materialized, not
+after all 5,000 (about a second), and the stampede's materialization proceeds between its
+dispatch batches, ahead of them (with the default batches, 500 definitions per 50 Jobs
+launched). Which definitions a round takes mirrors dispatch's "on time first": those that
+fell due since the previous round (``on_time_since``, that round's "now"), the newest due
+first, then the backlog, oldest due first. Otherwise a definition due a second after a
+stampede would wait behind the stampede's remaining materialization and, no longer on
+time when its run appears, behind its whole dispatch backlog too. Lateness
+(``catchUp: none``, ``startingDeadlineSeconds``) is measured against the "now" of the round
+that materializes an occurrence: while materialization stays ahead of dispatch, a
+backlogged definition is judged before its run could have been launched anyway.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import islice
+from typing import Any
 
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
@@ -68,12 +84,18 @@ class MaterializeResult:
     queued: int = 0
     skipped: int = 0
     failed_definitions: list[str] = field(default_factory=list)
+    # A batch was full: more may be due now (the tick goes again at once).
+    more: bool = False
+    # The "now" of the round's first batch: the next round's ``on_time_since``.
+    at: datetime | None = None
 
     def add(self, other: MaterializeResult) -> None:
         self.definitions += other.definitions
         self.queued += other.queued
         self.skipped += other.skipped
         self.failed_definitions += other.failed_definitions
+        self.more = self.more or other.more
+        self.at = self.at or other.at
 
 
 def run_once(
@@ -82,17 +104,23 @@ def run_once(
     now: datetime | None = None,
     batch_size: int = 500,
     late_after: timedelta = DEFAULT_LATE_AFTER,
+    on_time_since: datetime | None = None,
 ) -> MaterializeResult:
-    """Materialize every due definition: recurring ones first, then one-shots."""
+    """Materialize at most ``batch_size`` due definitions of each kind, recurring ones
+    first, then one-shots: those due after ``on_time_since`` first (the newest due first),
+    then the oldest due. ``more`` says whether a batch was full."""
     result = MaterializeResult()
     for kinds in (["cron", "rrule"], ["once"]):
-        while True:
-            batch = _materialize_batch(
-                conn, kinds=kinds, now=now, batch_size=batch_size, late_after=late_after
+        result.add(
+            _materialize_batch(
+                conn,
+                kinds=kinds,
+                now=now,
+                batch_size=batch_size,
+                late_after=late_after,
+                on_time_since=on_time_since,
             )
-            result.add(batch)
-            if batch.definitions < batch_size:
-                break
+        )
     return result
 
 
@@ -103,13 +131,15 @@ def _materialize_batch(
     now: datetime | None,
     batch_size: int,
     late_after: timedelta,
+    on_time_since: datetime | None,
 ) -> MaterializeResult:
     result = MaterializeResult()
     with conn.transaction():
         at = clock.now(conn, now)
-        rows = conn.execute(
-            queries.get("due_definitions"), {"now": at, "kinds": kinds, "limit": batch_size}
-        ).fetchall()
+        due = {"now": at, "kinds": kinds, "limit": batch_size}
+        rows = conn.execute(queries.get("due_definitions"), due).fetchall()
+        if len(rows) >= batch_size and on_time_since is not None:
+            rows = _on_time_first(conn, rows, due={**due, "on_time_since": on_time_since})
         columns: dict[str, list[object]] = {
             name: []
             for name in (
@@ -161,7 +191,20 @@ def _materialize_batch(
         if advance["ids"]:
             conn.execute(queries.get("advance_definitions"), advance)
         result.definitions = len(rows)
+        result.more = len(rows) >= batch_size
+        result.at = at
     return result
+
+
+def _on_time_first(
+    conn: Connection, oldest: list[dict[str, Any]], *, due: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """More is due than a batch holds: the definitions due since the previous round go
+    first, the newest first, then the oldest of the rest. (Rows of the oldest this leaves
+    out stay locked until the commit, not materialized: they are due at the next round.)"""
+    punctual = conn.execute(queries.get("due_definitions_on_time"), due).fetchall()
+    taken = {row["id"] for row in punctual}
+    return (punctual + [row for row in oldest if row["id"] not in taken])[: len(oldest)]
 
 
 def plan_definition(

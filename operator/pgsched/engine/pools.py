@@ -48,6 +48,12 @@ def exists(conn: Connection, namespace: str, name: str) -> bool:
     return bool(row and row["found"])
 
 
+def limit_of(conn: Connection, namespace: str, name: str) -> int | None:
+    """A pool's stored limit; None if it does not exist."""
+    row = conn.execute(queries.get("pool_limit"), {"namespace": namespace, "name": name}).fetchone()
+    return int(row["concurrency_limit"]) if row else None
+
+
 def members(conn: Connection, namespace: str, name: str) -> list[UUID]:
     """The live definitions that name the pool."""
     rows = conn.execute(queries.get("definitions_in_pool"), {"namespace": namespace, "name": name})

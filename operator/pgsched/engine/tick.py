@@ -1,9 +1,12 @@
 """The tick loop: every replica runs it, one replica leads each tick.
 
-One tick is: try the leader lock; materialize due definitions (recurring, then one-shots);
-reap orphans; settle terminal runs (retries); dispatch due runs; release the lock. Each
-phase is its own transaction on the tick's dedicated session, which holds the session-level
-leader lock across all of them.
+One tick is: try the leader lock; materialize due definitions (recurring, then one-shots;
+at most a batch of each); reap orphans; settle terminal runs (retries); dispatch due runs;
+release the lock. Each phase is its own transaction on the tick's dedicated session, which
+holds the session-level leader lock across all of them. A tick that left more to do (a full
+materialization or dispatch batch) is followed by the next at once, so a stampede's first
+runs are launched after one materialization batch, and the rest is materialized between
+its dispatch batches.
 
 The loop fails open. A database error, a bug in one phase, a launcher exception: the tick
 logs it, drops its session (which releases the lock if the explicit unlock could not run)
@@ -128,6 +131,7 @@ class Ticker:
         self._timeline = 0  # the newest WAL timeline this replica ticked on (_check_timeline)
         self._owners = dispatch.Owners()  # launched definitions, kept between ticks
         self._previous_tick_at: float | None = None  # engine time (_on_time_seconds)
+        self._materialized_at: datetime | None = None  # the previous round's "now"
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -225,7 +229,9 @@ class Ticker:
                 now=now,
                 batch_size=settings.materialize_batch,
                 late_after=timedelta(seconds=settings.late_after_seconds),
+                on_time_since=self._materialized_at,
             )
+            self._materialized_at = result.materialized.at
         with _timed(result, "reap"):
             result.reaped = reap.run_once(
                 conn, now=now, await_verdicts=bool(getattr(self._launcher, "keeps_outcomes", False))
@@ -274,7 +280,7 @@ class Ticker:
 
         def busy(result: TickResult) -> bool:
             # A full batch means more is due right now: go again without sleeping.
-            return (
+            return (result.materialized is not None and result.materialized.more) or (
                 result.dispatched is not None
                 and len(result.dispatched.claimed) >= self.settings.dispatch_batch
             )

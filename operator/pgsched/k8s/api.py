@@ -14,6 +14,7 @@ urllib3 directly so pgsched controls what matters here:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -21,7 +22,8 @@ import os
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -98,9 +100,12 @@ class KubeApi:
         self._retry = retry or RetrySettings()
         self._timeout = timeout
         self._urgent = True
+        # Connections kept per API server: the watches hold one each for minutes, and the
+        # writers, Job workers and launches each have one in flight; past maxsize urllib3
+        # opens and closes a TLS connection per request (a handshake both sides pay for).
         self._pool = urllib3.PoolManager(
             num_pools=4,
-            maxsize=8,
+            maxsize=32,
             cert_reqs="CERT_REQUIRED" if configuration.verify_ssl else "CERT_NONE",
             ca_certs=configuration.ssl_ca_cert,
             cert_file=configuration.cert_file,
@@ -146,6 +151,32 @@ class KubeApi:
         """A plain-text GET (a pod's ``log`` subresource), with the same limits and retries."""
         response = self._exchange("GET", path, body=None, params=params, content_type="text/plain")
         return bytes(response.data).decode(errors="replace")
+
+    def stream(self, path: str, *, params: Mapping[str, Any], read_timeout: float) -> Stream:
+        """A streaming GET (a watch): one attempt, no retries (the caller reconnects).
+        Raises :class:`ApiError` for a non-2xx answer or a connection that failed."""
+        url = self._configuration.host.rstrip("/") + path + "?" + urlencode(params)
+        self._limiter.acquire(urgent=self._urgent)
+        try:
+            response = self._pool.request(
+                "GET",
+                url,
+                headers=self._headers("application/json"),
+                timeout=urllib3.Timeout(connect=self._timeout, read=read_timeout),
+                retries=False,
+                preload_content=False,
+            )
+        except urllib3.exceptions.HTTPError as error:
+            metrics.KUBE_REQUESTS.labels("WATCH", "connection-error").inc()
+            raise ApiError(
+                "GET", path, 0, {"reason": "ConnectionError", "message": str(error)}
+            ) from None
+        metrics.KUBE_REQUESTS.labels("WATCH", str(response.status)).inc()
+        if response.status >= 300:
+            answer = _decode(response.read())
+            response.release_conn()
+            raise ApiError("GET", path, response.status, answer)
+        return Stream(path, response)
 
     def request(
         self,
@@ -242,6 +273,33 @@ class KubeApi:
         time.sleep(delay)
 
 
+class Stream:
+    """The lines of a streaming answer, each decoded JSON; ``close`` (from any thread)
+    ends the iteration at once, even while it waits for the server."""
+
+    def __init__(self, path: str, response: urllib3.BaseHTTPResponse) -> None:
+        self._path = path
+        self._response = response
+
+    def __iter__(self) -> Iterator[Obj]:
+        try:
+            for line in self._response:
+                if line.strip():
+                    yield json.loads(line)
+        except urllib3.exceptions.HTTPError as error:  # a broken or timed-out connection
+            raise ApiError(
+                "GET", self._path, 0, {"reason": "ConnectionError", "message": str(error)}
+            ) from None
+        finally:
+            # A watch is abandoned mid-answer: its connection cannot serve another request.
+            self._response.close()
+            self._response.release_conn()
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, RuntimeError, OSError):  # ended already
+            self._response.shutdown()
+
+
 def warning_texts(headers: list[str]) -> list[str]:
     """The texts of ``Warning`` header values (RFC 9111: ``299 - "text"``, quoted)."""
     texts = []
@@ -288,13 +346,36 @@ def path_of(
     return "/".join(parts)
 
 
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
 def pods_of_job(kube: KubeApi, namespace: str, job_name: str) -> list[Obj]:
     """The pods the Job controller made for ``job_name`` (its ``job-name`` label)."""
     found = kube.get(
-        path_of(namespace=namespace, plural="pods"),
-        labelSelector=f"batch.kubernetes.io/job-name={job_name}",
+        path_of(namespace=namespace, plural="pods"), labelSelector=f"{JOB_NAME_LABEL}={job_name}"
     )
     return list(found.get("items") or [])
+
+
+def jobs_of_runs(
+    kube: KubeApi, namespace: str, run_ids: list[int]
+) -> tuple[dict[str, Obj], dict[str, list[Obj]]]:
+    """The Jobs of these runs by name, and their pods by Job name (a run's pods carry its
+    run-id label from the Job's pod template): two requests that read only these runs'
+    objects, however many the namespace holds (thousands after a stampede)."""
+    selector = f"{names.LABEL_RUN_ID} in ({','.join(str(i) for i in sorted(set(run_ids)))})"
+    listed = kube.get(
+        path_of(group="batch", namespace=namespace, plural="jobs"), labelSelector=selector
+    )
+    jobs = {job["metadata"]["name"]: job for job in listed.get("items") or []}
+    pods: dict[str, list[Obj]] = defaultdict(list)
+    listed = kube.get(
+        path_of(namespace=namespace, plural="pods"), labelSelector=f"{selector},{JOB_NAME_LABEL}"
+    )
+    for pod in listed.get("items") or []:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        pods[str(labels.get(JOB_NAME_LABEL))].append(pod)
+    return jobs, pods
 
 
 def scheduled_job_path(namespace: str, name: str, subresource: str | None = None) -> str:

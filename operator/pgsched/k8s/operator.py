@@ -1,38 +1,48 @@
-"""``pgsched operator``: kopf for the resources, two threads for the engine.
+"""``pgsched operator``: watches for the resources, two threads for the engine.
 
 On start-up the operator checks the database (version, schema, that session advisory
 locks work — see ``db.preflight``) and refuses to start with an explanation if it cannot
 schedule safely. Then, on every replica:
 
-- kopf watches ScheduledJobs and our Jobs (``handlers``), in standalone mode: no peering,
-  every replica handles every event, handlers are idempotent;
+- controllers (``controller``: a list-then-watch per namespace feeding a bounded work
+  queue, served by worker threads) follow ScheduledJobs (``scheduledjobs``: synced into
+  the database, then finalizer, status and Event written by their own workers), our Jobs
+  (``jobevents``: outcomes) and ConcurrencyPools (``concurrencypools``). Every replica
+  handles every event; each handling is idempotent;
 - the tick thread runs the engine loop; one replica leads each tick (advisory lock);
 - the publisher thread runs the operator's services (``engine.loop``): the run-events
-  outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of silent runs, the resync;
-- ``/healthz`` (kopf's liveness endpoint) fails when a thread is dead or the tick loop
-  stopped making progress; Prometheus metrics are served on their own port.
+  outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of
+  silent runs, history partitions, the resync;
+- ``/healthz`` (``health``) fails when a thread is dead or the tick loop stopped making
+  progress; Prometheus metrics are served on their own port.
 
-Least privilege: kopf's scanning (a cluster-wide list/watch of namespaces and CRDs, to
-follow namespace patterns and CRDs appearing later) is turned off. The namespaces are exact
-names, and the ScheduledJob CRD must be served before kopf starts (``require_served``), so
-a namespaced installation needs no cluster-scoped permission at all. Without this, kopf
-retries the forbidden lists for a minute or more before it serves anything.
+Why pgsched watches for itself instead of using an operator framework: memory. A
+framework that queues every listed object with its parsed body until a handler takes it
+holds a whole fleet at once on start-up (kopf, which this operator used before 0.3: ~13 KiB
+per ScheduledJob that the allocator then keeps, ~1.3 GB at 100,000); here a watch holds one
+list chunk, the sync queue a bounded number of bodies, and the write queue small records
+(bench/README.md, ``fleet``).
 
-SIGTERM stops kopf, then both threads (the tick thread finishes its tick and releases the
-leader lock explicitly; its session closing would release it anyway).
+Least privilege: nothing cluster-scoped is listed or watched in namespaced mode — the
+namespaces are exact names, and the ScheduledJob CRD must be served before the watches
+start (``require_served``).
+
+SIGTERM or SIGINT stops the watches, lets the workers finish what they hold, then stops
+both threads (the tick thread finishes its tick and releases the leader lock explicitly;
+its session closing would release it anyway).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
-import kopf
 import prometheus_client
 import psycopg
 
@@ -41,17 +51,40 @@ from pgsched.db import connection, preflight, primaries, replication
 from pgsched.db.session import Session
 from pgsched.engine import history, loop
 from pgsched.engine.tick import Ticker, TickResult
-from pgsched.k8s import api, gauges, handlers, names, pool_status, resync, verdicts
+from pgsched.k8s import (
+    api,
+    concurrencypools,
+    gauges,
+    health,
+    jobevents,
+    names,
+    pool_status,
+    resync,
+    scheduledjobs,
+    verdicts,
+)
+from pgsched.k8s.controller import Controller, Workers
 from pgsched.k8s.launcher import KubernetesLauncher
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
+from pgsched.k8s.watch import Event, Watch
+from pgsched.k8s.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
-
-# kopf's per-object workers (see _startup): enough to keep the handler threads busy.
-WORKER_LIMIT = 50
-WORKER_IDLE_SECONDS = 0.5
+# ScheduledJob bodies waiting to be synced: one list chunk, so a fleet's list is paced by
+# the database (the sync), never held whole.
+SYNC_CAPACITY = 500
+SYNC_WORKERS = 2
+# Write records waiting for the API budget: 100,000 new ScheduledJobs fit (a few hundred
+# bytes each); past that, syncing waits for writes. Writers mostly wait for the API server
+# (a request takes 10-50 ms on a busy one): enough of them that the budget, not their
+# number, sets the pace (16 x 3 writes per 30-60 ms ~ 1,000 requests a second).
+WRITES_CAPACITY = 250_000
+WRITE_WORKERS = 16
+JOB_CAPACITY = 1_000
+JOB_WORKERS = 4
+SHUTDOWN_SECONDS = 30.0
 
 
 class StartupError(RuntimeError):
@@ -189,7 +222,7 @@ class EngineThreads:
         if since > stalled_after:
             problems.append(f"no tick finished for {since:.0f}s")
         if problems:
-            raise kopf.PermanentError("; ".join(problems))
+            raise health.Unhealthy("; ".join(problems))
         return {"seconds_since_tick": round(since, 3)}
 
 
@@ -216,7 +249,8 @@ def check_database(settings: OperatorSettings) -> None:
 def require_served(
     kube: api.KubeApi, *, group: str, version: str, plural: str, timeout: float = 60.0
 ) -> None:
-    """Wait until the API server serves ``plural`` (kopf only serves what exists at start)."""
+    """Wait until the API server serves ``plural`` (a watch of a resource not served would
+    only fail and retry)."""
     path = f"/apis/{group}/{version}"
     deadline = time.monotonic() + timeout
     while True:
@@ -244,11 +278,6 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     means the database clock, as in production; a test may pass a pinned or shifted one.
     """
     check_database(settings)
-    if not log.isEnabledFor(logging.DEBUG):
-        # kopf logs every handled event at INFO; pgsched logs what matters about runs itself.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-        logging.getLogger("kopf.activities.probe").setLevel(logging.WARNING)
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
@@ -258,48 +287,63 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     publisher = Publisher(kube.background(), clock=clock)
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher, clock=clock)
+    context = scheduledjobs.Context(
+        pool=pool, kube=kube.background(), publisher=publisher, clock=clock
+    )
+    writes = Workers(
+        "scheduledjob-writes",
+        WorkQueue[UUID, scheduledjobs.Writes](
+            capacity=WRITES_CAPACITY, merge=scheduledjobs.Writes.merge
+        ),
+        lambda _uid, record: scheduledjobs.write(context, record),
+        count=WRITE_WORKERS,
+    )
+    pools = concurrencypools.Pools(pool, kube.background(), publisher, clock=clock)
+    controllers = [
+        Controller(
+            names.PLURAL,
+            _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=names.PLURAL),
+            select=lambda event: (str(event.object["metadata"]["uid"]), event),
+            handle=lambda _uid, event: _sync(context, writes.queue, event),
+            workers=SYNC_WORKERS,
+            capacity=SYNC_CAPACITY,
+            merge=_newest_listed,
+        ),
+        Controller(
+            "jobs",
+            _watches(
+                kube, settings, group="batch", plural="jobs", label_selector=names.LABEL_RUN_ID
+            ),
+            select=jobevents.select,
+            handle=lambda _uid, event: jobevents.record(pool, kube, event),
+            workers=JOB_WORKERS,
+            capacity=JOB_CAPACITY,
+        ),
+        Controller(
+            names.POOL_PLURAL,
+            _watches(
+                kube, settings, group=names.GROUP, version=names.VERSION, plural=names.POOL_PLURAL
+            ),
+            select=concurrencypools.select,
+            handle=pools.handle,
+            workers=1,
+            capacity=SYNC_CAPACITY,
+        ),
+    ]
 
-    @kopf.on.startup()
-    def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
-        settings.persistence.finalizer = "pgsched.dev/finalizer"
-        settings.scanning.disabled = True  # see the module docstring: least privilege
-        # kopf leaves out of its diffs every annotation under its storage prefix, so that
-        # prefix must not be pgsched.dev/, home of the run-now and cancel annotations.
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-            prefix="kopf.pgsched.dev"
-        )
-        # kopf's record of the last handled spec lives in the status
-        # (status.kopf.last-handled-configuration), not in an annotation: the reconcile
-        # handler hands its status to kopf, so both are one status patch — a new
-        # ScheduledJob costs three writes (finalizer, status, Scheduled Event), not four.
-        settings.persistence.diffbase_storage = kopf.StatusDiffBaseStorage()
-        settings.posting.level = logging.WARNING
-        settings.execution.max_workers = max(4, threads.settings.pool_size * 2)
-        settings.watching.server_timeout = 120
-        # kopf starts a worker per object with events and, unbounded, handles a whole fleet
-        # at once on start-up: one TLS connection per concurrent patch (its connection pool
-        # has no limit) until the API server resets them, every patch retried with backoff.
-        # A bounded set of workers keeps connections and memory flat; a worker that idles
-        # leaves its place at once (kopf's default lingers 5 s per object).
-        settings.queueing.worker_limit = WORKER_LIMIT
-        settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
-        # Its first list stays one response (kopf's default): chunked, it is paced by the
-        # bounded workers, and a chunk that takes longer than etcd's compaction interval to
-        # work through expires the list's continue token (410 Gone), which kills kopf's
-        # watcher for good — seen on a slow machine at 500 per chunk.
-        memo["pgsched"] = handlers.Context(
-            pool=pool, kube=kube, publisher=publisher, clock=threads.clock
-        )
-        threads.start()
+    def check() -> dict[str, Any]:
+        found = threads.health()
+        dead = [item.name for item in controllers if not item.alive()]
+        if not writes.alive():
+            dead.append(writes.name)
+        if dead:
+            raise health.Unhealthy(f"threads died: {', '.join(dead)}")
+        found["listed"] = all(item.listed() for item in controllers)
+        return found
 
-    @kopf.on.probe(id="engine")
-    def _probe(**_: Any) -> dict[str, Any]:
-        return threads.health()
-
-    @kopf.on.cleanup()
-    def _cleanup(**_: Any) -> None:
-        threads.shutdown()
-
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     log.info(
         "pgsched operator starting: namespaces=%s, tick every %ss, API %s qps (burst %s)",
         "all" if settings.all_namespaces else ",".join(settings.namespaces),
@@ -307,22 +351,59 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         settings.api_qps,
         settings.api_burst,
     )
+    threads.start()
+    writes.start()
+    for controller in controllers:
+        controller.start()
+    server = health.serve(settings.health_bind, check)
     try:
-        asyncio.run(
-            kopf.operator(
-                standalone=True,
-                clusterwide=settings.all_namespaces,
-                namespaces=list(settings.namespaces),
-                liveness_endpoint=f"http://{_url_host(settings.health_bind)}/healthz",
-                memo=kopf.Memo(),
-            )
-        )
+        stop.wait()
+        log.info("pgsched operator stopping")
     finally:
+        server.shutdown()
+        for controller in controllers:
+            controller.stop(SHUTDOWN_SECONDS)
+        writes.stop(SHUTDOWN_SECONDS)
         threads.shutdown()
         pool.close()
 
 
-def _url_host(bind: str) -> str:
-    """``host:port`` for a URL: an IPv6 host needs brackets (``[fd00::1]:8080``)."""
-    host, _, port = bind.rpartition(":")
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else bind
+def _sync(
+    context: scheduledjobs.Context,
+    writes: WorkQueue[UUID, scheduledjobs.Writes],
+    event: Event,
+) -> float | None:
+    if event.type == "DELETED":
+        synced = scheduledjobs.gone(context, event.object)
+    else:
+        synced = scheduledjobs.sync(context, event.object, revalidate=event.listed)
+    if synced.writes is not None:
+        writes.put(synced.writes.uid, synced.writes)
+    return synced.retry_in
+
+
+def _newest_listed(older: Event, newer: Event) -> Event:
+    """The newest state of a ScheduledJob, validated afresh if either was listed."""
+    return Event(newer.type, newer.object, listed=older.listed or newer.listed)
+
+
+def _watches(
+    kube: api.KubeApi,
+    settings: OperatorSettings,
+    *,
+    group: str,
+    plural: str,
+    version: str = "v1",
+    label_selector: str | None = None,
+) -> list[Watch]:
+    """One watch per watched namespace, or one for all."""
+    namespaces: list[str | None] = [None] if settings.all_namespaces else list(settings.namespaces)
+    return [
+        Watch(
+            kube,
+            api.path_of(group=group, version=version, namespace=namespace, plural=plural),
+            name=f"{plural}@{namespace or '*'}",
+            label_selector=label_selector,
+        )
+        for namespace in namespaces
+    ]

@@ -17,6 +17,7 @@ nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -146,13 +147,15 @@ def record(
     lease_fingerprint: str,
     *,
     job: Obj,
-    pods: list[Obj],
+    pods: Callable[[], list[Obj]],
     deleted: bool,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
 ) -> Outcome | None:
     """Record a finished (or deleted) Job's outcome for its run; None if nothing changed.
 
-    ``logger`` is the caller's run logger, passed on to the fenced finish."""
+    ``pods`` reads the Job's pods, only when the run is still this Job's to end (a restart
+    finds many finished Jobs of ended runs: no request for theirs). ``logger`` is the
+    caller's run logger, passed on to the fenced finish."""
     run = runs.get(conn, run_id)
     if (
         run is None
@@ -161,7 +164,9 @@ def record(
     ):
         return None
     cancelled = cancel_stopped(run.cancel_requested, run.cancel_requested_at, run.workload_ended_at)
-    outcome = of_job(job, pods, deleted=deleted, cancel_requested=cancelled)
+    if not (deleted or finished(job)):
+        return None
+    outcome = of_job(job, pods(), deleted=deleted, cancel_requested=cancelled)
     if outcome is None:
         return None
     assert run.lease_token is not None

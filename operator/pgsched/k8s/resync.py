@@ -1,9 +1,10 @@
 """Resync: catch Job outcomes the watch missed.
 
-The outcome watch records a run's end when its Job finishes or disappears. A watch event
-can be missed: the operator was down when the Job finished, or recording failed and kopf
-does not retry event handlers. Without a resync such a run would stay RUNNING until its
-heartbeats stop and the reaper calls it ``HeartbeatLost`` — the wrong reason, and late.
+The outcome watch (``jobevents``) records a run's end when its Job finishes or
+disappears, and retries while the database or the API server is down. What it cannot see is
+a Job deleted while no operator was watching: there is no object left to list, and no event.
+Without a resync such a run would stay RUNNING until its heartbeats stop and the reaper
+calls it ``HeartbeatLost`` — the wrong reason, and late.
 
 So, every ``interval`` seconds, one replica (a try-lock, never waiting) compares RUNNING
 runs older than ``min_age`` with their Jobs: a finished Job's outcome is recorded, a
@@ -13,6 +14,7 @@ The same fenced ``outcomes.record`` as the watch, so racing it is harmless.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -25,6 +27,10 @@ from pgsched.k8s import api, names, outcomes
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
+
+# Runs whose Jobs one request selects by label (``run-id in (...)``): a short URL, and a
+# resync after a stampede never lists the namespace's thousands of other Jobs.
+_RUNS_PER_REQUEST = 100
 
 
 @dataclass
@@ -66,38 +72,33 @@ def run_once(
 def _resync_namespace(
     conn: Connection, kube: api.KubeApi, namespace: str, running: list[Obj], result: ResyncResult
 ) -> None:
-    collection = api.path_of(group="batch", namespace=namespace, plural="jobs")
-    jobs = {
-        job["metadata"]["name"]: job
-        for job in kube.get(collection, labelSelector=names.LABEL_RUN_ID).get("items") or []
-    }
-    for row in running:
-        job = jobs.get(row["k8s_job_name"])
-        deleted = job is None
-        if job is not None and not outcomes.finished(job):
-            continue
-        pods: list[Obj] = []
-        if job is not None:
-            pods = api.pods_of_job(kube, namespace, row["k8s_job_name"])
-        log_run = logs.for_labels(
-            log, run_id=row["id"], namespace=namespace, name=row["name"], attempt=row["attempt"]
-        )
-        outcome = outcomes.record(
-            conn,
-            row["id"],
-            names.lease_fingerprint(str(row["lease_token"])),
-            job=job or {},
-            pods=pods,
-            deleted=deleted,
-            logger=log_run,
-        )
-        if outcome is not None:
-            result.recorded[row["id"]] = outcome.status
-            log_run.warning(
-                "run %s: the outcome watch missed Job %s/%s; resync recorded %s %s",
-                row["id"],
-                namespace,
-                row["k8s_job_name"],
-                outcome.status,
-                outcome.reason or "",
+    for start in range(0, len(running), _RUNS_PER_REQUEST):
+        chunk = running[start : start + _RUNS_PER_REQUEST]
+        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in chunk])
+        for row in chunk:
+            job = jobs.get(row["k8s_job_name"])
+            if job is not None and not outcomes.finished(job):
+                continue
+            log_run = logs.for_labels(
+                log, run_id=row["id"], namespace=namespace, name=row["name"], attempt=row["attempt"]
             )
+            found: list[Obj] = pods.get(row["k8s_job_name"], []) if job is not None else []
+            outcome = outcomes.record(
+                conn,
+                row["id"],
+                names.lease_fingerprint(str(row["lease_token"])),
+                job=job or {},
+                pods=functools.partial(list, found),
+                deleted=job is None,
+                logger=log_run,
+            )
+            if outcome is not None:
+                result.recorded[row["id"]] = outcome.status
+                log_run.warning(
+                    "run %s: the outcome watch missed Job %s/%s; resync recorded %s %s",
+                    row["id"],
+                    namespace,
+                    row["k8s_job_name"],
+                    outcome.status,
+                    outcome.reason or "",
+                )

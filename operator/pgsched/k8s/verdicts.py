@@ -62,7 +62,6 @@ OUTCOME_UNKNOWN = "OutcomeUnknown"
 # How long after the API server was last unreachable its pod statuses may still predate
 # the outage (the kubelet posts them every 10 s at most, and at once on a change).
 STALE_VIEW_SECONDS = 30.0
-_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 @dataclass
@@ -157,7 +156,7 @@ def run_once(
     for row in rows:
         by_namespace[row["namespace"]].append(row)
     for namespace, pending in by_namespace.items():
-        jobs, pods = _jobs_and_pods(kube, namespace, [row["id"] for row in pending])
+        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in pending])
         for row in pending:
             job = _job_of(row, jobs)
             name = job["metadata"]["name"] if job else None
@@ -169,27 +168,6 @@ def run_once(
                 )
             _apply(conn, row, verdict, result, now=now)
     return result
-
-
-def _jobs_and_pods(
-    kube: api.KubeApi, namespace: str, run_ids: list[int]
-) -> tuple[dict[str, Obj], dict[str, list[Obj]]]:
-    """The Jobs of these runs by name, and their pods by Job name (a run's pods carry its
-    run-id label from the Job's pod template)."""
-    selector = f"{names.LABEL_RUN_ID} in ({','.join(str(i) for i in sorted(set(run_ids)))})"
-    listed = kube.get(
-        api.path_of(group="batch", namespace=namespace, plural="jobs"), labelSelector=selector
-    )
-    jobs = {job["metadata"]["name"]: job for job in listed.get("items") or []}
-    pods: dict[str, list[Obj]] = defaultdict(list)
-    listed = kube.get(
-        api.path_of(namespace=namespace, plural="pods"),
-        labelSelector=f"{selector},{_JOB_NAME_LABEL}",
-    )
-    for pod in listed.get("items") or []:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        pods[str(labels.get(_JOB_NAME_LABEL))].append(pod)
-    return jobs, pods
 
 
 def _job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:

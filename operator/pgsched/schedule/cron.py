@@ -93,7 +93,9 @@ class CronExpression:
     def wall_times(self, start: datetime, spend: budget.Budget) -> Iterator[datetime]:
         """Yield every matching naive wall-clock time >= ``start``, in increasing order.
 
-        Stops after searching ~9 years without a match; one step of ``spend`` per day.
+        Stops after searching ~9 years without a match; one step of ``spend`` per day
+        looked at (a month the expression excludes is passed over in one step: a yearly
+        job's next occurrences take a dozen steps a year, not 365).
         """
         start = start.replace(second=0, microsecond=0) + (
             timedelta(minutes=1) if start.second or start.microsecond else timedelta()
@@ -102,6 +104,9 @@ class CronExpression:
         last_day = day + timedelta(days=366 * _SEARCH_YEARS)
         while day <= last_day and day < budget.LAST_WALL.date():
             spend.spend()
+            if day.month not in self.months:
+                day = (day.replace(day=1) + timedelta(days=32)).replace(day=1)
+                continue
             if self._day_matches(day):
                 last_day = day + timedelta(days=366 * _SEARCH_YEARS)
                 for hour in self.hours:

@@ -44,6 +44,7 @@ BEGIN
     probe.next_run_at := OLD.next_run_at;
     probe.last_scheduled_for := OLD.last_scheduled_for;
     probe.pool := OLD.pool;  -- generated after BEFORE triggers; follows spec and namespace
+    probe.published_generation := OLD.published_generation;
     probe.version := OLD.version;
     IF probe IS DISTINCT FROM OLD THEN
         NEW.version := OLD.version + 1;
@@ -860,8 +861,9 @@ CREATE FUNCTION pgsched.record_inserted_runs() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
-    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger
+    INSERT INTO pgsched.run_events
+        (run_id, definition_id, status, reason, attempt, trigger, scheduled_for)
+    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger, n.scheduled_for
     FROM new_rows AS n;
     RETURN NULL;
 END;
@@ -876,8 +878,9 @@ CREATE FUNCTION pgsched.record_run_status_changes() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
-    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger
+    INSERT INTO pgsched.run_events
+        (run_id, definition_id, status, reason, attempt, trigger, scheduled_for)
+    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger, n.scheduled_for
     FROM new_rows AS n
     JOIN old_rows AS o ON o.id = n.id
     WHERE o.status IS DISTINCT FROM n.status;
@@ -975,6 +978,7 @@ CREATE TABLE pgsched.job_definitions (
     pool text GENERATED ALWAYS AS (((namespace || '/'::text) || NULLIF((spec ->> 'pool'::text), ''::text))) STORED,
     after_mode text DEFAULT 'Any'::text NOT NULL,
     version bigint DEFAULT 1 NOT NULL,
+    published_generation bigint,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
     CONSTRAINT job_definitions_cancel_grace_seconds_check CHECK ((cancel_grace_seconds >= 0)),
@@ -1082,7 +1086,8 @@ CREATE TABLE pgsched.run_events (
     reason text,
     attempt integer NOT NULL,
     trigger text NOT NULL,
-    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    scheduled_for timestamp with time zone
 );
 
 --

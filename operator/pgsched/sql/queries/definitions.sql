@@ -107,3 +107,9 @@ UPDATE pgsched.job_definitions
 SET rejected_generation = %(generation)s, rejection = %(rejection)s, updated_at = %(now)s
 WHERE id = %(id)s AND generation < %(generation)s
 RETURNING *;
+
+-- name: mark_published
+-- The operator wrote this generation's status and Event (k8s/scheduledjobs.py).
+UPDATE pgsched.job_definitions
+SET published_generation = %(generation)s
+WHERE id = %(id)s AND published_generation IS DISTINCT FROM %(generation)s;

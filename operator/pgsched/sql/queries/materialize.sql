@@ -1,4 +1,5 @@
 -- name: due_definitions
+-- The oldest due first; an idle tick reads an empty range of the job_definitions_due index.
 -- SKIP LOCKED: a second leader (a paused one that woke up) takes other definitions or none.
 SELECT *
 FROM pgsched.job_definitions
@@ -6,6 +7,20 @@ WHERE deleted_at IS NULL
   AND next_run_at <= %(now)s
   AND schedule_kind = ANY(%(kinds)s)
 ORDER BY next_run_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: due_definitions_on_time
+-- Those due after %(on_time_since)s (the previous round's "now"), the newest due first:
+-- asked only when more is due than a batch holds (engine/materialize.py, "A bounded
+-- amount per round"). A range of the same index, read backwards.
+SELECT *
+FROM pgsched.job_definitions
+WHERE deleted_at IS NULL
+  AND next_run_at <= %(now)s
+  AND next_run_at > %(on_time_since)s
+  AND schedule_kind = ANY(%(kinds)s)
+ORDER BY next_run_at DESC
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 

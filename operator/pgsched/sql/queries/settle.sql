@@ -37,8 +37,9 @@ WHERE r.id = s.id;
 -- name: announce_final_failures
 -- A failure that is not retried gets an Event saying why (RunNotRetried): a note on the
 -- outbox, like announce_suspensions; 'NOT_RETRIED' is not a run status either.
-INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
-SELECT id, definition_id, 'NOT_RETRIED', reason, attempt, trigger
+INSERT INTO pgsched.run_events
+    (run_id, definition_id, status, reason, attempt, trigger, scheduled_for)
+SELECT id, definition_id, 'NOT_RETRIED', reason, attempt, trigger, scheduled_for
 FROM pgsched.job_runs
 WHERE id = ANY(%(ids)s::bigint[]);
 
@@ -66,7 +67,8 @@ RETURNING d.id, d.auto_suspended_at = %(now)s AS suspended_now, d.auto_suspend_r
 -- statuses from the outbox. Status 'AUTO_SUSPENDED' is not a run status: the publisher
 -- neither counts it as a run nor posts a run Event for it (the condition's transition
 -- posts AutoSuspended). The run is the failure that tipped the streak.
-INSERT INTO pgsched.run_events (run_id, definition_id, status, reason, attempt, trigger)
-SELECT id, definition_id, 'AUTO_SUSPENDED', 'TooManyFailures', attempt, trigger
+INSERT INTO pgsched.run_events
+    (run_id, definition_id, status, reason, attempt, trigger, scheduled_for)
+SELECT id, definition_id, 'AUTO_SUSPENDED', 'TooManyFailures', attempt, trigger, scheduled_for
 FROM pgsched.job_runs
 WHERE id = ANY(%(ids)s::bigint[]);

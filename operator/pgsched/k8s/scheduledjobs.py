@@ -1,0 +1,507 @@
+"""ScheduledJobs: what users apply becomes a definition in the database, and back.
+
+Two halves, so that a fleet costs the database's pace, not the API server's:
+
+- :func:`sync` (the ScheduledJob watch's workers) turns one ScheduledJob into its
+  definition — validate, upsert or record the rejection (an invalid spec, or ``spec.after``
+  closing a cycle, keeping the last valid generation in force), mark a deleted one and stop
+  its runs, the ``run-now`` and ``cancel`` annotations — and returns what Kubernetes must
+  be told as a small :class:`Writes` record. A job is scheduled from the moment ``sync``
+  stored it;
+- :func:`write` (the writer threads) tells it: pgsched's finalizer, the status, the
+  Scheduled or InvalidSpec Event, the finalizer's release once a deleted job's runs have
+  stopped, the statuses of downstream jobs naming it. The status is rendered from the
+  database when it is written, so a record that waited carries nothing stale; and records
+  are small, so 100,000 of them waiting for the API budget (a new fleet at 20 requests a
+  second) cost megabytes, not a copy of every object.
+
+Every replica syncs every ScheduledJob (each is idempotent: two replicas do the same
+harmless thing twice). An unchanged, published ScheduledJob costs nothing when the watch
+hands it over again (every status change the publisher itself causes); listed, on an
+operator's start, it is read from the database and validated again; either way nothing is
+written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from pgsched import logs, metrics
+from pgsched import spec as spec_module
+from pgsched.db import clock
+from pgsched.engine import chain, definitions, runs
+from pgsched.engine.models import Definition
+from pgsched.k8s import api, finalizers, names, status
+from pgsched.k8s.names import Obj
+from pgsched.k8s.publisher import Publisher
+
+log = logging.getLogger(__name__)
+
+# A deleted ScheduledJob whose runs are still stopping is looked at again this often.
+DELETION_RECHECK_SECONDS = 2.0
+
+
+@dataclass
+class Context:
+    """What syncing and writing need; one per operator."""
+
+    pool: ConnectionPool[Any]
+    kube: api.KubeApi
+    publisher: Publisher
+    clock: Callable[[], datetime | None]
+    # run-now tokens this process has queued, by uid: a lingering annotation is not
+    # handled again on every status change (only ScheduledJobs that carry one are here).
+    run_now_seen: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EventNote:
+    name: str
+    type: str
+    reason: str
+    message: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Writes:
+    """What Kubernetes must be told about one ScheduledJob, and the little of the object
+    needed to tell it (never its spec)."""
+
+    namespace: str
+    name: str
+    uid: UUID
+    generation: int
+    version: str
+    finalizers: tuple[str, ...]
+    conditions: tuple[Obj, ...]  # the status's, for transition times and flips
+    add_finalizer: bool = False
+    release_finalizer: bool = False
+    # Publish the generation: the status (rendered from the database when written, or
+    # the whole status of one never valid) and its Scheduled or InvalidSpec Event.
+    status: bool = False
+    rejected_status: Obj | None = None
+    events: tuple[EventNote, ...] = ()
+    clear_cancel: bool = False
+    downstreams: tuple[UUID, ...] = ()
+
+    @classmethod
+    def of(cls, body: Obj) -> Writes:
+        meta = body["metadata"]
+        return cls(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            uid=UUID(meta["uid"]),
+            generation=int(meta.get("generation") or 1),
+            version=str(meta.get("resourceVersion") or ""),
+            finalizers=tuple(meta.get("finalizers") or ()),
+            conditions=tuple((body.get("status") or {}).get("conditions") or ()),
+        )
+
+    @property
+    def anything(self) -> bool:
+        return (
+            self.add_finalizer
+            or self.release_finalizer
+            or self.status
+            or self.rejected_status is not None
+            or bool(self.events)
+            or self.clear_cancel
+            or bool(self.downstreams)
+        )
+
+    def merge(self, newer: Writes) -> Writes:
+        """Both records' work, with the newer one's view of the object."""
+        seen = {note.name for note in newer.events}
+        return replace(
+            newer,
+            add_finalizer=(self.add_finalizer or newer.add_finalizer)
+            and not newer.release_finalizer,
+            release_finalizer=newer.release_finalizer,
+            status=self.status or newer.status,
+            rejected_status=newer.rejected_status or self.rejected_status,
+            events=(*[note for note in self.events if note.name not in seen], *newer.events),
+            clear_cancel=self.clear_cancel or newer.clear_cancel,
+            downstreams=tuple(dict.fromkeys((*self.downstreams, *newer.downstreams))),
+        )
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What :func:`sync` did: the writes it asks for, and when to look again (a deleted
+    job whose runs are still stopping, or a database error)."""
+
+    writes: Writes | None = None
+    retry_in: float | None = None
+
+
+def sync(context: Context, body: Obj, *, revalidate: bool) -> Synced:
+    """Bring the definition in line with ``body`` (the ScheduledJob as last seen).
+
+    ``revalidate``: validate the spec even if it is the one in force — for every listed
+    ScheduledJob (an operator start, a list after a 410), so that a definition an older
+    release accepted and this one refuses is rejected on the first start of this one."""
+    meta = body["metadata"]
+    try:
+        if meta.get("deletionTimestamp"):
+            return _deleting(context, body)
+        return _reconcile(context, body, revalidate=revalidate)
+    except psycopg.Error as error:
+        metrics.DB_ERRORS.labels("handlers").inc()
+        log.warning("%s/%s: database error, will retry: %s", meta["namespace"], meta["name"], error)
+        return Synced(retry_in=5.0)
+
+
+def gone(context: Context, body: Obj) -> Synced:
+    """The ScheduledJob was deleted without waiting for pgsched (its finalizer was never
+    added, or was removed by hand): its definition is marked deleted all the same."""
+    meta = body["metadata"]
+    try:
+        with context.pool.connection() as conn:
+            stopping = definitions.delete(conn, UUID(meta["uid"]))
+    except psycopg.Error as error:
+        metrics.DB_ERRORS.labels("handlers").inc()
+        log.warning("%s/%s: database error, will retry: %s", meta["namespace"], meta["name"], error)
+        return Synced(retry_in=5.0)
+    if stopping:
+        log.info(
+            "%s/%s is gone: definition marked deleted, %d running runs asked to stop",
+            meta["namespace"],
+            meta["name"],
+            len(stopping),
+        )
+    return Synced()
+
+
+def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
+    meta, spec = body["metadata"], body.get("spec") or {}
+    generation = int(meta.get("generation") or 1)
+    key = _key(meta, generation)
+    writes = replace(
+        Writes.of(body), add_finalizer=finalizers.FINALIZER not in meta.get("finalizers", ())
+    )
+    observed = (body.get("status") or {}).get("observedGeneration") == generation
+    annotations = dict(meta.get("annotations") or {})
+    run_now = annotations.get(names.ANNOTATION_RUN_NOW)
+    cancel = annotations.get(names.ANNOTATION_CANCEL)
+    commands = bool(cancel) or bool(run_now and context.run_now_seen.get(meta["uid"]) != run_now)
+    if not revalidate and observed and not writes.add_finalizer and not commands:
+        # The status shows this generation, so a replica synced and published it: a watch
+        # event of a settled ScheduledJob (every status change the publisher makes) costs
+        # nothing here. What the database may lack — a restored backup, another release's
+        # rules — is looked at when the operator lists, on its start.
+        return Synced()
+    pinned = context.clock()
+    with context.pool.connection() as conn:
+        stored = definitions.get(conn, key.id)
+        if (
+            not revalidate
+            and _published(stored, generation, observed=observed)
+            and not writes.add_finalizer
+            and _settled(stored, generation, spec)
+            and not commands
+        ):
+            return Synced()
+        now = clock.now(conn, pinned)
+        run_at = spec.get("runAt")
+        new_run_at = isinstance(run_at, str) and not definitions.run_at_accepted(
+            conn, key.id, run_at.strip()
+        )
+        try:
+            parsed = spec_module.parse(
+                dict(spec),
+                hash_seed=key.hash_seed,
+                anchor=key.created_at,
+                now=now,
+                run_at_not_before=now if new_run_at else None,
+            )
+        except spec_module.SpecError as error:
+            return Synced(_reject(conn, key, spec, writes, str(error), now=now))
+        if not _in_force(stored, generation, spec):
+            try:
+                stored = definitions.upsert(conn, key, parsed, raw_spec=spec, now=pinned)
+            except chain.CycleError as error:
+                return Synced(_reject(conn, key, spec, writes, str(error), now=now))
+        assert stored is not None
+        if not _published(stored, generation, observed=observed) or (
+            stored.generation != generation
+        ):
+            # Downstreams naming this one: their UpstreamsFound condition may change.
+            downstreams = chain.downstream_ids(conn, namespace=key.namespace, name=key.name)
+            writes = replace(writes, status=True, downstreams=tuple(downstreams))
+            if stored.generation == generation:
+                note = EventNote(
+                    name=f"{key.name}.gen{generation}.scheduled",
+                    type="Normal",
+                    reason="Scheduled",
+                    message=f"generation {generation} accepted; next run at"
+                    f" {status.timestamp(stored.next_run_at) or 'never'}",
+                    at=now,
+                )
+                writes = replace(writes, events=(note,))
+        if run_now:
+            _run_now(context, conn, key, meta["uid"], run_now)
+        if cancel:
+            _cancel(conn, key, cancel)
+            # A cancel request is a one-shot command: cleared, so a later sync (or an
+            # operator restart) never cancels runs that started after the request.
+            writes = replace(writes, clear_cancel=True)
+    return Synced(writes if writes.anything else None)
+
+
+def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
+    """The generation's status and Event are written: the status shows it, or the writer
+    recorded it — then this body is the echo of a write made before it (the finalizer's,
+    whose MODIFIED event still shows the old status: migration 0017)."""
+    return observed or (stored is not None and stored.published_generation == generation)
+
+
+def _settled(stored: Definition | None, generation: int, spec: Obj) -> bool:
+    """This generation was handled already: in force, or refused."""
+    return _in_force(stored, generation, spec) or (
+        stored is not None
+        and stored.deleted_at is None
+        and stored.rejected_generation == generation
+    )
+
+
+def _in_force(stored: Definition | None, generation: int, spec: Obj) -> bool:
+    """Whether this generation's spec is already the stored definition, as on every
+    operator start for all but the changed ScheduledJobs: then nothing is written (an
+    upsert would rewrite every row of a fleet on each restart of each replica)."""
+    return (
+        stored is not None
+        and stored.generation == generation
+        and stored.rejection is None
+        and stored.deleted_at is None
+        and stored.spec == spec
+    )
+
+
+def _key(meta: Obj, generation: int) -> definitions.DefinitionKey:
+    created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    return definitions.DefinitionKey(
+        id=UUID(meta["uid"]),
+        namespace=meta["namespace"],
+        name=meta["name"],
+        generation=generation,
+        created_at=created,
+    )
+
+
+def _reject(
+    conn: Any,
+    key: definitions.DefinitionKey,
+    spec: Obj,
+    writes: Writes,
+    message: str,
+    *,
+    now: datetime,
+) -> Writes:
+    log.warning("%s generation %s rejected: %s", key.hash_seed, key.generation, message)
+    stored = definitions.reject(conn, key, message)
+    note = EventNote(
+        name=f"{key.name}.gen{key.generation}.invalid",
+        type="Warning",
+        reason="InvalidSpec",
+        message=message,
+        at=now,
+    )
+    if stored is not None:  # an older generation stays in force; its status says why
+        if stored.published_generation == key.generation:
+            return writes  # this rejection was published
+        return replace(writes, status=True, events=(note,))
+    rejected = status.render_rejected(
+        spec,
+        generation=key.generation,
+        message=message,
+        now=now,
+        current={"conditions": list(writes.conditions)},
+    )
+    return replace(writes, rejected_status=rejected, events=(note,))
+
+
+def _run_now(
+    context: Context, conn: Any, key: definitions.DefinitionKey, uid: str, token: str
+) -> None:
+    enqueued = runs.run_now(conn, key.id, token=f"annotation:{token}")
+    context.run_now_seen[uid] = token
+    if enqueued.created:
+        logs.for_labels(
+            log,
+            run_id=enqueued.run.id,
+            namespace=key.namespace,
+            name=key.name,
+            attempt=enqueued.run.attempt,
+        ).info("%s: run-now %r queued run %s", key.hash_seed, token, enqueued.run.id)
+
+
+def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
+    why = f"cancelled through the {names.ANNOTATION_CANCEL} annotation"
+    logger: logging.Logger | logs.ContextAdapter = log
+    if target == "all":
+        outcome = runs.cancel_definition(conn, key.id, by=runs.BY_ANNOTATION, why=why)
+    elif target.isdigit():
+        run = runs.get(conn, int(target))
+        if run is None or run.definition_id != key.id:
+            log.warning(
+                "%s: cancel annotation names run %s, which is not one of its runs",
+                key.hash_seed,
+                target,
+            )
+            return
+        outcome = runs.cancel_run(conn, run.id, by=runs.BY_ANNOTATION, why=why)
+        logger = logs.for_labels(
+            log, run_id=run.id, namespace=key.namespace, name=key.name, attempt=run.attempt
+        )
+    else:
+        log.warning("%s: cancel annotation %r is neither a run id nor 'all'", key.hash_seed, target)
+        return
+    logger.info(
+        "%s: cancel %s: %d queued runs cancelled, %d running runs asked to stop",
+        key.hash_seed,
+        target,
+        len(outcome.cancelled),
+        len(outcome.asked_to_stop),
+    )
+
+
+def _deleting(context: Context, body: Obj) -> Synced:
+    """The finalizer's work: stop the runs cooperatively, then let the ScheduledJob go.
+
+    Marks the definition deleted (nothing new is scheduled), cancels its queued runs and
+    asks running ones to stop — the heartbeat writes the cancel file, SDK jobs stop at their
+    next checkpoint. While any run is still RUNNING the finalizer stays (this is looked at
+    again every few seconds): deleting the ScheduledJob at once would garbage-collect the
+    Jobs and kill their pods with no grace. A run that ignores the request is ended
+    ``CANCELLED`` by the engine after its ``cancelGraceSeconds`` and its Job deleted; so a
+    delete takes at most the longest ``cancelGraceSeconds`` of its running runs plus a few
+    seconds (while an operator is running). The runs stay in the database
+    (``pgsched runs NAME --include-deleted``)."""
+    meta = body["metadata"]
+    where = f"{meta['namespace']}/{meta['name']}"
+    definition_id = UUID(meta["uid"])
+    context.run_now_seen.pop(meta["uid"], None)
+    with context.pool.connection() as conn:
+        stopping = definitions.delete(conn, definition_id)
+        running = runs.counts(conn, definition_id).running
+        stored = definitions.get(conn, definition_id)
+        downstreams = chain.downstream_ids(conn, namespace=meta["namespace"], name=meta["name"])
+    writes = replace(Writes.of(body), downstreams=tuple(downstreams))
+    if stopping:
+        log.info(
+            "%s deleted: definition marked deleted, %d running runs asked to stop",
+            where,
+            len(stopping),
+        )
+    if running:
+        grace = stored.cancel_grace_seconds if stored else 0
+        log.info(
+            "%s: %d run(s) still running: asked to stop, and stopped by the engine after"
+            " cancelGraceSeconds (%ss); the ScheduledJob is deleted once none is running",
+            where,
+            running,
+            grace,
+        )
+        return Synced(writes, retry_in=DELETION_RECHECK_SECONDS)
+    if finalizers.FINALIZER in writes.finalizers:
+        log.info("%s deleted: no run is running, the finalizer is released", where)
+    return Synced(replace(writes, release_finalizer=True))
+
+
+def write(context: Context, writes: Writes) -> float | None:
+    """Tell Kubernetes what ``writes`` says; None when done, else seconds until a retry."""
+    try:
+        _write(context, writes)
+    except api.ApiError as error:
+        log.warning(
+            "%s/%s: Kubernetes API error, will retry: %s", writes.namespace, writes.name, error
+        )
+        return 5.0
+    except psycopg.Error as error:
+        metrics.DB_ERRORS.labels("handlers").inc()
+        log.warning("%s/%s: database error, will retry: %s", writes.namespace, writes.name, error)
+        return 5.0
+    return None
+
+
+def _write(context: Context, writes: Writes) -> None:
+    kube, publisher = context.kube, context.publisher
+    path = api.scheduled_job_path(writes.namespace, writes.name)
+    if writes.release_finalizer:
+        finalizers.remove(kube, path, finalizers=writes.finalizers, version=writes.version)
+    elif writes.add_finalizer and not finalizers.add(
+        kube, path, finalizers=writes.finalizers, version=writes.version
+    ):
+        return  # gone, or being deleted: its deletion sync says the rest
+    publish = writes.status or writes.rejected_status is not None or bool(writes.events)
+    if publish and not _publish(context, writes):
+        return  # gone
+    if writes.clear_cancel:
+        _ignore_gone(
+            lambda: kube.merge_patch(
+                path, {"metadata": {"annotations": {names.ANNOTATION_CANCEL: None}}}
+            )
+        )
+    if writes.downstreams:
+        with context.pool.connection() as conn:
+            publisher.refresh_statuses(conn, list(writes.downstreams))
+
+
+def _publish(context: Context, writes: Writes) -> bool:
+    """The generation's status and Events, unless they were written already (by this
+    writer or another replica's); False if the ScheduledJob is gone."""
+    path = api.scheduled_job_path(writes.namespace, writes.name, subresource="status")
+    current = {"status": {"conditions": list(writes.conditions)}}
+    with context.pool.connection() as conn:
+        definition = definitions.get(conn, writes.uid)
+        if definition is not None and (
+            definition.deleted_at is not None
+            or definition.published_generation == writes.generation
+        ):
+            return True
+        new = writes.rejected_status
+        if new is None and writes.status:
+            if definition is None:
+                return True  # nothing stored to render (never valid: rejected_status)
+            new = context.publisher.render_status(conn, definition, current)
+    if new is not None:
+        patch = {"status": new}
+        if not _ignore_gone(lambda: context.kube.merge_patch(path, patch)):
+            return False
+        if definition is not None:
+            context.publisher.announce_transitions(definition, current, new)
+    for note in writes.events:
+        context.publisher.post_event(
+            namespace=writes.namespace,
+            scheduled_job=writes.name,
+            uid=writes.uid,
+            name=note.name,
+            event_type=note.type,
+            reason=note.reason,
+            message=note.message,
+            at=note.at,
+        )
+    if definition is not None:
+        with context.pool.connection() as conn:
+            definitions.mark_published(conn, writes.uid, writes.generation)
+    return True
+
+
+def _ignore_gone(call: Callable[[], Obj]) -> bool:
+    """``call``; False if the object is gone."""
+    try:
+        call()
+    except api.ApiError as error:
+        if error.not_found:
+            return False
+        raise
+    return True
