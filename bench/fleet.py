@@ -349,8 +349,9 @@ def wait_for_sync(
 
     def published() -> int:
         row = conn.execute(
-            "SELECT count(*) AS n FROM pgsched.job_definitions"
-            " WHERE published_generation = generation"
+            "SELECT count(*) AS n FROM pgsched.job_definitions AS d"
+            " JOIN pgsched.published_generations AS p ON p.definition_id = d.id"
+            " WHERE p.generation = d.generation"
         ).fetchone()
         assert row is not None
         return int(row["n"])

@@ -97,10 +97,10 @@ class Definition(_Row):
     rejection: str | None = None
     after_mode: Literal["Any", "All"] = "Any"
     # Bumped by the database on every change but materialize's bookkeeping (next_run_at,
-    # last_scheduled_for) and publishing's: migrations 0014, 0017. What the dispatcher's
-    # Owners cache is keyed by.
+    # last_scheduled_for): migration 0014. What the dispatcher's Owners cache is keyed by.
     version: int = 1
-    # The ScheduledJob generation whose status and Event the operator wrote (0017).
+    # The ScheduledJob generation whose status and Event the operator wrote (migration
+    # 0017's table; read with the definition by ``definitions.get``, else None).
     published_generation: int | None = None
 
     @property

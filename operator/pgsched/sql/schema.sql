@@ -44,7 +44,6 @@ BEGIN
     probe.next_run_at := OLD.next_run_at;
     probe.last_scheduled_for := OLD.last_scheduled_for;
     probe.pool := OLD.pool;  -- generated after BEFORE triggers; follows spec and namespace
-    probe.published_generation := OLD.published_generation;
     probe.version := OLD.version;
     IF probe IS DISTINCT FROM OLD THEN
         NEW.version := OLD.version + 1;
@@ -978,7 +977,6 @@ CREATE TABLE pgsched.job_definitions (
     pool text GENERATED ALWAYS AS (((namespace || '/'::text) || NULLIF((spec ->> 'pool'::text), ''::text))) STORED,
     after_mode text DEFAULT 'Any'::text NOT NULL,
     version bigint DEFAULT 1 NOT NULL,
-    published_generation bigint,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
     CONSTRAINT job_definitions_cancel_grace_seconds_check CHECK ((cancel_grace_seconds >= 0)),
@@ -1072,6 +1070,15 @@ ALTER TABLE pgsched.job_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+--
+-- Name: published_generations; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.published_generations (
+    definition_id uuid NOT NULL,
+    generation bigint NOT NULL
 );
 
 --
@@ -1171,6 +1178,13 @@ ALTER TABLE ONLY pgsched.job_runs
 
 ALTER TABLE ONLY pgsched.job_runs_default
     ADD CONSTRAINT job_runs_default_pkey PRIMARY KEY (id, scheduled_for);
+
+--
+-- Name: published_generations published_generations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.published_generations
+    ADD CONSTRAINT published_generations_pkey PRIMARY KEY (definition_id);
 
 --
 -- Name: run_events run_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1483,6 +1497,13 @@ ALTER TABLE ONLY pgsched.job_dependencies
 
 ALTER TABLE pgsched.job_runs
     ADD CONSTRAINT job_runs_definition_id_fkey1 FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id);
+
+--
+-- Name: published_generations published_generations_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.published_generations
+    ADD CONSTRAINT published_generations_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
 
 --
 -- Name: SCHEMA pgsched; Type: ACL; Schema: -; Owner: -

@@ -7,36 +7,19 @@
 -- waiting for the API budget the second request came long after the first was done: a
 -- second status patch and Event POST per ScheduledJob, 126 a second for minutes. The writer
 -- now records the generation it published here, and both the sync (deciding what to ask
--- for) and the writer (before it writes) read it: what was published is not asked for
--- again, whichever replica published it, however late the echo comes.
+-- for) and the writer (before it writes) read it with the definition: what was published
+-- is not asked for again, whichever replica published it, however late the echo comes.
 --
--- Like materialize's bookkeeping, publishing is not a change of the definition: the
--- version trigger (0014) leaves the version alone, so the dispatcher's kept definitions
--- stay kept.
---
--- Rolling upgrade: the column is nullable and only this release reads it; a replica of
--- the previous release ignores it (rows are read by column name) and publishes as before.
+-- A table of its own, not a column of job_definitions: adding a column changes the row
+-- type of every `SELECT * FROM job_definitions` a running replica of the previous release
+-- has prepared (psycopg prepares a statement after five runs), and each would then fail
+-- with "cached plan must not change result type" until its connection closed — a rolling
+-- upgrade would break the replicas it has not replaced yet (tests/db/test_history.py races
+-- the previous release's dispatchers across the migrations). The previous release never
+-- reads this table. Publishing is not a change of the definition either: no UPDATE of
+-- job_definitions, so its version (0014) stays and the dispatcher's kept definitions too.
 
-ALTER TABLE pgsched.job_definitions ADD COLUMN published_generation bigint;
-
-CREATE OR REPLACE FUNCTION pgsched.bump_definition_version() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    probe pgsched.job_definitions;
-BEGIN
-    probe := NEW;
-    probe.next_run_at := OLD.next_run_at;
-    probe.last_scheduled_for := OLD.last_scheduled_for;
-    probe.pool := OLD.pool;  -- generated after BEFORE triggers; follows spec and namespace
-    probe.published_generation := OLD.published_generation;
-    probe.version := OLD.version;
-    IF probe IS DISTINCT FROM OLD THEN
-        NEW.version := OLD.version + 1;
-    ELSE
-        NEW.version := OLD.version;
-    END IF;
-    RETURN NEW;
-END;
-$$;
+CREATE TABLE pgsched.published_generations (
+    definition_id uuid PRIMARY KEY REFERENCES pgsched.job_definitions (id) ON DELETE CASCADE,
+    generation bigint NOT NULL
+);

@@ -2,7 +2,11 @@
 SELECT * FROM pgsched.job_definitions WHERE id = %(id)s FOR UPDATE;
 
 -- name: definition_by_id
-SELECT * FROM pgsched.job_definitions WHERE id = %(id)s;
+-- With the generation the operator published (migration 0017; NULL: none yet).
+SELECT d.*, p.generation AS published_generation
+FROM pgsched.job_definitions AS d
+LEFT JOIN pgsched.published_generations AS p ON p.definition_id = d.id
+WHERE d.id = %(id)s;
 
 -- name: definitions_by_ids_unlocked
 SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]);
@@ -110,6 +114,7 @@ RETURNING *;
 
 -- name: mark_published
 -- The operator wrote this generation's status and Event (k8s/scheduledjobs.py).
-UPDATE pgsched.job_definitions
-SET published_generation = %(generation)s
-WHERE id = %(id)s AND published_generation IS DISTINCT FROM %(generation)s;
+INSERT INTO pgsched.published_generations (definition_id, generation)
+VALUES (%(id)s, %(generation)s)
+ON CONFLICT (definition_id) DO UPDATE SET generation = EXCLUDED.generation
+WHERE published_generations.generation IS DISTINCT FROM EXCLUDED.generation;
