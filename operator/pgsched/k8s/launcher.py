@@ -83,8 +83,12 @@ class KubernetesLauncher:
         except LaunchError:
             self._delete_quietly(secret_path)
             raise
-        # Not urgent (the pod already has its Secret): behind other launches' creations.
-        self._hand_over(_Handover(secret_path, secret_version, job, run.id, where, run_log))
+        # Not urgent (the pod already has its Secret): behind other launches' creations. The
+        # patch is made now so that the queue keeps a few hundred bytes per run, not the
+        # created Job: in a stampede thousands wait here for the background share.
+        patch = jobs.owned_by_job(job)
+        patch["metadata"]["resourceVersion"] = secret_version
+        self._hand_over(_Handover(secret_path, patch, run.id, where, run_log))
         return name
 
     def _put_secret(self, collection: str, path: str, secret: Obj) -> str:
@@ -118,10 +122,8 @@ class KubernetesLauncher:
         background = self._kube.background()
         while True:
             handover = self._handovers.get()
-            patch = jobs.owned_by_job(handover.job)
-            patch["metadata"]["resourceVersion"] = handover.secret_version
             try:
-                background.merge_patch(handover.secret_path, patch)
+                background.merge_patch(handover.secret_path, handover.patch)
             except api.ApiError as error:
                 if error.conflict:  # a later claim of the run rewrote it: that claim's now
                     continue
@@ -206,11 +208,11 @@ class KubernetesLauncher:
 
 @dataclass(frozen=True)
 class _Handover:
-    """A lease Secret to give to its Job, as the launch left it."""
+    """A lease Secret to give to its Job: the patch names the Job as its owner and the
+    Secret's ``resourceVersion`` as the launch left it."""
 
     secret_path: str
-    secret_version: str
-    job: Obj
+    patch: Obj
     run_id: int
     where: str
     log: logging.Logger | logs.ContextAdapter
