@@ -84,7 +84,7 @@ FORBIDDEN_EVERYWHERE = [
     ("patch", "events", ""),
 ]
 
-# Cluster-scoped: never, in either mode (kopf's scanning is off; see k8s/operator.py).
+# Cluster-scoped: never, in either mode (the operator watches only its namespaces' resources; see k8s/operator.py).
 FORBIDDEN_CLUSTER_SCOPED = [
     ("list", "namespaces", ""),
     ("watch", "namespaces", ""),

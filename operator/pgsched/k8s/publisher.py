@@ -258,7 +258,7 @@ class Publisher:
 
     def announce_transitions(self, definition: Definition, current: Obj, new: Obj) -> None:
         """The Event of a condition that flipped between ``current``'s status and ``new``
-        (auto-suspension), with the new status written (or about to be, by kopf)."""
+        (auto-suspension), with the new status written (or about to be)."""
         for condition in status.transitions(current.get("status") or {}, new):
             suspended_at = definition.auto_suspended_at
             if condition["reason"] == "TooManyFailures" and suspended_at is not None:

@@ -7,7 +7,7 @@ anything unexpected a 500 that says it was logged — never a traceback. Nothing
 sends is written anywhere: the UI's only state is the login cookie in the browser.
 
 ``serve_in_thread`` runs the UI beside the operator (its own event loop, so a slow page
-never delays kopf); ``serve`` runs it in the foreground for ``pgsched ui``.
+never delays the operator's threads); ``serve`` runs it in the foreground for ``pgsched ui``.
 """
 
 from __future__ import annotations
