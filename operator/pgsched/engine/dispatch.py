@@ -47,8 +47,9 @@ like to any other failure.
 launch (5,000 ScheduledJobs on ``0 * * * *``), the claim's order alone would make a run that
 falls due a few seconds later wait until the whole backlog is launched: late only because
 others are. So a tick first claims for the definitions with a run due in the last
-``on_time_seconds`` (the tick's: since its previous dispatch, so each run is on time at
-one tick, however long ticks take), then fills the batch from the
+the tick's window (``on_time_since``: since the previous tick's materialization, so the
+windows of successive ticks leave no gap and a run is on time at the tick that
+materialized it, however long ticks take), then fills the batch from the
 backlog in the claim's order (``scheduled_for``, then id); the punctual runs launch first,
 the newest due first, then the backlog in its order. A backlog cannot starve: a run is "on
 time" at one tick only. Within the window the newest due go first because a window can hold
@@ -165,6 +166,7 @@ def run_once(
     try_locks: bool = False,
     owners: Owners | None = None,
     on_time_seconds: float | None = None,
+    on_time_since: datetime | None = None,
 ) -> DispatchResult:
     """Claim and launch up to ``batch_size`` due runs.
 
@@ -172,7 +174,8 @@ def run_once(
     ``try_locks`` tries the definitions' locks before waiting (step 2 above). ``owners``
     keeps the launched definitions for the next call (the tick passes its own); without
     it they are read for this call only. ``on_time_seconds`` claims first for definitions
-    with a run due that recently (the tick's "on time first", above).
+    with a run due that recently, or since ``on_time_since`` if given (the tick's "on time
+    first", above).
     """
 
     def claim_some(limit: int, only: list[UUID] | None) -> DispatchResult:
@@ -187,7 +190,9 @@ def run_once(
 
     result = DispatchResult()
     if on_time_seconds is not None and definition_ids is None:
-        punctual = on_time_definitions(conn, window=on_time_seconds, limit=batch_size, now=now)
+        punctual = on_time_definitions(
+            conn, since=on_time_since, window=on_time_seconds, limit=batch_size, now=now
+        )
         if punctual:
             result = claim_some(batch_size, punctual)
             result.claimed.sort(key=lambda run: run.scheduled_for, reverse=True)  # stable
@@ -199,12 +204,18 @@ def run_once(
 
 
 def on_time_definitions(
-    conn: Connection, *, window: float, limit: int, now: datetime | None = None
+    conn: Connection,
+    *,
+    since: datetime | None = None,
+    window: float,
+    limit: int,
+    now: datetime | None = None,
 ) -> list[UUID]:
-    """Definitions (at most ``limit``, the newest due first) with a queued run due in the
-    last ``window`` seconds."""
+    """Definitions (at most ``limit``, the newest due first) with a queued run due after
+    ``since``, or without it in the last ``window`` seconds."""
     rows = conn.execute(
-        queries.get("on_time_definitions"), {"window": window, "limit": limit, "now": now}
+        queries.get("on_time_definitions"),
+        {"since": since, "window": window, "limit": limit, "now": now},
     )
     return [row["definition_id"] for row in rows]
 

@@ -130,7 +130,6 @@ class Ticker:
         self._database_offset = 0.0  # database clock - local clock, seconds (see _pause)
         self._timeline = 0  # the newest WAL timeline this replica ticked on (_check_timeline)
         self._owners = dispatch.Owners()  # launched definitions, kept between ticks
-        self._previous_tick_at: float | None = None  # engine time (_on_time_seconds)
         self._materialized_at: datetime | None = None  # the previous round's "now"
 
     def _bounded(self, conn: Connection) -> Connection:
@@ -223,6 +222,9 @@ class Ticker:
     def _phases(self, conn: Connection, result: TickResult) -> None:
         settings = self.settings
         now = self._clock()
+        # Dispatch's "on time" window starts where the previous materialization looked:
+        # a run is on time at the tick that materialized it (engine/dispatch.py).
+        on_time_since = self._materialized_at
         with _timed(result, "materialize"):
             result.materialized = materialize.run_once(
                 conn,
@@ -246,18 +248,10 @@ class Ticker:
                 overshoot=settings.overshoot,
                 now=now,
                 owners=self._owners,
-                on_time_seconds=self._on_time_seconds(),
+                on_time_since=on_time_since,
+                # The first tick's window, before any materialization: two intervals.
+                on_time_seconds=2 * self.settings.interval_seconds,
             )
-
-    def _on_time_seconds(self) -> float:
-        """How recently a run must have fallen due to be "on time" (``dispatch``): since the
-        previous tick started, on the engine's clock. So each run is on time at exactly one
-        tick, the first that sees it due, however long ticks take (during a stampede each
-        launches a batch at the API budget's pace). Before the first tick: two intervals."""
-        previous, self._previous_tick_at = self._previous_tick_at, self._engine_time()
-        if previous is None:
-            return 2 * self.settings.interval_seconds
-        return max(self._previous_tick_at - previous, 0.001)
 
     def _engine_time(self) -> float:
         """The engine's "now" as a UNIX time: the pinned clock, or the database's (measured

@@ -24,10 +24,10 @@ LIMIT %(limit)s
 FOR UPDATE OF r SKIP LOCKED;
 
 -- name: on_time_definitions
--- Definitions with a queued run that fell due in the last %(window)s seconds, at most
--- %(limit)s, the newest due first: dispatch claims their runs before the backlog
--- (engine/dispatch.py, run_once). A range of the partial queue index. Not
--- jobs in a pool: its order is oldest first across its jobs, whatever is on time.
+-- Definitions with a queued run that fell due after %(since)s (or, without it, in the last
+-- %(window)s seconds), at most %(limit)s, the newest due first: dispatch claims their runs
+-- before the backlog (engine/dispatch.py, run_once). A range of the partial queue index.
+-- Not jobs in a pool: its order is oldest first across its jobs, whatever is on time.
 SELECT DISTINCT due.definition_id
 FROM (
     SELECT r.definition_id
@@ -35,7 +35,10 @@ FROM (
     JOIN pgsched.job_definitions AS d ON d.id = r.definition_id AND d.pool IS NULL
     WHERE r.status = 'QUEUED'
       AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())
-      AND r.scheduled_for > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+      AND r.scheduled_for > coalesce(
+          %(since)s::timestamptz,
+          coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+      )
     ORDER BY r.scheduled_for DESC, r.id
     LIMIT %(limit)s
 ) AS due;
