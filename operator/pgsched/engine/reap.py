@@ -67,7 +67,14 @@ def run_once(
     silence = _AWAITING_VERDICTS if await_verdicts else {}
     with conn.transaction():
         at = clock.now(conn, now)
-        for signature, query in {**silence, **_SILENCE, **_SIGNATURES}.items():
-            rows = conn.execute(queries.get(query), {"now": at}).fetchall()
-            found[signature] = [row["id"] for row in rows]
+        # The signatures' statements in one round trip (psycopg's pipeline mode): the
+        # server runs them in this order, in this transaction, as one at a time would;
+        # an idle tick waits for the network once here, not once per signature.
+        with conn.pipeline():
+            answers = {
+                signature: conn.execute(queries.get(query), {"now": at})
+                for signature, query in {**silence, **_SILENCE, **_SIGNATURES}.items()
+            }
+        for signature, answer in answers.items():
+            found[signature] = [row["id"] for row in answer.fetchall()]
     return ReapResult(found)
