@@ -38,7 +38,6 @@ from bench.report import Report, emit, plot_path, pyplot
 from devenv.adminclient import AdminClient, Credentials
 from devenv.operators import OperatorProcess
 from devenv.waiting import wait_for
-from pgsched.db import connection
 from pgsched.k8s import api as pgsched_api
 from pgsched.k8s.finalizers import FINALIZER
 
@@ -347,22 +346,16 @@ def wait_for_sync(
     sync's writes 0.27 of a plain client's)."""
     kube.wait_for_definitions(dsn, size, timeout=timeout)
 
-    def published() -> int:
-        row = conn.execute(
-            "SELECT count(*) AS n FROM pgsched.job_definitions AS d"
-            " JOIN pgsched.published_generations AS p ON p.definition_id = d.id"
-            " WHERE p.generation = d.generation"
-        ).fetchone()
-        assert row is not None
-        return int(row["n"])
-
-    with connection.connect(dsn) as conn:
-        wait_for(
-            lambda: published() == size,
-            timeout,
-            interval=1,
-            describe=lambda: f"every ScheduledJob in {namespace} published ({published()} so far)",
-        )
+    kube.wait_for_count(
+        dsn,
+        "SELECT count(*) AS n FROM pgsched.job_definitions AS d"
+        " JOIN pgsched.published_generations AS p ON p.definition_id = d.id"
+        " WHERE p.generation = d.generation",
+        size,
+        what=f"every ScheduledJob in {namespace} published",
+        timeout=timeout,
+        interval=1,
+    )
     wait_for(
         lambda: unsynced_statuses(admin, namespace) == 0,
         timeout,

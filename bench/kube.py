@@ -85,18 +85,32 @@ def cluster(*, node: bool = True, host_only: bool = False) -> Iterator[Cluster]:
 
 def wait_for_definitions(dsn: str, count: int, *, timeout: float) -> None:
     """Until the operator has stored ``count`` ScheduledJobs as definitions."""
+    wait_for_count(
+        dsn,
+        "SELECT count(*) AS n FROM pgsched.job_definitions",
+        count,
+        what=f"{count} ScheduledJobs stored as definitions",
+        timeout=timeout,
+        interval=2,
+    )
 
-    def stored() -> int:
-        row = conn.execute("SELECT count(*) AS n FROM pgsched.job_definitions").fetchone()
+
+def wait_for_count(
+    dsn: str, query: str, count: int, *, what: str, timeout: float, interval: float
+) -> None:
+    """Until ``query`` (one row, a column ``n``) counts ``count``."""
+
+    def counted() -> int:
+        row = conn.execute(query).fetchone()
         assert row is not None
         return int(row["n"])
 
     with connection.connect(dsn) as conn:
         wait_for(
-            lambda: stored() == count,
+            lambda: counted() == count,
             timeout,
-            interval=2,
-            describe=lambda: f"{count} ScheduledJobs stored as definitions ({stored()} so far)",
+            interval=interval,
+            describe=lambda: f"{what} ({counted()} so far)",
         )
 
 
