@@ -51,6 +51,7 @@ EXTRAPOLATE_TO = 100_000_000
 LISTED = 20  # pgsched runs' default --limit
 WINDOW_S = 5.0  # retention: seconds of claims measured before and after the drop
 MANY_MONTHS = 24  # the many-partitions database: two years kept without retention
+DROP_ROUNDS = 30  # history service rounds tried for the drop, a second apart
 
 
 def levels(quick: bool) -> list[int]:
@@ -226,16 +227,25 @@ def _drop_oldest_month(grown: connection.Connection, *, window: float) -> dict[s
     thread.start()
     try:
         time.sleep(window)
-        since = _one(grown, "wal_lsn")["lsn"]
-        began = time.perf_counter()
-        result = history.run_once(grown, retention=retention)
-        ended = time.perf_counter()
+        # A month the service cannot drop this round (a live run in it, or the table lock
+        # not granted within its wait: after a bulk load autovacuum may hold a partition)
+        # is kept for its next round; the bench's rounds follow each other a second apart.
+        rounds = 0
+        while True:
+            rounds += 1
+            since = _one(grown, "wal_lsn")["lsn"]
+            began = time.perf_counter()
+            result = history.run_once(grown, retention=retention)
+            ended = time.perf_counter()
+            if result.dropped or rounds == DROP_ROUNDS:
+                break
+            time.sleep(1)
         wal = _one(grown, "wal_bytes", since=since)["bytes"]
         time.sleep(window)
     finally:
         stop.set()
         thread.join()
-    assert result.dropped == [oldest["name"]], (result, oldest)
+    assert result.dropped == [oldest["name"]], (result, oldest, rounds)
     before = [e for s, e in claims if began - window <= s < began]
     during = [e for s, e in claims if s < ended and s + e > began]
     after = [e for s, e in claims if ended < s <= ended + window]
@@ -243,6 +253,7 @@ def _drop_oldest_month(grown: connection.Connection, *, window: float) -> dict[s
         "partition": oldest["name"],
         "rows": oldest["rows"],
         "drop_s": ended - began,
+        "rounds": rounds,
         "wal_bytes": wal,
         "before": before,
         "during": during,
@@ -367,7 +378,8 @@ def _report(
         f"{largest['rows']:,} rows, so 100M rows would take about "
         f"{largest['disk_bytes'] / max(largest['rows'], 1) * 1e8 / 1e9:.0f} GB and "
         f"{load_rate * 100 / 60:.0f} minutes",
-        f"retention: dropped {retention['partition']} ({retention['rows']:,} rows) in "
+        f"retention: dropped {retention['partition']} ({retention['rows']:,} rows) at the"
+        f" history service's round {retention['rounds']} in "
         f"{retention['drop_s'] * 1000:.0f} ms writing {retention['wal_bytes'] / 1024:.0f} KiB "
         f"of WAL (claims' WAL included); {len(retention['during'])} claims overlapped it, "
         f"slowest {worst_during * 1000:.1f} ms; p99 before {before99 * 1000:.1f} ms, p99 "
