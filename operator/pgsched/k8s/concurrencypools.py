@@ -17,16 +17,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pgsched import metrics
 from pgsched.engine import definitions, pools
-from pgsched.k8s import api, finalizers
+from pgsched.k8s import api, controller, finalizers
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.watch import Event
 
 log = logging.getLogger(__name__)
-
-RETRY_SECONDS = 5.0
 
 
 def select(event: Event) -> tuple[str, Event]:
@@ -56,13 +53,8 @@ class Pools:
                 self._delete(event)
             else:
                 self._apply(event.object)
-        except psycopg.Error as error:
-            metrics.DB_ERRORS.labels("handlers").inc()
-            log.warning("ConcurrencyPool %s: database error, will retry: %s", where, error)
-            return RETRY_SECONDS
-        except api.ApiError as error:
-            log.warning("ConcurrencyPool %s: Kubernetes API error, will retry: %s", where, error)
-            return RETRY_SECONDS
+        except (psycopg.Error, api.ApiError) as error:
+            return controller.retry_later(f"ConcurrencyPool {where}", error, log)
         return None
 
     def _apply(self, body: Obj) -> None:

@@ -20,7 +20,10 @@ import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
+import psycopg
+
 from pgsched import metrics
+from pgsched.k8s import api
 from pgsched.k8s import watch as watching
 from pgsched.k8s.workqueue import WorkQueue
 
@@ -31,6 +34,20 @@ V = TypeVar("V")
 
 # After an unexpected exception (a bug): try the object again this much later.
 BUG_RETRY_SECONDS = 30.0
+# After a database or API error (an outage, a conflict): this much later.
+RETRY_SECONDS = 5.0
+
+
+def retry_later(what: str, error: psycopg.Error | api.ApiError, logger: logging.Logger) -> float:
+    """A handler met a database or API error handling ``what``: counted (database errors)
+    and logged; the seconds after which its key is tried again."""
+    if isinstance(error, psycopg.Error):
+        metrics.DB_ERRORS.labels("handlers").inc()
+        kind = "database"
+    else:
+        kind = "Kubernetes API"
+    logger.warning("%s: %s error, will retry: %s", what, kind, error)
+    return RETRY_SECONDS
 
 
 class Workers(Generic[K, V]):

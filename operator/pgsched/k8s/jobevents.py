@@ -18,13 +18,11 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from pgsched import logs, metrics
-from pgsched.k8s import api, names, outcomes
+from pgsched.k8s import api, controller, names, outcomes
 from pgsched.k8s.names import Obj
 from pgsched.k8s.watch import Event
 
 log = logging.getLogger(__name__)
-
-RETRY_SECONDS = 5.0
 
 
 def select(event: Event) -> tuple[str, Event] | None:
@@ -74,7 +72,7 @@ def record(pool: ConnectionPool[Any], kube: api.KubeApi, event: Event) -> float 
             metadata["name"],
             error,
         )
-        return RETRY_SECONDS
+        return controller.RETRY_SECONDS
     if outcome is not None:
         log_run.info(
             "run %s: Job %s ended, run %s %s",

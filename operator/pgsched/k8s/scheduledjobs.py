@@ -34,12 +34,12 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pgsched import logs, metrics
+from pgsched import logs
 from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, finalizers, names, status
+from pgsched.k8s import api, controller, finalizers, names, status
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
 
@@ -155,9 +155,7 @@ def sync(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             return _deleting(context, body)
         return _reconcile(context, body, revalidate=revalidate)
     except psycopg.Error as error:
-        metrics.DB_ERRORS.labels("handlers").inc()
-        log.warning("%s/%s: database error, will retry: %s", meta["namespace"], meta["name"], error)
-        return Synced(retry_in=5.0)
+        return Synced(retry_in=controller.retry_later(_where(meta), error, log))
 
 
 def gone(context: Context, body: Obj) -> Synced:
@@ -168,9 +166,7 @@ def gone(context: Context, body: Obj) -> Synced:
         with context.pool.connection() as conn:
             stopping = definitions.delete(conn, UUID(meta["uid"]))
     except psycopg.Error as error:
-        metrics.DB_ERRORS.labels("handlers").inc()
-        log.warning("%s/%s: database error, will retry: %s", meta["namespace"], meta["name"], error)
-        return Synced(retry_in=5.0)
+        return Synced(retry_in=controller.retry_later(_where(meta), error, log))
     if stopping:
         log.info(
             "%s/%s is gone: definition marked deleted, %d running runs asked to stop",
@@ -286,6 +282,10 @@ def _in_force(stored: Definition | None, generation: int, spec: Obj) -> bool:
     )
 
 
+def _where(meta: Obj) -> str:
+    return f"{meta['namespace']}/{meta['name']}"
+
+
 def _key(meta: Obj, generation: int) -> definitions.DefinitionKey:
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
     return definitions.DefinitionKey(
@@ -387,7 +387,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
     seconds (while an operator is running). The runs stay in the database
     (``pgsched runs NAME --include-deleted``)."""
     meta = body["metadata"]
-    where = f"{meta['namespace']}/{meta['name']}"
+    where = _where(meta)
     definition_id = UUID(meta["uid"])
     context.run_now_seen.pop(meta["uid"], None)
     with context.pool.connection() as conn:
@@ -421,15 +421,8 @@ def write(context: Context, writes: Writes) -> float | None:
     """Tell Kubernetes what ``writes`` says; None when done, else seconds until a retry."""
     try:
         _write(context, writes)
-    except api.ApiError as error:
-        log.warning(
-            "%s/%s: Kubernetes API error, will retry: %s", writes.namespace, writes.name, error
-        )
-        return 5.0
-    except psycopg.Error as error:
-        metrics.DB_ERRORS.labels("handlers").inc()
-        log.warning("%s/%s: database error, will retry: %s", writes.namespace, writes.name, error)
-        return 5.0
+    except (api.ApiError, psycopg.Error) as error:
+        return controller.retry_later(f"{writes.namespace}/{writes.name}", error, log)
     return None
 
 
