@@ -42,10 +42,7 @@ def delete(conn: Connection, namespace: str, name: str) -> None:
 
 
 def exists(conn: Connection, namespace: str, name: str) -> bool:
-    row = conn.execute(
-        queries.get("pool_exists"), {"namespace": namespace, "name": name}
-    ).fetchone()
-    return bool(row and row["found"])
+    return limit_of(conn, namespace, name) is not None
 
 
 def limit_of(conn: Connection, namespace: str, name: str) -> int | None:

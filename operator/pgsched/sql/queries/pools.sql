@@ -10,11 +10,6 @@ RETURNING namespace, name, concurrency_limit;
 -- The pool is gone: the jobs that still name it have no room, their runs wait.
 DELETE FROM pgsched.job_pools WHERE namespace = %(namespace)s AND name = %(name)s;
 
--- name: pool_exists
-SELECT EXISTS (
-    SELECT 1 FROM pgsched.job_pools WHERE namespace = %(namespace)s AND name = %(name)s
-) AS found;
-
 -- name: pool_limit
 SELECT concurrency_limit FROM pgsched.job_pools
 WHERE namespace = %(namespace)s AND name = %(name)s;
