@@ -84,18 +84,8 @@ def database_at(postgres: Any, name: str, version: int) -> str:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {name}")
     with connection.connect(postgres.dsn(name)) as conn:
-        conn.execute("CREATE SCHEMA pgsched")
-        conn.execute(
-            "CREATE TABLE pgsched.schema_migrations (version integer PRIMARY KEY, name text"
-            " NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        migrate.create_ledger(conn)
         for migration in migrate.available():
             if migration.version <= version:
-                with conn.transaction():
-                    conn.execute(migration.sql)
-                    conn.execute(
-                        "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
-                        " VALUES (%s, %s, %s)",
-                        [migration.version, migration.name, migration.checksum],
-                    )
+                migrate.apply(conn, migration)
     return str(postgres.dsn(name))

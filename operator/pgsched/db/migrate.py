@@ -89,18 +89,7 @@ def migrate(conn: Connection) -> MigrateResult:
     migrations = available()
     conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [_LOCK])
     try:
-        with conn.transaction():
-            conn.execute("CREATE SCHEMA IF NOT EXISTS pgsched")
-            conn.execute(
-                """
-                CREATE TABLE IF NOT EXISTS pgsched.schema_migrations (
-                    version    integer PRIMARY KEY,
-                    name       text        NOT NULL,
-                    checksum   text        NOT NULL,
-                    applied_at timestamptz NOT NULL DEFAULT now()
-                )
-                """
-            )
+        create_ledger(conn)
         applied = {
             row["version"]: row["checksum"]
             for row in conn.execute("SELECT version, checksum FROM pgsched.schema_migrations")
@@ -111,24 +100,45 @@ def migrate(conn: Connection) -> MigrateResult:
             if migration.version in applied:
                 continue
             log.info("applying migration %04d_%s", migration.version, migration.name)
-            try:
-                with conn.transaction():
-                    conn.execute(migration.sql)
-                    conn.execute(
-                        "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
-                        " VALUES (%s, %s, %s)",
-                        [migration.version, migration.name, migration.checksum],
-                    )
-            except psycopg.Error as error:
-                raise MigrationError(
-                    f"migration {migration.version:04d}_{migration.name} failed and was rolled"
-                    f" back: {error}"
-                ) from error
+            apply(conn, migration)
             done.append(migration.version)
         return MigrateResult(applied=done, current=migrations[-1].version)
     finally:
         if not conn.closed and not conn.broken:
             conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [_LOCK])
+
+
+def create_ledger(conn: Connection) -> None:
+    """The ``pgsched`` schema and its ledger of applied migrations, if missing."""
+    with conn.transaction():
+        conn.execute("CREATE SCHEMA IF NOT EXISTS pgsched")
+        conn.execute(
+            """
+            CREATE TABLE IF NOT EXISTS pgsched.schema_migrations (
+                version    integer PRIMARY KEY,
+                name       text        NOT NULL,
+                checksum   text        NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )
+            """
+        )
+
+
+def apply(conn: Connection, migration: Migration) -> None:
+    """One migration and its ledger row, in one transaction."""
+    try:
+        with conn.transaction():
+            conn.execute(migration.sql)
+            conn.execute(
+                "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
+                " VALUES (%s, %s, %s)",
+                [migration.version, migration.name, migration.checksum],
+            )
+    except psycopg.Error as error:
+        raise MigrationError(
+            f"migration {migration.version:04d}_{migration.name} failed and was rolled"
+            f" back: {error}"
+        ) from error
 
 
 def _check_ledger(applied: dict[int, str], migrations: list[Migration]) -> None:
