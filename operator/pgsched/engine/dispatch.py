@@ -44,20 +44,21 @@ bookkeeping, migration 0014) is newer than the kept one. A launch failure ends t
 like to any other failure.
 
 **On time first, then the backlog, oldest first.** When more is due than one tick can
-launch (5,000 ScheduledJobs on ``0 * * * *``), the claim's order alone would make a run that
-falls due a few seconds later wait until the whole backlog is launched: late only because
-others are. So a tick first claims for the definitions with a run due in the last
-the tick's window (``on_time_since``: since the previous tick's materialization, so the
-windows of successive ticks leave no gap and a run is on time at the tick that
-materialized it, however long ticks take), then fills the batch from the
-backlog in the claim's order (``scheduled_for``, then id); the punctual runs launch first,
-the newest due first, then the backlog in its order. A backlog cannot starve: a run is "on
-time" at one tick only. Within the window the newest due go first because a window can hold
-more than a batch: a tick that starts late (its predecessor launched a batch at the API
-budget's pace) sees a stampede *and* a run of another job due a moment later. The stampede
-cannot be on time whatever is chosen; oldest first would give the other run's one chance to
-50 of it, and it would wait behind the whole backlog. (Materialization takes its batches in
-the same order, ``engine/materialize.py``.)
+launch (5,000 ScheduledJobs on ``0 * * * *``), the claim's order alone would make a run
+that falls due a few seconds later wait until the whole backlog is launched: late only
+because others are. So a tick first claims for the definitions with a run due in its
+window (``on_time_since``: since the previous tick's materialization, so the windows of
+successive ticks leave no gap and a run is on time at the tick that materialized it,
+however long ticks take), then fills the batch from the backlog in the claim's order
+(``scheduled_for``, then id); the punctual runs launch first, the newest due first, then
+the backlog in its order. A backlog cannot starve: a run is "on time" at one tick (two at
+most, where a dispatch overlaps the next materialization). Within the window the newest
+due go first because a window can hold more than a batch: a tick that starts late (its
+predecessor launched a batch at the API budget's pace) sees a stampede *and* a run of
+another job due a moment later. The stampede cannot be on time whatever is chosen; oldest
+first would give the other run's one chance to 50 of it, and it would wait behind the
+whole backlog. (Materialization takes its batches in the same order,
+``engine/materialize.py``.)
 Jobs in a pool keep the pool's order (oldest first across its jobs): they are never "on time".
 
 ``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
