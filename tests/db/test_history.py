@@ -8,11 +8,13 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import psycopg
+
 import invariants
 import racers
 from factories import database_at
 from pgsched.db import connection, migrate
-from pgsched.engine import history, runs
+from pgsched.engine import dispatch, history, runs
 
 NOW = datetime(2026, 12, 15, 12, 0, tzinfo=UTC)
 
@@ -214,3 +216,74 @@ def test_a_drop_that_cannot_get_its_lock_soon_gives_way_and_is_retried(dsn, conn
     assert waited < 4 * history.LOCK_WAIT.total_seconds() + 2
     later = history.run_once(conn, retention=timedelta(days=90), now=NOW)
     assert later.dropped == ["job_runs_y2026m05"] and later.created == held_off.busy
+
+
+def _expired_may(conn) -> None:
+    """One definition and May 2026 as a month of 50 settled runs (expired at NOW, 90 days)."""
+    _seed(conn, definitions=1, runs_each=0)
+    definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
+    conn.execute("SELECT pgsched.create_run_partition('2026-05-01'::timestamptz)")
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+        " finished_at, settled_at)"
+        " SELECT %s, 'COMPLETED', 'schedule', m, m, m"
+        " FROM generate_series('2026-05-01'::timestamptz, '2026-05-03', interval '1 hour')"
+        " AS m LIMIT 50",
+        [definition],
+    )
+
+
+def _table(conn, name: str) -> str | None:
+    row = conn.execute("SELECT to_regclass(%s)::text AS t", [f"pgsched.{name}"]).fetchone()
+    return row["t"]
+
+
+def test_an_expired_month_s_files_are_removed_without_holding_up_job_runs(dsn, conn):
+    """Removing a dropped month's files takes seconds for gigabytes, and PostgreSQL does it
+    at commit, before it releases the transaction's locks. The month is detached under
+    job_runs' lock and dropped in a transaction of its own: while that one is open (its
+    files not removed yet), runs are queued, read and claimed as usual."""
+    _expired_may(conn)
+    definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
+    detached = conn.execute(
+        "SELECT pgsched.detach_run_partition('job_runs_y2026m05', '200 ms') AS outcome"
+    ).fetchone()
+    assert detached["outcome"] == "detached"
+    assert _count(conn) == 0  # May's runs are out of job_runs, in their own table
+    assert _table(conn, "expired_job_runs_y2026m05") is not None
+    with connection.connect(dsn) as dropper, dropper.transaction():
+        dropped = dropper.execute(
+            "SELECT pgsched.drop_expired_run_month('expired_job_runs_y2026m05', '200 ms')"
+            " AS outcome"
+        ).fetchone()
+        assert dropped["outcome"] == "dropped"
+        with connection.connect(dsn) as claimer:
+            claimer.execute("SET lock_timeout = '1s'")
+            queued = runs.run_now(claimer, definition, token="during-the-drop")
+            [claimed] = dispatch.claim(claimer).claimed
+            assert claimed.id == queued.run.id
+            assert _count(claimer, f"id = {queued.run.id} AND status = 'RUNNING'") == 1
+    assert _table(conn, "expired_job_runs_y2026m05") is None
+
+
+def test_a_month_detached_but_not_dropped_is_dropped_at_the_next_round(conn):
+    """A crash between the detach and the drop leaves the detached table; the next round
+    drops it and reports the month dropped."""
+    _expired_may(conn)
+    conn.execute("SELECT pgsched.detach_run_partition('job_runs_y2026m05', '200 ms')")
+
+    result = history.run_once(conn, retention=timedelta(days=90), now=NOW)
+
+    assert result.dropped == ["job_runs_y2026m05"] and result.kept == []
+    assert _table(conn, "expired_job_runs_y2026m05") is None
+    assert _table(conn, "job_runs_y2026m05") is None
+
+
+def test_dropping_an_expired_month_refuses_any_other_table(conn):
+    try:
+        conn.execute("SELECT pgsched.drop_expired_run_month('job_definitions', '200 ms')")
+    except psycopg.errors.InvalidParameterValue as error:
+        assert "expired_job_runs_y2026m08" in str(error)  # the error shows a right name
+    else:
+        raise AssertionError("drop_expired_run_month dropped a table that is not a month")
+    assert _table(conn, "job_definitions") is not None

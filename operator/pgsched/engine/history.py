@@ -6,10 +6,14 @@
 - creates the current month's partition and ``MONTHS_AHEAD`` more, so runs land in their
   month; a month's rows already waiting in the default partition move into it;
 - with a retention (``PGSCHED_HISTORY_RETENTION``, chart value ``history.retention``),
-  drops every month that ended more than the retention ago, one ``DROP TABLE`` each (no
-  DELETE, no vacuum debt). A month still holding a QUEUED or RUNNING run, or a finished
-  run not settled yet, is kept (``kept``) and retried next round; so is one whose lock
-  did not come within ``LOCK_WAIT`` (``busy``: a long query on job_runs);
+  drops every month that ended more than the retention ago whole (no DELETE, no vacuum
+  debt): detached under job_runs' lock (a catalog change, milliseconds whatever its size),
+  then dropped in a transaction of its own, so the seconds it takes to remove a large
+  month's files hold up no claim (migration 0019). A month still holding a QUEUED or
+  RUNNING run, or a finished run not settled yet, is kept (``kept``) and retried next
+  round; so is one whose lock did not come within ``LOCK_WAIT`` (a long query on
+  job_runs). A month detached but not dropped (a crash between the two) is dropped next
+  round;
 - never waits more than ``LOCK_WAIT`` for a lock (creating a month locks the default
   partition, dropping one the table), so claims never queue behind it for longer; what
   could not be done this round (``busy``, ``kept``) is tried again the next;
@@ -39,6 +43,7 @@ MONTHS_AHEAD = 2
 INTERVAL_SECONDS = 300.0
 LOCK_WAIT = timedelta(milliseconds=200)
 PRUNE_BATCH = 10_000
+EXPIRED_PREFIX = "expired_"  # a month detached, its table not dropped yet (migration 0019)
 
 
 @dataclass
@@ -107,16 +112,35 @@ def run_once(
                 return result
             outcome = _value(
                 conn.execute(
-                    queries.get("drop_run_partition"), {"name": name, "lock_wait": LOCK_WAIT}
+                    queries.get("detach_run_partition"), {"name": name, "lock_wait": LOCK_WAIT}
                 ).fetchone(),
                 "outcome",
             )
-        if outcome == "dropped":
-            log.info("dropped run history partition %s (older than the retention)", name)
-            result.dropped.append(name)
-        elif outcome != "gone":
+        if outcome not in {"detached", "gone"}:
             log.info("kept expired partition %s: %s", name, _KEPT[outcome])
             result.kept.append(name)
+    # The detached months' files go in transactions of their own, which lock only the
+    # detached table: removing gigabytes of files takes seconds, and a DROP inside the
+    # detach's transaction would hold job_runs' lock (every claim) until they were gone.
+    for row in conn.execute(queries.get("expired_run_months")).fetchall():
+        with conn.transaction():
+            if not _locked(conn):
+                result.skipped = True
+                return result
+            outcome = _value(
+                conn.execute(
+                    queries.get("drop_expired_run_month"),
+                    {"name": row["name"], "lock_wait": LOCK_WAIT},
+                ).fetchone(),
+                "outcome",
+            )
+        month = row["name"].removeprefix(EXPIRED_PREFIX)
+        if outcome == "dropped":
+            log.info("dropped run history partition %s (older than the retention)", month)
+            result.dropped.append(month)
+        elif outcome == "busy":
+            log.info("detached partition %s not dropped yet: %s", row["name"], _KEPT["busy"])
+            result.kept.append(month)
     with conn.transaction():
         pruned = conn.execute(
             queries.get("prune_default_partition"), {"before": before, "limit": PRUNE_BATCH}

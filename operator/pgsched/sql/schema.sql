@@ -509,6 +509,62 @@ CREATE FUNCTION pgsched.current_timeline() RETURNS bigint
 $$;
 
 --
+-- Name: detach_run_partition(text, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.detach_run_partition(partition_name text, lock_wait interval) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+DECLARE
+    live_check text := format(
+        'SELECT EXISTS (SELECT FROM pgsched.%1$I WHERE status = ''QUEUED'')'
+        ' OR EXISTS (SELECT FROM pgsched.%1$I WHERE status = ''RUNNING'')'
+        ' OR EXISTS (SELECT FROM pgsched.%1$I WHERE settled_at IS NULL'
+        '            AND status IN (''COMPLETED'', ''FAILED'', ''CANCELLED''))',
+        partition_name);
+    live boolean;
+    expired text := 'expired_' || partition_name;
+    foreign_key name;
+BEGIN
+    IF to_regclass(format('pgsched.%I', partition_name)) IS NULL THEN
+        RETURN 'gone';
+    END IF;
+    EXECUTE live_check INTO live;
+    IF live THEN
+        RETURN 'kept';
+    END IF;
+    -- Arrivals its runs consumed are spent; those waiting stay (they name an upstream
+    -- run, not a row). Done before the lock: the join reads the whole partition's ids.
+    EXECUTE format(
+        'DELETE FROM pgsched.chain_arrivals AS a WHERE a.consumed_by IS NOT NULL'
+        ' AND EXISTS (SELECT FROM pgsched.%I AS r WHERE r.id = a.consumed_by)',
+        partition_name);
+    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint || 'ms', true);
+    BEGIN
+        LOCK TABLE pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 'busy';
+    END;
+    EXECUTE live_check INTO live;  -- again, now that nothing can change it
+    IF live THEN
+        RETURN 'kept';
+    END IF;
+    EXECUTE format('ALTER TABLE pgsched.job_runs DETACH PARTITION pgsched.%I', partition_name);
+    EXECUTE format('ALTER TABLE pgsched.%I RENAME TO %I', partition_name, expired);
+    -- Its own copy of job_runs' foreign keys: dropping it later would lock job_definitions
+    -- (its triggers are the referenced side's) until the files were gone.
+    FOR foreign_key IN
+        SELECT conname FROM pg_constraint
+        WHERE conrelid = format('pgsched.%I', expired)::regclass AND contype = 'f'
+    LOOP
+        EXECUTE format('ALTER TABLE pgsched.%I DROP CONSTRAINT %I', expired, foreign_key);
+    END LOOP;
+    RETURN 'detached';
+END;
+$_$;
+
+--
 -- Name: dispatch_counts(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -557,6 +613,32 @@ CREATE FUNCTION pgsched.dispatch_limits(definition_ids uuid[]) RETURNS TABLE(id 
         GROUP BY j.definition_id
     ) AS r ON r.definition_id = d.id
     WHERE d.id = ANY(definition_ids);
+$$;
+
+--
+-- Name: drop_expired_run_month(text, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.drop_expired_run_month(table_name text, lock_wait interval) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF table_name NOT LIKE 'expired\_job\_runs\_y%' THEN
+        RAISE EXCEPTION 'drop_expired_run_month: % is not a detached month (expected a name like expired_job_runs_y2026m08)',
+            table_name USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF to_regclass(format('pgsched.%I', table_name)) IS NULL THEN
+        RETURN 'gone';
+    END IF;
+    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint || 'ms', true);
+    BEGIN
+        EXECUTE format('DROP TABLE pgsched.%I', table_name);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 'busy';
+    END;
+    RETURN 'dropped';
+END;
 $$;
 
 --
@@ -1530,6 +1612,12 @@ REVOKE ALL ON FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot 
 REVOKE ALL ON FUNCTION pgsched.create_run_partition(month timestamp with time zone) FROM PUBLIC;
 
 --
+-- Name: FUNCTION detach_run_partition(partition_name text, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.detach_run_partition(partition_name text, lock_wait interval) FROM PUBLIC;
+
+--
 -- Name: FUNCTION dispatch_counts(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -1546,6 +1634,12 @@ REVOKE ALL ON FUNCTION pgsched.dispatch_counts_with_pools(definition_ids uuid[])
 --
 
 REVOKE ALL ON FUNCTION pgsched.dispatch_limits(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION drop_expired_run_month(table_name text, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.drop_expired_run_month(table_name text, lock_wait interval) FROM PUBLIC;
 
 --
 -- Name: FUNCTION drop_run_partition(partition_name text, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -

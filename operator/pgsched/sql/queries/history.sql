@@ -6,7 +6,7 @@
 SELECT pg_try_advisory_xact_lock(hashtextextended('pgsched:history', 0)) AS locked;
 
 -- name: limit_lock_wait
--- For the rest of this transaction (migration 0012's drop_run_partition does the same).
+-- For the rest of this transaction (migration 0019's detach_run_partition does the same).
 SELECT set_config('lock_timeout', (extract(epoch FROM %(lock_wait)s::interval) * 1000)::bigint || 'ms', true);
 
 -- name: run_partitions
@@ -21,8 +21,23 @@ ORDER BY c.relname;
 -- name: create_run_partition
 SELECT pgsched.create_run_partition(%(month)s::timestamptz) AS moved;
 
--- name: drop_run_partition
-SELECT pgsched.drop_run_partition(%(name)s, %(lock_wait)s::interval) AS outcome;
+-- name: detach_run_partition
+-- 'detached' (now pgsched.expired_<name>), 'kept', 'busy' or 'gone' (migration 0019).
+SELECT pgsched.detach_run_partition(%(name)s, %(lock_wait)s::interval) AS outcome;
+
+-- name: expired_run_months
+-- Months detached and not dropped yet: this round's, or one a crash left between the two.
+SELECT c.relname AS name
+FROM pg_class AS c
+WHERE c.relnamespace = 'pgsched'::regnamespace
+  AND c.relkind = 'r'
+  AND NOT c.relispartition
+  AND c.relname ~ '^expired_job_runs_y[0-9]{4}m[0-9]{2}$'
+ORDER BY c.relname;
+
+-- name: drop_expired_run_month
+-- In a transaction that locks only the detached table: its files go without holding job_runs.
+SELECT pgsched.drop_expired_run_month(%(name)s, %(lock_wait)s::interval) AS outcome;
 
 -- name: prune_default_partition
 -- Finished, settled runs older than the retention that no month holds (a backfill from
