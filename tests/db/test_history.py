@@ -287,3 +287,16 @@ def test_dropping_an_expired_month_refuses_any_other_table(conn):
     else:
         raise AssertionError("drop_expired_run_month dropped a table that is not a month")
     assert _table(conn, "job_definitions") is not None
+
+
+def test_a_vacuum_of_another_month_does_not_hold_off_the_drop(dsn, conn):
+    """Autovacuum on the current month (a long one, on a large month) holds its SHARE
+    UPDATE EXCLUSIVE lock; it yields to a waiter only after deadlock_timeout (1 s), longer
+    than the drop waits. The drop locks job_runs itself and the expired month, not the
+    other months, so it goes ahead."""
+    _expired_may(conn)
+    conn.execute("SELECT pgsched.create_run_partition('2026-12-01'::timestamptz)")
+    with connection.connect(dsn) as vacuum, vacuum.transaction():
+        vacuum.execute("LOCK TABLE pgsched.job_runs_y2026m12 IN SHARE UPDATE EXCLUSIVE MODE")
+        result = history.run_once(conn, retention=timedelta(days=90), now=NOW)
+    assert result.dropped == ["job_runs_y2026m05"] and result.kept == []

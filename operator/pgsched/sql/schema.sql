@@ -542,15 +542,23 @@ BEGIN
         partition_name);
     PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint || 'ms', true);
     BEGIN
-        LOCK TABLE pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
+        -- ONLY: every query on job_runs locks the parent, so that excludes them all; a
+        -- LOCK of the whole tree would also wait for autovacuum on any other month,
+        -- which it cannot cancel within lock_wait (autovacuum yields after
+        -- deadlock_timeout, 1 s) — with a large current month, round after round, each
+        -- one queuing the claims behind it for lock_wait.
+        LOCK TABLE ONLY pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
+        EXECUTE format('LOCK TABLE pgsched.%I IN ACCESS EXCLUSIVE MODE', partition_name);
+        EXECUTE live_check INTO live;  -- again, now that nothing can change it
+        IF live THEN
+            RETURN 'kept';
+        END IF;
+        -- The detach also locks the default partition (its bounds change): under the
+        -- same wait.
+        EXECUTE format('ALTER TABLE pgsched.job_runs DETACH PARTITION pgsched.%I', partition_name);
     EXCEPTION WHEN lock_not_available THEN
         RETURN 'busy';
     END;
-    EXECUTE live_check INTO live;  -- again, now that nothing can change it
-    IF live THEN
-        RETURN 'kept';
-    END IF;
-    EXECUTE format('ALTER TABLE pgsched.job_runs DETACH PARTITION pgsched.%I', partition_name);
     EXECUTE format('ALTER TABLE pgsched.%I RENAME TO %I', partition_name, expired);
     -- Its own copy of job_runs' foreign keys: dropping it later would lock job_definitions
     -- (its triggers are the referenced side's) until the files were gone.

@@ -13,10 +13,12 @@
 --
 -- 1. detach_run_partition checks the month as 0012 did (no QUEUED, RUNNING or unsettled
 --    run, before and again under the lock; consumed chain arrivals deleted before the
---    lock), then, under job_runs' lock, detaches the month and renames it
---    expired_job_runs_yYYYYmMM, and drops the detached table's foreign keys (the copies of
---    job_runs' that a detach leaves it). These change the catalog only, so the lock is
---    held for the checks and a few catalog rows, whatever the month's size.
+--    lock), then, under the lock of job_runs itself and of the month (not of the other
+--    months, which autovacuum may be working on: 0012 locked them all), detaches the
+--    month, renames it expired_job_runs_yYYYYmMM and drops the detached table's foreign
+--    keys (the copies of job_runs' that a detach leaves it). These change the catalog
+--    only, so the lock is held for the checks and a few catalog rows, whatever the
+--    month's size.
 -- 2. drop_expired_run_month drops that table. Its transaction locks only the detached
 --    table, which no query on job_runs reads any more, so its files go without holding up
 --    a claim. (With its foreign keys still on it, the DROP would also take job_definitions'
@@ -61,15 +63,23 @@ BEGIN
         partition_name);
     PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint || 'ms', true);
     BEGIN
-        LOCK TABLE pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
+        -- ONLY: every query on job_runs locks the parent, so that excludes them all; a
+        -- LOCK of the whole tree would also wait for autovacuum on any other month,
+        -- which it cannot cancel within lock_wait (autovacuum yields after
+        -- deadlock_timeout, 1 s) — with a large current month, round after round, each
+        -- one queuing the claims behind it for lock_wait.
+        LOCK TABLE ONLY pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
+        EXECUTE format('LOCK TABLE pgsched.%I IN ACCESS EXCLUSIVE MODE', partition_name);
+        EXECUTE live_check INTO live;  -- again, now that nothing can change it
+        IF live THEN
+            RETURN 'kept';
+        END IF;
+        -- The detach also locks the default partition (its bounds change): under the
+        -- same wait.
+        EXECUTE format('ALTER TABLE pgsched.job_runs DETACH PARTITION pgsched.%I', partition_name);
     EXCEPTION WHEN lock_not_available THEN
         RETURN 'busy';
     END;
-    EXECUTE live_check INTO live;  -- again, now that nothing can change it
-    IF live THEN
-        RETURN 'kept';
-    END IF;
-    EXECUTE format('ALTER TABLE pgsched.job_runs DETACH PARTITION pgsched.%I', partition_name);
     EXECUTE format('ALTER TABLE pgsched.%I RENAME TO %I', partition_name, expired);
     -- Its own copy of job_runs' foreign keys: dropping it later would lock job_definitions
     -- (its triggers are the referenced side's) until the files were gone.
