@@ -387,7 +387,10 @@ def _report(
         f"of WAL (claims' WAL included); {len(retention['during'])} claim cycles (claim, "
         "finish, queue) overlapped it, "
         f"slowest {worst_during * 1000:.1f} ms; p99 before {before99 * 1000:.1f} ms, p99 "
-        f"after {percentile(retention['after'], 0.99) * 1000:.1f} ms",
+        f"after {percentile(retention['after'], 0.99) * 1000:.1f} ms; slowest in the "
+        f"window before {max(retention['before'], default=0) * 1000:.1f} ms; median "
+        f"during / median before "
+        f"{ratio(percentile(retention['during'], 0.5), percentile(retention['before'], 0.5)):.2f}",
     ]
     report.data = {
         "levels": [
