@@ -300,3 +300,20 @@ def test_a_vacuum_of_another_month_does_not_hold_off_the_drop(dsn, conn):
         vacuum.execute("LOCK TABLE pgsched.job_runs_y2026m12 IN SHARE UPDATE EXCLUSIVE MODE")
         result = history.run_once(conn, retention=timedelta(days=90), now=NOW)
     assert result.dropped == ["job_runs_y2026m05"] and result.kept == []
+
+
+def test_the_previous_release_s_drop_still_drops_a_month_in_one_call(conn):
+    """During a rolling upgrade the previous release's history service calls
+    drop_run_partition: it detaches and drops the month in one transaction, as it did."""
+    _expired_may(conn)
+    dropped = conn.execute(
+        "SELECT pgsched.drop_run_partition('job_runs_y2026m05', '200 ms') AS outcome"
+    ).fetchone()
+    assert dropped["outcome"] == "dropped"
+    assert _table(conn, "job_runs_y2026m05") is None
+    assert _table(conn, "expired_job_runs_y2026m05") is None
+    assert _count(conn) == 0
+    again = conn.execute(
+        "SELECT pgsched.drop_run_partition('job_runs_y2026m05', '200 ms') AS outcome"
+    ).fetchone()
+    assert again["outcome"] == "gone"

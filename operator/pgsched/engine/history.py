@@ -43,7 +43,6 @@ MONTHS_AHEAD = 2
 INTERVAL_SECONDS = 300.0
 LOCK_WAIT = timedelta(milliseconds=200)
 PRUNE_BATCH = 10_000
-EXPIRED_PREFIX = "expired_"  # a month detached, its table not dropped yet (migration 0019)
 
 
 @dataclass
@@ -106,16 +105,11 @@ def run_once(
     for name in sorted(existing):
         if add_months(month_of(name), 1) > before:
             break
-        with conn.transaction():  # one month a transaction: a kept one holds up no other
-            if not _locked(conn):
-                result.skipped = True
-                return result
-            outcome = _value(
-                conn.execute(
-                    queries.get("detach_run_partition"), {"name": name, "lock_wait": LOCK_WAIT}
-                ).fetchone(),
-                "outcome",
-            )
+        # One month a transaction: a kept one holds up no other.
+        outcome = _outcome_if_locked(conn, "detach_run_partition", name)
+        if outcome is None:
+            result.skipped = True
+            return result
         if outcome not in {"detached", "gone"}:
             log.info("kept expired partition %s: %s", name, _KEPT[outcome])
             result.kept.append(name)
@@ -123,18 +117,11 @@ def run_once(
     # detached table: removing gigabytes of files takes seconds, and a DROP inside the
     # detach's transaction would hold job_runs' lock (every claim) until they were gone.
     for row in conn.execute(queries.get("expired_run_months")).fetchall():
-        with conn.transaction():
-            if not _locked(conn):
-                result.skipped = True
-                return result
-            outcome = _value(
-                conn.execute(
-                    queries.get("drop_expired_run_month"),
-                    {"name": row["name"], "lock_wait": LOCK_WAIT},
-                ).fetchone(),
-                "outcome",
-            )
-        month = row["name"].removeprefix(EXPIRED_PREFIX)
+        outcome = _outcome_if_locked(conn, "drop_expired_run_month", row["name"])
+        if outcome is None:
+            result.skipped = True
+            return result
+        month = row["month"]
         if outcome == "dropped":
             log.info("dropped run history partition %s (older than the retention)", month)
             result.dropped.append(month)
@@ -153,6 +140,17 @@ _KEPT = {
     "kept": "it still holds a QUEUED, RUNNING or unsettled run",
     "busy": f"its lock did not come within {LOCK_WAIT.total_seconds():g} s (trying again later)",
 }
+
+
+def _outcome_if_locked(conn: Connection, query: str, name: str) -> str | None:
+    """``query``'s outcome for the table ``name``, in a transaction of its own under the
+    history lock; None when another replica holds that lock (this round then stops, that
+    replica's round goes on)."""
+    with conn.transaction():
+        if not _locked(conn):
+            return None
+        row = conn.execute(queries.get(query), {"name": name, "lock_wait": LOCK_WAIT})
+        return str(_value(row.fetchone(), "outcome"))
 
 
 def _locked(conn: Connection) -> bool:

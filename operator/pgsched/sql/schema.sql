@@ -656,43 +656,17 @@ $$;
 CREATE FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval) RETURNS text
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$
+    AS $$
 DECLARE
-    live_check text := format(
-        'SELECT EXISTS (SELECT FROM pgsched.%1$I WHERE status = ''QUEUED'')'
-        ' OR EXISTS (SELECT FROM pgsched.%1$I WHERE status = ''RUNNING'')'
-        ' OR EXISTS (SELECT FROM pgsched.%1$I WHERE settled_at IS NULL'
-        '            AND status IN (''COMPLETED'', ''FAILED'', ''CANCELLED''))',
-        partition_name);
-    live boolean;
+    outcome text := pgsched.detach_run_partition(partition_name, lock_wait);
 BEGIN
-    IF to_regclass(format('pgsched.%I', partition_name)) IS NULL THEN
-        RETURN 'gone';
+    IF outcome <> 'detached' THEN
+        RETURN outcome;
     END IF;
-    EXECUTE live_check INTO live;
-    IF live THEN
-        RETURN 'kept';
-    END IF;
-    -- Arrivals its runs consumed are spent; those waiting stay (they name an upstream
-    -- run, not a row). Done before the lock: the join reads the whole partition's ids.
-    EXECUTE format(
-        'DELETE FROM pgsched.chain_arrivals AS a WHERE a.consumed_by IS NOT NULL'
-        ' AND EXISTS (SELECT FROM pgsched.%I AS r WHERE r.id = a.consumed_by)',
-        partition_name);
-    PERFORM set_config('lock_timeout', (extract(epoch FROM lock_wait) * 1000)::bigint || 'ms', true);
-    BEGIN
-        LOCK TABLE pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
-    EXCEPTION WHEN lock_not_available THEN
-        RETURN 'busy';
-    END;
-    EXECUTE live_check INTO live;  -- again, now that nothing can change it
-    IF live THEN
-        RETURN 'kept';
-    END IF;
-    EXECUTE format('DROP TABLE pgsched.%I', partition_name);
+    EXECUTE format('DROP TABLE pgsched.%I', 'expired_' || partition_name);
     RETURN 'dropped';
 END;
-$_$;
+$$;
 
 --
 -- Name: finish_run(bigint, uuid, text, text, text, integer, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -

@@ -29,8 +29,11 @@
 -- drops every one it finds (the name says what it is; no other table is named so).
 --
 -- drop_run_partition stays for the previous release's operator during a rolling upgrade
--- (its history service still calls it; one dropping a month the old way is as correct as
--- before, only slower for others). It can go once no release that calls it is supported.
+-- (its history service still calls it), now as the detach followed by the DROP in the same
+-- transaction: one copy of the checks, and the same outcomes as 0012's ('dropped', 'kept',
+-- 'busy', 'gone'); its files still go under job_runs' lock, as they always did for that
+-- release, but autovacuum on other months no longer holds it off. It can go once no
+-- release that calls it is supported.
 
 CREATE FUNCTION pgsched.detach_run_partition(partition_name text, lock_wait interval)
 RETURNS text
@@ -94,6 +97,22 @@ END;
 $$;
 
 REVOKE EXECUTE ON FUNCTION pgsched.detach_run_partition(text, interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    outcome text := pgsched.detach_run_partition(partition_name, lock_wait);
+BEGIN
+    IF outcome <> 'detached' THEN
+        RETURN outcome;
+    END IF;
+    EXECUTE format('DROP TABLE pgsched.%I', 'expired_' || partition_name);
+    RETURN 'dropped';
+END;
+$$;
 
 CREATE FUNCTION pgsched.drop_expired_run_month(table_name text, lock_wait interval)
 RETURNS text

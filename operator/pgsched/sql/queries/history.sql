@@ -26,8 +26,9 @@ SELECT pgsched.create_run_partition(%(month)s::timestamptz) AS moved;
 SELECT pgsched.detach_run_partition(%(name)s, %(lock_wait)s::interval) AS outcome;
 
 -- name: expired_run_months
--- Months detached and not dropped yet: this round's, or one a crash left between the two.
-SELECT c.relname AS name
+-- Months detached and not dropped yet: this round's, or one a crash left between the two;
+-- month is the partition's name (migration 0019 prefixed it with expired_).
+SELECT c.relname AS name, substr(c.relname, length('expired_') + 1) AS month
 FROM pg_class AS c
 WHERE c.relnamespace = 'pgsched'::regnamespace
   AND c.relkind = 'r'
