@@ -120,19 +120,20 @@ def main(argv: list[str] | None = None) -> int:
             **environment.machine(dsn),
         }
     gated = [row for row in rows if row["page"].startswith(("overview", "one job"))]
-    met = all(row["p99_ms"] <= GOAL_SECONDS * 1000 for row in gated)
+    # The goal is about 1M runs and 200 requests a page: the quick run's p99 of 10 requests
+    # over 10,000 runs says whether the pages answer, not whether the goal holds.
+    met = None if args.quick else all(row["p99_ms"] <= GOAL_SECONDS * 1000 for row in gated)
     print(f"\n== ui: page latency with {total:,} runs, {DEFINITIONS:,} ScheduledJobs")
     print(format_table(list(rows[0]), rows))
-    print(
-        f"goal: overview and one-job p99 <= {GOAL_SECONDS * 1000:.0f} ms: {'met' if met else 'NOT met'}"
-    )
+    verdict = {True: "met", False: "NOT met", None: "not judged at --quick scale"}[met]
+    print(f"goal: overview and one-job p99 <= {GOAL_SECONDS * 1000:.0f} ms: {verdict}")
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / ("ui-quick.json" if args.quick else "ui.json")
     out.write_text(
         json.dumps({"rows": rows, "goal_met": met, "context": context}, indent=2, default=str)
     )
     print(f"written {out}")
-    return 0 if met else 1
+    return 1 if met is False else 0
 
 
 if __name__ == "__main__":
