@@ -6,11 +6,18 @@ from __future__ import annotations
 import json
 import threading
 import time
+from types import SimpleNamespace
+from uuid import UUID
 
 import pytest
 import yaml
 
 from devenv.waiting import wait_for
+from pgsched.db import connection
+from pgsched.k8s import api as operator_api
+from pgsched.k8s import concurrencypools, scheduledjobs
+from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.watch import Event
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
@@ -151,3 +158,158 @@ def test_a_job_naming_a_missing_or_deleted_pool_waits_with_a_condition(
     sj.wait_runs("lonely", lambda runs: len(runs) == 2, 30, "the second run to be queued")
     time.sleep(3)
     assert [run["status"] for run in sj.runs("lonely")] == ["COMPLETED", "QUEUED"]
+
+
+# -- A pool's members and the other writers of their statuses ----------------------------
+#
+# The interleavings below are planted by wrapping the API client these tests hand to the
+# operator's own classes: a hook runs the other writer at the moment the race needs it.
+
+
+class HookedKube:
+    """The real API client; ``before_status`` / ``after_status`` run once, around the first
+    status patch that goes through this client."""
+
+    def __init__(self, kube, *, before_status=None, after_status=None, fail_status=0):
+        self._kube = kube
+        self.before_status, self.after_status = before_status, after_status
+        self.fail_status = fail_status  # status patches to refuse (503) before letting one by
+
+    def __getattr__(self, name):
+        return getattr(self._kube, name)
+
+    def merge_patch(self, path, body):
+        if not path.endswith("/status"):
+            return self._kube.merge_patch(path, body)
+        if self.fail_status:
+            self.fail_status -= 1
+            raise operator_api.ApiError("PATCH", path, 503, {"reason": "ServiceUnavailable"})
+        hook, self.before_status = self.before_status, None
+        if hook:
+            hook()
+        answer = self._kube.merge_patch(path, body)
+        hook, self.after_status = self.after_status, None
+        if hook:
+            hook()
+        return answer
+
+
+@pytest.fixture
+def pooled_job(operators, sj, cluster, namespace):
+    """A ScheduledJob in ConcurrencyPool ``licence`` with PoolReady True, its operator
+    stopped (the test plays the operator's parts), and what the parts need."""
+    operators.start()
+    apply_pool(cluster, namespace, "licence", 1)
+    sj.apply("member", {"schedule": "0 0 1 1 *", "pool": "licence", "jobTemplate": busybox("true")})
+    wait_for(
+        lambda: (found := condition(sj, "member", "PoolReady")) and found["status"] == "True",
+        60,
+        describe=lambda: "PoolReady to turn True",
+    )
+    operators.stop_all()
+    kube = operator_api.KubeApi.from_environment(kubeconfig=str(cluster.kubeconfig))
+    database = connection.pool(operators.dsn, name="pool-race-test", max_size=4)
+    try:
+        yield SimpleNamespace(
+            kube=kube,
+            database=database,
+            uid=UUID(sj.get("member")["metadata"]["uid"]),
+            pool_path=operator_api.pool_path(namespace, "licence"),
+            sj_path=operator_api.scheduled_job_path(namespace, "member"),
+        )
+    finally:
+        database.close()
+
+
+def delete_pool(cluster, namespace, job) -> dict:
+    """Delete the pool; pgsched's finalizer holds it: the object with its deletionTimestamp."""
+    cluster.kubectl("delete", "cpool", "licence", "-n", namespace, "--wait=false")
+    body = job.kube.get(job.pool_path)
+    assert body["metadata"].get("deletionTimestamp")
+    return body
+
+
+def handle_deletion(job, body, kube) -> float | None:
+    """What the operator's Pools handler does with the deletion, talking through ``kube``."""
+    handler = concurrencypools.Pools(job.database, kube, Publisher(kube), clock=lambda: None)
+    return handler.handle(body["metadata"]["uid"], Event("MODIFIED", body))
+
+
+def test_a_status_rendered_before_the_pool_was_deleted_is_not_written_over_the_newer_one(
+    pooled_job, sj, cluster, namespace
+):
+    # The publisher renders the member (pool still there: PoolReady True); before its patch
+    # arrives, the pool is deleted and the handler writes PoolReady False. Sent as rendered,
+    # the publisher's patch would put True back, for good. It names the version it read, is
+    # refused, and renders again.
+    job = pooled_job
+    racing = HookedKube(
+        job.kube,
+        before_status=lambda: handle_deletion(job, delete_pool(cluster, namespace, job), job.kube),
+    )
+    with job.database.connection() as conn:
+        Publisher(racing).refresh_statuses(conn, [job.uid])
+    found = condition(sj, "member", "PoolReady")
+    assert (found["status"], found["reason"]) == ("False", "PoolNotFound")
+
+
+def test_the_pool_handler_writes_its_members_statuses_after_its_change_commits(
+    pooled_job, sj, cluster, namespace
+):
+    # Right after the handler's own patch of the member, the publisher renders the member
+    # too. Had the handler patched inside its transaction, the publisher would still see the
+    # pool (the deletion uncommitted), read the handler's version and write True over it.
+    job = pooled_job
+
+    def publisher_renders_now():
+        with job.database.connection() as conn:
+            Publisher(job.kube).refresh_statuses(conn, [job.uid])
+
+    racing = HookedKube(job.kube, after_status=publisher_renders_now)
+    assert handle_deletion(job, delete_pool(cluster, namespace, job), racing) is None
+    found = condition(sj, "member", "PoolReady")
+    assert (found["status"], found["reason"]) == ("False", "PoolNotFound")
+
+
+def test_a_member_refresh_that_failed_is_done_by_the_retry(pooled_job, sj, cluster, namespace):
+    # The pool's deletion is stored, but the member's status cannot be written (the API
+    # server refuses): the handler asks for a retry, keeps the finalizer, and the retry —
+    # seeing the pool already gone from the database — still writes the member's status.
+    job = pooled_job
+    deleted = delete_pool(cluster, namespace, job)
+    refusing = HookedKube(job.kube, fail_status=1)
+    assert handle_deletion(job, deleted, refusing) is not None
+    assert condition(sj, "member", "PoolReady")["status"] == "True"
+    assert job.kube.get(job.pool_path)["metadata"]["finalizers"]  # held until it is done
+
+    assert handle_deletion(job, deleted, job.kube) is None
+    found = condition(sj, "member", "PoolReady")
+    assert (found["status"], found["reason"]) == ("False", "PoolNotFound")
+
+
+def test_a_spec_change_synced_while_the_pool_is_deleted_ends_with_the_pool_gone(
+    pooled_job, sj, cluster, namespace
+):
+    # The job's new spec is synced and its status rendered (pool there); before the status
+    # is written, the pool is deleted and its handler writes PoolReady False. The sync's
+    # write names the version it rendered against, is refused, and renders again.
+    job = pooled_job
+    cluster.kubectl(
+        "patch", "sj", "member", "-n", namespace, "--type=merge", "-p",
+        json.dumps({"spec": {"schedule": "0 0 2 1 *"}}),
+    )  # fmt: skip
+    racing = HookedKube(
+        job.kube,
+        before_status=lambda: handle_deletion(job, delete_pool(cluster, namespace, job), job.kube),
+    )
+    context = scheduledjobs.Context(
+        pool=job.database, kube=racing, publisher=Publisher(racing), clock=lambda: None
+    )
+    synced = scheduledjobs.sync(context, job.kube.get(job.sj_path), revalidate=False)
+    assert synced.writes is not None and synced.writes.status
+    assert scheduledjobs.write(context, synced.writes) is None
+
+    body = job.kube.get(job.sj_path)
+    found = condition(sj, "member", "PoolReady")
+    assert (found["status"], found["reason"]) == ("False", "PoolNotFound")
+    assert body["status"]["observedGeneration"] == body["metadata"]["generation"]

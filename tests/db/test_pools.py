@@ -119,3 +119,20 @@ def test_pools_are_per_namespace_and_stats_count_running_and_queued(conn):
     assert stats[("team-a", "warehouse")] == pools.PoolStats("team-a", "warehouse", 1, 1, 1, 1)
     assert stats[("team-b", "warehouse")] == pools.PoolStats("team-b", "warehouse", 1, 1, 0, 1)
     assert pools.members(conn, "team-a", "warehouse") == [a.id]
+
+
+def test_a_member_refresh_is_forgotten_only_for_the_request_it_served(conn):
+    # A refresh that began before the pool changed again must not forget the newer request:
+    # that change's refresh is still to come (k8s/concurrencypools.py).
+    assert pools.member_refresh_requested(conn, "team-a", "licence") is None
+    pools.request_member_refresh(conn, "team-a", "licence")
+    first = pools.member_refresh_requested(conn, "team-a", "licence")
+    pools.request_member_refresh(conn, "team-a", "licence")
+    second = pools.member_refresh_requested(conn, "team-a", "licence")
+    assert first is not None and second is not None and second != first
+    assert pools.member_refresh_requested(conn, "team-b", "licence") is None
+
+    pools.forget_member_refresh(conn, "team-a", "licence", first)
+    assert pools.member_refresh_requested(conn, "team-a", "licence") == second
+    pools.forget_member_refresh(conn, "team-a", "licence", second)
+    assert pools.member_refresh_requested(conn, "team-a", "licence") is None

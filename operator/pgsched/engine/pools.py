@@ -57,6 +57,28 @@ def members(conn: Connection, namespace: str, name: str) -> list[UUID]:
     return [row["id"] for row in rows]
 
 
+def request_member_refresh(conn: Connection, namespace: str, name: str) -> None:
+    """Ask for the members' statuses to be rendered again once this transaction commits
+    (their PoolReady condition follows the pool's existence)."""
+    conn.execute(queries.get("request_member_refresh"), {"namespace": namespace, "name": name})
+
+
+def member_refresh_requested(conn: Connection, namespace: str, name: str) -> int | None:
+    """The pending request to refresh the pool's members (its mark), or None."""
+    row = conn.execute(
+        queries.get("member_refresh_requested"), {"namespace": namespace, "name": name}
+    ).fetchone()
+    return int(row["requested"]) if row else None
+
+
+def forget_member_refresh(conn: Connection, namespace: str, name: str, requested: int) -> None:
+    """The members were refreshed for ``requested``; a newer request stays."""
+    conn.execute(
+        queries.get("forget_member_refresh"),
+        {"namespace": namespace, "name": name, "requested": requested},
+    )
+
+
 def stats(conn: Connection, *, now: datetime | None = None) -> list[PoolStats]:
     """Every pool that exists or is named by a live job, with its counts."""
     return [PoolStats(**row) for row in conn.execute(queries.get("pool_stats"), {"now": now})]

@@ -2,9 +2,20 @@
 
 A pool applied or changed → its limit upserted into ``job_pools`` and the PoolReady
 condition of the jobs that name it refreshed; a pool deleted → removed (its jobs' runs
-wait) and pgsched's finalizer released, so the database never keeps a limit Kubernetes no
-longer shows. A pool's own status changes (written by ``pool_status``) change nothing
-here: a pool whose stored limit is its spec's is left alone.
+wait), its jobs refreshed, and pgsched's finalizer released, so the database never keeps a
+limit Kubernetes no longer shows. A pool's own status changes (written by ``pool_status``)
+change nothing here: a pool whose stored limit is its spec's is left alone.
+
+The members are rendered after the change commits, never inside its transaction: a status
+rendered from an uncommitted change reaches the API server before other writers can see
+the change, and one of them, rendering from the old pool, could then write last. So the
+transaction that changes the pool also records a request to refresh its members
+(``pool_member_refreshes``, migration 0020), and the request is forgotten only once every
+member's status is written: a refresh that fails is done by the retry, one cut short by a
+crash by the restarted operator (which lists the pool again; a pool being deleted keeps
+the finalizer until then). Every status write names the resourceVersion it was rendered
+against (``Publisher.patch_status``), so the last one written is rendered from the pool as
+it is.
 """
 
 from __future__ import annotations
@@ -73,32 +84,41 @@ class Pools:
             )
             return
         path = api.pool_path(namespace, name)
-        if not finalizers.add(
-            self._kube,
-            path,
-            finalizers=meta.get("finalizers") or (),
-            version=str(meta.get("resourceVersion") or ""),
+        if (
+            finalizers.add(
+                self._kube,
+                path,
+                finalizers=meta.get("finalizers") or (),
+                version=str(meta.get("resourceVersion") or ""),
+            )
+            is None
         ):
             return  # gone, or being deleted: the deletion's event does the rest
-        # One transaction: if a member's status cannot be written, the limit is not stored
-        # either, and the retry does both (a stored limit is what says "done").
-        with self._pool.connection() as conn, conn.transaction():
-            if pools.limit_of(conn, namespace, name) == limit:
-                return
-            pools.upsert(conn, namespace, name, limit, now=self._clock())
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                stored = pools.limit_of(conn, namespace, name)
+                if stored != limit:
+                    pools.upsert(conn, namespace, name, limit, now=self._clock())
+                    if stored is None:  # PoolReady turns True
+                        pools.request_member_refresh(conn, namespace, name)
+            if stored != limit:
+                log.info("ConcurrencyPool %s/%s: limit %d", namespace, name, limit)
             self._refresh_members(conn, namespace, name)
-        log.info("ConcurrencyPool %s/%s: limit %d", namespace, name, limit)
 
     def _delete(self, event: Event) -> None:
         meta = event.object["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        with self._pool.connection() as conn, conn.transaction():
-            if pools.limit_of(conn, namespace, name) is not None:
-                pools.delete(conn, namespace, name)
-                self._refresh_members(conn, namespace, name)
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                stored = pools.limit_of(conn, namespace, name)
+                if stored is not None:
+                    pools.delete(conn, namespace, name)
+                    pools.request_member_refresh(conn, namespace, name)
+            if stored is not None:
                 log.info(
                     "ConcurrencyPool %s/%s deleted: the jobs that name it wait", namespace, name
                 )
+            self._refresh_members(conn, namespace, name)
         if event.type != "DELETED":
             finalizers.remove(
                 self._kube,
@@ -108,7 +128,11 @@ class Pools:
             )
 
     def _refresh_members(self, conn: Any, namespace: str, name: str) -> None:
-        """Re-render the status (PoolReady) of every live job that names the pool."""
+        """Re-render the status (PoolReady) of every live job that names the pool, if the
+        pool's last change asked for it and no refresh has done it since."""
+        requested = pools.member_refresh_requested(conn, namespace, name)
+        if requested is None:
+            return
         for definition_id in pools.members(conn, namespace, name):
             definition = definitions.get(conn, definition_id)
             if definition is None:
@@ -121,3 +145,4 @@ class Pools:
                 raise
             if current.get("metadata", {}).get("uid") == str(definition.id):
                 self._publisher.patch_status(conn, definition, current)
+        pools.forget_member_refresh(conn, namespace, name, requested)

@@ -22,39 +22,40 @@ FINALIZER = "pgsched.dev/finalizer"
 _ATTEMPTS = 5
 
 
-def add(kube: api.KubeApi, path: str, *, finalizers: Sequence[str], version: str) -> bool:
+def add(kube: api.KubeApi, path: str, *, finalizers: Sequence[str], version: str) -> str | None:
     """Put pgsched's finalizer on the object at ``path``, read with ``finalizers`` at
-    ``version``. False if the object is gone or already being deleted (no finalizer can
-    be added then)."""
+    ``version``: the object's resourceVersion with the finalizer on (a later write names
+    it), or None if the object is gone or already being deleted (no finalizer can be added
+    then)."""
     return _change(kube, path, finalizers, version, present=True)
 
 
 def remove(kube: api.KubeApi, path: str, *, finalizers: Sequence[str], version: str) -> bool:
     """Take pgsched's finalizer off; False if the object is gone."""
-    return _change(kube, path, finalizers, version, present=False)
+    return _change(kube, path, finalizers, version, present=False) is not None
 
 
 def _change(
     kube: api.KubeApi, path: str, finalizers: Sequence[str], version: str, *, present: bool
-) -> bool:
+) -> str | None:
     for _ in range(_ATTEMPTS):
         if (FINALIZER in finalizers) == present:
-            return True
+            return version
         wanted = [*finalizers, FINALIZER] if present else [f for f in finalizers if f != FINALIZER]
         patch = {"metadata": {"finalizers": wanted or None, "resourceVersion": version}}
         try:
-            kube.merge_patch(path, patch)
-            return True
+            written = kube.merge_patch(path, patch)
+            return str((written.get("metadata") or {}).get("resourceVersion") or "")
         except api.ApiError as error:
             if error.not_found:
-                return False
+                return None
             if error.status == 422 and present:  # being deleted: no finalizer may be added
-                return False
+                return None
             if not error.conflict:
                 raise
         current = _read(kube, path)
         if current is None:
-            return False
+            return None
         metadata = current.get("metadata") or {}
         finalizers = list(metadata.get("finalizers") or [])
         version = str(metadata.get("resourceVersion") or "")

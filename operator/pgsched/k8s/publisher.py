@@ -72,6 +72,9 @@ AUTO_SUSPENDED = "AUTO_SUSPENDED"
 NOT_RETRIED = "NOT_RETRIED"
 # How long one batch publishes before it commits and claims again in fresh turns.
 BATCH_SECONDS = 1.0
+# Status patches that found the ScheduledJob changed since it was read, before giving up
+# (the batch is then rolled back and published again later).
+CONFLICT_ATTEMPTS = 5
 
 
 @dataclass
@@ -228,13 +231,41 @@ class Publisher:
         for definition_id in definition_ids:
             self._refresh(conn, definition_id, [], PublishResult())
 
-    def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
-        """Render the ScheduledJob's status from the database and merge-patch it."""
-        new = self.render_status(conn, definition, current)
-        path = api.scheduled_job_path(definition.namespace, definition.name, subresource="status")
-        self.kube.merge_patch(path, {"status": new})
-        self.announce_transitions(definition, current, new)
-        return new
+    def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> None:
+        """Render the ScheduledJob's status from the database and merge-patch it, naming
+        the resourceVersion of ``current``, the object it was rendered against.
+
+        Two writers may render the same ScheduledJob at once (this batch, a pool's handler,
+        another replica, ``pgsched suspend``), and a render can wait for the API budget
+        before its patch is sent: unconditioned, a status rendered before a change could
+        arrive after one rendered from it and stay (PoolReady True after its pool was
+        deleted, until the next run). So a patch that finds the object changed since it
+        was read (409) reads it again and renders again, from the database as it is now.
+        """
+        path = api.scheduled_job_path(definition.namespace, definition.name)
+        status_path = api.scheduled_job_path(
+            definition.namespace, definition.name, subresource="status"
+        )
+        for _ in range(CONFLICT_ATTEMPTS):
+            new = self.render_status(conn, definition, current)
+            patch: Obj = {"status": new}
+            version = (current.get("metadata") or {}).get("resourceVersion")
+            if version:
+                patch["metadata"] = {"resourceVersion": version}
+            try:
+                self.kube.merge_patch(status_path, patch)
+            except api.ApiError as error:
+                if not error.conflict:
+                    raise
+                current = self.kube.get(path)
+                if current.get("metadata", {}).get("uid") != str(definition.id):
+                    return  # deleted and created again: its own definition's to render
+                continue
+            self.announce_transitions(definition, current, new)
+            return
+        raise api.ApiError(
+            "PATCH", status_path, 409, {"reason": "Conflict", "message": "the object kept changing"}
+        )
 
     def render_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
         """The ScheduledJob's status rendered from the database, for a merge patch (the

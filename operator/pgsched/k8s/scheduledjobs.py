@@ -429,14 +429,16 @@ def write(context: Context, writes: Writes) -> float | None:
 def _write(context: Context, writes: Writes) -> None:
     kube, publisher = context.kube, context.publisher
     path = api.scheduled_job_path(writes.namespace, writes.name)
+    version = writes.version
     if writes.release_finalizer:
-        finalizers.remove(kube, path, finalizers=writes.finalizers, version=writes.version)
-    elif writes.add_finalizer and not finalizers.add(
-        kube, path, finalizers=writes.finalizers, version=writes.version
-    ):
-        return  # gone, or being deleted: its deletion sync says the rest
+        finalizers.remove(kube, path, finalizers=writes.finalizers, version=version)
+    elif writes.add_finalizer:
+        added = finalizers.add(kube, path, finalizers=writes.finalizers, version=version)
+        if added is None:
+            return  # gone, or being deleted: its deletion sync says the rest
+        version = added
     publish = writes.status or writes.rejected_status is not None or bool(writes.events)
-    if publish and not _publish(context, writes):
+    if publish and not _publish(context, writes, version):
         return  # gone
     if writes.clear_cancel:
         _ignore_gone(
@@ -449,11 +451,14 @@ def _write(context: Context, writes: Writes) -> None:
             publisher.refresh_statuses(conn, list(writes.downstreams))
 
 
-def _publish(context: Context, writes: Writes) -> bool:
+def _publish(context: Context, writes: Writes, version: str) -> bool:
     """The generation's status and Events, unless they were written already (by this
-    writer or another replica's); False if the ScheduledJob is gone."""
-    path = api.scheduled_job_path(writes.namespace, writes.name, subresource="status")
-    current = {"status": {"conditions": list(writes.conditions)}}
+    writer or another replica's); False if the ScheduledJob is gone. ``version``: the
+    object's resourceVersion as this writer last saw it."""
+    current = {
+        "metadata": {"resourceVersion": version},
+        "status": {"conditions": list(writes.conditions)},
+    }
     with context.pool.connection() as conn:
         definition = definitions.get(conn, writes.uid)
         if definition is not None and (
@@ -466,12 +471,8 @@ def _publish(context: Context, writes: Writes) -> bool:
             if definition is None:
                 return True  # nothing stored to render (never valid: rejected_status)
             new = context.publisher.render_status(conn, definition, current)
-    if new is not None:
-        patch = {"status": new}
-        if not _ignore_gone(lambda: context.kube.merge_patch(path, patch)):
-            return False
-        if definition is not None:
-            context.publisher.announce_transitions(definition, current, new)
+    if new is not None and not _write_status(context, writes, definition, current, new):
+        return False
     for note in writes.events:
         context.publisher.post_event(
             namespace=writes.namespace,
@@ -486,6 +487,44 @@ def _publish(context: Context, writes: Writes) -> bool:
     if definition is not None:
         with context.pool.connection() as conn:
             definitions.mark_published(conn, writes.uid, writes.generation)
+    return True
+
+
+def _write_status(
+    context: Context, writes: Writes, definition: Definition | None, current: Obj, new: Obj
+) -> bool:
+    """Write ``new``; False if the ScheduledJob is gone.
+
+    A status rendered from the database names the version it was rendered against, like
+    every status write (``Publisher.patch_status`` says why); the render is done without
+    a read of the object, so a fleet's first sync costs no GET. Refused because the object
+    changed since (409), it is read and rendered again. A never-valid spec's status comes
+    from the spec alone and is written as it is."""
+    path = api.scheduled_job_path(writes.namespace, writes.name, subresource="status")
+    if writes.rejected_status is not None or definition is None:
+        return _ignore_gone(lambda: context.kube.merge_patch(path, {"status": new}))
+    patch: Obj = {"status": new}
+    if current["metadata"]["resourceVersion"]:
+        patch["metadata"] = current["metadata"]
+    try:
+        context.kube.merge_patch(path, patch)
+    except api.ApiError as error:
+        if error.not_found:
+            return False
+        if not error.conflict:
+            raise
+        try:
+            fresh = context.kube.get(api.scheduled_job_path(writes.namespace, writes.name))
+        except api.ApiError as gone:
+            if gone.not_found:
+                return False
+            raise
+        if fresh.get("metadata", {}).get("uid") != str(writes.uid):
+            return False
+        with context.pool.connection() as conn:
+            context.publisher.patch_status(conn, definition, fresh)
+        return True
+    context.publisher.announce_transitions(definition, current, new)
     return True
 
 

@@ -1,7 +1,8 @@
 """A ScheduledJob's status, rendered from the database (pure).
 
-Any replica can render the same status from the same rows, so status patches from two
-replicas never disagree for long, and a merge patch needs no resourceVersion. Condition
+Any replica can render the same status from the same rows. The writers name the
+resourceVersion they rendered against (``Publisher.patch_status``): a status rendered
+before a change must not arrive after one rendered from it. Condition
 transition times are carried over from the current status when a condition keeps its
 value, as Kubernetes conventions ask.
 """

@@ -1137,6 +1137,33 @@ ALTER TABLE pgsched.job_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: pool_member_refreshes; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.pool_member_refreshes (
+    namespace text NOT NULL,
+    name text NOT NULL,
+    requested bigint NOT NULL
+);
+
+--
+-- Name: pool_member_refreshes_requested_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+CREATE SEQUENCE pgsched.pool_member_refreshes_requested_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: pool_member_refreshes_requested_seq; Type: SEQUENCE OWNED BY; Schema: pgsched; Owner: -
+--
+
+ALTER SEQUENCE pgsched.pool_member_refreshes_requested_seq OWNED BY pgsched.pool_member_refreshes.requested;
+
+--
 -- Name: published_generations; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1242,6 +1269,13 @@ ALTER TABLE ONLY pgsched.job_runs
 
 ALTER TABLE ONLY pgsched.job_runs_default
     ADD CONSTRAINT job_runs_default_pkey PRIMARY KEY (id, scheduled_for);
+
+--
+-- Name: pool_member_refreshes pool_member_refreshes_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.pool_member_refreshes
+    ADD CONSTRAINT pool_member_refreshes_pkey PRIMARY KEY (namespace, name);
 
 --
 -- Name: published_generations published_generations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -

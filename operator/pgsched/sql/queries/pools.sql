@@ -45,3 +45,20 @@ ORDER BY n.namespace, n.name;
 SELECT d.id FROM pgsched.job_definitions AS d
 WHERE d.pool = %(namespace)s || '/' || %(name)s AND d.deleted_at IS NULL
 ORDER BY d.id;
+
+-- name: request_member_refresh
+-- The pool changed (created, or deleted): its members' statuses are to be rendered again
+-- after this transaction commits. A request made again replaces the one pending.
+INSERT INTO pgsched.pool_member_refreshes (namespace, name, requested)
+VALUES (%(namespace)s, %(name)s, nextval('pgsched.pool_member_refreshes_requested_seq'))
+ON CONFLICT (namespace, name) DO UPDATE SET requested = EXCLUDED.requested;
+
+-- name: member_refresh_requested
+SELECT requested FROM pgsched.pool_member_refreshes
+WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: forget_member_refresh
+-- Every member's status was written: forget the request, unless the pool changed again
+-- meanwhile (a newer request, whose refresh is still to come).
+DELETE FROM pgsched.pool_member_refreshes
+WHERE namespace = %(namespace)s AND name = %(name)s AND requested = %(requested)s;
