@@ -13,7 +13,7 @@
   RUNNING run, or a finished run not settled yet, is kept (``kept``) and retried next
   round; so is one whose lock did not come within ``LOCK_WAIT`` (a long query on
   job_runs). A month detached but not dropped (a crash between the two) is dropped next
-  round;
+  round, also if the retention has been turned off since;
 - never waits more than ``LOCK_WAIT`` for a lock (creating a month locks the default
   partition, dropping one the table), so claims never queue behind it for longer; what
   could not be done this round (``busy``, ``kept``) is tried again the next;
@@ -99,9 +99,26 @@ def run_once(
                 continue
             result.created.append(name)
             log.info("created run history partition %s", name)
-    if retention is None:
+    before = None if retention is None else at - retention
+    if before is not None and not _detach_expired(conn, existing, before, result):
         return result
-    before = at - retention
+    # Also with no retention (any more): a month detached before a crash is out of the
+    # history already, and its table would otherwise stay on disk for good.
+    if not _drop_detached(conn, result) or before is None:
+        return result
+    with conn.transaction():
+        pruned = conn.execute(
+            queries.get("prune_default_partition"), {"before": before, "limit": PRUNE_BATCH}
+        )
+        result.pruned = pruned.rowcount
+    return result
+
+
+def _detach_expired(
+    conn: Connection, existing: set[str], before: datetime, result: HistoryResult
+) -> bool:
+    """Detach the months that ended before ``before``; False if another replica's round
+    holds the history lock."""
     for name in sorted(existing):
         if add_months(month_of(name), 1) > before:
             break
@@ -109,18 +126,23 @@ def run_once(
         outcome = _outcome_if_locked(conn, "detach_run_partition", name)
         if outcome is None:
             result.skipped = True
-            return result
+            return False
         if outcome not in {"detached", "gone"}:
             log.info("kept expired partition %s: %s", name, _KEPT[outcome])
             result.kept.append(name)
-    # The detached months' files go in transactions of their own, which lock only the
-    # detached table: removing gigabytes of files takes seconds, and a DROP inside the
-    # detach's transaction would hold job_runs' lock (every claim) until they were gone.
+    return True
+
+
+def _drop_detached(conn: Connection, result: HistoryResult) -> bool:
+    """Drop the detached months, each in a transaction of its own that locks only its
+    table: removing gigabytes of files takes seconds, and a DROP inside the detach's
+    transaction would hold job_runs' lock (every claim) until they were gone. False if
+    another replica's round holds the history lock."""
     for row in conn.execute(queries.get("expired_run_months")).fetchall():
         outcome = _outcome_if_locked(conn, "drop_expired_run_month", row["name"])
         if outcome is None:
             result.skipped = True
-            return result
+            return False
         month = row["month"]
         if outcome == "dropped":
             log.info("dropped run history partition %s (older than the retention)", month)
@@ -128,12 +150,7 @@ def run_once(
         elif outcome == "busy":
             log.info("detached partition %s not dropped yet: %s", row["name"], _KEPT["busy"])
             result.kept.append(month)
-    with conn.transaction():
-        pruned = conn.execute(
-            queries.get("prune_default_partition"), {"before": before, "limit": PRUNE_BATCH}
-        )
-        result.pruned = pruned.rowcount
-    return result
+    return True
 
 
 _KEPT = {
