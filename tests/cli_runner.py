@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_HOME = Path(tempfile.mkdtemp(prefix="pgsched-cli-home-"))
+# Removed when the test process exits (a bare mkdtemp left one behind per pytest run).
+_HOME_DIRECTORY = tempfile.TemporaryDirectory(prefix="pgsched-cli-home-")
+_HOME = Path(_HOME_DIRECTORY.name)
 
 
 @dataclass(frozen=True)
