@@ -1,9 +1,10 @@
 """Every page in a real headless Chromium; the screenshots in docs/ui/ come from here.
 
-The screenshots go to a temporary folder unless ``PGSCHED_UPDATE_SCREENSHOTS=1`` is set
-(then into docs/ui/, to be committed), so a test run never dirties the checkout. Without
-Chromium the tests are skipped, except where ``PGSCHED_REQUIRE_CLUSTER`` is set (CI): there
-a missing browser is an error, not a reason to test less.
+The screenshots go to a temporary folder, removed when the test process ends, unless
+``PGSCHED_UPDATE_SCREENSHOTS=1`` is set (then into docs/ui/, to be committed), so a test
+run never dirties the checkout nor /tmp. Without Chromium the tests are skipped, except
+where ``PGSCHED_REQUIRE_CLUSTER`` is set (CI): there a missing browser is an error, not a
+reason to test less.
 """
 
 from __future__ import annotations
@@ -20,11 +21,8 @@ from browser import CHROMIUM, Browser
 from conftest import SOFIA, History, Served
 
 DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
-SHOTS = (
-    DOCS_SHOTS
-    if os.environ.get("PGSCHED_UPDATE_SCREENSHOTS")
-    else Path(tempfile.mkdtemp(prefix="pgsched-ui-shots-"))
-)
+_TEMPORARY_SHOTS = tempfile.TemporaryDirectory(prefix="pgsched-ui-shots-")  # gone at exit
+SHOTS = DOCS_SHOTS if os.environ.get("PGSCHED_UPDATE_SCREENSHOTS") else Path(_TEMPORARY_SHOTS.name)
 
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists() and not os.environ.get("PGSCHED_REQUIRE_CLUSTER"),
