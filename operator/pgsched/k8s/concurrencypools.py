@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pgsched.engine import definitions, pools
+from pgsched.engine import pools
 from pgsched.k8s import api, controller, finalizers
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
@@ -133,16 +133,5 @@ class Pools:
         requested = pools.member_refresh_requested(conn, namespace, name)
         if requested is None:
             return
-        for definition_id in pools.members(conn, namespace, name):
-            definition = definitions.get(conn, definition_id)
-            if definition is None:
-                continue
-            try:
-                current = self._kube.get(api.scheduled_job_path(namespace, definition.name))
-            except api.ApiError as error:
-                if error.not_found:
-                    continue
-                raise
-            if current.get("metadata", {}).get("uid") == str(definition.id):
-                self._publisher.patch_status(conn, definition, current)
+        self._publisher.refresh_statuses(conn, pools.members(conn, namespace, name))
         pools.forget_member_refresh(conn, namespace, name, requested)
