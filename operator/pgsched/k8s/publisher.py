@@ -248,12 +248,8 @@ class Publisher:
         )
         for _ in range(CONFLICT_ATTEMPTS):
             new = self.render_status(conn, definition, current)
-            patch: Obj = {"status": new}
-            version = (current.get("metadata") or {}).get("resourceVersion")
-            if version:
-                patch["metadata"] = {"resourceVersion": version}
             try:
-                self.kube.merge_patch(status_path, patch)
+                self.kube.merge_patch(status_path, status.versioned_patch(current, new))
             except api.ApiError as error:
                 if not error.conflict:
                     raise

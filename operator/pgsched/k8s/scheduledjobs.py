@@ -503,11 +503,8 @@ def _write_status(
     path = api.scheduled_job_path(writes.namespace, writes.name, subresource="status")
     if writes.rejected_status is not None or definition is None:
         return _ignore_gone(lambda: context.kube.merge_patch(path, {"status": new}))
-    patch: Obj = {"status": new}
-    if current["metadata"]["resourceVersion"]:
-        patch["metadata"] = current["metadata"]
     try:
-        context.kube.merge_patch(path, patch)
+        context.kube.merge_patch(path, status.versioned_patch(current, new))
     except api.ApiError as error:
         if error.not_found:
             return False

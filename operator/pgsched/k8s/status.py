@@ -266,6 +266,14 @@ def carry_transitions(conditions: list[Obj], current: Obj | None, *, now: dateti
     return stamped
 
 
+def versioned_patch(current: Obj, new: Obj) -> Obj:
+    """The merge patch that writes the status ``new``, naming the resourceVersion of
+    ``current`` (the object it was rendered against) when known: the API server refuses
+    it (409) if the object changed since."""
+    version = (current.get("metadata") or {}).get("resourceVersion")
+    return {"metadata": {"resourceVersion": version}, "status": new} if version else {"status": new}
+
+
 def transitions(old: Obj | None, new: Obj) -> list[Obj]:
     """Conditions whose value changed between two statuses (for Events)."""
     before = {item.get("type"): item.get("status") for item in (old or {}).get("conditions") or []}
