@@ -43,14 +43,12 @@ _FLAG_OF_FIELD = {
 }
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "next",
-        help="next occurrences of a ScheduledJob, or of a --cron/--rrule/--run-at expression",
-        description="Print the next occurrences in local time and UTC, computed by the"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Print the next occurrences in local time and UTC, computed by the"
         " engine's own schedule code. With --cron, --rrule or --run-at, check an expression"
         " before applying it (no database needed). Note: -n is the count here; the"
-        " namespace is --namespace.",
+        " namespace is --namespace."
     )
     parser.add_argument("name", metavar="SJ", nargs="?", help="ScheduledJob name")
     parser.add_argument(
