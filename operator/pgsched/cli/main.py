@@ -1,4 +1,5 @@
-"""``pgsched`` entry point: one sub-command per module in this package."""
+"""``pgsched`` entry point: one sub-command per module in this package, imported only when
+its command is chosen."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pgsched import __version__, logs
+from pgsched.cli.common import CommandError
 
 if TYPE_CHECKING:
     _SubParsersAction = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -120,8 +122,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.setup(args.log_level, args.log_format)
     except ValueError as error:  # a bad PGSCHED_LOG_LEVEL/FORMAT (flags are checked by choices)
         parser.error(str(error))
-    from pgsched.cli.common import CommandError
-
     try:
         return int(args.handler(args) or 0)
     except CommandError as error:
