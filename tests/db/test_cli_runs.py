@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg import sql
 
-from cli_runner import pgsched
+from cli_runner import kubeconfig_in, pgsched
 from factories import RecordingLauncher, define
 from pgsched.engine import definitions, dispatch, lease, runs, settle
 
@@ -113,13 +113,7 @@ def test_runs_of_an_unknown_scheduled_job_says_where_it_looked(dsn, conn):
 
 def test_runs_namespace_defaults_to_the_kubeconfig_context(dsn, conn, tmp_path):
     define(conn, "report", namespace="team-a", now=T0)
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n"
-        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
+    kubeconfig = kubeconfig_in(tmp_path, namespace="team-a")
     result = pgsched("runs", "report", dsn=dsn, kubeconfig=kubeconfig)
     assert result.code == 0, result.err
     assert "no runs of team-a/report yet" in result.out

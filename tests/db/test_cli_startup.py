@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from cli_runner import pgsched
+from cli_runner import kubeconfig_in, pgsched
 from factories import define
 
 NEVER_AT_START = {"kubernetes", "psycopg_pool", "aiohttp", "prometheus_client", "dateutil"}
@@ -42,13 +42,7 @@ def test_help_and_checking_an_expression_load_neither_the_database_driver_nor_ku
 
 def test_runs_loads_the_database_driver_and_nothing_it_does_not_use(dsn, conn, tmp_path):
     define(conn, "report", namespace="team-a", schedule="0 8 * * *")
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n"
-        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
+    kubeconfig = kubeconfig_in(tmp_path, namespace="team-a")
     # Without -n: the namespace comes from the kubeconfig, read without the Kubernetes client.
     loaded = imported_by("runs", "report", "--dsn", dsn, env={"KUBECONFIG": str(kubeconfig)})
     assert "psycopg" in loaded
