@@ -7,8 +7,9 @@ Each command runs ``--rounds`` times as a fresh process, as a person would start
 and the fastest wall time, how many modules the process imported, and which of the heavy
 libraries among them (measured in one more run with ``-X importtime``). ``runs`` lists the
 runs of a ScheduledJob that has none yet, on this run's own throwaway server, so its time
-includes connecting; once with ``-n`` and once with the namespace from a kubeconfig's context. Run it with ``PYTHONPATH`` pointing at another checkout's ``operator/`` to measure
-that one.
+includes connecting; once with ``-n`` and once with the namespace from a kubeconfig's
+context. Run it with ``PYTHONPATH`` pointing at another checkout's ``operator/`` to
+measure that one.
 """
 
 from __future__ import annotations
