@@ -2,7 +2,8 @@
 # Install the Debian packages the local node and the image build need, if any is missing:
 # runc and the CNI plugins (the node's runtime and network), iptables (kube-proxy), socat
 # (relays into the node's network namespace), buildah, mmdebstrap, gcc (the images),
-# busybox-static (the busybox image). containerd itself is built by hack/k8s/build.sh.
+# busybox-static (the busybox image), lua5.4 (the tests run deploy/argocd/*.lua in it).
+# containerd itself is built by hack/k8s/build.sh.
 # Usage: hack/debian-deps.sh   (root; `apt-get update` runs only when something is missing)
 set -euo pipefail
 
@@ -19,6 +20,7 @@ have gcc /usr/bin/gcc || need+=(gcc libc6-dev)
 have nsenter /usr/bin/nsenter || need+=(util-linux)
 have ip /usr/sbin/ip || need+=(iproute2)
 have conntrack /usr/sbin/conntrack || need+=(conntrack)
+have lua5.4 /usr/bin/lua5.4 || need+=(lua5.4)
 # busybox-static, not busybox: the image must not depend on the host's libc.
 if ! { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; }; then need+=(busybox-static); fi
 

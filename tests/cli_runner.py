@@ -59,3 +59,16 @@ def pgsched(
         check=False,
     )
     return Result(completed.returncode, completed.stdout, completed.stderr)
+
+
+def kubeconfig_in(directory: Path, *, namespace: str) -> Path:
+    """A kubeconfig whose current context's namespace is ``namespace``; its server is a
+    closed local port, so nothing can reach a real cluster through it."""
+    path = directory / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"contexts: [{{name: c, context: {{cluster: k, user: u, namespace: {namespace}}}}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    return path

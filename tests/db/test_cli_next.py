@@ -84,6 +84,21 @@ def test_next_hashes_h_fields_like_the_named_job(dsn, conn):
     assert "H fields hash the ScheduledJob's namespace/name" in anonymous.out
 
 
+def test_next_after_a_time_lists_only_occurrences_strictly_after_it(dsn, conn):
+    """`--after 08:00` answers "what runs after the 08:00 run": not 08:00 itself, for an
+    expression and for a stored job alike (as the help says, and croniter's and dateutil's
+    `after` mean)."""
+    define(conn, "morning", namespace="team", schedule="0 8 * * *", now=T0)
+    after = ("-n", "2", "-o", "json", "--after", "2027-04-01T08:00:00Z")
+    stored = pgsched("next", "morning", "--namespace", "team", *after, dsn=dsn).json()
+    expression = pgsched("next", "--cron", "0 8 * * *", *after).json()
+    expected = ["2027-04-02T08:00:00Z", "2027-04-03T08:00:00Z"]
+    assert [item["at"] for item in stored["occurrences"]] == expected
+    assert [item["at"] for item in expression["occurrences"]] == expected
+    one_shot = pgsched("next", "--run-at", "2027-04-01T08:00:00Z", *after)
+    assert one_shot.code == 0 and one_shot.json()["occurrences"] == []
+
+
 def test_next_of_a_stored_job_starts_at_its_next_run(dsn, conn):
     job = define(conn, "later", schedule="0 8 * * *", now=T0)
     listed = pgsched("next", "later", "-n", "1", "-o", "json", dsn=dsn).json()

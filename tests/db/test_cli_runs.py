@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from psycopg import sql
 
-from cli_runner import pgsched
+from cli_runner import kubeconfig_in, pgsched
 from factories import RecordingLauncher, define
 from pgsched.engine import definitions, dispatch, lease, runs, settle
 
@@ -112,16 +113,30 @@ def test_runs_of_an_unknown_scheduled_job_says_where_it_looked(dsn, conn):
 
 def test_runs_namespace_defaults_to_the_kubeconfig_context(dsn, conn, tmp_path):
     define(conn, "report", namespace="team-a", now=T0)
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n"
-        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
+    kubeconfig = kubeconfig_in(tmp_path, namespace="team-a")
     result = pgsched("runs", "report", dsn=dsn, kubeconfig=kubeconfig)
     assert result.code == 0, result.err
     assert "no runs of team-a/report yet" in result.out
+
+
+def test_runs_namespace_merges_kubeconfig_files_as_kubectl_does(dsn, conn, tmp_path):
+    """$KUBECONFIG's files in order: the first to set current-context wins, contexts are
+    looked up across all of them, and --context picks another one."""
+    define(conn, "report", namespace="team-b", now=T0)
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_text("current-context: b\n")
+    second.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "contexts: [{name: a, context: {cluster: k, user: u, namespace: team-a}},"
+        " {name: b, context: {cluster: k, user: u, namespace: team-b}}]\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    env = {"KUBECONFIG": f"{first}{os.pathsep}{second}"}
+    merged = pgsched("runs", "report", dsn=dsn, env=env)
+    assert merged.code == 0 and "no runs of team-b/report yet" in merged.out, merged
+    chosen = pgsched("runs", "report", "--context", "a", dsn=dsn, env=env)
+    assert chosen.code == 1 and "no ScheduledJob team-a/report" in chosen.err, chosen
 
 
 def test_runs_bad_arguments_are_usage_errors(dsn, conn):

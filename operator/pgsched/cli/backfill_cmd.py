@@ -26,27 +26,27 @@ import argparse
 import time
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgsched.cli import common, output, target
 from pgsched.db import clock, queries
-from pgsched.db.connection import Connection
 from pgsched.engine import definitions
-from pgsched.engine.models import Definition
 from pgsched.schedule import zones
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
+    from pgsched.engine.models import Definition
 
 MAX_OCCURRENCES = 100_000
 INSERT_BATCH = 1_000
 POLL_SECONDS = 1.0
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "backfill",
-        help="queue one run per past occurrence in a range (idempotent, oldest first)",
-        description="Queue one run (trigger backfill) per occurrence of the ScheduledJob's"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Queue one run (trigger backfill) per occurrence of the ScheduledJob's"
         " schedule between --from and --to, both inclusive, oldest first. Running the same"
-        " backfill again queues nothing twice.",
+        " backfill again queues nothing twice."
     )
     target.add_flags(parser)
     common.add_dsn(parser)

@@ -26,13 +26,11 @@ from pgsched.engine import runs
 WHY = "cancelled with `pgsched cancel`"
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "cancel",
-        help="cancel a run by id, or every queued and running run of a ScheduledJob (--all)",
-        description="Cancel a run (queued: at once; running: cooperatively, within the"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Cancel a run (queued: at once; running: cooperatively, within the"
         " ScheduledJob's cancelGraceSeconds). With --all, TARGET is a ScheduledJob and all"
-        " its queued and running runs are cancelled.",
+        " its queued and running runs are cancelled."
     )
     parser.add_argument(
         "name", metavar="TARGET", help="a run id, or a ScheduledJob name with --all"

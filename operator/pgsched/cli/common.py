@@ -6,11 +6,11 @@ import argparse
 import os
 from datetime import UTC, date, datetime
 from datetime import time as dt_time
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-import psycopg
-
-from pgsched.db import connection
+if TYPE_CHECKING:
+    from pgsched.db import connection
 
 
 class CommandError(Exception):
@@ -33,6 +33,11 @@ def add_dsn(parser: argparse.ArgumentParser) -> None:
 def connect(args: argparse.Namespace, *, application_name: str) -> connection.Connection:
     if not args.dsn:
         raise CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
+    # psycopg takes a fifth of a second to import: only commands that connect pay for it.
+    import psycopg
+
+    from pgsched.db import connection
+
     try:
         return connection.connect(args.dsn, application_name=application_name)
     except psycopg.OperationalError as error:

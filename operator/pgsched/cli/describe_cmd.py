@@ -19,12 +19,10 @@ from pgsched.engine.models import Run
 from pgsched.schedule import zones
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "describe",
-        help="everything about one run: status, reason, error, Job, retry chain",
-        description="Show one run: its ScheduledJob, status, reason and error, times,"
-        " Kubernetes Job, cancellation, and every attempt of the same occurrence.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Show one run: its ScheduledJob, status, reason and error, times,"
+        " Kubernetes Job, cancellation, and every attempt of the same occurrence."
     )
     parser.add_argument("run_id", metavar="RUN-ID", type=run_id, help="a run id (see `runs`)")
     common.add_dsn(parser)

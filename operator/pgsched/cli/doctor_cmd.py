@@ -31,14 +31,16 @@ import argparse
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
 from pgsched.cli import common, output, target
 from pgsched.db import clock, connection, preflight, queries, replication
-from pgsched.db.connection import Connection
 from pgsched.engine import leader
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
 
 Status = Literal["ok", "warn", "FAIL", "skip"]
 EXAMPLES = 5
@@ -55,14 +57,12 @@ class Finding:
     detail: str
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "doctor",
-        help="check the database, the operator's leader, stuck runs and the CRD",
-        description="Check database connectivity, server and schema version, that"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Check database connectivity, server and schema version, that"
         " connections are real sessions (no transaction pooler), which operator replica"
         " leads ticks, stuck runs, and, with a kubeconfig, the API server and the CRD."
-        " Exit code 1 when any check fails.",
+        " Exit code 1 when any check fails."
     )
     common.add_dsn(parser)
     target.add_kube_flags(parser)

@@ -6,7 +6,6 @@ import argparse
 import os
 import signal
 import threading
-from typing import Any
 
 from pgsched.cli.common import CommandError
 from pgsched.runner import settings, sidecar
@@ -14,13 +13,11 @@ from pgsched.runner.exit_codes import ExitCode
 from pgsched.validation import SettingsError
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "heartbeat",
-        help="keep a run's lease alive next to a job container (native sidecar)",
-        description="Heartbeat the run until SIGTERM, then exit 0. When the run is cancelled"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Heartbeat the run until SIGTERM, then exit 0. When the run is cancelled"
         " or its lease is lost, write the cancel file for the workload to poll. Never records"
-        " a terminal status: the operator derives the outcome from the Job. See docs/sdk.md.",
+        " a terminal status: the operator derives the outcome from the Job. See docs/sdk.md."
     )
     settings.add_flags(parser, settings.SIDECAR_VARIABLES)
     parser.set_defaults(handler=run)

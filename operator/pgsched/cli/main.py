@@ -1,29 +1,89 @@
-"""``pgsched`` entry point: one sub-command per module in this package."""
+"""``pgsched`` entry point: one sub-command per module in this package, imported only when
+its command is chosen."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from pgsched import __version__, logs
-from pgsched.cli import (
-    backfill_cmd,
-    cancel_cmd,
-    describe_cmd,
-    doctor_cmd,
-    heartbeat_cmd,
-    migrate_cmd,
-    next_cmd,
-    operator_cmd,
-    run_cmd,
-    run_now_cmd,
-    runs_cmd,
-    suspend_cmd,
-    ui_cmd,
-)
 from pgsched.cli.common import CommandError
+
+if TYPE_CHECKING:
+    _SubParsersAction = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    _SubParsersAction = argparse._SubParsersAction
+
+# command -> (module, one-line help). The module's configure(parser) adds the command's
+# arguments and its handler; it is imported only when its command is chosen, so `pgsched
+# --help`, `pgsched next --cron ...` and the like never import the Kubernetes client, the web
+# server or the operator (bench/README.md, "CLI start-up"). The order is the order of --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "migrate": ("migrate_cmd", "apply pending schema migrations"),
+    "operator": ("operator_cmd", "run the operator (watches ScheduledJobs, runs the tick loop)"),
+    "run": (
+        "run_cmd",
+        "run one run of a Python job kind (the container command of SDK job pods)",
+    ),
+    "heartbeat": (
+        "heartbeat_cmd",
+        "keep a run's lease alive next to a job container (native sidecar)",
+    ),
+    # What people run against a live installation (also `kubectl pgsched ...`).
+    "runs": (
+        "runs_cmd",
+        "run history of a ScheduledJob (status, reason, attempt, times, duration)",
+    ),
+    "describe": (
+        "describe_cmd",
+        "everything about one run: status, reason, error, Job, retry chain",
+    ),
+    "run-now": ("run_now_cmd", "queue a manual run of a ScheduledJob (idempotent per --token)"),
+    "cancel": (
+        "cancel_cmd",
+        "cancel a run by id, or every queued and running run of a ScheduledJob (--all)",
+    ),
+    "suspend": (
+        "suspend_cmd",
+        "suspend a ScheduledJob (patches spec.suspend; applies at the next tick)",
+    ),
+    "resume": (
+        "suspend_cmd",
+        "resume a ScheduledJob (patches spec.suspend; applies at the next tick)",
+    ),
+    "next": (
+        "next_cmd",
+        "next occurrences of a ScheduledJob, or of a --cron/--rrule/--run-at expression",
+    ),
+    "backfill": (
+        "backfill_cmd",
+        "queue one run per past occurrence in a range (idempotent, oldest first)",
+    ),
+    "doctor": ("doctor_cmd", "check the database, the operator's leader, stuck runs and the CRD"),
+    "ui": ("ui_cmd", "serve the read-only web UI locally (http://127.0.0.1:8090)"),
+}
+
+
+class _LazyCommands(_SubParsersAction):
+    """The sub-commands: only the chosen one's module is imported and its arguments added,
+    just before argparse parses the rest of the command line with it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        chosen = self._name_parser_map.get(values[0])
+        if chosen is not None and chosen.get_default("handler") is None:
+            module = importlib.import_module(f"pgsched.cli.{COMMANDS[values[0]][0]}")
+            module.configure(chosen)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def build_parser(prog: str = "pgsched") -> argparse.ArgumentParser:
@@ -45,21 +105,11 @@ def build_parser(prog: str = "pgsched") -> argparse.ArgumentParser:
         help="text, or json: one object per line with run_id, definition and attempt on"
         " lines about a run (env PGSCHED_LOG_FORMAT)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    migrate_cmd.register(commands)
-    operator_cmd.register(commands)
-    run_cmd.register(commands)
-    heartbeat_cmd.register(commands)
-    # What people run against a live installation (also `kubectl pgsched ...`).
-    runs_cmd.register(commands)
-    describe_cmd.register(commands)
-    run_now_cmd.register(commands)
-    cancel_cmd.register(commands)
-    suspend_cmd.register(commands)
-    next_cmd.register(commands)
-    backfill_cmd.register(commands)
-    doctor_cmd.register(commands)
-    ui_cmd.register(commands)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", action=_LazyCommands
+    )
+    for name, (_module, summary) in COMMANDS.items():
+        commands.add_parser(name, help=summary)
     return parser
 
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from pgsched.cli import common
 from pgsched.db import migrate
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "migrate",
-        help="apply pending schema migrations",
-        description="Apply pending schema migrations. Several replicas may run this at once: "
-        "they serialize on an advisory lock.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Apply pending schema migrations. Several replicas may run this at once: "
+        "they serialize on an advisory lock."
     )
     common.add_dsn(parser)
     parser.add_argument(

@@ -30,6 +30,9 @@ from pgsched.engine import definitions
 from pgsched.schedule import Schedule, ScheduleError, zones
 
 MAX_COUNT = 1000
+# Occurrences are listed strictly after ``after`` (what --after says, and what croniter's and
+# dateutil's ``after`` mean); the stored next run itself is listed from just before it.
+_JUST_BEFORE = timedelta(microseconds=1)
 _FLAG_OF_FIELD = {
     "spec.schedule": "--cron",
     "spec.rrule": "--rrule",
@@ -40,14 +43,12 @@ _FLAG_OF_FIELD = {
 }
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "next",
-        help="next occurrences of a ScheduledJob, or of a --cron/--rrule/--run-at expression",
-        description="Print the next occurrences in local time and UTC, computed by the"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Print the next occurrences in local time and UTC, computed by the"
         " engine's own schedule code. With --cron, --rrule or --run-at, check an expression"
         " before applying it (no database needed). Note: -n is the count here; the"
-        " namespace is --namespace.",
+        " namespace is --namespace."
     )
     parser.add_argument("name", metavar="SJ", nargs="?", help="ScheduledJob name")
     parser.add_argument(
@@ -70,8 +71,9 @@ def register(commands: Any) -> None:
     parser.add_argument("--dst-repeat", choices=["first", "last", "both"], help="dstPolicy.repeat")
     parser.add_argument(
         "--after",
-        help="list occurrences after this time instead of now (ISO 8601; local to the"
-        " schedule's zone without an offset), e.g. 2027-03-27",
+        help="list occurrences strictly after this time (ISO 8601; local to the schedule's"
+        " zone without an offset), e.g. 2027-03-27; by default from the stored job's next"
+        " run, or from now for an expression",
     )
     parser.set_defaults(handler=run)
 
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             described, schedule, after, notes = _stored(args)
         else:
             described, schedule, after, notes = _expression(args)
-        upcoming = schedule.upcoming(after - timedelta(microseconds=1), count=args.count)
+        upcoming = schedule.upcoming(after, count=args.count)
     except (ScheduleError, OverflowError) as error:
         # A stored schedule this release no longer accepts, or one whose expansion runs
         # out of budget, or an --after at the edge of the calendar: a usage error.
@@ -143,12 +145,13 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetim
     if args.after:
         after = common.parse_time(args.after, zone, flag="--after")
     elif definition.next_run_at is not None:
-        # What the engine materializes next, like status.nextRuns: nothing before it runs
-        # (after a schedule change it is past the last materialized occurrence).
-        after = definition.next_run_at
-        if after < now:
+        # What the engine materializes next, like status.nextRuns, is listed first: nothing
+        # before it runs (after a schedule change it is past the last materialized one).
+        after = definition.next_run_at - _JUST_BEFORE
+        if definition.next_run_at < now:
             notes.append(
-                f"overdue since {output.utc_iso(after)} (is an operator leading ticks?);"
+                f"overdue since {output.utc_iso(definition.next_run_at)} (is an operator"
+                " leading ticks?);"
                 f" missed occurrences follow catchUp: {definition.catch_up}"
             )
     else:

@@ -12,12 +12,10 @@ if TYPE_CHECKING:
     from pgsched.k8s.settings import OperatorSettings
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "operator",
-        help="run the operator (watches ScheduledJobs, runs the tick loop)",
-        description="Run the pgsched operator. Configuration comes from PGSCHED_* environment "
-        "variables (see the README's configuration reference); flags override them.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the pgsched operator. Configuration comes from PGSCHED_* environment "
+        "variables (see the README's configuration reference); flags override them."
     )
     common.add_dsn(parser)
     parser.add_argument(

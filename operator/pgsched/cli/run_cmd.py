@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from pgsched.cli.common import CommandError
 from pgsched.runner import sdk_runner, settings
@@ -14,15 +13,13 @@ from pgsched.validation import SettingsError
 _VARIABLES = settings.RUNNER_VARIABLES
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "run",
-        help="run one run of a Python job kind (the container command of SDK job pods)",
-        description="Import the job modules, run the job kind with its arguments while"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Import the job modules, run the job kind with its arguments while"
         " heartbeating, and record the outcome. The operator sets every option through"
         " PGSCHED_* environment variables; flags override them. Exit codes: 0 completed,"
         " 1 failed, 2 bad configuration, 3 cancelled, 4 lease lost, 143 stopped by SIGTERM."
-        " See docs/sdk.md.",
+        " See docs/sdk.md."
     )
     settings.add_flags(parser, _VARIABLES)
     parser.set_defaults(handler=run)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from typing import Any
 
 from pgsched.cli import common, output, runs_cmd, target
 from pgsched.engine import runs
@@ -20,13 +19,11 @@ from pgsched.engine import runs
 TOKEN_PREFIX = "cli:"
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "run-now",
-        help="queue a manual run of a ScheduledJob (idempotent per --token)",
-        description="Queue one manual run of a ScheduledJob. With --token, repeating the"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Queue one manual run of a ScheduledJob. With --token, repeating the"
         " command (a retried deploy step, say) queues nothing new and prints the run the"
-        " token queued before. Without it a fresh token is generated.",
+        " token queued before. Without it a fresh token is generated."
     )
     target.add_flags(parser)
     common.add_dsn(parser)

@@ -21,13 +21,11 @@ from pgsched.schedule import zones
 _STATUSES = ("QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SKIPPED")
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "runs",
-        help="run history of a ScheduledJob (status, reason, attempt, times, duration)",
-        description="List the runs of a ScheduledJob, newest first: every attempt, retry,"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "List the runs of a ScheduledJob, newest first: every attempt, retry,"
         " skipped occurrence and cancellation, with its reason. Times are in the"
-        " ScheduledJob's time zone (-o json: UTC).",
+        " ScheduledJob's time zone (-o json: UTC)."
     )
     target.add_flags(parser)
     common.add_dsn(parser)

@@ -22,57 +22,53 @@ from typing import TYPE_CHECKING, Any
 
 from pgsched.cli import common, output, target
 from pgsched.cli.output import utc_iso
-from pgsched.db.connection import Connection
 from pgsched.engine import definitions
-from pgsched.engine.models import Definition
 
 if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
+    from pgsched.engine.models import Definition
     from pgsched.k8s import api
 
 
-def register(commands: Any) -> None:
-    for name, verb in (("suspend", "suspend"), ("resume", "resume")):
-        extra = (
-            " Also clears an automatic suspension (failureSuspendThreshold) and its failure streak."
-            if name == "resume"
-            else " Due occurrences are recorded as SKIPPED/Suspended until it is resumed."
-        )
-        parser: argparse.ArgumentParser = commands.add_parser(
-            name,
-            help=f"{verb} a ScheduledJob (patches spec.suspend; applies at the next tick)",
-            description=f"{verb.capitalize()} a ScheduledJob: patch its spec.suspend through"
-            f" the Kubernetes API and apply it to the definition at once.{extra}",
-        )
-        target.add_flags(parser)
-        common.add_dsn(parser)
-        output.add_flag(parser)
-        parser.set_defaults(handler=run, suspend=name == "suspend")
+def configure(parser: argparse.ArgumentParser) -> None:
+    """``suspend`` and ``resume`` alike; which one was chosen is ``args.command``."""
+    parser.description = (
+        "Suspend or resume a ScheduledJob: patch its spec.suspend through the Kubernetes API"
+        " and apply it to the definition at once. While it is suspended, due occurrences are"
+        " recorded as SKIPPED/Suspended. resume also clears an automatic suspension"
+        " (failureSuspendThreshold) and its failure streak."
+    )
+    target.add_flags(parser)
+    common.add_dsn(parser)
+    output.add_flag(parser)
+    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pgsched.k8s import api
 
+    suspend = args.command == "suspend"
     with common.connect(args, application_name="pgsched-cli") as conn:
         definition = target.definition(conn, args)
         kube = target.kube(args)
         current = _resource(kube, definition)
         spec_suspend = bool((current.get("spec") or {}).get("suspend", False))
-        patched = spec_suspend != args.suspend
+        patched = spec_suspend != suspend
         try:
             if patched:
                 current = kube.merge_patch(
-                    target.resource_path(definition), {"spec": {"suspend": args.suspend}}
+                    target.resource_path(definition), {"spec": {"suspend": suspend}}
                 )
         except api.ApiError as error:
             raise common.CommandError(
                 f"could not patch spec.suspend of {definition.key}: {error.message};"
                 " nothing was changed"
             ) from None
-        stored = definitions.set_suspended(conn, definition.id, args.suspend)
+        stored = definitions.set_suspended(conn, definition.id, suspend)
         if stored is None:
             raise common.CommandError(f"{definition.key} was deleted meanwhile")
         warning = _refresh_status(kube, conn, stored, current)
-    cleared = not args.suspend and definition.auto_suspended_at is not None
+    cleared = not suspend and definition.auto_suspended_at is not None
     if args.output == "json":
         output.emit_json(
             {
@@ -86,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    if args.suspend:
+    if suspend:
         how = "spec.suspend set to true" if patched else "spec.suspend was already true"
         print(f"{definition.key} suspended ({how})")
     else:

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from pgsched.cli import output
 from pgsched.cli.common import CommandError
-from pgsched.db.connection import Connection
 from pgsched.engine import definitions
-from pgsched.engine.models import Definition
 
 if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
+    from pgsched.engine.models import Definition
     from pgsched.k8s import api
 
 # The Kubernetes client library takes about half a second to import: only the commands
@@ -58,16 +58,36 @@ def namespace(args: argparse.Namespace) -> str:
 
 
 def default_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """The namespace of the kubeconfig's context, like kubectl; ``default`` without one."""
-    from kubernetes import config as kube_config
+    """The namespace of the kubeconfig's context, like kubectl; ``default`` without one.
 
-    try:
-        contexts, active = kube_config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except (kube_config.ConfigException, OSError):
-        return "default"
-    chosen = next((item for item in contexts if item.get("name") == context), None)
-    chosen = chosen or active or {}
-    return str((chosen.get("context") or {}).get("namespace") or "default")
+    Read with PyYAML rather than the Kubernetes client, which takes a third of a second to
+    import, so ``pgsched runs SJ`` without ``-n`` starts as fast as with it. The files merge
+    as kubectl merges them: ``$KUBECONFIG``'s in order, the first to set ``current-context``
+    or to define a context of a given name wins.
+    """
+    import yaml
+
+    files = [kubeconfig] if kubeconfig else _kubeconfig_files()
+    current: str | None = None
+    contexts: dict[str, dict[str, object]] = {}
+    for file in files:
+        try:
+            loaded = yaml.safe_load(Path(file).expanduser().read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if not isinstance(loaded, dict):
+            continue
+        current = current or loaded.get("current-context")
+        for item in loaded.get("contexts") or []:
+            if isinstance(item, dict) and isinstance(item.get("context"), dict):
+                contexts.setdefault(str(item.get("name")), item["context"])
+    chosen = contexts.get(context or "") or contexts.get(current or "") or {}
+    return str(chosen.get("namespace") or "default")
+
+
+def _kubeconfig_files() -> list[str]:
+    listed = os.environ.get("KUBECONFIG", "")
+    return [file for file in listed.split(os.pathsep) if file] or ["~/.kube/config"]
 
 
 def definition(conn: Connection, args: argparse.Namespace) -> Definition:

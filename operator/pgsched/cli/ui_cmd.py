@@ -14,20 +14,17 @@ Who may see what (see ``pgsched.ui.access``):
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from pgsched.cli import common, target
 
 DEFAULT_BIND = "127.0.0.1:8090"
 
 
-def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "ui",
-        help="serve the read-only web UI locally (http://127.0.0.1:8090)",
-        description="Serve the read-only web UI: ScheduledJobs, timelines, runs and pod"
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Serve the read-only web UI: ScheduledJobs, timelines, runs and pod"
         " logs. By default you see what your kubeconfig identity may get scheduledjobs in;"
-        " --no-auth shows every namespace of the database and nothing from Kubernetes.",
+        " --no-auth shows every namespace of the database and nothing from Kubernetes."
     )
     common.add_dsn(parser)
     target.add_kube_flags(parser)

@@ -16,9 +16,12 @@ the database clock between ticks, the timestamp in the cancel file a workload re
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pgsched.db import queries
-from pgsched.db.connection import Connection
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
 
 
 def now(conn: Connection, pinned: datetime | None = None) -> datetime:

@@ -16,13 +16,15 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.abc import RV, PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
-from psycopg_pool import ConnectionPool
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 
 class BoundedConnection(psycopg.Connection[DictRow]):
@@ -195,6 +197,9 @@ def pool(dsn: str, *, name: str, max_size: int) -> ConnectionPool[Any]:
     that failure loses the outcome. Checked, a dead connection is replaced, and while
     the database is down the caller waits for one (up to the pool's timeout) instead.
     """
+    # Imported here: the operator and the UI pool connections, the CLI never does.
+    from psycopg_pool import ConnectionPool
+
     return ConnectionPool(
         dsn,
         min_size=1,

@@ -15,15 +15,20 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
-from typing import LiteralString, cast
+from typing import TYPE_CHECKING, LiteralString, cast
 
-from psycopg import sql
+if TYPE_CHECKING:
+    from psycopg import sql
 
 _MARKER = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
 
 @functools.cache
 def _all() -> dict[str, sql.SQL]:
+    # Imported here, not at the top: commands that never query (``pgsched next --cron``,
+    # ``--help``) then start without loading psycopg (bench/README.md, "CLI start-up").
+    from psycopg import sql
+
     found: dict[str, sql.SQL] = {}
     folder = resources.files("pgsched") / "sql" / "queries"
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):

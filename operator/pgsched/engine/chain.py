@@ -35,11 +35,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from uuid import UUID
 
 from pgsched.db import queries
-from pgsched.db.connection import Connection
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -17,16 +17,18 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from uuid import UUID
 
 from pgsched import schedule
 from pgsched.db import clock, queries
-from pgsched.db.connection import Connection
 from pgsched.engine import chain, runs
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.retry import RetryPolicy
 from pgsched.schedule import timeline, zones
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from pgsched.db import queries
-from pgsched.db.connection import Connection
 from pgsched.engine.models import Run
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
 
 # Who asked a run to stop (job_runs.cancelled_by, shown by `pgsched describe`/`runs`, the
 # RunCancelled Event and status.lastRun.cancelledBy). "Replace" is filled in by a trigger

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pgsched.schedule import cron, never, once, rrule, zones
+from pgsched.schedule import cron, never, once, zones
 from pgsched.schedule.errors import ScheduleError
 from pgsched.schedule.timeline import Occurrence, Recurrence, Schedule
 
@@ -38,6 +38,9 @@ def build(
     if kind == "cron":
         recurrence = cron.parse(text, hash_seed=hash_seed)
     elif kind == "rrule":
+        # Imported here: it loads dateutil, which cron and one-shot schedules never need.
+        from pgsched.schedule import rrule
+
         recurrence = rrule.parse(text, zone_name=zone, anchor=zones.to_wall(anchor, tz))
     elif kind == "once":
         recurrence = once.parse(text)
