@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from browser import Browser
 
-from conftest import READ_JOBS, Served, Tenants, grant, serve
+from conftest import READ_JOBS, Served, Tenants, grant, serve, token_for
 from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
@@ -129,7 +129,7 @@ def test_run_page_shows_the_job_its_pods_and_log_only_to_who_may_read_each(
 
     grant(cluster, found.alpha, "viewer-pods", READ_JOBS[1:2], viewer)
     wait_for(
-        lambda: "Succeeded" in page().split('id="pods"')[-1],
+        lambda: "Succeeded" in page().partition('id="pods"')[2],
         60,
         describe="the run page showing the Job's pod as Succeeded once list pods is granted",
     )
@@ -158,7 +158,7 @@ def test_local_ui_sees_what_the_kubeconfig_identity_may_see(
         server=cluster.server,
         ca_file=cluster.ca_file,
         user="viewer",
-        token=found.viewer,
+        token=token_for(cluster, found.alpha, "viewer", audience=None),  # kubectl's kind
     )
     kube = api.KubeApi.from_environment(kubeconfig=str(path))
     for local in serve(dsn, access.KubeconfigAccess(kube)):

@@ -26,6 +26,7 @@ from devenv.waiting import wait_for
 from pgsched import names
 from pgsched.db import connection
 from pgsched.k8s import api
+from pgsched.k8s import names as kube_names
 from pgsched.ui import access, pages, server
 from plugins.cluster import container, job_manifest
 
@@ -179,12 +180,16 @@ def test_a_huge_pod_log_is_read_at_most_log_bytes(
         "i=0; while [ $i -lt 150 ]; do head -c 2000 /dev/zero | tr '\\0' x; echo; i=$((i+1)); done"
     )
     job = job_manifest("report-a1", container("main", "busybox:1.36", "sh", "-c", script))
-    job["spec"]["template"]["metadata"] = {"labels": {names.LABEL_RUN_ID: str(run_id)}}  # type: ignore[index]
+    job["spec"]["template"]["metadata"] = {"labels": {kube_names.LABEL_RUN_ID: str(run_id)}}  # type: ignore[index]
     cluster.api.create(f"/apis/batch/v1/namespaces/{found.alpha}/jobs", job)
 
     def logged() -> str | None:
         status, page = token_ui.get(f"/runs/{run_id}", token=found.viewer)
-        if status != 200 or "Succeeded" not in page.split('id="pods"')[-1]:
+        if (
+            status != 200
+            or 'id="pods"' not in page
+            or "Succeeded" not in page.split('id="pods"')[1]
+        ):
             return None
         return page if "<pre id='log'>" in page else None
 

@@ -641,7 +641,7 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
     d = definitions.get(ctx.conn, found.definition_id) if found is not None else None
     if found is None or d is None or not ctx.access.allows(ctx.user, d.namespace):
         # One answer for "no such run" and "not yours": an id says nothing about others'.
-        raise PageError(404, f"no run with id {run_id} in a namespace you may see")
+        raise PageError(404, "no such run in a namespace you may see (check the run id)")
     zone = _zone(d)
     chain = store.retry_chain(ctx.conn, found.id)
     retried_as = next((item.id for item in chain if item.retry_of == found.id), None)

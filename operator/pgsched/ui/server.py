@@ -176,13 +176,9 @@ async def _render(request: web.Request, render: Render) -> web.StreamResponse:
 
 
 def _who(request: web.Request) -> str:
-    visitor = request.get(_VISITOR)
-    mode = request.app[_SIGN_IN].access.mode
-    if mode == "token":
-        return f"signed in as {visitor.user.name}" if visitor is not None else ""
-    if mode == "kubeconfig":
-        return "as your kubeconfig identity"
-    return "database-only view (--no-auth)"
+    return {"token": "signed in with a token", "kubeconfig": "as your kubeconfig identity"}.get(
+        request.app[_SIGN_IN].access.mode, "database-only view (--no-auth)"
+    )
 
 
 def _html(request: web.Request, status: int, title: str, body: str) -> web.Response:
