@@ -155,13 +155,19 @@ def test_an_unknown_run_and_another_tenants_run_get_the_same_answer_byte_for_byt
     row = conn.execute("SELECT max(id) + 1000 AS id FROM pgsched.job_runs").fetchone()
     assert row is not None
     unknown = row["id"]
-    signed_in = {SESSION: cookie_value(sign_in(token_ui, found.viewer).set_cookies()[SESSION])}
-    for credentials in ({"token": found.viewer}, {"cookies": signed_in}):
+
+    def same_answer(**credentials: object) -> None:
         one = token_ui.request("GET", f"/runs/{foreign}", **credentials)  # type: ignore[arg-type]
         other = token_ui.request("GET", f"/runs/{unknown}", **credentials)  # type: ignore[arg-type]
         assert one.status == other.status == 404
         assert one.body == other.body
         assert "payroll" not in one.body and found.beta not in one.body
+
+    same_answer(token=found.viewer)
+    # Signed in, with the sign-out button (and its token) in the header, too.
+    same_answer(
+        cookies={SESSION: cookie_value(sign_in(token_ui, found.viewer).set_cookies()[SESSION])}
+    )
     # In a namespace the visitor may not read, a job that exists and one that does not.
     one = token_ui.request("GET", f"/ns/{found.beta}/payroll", token=found.viewer)
     other = token_ui.request("GET", f"/ns/{found.beta}/no-such-job", token=found.viewer)
