@@ -22,3 +22,9 @@ OBJECT_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 # volume) once its SIGTERM handler is installed; the Job's postStart hook waits for it, so
 # kubelet starts the workload only when the sidecar will hear the SIGTERM that follows it.
 HEARTBEAT_LISTENING_FILE = "heartbeat-listening"
+
+# The web UI's settings, read by the operator's settings and by `pgsched ui`: the audience
+# visitors' tokens are issued for (kubectl create token NAME --audience pgsched-ui), and
+# when its session cookie is Secure (pgsched.ui.server says what each value means).
+UI_AUDIENCE = "pgsched-ui"
+UI_COOKIE_SECURE = ("auto", "always", "never")

@@ -44,3 +44,15 @@ def test_bad_bind_and_missing_database_are_usage_errors(dsn: str) -> None:
     assert result.code == 2 and "--bind 'localhost' is not host:port" in result.err
     result = pgsched("ui", "--no-auth")
     assert result.code == 2 and "no database given" in result.err
+
+
+def test_pgsched_ui_listens_on_loopback_and_wants_the_ui_audience_unless_told() -> None:
+    from pgsched.cli import main
+
+    args = main.build_parser().parse_args(["ui"])
+    assert args.bind == "127.0.0.1:8090"  # anyone who reaches the port acts as you
+    assert (args.audience, args.api_server_tokens, args.cookie_secure) == (
+        "pgsched-ui",
+        False,
+        "auto",
+    )

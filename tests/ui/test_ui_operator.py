@@ -52,7 +52,9 @@ def test_the_operator_serves_the_ui_to_token_holders_and_measures_it(
         "--role=reader",
         f"--serviceaccount={namespace}:reader",
     )
-    token = cluster.kubectl("create", "token", "reader", "-n", namespace).stdout.strip()
+    token = cluster.kubectl(
+        "create", "token", "reader", "-n", namespace, "--audience", "pgsched-ui"
+    ).stdout.strip()
     base = f"http://127.0.0.1:{port}"
 
     assert _get(base + "/")[0] == 401

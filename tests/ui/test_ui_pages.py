@@ -165,7 +165,7 @@ def _snapshot(conn: connection.Connection) -> list[Any]:
     ("path", "status", "said"),
     [
         ("/ns/team-a/nope", 404, "no ScheduledJob team-a/nope"),
-        ("/runs/999999", 404, "no run with id 999999"),
+        ("/runs/999999", 404, "no such run in a namespace you may see"),
         ("/runs/abc", 400, "not a run id"),
         ("/runs/99999999999999999999999", 400, "not a run id"),
         ("/ns/team-a/report/why?at=yesterday", 400, "is not a date and time"),

@@ -309,7 +309,9 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
     }
     namespaced = operator_environment(render(helm_binary))
     wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
-    ui = operator_environment(render(helm_binary, sets=("ui.enabled=true",)))
+    ui = operator_environment(
+        render(helm_binary, sets=("ui.enabled=true", "ui.tls.secretName=ui-tls"))
+    )
     chart = {key for key in {*namespaced, *wide, *ui} if key.startswith("PGSCHED_")}
     chart.add("PGSCHED_DSN")  # from the database Secret
     assert chart == read
@@ -402,7 +404,11 @@ def test_the_ui_is_off_by_default_and_on_adds_only_its_port_service_and_access_r
 
     objects = render(helm_binary, sets=("ui.enabled=true",))
     env = operator_environment(objects)
-    assert OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"}).ui_bind == "10.1.2.3:8090"
+    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"})
+    # Every address of the pod, so that kubectl port-forward reaches it (issue 26).
+    assert settings.ui_bind == "0.0.0.0:8090"
+    assert (settings.ui_audience, settings.ui_cookie_secure) == ("pgsched-ui", "auto")
+    assert not settings.ui_tls_cert_file
     [service] = [
         obj for obj in of_kind(objects, "Service") if obj["metadata"]["name"] == "pgsched-ui"
     ]
@@ -428,6 +434,31 @@ def test_the_ui_is_off_by_default_and_on_adds_only_its_port_service_and_access_r
     [default_role] = of_kind(default, "Role")
     added = [rule for rule in role["rules"] if rule not in default_role["rules"]]
     assert added == [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
+
+
+def test_the_ui_serves_https_from_a_tls_secret_and_keeps_each_visitor_on_one_replica(
+    helm_binary,
+):
+    objects = render(
+        helm_binary,
+        sets=("ui.enabled=true", "ui.tls.secretName=ui-cert", "ui.cookieSecure=always"),
+    )
+    env = operator_environment(objects)
+    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"})
+    assert (settings.ui_tls_cert_file, settings.ui_tls_key_file) == (
+        "/etc/pgsched/ui-tls/tls.crt",
+        "/etc/pgsched/ui-tls/tls.key",
+    )
+    assert settings.ui_cookie_secure == "always"
+    spec = deployment(objects)["spec"]["template"]["spec"]
+    assert {"name": "ui-tls", "secret": {"secretName": "ui-cert"}} in spec["volumes"]
+    mount = {"name": "ui-tls", "mountPath": "/etc/pgsched/ui-tls", "readOnly": True}
+    assert mount in container(objects)["volumeMounts"]
+    # Sign-in sessions are kept by one replica: the Service keeps a visitor on it.
+    [service] = [
+        obj for obj in of_kind(objects, "Service") if obj["metadata"]["name"] == "pgsched-ui"
+    ]
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
 
 
 def test_per_namespace_job_secrets_are_refused_in_cluster_wide_mode_with_the_fix(helm_binary):

@@ -65,17 +65,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start_ui(settings: OperatorSettings) -> Any:
-    """The web UI on its own port and thread, token-authenticated (PGSCHED_UI_BIND)."""
+    """The web UI on its own port and thread, token-authenticated (PGSCHED_UI_*)."""
     if not settings.ui_bind:
         return None
     from pgsched.k8s import api
     from pgsched.ui import access, server
 
+    tls = None
+    if settings.ui_tls_cert_file:
+        try:
+            tls = server.tls_context(settings.ui_tls_cert_file, settings.ui_tls_key_file)
+        except ValueError as error:
+            raise common.CommandError(f"PGSCHED_UI_TLS_CERT_FILE: {error}", code=2) from None
     kube = api.KubeApi.from_environment(qps=10, burst=20)
     pool = server.open_pool(settings.dsn)
-    app = server.build_app(pool, access.TokenAccess(kube))
+    ui_access = access.TokenAccess(kube, audience=settings.ui_audience)
+    app = server.build_app(pool, ui_access, cookie_secure=settings.ui_cookie_secure)
     app.on_cleanup.append(lambda _: _close(pool))
-    return server.serve_in_thread(app, settings.ui_bind)
+    return server.serve_in_thread(app, settings.ui_bind, tls=tls)
 
 
 async def _close(pool: Any) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pgsched import names
 from pgsched.engine.tick import TickSettings
 from pgsched.k8s.jobs import JobSettings
 from pgsched.validation import Problems, SettingsError
@@ -33,8 +34,16 @@ class OperatorSettings:
     verdict_interval_seconds: float = 2.0
     health_bind: str = "0.0.0.0:8080"
     metrics_bind: str = "0.0.0.0:9090"
-    # The web UI's address; empty: no UI (see pgsched.ui).
+    # The web UI's address; empty: no UI (see pgsched.ui and docs/ui.md).
     ui_bind: str = ""
+    # The audience visitors' tokens must be issued for; None: the API server's own
+    # (PGSCHED_UI_API_SERVER_TOKENS=true, an explicit opt-in).
+    ui_audience: str | None = names.UI_AUDIENCE
+    # PEM files of the UI's TLS listener; empty: plain HTTP.
+    ui_tls_cert_file: str = ""
+    ui_tls_key_file: str = ""
+    # When the UI's session cookie is Secure (names.UI_COOKIE_SECURE).
+    ui_cookie_secure: str = "auto"
     pool_size: int = 4
     # How long run history is kept (engine/history.py); None: forever.
     history_retention: timedelta | None = None
@@ -67,7 +76,7 @@ class OperatorSettings:
         namespaces = tuple(
             part.strip() for part in env.get("PGSCHED_NAMESPACES", "").split(",") if part.strip()
         )
-        all_namespaces = env.get("PGSCHED_ALL_NAMESPACES", "false").lower() in {"1", "true", "yes"}
+        all_namespaces = _true(env.get("PGSCHED_ALL_NAMESPACES", "false"))
         if not namespaces and not all_namespaces:
             problems.add(
                 "PGSCHED_NAMESPACES",
@@ -122,6 +131,12 @@ class OperatorSettings:
             health_bind=env.get("PGSCHED_HEALTH_BIND", cls.health_bind),
             metrics_bind=env.get("PGSCHED_METRICS_BIND", cls.metrics_bind),
             ui_bind=env.get("PGSCHED_UI_BIND", cls.ui_bind),
+            ui_audience=None
+            if _true(env.get("PGSCHED_UI_API_SERVER_TOKENS", "false"))
+            else env.get("PGSCHED_UI_AUDIENCE") or cls.ui_audience,
+            ui_tls_cert_file=env.get("PGSCHED_UI_TLS_CERT_FILE", cls.ui_tls_cert_file),
+            ui_tls_key_file=env.get("PGSCHED_UI_TLS_KEY_FILE", cls.ui_tls_key_file),
+            ui_cookie_secure=env.get("PGSCHED_UI_COOKIE_SECURE", cls.ui_cookie_secure),
             pool_size=int(number("PGSCHED_DB_POOL_SIZE", cls.pool_size, 2, "4")),
             history_retention=_retention(env.get("PGSCHED_HISTORY_RETENTION", ""), problems),
         )
@@ -130,6 +145,18 @@ class OperatorSettings:
                 "PGSCHED_IMAGE_PULL_POLICY",
                 f"{settings.jobs.image_pull_policy!r} must be Always, IfNotPresent or Never",
                 "PGSCHED_IMAGE_PULL_POLICY=IfNotPresent",
+            )
+        if settings.ui_cookie_secure not in names.UI_COOKIE_SECURE:
+            problems.add(
+                "PGSCHED_UI_COOKIE_SECURE",
+                f"{settings.ui_cookie_secure!r} must be one of {', '.join(names.UI_COOKIE_SECURE)}",
+                "PGSCHED_UI_COOKIE_SECURE=auto",
+            )
+        if bool(settings.ui_tls_cert_file) != bool(settings.ui_tls_key_file):
+            problems.add(
+                "PGSCHED_UI_TLS_CERT_FILE",
+                "and PGSCHED_UI_TLS_KEY_FILE must be set together (or neither)",
+                "PGSCHED_UI_TLS_CERT_FILE=/tls/tls.crt PGSCHED_UI_TLS_KEY_FILE=/tls/tls.key",
             )
         for name in ("PGSCHED_HEALTH_BIND", "PGSCHED_METRICS_BIND", "PGSCHED_UI_BIND"):
             value = env.get(name)
@@ -145,6 +172,10 @@ _TICK_VARIABLES = {
     "dispatch_batch": "PGSCHED_DISPATCH_BATCH",
     "lock_name": "PGSCHED_LEADER_LOCK",
 }
+
+
+def _true(value: str) -> bool:
+    return value.lower() in {"1", "true", "yes"}
 
 
 def _is_bind(value: str) -> bool:

@@ -5,9 +5,14 @@ The UI shows a namespace's ScheduledJobs, runs and pod logs only to someone who 
 multi-tenant cluster's RBAC carries over unchanged. Three modes:
 
 - ``token`` (the operator's UI, and ``pgsched ui --auth token``): every request carries a
-  Kubernetes bearer token (``Authorization: Bearer ...``, or the HttpOnly cookie the login
-  form sets). The API server says whose it is (TokenReview) and whether that user may get
-  scheduledjobs in a namespace (SubjectAccessReview). No token, no page.
+  Kubernetes bearer token (``Authorization: Bearer ...``, or a session the sign-in form
+  opened, see ``sessions``). The API server says whose it is (TokenReview) and whether
+  that user may get scheduledjobs in a namespace (SubjectAccessReview). No token, no page.
+  Tokens must be issued for the UI's own audience (``pgsched-ui`` by default, ``kubectl
+  create token NAME --audience pgsched-ui``): a token a visitor hands the UI is then
+  worthless against the API server, so neither the UI nor anyone who reads its memory can
+  act as the visitor there. ``audience=None`` accepts the API server's own tokens instead
+  (an explicit, documented opt-in).
 - ``kubeconfig`` (``pgsched ui`` by default): whoever can reach the local port acts as the
   kubeconfig's identity; access per namespace is that identity's (SelfSubjectAccessReview).
   The server binds to 127.0.0.1 for that reason.
@@ -61,6 +66,8 @@ class Permission:
 
 
 SCHEDULED_JOBS = Permission(names.GROUP, names.PLURAL)
+JOBS = Permission("batch", "jobs")
+PODS = Permission("", "pods", verb="list")
 POD_LOGS = Permission("", "pods", "log")
 
 
@@ -163,8 +170,9 @@ class TokenAccess:
 
     mode = "token"
 
-    def __init__(self, kube: api.KubeApi, *, ttl: float = 30.0) -> None:
+    def __init__(self, kube: api.KubeApi, *, audience: str | None, ttl: float = 30.0) -> None:
         self._kube = kube
+        self._audience = audience
         self._users = _Cache(ttl)
         self._answers = _Cache(ttl)
 
@@ -181,20 +189,32 @@ class TokenAccess:
             user = self._review(token)
             self._users.put(key, user)
         if not user.name:
-            raise Unauthenticated("the API server does not accept this token")
+            raise Unauthenticated(self._refusal())
         return user
 
+    def _refusal(self) -> str:
+        if self._audience is None:
+            return "the API server does not accept this token"
+        return (
+            f"the API server does not accept this token for audience {self._audience!r}"
+            f" (get one with: kubectl create token NAME --audience {self._audience})"
+        )
+
     def _review(self, token: str) -> User:
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        }
+        spec: dict[str, Any] = {"token": token}
+        if self._audience is not None:
+            spec["audiences"] = [self._audience]
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
         try:
             answer = self._kube.create(AUTHENTICATION, body).get("status") or {}
         except api.ApiError as error:
             raise Unavailable(f"cannot review the token: {error}") from None
-        if not answer.get("authenticated"):
+        # An authenticator that ignores audiences answers with none: its "yes" means "valid
+        # for the API server", which is exactly what a dedicated audience must refuse.
+        wrong_audience = self._audience is not None and self._audience not in (
+            answer.get("audiences") or ()
+        )
+        if not answer.get("authenticated") or wrong_audience:
             return User("")  # cached too: a wrong token costs one review per ttl
         found = answer.get("user") or {}
         return User(

@@ -14,6 +14,7 @@ STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
 header{background:#24324a;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center}
 header a{color:#fff;text-decoration:none;font-weight:600}header .who{margin-left:auto;opacity:.8}
+form.logout{display:inline;margin-left:8px}
 main{padding:12px 16px;max-width:1400px}h1{font-size:20px;margin:8px 0}h2{font-size:16px;margin:18px 0 6px}
 table{border-collapse:collapse;background:#fff}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#eef1f5}form.filters{margin:8px 0;display:flex;gap:8px;align-items:end;flex-wrap:wrap}
@@ -82,8 +83,14 @@ def duration(seconds: timedelta | None) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-def page(title: str, body: str, *, who: str, logout: bool) -> str:
-    out = link("/logout", "log out") if logout else ""
+def page(title: str, body: str, *, who: str, logout: str | None) -> str:
+    """``logout``: the session's CSRF token, for the sign-out button (None: no button)."""
+    out = (
+        "<form class='logout' method='post' action='/logout'>"
+        f"<input type='hidden' name='csrf' value='{escape(logout)}'><button>sign out</button></form>"
+        if logout is not None
+        else ""
+    )
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{escape(title)} · pgsched</title><style>{STYLE}</style></head><body>"

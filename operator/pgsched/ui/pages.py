@@ -3,7 +3,12 @@
 Each page is a plain function of a :class:`Context` and the request's parameters that
 returns the page body or raises :class:`PageError` (a 4xx with a message saying what was
 wrong and what would be right). Pages only read: nothing a visitor sends changes anything.
-Access is checked before anything is looked up, so a 403 says nothing about what exists.
+Access is checked before anything is looked up, so a 403 says nothing about what exists:
+a namespace's pages answer 403 to a visitor who may not ``get scheduledjobs`` there, also
+for a job that does not exist; a run (whose URL names no namespace) that does not exist and
+one in a namespace the visitor may not see get the same 404, byte for byte. A run's Job
+and pods are shown only to who may ``get jobs`` and ``list pods`` in its namespace, its log
+only to who may ``get pods/log``, and at most LOG_LINES lines and LOG_BYTES bytes of it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ TIMELINE_RUNS = 500
 NEXT_COUNT = 10
 MAX_DAYS = 31
 LOG_LINES = 200
+LOG_BYTES = 64 * 1024  # the kubelet stops reading there (limitBytes): a huge line stays cheap
 HEALTHS = ("ready", "suspended", "failing", "rejected")
 _MAX_TEXT = 253  # a Kubernetes name is at most 253 characters
 
@@ -632,11 +638,10 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
             f"{run_id[:40]!r} is not a run id: run ids are positive integers (example: /runs/4711)",
         )
     found = runs.get(ctx.conn, int(run_id))
-    if found is None:
-        raise PageError(404, f"no run with id {run_id}")
-    d = definitions.get(ctx.conn, found.definition_id)
-    assert d is not None  # job_runs.definition_id is a foreign key
-    _allowed(ctx, d.namespace)
+    d = definitions.get(ctx.conn, found.definition_id) if found is not None else None
+    if found is None or d is None or not ctx.access.allows(ctx.user, d.namespace):
+        # One answer for "no such run" and "not yours": an id says nothing about others'.
+        raise PageError(404, "no such run in a namespace you may see (check the run id)")
     zone = _zone(d)
     chain = store.retry_chain(ctx.conn, found.id)
     retried_as = next((item.id for item in chain if item.retry_of == found.id), None)
@@ -712,6 +717,8 @@ def _kubernetes(ctx: Context, d: Definition, run: Run) -> str:
     if run.k8s_job_name is None:
         return "<h2>Kubernetes</h2><p>No Job was created for this run.</p>"
     parts = ["<h2>Kubernetes Job</h2>"]
+    if not ctx.access.allows(ctx.user, d.namespace, acl.JOBS):
+        return "".join(parts) + _hidden("Job", "get jobs", d.namespace)
     try:
         job_object = kube.get(
             api.path_of(group="batch", namespace=d.namespace, plural="jobs", name=run.k8s_job_name)
@@ -742,6 +749,8 @@ def _kubernetes(ctx: Context, d: Definition, run: Run) -> str:
             ]
         )
     )
+    if not ctx.access.allows(ctx.user, d.namespace, acl.PODS):
+        return "".join(parts) + "<h2>Pods</h2>" + _hidden("pods and log", "list pods", d.namespace)
     try:
         pods = (
             kube.get(
@@ -780,9 +789,13 @@ def _kubernetes(ctx: Context, d: Definition, run: Run) -> str:
     return "".join(parts)
 
 
+def _hidden(what: str, verb: str, namespace: str) -> str:
+    return f"<p class='hidden'>{e(what)} not shown: you may not {e(verb)} in {e(namespace)}.</p>"
+
+
 def _log(ctx: Context, kube: api.KubeApi, d: Definition, pod: dict[str, object]) -> str:
     if not ctx.access.allows(ctx.user, d.namespace, acl.POD_LOGS):
-        return f"<p>Log not shown: you may not get pods/log in {e(d.namespace)}.</p>"
+        return _hidden("Log", "get pods/log", d.namespace)
     metadata = pod["metadata"]
     spec = pod.get("spec")
     assert isinstance(metadata, dict) and isinstance(spec, dict)
@@ -795,9 +808,17 @@ def _log(ctx: Context, kube: api.KubeApi, d: Definition, pod: dict[str, object])
         namespace=d.namespace, plural="pods", name=str(metadata["name"]), subresource="log"
     )
     try:
-        text = kube.get_text(path, container=containers[0], tailLines=LOG_LINES)
+        text = kube.get_text(
+            path, container=containers[0], tailLines=LOG_LINES, limitBytes=LOG_BYTES
+        )
     except api.ApiError as error:
         return f"<p class='error'>cannot read the log: {e(error.message)}</p>"
+    cut = (
+        f"<p id='log-cut'>Cut at {LOG_BYTES // 1024} KiB: <code>kubectl logs</code> has the rest.</p>"
+        if len(text.encode()) >= LOG_BYTES
+        else ""
+    )
     return (
-        f"<h2>Log of {e(containers[0])} (last {LOG_LINES} lines)</h2><pre id='log'>{e(text)}</pre>"
+        f"<h2>Log of {e(containers[0])} (last {LOG_LINES} lines, at most {LOG_BYTES // 1024} KiB)</h2>"
+        f"<pre id='log'>{e(text)}</pre>{cut}"
     )
