@@ -186,7 +186,10 @@ def test_an_operator_outage_blocks_no_apply_and_the_controller_judges_afterwards
     )
     assert (condition["status"], condition["reason"]) == ("False", "InvalidSpec")
     assert condition["message"] == said
-    assert wait_for(lambda: (found := ready(sj, "fine")) and found, 30)["status"] == "True"
+    fine = wait_for(
+        lambda: (found := ready(sj, "fine")) and found, 30, describe="the valid one judged"
+    )
+    assert fine["status"] == "True"
     # The operator's finalizer and annotations still reach the one that slipped through.
     assert "pgsched.dev/finalizer" in sj.get("slipped")["metadata"].get("finalizers", [])
     assert apply(cluster, namespace, "slipped", invalid).returncode == 0

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import prometheus_client
@@ -65,7 +65,6 @@ from pgsched.k8s import (
     resync,
     scheduledjobs,
     verdicts,
-    webhook,
 )
 from pgsched.k8s.controller import Controller, Workers
 from pgsched.k8s.launcher import KubernetesLauncher
@@ -73,6 +72,9 @@ from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
 from pgsched.k8s.watch import Event, Watch
 from pgsched.k8s.workqueue import WorkQueue
+
+if TYPE_CHECKING:
+    from pgsched.k8s import webhook
 
 log = logging.getLogger(__name__)
 
@@ -380,9 +382,12 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
 
 
 def _webhook(settings: OperatorSettings) -> webhook.Webhook | None:
-    """The admission webhook, if configured; a missing certificate stops the start."""
+    """The admission webhook, if configured; a missing certificate stops the start. kopf is
+    imported only then: an operator without the webhook does not carry it in memory."""
     if not settings.webhook.bind:
         return None
+    from pgsched.k8s import webhook
+
     try:
         return webhook.Webhook(settings.webhook)
     except webhook.WebhookError as error:
