@@ -33,7 +33,8 @@ CRON = {"schedule": "0 8 * * *"}
 
 @pytest.fixture
 def webhook(cluster, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The operator's webhook settings; the configuration kopf made is deleted after."""
+    """The operator's webhook settings; the configurations kopf made (a validating one,
+    and an empty mutating one of the same name) are deleted after."""
     port = free_port()
     cluster.reach_host_port(port)
     configuration = f"pgsched-test-{uuid.uuid4().hex[:8]}.pgsched.dev"
@@ -42,7 +43,8 @@ def webhook(cluster, tmp_path: Path) -> Iterator[dict[str, str]]:
         "PGSCHED_WEBHOOK_CERT_DIR": str(pki.webhook_tls(tmp_path / "webhook", ip="127.0.0.1")),
         "PGSCHED_WEBHOOK_CONFIGURATION": configuration,
     }
-    cluster.kubectl("delete", "validatingwebhookconfiguration", configuration, "--ignore-not-found")
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        cluster.kubectl("delete", kind, configuration, "--ignore-not-found")
 
 
 def manifest(namespace: str, name: str, spec: dict[str, Any], kind: str = "ScheduledJob") -> str:
