@@ -10,7 +10,10 @@ manages the ValidatingWebhookConfiguration, with a certificate made like the clu
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -223,3 +226,90 @@ def test_concurrency_pools_go_through_the_webhook_too(operators, cluster, namesp
     zero = apply(cluster, namespace, "warehouse", {"limit": 0}, kind="ConcurrencyPool")
     assert zero.returncode != 0
     assert "spec.limit" in zero.stderr
+
+
+def rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return (
+        int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+        / 1024
+    )
+
+
+def review(index: int, spec: dict[str, Any]) -> bytes:
+    """An update of ScheduledJob number ``index`` (its own uid), as the API server sends it."""
+    body = {
+        "apiVersion": "pgsched.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {
+            "name": f"job-{index}",
+            "namespace": "jobs",
+            "uid": str(uuid.UUID(int=index)),
+            "creationTimestamp": "2026-12-01T00:00:00Z",
+        },
+        "spec": spec,
+    }
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "pgsched.dev", "version": "v1alpha1", "kind": "ScheduledJob"},
+                "resource": {
+                    "group": "pgsched.dev",
+                    "version": "v1alpha1",
+                    "resource": "scheduledjobs",
+                },
+                "operation": "UPDATE",
+                "userInfo": {"username": "gitops"},
+                "object": body,
+                "oldObject": body,
+            },
+        }
+    ).encode()
+
+
+def test_the_webhook_costs_little_memory_and_none_per_object_it_admits(
+    operators, cluster, namespace, webhook
+):
+    """kopf with admission handlers only: its import and server, and nothing kept per
+    ScheduledJob (kopf would otherwise keep a memory of every object it was asked about)."""
+    plain = operators.start()
+    wait_for(plain.listed, 30, describe="the operator to list")
+    time.sleep(3)
+    without = rss_mib(plain.pid)
+    plain.stop()
+
+    handle = start_with_webhook(operators, cluster, namespace, webhook)
+    time.sleep(3)
+    served = rss_mib(handle.pid)
+    host, port = webhook["PGSCHED_WEBHOOK_BIND"].split(":")
+    context = ssl.create_default_context(
+        cafile=str(Path(webhook["PGSCHED_WEBHOOK_CERT_DIR"]) / "ca.crt")
+    )
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+    spec = {**CRON, "jobTemplate": busybox("true")}
+    try:
+        for batch in range(2):
+            for index in range(batch * 5_000, (batch + 1) * 5_000):
+                connection.request(
+                    "POST",
+                    "/scheduledjobs",
+                    review(index, spec),
+                    {"Content-Type": "application/json"},
+                )
+                answer = json.loads(connection.getresponse().read())
+                assert answer["response"]["allowed"] is True
+            if batch == 0:
+                warm = rss_mib(handle.pid)  # the allocator's pools after the first requests
+    finally:
+        connection.close()
+    after = rss_mib(handle.pid)
+    print(
+        f"\noperator RSS: {without:.1f} MiB without the webhook, {served:.1f} MiB serving it,"
+        f" {warm:.1f} MiB after 5,000 updates of distinct ScheduledJobs, {after:.1f} MiB after"
+        " 10,000"
+    )
+    assert served - without < 40
+    assert after - warm < 3  # kopf's own memory would keep ~0.9 KiB each: 4.3 MiB
