@@ -12,8 +12,8 @@ server). Three rules keep the webhook from refusing what the controller accepts:
 - a ``runAt`` in the past is refused only when it is new: on create, or when an update
   changes it (as the controller refuses only a runAt it has not accepted before), so a
   finished one-shot re-applied months later still passes;
-- "now" is this process's clock; the controller uses the database's. They differ by
-  little next to ``spec.RUN_AT_SLACK``.
+- "now" is this machine's clock (``db.clock.local``); the controller uses the
+  database's. They differ by little next to ``spec.RUN_AT_SLACK``.
 
 What needs the database — a ``spec.after`` that closes a cycle — stays the controller's.
 """

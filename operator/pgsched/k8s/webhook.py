@@ -27,7 +27,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ import kopf
 from kopf._core.reactor import inventory
 
 from pgsched import spec as spec_module
+from pgsched.db import clock
 from pgsched.k8s import admission, names
 from pgsched.k8s.settings import WebhookSettings
 
@@ -68,7 +68,7 @@ def registry() -> kopf.OperatorRegistry:
     @kopf.on.validate(names.GROUP, names.VERSION, names.PLURAL, id="scheduledjobs", **options)
     def scheduled_job(body: kopf.Body, **kwargs: Any) -> None:
         old = _raw(kwargs.get("old"))
-        _judge(body, lambda: admission.check_scheduled_job(dict(body), old, now=datetime.now(UTC)))
+        _judge(body, lambda: admission.check_scheduled_job(dict(body), old, now=clock.local()))
 
     @kopf.on.validate(
         names.GROUP, names.VERSION, names.POOL_PLURAL, id="concurrencypools", **options
