@@ -188,7 +188,8 @@ def test_an_operator_outage_blocks_no_apply_and_the_controller_judges_afterwards
     assert condition["message"] == said
     fine = wait_for(lambda: sj.condition("fine"), 30, describe="the valid one judged")
     assert fine["status"] == "True"
-    # The operator's finalizer patch reached the one that slipped through; re-applied unchanged, it passes.
+    # The operator's finalizer patch reached the one that slipped through, and re-applied
+    # unchanged it passes.
     assert "pgsched.dev/finalizer" in sj.get("slipped")["metadata"].get("finalizers", [])
     assert apply(cluster, namespace, "slipped", invalid).returncode == 0
 
