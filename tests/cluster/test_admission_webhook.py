@@ -77,6 +77,13 @@ def controller_message(namespace: str, name: str, spec: dict[str, Any]) -> str:
     return str(refused.value)
 
 
+def managed_configuration(cluster, webhook: dict[str, str]) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration kopf manages for the operator."""
+    name = webhook["PGSCHED_WEBHOOK_CONFIGURATION"]
+    output = cluster.kubectl("get", "validatingwebhookconfiguration", name, "-o", "json").stdout
+    return dict(json.loads(output))
+
+
 def start_with_webhook(operators, cluster, namespace: str, webhook: dict[str, str]):
     """An operator with the webhook, once the API server calls it (a dry run is refused)."""
     handle = operators.start(**webhook)
@@ -163,15 +170,7 @@ def test_an_operator_outage_blocks_no_apply_and_the_controller_judges_afterwards
 
     handle.stop()
     # The configuration stays (persistent), pointing at a server that is gone: Ignore.
-    configuration = json.loads(
-        cluster.kubectl(
-            "get",
-            "validatingwebhookconfiguration",
-            webhook["PGSCHED_WEBHOOK_CONFIGURATION"],
-            "-o",
-            "json",
-        ).stdout
-    )
+    configuration = managed_configuration(cluster, webhook)
     assert {item["failurePolicy"] for item in configuration["webhooks"]} == {"Ignore"}
     valid = apply(cluster, namespace, "fine", {**CRON, "jobTemplate": busybox("true")})
     assert valid.returncode == 0, valid.stderr
@@ -196,15 +195,7 @@ def test_an_operator_outage_blocks_no_apply_and_the_controller_judges_afterwards
 
 def test_concurrency_pools_go_through_the_webhook_too(operators, cluster, namespace, webhook):
     start_with_webhook(operators, cluster, namespace, webhook)
-    configuration = json.loads(
-        cluster.kubectl(
-            "get",
-            "validatingwebhookconfiguration",
-            webhook["PGSCHED_WEBHOOK_CONFIGURATION"],
-            "-o",
-            "json",
-        ).stdout
-    )
+    configuration = managed_configuration(cluster, webhook)
     resources = {
         resource
         for item in configuration["webhooks"]
