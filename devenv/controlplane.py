@@ -387,6 +387,37 @@ class ControlPlane:
         self._postgres_relays[name] = (relay, cluster_ip)
         return cluster_ip
 
+    def reach_host_port(self, port: int) -> None:
+        """Let the API server reach a server of this host at ``127.0.0.1:port`` by that same
+        address (an admission webhook the operator, a host process, serves): a relay from
+        the node's namespace to the host through a UNIX socket, the apiserver relay's way
+        reversed. Nothing to do host-only; stopped with the control plane."""
+        if self.host_only:
+            return
+        node.RUN_DIR.mkdir(parents=True, exist_ok=True)
+        sock = node.RUN_DIR / f"host-{port}.sock"
+        relays = [
+            processes.ManagedProcess(
+                f"host port {port} relay (host side)",
+                ["socat", f"UNIX-LISTEN:{sock},fork,unlink-early", f"TCP:127.0.0.1:{port}"],
+                log_path=self.work_dir / "logs" / f"relay-host-{port}.log",
+            ),
+            processes.ManagedProcess(
+                f"host port {port} relay (namespace side)",
+                in_netns(
+                    [
+                        "socat",
+                        f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr",
+                        f"UNIX-CONNECT:{sock}",
+                    ]
+                ),
+                log_path=self.work_dir / "logs" / f"relay-host-{port}.log",
+            ),
+        ]
+        for relay in relays:
+            relay.start()
+        self._relays += relays
+
     def in_cluster_dsn(self, dsn: str) -> str:
         """The same database as ``dsn`` (a Postgres on this host), as pods must reach it:
         through :meth:`expose_postgres`, at the Service's ClusterIP and port 5432."""

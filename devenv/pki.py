@@ -46,17 +46,7 @@ class ControlPlanePKI:
 
 def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) -> ControlPlanePKI:
     """Write a CA, serving and client certificates and the service-account key pair."""
-    if " " in str(directory):
-        raise ValueError(f"{directory}: the PKI directory path must not contain spaces")
-    directory.mkdir(parents=True, exist_ok=True)
-    ca = KeyPair(directory / "ca.crt", directory / "ca.key")
-    _genkey(ca.key)
-    _openssl(
-        f"req -x509 -new -days {DAYS} -subj /CN=pgsched-devenv-ca",
-        f"-key {ca.key} -out {ca.cert}",
-        "-addext basicConstraints=critical,CA:TRUE",
-        "-addext keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-    )
+    ca = _ca(directory, "pgsched-devenv-ca")
     sans = ",".join(
         [f"DNS:{name}" for name in APISERVER_DNS_NAMES]
         + ["IP:127.0.0.1", f"IP:{service_ip}", f"IP:{node_ip}"]
@@ -108,6 +98,36 @@ def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) ->
         sa_key,
         sa_pub,
     )
+
+
+def webhook_tls(directory: Path, *, ip: str) -> Path:
+    """A CA and a serving certificate for ``ip``, laid out as a TLS Secret mounts them
+    (``ca.crt``, ``tls.crt``, ``tls.key``): what ``PGSCHED_WEBHOOK_CERT_DIR`` names."""
+    ca = _ca(directory, "pgsched-webhook-ca")
+    _issue(
+        directory,
+        "tls",
+        ca,
+        subject=f"/CN={ip}",
+        usage="serverAuth",
+        sans=f"IP:{ip}",
+    )
+    return directory
+
+
+def _ca(directory: Path, name: str) -> KeyPair:
+    if " " in str(directory):
+        raise ValueError(f"{directory}: the PKI directory path must not contain spaces")
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = KeyPair(directory / "ca.crt", directory / "ca.key")
+    _genkey(ca.key)
+    _openssl(
+        f"req -x509 -new -days {DAYS} -subj /CN={name}",
+        f"-key {ca.key} -out {ca.cert}",
+        "-addext basicConstraints=critical,CA:TRUE",
+        "-addext keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    )
+    return ca
 
 
 def _issue(

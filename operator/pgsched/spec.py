@@ -62,7 +62,12 @@ _EXTRA_FIELDS = {
 }
 
 
-__all__ = ["FieldError", "SpecError", "parse"]  # the errors are validation's, named here too
+__all__ = [
+    "FieldError",
+    "SpecError",
+    "parse",
+    "pool_limit",
+]  # the errors are validation's, named here too
 _DEFAULTS = DefinitionSpec  # every default of a spec field is stated once, there
 
 
@@ -325,6 +330,26 @@ def parse(
     except schedule.ScheduleError as error:
         raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
     return parsed
+
+
+def pool_limit(spec: Any) -> int:
+    """A ConcurrencyPool spec's ``limit``. Raises :class:`SpecError` naming the field.
+
+    The CRD's schema refuses most of this at ``kubectl apply``; the controller and the
+    admission webhook both call this for what slips past it (a CRD installed without its
+    schema, an older one)."""
+    limit = spec.get("limit") if isinstance(spec, Mapping) else None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_INT32:
+        raise SpecError(
+            [
+                FieldError(
+                    "spec.limit",
+                    f"must be an integer of at least 1, got {_describe(limit)}",
+                    "limit: 2",
+                )
+            ]
+        )
+    return limit
 
 
 def _reject_past_run_at(built: timeline.Schedule, text: str, not_before: datetime) -> None:

@@ -149,6 +149,11 @@ class ScheduledJobs:
         output = self.cluster.kubectl("get", "sj", name, "-n", self.namespace, "-o", "json").stdout
         return dict(json.loads(output))
 
+    def condition(self, name: str, kind: str = "Ready") -> dict[str, Any] | None:
+        """The ScheduledJob's condition of type ``kind``, if it has one yet."""
+        conditions = (self.get(name).get("status") or {}).get("conditions") or []
+        return next((item for item in conditions if item["type"] == kind), None)
+
     def annotate(self, name: str, key: str, value: str) -> None:
         self.cluster.kubectl(
             "annotate", "sj", name, "-n", self.namespace, f"{key}={value}", "--overwrite"

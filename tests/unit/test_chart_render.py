@@ -314,13 +314,16 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
     )
     chart = {key for key in {*namespaced, *wide, *ui} if key.startswith("PGSCHED_")}
     chart.add("PGSCHED_DSN")  # from the database Secret
+    # The chart writes the webhook's configuration itself (templates/webhook.yaml); kopf
+    # manages one only for an operator outside a cluster (docs/admission.md).
+    chart.add("PGSCHED_WEBHOOK_CONFIGURATION")
     assert chart == read
 
 
 def test_probes_use_the_operators_healthz_on_the_health_port(helm_binary):
     operator = container(render(helm_binary))
     ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
-    assert ports == {"health": 8080, "metrics": 9090}
+    assert ports == {"health": 8080, "metrics": 9090, "webhook": 9443}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
 
@@ -328,7 +331,7 @@ def test_probes_use_the_operators_healthz_on_the_health_port(helm_binary):
 def test_database_connections_come_from_secrets_and_migrations_run_first(helm_binary):
     objects = render(helm_binary, sets=("database.dsn=host=db user=pgsched",))
     spec = deployment(objects)["spec"]["template"]["spec"]
-    [secret] = of_kind(objects, "Secret")
+    [secret] = [obj for obj in of_kind(objects, "Secret") if "stringData" in obj]
     dsn_ref = {"secretKeyRef": {"name": "pgsched-database", "key": "dsn"}}
 
     assert [c["name"] for c in spec["initContainers"]] == ["migrate"]
@@ -352,7 +355,11 @@ def test_pods_meet_pod_security_restricted_by_default(helm_binary):
         assert context["capabilities"] == {"drop": ["ALL"]}
         assert context["readOnlyRootFilesystem"] is True
         assert {"name": "tmp", "mountPath": "/tmp"} in item["volumeMounts"]
-    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    # emptyDir and secret are volume types Pod Security "restricted" allows.
+    assert spec["volumes"] == [
+        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": "webhook-tls", "secret": {"secretName": "pgsched-webhook-tls"}},
+    ]
 
 
 # -- RBAC and namespaces -------------------------------------------------------------------------
@@ -525,3 +532,131 @@ def test_image_is_the_app_version_unless_a_tag_or_digest_is_given(helm_binary):
     assert default == f"ghcr.io/pgsched/pgsched:{pgsched.__version__}"
     assert tagged == "ghcr.io/pgsched/pgsched:dev"
     assert pinned["image"] == f"ghcr.io/pgsched/pgsched@{digest}"
+
+
+# -- the admission webhook ---------------------------------------------------------------------
+
+
+def webhook_configuration(objects: list[Obj]) -> Obj:
+    [found] = of_kind(objects, "ValidatingWebhookConfiguration")
+    return found
+
+
+def test_the_webhook_is_on_by_default_fails_open_quickly_and_covers_the_watched_namespaces(
+    helm_binary,
+):
+    objects = render(helm_binary, sets=("watchNamespaces={jobs,reports}",))
+    env = operator_environment(objects)
+    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"})
+    assert settings.webhook.bind == "10.1.2.3:9443"
+    assert settings.webhook.cert_dir == "/etc/pgsched/webhook"
+    assert settings.webhook.configuration == ""  # the chart writes it, not the operator
+    operator = container(objects)
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in operator["ports"]
+    [mount] = [item for item in operator["volumeMounts"] if item["name"] == "webhook-tls"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/pgsched/webhook", True)
+    [secret] = [obj for obj in of_kind(objects, "Secret") if obj["type"] == "kubernetes.io/tls"]
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    volume = next(
+        v
+        for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "webhook-tls"
+    )
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+
+    hooks = webhook_configuration(objects)["webhooks"]
+    assert [hook["rules"][0]["resources"] for hook in hooks] == [
+        ["scheduledjobs"],
+        ["concurrencypools"],
+    ]
+    for hook in hooks:
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["timeoutSeconds"] == 5
+        assert hook["sideEffects"] == "None"
+        assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+        assert hook["namespaceSelector"]["matchExpressions"] == [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["jobs", "reports"]}
+        ]
+        client = hook["clientConfig"]
+        assert client["service"] == {
+            "name": "pgsched-webhook",
+            "namespace": "pgsched-system",
+            "path": "/" + hook["rules"][0]["resources"][0],  # kopf's handler id
+            "port": 443,
+        }
+        assert client["caBundle"] == secret["data"]["ca.crt"]
+    [service] = [
+        o for o in of_kind(objects, "Service") if o["metadata"]["name"] == "pgsched-webhook"
+    ]
+    assert service["spec"]["ports"] == [
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    # Nothing cluster-scoped is granted for it: the operator never writes the configuration.
+    assert of_kind(objects, "ClusterRole") == []
+
+
+def test_the_webhook_covers_every_namespace_in_cluster_wide_mode(helm_binary):
+    objects = render(helm_binary, sets=("rbac.clusterWide=true",))
+    assert all(
+        "namespaceSelector" not in hook for hook in webhook_configuration(objects)["webhooks"]
+    )
+
+
+def test_turning_the_webhook_off_leaves_no_trace_of_it(helm_binary):
+    objects = render(helm_binary, sets=("admissionWebhook.enabled=false",))
+    assert of_kind(objects, "ValidatingWebhookConfiguration") == []
+    assert not [o for o in objects if "webhook" in o["metadata"]["name"]]
+    assert not [key for key in operator_environment(objects) if "WEBHOOK" in key]
+    assert "webhook" not in {port["name"] for port in container(objects)["ports"]}
+
+
+def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(helm_binary):
+    objects = render(
+        helm_binary,
+        sets=("admissionWebhook.certManager.enabled=true", "admissionWebhook.timeoutSeconds=3"),
+    )
+    [certificate] = of_kind(objects, "Certificate")
+    [issuer] = of_kind(objects, "Issuer")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["secretName"] == "pgsched-webhook-tls"
+    assert certificate["spec"]["issuerRef"] == {
+        "kind": "Issuer",
+        "name": issuer["metadata"]["name"],
+    }
+    assert "pgsched-webhook.pgsched-system.svc" in certificate["spec"]["dnsNames"]
+    assert not [o for o in of_kind(objects, "Secret") if o["type"] == "kubernetes.io/tls"]
+    configuration = webhook_configuration(objects)
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "pgsched-system/pgsched-webhook"
+    }
+    for hook in configuration["webhooks"]:
+        assert "caBundle" not in hook["clientConfig"]
+        assert hook["timeoutSeconds"] == 3
+
+    own = render(
+        helm_binary,
+        sets=(
+            "admissionWebhook.certManager.enabled=true",
+            "admissionWebhook.certManager.issuerRef.kind=ClusterIssuer",
+            "admissionWebhook.certManager.issuerRef.name=internal-ca",
+        ),
+    )
+    assert of_kind(own, "Issuer") == []
+    [certificate] = of_kind(own, "Certificate")
+    assert certificate["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "internal-ca"}
+
+
+@pytest.mark.parametrize("timeout", ["0", "31"])
+def test_the_schema_keeps_the_webhook_timeout_within_what_the_api_server_allows(
+    helm_binary, timeout
+):
+    result = helm(
+        helm_binary,
+        "template",
+        "pgsched",
+        CHART,
+        "--set",
+        f"admissionWebhook.timeoutSeconds={timeout}",
+    )
+    assert result.returncode != 0
+    assert "/admissionWebhook/timeoutSeconds" in result.stderr

@@ -271,6 +271,22 @@ def test_image_entry_points_run_from_the_installed_virtualenv(image_venv):
     assert where.stdout.strip().startswith(str(venv)), where
 
 
+def test_the_image_carries_kopf_for_the_admission_webhook(image_venv):
+    """`pip show kopf` on the image's virtualenv (the image itself has no pip)."""
+    venv = image_venv["VENV"]
+    python = str(venv / "bin" / "python")
+    shown = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "show", "kopf"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "Name: kopf" in shown.stdout
+    loaded = installed(venv, "python", "-c", "import pgsched.k8s.webhook")
+    assert loaded.returncode == 0, loaded.stderr
+
+
 def test_image_virtualenv_has_no_pip_and_ships_compiled_bytecode(image_venv):
     venv = image_venv["VENV"]
     assert not (venv / "bin" / "pip").exists()

@@ -15,7 +15,7 @@ import yaml
 
 from pgsched.engine.tick import TickSettings
 from pgsched.k8s.jobs import JobSettings
-from pgsched.k8s.settings import OperatorSettings
+from pgsched.k8s.settings import OperatorSettings, WebhookSettings
 
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "configuration.md"
@@ -52,7 +52,12 @@ def documented_variables() -> dict[str, str]:
 def code_default(source: str) -> str:
     """A default as the code states it: a literal, or the dataclass field it names
     (``cls.api_qps``, ``TickSettings.interval_seconds``) — each default is stated once."""
-    owners = {"cls": OperatorSettings, "TickSettings": TickSettings, "JobSettings": JobSettings}
+    owners = {
+        "cls": OperatorSettings,
+        "TickSettings": TickSettings,
+        "JobSettings": JobSettings,
+        "WebhookSettings": WebhookSettings,
+    }
     owner, _, name = source.partition(".")
     if owner in owners and name.isidentifier():
         return str(getattr(owners[owner], name))

@@ -8,8 +8,9 @@ Python that needs the value itself (to compute occurrences, or a backoff).
 
 ``local()`` is this machine's clock, the only one pgsched reads outside the database, for
 what is about this machine alone: the doctor's clock-skew check, the tick's estimate of
-the database clock between ticks, the timestamp in the cancel file a workload reads, and
-``pgsched next`` without a database. No other module reads the wall clock
+the database clock between ticks, the timestamp in the cancel file a workload reads,
+``pgsched next`` without a database, and the admission webhook's "is this runAt in the
+past" (it has no database; the controller asks the database again). No other module reads the wall clock
 (``tests/unit/test_one_clock.py`` fails if one does).
 """
 

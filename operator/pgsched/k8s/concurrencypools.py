@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from pgsched import spec as spec_module
 from pgsched.engine import pools
 from pgsched.k8s import api, controller, finalizers
 from pgsched.k8s.names import Obj
@@ -71,17 +72,12 @@ class Pools:
     def _apply(self, body: Obj) -> None:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        limit = (body.get("spec") or {}).get("limit")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            # The CRD's schema refuses this at admission; a pool applied without it is
-            # ignored (its jobs wait), never retried in a loop.
-            log.warning(
-                "ConcurrencyPool %s/%s: spec.limit must be an integer of at least 1, got %r"
-                " (example: limit: 2); ignored",
-                namespace,
-                name,
-                limit,
-            )
+        try:
+            limit = spec_module.pool_limit(body.get("spec") or {})
+        except spec_module.SpecError as error:
+            # The CRD's schema and the admission webhook refuse this at apply; a pool
+            # applied without them is ignored (its jobs wait), never retried in a loop.
+            log.warning("ConcurrencyPool %s/%s: %s; ignored", namespace, name, error)
             return
         path = api.pool_path(namespace, name)
         if (

@@ -14,14 +14,17 @@ schedule safely. Then, on every replica:
   outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of
   silent runs, history partitions, the resync;
 - ``/healthz`` (``health``) fails when a thread is dead or the tick loop stopped making
-  progress; Prometheus metrics are served on their own port.
+  progress; Prometheus metrics are served on their own port;
+- with ``PGSCHED_WEBHOOK_BIND``, the validating admission webhook (``webhook``: kopf,
+  admission handlers only) refuses at ``kubectl apply`` what the controller would refuse.
 
 Why pgsched watches for itself instead of using an operator framework: memory. A
 framework that queues every listed object with its parsed body until a handler takes it
 holds a whole fleet at once on start-up (kopf, which this operator used before 0.3: ~13 KiB
 per ScheduledJob that the allocator then keeps, ~1.3 GB at 100,000); here a watch holds one
 list chunk, the sync queue a bounded number of bodies, and the write queue small records
-(bench/README.md, ``fleet``).
+(bench/README.md, ``fleet``). kopf still serves the admission webhook, where it watches
+nothing (docs/architecture.md, "Why kopf serves admission only").
 
 Least privilege: nothing cluster-scoped is listed or watched in namespaced mode — the
 namespaces are exact names, and the ScheduledJob CRD must be served before the watches
@@ -40,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import prometheus_client
@@ -69,6 +72,9 @@ from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
 from pgsched.k8s.watch import Event, Watch
 from pgsched.k8s.workqueue import WorkQueue
+
+if TYPE_CHECKING:
+    from pgsched.k8s import webhook
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +305,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         count=WRITE_WORKERS,
     )
     pools = concurrencypools.Pools(pool, kube.background(), publisher, clock=clock)
+    admission = _webhook(settings)
     controllers = [
         Controller(
             names.PLURAL,
@@ -336,6 +343,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         dead = [item.name for item in controllers if not item.alive()]
         if not writes.alive():
             dead.append(writes.name)
+        if admission is not None and not admission.alive():
+            dead.append("pgsched-webhook")
         if dead:
             raise health.Unhealthy(f"threads died: {', '.join(dead)}")
         found["listed"] = all(item.listed() for item in controllers)
@@ -353,6 +362,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     )
     threads.start()
     writes.start()
+    if admission is not None:
+        admission.start()
     for controller in controllers:
         controller.start()
     server = health.serve(settings.health_bind, check)
@@ -361,11 +372,26 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         log.info("pgsched operator stopping")
     finally:
         server.shutdown()
+        if admission is not None:
+            admission.stop(SHUTDOWN_SECONDS)
         for controller in controllers:
             controller.stop(SHUTDOWN_SECONDS)
         writes.stop(SHUTDOWN_SECONDS)
         threads.shutdown()
         pool.close()
+
+
+def _webhook(settings: OperatorSettings) -> webhook.Webhook | None:
+    """The admission webhook, if configured; a missing certificate stops the start. kopf is
+    imported only then: an operator without the webhook does not carry it in memory."""
+    if not settings.webhook.bind:
+        return None
+    from pgsched.k8s import webhook
+
+    try:
+        return webhook.Webhook(settings.webhook)
+    except webhook.WebhookError as error:
+        raise StartupError(str(error)) from None
 
 
 def _sync(

@@ -20,6 +20,19 @@ from pgsched.validation import Problems, SettingsError
 
 
 @dataclass(frozen=True)
+class WebhookSettings:
+    """The validating admission webhook (``k8s.webhook``, docs/admission.md)."""
+
+    # host:port of its HTTPS server; empty: no webhook.
+    bind: str = ""
+    # A folder with tls.crt, tls.key and (optionally) ca.crt: a mounted TLS Secret.
+    cert_dir: str = ""
+    # The ValidatingWebhookConfiguration kopf creates and keeps pointing at the server;
+    # empty: someone else writes it (the Helm chart does).
+    configuration: str = ""
+
+
+@dataclass(frozen=True)
 class OperatorSettings:
     dsn: str
     namespaces: tuple[str, ...]
@@ -47,6 +60,7 @@ class OperatorSettings:
     pool_size: int = 4
     # How long run history is kept (engine/history.py); None: forever.
     history_retention: timedelta | None = None
+    webhook: WebhookSettings = WebhookSettings()
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -139,6 +153,13 @@ class OperatorSettings:
             ui_cookie_secure=env.get("PGSCHED_UI_COOKIE_SECURE", cls.ui_cookie_secure),
             pool_size=int(number("PGSCHED_DB_POOL_SIZE", cls.pool_size, 2, "4")),
             history_retention=_retention(env.get("PGSCHED_HISTORY_RETENTION", ""), problems),
+            webhook=WebhookSettings(
+                bind=env.get("PGSCHED_WEBHOOK_BIND", WebhookSettings.bind),
+                cert_dir=env.get("PGSCHED_WEBHOOK_CERT_DIR", WebhookSettings.cert_dir),
+                configuration=env.get(
+                    "PGSCHED_WEBHOOK_CONFIGURATION", WebhookSettings.configuration
+                ),
+            ),
         )
         if settings.jobs.image_pull_policy not in {"Always", "IfNotPresent", "Never"}:
             problems.add(
@@ -158,7 +179,18 @@ class OperatorSettings:
                 "and PGSCHED_UI_TLS_KEY_FILE must be set together (or neither)",
                 "PGSCHED_UI_TLS_CERT_FILE=/tls/tls.crt PGSCHED_UI_TLS_KEY_FILE=/tls/tls.key",
             )
-        for name in ("PGSCHED_HEALTH_BIND", "PGSCHED_METRICS_BIND", "PGSCHED_UI_BIND"):
+        if settings.webhook.bind and not settings.webhook.cert_dir:
+            problems.add(
+                "PGSCHED_WEBHOOK_CERT_DIR",
+                "is required with PGSCHED_WEBHOOK_BIND: the folder of the webhook's TLS Secret",
+                "PGSCHED_WEBHOOK_CERT_DIR=/etc/pgsched/webhook",
+            )
+        for name in (
+            "PGSCHED_HEALTH_BIND",
+            "PGSCHED_METRICS_BIND",
+            "PGSCHED_UI_BIND",
+            "PGSCHED_WEBHOOK_BIND",
+        ):
             value = env.get(name)
             if value and not _is_bind(value):
                 problems.add(name, f"{value!r} must be host:port", f"{name}=0.0.0.0:8080")
