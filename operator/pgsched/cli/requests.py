@@ -217,7 +217,9 @@ def _raise_if_refused(
 
 
 def _refused(error: api.ApiError, verb: str, namespace: str) -> CommandError:
-    if error.status == 403:
+    # RBAC's 403 says "User ... cannot patch resource ..."; an admission policy's 403
+    # (the requester policy) says why it denied the request: shown as it is.
+    if error.status == 403 and f"cannot {verb} resource" in error.message:
         return CommandError(
             f"Kubernetes RBAC refused: you may not {verb} {RESOURCE} in namespace"
             f" {namespace} (this needs the `{verb}` permission on {RESOURCE}; check with"
