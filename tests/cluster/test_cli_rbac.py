@@ -15,7 +15,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,9 @@ from cli_runner import Result, pgsched
 from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
+from pgsched.db import connection
+from pgsched.k8s import api, commands, scheduledjobs
+from pgsched.k8s.publisher import Publisher
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
@@ -315,3 +318,23 @@ def test_the_database_path_still_works_for_an_administrator_and_says_it_bypasses
     assert "Kubernetes RBAC and the API server's audit log do not apply" in result.err
     [run] = sj.runs("admin")
     assert requester_of(sj, run["id"]).startswith("CLI (")
+
+
+def test_a_request_replaced_before_the_operator_removes_it_stays_for_its_own_turn(
+    sj, cluster, crd, dsn
+):
+    """The operator removes a handled request with a JSON patch that tests its value: a
+    newer request written meanwhile is neither removed nor retried into a loop."""
+    sj.apply(
+        "replaced", {"schedule": NEVER, "jobTemplate": busybox("true")},
+        annotations={"pgsched.dev/run-now": "newer"},
+    )  # fmt: skip
+    kube = api.KubeApi.from_environment(kubeconfig=str(cluster.kubeconfig))
+    with connection.pool(dsn, name="pgsched-test-requests", max_size=1) as pool:
+        context = scheduledjobs.Context(
+            pool=pool, kube=kube, publisher=Publisher(kube), clock=lambda: None
+        )
+        handled = commands.Request("pgsched.dev/run-now", "older", "alice")
+        writes = replace(scheduledjobs.Writes.of(sj.get("replaced")), remove=(handled,))
+        assert scheduledjobs.write(context, writes) is None  # done: nothing to retry
+    assert request_annotations(sj, "replaced") == {"pgsched.dev/run-now": "newer"}
