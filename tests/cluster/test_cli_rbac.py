@@ -101,6 +101,13 @@ def user(cluster: ControlPlane, namespace: str, name: str, rules: list, tmp_path
     return User(f"system:serviceaccount:{namespace}:{name}", path)
 
 
+def synced(operators, sj, name: str, command: str) -> None:
+    """An operator, and a ScheduledJob it has synced (its status is written)."""
+    operators.start()
+    sj.apply(name, {"schedule": NEVER, "jobTemplate": busybox(command)})
+    wait_for(lambda: sj.get(name).get("status"), 30, describe=f"{name} synced")
+
+
 def kubectl_as(cluster: ControlPlane, who: User, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(cluster.binaries.kubectl), "--kubeconfig", str(who.kubeconfig), *args],
@@ -172,9 +179,7 @@ def test_a_user_who_may_only_get_scheduledjobs_can_neither_run_cancel_backfill_n
 def test_a_user_who_may_patch_runs_cancels_backfills_and_suspends_and_is_recorded(
     operators, sj, cluster, namespace, tmp_path, requester_policy
 ):
-    operators.start()
-    sj.apply("served", {"schedule": NEVER, "jobTemplate": busybox("sleep 300")})
-    wait_for(lambda: sj.get("served").get("status"), 30, describe="the ScheduledJob synced")
+    synced(operators, sj, "served", "sleep 300")
     writer = user(cluster, namespace, "writer", PATCH, tmp_path)
 
     queued = as_user(writer, "run-now", "served", "--token", "deploy-1")
@@ -294,9 +299,7 @@ def test_bad_request_values_get_one_warning_event_naming_the_accepted_values(
 def test_the_cli_reports_a_request_the_operator_refused(
     operators, sj, cluster, namespace, tmp_path, requester_policy
 ):
-    operators.start()
-    sj.apply("mine", {"schedule": NEVER, "jobTemplate": busybox("true")})
-    wait_for(lambda: sj.get("mine").get("status"), 30, describe="the ScheduledJob synced")
+    synced(operators, sj, "mine", "true")
     writer = user(cluster, namespace, "writer", PATCH, tmp_path)
     refused = as_user(writer, "cancel", "mine", "424242")
     assert refused.code == 1
@@ -309,9 +312,7 @@ def test_the_cli_reports_a_request_the_operator_refused(
 def test_the_database_path_still_works_for_an_administrator_and_says_it_bypasses_rbac(
     operators, sj, namespace
 ):
-    operators.start()
-    sj.apply("admin", {"schedule": NEVER, "jobTemplate": busybox("true")})
-    wait_for(lambda: sj.get("admin").get("status"), 30, describe="the ScheduledJob synced")
+    synced(operators, sj, "admin", "true")
     result = pgsched("run-now", "admin", "-n", namespace, "--database", dsn=operators.dsn)
     assert result.code == 0, result.err
     assert result.out.startswith("run ") and "queued" in result.out
