@@ -181,6 +181,7 @@ def test_backfill_annotation_queues_the_range_once_with_its_requester(context, c
         "pgsched.dev/backfill-requested-by": "carol",
     }
     writes = answer(context, job, **request)
+    context.in_hand.clear()  # as the writer does once it removed the request
     answer(context, job, **request)  # the same range again: nothing new
     assert writes.answers == ()
     queued = all_runs(conn, job)
@@ -206,6 +207,19 @@ def test_bad_backfill_ranges_get_a_warning_and_queue_nothing(context, conn, job)
         assert warning.startswith("pgsched.dev/backfill: ") and message in warning, warning
         assert warning.endswith(example)
     assert all_runs(conn, job) == []
+
+
+def test_a_request_is_carried_out_once_until_the_writer_removed_it(context, conn, job):
+    """Watch events that come before the removal (the finalizer's, the status's) show the
+    request again: it is not carried out again."""
+    request = {"pgsched.dev/run-now": "once", "pgsched.dev/run-now-requested-by": "erin"}
+    first = answer(context, job, **request)
+    echo = scheduledjobs.sync(context, body(str(job), request), revalidate=False)
+    assert echo == scheduledjobs.Synced()
+    assert len(all_runs(conn, job)) == 1
+    context.in_hand.clear()  # removed; written again later: handled (and idempotent)
+    assert answer(context, job, **request).remove == first.remove
+    assert len(all_runs(conn, job)) == 1
 
 
 def test_resume_clears_an_automatic_suspension_and_asks_for_the_status(context, conn, job):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -58,6 +58,12 @@ class Context:
     kube: api.KubeApi
     publisher: Publisher
     clock: Callable[[], datetime | None]
+    # Requests carried out and not removed yet, by uid: the watch events that come before
+    # the removal (the finalizer's, the status's) do not carry them out again. Carrying out
+    # twice is harmless by design, but each time is a database round and a log line, and
+    # a run-now token's uniqueness check is not proof against every concurrent change of
+    # job_runs' partitions (the history service moving a month out of the default one).
+    in_hand: dict[UUID, set[commands.Request]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,12 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
         Writes.of(body), add_finalizer=finalizers.FINALIZER not in meta.get("finalizers", ())
     )
     observed = (body.get("status") or {}).get("observedGeneration") == generation
-    requests = commands.read(meta.get("annotations") or {})
+    in_hand = context.in_hand.get(key.id, set())
+    requests = [
+        request
+        for request in commands.read(meta.get("annotations") or {})
+        if request not in in_hand
+    ]
     asked = bool(requests)
     if not revalidate and observed and not writes.add_finalizer and not asked:
         # The status shows this generation, so a replica synced and published it: a watch
@@ -250,6 +261,7 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
                 writes = replace(writes, events=(note,))
         if asked:
             writes = _answer(conn, stored, requests, writes, now=now)
+            context.in_hand.setdefault(key.id, set()).update(requests)
     return Synced(writes if writes.anything else None)
 
 
@@ -368,6 +380,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
     meta = body["metadata"]
     where = _where(meta)
     definition_id = UUID(meta["uid"])
+    context.in_hand.pop(definition_id, None)
     with context.pool.connection() as conn:
         stopping = definitions.delete(conn, definition_id)
         running = runs.counts(conn, definition_id).running
@@ -422,6 +435,7 @@ def _write(context: Context, writes: Writes) -> None:
         _post(context, writes, note)
     for request in writes.remove:
         _remove_request(kube, path, request)
+        context.in_hand.get(writes.uid, set()).discard(request)
     refresh = [*writes.downstreams, *([writes.uid] if writes.refresh else [])]
     if refresh:
         with context.pool.connection() as conn:
