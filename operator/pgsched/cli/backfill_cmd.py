@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
     meta, spec = obj["metadata"], obj.get("spec") or {}
     zone = zones.load_zone(str(spec.get("timeZone") or "UTC"))
     key = f"{meta['namespace']}/{meta['name']}"
-    start, end, wanted = occurrences(
-        _schedule_of(obj), zone, args, now=datetime.now(UTC), subject=key
-    )
+    # This machine's clock, for a first check: the operator checks again with the database's.
+    now = clock.local()
+    start, end, wanted = occurrences(_schedule_of(obj, now=now), zone, args, now=now, subject=key)
     if args.dry_run:
         return _dry_run(args, key, zone, wanted)
     value = commands.backfill_value(start.astimezone(UTC), end.astimezone(UTC))
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schedule_of(obj: dict[str, Any]) -> timeline.Schedule:
+def _schedule_of(obj: dict[str, Any], *, now: datetime) -> timeline.Schedule:
     """The ScheduledJob's schedule from its spec, as the operator builds it."""
     from pgsched import spec as spec_module
 
@@ -134,7 +134,7 @@ def _schedule_of(obj: dict[str, Any]) -> timeline.Schedule:
             obj.get("spec") or {},
             hash_seed=f"{meta['namespace']}/{meta['name']}",
             anchor=anchor,
-            now=datetime.now(UTC),
+            now=now,
         )
     except spec_module.SpecError as error:
         raise common.CommandError(f"the ScheduledJob's spec is invalid: {error}") from None
