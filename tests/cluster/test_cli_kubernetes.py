@@ -39,7 +39,7 @@ def test_resume_clears_an_automatic_suspension_without_touching_the_spec(
         {"schedule": NEVER, "failureSuspendThreshold": 1, "retryPolicy": {"maxAttempts": 1},
          "jobTemplate": busybox("exit 1")},
     )  # fmt: skip
-    queued = pgsched("run-now", "fragile", "-n", namespace, dsn=operators.dsn)
+    queued = pgsched("run-now", "fragile", "-n", namespace, "--database", dsn=operators.dsn)
     assert queued.code == 0, queued.err
     wait_for(
         lambda: suspended_condition(sj, "fragile").get("reason") == "TooManyFailures",
@@ -51,7 +51,13 @@ def test_resume_clears_an_automatic_suspension_without_touching_the_spec(
     generation = sj.get("fragile")["metadata"]["generation"]
 
     resumed = pgsched(
-        "resume", "fragile", "-n", namespace, dsn=operators.dsn, kubeconfig=cluster.kubeconfig
+        "resume",
+        "fragile",
+        "-n",
+        namespace,
+        "--database",
+        dsn=operators.dsn,
+        kubeconfig=cluster.kubeconfig,
     )
 
     assert resumed.code == 0, resumed.err
@@ -71,7 +77,7 @@ def test_suspend_and_resume_patch_spec_suspend_and_the_definition(
     wait_for(lambda: definition_row(sj, "paused"), 30, describe="the definition")
     kube = {"dsn": operators.dsn, "kubeconfig": cluster.kubeconfig}
 
-    suspended = pgsched("suspend", "paused", "-n", namespace, "-o", "json", **kube)
+    suspended = pgsched("suspend", "paused", "-n", namespace, "--database", "-o", "json", **kube)
     assert suspended.code == 0, suspended.err
     assert suspended.json()["specPatched"] and suspended.json()["suspended"]
     assert sj.get("paused")["spec"]["suspend"] is True
@@ -82,7 +88,7 @@ def test_suspend_and_resume_patch_spec_suspend_and_the_definition(
         describe="the Suspended condition",
     )
 
-    resumed = pgsched("resume", "paused", "-n", namespace, **kube)
+    resumed = pgsched("resume", "paused", "-n", namespace, "--database", **kube)
     assert resumed.code == 0 and "spec.suspend set to false" in resumed.out
     assert sj.get("paused")["spec"]["suspend"] is False
     assert definition_row(sj, "paused")["suspended"] is False

@@ -38,7 +38,7 @@ def test_deleting_the_scheduled_job_records_deletion_for_queued_and_running_runs
 def test_pgsched_cancel_records_who_ran_it_and_describe_runs_and_the_event_show_it(dsn, conn):
     job = define(conn, "report", now=T0)
     queued = runs.run_now(conn, job.id, token="a").run
-    assert pgsched("cancel", str(queued.id), dsn=dsn).code == 0
+    assert pgsched("cancel", "--database", str(queued.id), dsn=dsn).code == 0
     who = f"CLI ({getpass.getuser()}@{socket.gethostname()})"
     assert runs.get(conn, queued.id).cancelled_by == who
 

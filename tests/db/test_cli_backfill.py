@@ -24,10 +24,20 @@ def test_backfill_queues_each_occurrence_once_oldest_first(dsn, conn):
     )
 
     first = pgsched(
-        "backfill", "daily", "-n", "jobs", "--from", "2026-05-02", "--to", "2026-05-04", dsn=dsn
+        "backfill",
+        "--database",
+        "daily",
+        "-n",
+        "jobs",
+        "--from",
+        "2026-05-02",
+        "--to",
+        "2026-05-04",
+        dsn=dsn,
     )
     again = pgsched(
         "backfill",
+        "--database",
         "daily",
         "-n",
         "jobs",
@@ -60,6 +70,7 @@ def test_backfill_dry_run_lists_the_occurrences_and_queues_nothing(dsn, conn):
     job = define(conn, "hourly", schedule="0 * * * *", now=T0)
     result = pgsched(
         "backfill",
+        "--database",
         "hourly",
         "--from",
         "2026-05-01T10:00Z",
@@ -87,7 +98,7 @@ def test_backfill_refuses_bad_ranges_and_changes_nothing(dsn, conn):
         (["--from", "2000-01-01", "--to", "2026-05-01"], "more than 100000 occurrences"),
         (["--to", "2026-05-01"], "the following arguments are required: --from"),
     ):
-        result = pgsched("backfill", "hourly", *argv, dsn=dsn)
+        result = pgsched("backfill", "--database", "hourly", *argv, dsn=dsn)
         assert result.code == 2 and message in result.err, (argv, result)
     assert runs_of(conn, job) == []
 
@@ -95,7 +106,7 @@ def test_backfill_refuses_bad_ranges_and_changes_nothing(dsn, conn):
 def test_backfill_with_parallelism_feeds_runs_as_earlier_ones_finish(dsn, conn):
     job = define(conn, "daily", schedule="0 6 * * *", maxConcurrentRuns=5, now=T0)
     process = subprocess.Popen(
-        [sys.executable, "-m", "pgsched.cli.main", "backfill", "daily", "--dsn", dsn,
+        [sys.executable, "-m", "pgsched.cli.main", "backfill", "daily", "--database", "--dsn", dsn,
          "--from", "2026-05-01", "--to", "2026-05-05", "--parallelism", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

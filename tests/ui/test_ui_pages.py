@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from conftest import SOFIA, History, Served
 from factories import define
 from pgsched.db import connection
+from pgsched.engine import runs
 from pgsched.ui import access, pages
 
 
@@ -113,6 +114,15 @@ def test_run_page_shows_describe_fields_and_retry_chain(ui: Served, history: His
     chain = text_of(page.split('id="chain"')[1].split("</table>")[0])
     assert chain.index(str(history.ids["failed"])) < chain.index(str(history.ids["retry"]))
     assert "database-only view" in words
+
+
+def test_run_page_shows_who_requested_a_manual_run(ui: Served, conn: connection.Connection) -> None:
+    job = define(conn, "report", namespace="team-a")
+    signed = runs.run_now(conn, job.id, token="a", requested_by="alice@example.com").run
+    unsigned = runs.run_now(conn, job.id, token="b").run
+    pages_of = {run.id: text_of(ui.get(f"/runs/{run.id}")[1]) for run in (signed, unsigned)}
+    assert "Requested by alice@example.com" in pages_of[signed.id]
+    assert "Requested by unknown (the request named nobody;" in pages_of[unsigned.id]
 
 
 @pytest.mark.parametrize(

@@ -1,23 +1,26 @@
 """``pgsched backfill <sj> --from --to``: run the occurrences of a past range again.
 
-Occurrences come from ``engine.definitions.schedule_of(definition)`` — the schedule the
-materializer uses — between ``--from`` and ``--to`` (both inclusive; a bare date means the
-whole day, local to the ScheduledJob's zone). Each becomes one QUEUED run with trigger
-``backfill``, oldest first. The occurrence key is unique per (definition, scheduled_for,
-trigger), so running the same backfill twice, or resuming an interrupted one, queues
-nothing twice; a backfill run is distinct from the scheduled run of the same instant,
-because re-running the past is the point. Backfill runs have no starting deadline and are
-never skipped by ``concurrencyPolicy: Skip`` (that applies to scheduled runs).
+Occurrences of the ScheduledJob's schedule between ``--from`` and ``--to`` (both
+inclusive; a bare date means the whole day, local to the ScheduledJob's zone) each become
+one QUEUED run with trigger ``backfill``, oldest first, queued once however often the
+command runs (``engine/backfill.py`` says how).
 
-Parallelism: backfill runs are dispatched like any other run, so ``maxConcurrentRuns``
-always holds (shared with the job's scheduled and manual runs). Without
+By default the request goes through the Kubernetes API server: the range, resolved to UTC,
+is written as the ``pgsched.dev/backfill=<from>/<to>`` annotation with its requester
+(``cli/requests.py``), so RBAC and the audit log apply; the operator checks it again and
+queues the runs, recording who asked. ``--dry-run`` lists the occurrences from the
+ScheduledJob's spec as read from the API server. With ``--database`` (administrators) the
+CLI queues the runs itself with the schema owner's DSN, and can stay attached:
+
+backfill runs are dispatched like any other run, so ``maxConcurrentRuns`` always holds (shared with the job's scheduled and manual runs). Without
 ``--parallelism`` the whole range is queued at once and runs as fast as that cap allows.
 With ``--parallelism N`` the command stays attached and keeps at most N occurrences of
 this backfill queued or running, queueing the next as earlier ones finish (so a backfill
 of a year cannot crowd out the job's scheduled runs for hours); interrupting it stops the
 feeding, and the same command resumes it. ``--wait`` (implied by ``--parallelism``)
 follows the backfill to its end and exits 1 if any occurrence did not complete.
-Progress goes to stderr.
+Progress goes to stderr. Both follow the runs in the database, so they need
+``--database``.
 """
 
 from __future__ import annotations
@@ -25,20 +28,18 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pgsched.cli import common, output, target
+from pgsched.cli import common, output, requests, target
 from pgsched.db import clock, queries
-from pgsched.engine import definitions
-from pgsched.schedule import zones
+from pgsched.engine import backfill, definitions
+from pgsched.schedule import timeline, zones
 
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
     from pgsched.engine.models import Definition
 
-MAX_OCCURRENCES = 100_000
-INSERT_BATCH = 1_000
 POLL_SECONDS = 1.0
 
 
@@ -46,10 +47,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Queue one run (trigger backfill) per occurrence of the ScheduledJob's"
         " schedule between --from and --to, both inclusive, oldest first. Running the same"
-        " backfill again queues nothing twice."
+        " backfill again queues nothing twice. Goes through the Kubernetes API server (RBAC:"
+        " patch scheduledjobs) unless --database is given."
     )
     target.add_flags(parser)
     common.add_dsn(parser)
+    requests.add_flags(parser)
     output.add_flag(parser)
     parser.add_argument(
         "--from",
@@ -69,21 +72,91 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parallelism",
         type=common.positive_int,
-        help="keep at most N occurrences queued or running (stays attached; implies --wait)",
+        help="keep at most N occurrences queued or running (stays attached; implies --wait;"
+        " needs --database)",
     )
     parser.add_argument(
-        "--wait", action="store_true", help="follow the runs until every occurrence finished"
+        "--wait",
+        action="store_true",
+        help="follow the runs until every occurrence finished (needs --database)",
     )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.database:
+        return _through_database(args)
+    if args.parallelism is not None or args.wait:
+        raise common.CommandError(
+            "--parallelism and --wait follow the runs in the database: they need --database"
+            " (administrators); without them the operator queues the whole range at once",
+            code=2,
+        )
+    from pgsched.k8s import commands, names
+
+    kube = target.kube(args)
+    obj = requests.scheduled_job(kube, target.namespace(args), args.name)
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    zone = zones.load_zone(str(spec.get("timeZone") or "UTC"))
+    key = f"{meta['namespace']}/{meta['name']}"
+    # This machine's clock, for a first check: the operator checks again with the database's.
+    now = clock.local()
+    start, end, wanted = occurrences(_schedule_of(obj, now=now), zone, args, now=now, subject=key)
+    if args.dry_run:
+        return _dry_run(args, key, zone, wanted)
+    value = commands.backfill_value(start.astimezone(UTC), end.astimezone(UTC))
+    sent = requests.send(kube, args, obj, names.ANNOTATION_BACKFILL, value)
+    if args.output == "json":
+        output.emit_json(
+            {
+                "scheduledJob": key,
+                "occurrences": len(wanted),
+                "range": value,
+                "requestedBy": sent.requested_by,
+                "via": "kubernetes",
+                "taken": sent.taken,
+            }
+        )
+    else:
+        what = f"backfill of {len(wanted)} occurrences ({value})"
+        print(requests.describe(sent, what, timeout=args.timeout))
+    return 0
+
+
+def _schedule_of(obj: dict[str, Any], *, now: datetime) -> timeline.Schedule:
+    """The ScheduledJob's schedule from its spec, as the operator builds it."""
+    from pgsched import spec as spec_module
+
+    meta = obj["metadata"]
+    anchor = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    try:
+        parsed = spec_module.parse(
+            obj.get("spec") or {},
+            hash_seed=f"{meta['namespace']}/{meta['name']}",
+            anchor=anchor,
+            now=now,
+        )
+    except spec_module.SpecError as error:
+        raise common.CommandError(f"the ScheduledJob's spec is invalid: {error}") from None
+    return definitions.build_schedule(
+        parsed, hash_seed=f"{meta['namespace']}/{meta['name']}", anchor=anchor
+    )
+
+
+def _through_database(args: argparse.Namespace) -> int:
+    requests.announce_bypass()
     with common.connect(args, application_name="pgsched-cli") as conn:
         definition = target.definition(conn, args)
-        now = clock.now(conn)
-        wanted = occurrences(definition, args, now=now)
+        zone = zones.load_zone(definition.time_zone)
+        _, _, wanted = occurrences(
+            definitions.schedule_of(definition),
+            zone,
+            args,
+            now=clock.now(conn),
+            subject=definition.key,
+        )
         if args.dry_run:
-            return _dry_run(args, definition, wanted)
+            return _dry_run(args, definition.key, zone, wanted)
         progress = output.Progress()
         if args.parallelism is None:
             queued, already = _queue(conn, definition, wanted, progress)
@@ -118,45 +191,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def occurrences(
-    definition: Definition, args: argparse.Namespace, *, now: datetime
-) -> list[datetime]:
-    zone = zones.load_zone(definition.time_zone)
+    schedule: timeline.Schedule,
+    zone: Any,
+    args: argparse.Namespace,
+    *,
+    now: datetime,
+    subject: str,
+) -> tuple[datetime, datetime, list[datetime]]:
+    """``--from`` and ``--to`` as instants, and the occurrences between them."""
     start = common.parse_time(args.start, zone, flag="--from")
     end = common.parse_time(args.end, zone, flag="--to", end_of_day=True)
-    if start > end:
-        raise common.CommandError(
-            f"--from {args.start} is after --to {args.end}: nothing to backfill", code=2
+    try:
+        found = backfill.occurrences(
+            schedule,
+            start,
+            end,
+            now=now,
+            first=f"--from {args.start}",
+            last=f"--to {args.end}",
+            subject=subject,
         )
-    if end > now:
-        raise common.CommandError(
-            f"--to {args.end} ({output.utc_iso(end)}) is in the future (now is"
-            f" {output.utc_iso(now)}): backfill re-runs past occurrences only, the schedule"
-            " runs future ones",
-            code=2,
-        )
-    found: list[datetime] = []
-    schedule = definitions.schedule_of(definition)
-    for occurrence in schedule.occurrences_after(start - timedelta(microseconds=1)):
-        if occurrence.at > end:
-            break
-        if occurrence.skipped:  # a DST gap under gap: skip never runs
-            continue
-        found.append(occurrence.at)
-        if len(found) > MAX_OCCURRENCES:
-            raise common.CommandError(
-                f"the range holds more than {MAX_OCCURRENCES} occurrences of"
-                f" {definition.key}; split it into smaller ranges",
-                code=2,
-            )
-    return found
+    except backfill.RangeError as error:
+        raise common.CommandError(str(error), code=2) from None
+    return start, end, found
 
 
-def _dry_run(args: argparse.Namespace, definition: Definition, wanted: list[datetime]) -> int:
+def _dry_run(args: argparse.Namespace, key: str, zone: Any, wanted: list[datetime]) -> int:
     if args.output == "json":
-        output.emit_json({"scheduledJob": definition.key, "dryRun": True, "occurrences": wanted})
+        output.emit_json({"scheduledJob": key, "dryRun": True, "occurrences": wanted})
         return 0
-    zone = zones.load_zone(definition.time_zone)
-    print(f"dry run: {len(wanted)} occurrences of {definition.key} would be queued")
+    print(f"dry run: {len(wanted)} occurrences of {key} would be queued")
     if wanted:
         output.table(
             ["#", "local time", "utc"],
@@ -168,24 +232,16 @@ def _dry_run(args: argparse.Namespace, definition: Definition, wanted: list[date
     return 0
 
 
-def _insert(conn: Connection, definition: Definition, batch: list[datetime]) -> int:
-    rows = conn.execute(
-        queries.get("insert_backfill"),
-        {"definition_id": definition.id, "scheduled_for": batch},
-    ).fetchall()
-    return len(rows)
-
-
 def _queue(
     conn: Connection, definition: Definition, wanted: list[datetime], progress: output.Progress
 ) -> tuple[int, int]:
-    queued = 0
-    for first in range(0, len(wanted), INSERT_BATCH):
-        queued += _insert(conn, definition, wanted[first : first + INSERT_BATCH])
-        done = min(first + INSERT_BATCH, len(wanted))
-        if len(wanted) > INSERT_BATCH:
+    def told(done: int) -> None:
+        if len(wanted) > backfill.INSERT_BATCH:
             progress.update(f"queueing backfill of {definition.key}: {done}/{len(wanted)}")
-    return queued, len(wanted) - queued
+
+    return backfill.queue(
+        conn, definition, wanted, requested_by=requests.database_requester(), progress=told
+    )
 
 
 def _report_queued(
@@ -237,7 +293,9 @@ def _follow(
         if parallelism is not None and active < parallelism:
             missing = [at for at in wanted if at not in states][: parallelism - active]
             if missing:
-                _insert(conn, definition, missing)
+                backfill.insert(
+                    conn, definition, missing, requested_by=requests.database_requester()
+                )
                 continue  # read the new rows before reporting
         finals = {at: row["status"] for at, row in states.items() if _final(row)}
         counts = Counter(row["status"] for row in latest if not _final(row))

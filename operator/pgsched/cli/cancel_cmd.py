@@ -1,26 +1,28 @@
-"""``pgsched cancel <run-id>`` / ``pgsched cancel <sj> --all``: stop runs cooperatively.
+"""``pgsched cancel <sj> <run-id>`` / ``pgsched cancel <sj> --all``: stop runs cooperatively.
 
-It calls the engine's ``runs.cancel_run`` / ``runs.cancel_definition``, the functions the
-``pgsched.dev/cancel`` annotation uses, so both behave alike: a QUEUED run is CANCELLED at
-once; a RUNNING run gets ``cancel_requested`` — its heartbeat sidecar tells the workload,
-and if it has not stopped ``cancelGraceSeconds`` later the engine ends it CANCELLED and
-its Job is deleted. The database notifies the pod's heartbeat at once (LISTEN/NOTIFY), and
-going straight to the database means no wait for the operator to see an annotation and
-works while the API server is down.
+By default through the Kubernetes API server: the ``pgsched.dev/cancel=<run-id|all>``
+annotation on the ScheduledJob, with its requester (``cli/requests.py``), so RBAC and the
+audit log apply; the operator carries it out with the engine's ``runs.cancel_run`` /
+``runs.cancel_definition`` and records who asked (``cancelledBy``: ``Annotation (alice)``).
+With ``--database`` (administrators) the CLI calls those functions itself with the schema
+owner's DSN — then a bare run id is enough (``pgsched cancel 4711 --database``), and the
+run's cancellation records ``CLI (user@host)``.
 
-``--all`` is required to cancel by ScheduledJob name, so a typo'd run id can never cancel
-every run of a job.
+Either way a QUEUED run is CANCELLED at once; a RUNNING run gets ``cancel_requested`` —
+its heartbeat sidecar tells the workload (the database notifies it at once), and if it has
+not stopped ``cancelGraceSeconds`` later the engine ends it CANCELLED and its Job is
+deleted.
+
+``--all`` is required to cancel by ScheduledJob name alone, so a forgotten run id can
+never cancel every run of a job.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import os
-import socket
 from typing import Any
 
-from pgsched.cli import common, output, runs_cmd, target
+from pgsched.cli import common, output, requests, runs_cmd, target
 from pgsched.engine import runs
 
 WHY = "cancelled with `pgsched cancel`"
@@ -29,51 +31,94 @@ WHY = "cancelled with `pgsched cancel`"
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Cancel a run (queued: at once; running: cooperatively, within the"
-        " ScheduledJob's cancelGraceSeconds). With --all, TARGET is a ScheduledJob and all"
-        " its queued and running runs are cancelled."
+        " ScheduledJob's cancelGraceSeconds): pgsched cancel SJ RUN-ID. With --all, every"
+        " queued and running run of SJ. Goes through the Kubernetes API server (RBAC: patch"
+        " scheduledjobs) unless --database is given; with --database a run id alone will do."
     )
     parser.add_argument(
-        "name", metavar="TARGET", help="a run id, or a ScheduledJob name with --all"
+        "name", metavar="TARGET", help="a ScheduledJob (or, with --database, a run id)"
     )
+    parser.add_argument("run_id", metavar="RUN-ID", nargs="?", help="the run to cancel")
     parser.add_argument(
         "--all",
         action="store_true",
-        help="TARGET is a ScheduledJob: cancel all its queued and running runs",
+        help="cancel all queued and running runs of the ScheduledJob TARGET",
     )
     target.add_namespace(parser)
     target.add_kube_flags(parser)
     common.add_dsn(parser)
+    requests.add_flags(parser)
     output.add_flag(parser)
     parser.set_defaults(handler=run)
 
 
-def _by() -> str:
-    """``CLI (user@host)``: who ran ``pgsched cancel``, as far as this machine knows."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (a container with an arbitrary uid)
-        user = f"uid {os.getuid()}"
-    return f"{runs.BY_CLI} ({user}@{socket.gethostname()})"
-
-
 def run(args: argparse.Namespace) -> int:
-    if not args.all and not args.name.isdigit():
+    run_id = _run_id(args)
+    if args.database:
+        return _through_database(args, run_id)
+    if run_id is not None and args.run_id is None:
         raise common.CommandError(
-            f"{args.name!r} is not a run id; to cancel every queued and running run of the"
+            f"{args.name!r} is a run id: name its ScheduledJob too, so the request goes"
+            f" through Kubernetes RBAC (example: pgsched cancel report {args.name});"
+            " administrators may pass --database instead",
+            code=2,
+        )
+    from pgsched.k8s import names
+
+    kube = target.kube(args)
+    obj = requests.scheduled_job(kube, target.namespace(args), args.name)
+    value = "all" if args.all else str(run_id)
+    sent = requests.send(kube, args, obj, names.ANNOTATION_CANCEL, value)
+    if args.output == "json":
+        output.emit_json(
+            {
+                "target": f"run {run_id}" if run_id is not None else sent.scheduled_job,
+                "requestedBy": sent.requested_by,
+                "via": "kubernetes",
+                "taken": sent.taken,
+            }
+        )
+    else:
+        what = f"cancel of run {run_id}" if run_id is not None else "cancel of every run"
+        print(requests.describe(sent, what, timeout=args.timeout))
+    return 0
+
+
+def _run_id(args: argparse.Namespace) -> int | None:
+    """The run named on the command line (None with --all), or a usage error."""
+    text = args.run_id if args.run_id is not None else args.name
+    if args.all:
+        if args.run_id is not None:
+            raise common.CommandError(
+                "give a run id or --all, not both (example: pgsched cancel report --all)",
+                code=2,
+            )
+        return None
+    if not text.isdigit() or len(text) > 18:
+        raise common.CommandError(
+            f"{text!r} is not a run id; to cancel every queued and running run of the"
             f" ScheduledJob {args.name}, add --all (example: pgsched cancel {args.name} --all)",
             code=2,
         )
+    return int(text)
+
+
+def _through_database(args: argparse.Namespace, run_id: int | None) -> int:
+    requests.announce_bypass()
+    by = requests.database_requester()
     with common.connect(args, application_name="pgsched-cli") as conn:
-        if args.all:
+        if run_id is None:
             definition = target.definition(conn, args)
             subject = definition.key
-            outcome = runs.cancel_definition(conn, definition.id, by=_by(), why=WHY)
+            outcome = runs.cancel_definition(conn, definition.id, by=by, why=WHY)
         else:
-            found = runs.get(conn, int(args.name))
+            found = runs.get(conn, run_id)
             if found is None:
-                raise common.CommandError(f"no run with id {args.name}")
+                raise common.CommandError(f"no run with id {run_id}")
+            if args.run_id is not None and found.definition_id != target.definition(conn, args).id:
+                raise common.CommandError(f"run {run_id} is not a run of {args.name}")
             subject = f"run {found.id}"
-            outcome = runs.cancel_run(conn, found.id, by=_by(), why=WHY)
+            outcome = runs.cancel_run(conn, found.id, by=by, why=WHY)
             if not outcome.cancelled and not outcome.asked_to_stop:
                 # Nothing changed: say why (it ended, or was asked to stop before).
                 current = runs.get(conn, found.id) or found
@@ -84,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
                 "target": subject,
                 "cancelled": [runs_cmd.summary(item) for item in outcome.cancelled],
                 "askedToStop": [runs_cmd.summary(item) for item in outcome.asked_to_stop],
+                "via": "database",
             }
         )
         return 0
@@ -104,6 +150,7 @@ def _report_unchanged(args: argparse.Namespace, current: Any) -> int:
                 "cancelled": [],
                 "askedToStop": [],
                 "run": runs_cmd.summary(current),
+                "via": "database",
             }
         )
     elif current.status == "RUNNING":

@@ -22,7 +22,8 @@ from pgsched.schedule import zones
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Show one run: its ScheduledJob, status, reason and error, times,"
-        " Kubernetes Job, cancellation, and every attempt of the same occurrence."
+        " Kubernetes Job, cancellation, who requested it, and every attempt of the same"
+        " occurrence."
     )
     parser.add_argument("run_id", metavar="RUN-ID", type=run_id, help="a run id (see `runs`)")
     common.add_dsn(parser)
@@ -53,11 +54,13 @@ def run(args: argparse.Namespace) -> int:
         triggered = chain.triggered(conn, [found.id]).get(found.id, [])
         upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
         upstream_of = definitions.get(conn, upstream.definition_id) if upstream else None
+        requested_by = runs.requested_by(conn, found)
     assert definition is not None  # job_runs.definition_id is a foreign key
     if args.output == "json":
         output.emit_json(
             {
                 "run": runs_cmd.summary(found, triggered),
+                "requestedBy": requested_by,
                 "scheduledJob": {
                     "namespace": definition.namespace,
                     "name": definition.name,
@@ -104,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             ("Retry of", found.retry_of),
             ("Retry", found.retry_decision),
             ("Trigger", found.trigger),
+            ("Requested by", requested_by),
             ("Scheduled for", when(found.scheduled_for)),
             ("Starting deadline", when(found.deadline_at)),
             ("Started", when(found.started_at)),

@@ -40,12 +40,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "describe": (
         "describe_cmd",
-        "everything about one run: status, reason, error, Job, retry chain",
+        "everything about one run: status, reason, error, Job, requester, retry chain",
     ),
     "run-now": ("run_now_cmd", "queue a manual run of a ScheduledJob (idempotent per --token)"),
     "cancel": (
         "cancel_cmd",
-        "cancel a run by id, or every queued and running run of a ScheduledJob (--all)",
+        "cancel a run of a ScheduledJob, or all its queued and running runs (--all)",
     ),
     "suspend": (
         "suspend_cmd",

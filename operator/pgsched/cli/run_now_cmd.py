@@ -1,11 +1,16 @@
 """``pgsched run-now <sj>``: queue a manual run now, once per idempotency token.
 
-It calls the engine's ``runs.run_now`` directly: the run row exists when the command
-returns, and it is claimed by the operator's next tick through the same dispatch path as
-every scheduled run (caps, leases). It behaves like the ``pgsched.dev/run-now`` annotation:
-one run per distinct token, a repeated token returns the run it queued before. Tokens are
-kept apart by source (``cli:<token>`` here, ``annotation:<token>`` for the annotation), so
-a CLI token never collides with an annotation value left on the resource.
+By default through the Kubernetes API server: the ``pgsched.dev/run-now=<token>``
+annotation on the ScheduledJob, with its requester (``cli/requests.py``), so RBAC and the
+audit log apply; the operator queues the run and records who asked. With ``--database``
+(administrators) it calls the engine's ``runs.run_now`` directly with the schema owner's
+DSN: the run row exists when the command returns.
+
+Either way the run is claimed by the operator's next tick through the same dispatch path
+as every scheduled run (caps, leases), and one run is queued per distinct token: a
+repeated token queues nothing. Tokens are kept apart by source (``cli:<token>`` with
+``--database``, ``annotation:<token>`` through the API server), so a token of one never
+collides with one of the other.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import argparse
 import uuid
 
-from pgsched.cli import common, output, runs_cmd, target
+from pgsched.cli import common, output, requests, runs_cmd, target
 from pgsched.engine import runs
 
 TOKEN_PREFIX = "cli:"
@@ -22,11 +27,13 @@ TOKEN_PREFIX = "cli:"
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Queue one manual run of a ScheduledJob. With --token, repeating the"
-        " command (a retried deploy step, say) queues nothing new and prints the run the"
-        " token queued before. Without it a fresh token is generated."
+        " command (a retried deploy step, say) queues nothing new. Without it a fresh token"
+        " is generated. Goes through the Kubernetes API server (RBAC: patch scheduledjobs)"
+        " unless --database is given."
     )
     target.add_flags(parser)
     common.add_dsn(parser)
+    requests.add_flags(parser)
     output.add_flag(parser)
     parser.add_argument(
         "--token",
@@ -37,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _token(text: str) -> str:
-    if not text.strip() or len(text) > 200:
+    if not text.strip() or len(text) > 200 or not text.isprintable():
         raise argparse.ArgumentTypeError(
             "a token must be 1 to 200 characters, e.g. --token deploy-1234"
         )
@@ -46,10 +53,39 @@ def _token(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     token = args.token or uuid.uuid4().hex
+    if args.database:
+        return _through_database(args, token)
+    from pgsched.k8s import names
+
+    kube = target.kube(args)
+    obj = requests.scheduled_job(kube, target.namespace(args), args.name)
+    sent = requests.send(kube, args, obj, names.ANNOTATION_RUN_NOW, token)
+    if args.output == "json":
+        output.emit_json(
+            {
+                "scheduledJob": sent.scheduled_job,
+                "token": token,
+                "requestedBy": sent.requested_by,
+                "via": "kubernetes",
+                "taken": sent.taken,
+            }
+        )
+    else:
+        print(requests.describe(sent, f"run-now (token {token})", timeout=args.timeout))
+    return 0
+
+
+def _through_database(args: argparse.Namespace, token: str) -> int:
+    requests.announce_bypass()
     with common.connect(args, application_name="pgsched-cli") as conn:
         definition = target.definition(conn, args)
         try:
-            enqueued = runs.run_now(conn, definition.id, token=TOKEN_PREFIX + token)
+            enqueued = runs.run_now(
+                conn,
+                definition.id,
+                token=TOKEN_PREFIX + token,
+                requested_by=requests.database_requester(),
+            )
         except runs.UnknownDefinition:
             raise common.CommandError(
                 f"{definition.key} was deleted while the run was being queued"
@@ -61,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 "token": token,
                 "created": enqueued.created,
                 "run": runs_cmd.summary(enqueued.run),
+                "via": "database",
             }
         )
         return 0

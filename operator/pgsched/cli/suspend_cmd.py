@@ -1,16 +1,20 @@
 """``pgsched suspend <sj>`` / ``pgsched resume <sj>``.
 
 The ScheduledJob stays the source of truth: both commands patch its ``spec.suspend``
-through the Kubernetes API (the operator syncs the definition from it, and a ``kubectl
-get sj`` shows it), then write the same value to the definition at once, so the very next
-tick obeys it even if the operator has not handled the update yet. If the API server
-refuses the patch, nothing is changed anywhere.
+through the Kubernetes API, as the user the kubeconfig names (RBAC: ``patch
+scheduledjobs``; the audit log records it), and the operator syncs the definition from it
+(``kubectl get sj`` shows it). With ``--database`` (administrators, the schema owner's DSN)
+they also write the same value to the definition at once, so the very next tick obeys it
+even if the operator has not handled the update yet. If the API server refuses the patch,
+nothing is changed anywhere.
 
 ``resume`` also clears an automatic suspension (``failureSuspendThreshold`` reached) and
 its failure streak. That suspension lives only in the database — ``spec.suspend`` is still
 false — so resuming an auto-suspended job patches no spec at all (a GitOps tool owning
-the spec sees no drift). In both cases the ScheduledJob's status is re-rendered from the
-database right away, so its ``Suspended`` condition flips without waiting for a run.
+the spec sees no drift): through the API server it is the ``pgsched.dev/resume=true``
+request annotation (``cli/requests.py``), which the operator carries out and answers by
+rendering the status again; with ``--database`` the CLI clears it and re-renders the
+status itself. Either way the ``Suspended`` condition flips without waiting for a run.
 Occurrences that fell due while suspended were recorded as ``SKIPPED/Suspended`` and are
 not replayed (use ``backfill`` for that).
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from pgsched.cli import common, output, target
+from pgsched.cli import common, output, requests, target
 from pgsched.cli.output import utc_iso
 from pgsched.engine import definitions
 
@@ -34,20 +38,69 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """``suspend`` and ``resume`` alike; which one was chosen is ``args.command``."""
     parser.description = (
         "Suspend or resume a ScheduledJob: patch its spec.suspend through the Kubernetes API"
-        " and apply it to the definition at once. While it is suspended, due occurrences are"
-        " recorded as SKIPPED/Suspended. resume also clears an automatic suspension"
-        " (failureSuspendThreshold) and its failure streak."
+        " (RBAC: patch scheduledjobs); with --database, also apply it to the definition at"
+        " once. While it is suspended, due occurrences are recorded as SKIPPED/Suspended."
+        " resume also clears an automatic suspension (failureSuspendThreshold) and its"
+        " failure streak."
     )
     target.add_flags(parser)
     common.add_dsn(parser)
+    requests.add_flags(parser)
     output.add_flag(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.database:
+        return _through_database(args)
+    suspend = args.command == "suspend"
+    from pgsched.k8s import names
+
+    kube = target.kube(args)
+    current = requests.scheduled_job(kube, target.namespace(args), args.name)
+    meta = current["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    patched = bool((current.get("spec") or {}).get("suspend", False)) != suspend
+    if patched:
+        current = requests.patch_spec(kube, current, {"suspend": suspend})
+    auto = _auto_suspension(current) if not suspend else None
+    sent = None
+    if auto is not None:
+        sent = requests.send(kube, args, current, names.ANNOTATION_RESUME, "true")
+    if args.output == "json":
+        output.emit_json(
+            {
+                "scheduledJob": key,
+                "suspended": suspend,
+                "specPatched": patched,
+                "autoSuspensionCleared": sent is not None and sent.taken,
+                "autoSuspendReason": auto,
+                "via": "kubernetes",
+            }
+        )
+        return 0
+    how = f"spec.suspend {'set to' if patched else 'was already'} {str(suspend).lower()}"
+    print(f"{key} {'suspended' if suspend else 'resumed'} ({how})")
+    if sent is not None:
+        what = f"clearing the automatic suspension ({auto})"
+        print(requests.describe(sent, what, timeout=args.timeout))
+    return 0
+
+
+def _auto_suspension(obj: dict[str, Any]) -> str | None:
+    """Why the status says the operator suspended the job itself, if it does."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    for condition in conditions:
+        if condition.get("type") == "Suspended" and condition.get("reason") == "TooManyFailures":
+            return str(condition.get("message", "")).split(";")[0]
+    return None
+
+
+def _through_database(args: argparse.Namespace) -> int:
     from pgsched.k8s import api
 
     suspend = args.command == "suspend"
+    requests.announce_bypass()
     with common.connect(args, application_name="pgsched-cli") as conn:
         definition = target.definition(conn, args)
         kube = target.kube(args)

@@ -281,5 +281,15 @@ def set_suspended(
         params = {"id": definition_id, "suspended": suspended, "now": at}
         row = conn.execute(queries.get("set_definition_suspended"), params).fetchone()
         if row and not suspended:
-            row = conn.execute(queries.get("clear_auto_suspend"), params).fetchone()
+            return clear_auto_suspension(conn, definition_id, now=at)
+    return Definition.from_row(row) if row else None
+
+
+def clear_auto_suspension(
+    conn: Connection, definition_id: UUID, *, now: datetime | None = None
+) -> Definition | None:
+    """Clear an automatic suspension (``failureSuspendThreshold``) and its failure streak;
+    ``spec.suspend`` (the ``suspended`` column) is left as it is."""
+    params = {"id": definition_id, "now": clock.now(conn, now)}
+    row = conn.execute(queries.get("clear_auto_suspend"), params).fetchone()
     return Definition.from_row(row) if row else None

@@ -48,6 +48,22 @@ def history(conn: Connection, definition_id: UUID, *, limit: int = 50) -> list[R
     return [Run.from_row(row) for row in rows]
 
 
+# A request that named nobody: written by hand with kubectl, or before release 0.3.
+UNKNOWN_REQUESTER = "unknown (the request named nobody; the API server's audit log has it)"
+REQUESTED_TRIGGERS = ("manual", "backfill")
+
+
+def requested_by(conn: Connection, run: Run) -> str | None:
+    """Who asked for this run, as ``pgsched describe`` and the UI show it: the Kubernetes
+    user the API server vouched for, ``CLI (user@host)`` for an administrator's
+    ``--database``, or :data:`UNKNOWN_REQUESTER`; None for runs nobody asks for (the
+    schedule's, retries, chained runs). Migration 0022."""
+    if run.trigger not in REQUESTED_TRIGGERS:
+        return None
+    row = conn.execute(queries.get("run_requester"), {"id": run.id}).fetchone()
+    return str(row["requested_by"]) if row else UNKNOWN_REQUESTER
+
+
 @dataclass(frozen=True)
 class Enqueued:
     run: Run
@@ -61,8 +77,11 @@ def run_now(
     token: str,
     trigger: str = "manual",
     scheduled_for: datetime | None = None,
+    requested_by: str | None = None,
 ) -> Enqueued:
-    """Queue a manual run, once per ``token``."""
+    """Queue a manual run, once per ``token``. ``requested_by``: who asked, recorded with
+    the run (the Kubernetes user the API server vouched for, or an administrator's
+    database login); None when unknown."""
     if not token:
         raise ValueError(
             "a run-now request needs a non-empty token (it makes the request idempotent)"
@@ -73,6 +92,7 @@ def run_now(
             "token": token,
             "trigger": trigger,
             "scheduled_for": scheduled_for,
+            "requested_by": requested_by,
         }
         conn.execute(queries.get("lock_request"), params)
         row = conn.execute(queries.get("enqueue_manual"), params).fetchone()

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 _RETRYABLE_STATUS = {500, 502, 503, 504}
 _MAX_RETRY_AFTER = 30.0
 _WARNING_HEADER = re.compile(r'^\s*\d{3}\s+\S+\s+"(?P<text>(?:[^"\\]|\\.)*)"')
@@ -143,6 +144,11 @@ class KubeApi:
     def merge_patch(self, path: str, body: Obj) -> Obj:
         return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
 
+    def json_patch(self, path: str, operations: list[Obj]) -> Obj:
+        """An RFC 6902 patch: its ``test`` operations make the whole patch conditional (a
+        failed test is a 422 and changes nothing)."""
+        return self.request("PATCH", path, body=operations, content_type=JSON_PATCH)
+
     def delete(self, path: str, *, propagation: str = "Background") -> Obj:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         return self.request("DELETE", path, body=body)
@@ -183,7 +189,7 @@ class KubeApi:
         method: str,
         path: str,
         *,
-        body: Obj | None = None,
+        body: Obj | list[Obj] | None = None,
         params: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
     ) -> Obj:
@@ -195,7 +201,7 @@ class KubeApi:
         method: str,
         path: str,
         *,
-        body: Obj | None,
+        body: Obj | list[Obj] | None,
         params: Mapping[str, Any] | None,
         content_type: str,
     ) -> urllib3.BaseHTTPResponse:

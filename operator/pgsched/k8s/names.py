@@ -32,8 +32,28 @@ ANNOTATION_LEASE_SHA256 = f"{GROUP}/lease-sha256"
 LEGACY_ANNOTATION_LEASE = f"{GROUP}/lease-token"
 LEASE_SECRET_KEY = "lease-token"
 ANNOTATION_SCHEDULED_FOR = f"{GROUP}/scheduled-for"
+# Requests to the operator, written on a ScheduledJob by `pgsched` or kubectl (so that
+# Kubernetes RBAC and the API server's audit log apply); k8s/commands.py reads them.
 ANNOTATION_RUN_NOW = f"{GROUP}/run-now"
 ANNOTATION_CANCEL = f"{GROUP}/cancel"
+ANNOTATION_BACKFILL = f"{GROUP}/backfill"
+ANNOTATION_RESUME = f"{GROUP}/resume"
+COMMAND_ANNOTATIONS = (
+    ANNOTATION_RUN_NOW,
+    ANNOTATION_CANCEL,
+    ANNOTATION_BACKFILL,
+    ANNOTATION_RESUME,
+)
+# Who wrote each request: its own annotation, so that two people's requests never borrow
+# each other's name. The chart's ValidatingAdmissionPolicy (templates/requester-policy.yaml)
+# refuses a request whose requester is not the user the API server authenticated.
+REQUESTED_BY_SUFFIX = "-requested-by"
+
+
+def requested_by_annotation(command: str) -> str:
+    """``pgsched.dev/run-now`` -> ``pgsched.dev/run-now-requested-by``."""
+    return command + REQUESTED_BY_SUFFIX
+
 
 SIDECAR_NAME = "pgsched-heartbeat"
 SHARED_VOLUME = "pgsched"

@@ -5,12 +5,14 @@ Two halves, so that a fleet costs the database's pace, not the API server's:
 - :func:`sync` (the ScheduledJob watch's workers) turns one ScheduledJob into its
   definition — validate, upsert or record the rejection (an invalid spec, or ``spec.after``
   closing a cycle, keeping the last valid generation in force), mark a deleted one and stop
-  its runs, the ``run-now`` and ``cancel`` annotations — and returns what Kubernetes must
-  be told as a small :class:`Writes` record. A job is scheduled from the moment ``sync``
+  its runs, the request annotations (``run-now``, ``cancel``, ``backfill``, ``resume``:
+  :mod:`pgsched.k8s.commands`) — and returns what Kubernetes must be told as a small
+  :class:`Writes` record. A job is scheduled from the moment ``sync``
   stored it;
 - :func:`write` (the writer threads) tells it: pgsched's finalizer, the status, the
   Scheduled or InvalidSpec Event, the finalizer's release once a deleted job's runs have
-  stopped, the statuses of downstream jobs naming it. The status is rendered from the
+  stopped, the statuses of downstream jobs naming it, the answers to requests (a Warning
+  Event for a refused one, the removal of one-shot ones). The status is rendered from the
   database when it is written, so a record that waited carries nothing stale; and records
   are small, so 100,000 of them waiting for the API budget (a new fleet at 20 requests a
   second) cost megabytes, not a copy of every object.
@@ -34,12 +36,11 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from pgsched import logs
 from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, controller, finalizers, names, status
+from pgsched.k8s import api, commands, controller, finalizers, status
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
 
@@ -57,9 +58,12 @@ class Context:
     kube: api.KubeApi
     publisher: Publisher
     clock: Callable[[], datetime | None]
-    # run-now tokens this process has queued, by uid: a lingering annotation is not
-    # handled again on every status change (only ScheduledJobs that carry one are here).
-    run_now_seen: dict[str, str] = field(default_factory=dict)
+    # Requests carried out and not removed yet, by uid: the watch events that come before
+    # the removal (the finalizer's, the status's) do not carry them out again. Carrying out
+    # twice is harmless by design, but each time is a database round and a log line, and
+    # a run-now token's uniqueness check is not proof against every concurrent change of
+    # job_runs' partitions (the history service moving a month out of the default one).
+    in_hand: dict[UUID, set[commands.Request]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,11 @@ class Writes:
     status: bool = False
     rejected_status: Obj | None = None
     events: tuple[EventNote, ...] = ()
-    clear_cancel: bool = False
+    # Requests answered: Warning Events (posted whatever the generation's state), the
+    # request annotations to remove, and whether the status must be rendered again.
+    answers: tuple[EventNote, ...] = ()
+    remove: tuple[commands.Request, ...] = ()
+    refresh: bool = False
     downstreams: tuple[UUID, ...] = ()
 
     @classmethod
@@ -114,13 +122,16 @@ class Writes:
             or self.status
             or self.rejected_status is not None
             or bool(self.events)
-            or self.clear_cancel
+            or bool(self.answers)
+            or bool(self.remove)
+            or self.refresh
             or bool(self.downstreams)
         )
 
     def merge(self, newer: Writes) -> Writes:
         """Both records' work, with the newer one's view of the object."""
         seen = {note.name for note in newer.events}
+        answered = {note.name for note in newer.answers}
         return replace(
             newer,
             add_finalizer=(self.add_finalizer or newer.add_finalizer)
@@ -129,7 +140,9 @@ class Writes:
             status=self.status or newer.status,
             rejected_status=newer.rejected_status or self.rejected_status,
             events=(*[note for note in self.events if note.name not in seen], *newer.events),
-            clear_cancel=self.clear_cancel or newer.clear_cancel,
+            answers=(*[note for note in self.answers if note.name not in answered], *newer.answers),
+            remove=tuple(dict.fromkeys((*self.remove, *newer.remove))),
+            refresh=self.refresh or newer.refresh,
             downstreams=tuple(dict.fromkeys((*self.downstreams, *newer.downstreams))),
         )
 
@@ -185,11 +198,14 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
         Writes.of(body), add_finalizer=finalizers.FINALIZER not in meta.get("finalizers", ())
     )
     observed = (body.get("status") or {}).get("observedGeneration") == generation
-    annotations = dict(meta.get("annotations") or {})
-    run_now = annotations.get(names.ANNOTATION_RUN_NOW)
-    cancel = annotations.get(names.ANNOTATION_CANCEL)
-    commands = bool(cancel) or bool(run_now and context.run_now_seen.get(meta["uid"]) != run_now)
-    if not revalidate and observed and not writes.add_finalizer and not commands:
+    in_hand = context.in_hand.get(key.id, set())
+    requests = [
+        request
+        for request in commands.read(meta.get("annotations") or {})
+        if request not in in_hand
+    ]
+    asked = bool(requests)
+    if not revalidate and observed and not writes.add_finalizer and not asked:
         # The status shows this generation, so a replica synced and published it: a watch
         # event of a settled ScheduledJob (every status change the publisher makes) costs
         # nothing here. What the database may lack — a restored backup, another release's
@@ -203,7 +219,7 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             and _published(stored, generation, observed=observed)
             and not writes.add_finalizer
             and _settled(stored, generation, spec)
-            and not commands
+            and not asked
         ):
             return Synced()
         now = clock.now(conn, pinned)
@@ -243,14 +259,34 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
                     at=now,
                 )
                 writes = replace(writes, events=(note,))
-        if run_now:
-            _run_now(context, conn, key, meta["uid"], run_now)
-        if cancel:
-            _cancel(conn, key, cancel)
-            # A cancel request is a one-shot command: cleared, so a later sync (or an
-            # operator restart) never cancels runs that started after the request.
-            writes = replace(writes, clear_cancel=True)
+        if asked:
+            writes = _answer(conn, stored, requests, writes, now=now)
+            context.in_hand.setdefault(key.id, set()).update(requests)
     return Synced(writes if writes.anything else None)
+
+
+def _answer(
+    conn: Any,
+    stored: Definition,
+    requests: list[commands.Request],
+    writes: Writes,
+    *,
+    now: datetime,
+) -> Writes:
+    """Carry out the request annotations; each is removed once handled, refused or not
+    (k8s/commands.py says why)."""
+    answer = commands.handle(conn, stored, requests, now=now)
+    notes = tuple(
+        EventNote(
+            name=commands.event_name(stored.name, problem.path, writes.version),
+            type="Warning",
+            reason=commands.REASON,
+            message=str(problem),
+            at=now,
+        )
+        for problem in answer.refused
+    )
+    return replace(writes, answers=notes, remove=tuple(requests), refresh=answer.resumed)
 
 
 def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
@@ -329,51 +365,6 @@ def _reject(
     return replace(writes, rejected_status=rejected, events=(note,))
 
 
-def _run_now(
-    context: Context, conn: Any, key: definitions.DefinitionKey, uid: str, token: str
-) -> None:
-    enqueued = runs.run_now(conn, key.id, token=f"annotation:{token}")
-    context.run_now_seen[uid] = token
-    if enqueued.created:
-        logs.for_labels(
-            log,
-            run_id=enqueued.run.id,
-            namespace=key.namespace,
-            name=key.name,
-            attempt=enqueued.run.attempt,
-        ).info("%s: run-now %r queued run %s", key.hash_seed, token, enqueued.run.id)
-
-
-def _cancel(conn: Any, key: definitions.DefinitionKey, target: str) -> None:
-    why = f"cancelled through the {names.ANNOTATION_CANCEL} annotation"
-    logger: logging.Logger | logs.ContextAdapter = log
-    if target == "all":
-        outcome = runs.cancel_definition(conn, key.id, by=runs.BY_ANNOTATION, why=why)
-    elif target.isdigit():
-        run = runs.get(conn, int(target))
-        if run is None or run.definition_id != key.id:
-            log.warning(
-                "%s: cancel annotation names run %s, which is not one of its runs",
-                key.hash_seed,
-                target,
-            )
-            return
-        outcome = runs.cancel_run(conn, run.id, by=runs.BY_ANNOTATION, why=why)
-        logger = logs.for_labels(
-            log, run_id=run.id, namespace=key.namespace, name=key.name, attempt=run.attempt
-        )
-    else:
-        log.warning("%s: cancel annotation %r is neither a run id nor 'all'", key.hash_seed, target)
-        return
-    logger.info(
-        "%s: cancel %s: %d queued runs cancelled, %d running runs asked to stop",
-        key.hash_seed,
-        target,
-        len(outcome.cancelled),
-        len(outcome.asked_to_stop),
-    )
-
-
 def _deleting(context: Context, body: Obj) -> Synced:
     """The finalizer's work: stop the runs cooperatively, then let the ScheduledJob go.
 
@@ -389,7 +380,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
     meta = body["metadata"]
     where = _where(meta)
     definition_id = UUID(meta["uid"])
-    context.run_now_seen.pop(meta["uid"], None)
+    context.in_hand.pop(definition_id, None)
     with context.pool.connection() as conn:
         stopping = definitions.delete(conn, definition_id)
         running = runs.counts(conn, definition_id).running
@@ -440,15 +431,37 @@ def _write(context: Context, writes: Writes) -> None:
     publish = writes.status or writes.rejected_status is not None or bool(writes.events)
     if publish and not _publish(context, writes, version):
         return  # gone
-    if writes.clear_cancel:
-        _ignore_gone(
-            lambda: kube.merge_patch(
-                path, {"metadata": {"annotations": {names.ANNOTATION_CANCEL: None}}}
-            )
-        )
-    if writes.downstreams:
+    for note in writes.answers:
+        _post(context, writes, note)
+    for request in writes.remove:
+        _remove_request(kube, path, request)
+        context.in_hand.get(writes.uid, set()).discard(request)
+    refresh = [*writes.downstreams, *([writes.uid] if writes.refresh else [])]
+    if refresh:
         with context.pool.connection() as conn:
-            publisher.refresh_statuses(conn, list(writes.downstreams))
+            publisher.refresh_statuses(conn, refresh)
+
+
+def _remove_request(kube: api.KubeApi, path: str, request: commands.Request) -> None:
+    """Remove a handled request and its requester, unless they changed since they were
+    read: a newer request written meanwhile is left for its own sync."""
+    operations: list[Obj] = []
+    for key, value in (
+        (request.annotation, request.value),
+        (request.requester_annotation, request.requested_by),
+    ):
+        if value is not None:
+            pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+            operations += [
+                {"op": "test", "path": pointer, "value": value},
+                {"op": "remove", "path": pointer},
+            ]
+    try:
+        kube.json_patch(path, operations)
+    except api.ApiError as error:
+        if not (error.not_found or error.conflict or error.status == 422):
+            raise
+        log.debug("%s: %s changed or gone before it was removed", path, request.annotation)
 
 
 def _publish(context: Context, writes: Writes, version: str) -> bool:
@@ -474,16 +487,7 @@ def _publish(context: Context, writes: Writes, version: str) -> bool:
     if new is not None and not _write_status(context, writes, definition, current, new):
         return False
     for note in writes.events:
-        context.publisher.post_event(
-            namespace=writes.namespace,
-            scheduled_job=writes.name,
-            uid=writes.uid,
-            name=note.name,
-            event_type=note.type,
-            reason=note.reason,
-            message=note.message,
-            at=note.at,
-        )
+        _post(context, writes, note)
     if definition is not None:
         with context.pool.connection() as conn:
             definitions.mark_published(conn, writes.uid, writes.generation)
@@ -523,6 +527,19 @@ def _write_status(
         return True
     context.publisher.announce_transitions(definition, current, new)
     return True
+
+
+def _post(context: Context, writes: Writes, note: EventNote) -> None:
+    context.publisher.post_event(
+        namespace=writes.namespace,
+        scheduled_job=writes.name,
+        uid=writes.uid,
+        name=note.name,
+        event_type=note.type,
+        reason=note.reason,
+        message=note.message,
+        at=note.at,
+    )
 
 
 def _ignore_gone(call: Callable[[], Obj]) -> bool:

@@ -1212,6 +1212,17 @@ CREATE TABLE pgsched.run_id_base (
 );
 
 --
+-- Name: run_requesters; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_requesters (
+    run_id bigint NOT NULL,
+    definition_id uuid NOT NULL,
+    requested_by text NOT NULL,
+    CONSTRAINT run_requesters_requested_by_check CHECK (((length(requested_by) >= 1) AND (length(requested_by) <= 512)))
+);
+
+--
 -- Name: schema_migrations; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1297,6 +1308,13 @@ ALTER TABLE ONLY pgsched.run_events
 
 ALTER TABLE ONLY pgsched.run_id_base
     ADD CONSTRAINT run_id_base_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: run_requesters run_requesters_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_requesters
+    ADD CONSTRAINT run_requesters_pkey PRIMARY KEY (run_id);
 
 --
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1468,6 +1486,12 @@ CREATE INDEX job_runs_downstream ON ONLY pgsched.job_runs USING btree (upstream_
 CREATE INDEX job_runs_default_upstream_run_id_idx ON pgsched.job_runs_default USING btree (upstream_run_id) WHERE (upstream_run_id IS NOT NULL);
 
 --
+-- Name: run_requesters_definition_id; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX run_requesters_definition_id ON pgsched.run_requesters USING btree (definition_id);
+
+--
 -- Name: job_runs_default_definition_id_id_idx; Type: INDEX ATTACH; Schema: pgsched; Owner: -
 --
 
@@ -1602,6 +1626,13 @@ ALTER TABLE pgsched.job_runs
 
 ALTER TABLE ONLY pgsched.published_generations
     ADD CONSTRAINT published_generations_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
+
+--
+-- Name: run_requesters run_requesters_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_requesters
+    ADD CONSTRAINT run_requesters_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
 
 --
 -- Name: SCHEMA pgsched; Type: ACL; Schema: -; Owner: -

@@ -673,6 +673,7 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
                     else html.NOTHING,
                 ),
                 ("Trigger", _trigger(found.trigger)),
+                ("Requested by", e(runs.requested_by(ctx.conn, found))),
                 ("Scheduled for", e(html.local(found.scheduled_for, zone))),
                 ("Starting deadline", e(html.local(found.deadline_at, zone))),
                 ("Started", e(html.local(found.started_at, zone))),

@@ -63,15 +63,23 @@ ORDER BY attempt, id;
 -- One QUEUED run per occurrence, oldest first. The occurrence key (definition,
 -- scheduled_for, trigger) makes a repeated backfill of the same range insert nothing new.
 -- No starting deadline: a backfill is late by definition.
-INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
-SELECT d.id, 'QUEUED', 'backfill', o.at
-FROM pgsched.job_definitions AS d
-CROSS JOIN unnest(%(scheduled_for)s::timestamptz[]) AS o(at)
-WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
-ORDER BY o.at
-ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
-DO NOTHING
-RETURNING id, scheduled_for;
+-- The requester, when known, is recorded with each run queued (migration 0022).
+WITH run AS (
+    INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
+    SELECT d.id, 'QUEUED', 'backfill', o.at
+    FROM pgsched.job_definitions AS d
+    CROSS JOIN unnest(%(scheduled_for)s::timestamptz[]) AS o(at)
+    WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
+    ORDER BY o.at
+    ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
+    DO NOTHING
+    RETURNING id, definition_id, scheduled_for
+), requester AS (
+    INSERT INTO pgsched.run_requesters (run_id, definition_id, requested_by)
+    SELECT run.id, run.definition_id, %(requested_by)s::text FROM run
+    WHERE %(requested_by)s::text IS NOT NULL
+)
+SELECT id, scheduled_for FROM run ORDER BY scheduled_for;
 
 -- name: backfill_progress
 -- The latest attempt of each backfill occurrence (retries follow retry_of). A FAILED

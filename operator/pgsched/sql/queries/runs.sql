@@ -10,13 +10,22 @@ SELECT pg_advisory_xact_lock(
 -- Idempotent per (definition, request token): the second request returns nothing. Run
 -- after lock_request in its transaction, so NOT EXISTS sees the first request's run
 -- (migration 0012: the partitioned table cannot hold a unique key on the token alone).
-INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)
-SELECT d.id, 'QUEUED', %(trigger)s, coalesce(%(scheduled_for)s::timestamptz, now()), %(token)s
-FROM pgsched.job_definitions AS d
-WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
-  AND NOT EXISTS (SELECT FROM pgsched.job_runs AS r
-                  WHERE r.definition_id = d.id AND r.request_token = %(token)s)
-RETURNING *;
+-- The requester, when known, is recorded with the run (migration 0022).
+WITH run AS (
+    INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)
+    SELECT d.id, 'QUEUED', %(trigger)s, coalesce(%(scheduled_for)s::timestamptz, now()),
+           %(token)s
+    FROM pgsched.job_definitions AS d
+    WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
+      AND NOT EXISTS (SELECT FROM pgsched.job_runs AS r
+                      WHERE r.definition_id = d.id AND r.request_token = %(token)s)
+    RETURNING *
+), requester AS (
+    INSERT INTO pgsched.run_requesters (run_id, definition_id, requested_by)
+    SELECT run.id, run.definition_id, %(requested_by)s::text FROM run
+    WHERE %(requested_by)s::text IS NOT NULL
+)
+SELECT * FROM run;
 
 -- name: run_by_request
 SELECT * FROM pgsched.job_runs WHERE definition_id = %(definition_id)s AND request_token = %(token)s;
@@ -41,6 +50,11 @@ SET cancel_requested = true, cancel_requested_at = coalesce(%(now)s::timestamptz
 WHERE status = 'RUNNING' AND NOT cancel_requested
   AND (id = %(run_id)s OR definition_id = %(definition_id)s)
 RETURNING *;
+
+-- name: run_requester
+-- Who asked for a manual or backfill run (migration 0022); no row: the schedule, a retry,
+-- a chain, or a request that named no requester.
+SELECT requested_by FROM pgsched.run_requesters WHERE run_id = %(id)s;
 
 -- name: runs_of_definition
 SELECT * FROM pgsched.job_runs

@@ -1,0 +1,229 @@
+"""Asking the operator through the Kubernetes API server: the default path of ``run-now``,
+``cancel``, ``backfill``, ``suspend`` and ``resume``.
+
+The CLI writes a request annotation on the ScheduledJob (``pgsched.dev/run-now``, ...;
+``pgsched.k8s.commands`` lists them and their accepted values) with its requester, the
+user the API server says this kubeconfig is (a SelfSubjectReview, what ``kubectl auth
+whoami`` asks). So the request is subject to Kubernetes RBAC (``get`` and ``patch`` on
+``scheduledjobs.pgsched.dev`` in the namespace), lands in the API server's audit log, and
+the chart's ValidatingAdmissionPolicy refuses a requester that is not that user. No
+database credentials are needed.
+
+Then it waits (``--timeout``) for the operator to take the request — the operator removes
+a request once it has handled it — and reports a refusal if there was one: the Warning
+Event the operator posts for a refused request has a name the CLI can predict (the
+ScheduledJob's, the request's, and the resourceVersion the CLI's write produced). A
+request of someone else's still waiting on the object is never overwritten: the CLI waits
+for the operator to take it first, and writes naming the resourceVersion it read.
+
+``--database`` is the administrator's path instead: the schema owner's DSN, straight to
+the database, outside RBAC and the audit log; it says so on stderr every time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgsched.cli.common import CommandError
+
+if TYPE_CHECKING:
+    from pgsched.k8s import api
+
+BYPASS = (
+    "--database: acting on the database directly with the schema owner's DSN; Kubernetes"
+    " RBAC and the API server's audit log do not apply (an administrator's path)"
+)
+POLL_SECONDS = 0.25
+RESOURCE = "scheduledjobs.pgsched.dev"
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """``--database`` and ``--timeout``, for the commands that change things."""
+    parser.add_argument(
+        "--database",
+        action="store_true",
+        help="administrators: act on the database directly with the DSN (--dsn or"
+        " PGSCHED_DSN), BYPASSING Kubernetes RBAC and the API server's audit log. Without"
+        " it the request goes through the Kubernetes API server (needs get and patch on"
+        " scheduledjobs.pgsched.dev in the namespace)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the operator to take a request sent through the API"
+        " server (default: 30)",
+    )
+
+
+def announce_bypass() -> None:
+    print(f"note: {BYPASS}", file=sys.stderr)
+
+
+def database_requester() -> str:
+    """``CLI (user@host)``: who used ``--database``, as far as this machine knows (the
+    database only knows the schema owner's login); recorded as the requester of the runs
+    it queues and as who cancelled."""
+    from pgsched.engine import runs
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container with an arbitrary uid)
+        user = f"uid {os.getuid()}"
+    return f"{runs.BY_CLI} ({user}@{socket.gethostname()})"
+
+
+def describe(sent: Sent, what: str, *, timeout: float) -> str:
+    """One line saying what was sent, by whom, and whether the operator took it."""
+    who = f"requested by {sent.requested_by}" if sent.requested_by else "requester unknown"
+    taken = (
+        "the operator took it"
+        if sent.taken
+        else f"the operator has not taken it after {timeout:g} s; it will when it runs"
+    )
+    return f"{what} of {sent.scheduled_job} sent through the Kubernetes API server ({who}); {taken}"
+
+
+@dataclass(frozen=True)
+class Sent:
+    scheduled_job: str  # namespace/name
+    requested_by: str | None
+    taken: bool  # the operator removed the request within the timeout
+
+
+def scheduled_job(kube: api.KubeApi, namespace: str, name: str) -> dict[str, Any]:
+    """The ScheduledJob, or a CommandError saying why not (missing, or not allowed)."""
+    from pgsched.k8s import api
+
+    try:
+        return kube.get(api.scheduled_job_path(namespace, name))
+    except api.ApiError as error:
+        if error.not_found:
+            raise CommandError(
+                f"no ScheduledJob {namespace}/{name} in Kubernetes: check the name and"
+                f" namespace (`kubectl get sj -n {namespace}`)"
+            ) from None
+        raise _refused(error, "get", namespace) from None
+
+
+def patch_spec(kube: api.KubeApi, obj: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """Merge-patch the ScheduledJob's spec, naming the resourceVersion read."""
+    from pgsched.k8s import api
+
+    meta = obj["metadata"]
+    path = api.scheduled_job_path(meta["namespace"], meta["name"])
+    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": spec}
+    try:
+        return kube.merge_patch(path, body)
+    except api.ApiError as error:
+        raise _refused(error, "patch", meta["namespace"]) from None
+
+
+def send(
+    kube: api.KubeApi,
+    args: argparse.Namespace,
+    obj: dict[str, Any],
+    annotation: str,
+    value: str,
+) -> Sent:
+    """Write the request ``annotation=value`` and its requester on the ScheduledJob, wait
+    for the operator to take it; CommandError if refused (by RBAC, admission or the
+    operator)."""
+    from pgsched.k8s import api, names
+
+    meta = obj["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    path = api.scheduled_job_path(namespace, name)
+    who = whoami(kube)
+    requester = names.requested_by_annotation(annotation)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        waiting = (meta.get("annotations") or {}).get(annotation)
+        if waiting is None:
+            body = {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "annotations": {annotation: value, requester: who},
+                }
+            }
+            try:
+                written = kube.merge_patch(path, body)
+                break
+            except api.ApiError as error:
+                if not error.conflict:  # 409: changed since it was read: read it again
+                    raise _refused(error, "patch", namespace) from None
+        elif time.monotonic() > deadline:
+            raise CommandError(
+                f"an earlier {annotation}={waiting} request on {namespace}/{name} is still"
+                f" waiting for the operator after {args.timeout:g} s: is the operator"
+                " running? (`pgsched doctor`); nothing was written"
+            )
+        else:
+            time.sleep(POLL_SECONDS)
+        meta = scheduled_job(kube, namespace, name)["metadata"]
+    version = written["metadata"]["resourceVersion"]
+    taken = _wait_taken(kube, path, annotation, value, deadline)
+    if taken:
+        _raise_if_refused(kube, namespace, name, annotation, version)
+    return Sent(f"{namespace}/{name}", who, taken)
+
+
+def whoami(kube: api.KubeApi) -> str | None:
+    """The user name the API server authenticates this kubeconfig as (SelfSubjectReview,
+    Kubernetes 1.28+); None where the API server does not say."""
+    from pgsched.k8s import api
+
+    try:
+        review = kube.create(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+    except api.ApiError:
+        return None
+    username = ((review.get("status") or {}).get("userInfo") or {}).get("username")
+    return str(username) if username else None
+
+
+def _wait_taken(kube: api.KubeApi, path: str, annotation: str, value: str, deadline: float) -> bool:
+    while time.monotonic() <= deadline:
+        current = kube.get(path)
+        if (current["metadata"].get("annotations") or {}).get(annotation) != value:
+            return True
+        time.sleep(POLL_SECONDS)
+    return False
+
+
+def _raise_if_refused(
+    kube: api.KubeApi, namespace: str, name: str, annotation: str, version: str
+) -> None:
+    """The operator's Warning Event for this very write, if it refused it (reading Events
+    needs ``get events``: without it, a refusal shows in ``kubectl describe sj``)."""
+    from pgsched.k8s import api, commands, names
+
+    for field in (annotation, names.requested_by_annotation(annotation)):
+        candidate = commands.event_name(name, field, version)
+        try:
+            found = kube.get(api.path_of(namespace=namespace, plural="events", name=candidate))
+        except api.ApiError:
+            continue
+        raise CommandError(f"the operator refused the request: {found.get('message')}")
+
+
+def _refused(error: api.ApiError, verb: str, namespace: str) -> CommandError:
+    # RBAC's 403 says "User ... cannot patch resource ..."; an admission policy's 403
+    # (the requester policy) says why it denied the request: shown as it is.
+    if error.status == 403 and f"cannot {verb} resource" in error.message:
+        return CommandError(
+            f"Kubernetes RBAC refused: you may not {verb} {RESOURCE} in namespace"
+            f" {namespace} (this needs the `{verb}` permission on {RESOURCE}; check with"
+            f" `kubectl auth can-i {verb} {RESOURCE} -n {namespace}`). Administrators may"
+            " use --database instead, which bypasses RBAC"
+        )
+    return CommandError(f"the API server refused the request: {error.message}")

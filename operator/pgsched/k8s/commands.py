@@ -1,0 +1,294 @@
+"""Requests written on a ScheduledJob as annotations: read, checked, carried out, answered.
+
+Annotations are how anyone asks the operator to act on a ScheduledJob through the
+Kubernetes API server, so that Kubernetes RBAC (``patch scheduledjobs`` in its namespace)
+and the API server's audit log apply. ``pgsched run-now``, ``cancel``, ``backfill`` and
+``resume`` write them by default; ``kubectl annotate`` does the same.
+
+==========================  ==============================================================
+annotation                  accepted values
+==========================  ==============================================================
+``pgsched.dev/run-now``     a token: 1 to 200 characters, no control characters
+                            (``deploy-1234``); one manual run per distinct token, ever
+``pgsched.dev/cancel``      a run id of this ScheduledJob, or ``all``
+``pgsched.dev/backfill``    ``<from>/<to>``: two RFC 3339 instants with an offset, both
+                            inclusive, in the past
+                            (``2026-06-01T00:00:00Z/2026-06-07T23:59:59Z``)
+``pgsched.dev/resume``      ``true``: clear an automatic suspension
+                            (``failureSuspendThreshold``)
+==========================  ==============================================================
+
+Every request is removed once handled (with a JSON patch that tests its value, so a newer
+request written meanwhile stays for its own sync): a later sync or an operator restart
+never, say, cancels runs that started after a cancel request, and a writer that finds a
+request still on the object knows the operator has not taken it yet (``pgsched`` waits for
+it rather than overwrite it). A run-now token seen again queues nothing (the token is kept
+with the run), so a removal that failed and a request handled twice are harmless.
+
+Who asked: each request may come with ``<annotation>-requested-by`` (e.g.
+``pgsched.dev/run-now-requested-by``), the Kubernetes user who wrote it — one per request,
+so two people's requests handled in one sync never borrow each other's name. The operator
+cannot see who wrote an annotation; the API server can: the chart's
+ValidatingAdmissionPolicy (``templates/requester-policy.yaml``) refuses any write that sets
+a request or a requester unless the requester is ``request.userInfo.username``. The
+operator records the requester with the runs it queues (``pgsched describe``, the UI) and
+in ``cancelledBy``. A request written without one (by hand, ``kubectl annotate``) is
+carried out and its requester recorded as unknown — the audit log still names the user.
+
+A value that is not accepted (a request, or a requester that is not a user name) changes
+nothing: the request is removed and answered with a ``Warning`` Event on the ScheduledJob
+(reason ``InvalidAnnotation``) that names the accepted values, and one log line. Messages
+are :class:`pgsched.validation.FieldError`, as for specs and settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pgsched import logs
+from pgsched.engine import backfill, definitions, runs
+from pgsched.engine.models import Definition
+from pgsched.k8s import names
+from pgsched.validation import FieldError
+
+log = logging.getLogger(__name__)
+
+MAX_TOKEN = 200
+MAX_REQUESTER = 256
+MAX_BACKFILL = 100  # two RFC 3339 instants and a slash, with room for fractions and offsets
+EXAMPLES = {
+    names.ANNOTATION_RUN_NOW: "deploy-1234",
+    names.ANNOTATION_CANCEL: "all",
+    names.ANNOTATION_BACKFILL: "2026-06-01T00:00:00Z/2026-06-07T23:59:59Z",
+    names.ANNOTATION_RESUME: "true",
+}
+# Refused requests are answered with a Warning Event of this reason.
+REASON = "InvalidAnnotation"
+
+
+@dataclass(frozen=True)
+class Request:
+    annotation: str  # names.ANNOTATION_*
+    value: str
+    requested_by: str | None  # the value of its -requested-by annotation, if any
+
+    @property
+    def requester_annotation(self) -> str:
+        return names.requested_by_annotation(self.annotation)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What handling a ScheduledJob's requests asks Kubernetes for."""
+
+    refused: tuple[FieldError, ...] = ()  # each one a Warning Event
+    resumed: bool = False  # an automatic suspension was cleared: render the status
+
+
+def event_name(scheduled_job: str, annotation: str, version: str) -> str:
+    """The Warning Event answering a refused request (or requester) ``annotation`` written
+    in ``version`` of the ScheduledJob: every replica names it alike (posted once), and the
+    writer can find it (``pgsched`` reads it to report the refusal)."""
+    return f"{scheduled_job}.{annotation.rpartition('/')[2]}.{version}"
+
+
+def read(annotations: Mapping[str, Any]) -> list[Request]:
+    """The requests present on a ScheduledJob, in a fixed order."""
+    found = []
+    for annotation in names.COMMAND_ANNOTATIONS:
+        value = annotations.get(annotation)
+        if value is None:
+            continue
+        requester = annotations.get(names.requested_by_annotation(annotation))
+        found.append(Request(annotation, str(value), None if requester is None else str(requester)))
+    return found
+
+
+def backfill_value(start: datetime, end: datetime) -> str:
+    """The ``pgsched.dev/backfill`` value for a range (what the CLI writes)."""
+    return f"{start.isoformat()}/{end.isoformat()}"
+
+
+def parse_backfill(value: str) -> tuple[datetime, datetime]:
+    """``<from>/<to>`` as two aware instants; ValueError saying what is wrong."""
+    if len(value) > MAX_BACKFILL:
+        raise ValueError(f"is {len(value)} characters long, more than {MAX_BACKFILL}")
+    start_text, slash, end_text = value.partition("/")
+    if not slash:
+        raise ValueError(f"{_shown(value)} is not <from>/<to>")
+    bounds = []
+    for text in (start_text, end_text):
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{_shown(text)} is not an RFC 3339 instant") from None
+        if moment.tzinfo is None:
+            raise ValueError(f"{_shown(text)} has no offset (add Z for UTC)")
+        bounds.append(moment)
+    return bounds[0], bounds[1]
+
+
+def handle(
+    conn: Any,
+    definition: Definition,
+    requests: list[Request],
+    *,
+    now: datetime,
+) -> Answer:
+    """Carry out the requests on ``definition`` (in force) and say what to answer."""
+    refused: list[FieldError] = []
+    resumed = False
+    for request in requests:
+        problem = _requester_problem(request) or _carry_out(conn, definition, request, now=now)
+        if problem is not None:
+            refused.append(problem)
+            log.warning("%s: %s", definition.key, problem)
+        elif request.annotation == names.ANNOTATION_RESUME:
+            resumed = True
+    return Answer(tuple(refused), resumed)
+
+
+def _carry_out(
+    conn: Any, definition: Definition, request: Request, *, now: datetime
+) -> FieldError | None:
+    if request.annotation == names.ANNOTATION_RUN_NOW:
+        return _run_now(conn, definition, request)
+    if request.annotation == names.ANNOTATION_CANCEL:
+        return _cancel(conn, definition, request)
+    if request.annotation == names.ANNOTATION_BACKFILL:
+        return _backfill(conn, definition, request, now=now)
+    return _resume(conn, definition, request, now=now)
+
+
+def _run_now(conn: Any, definition: Definition, request: Request) -> FieldError | None:
+    token = request.value
+    if not token.strip() or len(token) > MAX_TOKEN or not token.isprintable():
+        return _refusal(
+            request,
+            f"{_shown(token)} is not a token of 1 to {MAX_TOKEN} characters without"
+            " control characters",
+        )
+    enqueued = runs.run_now(
+        conn, definition.id, token=f"annotation:{token}", requested_by=request.requested_by
+    )
+    if enqueued.created:
+        _logger(definition, enqueued.run).info(
+            "%s: run-now %r queued run %s (requested by %s)",
+            definition.key,
+            token,
+            enqueued.run.id,
+            request.requested_by or "an unknown user",
+        )
+    return None
+
+
+def _cancel(conn: Any, definition: Definition, request: Request) -> FieldError | None:
+    target = request.value
+    why = f"cancelled through the {names.ANNOTATION_CANCEL} annotation"
+    by = runs.BY_ANNOTATION + (f" ({request.requested_by})" if request.requested_by else "")
+    if target == "all":
+        outcome = runs.cancel_definition(conn, definition.id, by=by, why=why)
+        logger: logging.Logger | logs.ContextAdapter = log
+    elif target.isdigit() and len(target) <= 18:
+        run = runs.get(conn, int(target))
+        if run is None or run.definition_id != definition.id:
+            return _refusal(request, f"run {target} is not a run of {definition.key}")
+        outcome = runs.cancel_run(conn, run.id, by=by, why=why)
+        logger = _logger(definition, run)
+    else:
+        return _refusal(request, f'{_shown(target)} is not a run id or "all"')
+    logger.info(
+        "%s: cancel %s by %s: %d queued runs cancelled, %d running runs asked to stop",
+        definition.key,
+        target,
+        request.requested_by or "an unknown user",
+        len(outcome.cancelled),
+        len(outcome.asked_to_stop),
+    )
+    return None
+
+
+def _backfill(
+    conn: Any, definition: Definition, request: Request, *, now: datetime
+) -> FieldError | None:
+    try:
+        start, end = parse_backfill(request.value)
+        wanted = backfill.occurrences(
+            definitions.schedule_of(definition),
+            start,
+            end,
+            now=now,
+            first=f"from {start.isoformat()}",
+            last=f"to {end.isoformat()}",
+            subject=definition.key,
+        )
+    except ValueError as error:  # backfill.RangeError too
+        return _refusal(request, str(error))
+    queued, already = backfill.queue(conn, definition, wanted, requested_by=request.requested_by)
+    log.info(
+        "%s: backfill %s by %s: %d occurrences, %d queued, %d queued before",
+        definition.key,
+        request.value,
+        request.requested_by or "an unknown user",
+        len(wanted),
+        queued,
+        already,
+    )
+    return None
+
+
+def _resume(
+    conn: Any, definition: Definition, request: Request, *, now: datetime
+) -> FieldError | None:
+    if request.value != "true":
+        return _refusal(request, f'{_shown(request.value)} is not "true"')
+    if definition.auto_suspended_at is not None:
+        definitions.clear_auto_suspension(conn, definition.id, now=now)
+        log.info(
+            "%s: automatic suspension cleared by %s (%s)",
+            definition.key,
+            request.requested_by or "an unknown user",
+            definition.auto_suspend_reason,
+        )
+    return None
+
+
+def _requester_problem(request: Request) -> FieldError | None:
+    who = request.requested_by
+    if who is None or (0 < len(who) <= MAX_REQUESTER and who.isprintable() and who.strip()):
+        return None
+    return FieldError(
+        request.requester_annotation,
+        f"{_shown(who)} is not a user name of 1 to {MAX_REQUESTER} printable characters;"
+        f" {request.annotation} was not carried out",
+        f"{request.requester_annotation}=$(kubectl auth whoami -o jsonpath="
+        "'{.status.userInfo.username}')",
+    )
+
+
+def _refusal(request: Request, problem: str) -> FieldError:
+    return FieldError(
+        request.annotation, problem, f"{request.annotation}={EXAMPLES[request.annotation]}"
+    )
+
+
+def _shown(value: str) -> str:
+    """A value as the message quotes it: JSON-escaped (no control characters reach a log
+    line or an Event), cut at 80 characters."""
+    cut = value if len(value) <= 80 else value[:80] + "…"
+    return json.dumps(cut, ensure_ascii=False)
+
+
+def _logger(definition: Definition, run: Any) -> logs.ContextAdapter:
+    return logs.for_labels(
+        log,
+        run_id=run.id,
+        namespace=definition.namespace,
+        name=definition.name,
+        attempt=run.attempt,
+    )
