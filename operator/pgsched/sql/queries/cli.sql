@@ -109,8 +109,8 @@ FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid::bigint = (hashtextextended(%(lock_name)s, 0) >> 32) & 4294967295
-  AND l.objid::bigint = hashtextextended(%(lock_name)s, 0) & 4294967295;
+  AND l.classid::bigint = (pg_catalog.hashtextextended(%(lock_name)s, 0) >> 32) & 4294967295
+  AND l.objid::bigint = pg_catalog.hashtextextended(%(lock_name)s, 0) & 4294967295;
 
 -- name: stale_running_runs
 -- RUNNING runs the reaper should have ended already (past their heartbeat or orphan
