@@ -244,11 +244,6 @@ def test_a_job_holding_the_advisory_keys_of_any_name_cannot_hang_pgsched_migrate
             admin.execute(f"DROP ROLE {user}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="leader election still uses a session advisory lock that any login can hold"
-    " (issue 25 finding 2, left open: see docs/security-database.md)",
-)
 def test_a_job_holding_the_leader_lock_key_cannot_keep_ticks_from_leading(dsn, conn, job):
     with connection.connect(job[1]) as pod:
         pod.execute("SELECT pg_advisory_lock(hashtextextended('pgsched:tick-leader', 0))")

@@ -1259,7 +1259,10 @@ ALTER TABLE pgsched.job_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 --
 
 CREATE TABLE pgsched.leader_locks (
-    name text NOT NULL
+    name text NOT NULL,
+    holder_pid integer,
+    holder_started timestamp with time zone,
+    held_until timestamp with time zone
 );
 
 --

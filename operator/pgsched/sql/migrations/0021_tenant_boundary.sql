@@ -28,8 +28,9 @@
 --     nothing. Error text longer than 8 KiB is cut to 8 KiB ending in a marker.
 --   * Values a job could have stored before are repaired once, here, so no reader meets
 --     them: non-finite or future times, finished_at before started_at, oversized text.
---   * Leader election and migrations lock rows and tables of pgsched's own (see
---     docs/architecture.md, "Locks no tenant can take"): pgsched.leader_locks.
+--   * Leader election takes a row of pgsched.leader_locks, migrations the ledger's table
+--     lock: only roles with privileges on pgsched's tables can take either (see
+--     docs/architecture.md, "Locks no tenant can take").
 --   * EXECUTE is revoked from PUBLIC on every function in the schema, and the owner's
 --     global default privileges no longer grant EXECUTE to PUBLIC on new functions.
 --   * Job-callable functions wait at most 5 s for a lock (their SET lock_timeout): a call
@@ -37,11 +38,15 @@
 
 -- -- Leader election ------------------------------------------------------------------------
 
--- One row per leader lock name; a tick leads while its transaction holds the row
--- (SELECT ... FOR UPDATE SKIP LOCKED). Only roles with privileges on this table can lock
--- it, and the job role has none.
+-- One row per leader lock name (TickSettings.lock_name): the session that leads the
+-- current tick (its backend pid and start, so a dead or replaced backend holds nothing)
+-- and until when, should it freeze. Only roles with privileges on this table can take
+-- it, and the job role has none (sql/queries/leader.sql, docs/architecture.md).
 CREATE TABLE pgsched.leader_locks (
-    name text PRIMARY KEY
+    name           text PRIMARY KEY,
+    holder_pid     integer,
+    holder_started timestamptz,
+    held_until     timestamptz
 );
 INSERT INTO pgsched.leader_locks (name) VALUES ('pgsched:tick-leader');
 REVOKE ALL ON TABLE pgsched.leader_locks FROM PUBLIC;
