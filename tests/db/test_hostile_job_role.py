@@ -5,6 +5,7 @@ impersonates the scheduler (I12; issue 25, findings 1, 2, 3, 5 and 8)."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from datetime import timedelta
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 
 from factories import RecordingLauncher, database_at, define, runs_of
-from pgsched.db import connection, migrate
+from pgsched.db import boundary, connection, migrate
 from pgsched.engine import dispatch, lease, runs, settle
 from pgsched.engine.tick import Ticker, TickSettings
 
@@ -226,9 +227,54 @@ def test_functions_planted_in_a_writable_public_never_run_as_the_owner(dsn, conn
 # -- locks (finding 2) -------------------------------------------------------------------------
 
 
-def test_a_job_holding_the_advisory_keys_of_any_name_cannot_hang_pgsched_migrate(postgres):
+def as_on_a_managed_service(admin):
+    """Advisory locks for every login again, as where 0021 could not revoke them (no
+    superuser: RDS, Cloud SQL, Azure)."""
+    admin.execute(
+        "DO $$ DECLARE f regprocedure; BEGIN"
+        " FOR f IN SELECT oid::regprocedure FROM pg_proc"
+        "  WHERE pronamespace = 'pg_catalog'::regnamespace AND proname LIKE 'pg\\_%advisory\\_%'"
+        " LOOP EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', f); END LOOP; END $$"
+    )
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT pg_advisory_lock(hashtextextended('pgsched:tick-leader', 0))",
+        "SELECT pg_try_advisory_lock(42)",
+        "SELECT pg_advisory_lock_shared(1, 2)",
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('dispatch:' || gen_random_uuid(), 0))",
+    ],
+)
+def test_a_job_cannot_take_any_advisory_lock_where_pgsched_could_revoke_them(conn, job, statement):
+    with connection.connect(job[1]) as pod, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        pod.execute(statement)
+
+
+def test_a_job_holding_the_leader_and_migrate_keys_cannot_keep_ticks_from_leading(
+    dsn, conn, job
+):
+    as_on_a_managed_service(conn)
+    with connection.connect(job[1]) as pod:
+        for name in ("pgsched:tick-leader", "pgsched:migrate"):
+            pod.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [name])
+        due = define(conn, "due")
+        runs.run_now(conn, due.id, token="t")
+        launcher = RecordingLauncher()
+        ticked = Ticker(lambda: connection.connect(dsn), launcher, TickSettings())
+        try:
+            results = [ticked.run_once() for _ in range(3)]
+        finally:
+            ticked.close()
+    assert [result.leader for result in results] == [True, True, True]
+    assert [run.definition_id for run in launcher.launched] == [due.id]
+
+
+def test_a_job_holding_any_advisory_key_cannot_hang_pgsched_migrate(postgres):
     dsn = database_at(postgres, "hostile_migrate", max(m.version for m in migrate.available()[:-1]))
     with connection.connect(dsn) as admin:
+        as_on_a_managed_service(admin)
         user, job_dsn = job_login(admin, dsn)
         try:
             with connection.connect(job_dsn) as pod:
@@ -244,19 +290,48 @@ def test_a_job_holding_the_advisory_keys_of_any_name_cannot_hang_pgsched_migrate
             admin.execute(f"DROP ROLE {user}")
 
 
-def test_a_job_holding_the_leader_lock_key_cannot_keep_ticks_from_leading(dsn, conn, job):
-    with connection.connect(job[1]) as pod:
-        pod.execute("SELECT pg_advisory_lock(hashtextextended('pgsched:tick-leader', 0))")
-        due = define(conn, "due")
-        runs.run_now(conn, due.id, token="t")
-        launcher = RecordingLauncher()
-        ticked = Ticker(lambda: connection.connect(dsn), launcher, TickSettings())
-        try:
-            results = [ticked.run_once() for _ in range(3)]
-        finally:
-            ticked.close()
-    assert all(result.leader for result in results)
-    assert [run.definition_id for run in launcher.launched] == [due.id]
+# -- what doctor and the operator's start-up say -----------------------------------------------
+
+
+def test_every_gap_in_the_boundary_is_named_with_its_fix(conn, job):
+    user = job[0]
+    assert boundary.problems(conn) == [
+        f"job login(s) {user} lack a connection limit, statement_timeout or"
+        " idle_in_transaction_session_timeout (settings of the pgsched_job group are not"
+        f" inherited); fix: {boundary.LOGIN_LIMITS}"
+    ]
+    conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    as_on_a_managed_service(conn)
+    found = boundary.problems(conn)
+    assert [problem.split(":")[0] for problem in found] == [
+        "schema public is writable by other roles (PostgreSQL 14's default)",
+        "the job role may take advisory locks",
+        f"job login(s) {user} lack a connection limit, statement_timeout or"
+        " idle_in_transaction_session_timeout (settings of the pgsched_job group are not"
+        " inherited); fix",
+    ]
+
+
+def test_a_job_login_with_its_limits_set_is_no_gap(conn, job):
+    user = job[0]
+    conn.execute(f"ALTER ROLE {user} CONNECTION LIMIT 5")
+    conn.execute(f"ALTER ROLE {user} SET statement_timeout = '30s'")
+    conn.execute(f"ALTER ROLE {user} SET idle_in_transaction_session_timeout = '30s'")
+    assert boundary.problems(conn) == []
+
+
+def test_limits_set_on_a_job_login_end_its_idle_transaction_and_its_long_statement(conn, job):
+    """What holds: settings on the login (not on the pgsched_job group) bound its sessions."""
+    user, job_dsn = job
+    conn.execute(f"ALTER ROLE {user} SET statement_timeout = '1s'")
+    conn.execute(f"ALTER ROLE {user} SET idle_in_transaction_session_timeout = '1s'")
+    with connection.connect(job_dsn) as pod:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            pod.execute("SELECT pg_sleep(5)")
+        pod.execute("BEGIN")
+        time.sleep(2)
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            pod.execute("SELECT 1")
 
 
 def test_a_job_call_stuck_behind_a_lock_gives_up_within_seconds(conn, job):

@@ -283,6 +283,34 @@ $$;
 -- from now on are nobody's until granted by name.
 ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 
+-- Advisory locks: pgsched still keys dispatch, pools, chains and run-now requests on
+-- transaction-scoped advisory locks, and any login may take any key (keys in use are
+-- visible to all in pg_locks): a job login holding a definition's key would make the
+-- tick's claim wait. Where the migrating role may (a superuser: the functions belong to
+-- the bootstrap superuser), the advisory lock functions of this database become the
+-- schema owner's alone. Managed services (RDS, Cloud SQL, Azure) give no superuser: the
+-- statement fails there, the migration goes on, and `pgsched doctor` warns
+-- (docs/operations.md, "Advisory locks on managed services").
+DO $$
+DECLARE
+    f regprocedure;
+    owner name := (SELECT nspowner::regrole::name FROM pg_catalog.pg_namespace
+                   WHERE nspname = 'pgsched');
+BEGIN
+    IF NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        RAISE NOTICE 'not a superuser: the advisory lock functions stay executable by every '
+            'login; see docs/operations.md, "Advisory locks on managed services"';
+        RETURN;
+    END IF;
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
+             WHERE p.pronamespace = 'pg_catalog'::regnamespace
+               AND p.proname LIKE 'pg\_%advisory\_%' LOOP
+        EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', f, owner);
+    END LOOP;
+END;
+$$;
+
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgsched_job') THEN
