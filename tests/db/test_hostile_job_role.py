@@ -73,7 +73,8 @@ def test_a_job_cannot_store_a_heartbeat_time_of_its_choosing(conn, job, forged):
     run = start(conn, define(conn))
     with connection.connect(job[1]) as pod:
         state = pod.execute(
-            "SELECT pgsched.heartbeat(%s, %s, %s::timestamptz) AS s", [run.run_id, run.token, forged]
+            "SELECT pgsched.heartbeat(%s, %s, %s::timestamptz) AS s",
+            [run.run_id, run.token, forged],
         ).fetchone()["s"]
         assert state == "active"
         assert pod.execute(
@@ -91,9 +92,7 @@ def test_a_job_cannot_store_a_heartbeat_time_of_its_choosing(conn, job, forged):
 
 
 @pytest.mark.parametrize("forged", FORGED)
-def test_a_forged_finish_time_is_not_stored_and_the_next_tick_still_dispatches(
-    conn, job, forged
-):
+def test_a_forged_finish_time_is_not_stored_and_the_next_tick_still_dispatches(conn, job, forged):
     run = start(conn, define(conn, "forger"))
     with connection.connect(job[1]) as pod:
         assert pod.execute(
@@ -192,6 +191,7 @@ def test_a_function_the_owner_creates_later_is_nobodys_until_granted(conn, job):
 
 # -- functions planted in public (finding 3) ---------------------------------------------------
 
+
 def test_functions_planted_in_a_writable_public_never_run_as_the_owner(dsn, conn, job):
     conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")  # PostgreSQL 14's default
     with connection.connect(job[1]) as pod:
@@ -252,9 +252,7 @@ def test_a_job_cannot_take_any_advisory_lock_where_pgsched_could_revoke_them(con
         pod.execute(statement)
 
 
-def test_a_job_holding_the_leader_and_migrate_keys_cannot_keep_ticks_from_leading(
-    dsn, conn, job
-):
+def test_a_job_holding_the_leader_and_migrate_keys_cannot_keep_ticks_from_leading(dsn, conn, job):
     as_on_a_managed_service(conn)
     with connection.connect(job[1]) as pod:
         for name in ("pgsched:tick-leader", "pgsched:migrate"):
