@@ -199,7 +199,9 @@ def _tenant_boundary(conn: Connection) -> Finding:
 
 def _leader(conn: Connection, lock_name: str) -> Finding:
     sessions = conn.execute(queries.get("tick_sessions"), {"now": None}).fetchall()
-    holders = conn.execute(queries.get("leader_lock_holders"), {"lock_name": lock_name}).fetchall()
+    holders = conn.execute(
+        queries.get("leader_lock_holders"), {"lock_name": lock_name, "now": None}
+    ).fetchall()
     if not sessions and not holders:
         return Finding(
             "leader",

@@ -51,6 +51,33 @@ CREATE TABLE pgsched.leader_locks (
 INSERT INTO pgsched.leader_locks (name) VALUES ('pgsched:tick-leader');
 REVOKE ALL ON TABLE pgsched.leader_locks FROM PUBLIC;
 
+-- Take the leader row for this session unless another live session holds it: held rows
+-- expire (a frozen leader), and a holder whose backend is gone (crashed, killed, on
+-- another server after a failover) holds nothing. Waits only for another replica's own
+-- try of the same row. The database clock on purpose: a test's pinned "now" must not
+-- decide which replica leads.
+CREATE FUNCTION pgsched.try_lead(lock_name text, hold_seconds double precision)
+RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO pgsched.leader_locks AS l (name, holder_pid, holder_started, held_until)
+    SELECT lock_name, a.pid, a.backend_start,
+           pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => hold_seconds)
+    FROM pg_catalog.pg_stat_activity AS a
+    WHERE a.pid = pg_catalog.pg_backend_pid()
+    ON CONFLICT (name) DO UPDATE
+    SET holder_pid = excluded.holder_pid,
+        holder_started = excluded.holder_started,
+        held_until = excluded.held_until
+    WHERE l.holder_pid IS NULL
+       OR l.held_until < pg_catalog.clock_timestamp()
+       OR NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS h
+                      WHERE h.pid = l.holder_pid AND h.backend_start = l.holder_started
+                        AND h.pid <> pg_catalog.pg_backend_pid())
+    RETURNING true;
+$$;
+
 -- -- Bounded text ---------------------------------------------------------------------------
 
 -- Error text cut to at most 8 KiB (bytes, UTF-8) ending in a marker; shorter text as is.

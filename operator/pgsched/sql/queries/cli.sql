@@ -107,7 +107,7 @@ ORDER BY a.state_change DESC NULLS LAST;
 SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start
 FROM pgsched.leader_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.holder_pid AND a.backend_start = l.holder_started
-WHERE l.name = %(lock_name)s AND l.held_until >= clock_timestamp();
+WHERE l.name = %(lock_name)s AND l.held_until >= coalesce(%(now)s::timestamptz, clock_timestamp());
 
 -- name: stale_running_runs
 -- RUNNING runs the reaper should have ended already (past their heartbeat or orphan
