@@ -14,6 +14,7 @@ import pytest
 
 from factories import RecordingLauncher, database_at, define, runs_of
 from pgsched.db import boundary, connection, migrate
+from pgsched.db.session import Session
 from pgsched.engine import dispatch, lease, runs, settle
 from pgsched.engine.tick import Ticker, TickSettings
 
@@ -350,3 +351,22 @@ def test_a_job_call_stuck_behind_a_lock_gives_up_within_seconds(conn, job):
         beating.join(timeout=15)
         assert not beating.is_alive()
     assert isinstance(outcome[0], psycopg.errors.LockNotAvailable)
+
+
+def test_every_kind_of_session_pgsched_opens_searches_pg_catalog_then_pgsched_only(dsn, job):
+    """The operator's and CLI's connections, pool members (UI, watches) and the in-pod
+    session of the heartbeat sidecar and SDK runner (as the job login)."""
+    shown = "SELECT current_setting('search_path') AS path"
+    with connection.connect(dsn) as direct:
+        paths = [direct.execute(shown).fetchone()["path"]]
+    with (
+        connection.pool(dsn, name="pgsched-test-pool", max_size=1) as members,
+        members.connection() as member,
+    ):
+        paths.append(member.execute(shown).fetchone()["path"])
+    in_pod = Session.for_dsn(job[1], application_name="pgsched-heartbeat-1")
+    try:
+        paths.append(in_pod.run(lambda conn: conn.execute(shown).fetchone()["path"]))
+    finally:
+        in_pod.close()
+    assert paths == ["pg_catalog, pgsched, pg_temp"] * 3
