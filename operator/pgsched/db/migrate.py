@@ -4,9 +4,9 @@
 transaction together with its ledger row (``pgsched.schema_migrations``), so a migration is
 either fully applied and recorded or not at all.
 
-Several operator replicas start at once and all try to migrate: each migration is serialized
-by a lock on the ledger table, taken by each migration's transaction: the second replica
-waits, then finds that migration applied and goes on to the next.
+Several operator replicas start at once and all try to migrate: each migration's transaction
+first locks the ledger table, so a second replica waits, then finds that migration applied
+and goes on to the next.
 A migration file that changed after it was applied, or a database newer than this code,
 stops the run with an explanation instead of guessing.
 """
