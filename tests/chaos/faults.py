@@ -93,12 +93,9 @@ def tick_leader_backend(
     """The backend pid holding the tick leader lock, if a tick is in progress (and, with
     ``launching``, only if that tick is between its claim and its last launch)."""
     row = admin.execute(
-        "WITH k AS (SELECT hashtextextended(%(lock)s, 0) AS key)"
-        " SELECT l.pid FROM pg_locks l CROSS JOIN k"
-        " JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
-        " AND l.classid::bigint = (k.key >> 32) & 4294967295"
-        " AND l.objid::bigint = k.key & 4294967295"
+        "SELECT a.pid FROM pgsched.leader_locks l"
+        " JOIN pg_stat_activity a ON a.pid = l.holder_pid AND a.backend_start = l.holder_started"
+        " WHERE l.name = %(lock)s AND l.held_until >= clock_timestamp()"
         " AND (NOT %(launching)s OR a.query LIKE ANY(%(patterns)s))",
         {"lock": lock_name, "launching": launching, "patterns": list(_LAUNCHING)},
     ).fetchone()

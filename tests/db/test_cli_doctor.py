@@ -58,6 +58,7 @@ def test_doctor_on_a_healthy_installation_reports_ok_and_exits_0(dsn, conn):
         "clock": "ok",
         "replication": "ok",
         "leader": "ok",
+        "tenant boundary": "ok",
         "running runs": "ok",
         "queued runs": "ok",
         "materialization": "ok",

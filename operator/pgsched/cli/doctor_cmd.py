@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 
 from pgsched.cli import common, output, target
-from pgsched.db import clock, connection, preflight, queries, replication
+from pgsched.db import boundary, clock, connection, preflight, queries, replication
 from pgsched.engine import leader
 
 if TYPE_CHECKING:
@@ -135,6 +135,7 @@ def _database(args: argparse.Namespace, *, ready: bool) -> list[Finding]:
         findings.append(_clock(conn))
         findings.append(_replication(conn))
         findings.append(_leader(conn, args.leader_lock))
+        findings.append(_tenant_boundary(conn))
         findings += _stuck(conn, args.queued_threshold)
         findings.append(_outbox(conn))
         findings.append(_auto_suspended(conn))
@@ -187,9 +188,20 @@ def _replication(conn: Connection) -> Finding:
     return Finding("replication", "ok" if lossless else "warn", found.detail)
 
 
+def _tenant_boundary(conn: Connection) -> Finding:
+    found = boundary.problems(conn)
+    if not found:
+        return Finding(
+            "tenant boundary", "ok", "job logins reach their runs' lease functions and no more"
+        )
+    return Finding("tenant boundary", "warn", "; ".join(found))
+
+
 def _leader(conn: Connection, lock_name: str) -> Finding:
     sessions = conn.execute(queries.get("tick_sessions"), {"now": None}).fetchall()
-    holders = conn.execute(queries.get("leader_lock_holders"), {"lock_name": lock_name}).fetchall()
+    holders = conn.execute(
+        queries.get("leader_lock_holders"), {"lock_name": lock_name, "now": None}
+    ).fetchall()
     if not sessions and not holders:
         return Finding(
             "leader",

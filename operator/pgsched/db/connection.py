@@ -180,6 +180,12 @@ def bound_answers(conn: Connection, seconds: float | None) -> None:
 
 def configure(conn: Connection) -> None:
     """Session settings every pgsched connection needs (also used by connection pools)."""
+    # Names resolve in pg_catalog, then pgsched, never in a schema others may create in
+    # (``public`` is writable by everyone on PostgreSQL 14 and databases upgraded from
+    # it): a function planted there, say ``public.hashtextextended(text, integer)``, would
+    # otherwise win over the built-in and run with this session's privileges. Temporary
+    # objects come last. A SET, not a startup option: PgBouncer drops startup ``options``.
+    conn.execute("SET search_path = pg_catalog, pgsched, pg_temp")
     conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")
     # A backend waiting on a lock does not notice its client died (kill -9, a lost node)
     # until the wait ends, and keeps its row locks meanwhile. With this check it notices

@@ -4,8 +4,9 @@
 transaction together with its ledger row (``pgsched.schema_migrations``), so a migration is
 either fully applied and recorded or not at all.
 
-Several operator replicas start at once and all try to migrate: the whole run is serialized
-by a session advisory lock, so the second replica waits, then finds nothing left to do.
+Several operator replicas start at once and all try to migrate: each migration's transaction
+first locks the ledger table, so a second replica waits, then finds that migration applied
+and goes on to the next.
 A migration file that changed after it was applied, or a database newer than this code,
 stops the run with an explanation instead of guessing.
 """
@@ -25,7 +26,6 @@ from pgsched.db.connection import Connection
 log = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_LOCK = "pgsched:migrate"
 
 
 class MigrationError(RuntimeError):
@@ -87,53 +87,64 @@ def current_version(conn: Connection) -> int:
 def migrate(conn: Connection) -> MigrateResult:
     """Bring the schema up to date; safe to call from many processes at once."""
     migrations = available()
-    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [_LOCK])
-    try:
-        create_ledger(conn)
-        applied = {
-            row["version"]: row["checksum"]
-            for row in conn.execute("SELECT version, checksum FROM pgsched.schema_migrations")
-        }
-        _check_ledger(applied, migrations)
-        done = []
-        for migration in migrations:
-            if migration.version in applied:
-                continue
-            log.info("applying migration %04d_%s", migration.version, migration.name)
-            apply(conn, migration)
+    create_ledger(conn)
+    applied = {
+        row["version"]: row["checksum"]
+        for row in conn.execute("SELECT version, checksum FROM pgsched.schema_migrations")
+    }
+    _check_ledger(applied, migrations)
+    done = []
+    for migration in migrations:
+        if migration.version not in applied and apply(conn, migration):
             done.append(migration.version)
-        return MigrateResult(applied=done, current=migrations[-1].version)
-    finally:
-        if not conn.closed and not conn.broken:
-            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [_LOCK])
+    return MigrateResult(applied=done, current=migrations[-1].version)
 
 
 def create_ledger(conn: Connection) -> None:
     """The ``pgsched`` schema and its ledger of applied migrations, if missing."""
-    with conn.transaction():
-        conn.execute("CREATE SCHEMA IF NOT EXISTS pgsched")
-        conn.execute(
-            """
-            CREATE TABLE IF NOT EXISTS pgsched.schema_migrations (
-                version    integer PRIMARY KEY,
-                name       text        NOT NULL,
-                checksum   text        NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )
-            """
-        )
+    for attempt in (1, 2):
+        try:
+            with conn.transaction():
+                conn.execute("CREATE SCHEMA IF NOT EXISTS pgsched")
+                conn.execute(
+                    """
+                    CREATE TABLE IF NOT EXISTS pgsched.schema_migrations (
+                        version    integer PRIMARY KEY,
+                        name       text        NOT NULL,
+                        checksum   text        NOT NULL,
+                        applied_at timestamptz NOT NULL DEFAULT now()
+                    )
+                    """
+                )
+            return
+        except psycopg.errors.UniqueViolation:
+            # "IF NOT EXISTS" is not atomic: a process creating the same object at the
+            # same instant makes this one fail once; the second attempt finds it.
+            if attempt == 2:
+                raise
 
 
-def apply(conn: Connection, migration: Migration) -> None:
-    """One migration and its ledger row, in one transaction."""
+def apply(conn: Connection, migration: Migration) -> bool:
+    """One migration and its ledger row, in one transaction; False when another process
+    applied it first."""
     try:
         with conn.transaction():
+            # Migrating processes queue on the ledger's table lock, which only roles with
+            # privileges on the ledger can take: an advisory lock, any login could hold
+            # (docs/architecture.md, "Locks no tenant can take").
+            conn.execute("LOCK TABLE pgsched.schema_migrations IN SHARE ROW EXCLUSIVE MODE")
+            if conn.execute(
+                "SELECT 1 FROM pgsched.schema_migrations WHERE version = %s", [migration.version]
+            ).fetchone():
+                return False
+            log.info("applying migration %04d_%s", migration.version, migration.name)
             conn.execute(migration.sql)
             conn.execute(
                 "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
                 " VALUES (%s, %s, %s)",
                 [migration.version, migration.name, migration.checksum],
             )
+        return True
     except psycopg.Error as error:
         raise MigrationError(
             f"migration {migration.version:04d}_{migration.name} failed and was rolled"

@@ -6,7 +6,9 @@ cancelled or otherwise ended, its (possibly still alive) worker updates zero row
 it lost the lease and can stop, and it can never overwrite a terminal status (I4).
 
 These calls go through SQL functions (``pgsched.heartbeat`` & co.), the same ones a job pod
-calls with its narrow database role.
+calls with its narrow database role. Those take no time from the caller (a job could forge
+it): the database clock stamps every write. A pinned ``now`` (tests, the engine's pinned
+clock) selects the ``*_pinned`` variant, which only the schema owner may execute.
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ class Lease:
     token: UUID
 
 
+def _variant(query: str, now: datetime | None) -> str:
+    return query if now is None else f"{query}_pinned"
+
+
 def heartbeat(conn: Connection, lease: Lease, *, now: datetime | None = None) -> LeaseState:
     """Stamp ``heartbeat_at``; returns whether to go on, stop for cancel, or stop (lost)."""
     row = conn.execute(
-        queries.get("heartbeat"),
+        queries.get(_variant("heartbeat", now)),
         {"run_id": lease.run_id, "lease_token": lease.token, "now": now},
     ).fetchone()
     assert row is not None
@@ -58,7 +64,7 @@ def workload_ended(conn: Connection, lease: Lease, *, now: datetime | None = Non
     A run that stops heartbeating after this is "ended, outcome pending", not "vanished"
     (see ``pgsched.k8s.verdicts``)."""
     row = conn.execute(
-        queries.get("workload_ended"),
+        queries.get(_variant("workload_ended", now)),
         {"run_id": lease.run_id, "lease_token": lease.token, "now": now},
     ).fetchone()
     return bool(row and row["marked"])
@@ -94,7 +100,7 @@ def finish(
     ``logger`` is the caller's run logger (``logs.for_run``), so the warning about a lost
     lease carries the run's context fields like the caller's own lines."""
     row = conn.execute(
-        queries.get("finish_run"),
+        queries.get(_variant("finish_run", now)),
         {
             "run_id": lease.run_id,
             "lease_token": lease.token,

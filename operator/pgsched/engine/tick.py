@@ -1,15 +1,15 @@
 """The tick loop: every replica runs it, one replica leads each tick.
 
-One tick is: try the leader lock; materialize due definitions (recurring, then one-shots;
-at most a batch of each); reap orphans; settle terminal runs (retries); dispatch due runs;
-release the lock. Each phase is its own transaction on the tick's dedicated session, which
-holds the session-level leader lock across all of them. A tick that left more to do (a full
+One tick is: try the leader row (``leader``); materialize due definitions (recurring, then
+one-shots; at most a batch of each); reap orphans; settle terminal runs (retries); dispatch
+due runs; release the row. Each phase is its own transaction on the tick's dedicated
+session, which holds the leader row across all of them. A tick that left more to do (a full
 materialization or dispatch batch) is followed by the next at once, so a stampede's first
 runs are launched after one materialization batch, and the rest is materialized between
 its dispatch batches.
 
 The loop fails open. A database error, a bug in one phase, a launcher exception: the tick
-logs it, drops its session (which releases the lock if the explicit unlock could not run)
+logs it, drops its session (which frees the leader row if the explicit release could not run)
 and the loop sleeps until the next tick. The worst case is always "this tick didn't
 happen", never a scheduler that died silently (I7).
 """
@@ -136,8 +136,8 @@ class Ticker:
         """Let the server end this session if its process stops responding.
 
         A leader frozen between two phases (SIGSTOP, a stalled node) would otherwise keep
-        its session, and with it the leader lock, for as long as it is frozen: no replica
-        could tick. The session is idle between phases and between ticks for at most a tick
+        its session, and with it the leader row (until the row's own expiry, the same
+        bound), for as long as it is frozen: no replica could tick. The session is idle between phases and between ticks for at most a tick
         interval, so a generous multiple of it is never reached by a live leader.
         """
         # And the other way round: a server frozen mid-statement keeps the TCP connection
@@ -205,7 +205,7 @@ class Ticker:
             result.database_error = isinstance(error, psycopg.Error)
             self._failures.failed(result.error)
             log.debug("tick failure", exc_info=True)
-            self.close()  # a dead session releases the leader lock with it
+            self.close()  # a dead session's leader row is free for the others at once
         else:
             self._failures.succeeded()
         finally:
@@ -213,8 +213,10 @@ class Ticker:
         return result
 
     def _lead(self, conn: Connection) -> bool:
-        """Try the leader lock for this tick (never blocks)."""
-        return leader.try_lead(conn, lock_name=self.settings.lock_name)
+        """Try the leader row for this tick (never blocks)."""
+        return leader.try_lead(
+            conn, lock_name=self.settings.lock_name, hold_seconds=self.settings.stall_seconds
+        )
 
     def _step_down(self, conn: Connection) -> None:
         leader.stop_leading(conn, lock_name=self.settings.lock_name)

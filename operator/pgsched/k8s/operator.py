@@ -9,7 +9,7 @@ schedule safely. Then, on every replica:
   the database, then finalizer, status and Event written by their own workers), our Jobs
   (``jobevents``: outcomes) and ConcurrencyPools (``concurrencypools``). Every replica
   handles every event; each handling is idempotent;
-- the tick thread runs the engine loop; one replica leads each tick (advisory lock);
+- the tick thread runs the engine loop; one replica leads each tick (``engine.leader``);
 - the publisher thread runs the operator's services (``engine.loop``): the run-events
   outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of
   silent runs, history partitions, the resync;
@@ -50,7 +50,7 @@ import prometheus_client
 import psycopg
 
 from pgsched import metrics
-from pgsched.db import connection, preflight, primaries, replication
+from pgsched.db import boundary, connection, preflight, primaries, replication
 from pgsched.db.session import Session
 from pgsched.engine import history, loop
 from pgsched.engine.tick import Ticker, TickResult
@@ -246,6 +246,8 @@ def check_database(settings: OperatorSettings) -> None:
                     "database replication: %s",
                     found.detail,
                 )
+                for problem in boundary.problems(conn):
+                    log.warning("tenant boundary: %s", problem)
     except (psycopg.OperationalError, preflight.PreflightError) as error:
         raise StartupError(f"database: {str(error).strip()}") from None
     if failed:

@@ -30,6 +30,32 @@ SET row_security = off;
 CREATE SCHEMA pgsched;
 
 --
+-- Name: bounded_error(text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.bounded_error(error text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    marker constant text := ' [... truncated by pgsched to 8 KiB]';
+    budget constant integer := 8192 - pg_catalog.octet_length(marker);
+    kept text;
+BEGIN
+    IF error IS NULL OR pg_catalog.octet_length(error) <= 8192 THEN
+        RETURN error;
+    END IF;
+    kept := pg_catalog.left(error, budget);
+    -- Characters take 1..4 bytes: drop at least a quarter of the excess each round.
+    WHILE pg_catalog.octet_length(kept) > budget LOOP
+        kept := pg_catalog.left(
+            kept, pg_catalog.length(kept) - (pg_catalog.octet_length(kept) - budget + 3) / 4);
+    END LOOP;
+    RETURN kept || marker;
+END;
+$$;
+
+--
 -- Name: bump_definition_version(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -669,11 +695,57 @@ END;
 $$;
 
 --
+-- Name: finish_run(bigint, uuid, text, text, text, integer, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text DEFAULT NULL::text, final_error text DEFAULT NULL::text, final_exit_code integer DEFAULT NULL::integer, final_retry_hint text DEFAULT NULL::text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
+    AS $_$
+BEGIN
+    IF final_reason IS NOT NULL AND final_reason !~ '^[A-Za-z][A-Za-z0-9_.]{0,63}$' THEN
+        RAISE EXCEPTION 'finish_run: reason % is not a short identifier',
+            pg_catalog.quote_literal(pg_catalog.left(final_reason, 80))
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'a letter, then up to 63 letters, digits, "_" or "."'
+                         ' (example: NonZeroExit)';
+    END IF;
+    IF final_exit_code IS NOT NULL AND final_exit_code NOT BETWEEN 0 AND 255 THEN
+        RAISE EXCEPTION 'finish_run: exit code % is out of range 0..255', final_exit_code
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'example: 1';
+    END IF;
+    IF final_retry_hint IS NOT NULL AND final_retry_hint NOT IN ('retry', 'never') THEN
+        RAISE EXCEPTION 'finish_run: retry hint % is not retry or never',
+            pg_catalog.quote_literal(pg_catalog.left(final_retry_hint, 80))
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'example: never';
+    END IF;
+    -- clock_timestamp(), not now(): a claim that waited for this commit must see a
+    -- finished_at earlier than its own started_at, or run intervals would seem to overlap.
+    RETURN pgsched.finish_run_pinned(run_id, lease, final_status, final_reason, final_error,
+                                     final_exit_code, final_retry_hint,
+                                     pg_catalog.clock_timestamp());
+END;
+$_$;
+
+--
 -- Name: finish_run(bigint, uuid, text, text, text, integer, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
-CREATE FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text DEFAULT NULL::text, final_error text DEFAULT NULL::text, final_exit_code integer DEFAULT NULL::integer, final_retry_hint text DEFAULT NULL::text, at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
-    LANGUAGE plpgsql SECURITY DEFINER
+CREATE FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, ignored_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT pgsched.finish_run(run_id, lease, final_status, final_reason, final_error,
+                              final_exit_code, final_retry_hint);
+$$;
+
+--
+-- Name: finish_run_pinned(bigint, uuid, text, text, text, integer, text, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.finish_run_pinned(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
@@ -681,31 +753,52 @@ BEGIN
         RAISE EXCEPTION 'finish_run: status % is not terminal (COMPLETED, FAILED or CANCELLED)',
             final_status USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- clock_timestamp(), not now(): a claim that waited for this commit must see a
-    -- finished_at earlier than its own started_at, or run intervals would seem to overlap.
     UPDATE pgsched.job_runs
     SET status = final_status,
         reason = final_reason,
-        error = final_error,
+        error = pgsched.bounded_error(final_error),
         exit_code = final_exit_code,
         retry_hint = final_retry_hint,
-        finished_at = coalesce(at, clock_timestamp())
+        finished_at = at
     WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease;
     RETURN FOUND;
 END;
 $$;
 
 --
+-- Name: heartbeat(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.heartbeat(run_id bigint, lease uuid) RETURNS text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
+    AS $$
+    SELECT pgsched.heartbeat_pinned(run_id, lease, pg_catalog.now());
+$$;
+
+--
 -- Name: heartbeat(bigint, uuid, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
-CREATE FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS text
+CREATE FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, ignored_at timestamp with time zone) RETURNS text
     LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT pgsched.heartbeat(run_id, lease);
+$$;
+
+--
+-- Name: heartbeat_pinned(bigint, uuid, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.heartbeat_pinned(run_id bigint, lease uuid, at timestamp with time zone) RETURNS text
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     WITH beat AS (
         UPDATE pgsched.job_runs
-        SET heartbeat_at = coalesce(at, now())
+        SET heartbeat_at = at
         WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease
         RETURNING cancel_requested
     )
@@ -731,6 +824,7 @@ $$;
 CREATE FUNCTION pgsched.lease_state(run_id bigint, lease uuid) RETURNS text
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
     AS $$
     SELECT coalesce((SELECT CASE WHEN cancel_requested THEN 'cancel_requested' ELSE 'active' END
                      FROM pgsched.job_runs
@@ -744,6 +838,7 @@ $$;
 CREATE FUNCTION pgsched.listen_for_cancel(run_id bigint, lease uuid) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
     AS $$
 DECLARE
     state text := pgsched.lease_state(run_id, lease);
@@ -952,6 +1047,31 @@ END;
 $$;
 
 --
+-- Name: try_lead(text, double precision); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.try_lead(lock_name text, hold_seconds double precision) RETURNS boolean
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    INSERT INTO pgsched.leader_locks AS l (name, holder_pid, holder_started, held_until)
+    SELECT lock_name, a.pid, a.backend_start,
+           pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => hold_seconds)
+    FROM pg_catalog.pg_stat_activity AS a
+    WHERE a.pid = pg_catalog.pg_backend_pid()
+    ON CONFLICT (name) DO UPDATE
+    SET holder_pid = excluded.holder_pid,
+        holder_started = excluded.holder_started,
+        held_until = excluded.held_until
+    WHERE l.holder_pid IS NULL
+       OR l.held_until < pg_catalog.clock_timestamp()
+       OR NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS h
+                      WHERE h.pid = l.holder_pid AND h.backend_start = l.holder_started
+                        AND h.pid <> pg_catalog.pg_backend_pid())
+    RETURNING true;
+$$;
+
+--
 -- Name: try_lock_and_count_for_dispatch(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -970,16 +1090,39 @@ END;
 $$;
 
 --
+-- Name: workload_ended(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.workload_ended(run_id bigint, lease uuid) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '5s'
+    AS $$
+    SELECT pgsched.workload_ended_pinned(run_id, lease, pg_catalog.now());
+$$;
+
+--
 -- Name: workload_ended(bigint, uuid, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
-CREATE FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
-    LANGUAGE plpgsql SECURITY DEFINER
+CREATE FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, ignored_at timestamp with time zone) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT pgsched.workload_ended(run_id, lease);
+$$;
+
+--
+-- Name: workload_ended_pinned(bigint, uuid, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.workload_ended_pinned(run_id bigint, lease uuid, at timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     UPDATE pgsched.job_runs
-    SET workload_ended_at = coalesce(workload_ended_at, at, now())
+    SET workload_ended_at = coalesce(workload_ended_at, at)
     WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease;
     RETURN FOUND;
 END;
@@ -1137,6 +1280,17 @@ ALTER TABLE pgsched.job_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: leader_locks; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.leader_locks (
+    name text NOT NULL,
+    holder_pid integer,
+    holder_started timestamp with time zone,
+    held_until timestamp with time zone
+);
+
+--
 -- Name: pool_member_refreshes; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1280,6 +1434,13 @@ ALTER TABLE ONLY pgsched.job_runs
 
 ALTER TABLE ONLY pgsched.job_runs_default
     ADD CONSTRAINT job_runs_default_pkey PRIMARY KEY (id, scheduled_for);
+
+--
+-- Name: leader_locks leader_locks_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.leader_locks
+    ADD CONSTRAINT leader_locks_pkey PRIMARY KEY (name);
 
 --
 -- Name: pool_member_refreshes pool_member_refreshes_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1641,6 +1802,138 @@ ALTER TABLE ONLY pgsched.run_requesters
 GRANT USAGE ON SCHEMA pgsched TO pgsched_job;
 
 --
+-- Name: FUNCTION pg_advisory_lock(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_lock(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_lock(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_lock(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_lock_shared(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_lock_shared(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_lock_shared(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_lock_shared(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_unlock(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_unlock(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_unlock(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_unlock(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_unlock_all(); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_unlock_all() FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_unlock_shared(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_unlock_shared(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_unlock_shared(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_unlock_shared(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_xact_lock(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_xact_lock(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_xact_lock(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_xact_lock(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_xact_lock_shared(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_xact_lock_shared(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_advisory_xact_lock_shared(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_advisory_xact_lock_shared(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_lock(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_lock(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_lock(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_lock(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_lock_shared(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_lock_shared(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_lock_shared(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_lock_shared(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_xact_lock(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_xact_lock(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_xact_lock(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_xact_lock(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_xact_lock_shared(bigint); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_xact_lock_shared(bigint) FROM PUBLIC;
+
+--
+-- Name: FUNCTION pg_try_advisory_xact_lock_shared(integer, integer); Type: ACL; Schema: pg_catalog; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_xact_lock_shared(integer, integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION bounded_error(error text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.bounded_error(error text) FROM PUBLIC;
+
+--
 -- Name: FUNCTION bump_definition_version(); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -1657,6 +1950,12 @@ REVOKE ALL ON FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot 
 --
 
 REVOKE ALL ON FUNCTION pgsched.create_run_partition(month timestamp with time zone) FROM PUBLIC;
+
+--
+-- Name: FUNCTION current_timeline(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.current_timeline() FROM PUBLIC;
 
 --
 -- Name: FUNCTION detach_run_partition(partition_name text, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
@@ -1695,18 +1994,44 @@ REVOKE ALL ON FUNCTION pgsched.drop_expired_run_month(table_name text, lock_wait
 REVOKE ALL ON FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval) FROM PUBLIC;
 
 --
--- Name: FUNCTION finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+-- Name: FUNCTION finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text); Type: ACL; Schema: pgsched; Owner: -
 --
 
-REVOKE ALL ON FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone) TO pgsched_job;
+REVOKE ALL ON FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text) TO pgsched_job;
 
 --
--- Name: FUNCTION heartbeat(run_id bigint, lease uuid, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+-- Name: FUNCTION finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, ignored_at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
-REVOKE ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, at timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, at timestamp with time zone) TO pgsched_job;
+REVOKE ALL ON FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, ignored_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, ignored_at timestamp with time zone) TO pgsched_job;
+
+--
+-- Name: FUNCTION finish_run_pinned(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.finish_run_pinned(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text, at timestamp with time zone) FROM PUBLIC;
+
+--
+-- Name: FUNCTION heartbeat(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid) TO pgsched_job;
+
+--
+-- Name: FUNCTION heartbeat(run_id bigint, lease uuid, ignored_at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, ignored_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, ignored_at timestamp with time zone) TO pgsched_job;
+
+--
+-- Name: FUNCTION heartbeat_pinned(run_id bigint, lease uuid, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.heartbeat_pinned(run_id bigint, lease uuid, at timestamp with time zone) FROM PUBLIC;
 
 --
 -- Name: FUNCTION lease_channel(lease uuid); Type: ACL; Schema: pgsched; Owner: -
@@ -1735,6 +2060,12 @@ GRANT ALL ON FUNCTION pgsched.listen_for_cancel(run_id bigint, lease uuid) TO pg
 REVOKE ALL ON FUNCTION pgsched.lock_and_count_for_dispatch(definition_ids uuid[]) FROM PUBLIC;
 
 --
+-- Name: FUNCTION lock_chains(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lock_chains(definition_ids uuid[]) FROM PUBLIC;
+
+--
 -- Name: FUNCTION lock_definitions_for_dispatch(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -1745,6 +2076,24 @@ REVOKE ALL ON FUNCTION pgsched.lock_definitions_for_dispatch(definition_ids uuid
 --
 
 REVOKE ALL ON FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION name_replace_cancellations(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.name_replace_cancellations() FROM PUBLIC;
+
+--
+-- Name: FUNCTION notify_lease_holder(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.notify_lease_holder() FROM PUBLIC;
+
+--
+-- Name: FUNCTION place_run_id(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.place_run_id() FROM PUBLIC;
 
 --
 -- Name: FUNCTION pool_counts(pool_keys text[]); Type: ACL; Schema: pgsched; Owner: -
@@ -1771,17 +2120,42 @@ REVOKE ALL ON FUNCTION pgsched.record_inserted_runs() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgsched.record_run_status_changes() FROM PUBLIC;
 
 --
+-- Name: FUNCTION try_lead(lock_name text, hold_seconds double precision); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.try_lead(lock_name text, hold_seconds double precision) FROM PUBLIC;
+
+--
 -- Name: FUNCTION try_lock_and_count_for_dispatch(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
 REVOKE ALL ON FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) FROM PUBLIC;
 
 --
--- Name: FUNCTION workload_ended(run_id bigint, lease uuid, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+-- Name: FUNCTION workload_ended(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
 --
 
-REVOKE ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, at timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, at timestamp with time zone) TO pgsched_job;
+REVOKE ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid) TO pgsched_job;
+
+--
+-- Name: FUNCTION workload_ended(run_id bigint, lease uuid, ignored_at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, ignored_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION pgsched.workload_ended(run_id bigint, lease uuid, ignored_at timestamp with time zone) TO pgsched_job;
+
+--
+-- Name: FUNCTION workload_ended_pinned(run_id bigint, lease uuid, at timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.workload_ended_pinned(run_id bigint, lease uuid, at timestamp with time zone) FROM PUBLIC;
+
+--
+-- Name: DEFAULT PRIVILEGES FOR FUNCTIONS; Type: DEFAULT ACL; Schema: -; Owner: -
+--
+
+ALTER DEFAULT PRIVILEGES FOR ROLE postgres REVOKE ALL ON FUNCTIONS  FROM PUBLIC;
 
 --
 -- PostgreSQL database dump complete

@@ -84,7 +84,7 @@ WHERE a.downstream_id = c.downstream_id AND a.consumed_by IS NULL;
 -- name: lock_namespace_chains
 -- Applies that change edges in one namespace serialize here, so two concurrent applies
 -- cannot each miss the other's half of a cycle.
-SELECT pg_advisory_xact_lock(hashtextextended('chain-namespace:' || %(namespace)s, 0));
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('chain-namespace:' || %(namespace)s, 0));
 
 -- name: namespace_edges
 SELECT d.name AS downstream, dep.upstream_name AS upstream

@@ -101,24 +101,21 @@ ORDER BY root, attempt DESC;
 
 -- name: tick_sessions
 -- Operator replicas connected for the tick loop. A replica's last statement tells whether
--- it led its latest tick (the explicit unlock) or found the lock taken (the try).
+-- it led its latest tick (the explicit release) or found the row taken (the try).
 SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start,
        a.state, a.state_change, a.query,
-       a.query LIKE '%%pg_advisory_unlock%%' AS led_last_tick,
+       a.query LIKE '%%pgsched: stop leading%%' AS led_last_tick,
        coalesce(%(now)s::timestamptz, now()) - a.state_change AS since
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database() AND a.application_name = 'pgsched-tick'
 ORDER BY a.state_change DESC NULLS LAST;
 
 -- name: leader_lock_holders
--- Who holds the tick leader lock right now (it is held only while a tick runs).
-SELECT l.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start
-FROM pg_locks AS l
-JOIN pg_stat_activity AS a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid::bigint = (hashtextextended(%(lock_name)s, 0) >> 32) & 4294967295
-  AND l.objid::bigint = hashtextextended(%(lock_name)s, 0) & 4294967295;
+-- Who holds the tick leader row right now (it is held only while a tick runs).
+SELECT a.pid, a.application_name, host(a.client_addr) AS client_addr, a.backend_start
+FROM pgsched.leader_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.holder_pid AND a.backend_start = l.holder_started
+WHERE l.name = %(lock_name)s AND l.held_until >= coalesce(%(now)s::timestamptz, clock_timestamp());
 
 -- name: stale_running_runs
 -- RUNNING runs the reaper should have ended already (past their heartbeat or orphan

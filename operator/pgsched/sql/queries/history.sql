@@ -3,7 +3,7 @@
 
 -- name: lock_history
 -- One replica maintains the partitions at a time; the others skip the round.
-SELECT pg_try_advisory_xact_lock(hashtextextended('pgsched:history', 0)) AS locked;
+SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('pgsched:history', 0)) AS locked;
 
 -- name: limit_lock_wait
 -- For the rest of this transaction (migration 0019's detach_run_partition does the same).

@@ -1,6 +1,10 @@
 -- name: try_lead
--- Session-scoped and non-blocking: another replica holding it makes this tick a no-op.
-SELECT pg_try_advisory_lock(hashtextextended(%(lock_name)s, 0)) AS leader;
+-- Never blocks: another live replica holding the row makes this tick a no-op (0021).
+SELECT coalesce(pgsched.try_lead(%(lock_name)s, %(hold_seconds)s), false) AS leader;
 
 -- name: stop_leading
-SELECT pg_advisory_unlock(hashtextextended(%(lock_name)s, 0)) AS released;
+-- pgsched: stop leading (doctor's tick_sessions recognizes a replica that led by this line)
+UPDATE pgsched.leader_locks
+SET holder_pid = NULL, holder_started = NULL, held_until = NULL
+WHERE name = %(lock_name)s AND holder_pid = pg_catalog.pg_backend_pid()
+RETURNING true AS released;

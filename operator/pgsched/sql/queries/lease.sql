@@ -1,18 +1,31 @@
 -- The job side's operations. They go through the SECURITY DEFINER functions so the
 -- operator and job pods (with their narrow role) run exactly the same fenced statements.
+-- The job role's variants take no time: the database clock stamps it. The *_pinned
+-- variants, for a caller that pins "now" (tests, the engine's pinned clock), are the
+-- owner's alone (0021).
 
 -- name: heartbeat
-SELECT pgsched.heartbeat(%(run_id)s, %(lease_token)s, %(now)s) AS state;
+SELECT pgsched.heartbeat(%(run_id)s, %(lease_token)s) AS state;
+
+-- name: heartbeat_pinned
+SELECT pgsched.heartbeat_pinned(%(run_id)s, %(lease_token)s, %(now)s) AS state;
 
 -- name: lease_state
 SELECT pgsched.lease_state(%(run_id)s, %(lease_token)s) AS state;
 
 -- name: finish_run
 SELECT pgsched.finish_run(%(run_id)s, %(lease_token)s, %(status)s, %(reason)s, %(error)s,
-                          %(exit_code)s, %(retry_hint)s, %(now)s) AS finished;
+                          %(exit_code)s, %(retry_hint)s) AS finished;
+
+-- name: finish_run_pinned
+SELECT pgsched.finish_run_pinned(%(run_id)s, %(lease_token)s, %(status)s, %(reason)s,
+                                 %(error)s, %(exit_code)s, %(retry_hint)s, %(now)s) AS finished;
 
 -- name: workload_ended
-SELECT pgsched.workload_ended(%(run_id)s, %(lease_token)s, %(now)s) AS marked;
+SELECT pgsched.workload_ended(%(run_id)s, %(lease_token)s) AS marked;
+
+-- name: workload_ended_pinned
+SELECT pgsched.workload_ended_pinned(%(run_id)s, %(lease_token)s, %(now)s) AS marked;
 
 -- name: listen_for_cancel
 SELECT pgsched.listen_for_cancel(%(run_id)s, %(lease_token)s) AS state;

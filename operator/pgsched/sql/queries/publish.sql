@@ -64,10 +64,10 @@ ORDER BY r.id
 LIMIT %(limit)s;
 
 -- name: try_resync_lock
-SELECT pg_try_advisory_lock(hashtextextended('pgsched:resync', 0)) AS locked;
+SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended('pgsched:resync', 0)) AS locked;
 
 -- name: release_resync_lock
-SELECT pg_advisory_unlock(hashtextextended('pgsched:resync', 0)) AS released;
+SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended('pgsched:resync', 0)) AS released;
 
 -- name: failure_streaks
 -- ScheduledJobs whose latest final outcomes are failures (the streak auto-suspension counts).

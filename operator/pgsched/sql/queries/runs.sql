@@ -3,8 +3,8 @@ SELECT * FROM pgsched.job_runs WHERE id = %(id)s;
 
 -- name: lock_request
 -- Run-now requests with one token queue one after the other (see enqueue_manual).
-SELECT pg_advisory_xact_lock(
-    hashtextextended('request:' || %(definition_id)s::text || ':' || %(token)s, 0));
+SELECT pg_catalog.pg_advisory_xact_lock(
+    pg_catalog.hashtextextended('request:' || %(definition_id)s::text || ':' || %(token)s, 0));
 
 -- name: enqueue_manual
 -- Idempotent per (definition, request token): the second request returns nothing. Run
