@@ -39,7 +39,7 @@ from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, controller, finalizers, names, status
+from pgsched.k8s import api, controller, finalizers, jobpolicy, names, status
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
 
@@ -60,6 +60,8 @@ class Context:
     # run-now tokens this process has queued, by uid: a lingering annotation is not
     # handled again on every status change (only ScheduledJobs that carry one are here).
     run_now_seen: dict[str, str] = field(default_factory=dict)
+    # What a jobTemplate may name, and where jobs may run (k8s.jobpolicy).
+    job_policy: jobpolicy.JobPolicy = field(default_factory=jobpolicy.JobPolicy)
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             )
         except spec_module.SpecError as error:
             return Synced(_reject(conn, key, spec, writes, str(error), now=now))
+        # The operator's lists here; the namespace's own lists at launch (k8s.jobpolicy).
+        refusal = jobpolicy.refusal(context.job_policy, namespace=key.namespace, spec=spec)
+        if refusal is not None:
+            return Synced(_reject(conn, key, spec, writes, refusal, now=now))
         if not _in_force(stored, generation, spec):
             try:
                 stored = definitions.upsert(conn, key, parsed, raw_spec=spec, now=pinned)

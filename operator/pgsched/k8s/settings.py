@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pgsched.db import dsn as dsn_source
 from pgsched.engine.tick import TickSettings
+from pgsched.k8s.jobpolicy import JobPolicy
 from pgsched.k8s.jobs import JobSettings
 from pgsched.validation import Problems, SettingsError
 
@@ -64,10 +66,21 @@ class OperatorSettings:
                 problems.add(name, f"{raw} must be at least {minimum:g}", f"{name}={example}")
             return value
 
-        namespaces = tuple(
-            part.strip() for part in env.get("PGSCHED_NAMESPACES", "").split(",") if part.strip()
-        )
-        all_namespaces = env.get("PGSCHED_ALL_NAMESPACES", "false").lower() in {"1", "true", "yes"}
+        def names(name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+            if name not in env:
+                return default
+            return tuple(part.strip() for part in env[name].split(",") if part.strip())
+
+        def flag(name: str) -> bool:
+            return env.get(name, "false").lower() in {"1", "true", "yes"}
+
+        try:
+            dsn = dsn_source.from_environment(env)
+        except SettingsError as error:
+            problems.extend(error)
+            dsn = ""
+        namespaces = names("PGSCHED_NAMESPACES")
+        all_namespaces = flag("PGSCHED_ALL_NAMESPACES")
         if not namespaces and not all_namespaces:
             problems.add(
                 "PGSCHED_NAMESPACES",
@@ -93,7 +106,7 @@ class OperatorSettings:
                 problems.add(name, found.message, f"{name}={found.example}")
             tick = TickSettings()
         settings = cls(
-            dsn=text("PGSCHED_DSN"),
+            dsn=dsn,
             namespaces=namespaces,
             all_namespaces=all_namespaces,
             jobs=JobSettings(
@@ -103,6 +116,16 @@ class OperatorSettings:
                 ),
                 dsn_secret=env.get("PGSCHED_JOB_DSN_SECRET", JobSettings.dsn_secret),
                 dsn_secret_key=env.get("PGSCHED_JOB_DSN_SECRET_KEY", JobSettings.dsn_secret_key),
+                policy=JobPolicy(
+                    operator_namespace=env.get("PGSCHED_OPERATOR_NAMESPACE", ""),
+                    operator_service_account=env.get("PGSCHED_OPERATOR_SERVICE_ACCOUNT", ""),
+                    operator_secrets=names("PGSCHED_OPERATOR_SECRETS"),
+                    allow_operator_namespace=flag("PGSCHED_ALLOW_OPERATOR_NAMESPACE"),
+                    service_accounts=names(
+                        "PGSCHED_JOB_SERVICE_ACCOUNTS", JobPolicy.service_accounts
+                    ),
+                    secrets=names("PGSCHED_JOB_SECRETS", JobPolicy.secrets),
+                ),
             ),
             tick=tick,
             api_qps=number("PGSCHED_API_QPS", cls.api_qps, 0.1, "20"),
