@@ -104,16 +104,15 @@ def refusals(
     alias = "serviceAccount" in pod_spec and "serviceAccountName" not in pod_spec
     account_field = "serviceAccount" if alias else "serviceAccountName"
     account = str(pod_spec.get(account_field) or "default")
-    forbidden: tuple[str, ...] = (policy.operator_service_account,) if home else ()
-    allowed = _allowed(policy.service_accounts, annotations.get(ANNOTATION_SERVICE_ACCOUNTS))
-    if not _permits(allowed, account, forbidden=forbidden):
-        problems.add(
-            f"{POD_SPEC}.{account_field}",
-            f"{account!r} is not allowed in namespace {namespace}"
-            f" (allowed: {_describe(allowed, forbidden)})",
-            _example(allowed, forbidden, "default"),
-        )
-    forbidden = policy.operator_secrets if home else ()
+    _require_allowed(
+        problems,
+        f"{POD_SPEC}.{account_field}",
+        account,
+        _allowed(policy.service_accounts, annotations.get(ANNOTATION_SERVICE_ACCOUNTS)),
+        forbidden=(policy.operator_service_account,) if home else (),
+        namespace=namespace,
+        fallback="default",
+    )
     allowed = _allowed(policy.secrets, annotations.get(ANNOTATION_SECRETS))
     for path, secret in secret_references(pod_spec):
         if secret.endswith(LEASE_SECRET_SUFFIX):
@@ -123,12 +122,16 @@ def refusals(
                 " which no jobTemplate may name",
                 "a Secret of your own, e.g. reports-credentials",
             )
-        elif not _permits(allowed, secret, forbidden=forbidden):
-            problems.add(
+        else:
+            _require_allowed(
+                problems,
                 f"{POD_SPEC}.{path}",
-                f"Secret {secret!r} is not allowed in namespace {namespace}"
-                f" (allowed: {_describe(allowed, forbidden)})",
-                _example(allowed, forbidden, "reports-credentials"),
+                secret,
+                allowed,
+                kind="Secret ",
+                forbidden=policy.operator_secrets if home else (),
+                namespace=namespace,
+                fallback="reports-credentials",
             )
     return problems.errors
 
@@ -167,6 +170,27 @@ def _pod_spec(spec: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _require_allowed(
+    problems: Problems,
+    path: str,
+    name: str,
+    lists: tuple[tuple[str, ...], ...],
+    *,
+    forbidden: tuple[str, ...],
+    namespace: str,
+    fallback: str,
+    kind: str = "",
+) -> None:
+    """A problem at ``path`` unless ``name`` passes every list and is not ``forbidden``."""
+    if not _permits(lists, name, forbidden=forbidden):
+        problems.add(
+            path,
+            f"{kind}{name!r} is not allowed in namespace {namespace}"
+            f" (allowed: {_describe(lists, forbidden)})",
+            _example(lists, forbidden, fallback),
+        )
 
 
 def _allowed(chart: tuple[str, ...], annotation: str | None) -> tuple[tuple[str, ...], ...]:
