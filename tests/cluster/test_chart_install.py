@@ -151,6 +151,10 @@ def setup(database: Database) -> Iterator[Setup]:
 @pytest.fixture(scope="module")
 def installed(setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Setup:
     values = {
+        # Jobs run beside the operator here, as the administrator allows explicitly (the
+        # chart's default refuses it: tests/cluster/test_tenant_chart.py).
+        "watchNamespaces": [NAMESPACE],
+        "allowReleaseNamespace": True,
         # The operator and job pods reach the host's Postgres through a Service.
         "database": {"dsn": setup.cp.in_cluster_dsn(setup.db.operator)},
         "jobDatabase": {"dsn": setup.cp.in_cluster_dsn(setup.db.job)},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -80,6 +81,31 @@ def test_cli_migrate_explains_an_unreachable_database():
     assert result.returncode == 1
     assert "cannot connect to the database" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_migrate_reads_the_connection_string_from_the_file_the_chart_mounts(postgres, tmp_path):
+    dsn = fresh_database(postgres, "migrate_file")
+    path = tmp_path / "dsn"
+    path.write_text(dsn + "\n")
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith("PGSCHED_DSN")
+    }
+    command = [sys.executable, "-m", "pgsched.cli.main", "migrate"]
+
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**environment, "PGSCHED_DSN_FILE": str(path)}
+    )
+    path.write_text("  \n")
+    empty = subprocess.run(
+        command, capture_output=True, text=True, env={**environment, "PGSCHED_DSN_FILE": str(path)}
+    )
+
+    assert done.returncode == 0 and "schema at version" in done.stdout, done.stderr
+    assert empty.returncode == 2
+    assert f"PGSCHED_DSN_FILE: '{path}' is empty; it must hold a libpq connection string" in (
+        empty.stderr
+    )
+    assert "Traceback" not in empty.stderr
 
 
 def _plan(conn, query: str, params: dict) -> str:

@@ -28,10 +28,14 @@ CRDS = ROOT / "crds"
 CHART_CRDS = CHART / "files" / "crds"
 # Where `pgsched operator` reads its environment: the settings and the log level.
 SETTINGS_SOURCES = [
-    ROOT / "operator" / "pgsched" / path for path in ("k8s/settings.py", "cli/main.py")
+    ROOT / "operator" / "pgsched" / path for path in ("k8s/settings.py", "cli/main.py", "db/dsn.py")
 ]
 
 Obj = dict[str, Any]
+
+# The chart serves no namespace unless told which (jobs never run in the release namespace
+# by default): every render below watches this one unless it says otherwise.
+WATCHED = "watchNamespaces={jobs}"
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +64,8 @@ def render(
     tmp: Path | None = None,
 ) -> list[Obj]:
     args: list[str | Path] = ["template", "pgsched", CHART, "-n", namespace]
+    if "watchNamespaces" not in (values or {}):
+        args += ["--set", WATCHED]  # --set outranks -f: only where values do not say
     if values is not None:
         assert tmp is not None
         values_file = tmp / "values.yaml"
@@ -93,7 +99,7 @@ def container(objects: list[Obj], name: str = "operator") -> Obj:
 @pytest.mark.parametrize(
     "sets",
     [
-        (),
+        (WATCHED,),
         (
             "database.dsn=host=db user=pgsched",
             "jobDatabase.dsn=host=db user=job",
@@ -102,12 +108,19 @@ def container(objects: list[Obj], name: str = "operator") -> Obj:
             "image.digest=sha256:" + "0" * 64,
         ),
         ("rbac.clusterWide=true", "crds.install=false", "podAntiAffinity=hard"),
+        (
+            "watchNamespaces={pgsched-system,jobs}",
+            "allowReleaseNamespace=true",
+            "admissionPolicies.enabled=false",
+            "networkPolicy.enabled=false",
+            "jobTemplatePolicy.serviceAccounts={default,reports}",
+        ),
     ],
-    ids=["defaults", "everything-on", "cluster-wide"],
+    ids=["defaults", "everything-on", "cluster-wide", "everything-off"],
 )
 def test_chart_passes_helm_lint_strict(helm_binary, sets):
     args = [arg for item in sets for arg in ("--set", item)]
-    result = helm(helm_binary, "lint", "--strict", CHART, *args)
+    result = helm(helm_binary, "lint", "--strict", CHART, "--namespace", "pgsched-system", *args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 chart(s) failed" in result.stdout
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
@@ -313,7 +326,8 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
         render(helm_binary, sets=("ui.enabled=true", "ui.tls.secretName=ui-tls"))
     )
     chart = {key for key in {*namespaced, *wide, *ui} if key.startswith("PGSCHED_")}
-    chart.add("PGSCHED_DSN")  # from the database Secret
+    assert "PGSCHED_DSN" not in chart  # a file from the database Secret instead
+    chart.add("PGSCHED_DSN")  # read where PGSCHED_DSN_FILE is (db/dsn.py)
     # The chart writes the webhook's configuration itself (templates/webhook.yaml); kopf
     # manages one only for an operator outside a cluster (docs/admission.md).
     chart.add("PGSCHED_WEBHOOK_CONFIGURATION")
@@ -332,13 +346,23 @@ def test_database_connections_come_from_secrets_and_migrations_run_first(helm_bi
     objects = render(helm_binary, sets=("database.dsn=host=db user=pgsched",))
     spec = deployment(objects)["spec"]["template"]["spec"]
     [secret] = [obj for obj in of_kind(objects, "Secret") if "stringData" in obj]
-    dsn_ref = {"secretKeyRef": {"name": "pgsched-database", "key": "dsn"}}
 
     assert [c["name"] for c in spec["initContainers"]] == ["migrate"]
     assert container(objects, "migrate")["args"] == ["migrate"]
+    # A file from the Secret, never an environment variable (the pod spec and /proc show those).
+    assert {
+        "name": "database",
+        "secret": {"secretName": "pgsched-database", "items": [{"key": "dsn", "path": "dsn"}]},
+    } in spec["volumes"]
     for name in ("migrate", "operator"):
-        [dsn] = [e for e in container(objects, name)["env"] if e["name"] == "PGSCHED_DSN"]
-        assert dsn["valueFrom"] == dsn_ref
+        env = container(objects, name)["env"]
+        assert {"name": "PGSCHED_DSN_FILE", "value": "/etc/pgsched/database/dsn"} in env
+        assert not [e for e in env if e["name"] == "PGSCHED_DSN" or "secretKeyRef" in str(e)]
+        assert {
+            "name": "database",
+            "mountPath": "/etc/pgsched/database",
+            "readOnly": True,
+        } in container(objects, name)["volumeMounts"]
     assert secret["metadata"]["name"] == "pgsched-database"
     assert secret["stringData"] == {"dsn": "host=db user=pgsched"}
     no_migration = render(helm_binary, sets=("database.migrate=false",))
@@ -358,6 +382,10 @@ def test_pods_meet_pod_security_restricted_by_default(helm_binary):
     # emptyDir and secret are volume types Pod Security "restricted" allows.
     assert spec["volumes"] == [
         {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        {
+            "name": "database",
+            "secret": {"secretName": "pgsched-database", "items": [{"key": "dsn", "path": "dsn"}]},
+        },
         {"name": "webhook-tls", "secret": {"secretName": "pgsched-webhook-tls"}},
     ]
 
@@ -371,6 +399,9 @@ def test_namespaced_mode_binds_one_role_per_watched_namespace_and_nothing_cluste
     objects = render(
         helm_binary, sets=("watchNamespaces={jobs,reports}", "jobDatabase.dsn=host=db user=j")
     )
+    assert "pgsched-system" not in {
+        obj["metadata"].get("namespace") for obj in of_kind(objects, "Role")
+    }
 
     roles = {obj["metadata"]["namespace"] for obj in of_kind(objects, "Role")}
     bindings = of_kind(objects, "RoleBinding")
@@ -494,6 +525,8 @@ def test_service_monitor_needs_the_metrics_service(helm_binary):
         "template",
         "pgsched",
         CHART,
+        "--set",
+        WATCHED,
         "--set",
         "metrics.serviceMonitor.enabled=true",
         "--set",
@@ -660,3 +693,124 @@ def test_the_schema_keeps_the_webhook_timeout_within_what_the_api_server_allows(
     )
     assert result.returncode != 0
     assert "/admissionWebhook/timeoutSeconds" in result.stderr
+
+
+# -- tenants: where jobs run, what they may name -------------------------------------------------
+
+
+def test_jobs_never_run_in_the_release_namespace_unless_the_admin_allows_it(helm_binary):
+    unset = helm(helm_binary, "template", "pgsched", CHART, "-n", "pgsched-system")
+    home = helm(
+        helm_binary,
+        "template",
+        "pgsched",
+        CHART,
+        "-n",
+        "pgsched-system",
+        "--set",
+        "watchNamespaces={pgsched-system}",
+    )
+    assert unset.returncode != 0
+    assert "watchNamespaces is empty: name the namespaces" in unset.stderr
+    assert "--set watchNamespaces='{jobs}'" in unset.stderr
+    assert home.returncode != 0
+    assert "watchNamespaces includes the release namespace pgsched-system" in home.stderr
+    assert "allowReleaseNamespace=true" in home.stderr
+    allowed = render(
+        helm_binary, sets=("watchNamespaces={pgsched-system}", "allowReleaseNamespace=true")
+    )
+    env = operator_environment(allowed)
+    policy = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"}).jobs.policy
+    assert policy.allow_operator_namespace
+
+
+def test_the_operator_gets_the_job_template_policy_the_admission_policy_enforces(helm_binary):
+    sets = ("jobTemplatePolicy.serviceAccounts={default,reports}", "jobTemplatePolicy.secrets={s}")
+    objects = render(helm_binary, sets=sets)
+    env = operator_environment(objects)
+    policy = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"}).jobs.policy
+    assert policy.operator_namespace == "pgsched-system"
+    assert policy.operator_service_account == "pgsched"
+    assert policy.operator_secrets == ("pgsched-database",)
+    assert not policy.allow_operator_namespace
+    assert (policy.service_accounts, policy.secrets) == (("default", "reports"), ("s",))
+    variables = {
+        variable["name"]: variable["expression"]
+        for obj in of_kind(objects, "ValidatingAdmissionPolicy")
+        if obj["metadata"]["name"] == "pgsched-job-template"
+        for variable in obj["spec"]["variables"]
+    }
+    assert json.loads(variables["chartAccounts"]) == ["default", "reports"]
+    assert json.loads(variables["chartSecrets"]) == ["s"]
+    assert variables["operatorAccount"] == "'pgsched'"
+    assert json.loads(variables["operatorSecrets"]) == ["pgsched-database"]
+
+
+def test_admission_policies_bind_to_this_releases_namespaces_and_its_account(helm_binary):
+    objects = render(helm_binary, sets=("watchNamespaces={jobs,reports}",))
+    policies = {
+        obj["metadata"]["name"]: obj for obj in of_kind(objects, "ValidatingAdmissionPolicy")
+    }
+    bindings = {
+        obj["spec"]["policyName"]: obj
+        for obj in of_kind(objects, "ValidatingAdmissionPolicyBinding")
+    }
+    assert (
+        set(policies)
+        == set(bindings)
+        == {
+            "pgsched-job-template",
+            "pgsched-lease-secrets",
+            "pgsched-requester",  # templates/requester-policy.yaml, the CLI's requests
+        }
+    )
+    assert all(binding["spec"]["validationActions"] == ["Deny"] for binding in bindings.values())
+    selector = bindings["pgsched-job-template"]["spec"]["matchResources"]["namespaceSelector"]
+    assert selector["matchExpressions"] == [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "In",
+            "values": ["jobs", "reports", "pgsched-system"],
+        }
+    ]
+    [condition] = policies["pgsched-lease-secrets"]["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:pgsched-system:pgsched'"
+    )
+    wide = render(helm_binary, sets=("rbac.clusterWide=true",))
+    [binding] = [
+        obj
+        for obj in of_kind(wide, "ValidatingAdmissionPolicyBinding")
+        if obj["spec"]["policyName"] == "pgsched-job-template"
+    ]
+    assert "matchResources" not in binding["spec"]  # every namespace, as the ClusterRole
+    off = render(helm_binary, sets=("admissionPolicies.enabled=false",))
+    left = [obj["metadata"]["name"] for obj in of_kind(off, "ValidatingAdmissionPolicy")]
+    assert left == ["pgsched-requester"]  # requesterPolicy.enabled is its own switch
+
+
+def test_the_network_policy_admits_only_the_operators_ports(helm_binary):
+    peer = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    objects = render(
+        helm_binary,
+        sets=(
+            "ui.enabled=true",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+        ),
+    )
+    [policy] = of_kind(objects, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "operator"
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"port": "health", "protocol": "TCP"}]},
+        {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [peer]},
+        {"ports": [{"port": "ui", "protocol": "TCP"}]},
+        {"ports": [{"port": "webhook", "protocol": "TCP"}]},
+    ]
+    ports = {port["name"] for port in container(objects)["ports"]}
+    assert ports == {"health", "metrics", "ui", "webhook"}
+    assert (
+        of_kind(render(helm_binary, sets=("networkPolicy.enabled=false",)), "NetworkPolicy") == []
+    )

@@ -14,15 +14,25 @@ from pathlib import Path
 import yaml
 
 from pgsched.engine.tick import TickSettings
+from pgsched.k8s.jobpolicy import JobPolicy
 from pgsched.k8s.jobs import JobSettings
 from pgsched.k8s.settings import OperatorSettings, WebhookSettings
 
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "configuration.md"
-SOURCES = [ROOT / "operator/pgsched/k8s/settings.py", ROOT / "operator/pgsched/cli/main.py"]
+SOURCES = [
+    ROOT / "operator/pgsched/k8s/settings.py",
+    ROOT / "operator/pgsched/cli/main.py",
+    ROOT / "operator/pgsched/db/dsn.py",
+]
 # A variable where the code reads it, with its default if the read states one:
-# env.get("PGSCHED_X", default) or number("PGSCHED_X", default, ...).
-_VARIABLE = re.compile(r'(?:get|number|text)\(\s*"(PGSCHED_[A-Z_]+)"(?:\s*,\s*([^,)\n]+))?')
+# env.get("PGSCHED_X", default) or number("PGSCHED_X", default, ...), or names it as a
+# module constant (db/dsn.py: VARIABLE = "PGSCHED_DSN").
+_VARIABLE = re.compile(
+    r'(?:get|number|text|name_list)\(\s*"(PGSCHED_[A-Z_]+)"(?:\s*,\s*([^,)\n]+))?'
+    r'|^[A-Z_]+ = "(PGSCHED_[A-Z_]+)"$',
+    re.MULTILINE,
+)
 _ROW = re.compile(r"^\| `(PGSCHED_[A-Z_]+)` \|\s*([^|]*?)\s*\|", re.MULTILINE)
 
 
@@ -36,7 +46,8 @@ def reference():
 def source_variables() -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for path in SOURCES:
-        for name, default in _VARIABLE.findall(path.read_text()):
+        for read, default, constant in _VARIABLE.findall(path.read_text()):
+            name = read or constant
             if default and not found.get(name):
                 found[name] = default.strip().strip('"')
             else:
@@ -57,10 +68,12 @@ def code_default(source: str) -> str:
         "TickSettings": TickSettings,
         "JobSettings": JobSettings,
         "WebhookSettings": WebhookSettings,
+        "JobPolicy": JobPolicy,
     }
     owner, _, name = source.partition(".")
     if owner in owners and name.isidentifier():
-        return str(getattr(owners[owner], name))
+        value = getattr(owners[owner], name)
+        return ",".join(value) if isinstance(value, tuple) else str(value)
     return source
 
 

@@ -105,3 +105,13 @@ def test_long_names_are_shortened_to_fit_a_label_value():
     built = jobs.build(definition(name=name), run(id=123456789), SETTINGS)
     assert built["metadata"]["name"] == "a" * 53 + "-123456789"
     assert len(built["metadata"]["labels"][names.LABEL_SCHEDULED_JOB]) == 63
+
+
+def test_job_pods_get_no_api_token_unless_the_template_asks_for_one():
+    built = jobs.build(definition(), run(), SETTINGS)
+    assert built["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    asking = definition()
+    pod_spec = asking.spec["jobTemplate"]["spec"]["template"]["spec"]
+    pod_spec["automountServiceAccountToken"] = True
+    built = jobs.build(asking, run(), SETTINGS)
+    assert built["spec"]["template"]["spec"]["automountServiceAccountToken"] is True

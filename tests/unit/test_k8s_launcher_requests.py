@@ -52,6 +52,11 @@ class FakeApiServer(BaseHTTPRequestHandler):
             },
         )
 
+    def do_GET(self) -> None:
+        # The namespace, for its jobTemplate policy annotations (none here).
+        assert self.path.startswith("/api/v1/namespaces/"), self.path
+        self._answer(200, {"metadata": {"name": self.path.rsplit("/", 1)[1]}})
+
     def do_PATCH(self) -> None:
         body = self._body()
         time.sleep(PATCH_SECONDS)  # an API server busy with a stampede

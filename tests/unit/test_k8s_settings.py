@@ -178,3 +178,45 @@ def test_launching_jobs_is_not_slowed_by_background_requests():
     # 15 urgent tokens at 50 qps take 0.3 s: not 0.4 s as if sharing with 5 background ones.
     assert urgent_done[-1] < 0.38, urgent_done
     assert sum(1 for at in background_done if at < urgent_done[-1]) <= 1, background_done
+
+
+def test_the_connection_string_may_come_from_a_file(tmp_path):
+    path = tmp_path / "dsn"
+    path.write_text("host=db user=op\n")
+    environ = {**BASE, "PGSCHED_DSN_FILE": str(path)}
+    del environ["PGSCHED_DSN"]
+    assert OperatorSettings.from_environment(environ).dsn == "host=db user=op"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "cannot read '{path}': No such file or directory"), ("  \n", "'{path}' is empty")],
+)
+def test_a_missing_or_empty_connection_string_file_is_named(tmp_path, content, problem):
+    path = tmp_path / "dsn"
+    if content is not None:
+        path.write_text(content)
+    environ = {**BASE, "PGSCHED_DSN_FILE": str(path)}
+    del environ["PGSCHED_DSN"]
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment(environ)
+    assert f"PGSCHED_DSN_FILE: {problem.format(path=path)}" in str(caught.value)
+
+
+def test_the_job_template_policy_comes_from_the_environment():
+    settings = OperatorSettings.from_environment(
+        {
+            **BASE,
+            "PGSCHED_OPERATOR_NAMESPACE": "pgsched",
+            "PGSCHED_OPERATOR_SERVICE_ACCOUNT": "pgsched",
+            "PGSCHED_OPERATOR_SECRETS": "pgsched-database",
+            "PGSCHED_JOB_SERVICE_ACCOUNTS": "default, reports",
+        }
+    )
+    policy = settings.jobs.policy
+    assert (policy.operator_namespace, policy.operator_secrets) == (
+        "pgsched",
+        ("pgsched-database",),
+    )
+    assert policy.service_accounts == ("default", "reports")
+    assert policy.secrets == ("*",) and not policy.allow_operator_namespace

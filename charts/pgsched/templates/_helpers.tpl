@@ -49,12 +49,19 @@ app.kubernetes.io/part-of: pgsched
 {{- end }}
 {{- end }}
 
-{{/* Watched namespaces as a JSON list (use with fromJsonArray); [] in cluster-wide mode. */}}
+{{/* Watched namespaces as a JSON list (use with fromJsonArray); [] in cluster-wide mode.
+Jobs run in them, so the release namespace is one only when the admin says so. */}}
 {{- define "pgsched.watchNamespaces" -}}
 {{- if .Values.rbac.clusterWide }}
 {{- list | toJson }}
 {{- else }}
-{{- default (list .Release.Namespace) .Values.watchNamespaces | uniq | toJson }}
+{{- if not .Values.watchNamespaces }}
+{{- fail (printf "watchNamespaces is empty: name the namespaces whose ScheduledJobs this release serves, e.g. --set watchNamespaces='{jobs}' (or rbac.clusterWide=true). Jobs do not run in the release namespace %s unless allowReleaseNamespace=true." .Release.Namespace) }}
+{{- end }}
+{{- if and (has .Release.Namespace .Values.watchNamespaces) (not .Values.allowReleaseNamespace) }}
+{{- fail (printf "watchNamespaces includes the release namespace %s, where the operator's ServiceAccount and database Secret live: watch another namespace (e.g. --set watchNamespaces='{jobs}'), or set allowReleaseNamespace=true to run jobs beside the operator." .Release.Namespace) }}
+{{- end }}
+{{- .Values.watchNamespaces | uniq | toJson }}
 {{- end }}
 {{- end }}
 
@@ -68,13 +75,17 @@ app.kubernetes.io/part-of: pgsched
   mountPath: /tmp
 {{- end }}
 
-{{/* The operator's database connection string, from its Secret. */}}
+{{/* The operator's database connection string: a file from its Secret (pgsched.db.dsn),
+never an environment variable, which the pod spec and /proc would show. */}}
 {{- define "pgsched.dsnEnv" -}}
-- name: PGSCHED_DSN
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "pgsched.databaseSecretName" . }}
-      key: {{ .Values.database.secretKey }}
+- name: PGSCHED_DSN_FILE
+  value: /etc/pgsched/database/dsn
+{{- end }}
+
+{{- define "pgsched.dsnMount" -}}
+- name: database
+  mountPath: /etc/pgsched/database
+  readOnly: true
 {{- end }}
 
 {{/* Probe timing fields from values, on /healthz of the health port. */}}

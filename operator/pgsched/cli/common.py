@@ -9,6 +9,9 @@ from datetime import time as dt_time
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from pgsched.db import dsn
+from pgsched.validation import SettingsError
+
 if TYPE_CHECKING:
     from pgsched.db import connection
 
@@ -31,15 +34,24 @@ def add_dsn(parser: argparse.ArgumentParser) -> None:
 
 
 def connect(args: argparse.Namespace, *, application_name: str) -> connection.Connection:
-    if not args.dsn:
-        raise CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
+    """A connection to ``--dsn``, else ``PGSCHED_DSN``, else the file ``PGSCHED_DSN_FILE``
+    names (how the chart passes it, see pgsched.db.dsn)."""
+    try:
+        found = args.dsn or dsn.from_environment(os.environ)
+    except SettingsError as error:
+        if os.environ.get(dsn.FILE_VARIABLE):
+            raise CommandError(str(error), code=2) from None
+        raise CommandError(
+            f"no database given: pass --dsn or set {dsn.VARIABLE} (or {dsn.FILE_VARIABLE})",
+            code=2,
+        ) from None
     # psycopg takes a fifth of a second to import: only commands that connect pay for it.
     import psycopg
 
     from pgsched.db import connection
 
     try:
-        return connection.connect(args.dsn, application_name=application_name)
+        return connection.connect(found, application_name=application_name)
     except psycopg.OperationalError as error:
         raise CommandError(f"cannot connect to the database: {str(error).strip()}") from None
 

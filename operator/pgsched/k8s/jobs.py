@@ -5,6 +5,7 @@ The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs:
 - name ``<scheduledjob>-<run-id>`` (deterministic, so launching twice is one Job), owned
   by the ScheduledJob (garbage-collected with it), labelled with the run id and the
   ScheduledJob, annotated with the run's lease token (the outcome watch fences with it);
+- ``automountServiceAccountToken: false`` unless the jobTemplate says otherwise;
 - ``backoffLimit: 0`` and ``restartPolicy: Never``: a retry is a new run row and a new Job,
   never a pod restart that would hide an attempt from the audit trail;
 - a shared ``emptyDir`` at ``/pgsched`` in every container, where the heartbeat sidecar
@@ -23,10 +24,10 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pgsched.engine.models import Definition, Run
-from pgsched.k8s import names
+from pgsched.k8s import jobpolicy, names
 from pgsched.k8s.names import Obj
 
 # Restricted Pod Security for what pgsched adds to a pod.
@@ -46,6 +47,7 @@ class JobSettings:
     image_pull_policy: str = "IfNotPresent"
     dsn_secret: str = "pgsched-job-dsn"
     dsn_secret_key: str = "dsn"
+    policy: jobpolicy.JobPolicy = field(default_factory=jobpolicy.JobPolicy)
 
 
 def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
@@ -67,6 +69,9 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
     if definition.active_deadline_seconds:
         job_spec["activeDeadlineSeconds"] = definition.active_deadline_seconds
     pod_spec["restartPolicy"] = "Never"
+    # No API token in the pod unless the jobTemplate asks for one: pgsched's own containers
+    # never call the API, and most workloads do not either.
+    pod_spec.setdefault("automountServiceAccountToken", False)
     pod_spec["volumes"] = [
         *(pod_spec.get("volumes") or []),
         {"name": names.SHARED_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}},

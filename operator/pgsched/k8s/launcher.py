@@ -1,5 +1,9 @@
 """The engine's Launcher on Kubernetes: a lease Secret and one batch/v1 Job per claimed run.
 
+First the jobTemplate policy (k8s.jobpolicy) is checked again: a definition accepted before
+the policy was narrowed (or before its namespace's annotations were) fails ``LaunchFailed``
+saying which field names what, and nothing is created.
+
 Order: the run's lease Secret first (so the pod never starts before its credential
 exists), then the Job, then the Secret is handed to the Job as its owner (so it is
 garbage-collected with the Job). A Secret left from an earlier claim of the same run
@@ -41,7 +45,7 @@ from typing import Any
 from pgsched import logs
 from pgsched.engine.launcher import LaunchError
 from pgsched.engine.models import Definition, Run
-from pgsched.k8s import api, jobs, names, podsecurity
+from pgsched.k8s import api, jobpolicy, jobs, names, podsecurity
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,7 @@ class KubernetesLauncher:
     def __init__(self, kube: api.KubeApi, settings: jobs.JobSettings) -> None:
         self._kube = kube
         self._settings = settings
+        self._gate = jobpolicy.Gate(kube, settings.policy)
         self._handovers: queue.SimpleQueue[_Handover] = queue.SimpleQueue()
         self._handover_thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
@@ -68,6 +73,15 @@ class KubernetesLauncher:
         manifest = jobs.build(definition, run, self._settings)
         name = str(manifest["metadata"]["name"])
         where = f"{definition.namespace}/{name}"
+        try:
+            refusal = self._gate.refusal(definition.namespace, definition.spec)
+        except api.ApiError as error:
+            raise LaunchError(
+                f"Job {where}: reading namespace {definition.namespace}'s jobTemplate policy:"
+                f" {error.message}"
+            ) from None
+        if refusal is not None:
+            raise LaunchError(f"Job {where} not created: {refusal}")
         run_log = logs.for_run(log, run, definition)
         secrets = api.path_of(namespace=definition.namespace, plural="secrets")
         secret = jobs.lease_secret(definition, run)

@@ -296,7 +296,11 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher, clock=clock)
     context = scheduledjobs.Context(
-        pool=pool, kube=kube.background(), publisher=publisher, clock=clock
+        pool=pool,
+        kube=kube.background(),
+        publisher=publisher,
+        clock=clock,
+        job_policy=settings.jobs.policy,
     )
     writes = Workers(
         "scheduledjob-writes",

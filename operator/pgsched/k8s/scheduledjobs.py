@@ -40,7 +40,7 @@ from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, commands, controller, finalizers, status
+from pgsched.k8s import api, commands, controller, finalizers, jobpolicy, status
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
 
@@ -64,6 +64,8 @@ class Context:
     # a run-now token's uniqueness check is not proof against every concurrent change of
     # job_runs' partitions (the history service moving a month out of the default one).
     in_hand: dict[UUID, set[commands.Request]] = field(default_factory=dict)
+    # What a jobTemplate may name, and where jobs may run (k8s.jobpolicy).
+    job_policy: jobpolicy.JobPolicy = field(default_factory=jobpolicy.JobPolicy)
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             )
         except spec_module.SpecError as error:
             return Synced(_reject(conn, key, spec, writes, str(error), now=now))
+        # The operator's lists here; the namespace's own lists at launch (k8s.jobpolicy).
+        refusal = jobpolicy.refusal(context.job_policy, namespace=key.namespace, spec=spec)
+        if refusal is not None:
+            return Synced(_reject(conn, key, spec, writes, refusal, now=now))
         if not _in_force(stored, generation, spec):
             try:
                 stored = definitions.upsert(conn, key, parsed, raw_spec=spec, now=pinned)

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from pgsched import names
+from pgsched.db import dsn as dsn_source
 from pgsched.engine.tick import TickSettings
+from pgsched.k8s.jobpolicy import JobPolicy
 from pgsched.k8s.jobs import JobSettings
 from pgsched.validation import Problems, SettingsError
 
@@ -87,9 +89,17 @@ class OperatorSettings:
                 problems.add(name, f"{raw} must be at least {minimum:g}", f"{name}={example}")
             return value
 
-        namespaces = tuple(
-            part.strip() for part in env.get("PGSCHED_NAMESPACES", "").split(",") if part.strip()
-        )
+        def name_list(name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+            if name not in env:
+                return default
+            return tuple(part.strip() for part in env[name].split(",") if part.strip())
+
+        try:
+            dsn = dsn_source.from_environment(env)
+        except SettingsError as error:
+            problems.extend(error)
+            dsn = ""
+        namespaces = name_list("PGSCHED_NAMESPACES")
         all_namespaces = _true(env.get("PGSCHED_ALL_NAMESPACES", "false"))
         if not namespaces and not all_namespaces:
             problems.add(
@@ -116,7 +126,7 @@ class OperatorSettings:
                 problems.add(name, found.message, f"{name}={found.example}")
             tick = TickSettings()
         settings = cls(
-            dsn=text("PGSCHED_DSN"),
+            dsn=dsn,
             namespaces=namespaces,
             all_namespaces=all_namespaces,
             jobs=JobSettings(
@@ -126,6 +136,18 @@ class OperatorSettings:
                 ),
                 dsn_secret=env.get("PGSCHED_JOB_DSN_SECRET", JobSettings.dsn_secret),
                 dsn_secret_key=env.get("PGSCHED_JOB_DSN_SECRET_KEY", JobSettings.dsn_secret_key),
+                policy=JobPolicy(
+                    operator_namespace=env.get("PGSCHED_OPERATOR_NAMESPACE", ""),
+                    operator_service_account=env.get("PGSCHED_OPERATOR_SERVICE_ACCOUNT", ""),
+                    operator_secrets=name_list("PGSCHED_OPERATOR_SECRETS"),
+                    allow_operator_namespace=_true(
+                        env.get("PGSCHED_ALLOW_OPERATOR_NAMESPACE", "false")
+                    ),
+                    service_accounts=name_list(
+                        "PGSCHED_JOB_SERVICE_ACCOUNTS", JobPolicy.service_accounts
+                    ),
+                    secrets=name_list("PGSCHED_JOB_SECRETS", JobPolicy.secrets),
+                ),
             ),
             tick=tick,
             api_qps=number("PGSCHED_API_QPS", cls.api_qps, 0.1, "20"),
