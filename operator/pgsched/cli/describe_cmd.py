@@ -10,12 +10,13 @@ downstream runs this one's final outcome queued.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from pgsched.cli import common, output, runs_cmd
 from pgsched.db import queries
-from pgsched.engine import chain, definitions, runs
-from pgsched.engine.models import Run
+from pgsched.engine import chain, definitions, runs, starts
+from pgsched.engine.models import Run, Start
 from pgsched.schedule import zones
 
 
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         triggered = chain.triggered(conn, [found.id]).get(found.id, [])
         upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
         upstream_of = definitions.get(conn, upstream.definition_id) if upstream else None
+        start = starts.of_run(conn, found.id)
     assert definition is not None  # job_runs.definition_id is a foreign key
     if args.output == "json":
         output.emit_json(
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
                 },
                 "retryChain": [runs_cmd.summary(item) for item in attempts],
                 "upstreamRun": runs_cmd.summary(upstream) if upstream else None,
+                "start": _start_json(start),
             }
         )
         return 0
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
             ("Scheduled for", when(found.scheduled_for)),
             ("Starting deadline", when(found.deadline_at)),
             ("Started", when(found.started_at)),
+            *_start_fields(found, start, when),
             ("Last heartbeat", when(found.heartbeat_at)),
             ("Finished", when(found.finished_at)),
             ("Duration", runs_cmd.duration_of(found)),
@@ -146,3 +150,31 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     return 0
+
+
+def _start_fields(
+    run: Run, start: Start | None, when: Callable[[Any], str]
+) -> list[tuple[str, Any]]:
+    """The workload's start (engine.starts): when it began, or why it has not yet."""
+    if start is None:
+        return []
+    if start.workload_started_at is not None:
+        return [("Workload started", when(start.workload_started_at))]
+    if run.status != "RUNNING":
+        return [("Workload started", f"never (last seen: {start.waiting_reason})")]
+    return [
+        ("Launching", f"{start.waiting_reason}: {start.waiting_message}"),
+        ("Start bound", when(start.bound_at)),
+    ]
+
+
+def _start_json(start: Start | None) -> dict[str, Any] | None:
+    if start is None:
+        return None
+    return {
+        "workloadStartedAt": start.workload_started_at,
+        "waitingReason": start.waiting_reason,
+        "waitingMessage": start.waiting_message,
+        "awaitingAdmission": start.awaiting_admission,
+        "boundAt": start.bound_at,
+    }

@@ -304,7 +304,8 @@ def launch(
     now: datetime | None = None,
     owners: Owners | None = None,
 ) -> None:
-    """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced).
+    """Launch claimed runs; a failure ends that run FAILED/LaunchFailed, or the reason the
+    ``LaunchError`` names (fenced).
 
     A launcher with a ``parallelism`` attribute above 1 gets that many launches at once
     (creating a Job is a round trip to the API server; a stampede of runs due at the same
@@ -324,7 +325,7 @@ def launch(
                 conn,
                 lease.Lease(run.id, run.lease_token),
                 "FAILED",
-                reason="LaunchFailed",
+                reason=outcome.reason if isinstance(outcome, LaunchError) else "LaunchFailed",
                 error=f"{type(outcome).__name__}: {outcome}",
                 now=now,
                 logger=log_run,

@@ -14,7 +14,13 @@ from pgsched.engine.models import Definition, Run
 
 
 class LaunchError(Exception):
-    """The run could not be started; it is failed with reason ``LaunchFailed``."""
+    """The run could not be started; it is failed with ``reason`` (by default
+    ``LaunchFailed``; a launcher may name a more precise one of the vocabulary, such as
+    ``PodSecurityRejected``)."""
+
+    def __init__(self, message: str, *, reason: str = "LaunchFailed") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class Launcher(Protocol):

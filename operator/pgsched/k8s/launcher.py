@@ -25,8 +25,9 @@ retry policy applies) saying so. A same-named Job of another run is a real confl
 fails the launch, as does any error left after the API client's own retries (rate
 limiting, 429 and 5xx are handled there), and a Job whose pod template the namespace's Pod
 Security level refuses (the API server's warning on the create, see k8s.podsecurity): the
-Job controller could never make its pod, so the launch fails and, once the engine has
-recorded ``LaunchFailed``, the clean-up deletes the Job (k8s.cleanup). Not here: deleting it
+Job controller could never make its pod, so the launch fails ``PodSecurityRejected`` (not
+retried by default: every attempt would be refused alike) and, once the engine has
+recorded it, the clean-up deletes the Job (k8s.cleanup). Not here: deleting it
 before the run is ended let the Job watch see the deletion first and record ``JobDeleted``.
 """
 
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgsched import logs
+from pgsched.engine import starts
 from pgsched.engine.launcher import LaunchError
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s import api, jobs, names, podsecurity
@@ -197,7 +199,7 @@ class KubernetesLauncher:
         namespace = str(manifest["metadata"]["namespace"])
         violation = podsecurity.enforced_violation(self._kube, namespace, warnings)
         if violation is not None:
-            raise LaunchError(f"Job {where}: {violation}")
+            raise LaunchError(f"Job {where}: {violation}", reason=starts.POD_SECURITY_REJECTED)
         return created
 
     def _delete_quietly(self, path: str) -> None:

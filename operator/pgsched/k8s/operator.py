@@ -61,6 +61,7 @@ from pgsched.k8s import (
     pool_status,
     resync,
     scheduledjobs,
+    starts,
     verdicts,
 )
 from pgsched.k8s.controller import Controller, Workers
@@ -148,6 +149,11 @@ class EngineThreads:
                 "pool status",
                 lambda: pools_seen.run_once(session.connection()),
                 settings.gauge_interval_seconds,
+            ),
+            loop.Service(
+                "starts",
+                lambda: starts.run_once(session.connection(), kube, now=self.clock()),
+                settings.verdict_interval_seconds,
             ),
             loop.Service(
                 "verdicts",

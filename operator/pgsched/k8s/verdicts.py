@@ -17,6 +17,8 @@ a silent run ``outcome_pending_at``, and this module settles it from the Job:
   (``Orphaned`` if it never beat), retried by the policy as before;
 - the Job is still active but the workload ended → wait: the kubelet or the Job
   controller has not caught up yet;
+- the Job is suspended (an admission queue holds it: it has no pod to beat) → wait; the
+  starts service (``k8s.starts``) bounds that wait with ``admissionTimeoutSeconds``;
 - the API server cannot be reached → wait, and ask again next round. A verdict is late
   while the API is away, never wrong (fail open);
 - the API server was unreachable less than ``STALE_VIEW_SECONDS`` ago (or this replica
@@ -107,6 +109,9 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
         return Verdict(outcome)
     if row["workload_ended_at"] is not None or any(_pod_ended(pod) for pod in pods):
         return Verdict(why="the workload ended; its Job has not recorded the outcome yet")
+    if (job.get("spec") or {}).get("suspend"):
+        # No pod yet, so no heartbeat: an admission queue holds the Job (k8s.starts).
+        return Verdict(why="its Job is suspended, waiting for admission")
     return Verdict(silent=True, why="its Job is still active")
 
 
@@ -158,7 +163,7 @@ def run_once(
     for namespace, pending in by_namespace.items():
         jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in pending])
         for row in pending:
-            job = _job_of(row, jobs)
+            job = job_of(row, jobs)
             name = job["metadata"]["name"] if job else None
             verdict = decide(row, job, pods.get(name, []) if name else [])
             if verdict.silent and not confirm_silence:
@@ -170,7 +175,7 @@ def run_once(
     return result
 
 
-def _job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:
+def job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:
     """The run's Job: by its recorded name, or (launch record lost) by the deterministic
     name if it carries this run's lease."""
     if row["k8s_job_name"]:

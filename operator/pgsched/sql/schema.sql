@@ -866,6 +866,21 @@ END;
 $$;
 
 --
+-- Name: observed_launching(bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.observed_launching(run_id bigint, since timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT EXISTS (
+        SELECT FROM pgsched.run_starts AS s
+        WHERE s.run_id = observed_launching.run_id
+          AND s.workload_started_at IS NULL
+          AND s.observed_at > observed_launching.since)
+$$;
+
+--
 -- Name: place_run_id(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1212,6 +1227,21 @@ CREATE TABLE pgsched.run_id_base (
 );
 
 --
+-- Name: run_starts; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_starts (
+    run_id bigint NOT NULL,
+    workload_started_at timestamp with time zone,
+    waiting_reason text,
+    waiting_message text,
+    awaiting_admission boolean DEFAULT false NOT NULL,
+    admitted_at timestamp with time zone,
+    bound_at timestamp with time zone,
+    observed_at timestamp with time zone NOT NULL
+);
+
+--
 -- Name: schema_migrations; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1297,6 +1327,13 @@ ALTER TABLE ONLY pgsched.run_events
 
 ALTER TABLE ONLY pgsched.run_id_base
     ADD CONSTRAINT run_id_base_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: run_starts run_starts_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_starts
+    ADD CONSTRAINT run_starts_pkey PRIMARY KEY (run_id);
 
 --
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1714,6 +1751,12 @@ REVOKE ALL ON FUNCTION pgsched.lock_definitions_for_dispatch(definition_ids uuid
 --
 
 REVOKE ALL ON FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION observed_launching(run_id bigint, since timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.observed_launching(run_id bigint, since timestamp with time zone) FROM PUBLIC;
 
 --
 -- Name: FUNCTION pool_counts(pool_keys text[]); Type: ACL; Schema: pgsched; Owner: -
