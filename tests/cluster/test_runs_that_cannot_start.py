@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.cluster
 # stayed RUNNING for ever.
 FAST = {"intervalSeconds": 1, "timeoutSeconds": 3, "orphanTimeoutSeconds": 5}
 START_TIMEOUT = 20
+OPERATOR = Path(__file__).parents[2] / "operator"  # this checkout's CLI
 
 
 def condition(resource: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -44,7 +46,7 @@ def describe(dsn: str, run_id: int) -> str:
         [sys.executable, "-m", "pgsched.cli.main", "describe", str(run_id)],
         capture_output=True,
         text=True,
-        env={"PGSCHED_DSN": dsn, "PATH": "/usr/bin:/bin"},
+        env={"PGSCHED_DSN": dsn, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(OPERATOR)},
         check=True,
     ).stdout
 
@@ -115,7 +117,7 @@ def test_a_run_that_cannot_start_says_why_then_ends_with_its_reason_unretried_an
     assert shown["id"] == first["id"]
     assert "LAUNCHING" in get_sj_line(cluster, namespace, "stuck")
     described = describe(dsn, first["id"])
-    assert "Launching" in described and shown["launching"]["reason"] in described, described
+    assert "LAUNCHING" in described and shown["launching"]["reason"] in described, described
     wait_for(
         lambda: any(e["reason"] == "RunNotStarting" for e in sj.events("stuck")),
         30,

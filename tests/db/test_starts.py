@@ -206,7 +206,7 @@ def test_the_start_is_recorded_once_and_waits_worth_telling_are_announced_once(c
 
 
 def test_observations_are_fenced_on_the_runs_lease(conn):
-    _, run_lease, job_name = claimed(conn)
+    _, run_lease, _ = claimed(conn)
     lease.finish(conn, run_lease, "COMPLETED", now=at(1))
     assert starts.observe(conn, run_lease.run_id, run_lease.token, now=at(2)) is None
     assert starts.of_run(conn, run_lease.run_id) is None

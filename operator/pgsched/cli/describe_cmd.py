@@ -10,7 +10,7 @@ downstream runs this one's final outcome queued.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from pgsched.cli import common, output, runs_cmd
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         [
             ("Run", found.id),
             ("ScheduledJob", f"{definition.key}{deleted}"),
-            ("Status", found.status),
+            ("Status", starts.shown_status(found, start)),
             ("Reason", found.reason),
             ("Error", found.error),
             ("Exit code", found.exit_code),
@@ -112,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
             ("Scheduled for", when(found.scheduled_for)),
             ("Starting deadline", when(found.deadline_at)),
             ("Started", when(found.started_at)),
-            *_start_fields(found, start, when),
+            *[
+                (label, when(value) if isinstance(value, datetime) else value)
+                for label, value in starts.described(found, start)
+            ],
             ("Last heartbeat", when(found.heartbeat_at)),
             ("Finished", when(found.finished_at)),
             ("Duration", runs_cmd.duration_of(found)),
@@ -150,22 +153,6 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     return 0
-
-
-def _start_fields(
-    run: Run, start: Start | None, when: Callable[[Any], str]
-) -> list[tuple[str, Any]]:
-    """The workload's start (engine.starts): when it began, or why it has not yet."""
-    if start is None:
-        return []
-    if start.workload_started_at is not None:
-        return [("Workload started", when(start.workload_started_at))]
-    if run.status != "RUNNING":
-        return [("Workload started", f"never (last seen: {start.waiting_reason})")]
-    return [
-        ("Launching", f"{start.waiting_reason}: {start.waiting_message}"),
-        ("Start bound", when(start.bound_at)),
-    ]
 
 
 def _start_json(start: Start | None) -> dict[str, Any] | None:

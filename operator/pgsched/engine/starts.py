@@ -31,7 +31,7 @@ from uuid import UUID
 
 from pgsched.db import queries
 from pgsched.db.connection import Connection
-from pgsched.engine.models import Start
+from pgsched.engine.models import Run, Start
 
 # The spec's defaults (crds/: the same numbers, checked by tests/unit/test_spec_defaults.py).
 START_TIMEOUT_SECONDS = 300
@@ -59,6 +59,29 @@ AWAITING_ADMISSION = "AwaitingAdmission"
 # Run-event statuses (the outbox, not job_runs): the workload started; it cannot start yet.
 STARTED = "STARTED"
 LAUNCHING = "LAUNCHING"
+
+
+def shown_status(run: Run, start: Start | None) -> str:
+    """The status users see: ``LAUNCHING`` for a running run whose workload is known not
+    to have started yet, else the run's own."""
+    if run.status == "RUNNING" and start is not None and start.launching:
+        return LAUNCHING
+    return run.status
+
+
+def described(run: Run, start: Start | None) -> list[tuple[str, str | datetime | None]]:
+    """The lines ``pgsched describe`` and the UI's run page show about the workload's
+    start (one list for both, so they say the same): its start, or why not yet."""
+    if start is None:
+        return []
+    if start.workload_started_at is not None:
+        return [("Workload started", start.workload_started_at)]
+    if run.status != "RUNNING":
+        return [("Workload started", f"never (last seen: {start.waiting_reason})")]
+    return [
+        ("Launching", f"{start.waiting_reason}: {start.waiting_message}"),
+        ("Start bound", start.bound_at),
+    ]
 
 
 def start_timeout(spec: Mapping[str, Any]) -> int:

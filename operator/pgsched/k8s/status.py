@@ -249,9 +249,9 @@ def _launchable(last_run: Run | None) -> Obj:
 def _last_run(run: Run | None, start: Start | None = None) -> Obj | None:
     if run is None:
         return None
-    launching = run.status == "RUNNING" and start is not None and start.launching
+    status = starts.shown_status(run, start)
     shown: Obj = {}
-    if launching and start is not None:
+    if status == starts.LAUNCHING and start is not None:
         shown["launching"] = {
             "reason": start.waiting_reason,
             "message": start.waiting_message,
@@ -263,7 +263,7 @@ def _last_run(run: Run | None, start: Start | None = None) -> Obj | None:
         "id": run.id,
         "attempt": run.attempt,
         "trigger": run.trigger,
-        "status": "LAUNCHING" if launching else run.status,
+        "status": status,
         **shown,
         "reason": run.reason,
         "scheduledFor": timestamp(run.scheduled_for),
