@@ -22,6 +22,11 @@ RUN_STARTS = Counter(
     " Unschedulable, AwaitingAdmission, ...).",
     ["namespace", "event", "reason"],
 )
+LAUNCHES_DEFERRED = Counter(
+    "pgsched_launches_deferred_total",
+    "Launches deferred because the API server was unreachable or answered 5xx/429: the run"
+    " went back to QUEUED, its attempt unspent.",
+)
 SCHEDULE_SKEW = Histogram(
     "pgsched_schedule_to_start_seconds",
     "From a run's scheduled time to its claim (start).",

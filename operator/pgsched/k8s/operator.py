@@ -212,6 +212,8 @@ class EngineThreads:
         if result.leader:
             for phase, seconds in result.durations.items():
                 metrics.TICK_DURATION.labels(phase).observe(seconds)
+        if result.dispatched and result.dispatched.deferred:
+            metrics.LAUNCHES_DEFERRED.inc(len(result.dispatched.deferred))
         if result.reaped:
             for signature, ids in result.reaped.run_ids.items():
                 if ids:
