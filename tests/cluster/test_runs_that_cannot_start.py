@@ -115,7 +115,9 @@ def test_a_run_that_cannot_start_says_why_then_ends_with_its_reason_unretried_an
         describe=lambda: f"LAUNCHING with one of {waiting}: {sj.get('stuck')['status']}",
     )
     assert shown["id"] == first["id"]
-    assert "LAUNCHING" in get_sj_line(cluster, namespace, "stuck")
+    assert f"LAUNCHING {shown['launching']['reason']}" in " ".join(
+        get_sj_line(cluster, namespace, "stuck").split()
+    )
     described = describe(dsn, first["id"])
     assert "LAUNCHING" in described and shown["launching"]["reason"] in described, described
     wait_for(
@@ -189,7 +191,9 @@ def test_a_pod_security_refusal_ends_pod_security_rejected_at_once_and_is_not_re
         describe=lambda: f"Launchable=False: {sj.get('refused')['status']}",
     )
     assert launchable["reason"] == "PodSecurityRejected"
-    assert "FAILED" in get_sj_line(cluster, namespace, "refused")
+    assert "FAILED PodSecurityRejected" in " ".join(
+        get_sj_line(cluster, namespace, "refused").split()
+    )
     # It was never announced as started.
     assert not any(e["reason"] == "RunStarted" for e in sj.events("refused"))
 

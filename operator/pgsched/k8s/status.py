@@ -265,7 +265,8 @@ def _last_run(run: Run | None, start: Start | None = None) -> Obj | None:
         "trigger": run.trigger,
         "status": status,
         **shown,
-        "reason": run.reason,
+        # LAUNCHING: the pod's reason for not starting yet (the REASON column shows it).
+        "reason": start.waiting_reason if status == starts.LAUNCHING and start else run.reason,
         "scheduledFor": timestamp(run.scheduled_for),
         "startedAt": timestamp(run.started_at),
         "finishedAt": timestamp(run.finished_at),
