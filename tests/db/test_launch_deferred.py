@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from factories import RecordingLauncher, define, runs_of
 from pgsched.engine import dispatch, reap, runs, settle
 from pgsched.engine.launcher import LaunchDeferred
-from pgsched.k8s import api
-from pgsched.k8s.launcher import _failure
+from pgsched.k8s import api, jobs
+from pgsched.k8s.launcher import KubernetesLauncher, _failure
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -43,6 +43,27 @@ def test_a_launch_the_api_server_could_not_take_leaves_the_run_queued_with_its_a
     launched = dispatch.run_once(conn, RecordingLauncher(), now=T0 + timedelta(seconds=61))
     [run] = runs_of(conn, job)
     assert launched.launched == 1 and (run["status"], run["attempt"]) == ("RUNNING", 1)
+
+
+class UnreachableApi:
+    """An API server that cannot be reached (what the client raises after its retries)."""
+
+    def _away(self, path, *args, **kwargs):
+        raise api.ApiError("POST", path, 0, {"reason": "ConnectionError", "message": "EOF"})
+
+    create = create_with_warnings = delete = get = merge_patch = _away
+
+
+def test_the_kubernetes_launcher_defers_a_launch_the_api_server_cannot_take(conn):
+    """Through the real Kubernetes launcher: before, this run ended FAILED/LaunchFailed."""
+    job = define(conn, schedule="0 0 1 1 *", now=T0)
+    runs.run_now(conn, job.id, token="go", scheduled_for=T0)
+    launcher = KubernetesLauncher(UnreachableApi(), jobs.JobSettings(image="pgsched:test"))
+    dispatch.run_once(conn, launcher, now=T0)
+    settle.run_once(conn, now=T0 + timedelta(seconds=1))
+    [run] = runs_of(conn, job)
+    assert (run["status"], run["reason"], run["attempt"]) == ("QUEUED", None, 1), run
+    assert "the API server is unavailable" in run["error"]
 
 
 def test_a_deferred_run_is_still_bounded_by_its_starting_deadline(conn):
