@@ -136,10 +136,6 @@ def observe(
     return Start.from_row(row) if row else None
 
 
-def of_runs(conn: Connection, run_ids: list[int]) -> dict[int, Start]:
-    rows = conn.execute(queries.get("run_starts"), {"ids": run_ids}).fetchall()
-    return {row["run_id"]: Start.from_row(row) for row in rows}
-
-
 def of_run(conn: Connection, run_id: int) -> Start | None:
-    return of_runs(conn, [run_id]).get(run_id)
+    row = conn.execute(queries.get("run_start"), {"run_id": run_id}).fetchone()
+    return Start.from_row(row) if row else None

@@ -61,8 +61,8 @@ WITH run AS (
 )
 SELECT * FROM stored;
 
--- name: run_starts
-SELECT * FROM pgsched.run_starts WHERE run_id = ANY(%(ids)s::bigint[]);
+-- name: run_start
+SELECT * FROM pgsched.run_starts WHERE run_id = %(run_id)s;
 
 -- name: forget_starts_of_dropped_runs
 -- Rows of runs whose history month was dropped (engine/history.py).
