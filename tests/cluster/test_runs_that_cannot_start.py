@@ -38,7 +38,9 @@ def condition(resource: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def get_sj_line(cluster: Any, namespace: str, name: str) -> str:
-    return str(cluster.kubectl("get", "sj", name, "-n", namespace, "--no-headers").stdout)
+    return str(
+        cluster.kubectl("get", "sj", name, "-n", namespace, "-o", "wide", "--no-headers").stdout
+    )
 
 
 def describe(dsn: str, run_id: int) -> str:
