@@ -26,7 +26,6 @@ once they have not been observed for their heartbeat timeout).
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -140,16 +139,10 @@ def run_once(
     if not rows:
         return result
     at = clock.now(conn, now)
-    by_namespace: dict[str, list[Obj]] = defaultdict(list)
-    for row in rows:
-        by_namespace[row["namespace"]].append(row)
-    for namespace, launching in by_namespace.items():
-        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in launching])
-        for row in launching:
-            job = verdicts.job_of(row, jobs)
-            found = seen(job, pods.get(job["metadata"]["name"], [])) if job else None
-            if found is not None:
-                _apply(conn, row, found, at, result)
+    for row, job, pods in verdicts.with_jobs(kube, rows):
+        found = seen(job, pods) if job else None
+        if found is not None:
+            _apply(conn, row, found, at, result)
     return result
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -157,25 +157,31 @@ def run_once(
     result = VerdictResult()
     rows = conn.execute(queries.get("runs_awaiting_verdict"), {"limit": limit}).fetchall()
     result.pending = len(rows)
-    by_namespace: dict[str, list[Obj]] = defaultdict(list)
-    for row in rows:
-        by_namespace[row["namespace"]].append(row)
-    for namespace, pending in by_namespace.items():
-        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in pending])
-        for row in pending:
-            job = job_of(row, jobs)
-            name = job["metadata"]["name"] if job else None
-            verdict = decide(row, job, pods.get(name, []) if name else [])
-            if verdict.silent and not confirm_silence:
-                verdict = Verdict(
-                    why="the API server was unreachable moments ago: its view of the pod may"
-                    " predate the outage"
-                )
-            _apply(conn, row, verdict, result, now=now)
+    for row, job, pods in with_jobs(kube, rows):
+        verdict = decide(row, job, pods)
+        if verdict.silent and not confirm_silence:
+            verdict = Verdict(
+                why="the API server was unreachable moments ago: its view of the pod may"
+                " predate the outage"
+            )
+        _apply(conn, row, verdict, result, now=now)
     return result
 
 
-def job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:
+def with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:
+    """Each run row with its Job (None: gone) and that Job's pods, read with one list of
+    each per namespace (``api.jobs_of_runs``)."""
+    by_namespace: dict[str, list[Obj]] = defaultdict(list)
+    for row in rows:
+        by_namespace[row["namespace"]].append(row)
+    for namespace, these in by_namespace.items():
+        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in these])
+        for row in these:
+            job = _job_of(row, jobs)
+            yield row, job, pods.get(job["metadata"]["name"], []) if job else []
+
+
+def _job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:
     """The run's Job: by its recorded name, or (launch record lost) by the deterministic
     name if it carries this run's lease."""
     if row["k8s_job_name"]:
