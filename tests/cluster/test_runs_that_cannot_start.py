@@ -234,9 +234,10 @@ def test_a_job_held_by_an_admission_queue_waits_explained_then_runs_once_admitte
     sj.annotate("never-admitted", "pgsched.dev/run-now", "go")
     [run] = sj.wait_runs("queued", lambda runs: runs and runs[0]["k8s_job_name"], 60, "launch")
 
-    # Longer than the orphan timeout and the start timeout: it has no pod, yet it is
-    # waiting for admission, not silent and not failing to start.
-    time.sleep(START_TIMEOUT + 5)
+    # Longer than the orphan timeout, the start timeout and the verdicts' 30 s of caution
+    # after the operator started: it has no pod, yet it is waiting for admission, not
+    # silent (Orphaned, as before) and not failing to start.
+    time.sleep(START_TIMEOUT + 20)
     [run] = sj.runs("queued")
     assert (run["status"], run["reason"]) == ("RUNNING", None), run
     last = sj.get("queued")["status"]["lastRun"]
