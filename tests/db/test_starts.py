@@ -175,6 +175,17 @@ def test_a_job_held_for_admission_waits_its_own_bound_and_its_start_counts_from_
     assert pod_starts.run_once(conn, kube, now=at(110)).ended == {run_lease.run_id: "StartTimeout"}
 
 
+def test_a_job_whose_workload_starts_at_once_when_admitted_records_both(conn):
+    _, run_lease, job_name = claimed(conn)
+    kube = Api({job_name: {"spec": {"suspend": True}}})
+    pod_starts.run_once(conn, kube, now=at(5))
+    kube.jobs[job_name] = {"spec": {"suspend": False}}
+    kube.pods[job_name] = [pod_started("2026-06-01T12:00:09Z")]
+    assert pod_starts.run_once(conn, kube, now=at(10)).started == [run_lease.run_id]
+    start = starts.of_run(conn, run_lease.run_id)
+    assert (start.admitted_at, start.workload_started_at) == (at(10), at(9))
+
+
 def test_a_job_never_admitted_ends_admission_timeout(conn):
     _, run_lease, job_name = claimed(conn, admissionTimeoutSeconds=50)
     kube = Api({job_name: {"spec": {"suspend": True}}})

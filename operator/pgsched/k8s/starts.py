@@ -150,15 +150,21 @@ def _apply(conn: Connection, row: Obj, found: Seen, at: datetime, result: Starts
     log_run = logs.for_labels(
         log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
     )
-    if found.started_at is not None:
-        if starts.observe(
-            conn, row["id"], row["lease_token"], workload_started_at=found.started_at, now=at
-        ):
-            result.started.append(row["id"])
-        return
     admitted_at = row["admitted_at"]
     if row["awaiting_admission"] and not found.awaiting_admission and admitted_at is None:
         admitted_at = at
+    if found.started_at is not None:
+        started = starts.observe(
+            conn,
+            row["id"],
+            row["lease_token"],
+            workload_started_at=found.started_at,
+            admitted_at=admitted_at,
+            now=at,
+        )
+        if started:
+            result.started.append(row["id"])
+        return
     if found.awaiting_admission:
         setting, seconds = "admissionTimeoutSeconds", starts.admission_timeout(row["spec"])
         bound = row["started_at"] + timedelta(seconds=seconds)
