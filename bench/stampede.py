@@ -15,10 +15,10 @@ by one in another namespace. Every Job on both sides is timed by a watch on its 
 Measured: due instant to the first and to the last of the 5,000 Jobs, next to the plain
 client's start to its first and last Job (the ratio is the plain client's time over ours:
 1.0 is as fast); the 20 unrelated jobs' skew (their Job seen minus their ``runAt``); how long
-their ScheduledJob's status (``lastRun``) and their RunStarted Event took after their Job,
+their ScheduledJob's status (``lastRun``) and their RunLaunched Event took after their Job,
 while the stampede's own statuses and Events queue for their share of the API budget; how
 many Events were posted while the Jobs were being created, and when the last of all runs'
-RunStarted Events was (the outbox drained); the operator's RSS before and at its peak.
+RunLaunched Events was (the outbox drained); the operator's RSS before and at its peak.
 
 No node: a single node cannot run 5,000 pods, and what is measured ends when a Job exists.
 The Job controller still creates each Job's pod (Pending, unschedulable) on both sides.
@@ -91,7 +91,7 @@ def run(ctx: Context) -> Report:
     for what in ("status", "event"):
         late = data[f"others_{what}"]
         report.add(
-            measure=f"other jobs: {'status lastRun' if what == 'status' else 'RunStarted Event'}"
+            measure=f"other jobs: {'status lastRun' if what == 'status' else 'RunLaunched Event'}"
             f" after their Job, p50 / max (s; {len(late)} of {others} seen)",
             pgsched=f"{median(late):.1f} / {max(late, default=float('nan')):.1f}",
             baseline="-",
@@ -106,7 +106,7 @@ def run(ctx: Context) -> Report:
     report.notes.append(
         f"{count} ScheduledJobs on '0 * * * *' stored in {data['setup_seconds']:.0f}s;"
         f" operator and plain client at {QPS:g} qps / burst {BURST}, dispatch batch 50"
-        f" (default), no node; {data['events_during']} RunStarted Events posted while the"
+        f" (default), no node; {data['events_during']} RunLaunched Events posted while the"
         f" {count} Jobs were created, all {data['events_total']} by"
         f" {data['events_done']:.0f}s after the due instant"
     )
@@ -200,7 +200,7 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
             wait_for(
                 lambda: len(events.times) >= count + others,
                 600,
-                describe=lambda: f"every RunStarted Event ({len(events.times)} seen)",
+                describe=lambda: f"every RunLaunched Event ({len(events.times)} seen)",
             )
             memory.stop()
             rss_before = memory.samples[0] if memory.samples else float("nan")
@@ -267,8 +267,8 @@ def _create(client: api.KubeApi, documents: list[dict[str, Any]]) -> None:
 def _status_and_event_watchers(
     bench: kube.Cluster, others: set[str]
 ) -> tuple[kube.FirstSeen, kube.FirstSeen]:
-    """When each other job's status first showed a run, and its RunStarted Event appeared
-    (the Event watch times every RunStarted, the stampede's too, keyed by Event name)."""
+    """When each other job's status first showed a run, and its RunLaunched Event appeared
+    (the Event watch times every RunLaunched, the stampede's too, keyed by Event name)."""
     from kubernetes import client
 
     official = kube.api_client(bench)
@@ -280,7 +280,7 @@ def _status_and_event_watchers(
 
     def run_started(event: dict[str, Any]) -> str | None:
         found = event["object"]
-        if event["type"] != "ADDED" or found.reason != "RunStarted":
+        if event["type"] != "ADDED" or found.reason != "RunLaunched":
             return None
         subject = found.involved_object.name
         return str(subject) if subject in others else str(found.metadata.name)
@@ -298,7 +298,7 @@ def _status_and_event_watchers(
         run_started,
         client.CoreV1Api(official).list_namespaced_event,
         kube.NAMESPACE,
-        field_selector="reason=RunStarted",
+        field_selector="reason=RunLaunched",
     )
     return statuses.start(), events.start()
 

@@ -15,6 +15,18 @@ RUNS = Counter(
     "Run status changes, by the status entered and its reason.",
     ["namespace", "status", "reason"],
 )
+RUN_STARTS = Counter(
+    "pgsched_run_starts_total",
+    "Runs whose workload container started (event STARTED), and runs whose pod cannot start"
+    " yet (event LAUNCHING, by the pod's reason: ErrImagePull, CreateContainerConfigError,"
+    " Unschedulable, AwaitingAdmission, ...).",
+    ["namespace", "event", "reason"],
+)
+LAUNCHES_DEFERRED = Counter(
+    "pgsched_launches_deferred_total",
+    "Launches deferred because the API server was unreachable or answered 5xx/429: the run"
+    " went back to QUEUED, its attempt unspent.",
+)
 SCHEDULE_SKEW = Histogram(
     "pgsched_schedule_to_start_seconds",
     "From a run's scheduled time to its claim (start).",

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from pgsched import names, schedule
-from pgsched.engine import chain, definitions
+from pgsched.engine import chain, definitions, starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, timeline, zones
@@ -55,6 +55,8 @@ _ENGINE_FIELDS = {
 MAX_UPSTREAMS = 20
 _EXTRA_FIELDS = {
     "jobTemplate",
+    "startTimeoutSeconds",
+    "admissionTimeoutSeconds",
     "job",
     "successfulRunsHistoryLimit",
     "failedRunsHistoryLimit",
@@ -596,6 +598,14 @@ def _heartbeat(check: _Checker) -> tuple[int, int, int]:
 def _extra_fields(check: _Checker) -> None:
     for key in ("successfulRunsHistoryLimit", "failedRunsHistoryLimit"):
         check.integer(check.spec, key, path=key, default=None, minimum=0, example=f"{key}: 3")
+    # Read from the stored spec by engine.starts (with its defaults).
+    for key, default in (
+        ("startTimeoutSeconds", starts.START_TIMEOUT_SECONDS),
+        ("admissionTimeoutSeconds", starts.ADMISSION_TIMEOUT_SECONDS),
+    ):
+        check.integer(
+            check.spec, key, path=key, default=None, minimum=1, example=f"{key}: {default}"
+        )
     pool = check.spec.get("pool")
     if pool is not None and not (isinstance(pool, str) and names.OBJECT_NAME.match(pool)):
         check.fail(

@@ -190,7 +190,7 @@ def busybox_with(command: str, security_context: dict[str, Any]) -> dict[str, An
     return template
 
 
-def test_a_jobtemplate_violating_enforced_pod_security_fails_launchfailed_naming_the_violation(
+def test_a_jobtemplate_violating_enforced_pod_security_fails_podsecurityrejected_naming_the_violation(
     operators, sj, cluster, namespace
 ):
     """Pod Security enforces only on pods: without the operator's check the Job would be
@@ -209,7 +209,7 @@ def test_a_jobtemplate_violating_enforced_pod_security_fails_launchfailed_naming
     sj.annotate("bad", "pgsched.dev/run-now", "go")
     sj.annotate("good", "pgsched.dev/run-now", "go")
     [failed] = sj.wait_runs("bad", lambda runs: runs and runs[0]["status"] == "FAILED", 60, "fail")
-    assert failed["reason"] == "LaunchFailed", failed
+    assert failed["reason"] == "PodSecurityRejected", failed
     assert "violates Pod Security restricted:latest" in failed["error"], failed["error"]
     assert (
         'privileged (container "main" must not set securityContext.privileged=true)'

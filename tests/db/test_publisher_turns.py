@@ -32,7 +32,7 @@ class Api:
         self.latency = latency
         self.events: list[tuple[str, str]] = []  # (ScheduledJob, reason)
         self.patched: list[str] = []  # ScheduledJobs, per status patch
-        self.seen: dict[str, float] = {}  # ScheduledJob -> when its RunStarted was posted
+        self.seen: dict[str, float] = {}  # ScheduledJob -> when its RunLaunched was posted
         self.closed = False
 
     def _request(self):
@@ -51,7 +51,7 @@ class Api:
         self._request()
         name = body["involvedObject"]["name"]
         self.events.append((name, body["reason"]))
-        if body["reason"] == "RunStarted":
+        if body["reason"] == "RunLaunched":
             self.seen.setdefault(name, time.monotonic())
         return body
 
@@ -99,7 +99,7 @@ def test_a_run_outside_a_burst_is_published_in_its_turn_not_after_the_burst(conn
     # Its due instant's first turn ties with the stampede's first (the older goes first);
     # oldest first, it came after all 600 of the stampede's changes.
     assert api.patched.index("other") == 1
-    assert api.events.index(("other", "RunStarted")) == 1
+    assert api.events.index(("other", "RunLaunched")) == 1
 
 
 def test_a_scheduled_jobs_pending_changes_cost_one_status_refresh_and_keep_every_event(conn):
@@ -112,7 +112,7 @@ def test_a_scheduled_jobs_pending_changes_cost_one_status_refresh_and_keep_every
 
     assert pending(conn) == 0
     assert Counter(api.patched) == {f"hourly-{index}": 1 for index in range(300)}  # not 2
-    assert Counter(api.events) == {(f"hourly-{index}", "RunStarted"): 1 for index in range(300)}
+    assert Counter(api.events) == {(f"hourly-{index}", "RunLaunched"): 1 for index in range(300)}
 
 
 def test_a_change_during_a_burst_waits_about_a_batch_second_not_for_a_whole_batch(conn, dsn):
@@ -146,7 +146,7 @@ def test_a_change_during_a_burst_waits_about_a_batch_second_not_for_a_whole_batc
         loop.join(timeout=30)
     # At most what is left of a batch (BATCH_SECONDS and one ScheduledJob's three
     # requests), then its own Event.
-    assert "other" in api.seen, "no RunStarted Event within 10 s"
+    assert "other" in api.seen, "no RunLaunched Event within 10 s"
     assert api.seen["other"] - launched < publisher.BATCH_SECONDS + 4 * api.latency + 1.0
 
 

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from cli_runner import pgsched
 from conftest import SOFIA, History, Served
-from factories import define
+from factories import RecordingLauncher, define
 from pgsched.db import connection
-from pgsched.engine import runs
+from pgsched.engine import dispatch, runs, starts
 from pgsched.ui import access, pages
 
 
@@ -293,3 +294,30 @@ def test_why_says_when_a_local_time_is_in_a_dst_gap_or_repeat(
 def test_why_with_an_offset_needs_no_dst_note(ui: Served, history: History) -> None:
     _, page = ui.get("/ns/team-a/report/why?at=2026-10-25T03:30%2B02:00")
     assert "id='dst-note'" not in page and "data-verdict=" in page
+
+
+def test_a_launching_run_reads_the_same_on_the_run_page_and_in_describe(ui, dsn, conn):
+    """I13: a run whose workload has not started is LAUNCHING, with its pod's reason and
+    bound, on both screens (one list of lines, ``engine.starts.described``)."""
+    t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    job = define(conn, "pulling", schedule="0 0 1 1 *", now=t0)
+    runs.run_now(conn, job.id, token="go", scheduled_for=t0)
+    [run] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id], now=t0).claimed
+    assert run.lease_token is not None
+    starts.observe(
+        conn,
+        run.id,
+        run.lease_token,
+        waiting_reason="ImagePullBackOff",
+        waiting_message="pod p-1, container main: Back-off pulling image",
+        bound_at=t0 + timedelta(seconds=300),
+        now=t0 + timedelta(seconds=20),
+    )
+    status, page = ui.get(f"/runs/{run.id}")
+    described = pgsched("describe", str(run.id), dsn=dsn).out
+    shown = text_of(page)
+    for screen in (shown, described):
+        assert "LAUNCHING" in screen, screen
+        assert "ImagePullBackOff: pod p-1, container main: Back-off pulling image" in screen
+        assert "Start bound" in screen
+    assert status == 200

@@ -37,6 +37,7 @@ def test_crd_names_match_the_design():
         "Active",
         "Queued",
         "Last Status",
+        "Reason",  # -o wide: why the last run ended, or why it is still LAUNCHING
         "Last Run",
         "Last Schedule",
         "Next Run",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from k8sfixtures import T0, definition, run
 from pgsched.engine import chain
+from pgsched.engine.models import Start
 from pgsched.k8s import status
 
 
@@ -186,3 +187,38 @@ def test_a_one_shot_is_completed_once_its_run_ended_and_nothing_is_queued_or_dec
     assert "Completed" not in conditions(
         status.render(definition(), last_run=done, active=0, now=T0)
     )
+
+
+def test_a_run_whose_workload_has_not_started_is_launching_with_its_pods_reason():
+    waiting = Start(
+        run_id=42,
+        workload_started_at=None,
+        waiting_reason="CreateContainerConfigError",
+        waiting_message='pod p, container main: secret "db" not found',
+        awaiting_admission=False,
+        admitted_at=None,
+        bound_at=T0 + timedelta(seconds=300),
+        observed_at=T0,
+    )
+    rendered = status.render(
+        definition(), last_run=run(status="RUNNING"), active=1, now=T0, start=waiting
+    )
+    last = rendered["lastRun"]
+    assert (last["status"], last["reason"]) == ("LAUNCHING", "CreateContainerConfigError")
+    assert last["launching"]["until"] == "2026-06-01T12:05:00Z"
+    assert last["launching"]["message"] == 'pod p, container main: secret "db" not found'
+    assert conditions(rendered)["Launchable"]["status"] == "True"
+
+
+def test_a_template_whose_last_run_could_not_start_is_not_launchable():
+    failed = run(
+        status="FAILED",
+        reason="ImagePullFailed",
+        error="the workload did not start within startTimeoutSeconds (300): ErrImagePull: x",
+        finished_at=T0,
+    )
+    launchable = conditions(status.render(definition(), last_run=failed, active=0, now=T0))[
+        "Launchable"
+    ]
+    assert (launchable["status"], launchable["reason"]) == ("False", "ImagePullFailed")
+    assert launchable["message"].startswith("run 42 could not start: the workload did not start")

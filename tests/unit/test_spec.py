@@ -173,6 +173,18 @@ def test_full_spec_round_trips():
         ),
         ({"schedule": "* * * * *", "pool": 3}, "pool", "is not a ConcurrencyPool name", None),
         ({"schedule": "* * * * *", "scheduel": "x"}, "scheduel", "unknown field", None),
+        (
+            {"schedule": "* * * * *", "startTimeoutSeconds": 0},
+            "startTimeoutSeconds",
+            "0 is out of range 1..",
+            "startTimeoutSeconds: 300",
+        ),
+        (
+            {"schedule": "* * * * *", "admissionTimeoutSeconds": "1h"},
+            "admissionTimeoutSeconds",
+            "must be an integer, got string '1h'",
+            "admissionTimeoutSeconds: 3600",
+        ),
     ],
 )
 def test_bad_field_is_named_with_the_value_and_an_example(fields, path, complaint, example):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from pgsched.engine import starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import RetryPolicy
 from pgsched.k8s import cleanup
@@ -35,6 +36,8 @@ OTHERS = {
     "retryPolicy.backoff.jitter": POLICY.backoff.jitter,
     "successfulRunsHistoryLimit": cleanup.SUCCESSFUL_RUNS_HISTORY_LIMIT,
     "failedRunsHistoryLimit": cleanup.FAILED_RUNS_HISTORY_LIMIT,
+    "startTimeoutSeconds": starts.START_TIMEOUT_SECONDS,
+    "admissionTimeoutSeconds": starts.ADMISSION_TIMEOUT_SECONDS,
 }
 
 

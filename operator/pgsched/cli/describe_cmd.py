@@ -10,12 +10,13 @@ downstream runs this one's final outcome queued.
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import Any
 
 from pgsched.cli import common, output, runs_cmd
 from pgsched.db import queries
-from pgsched.engine import chain, definitions, runs
-from pgsched.engine.models import Run
+from pgsched.engine import chain, definitions, runs, starts
+from pgsched.engine.models import Run, Start
 from pgsched.schedule import zones
 
 
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
         upstream_of = definitions.get(conn, upstream.definition_id) if upstream else None
         requested_by = runs.requested_by(conn, found)
+        start = starts.of_run(conn, found.id)
     assert definition is not None  # job_runs.definition_id is a foreign key
     if args.output == "json":
         output.emit_json(
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 },
                 "retryChain": [runs_cmd.summary(item) for item in attempts],
                 "upstreamRun": runs_cmd.summary(upstream) if upstream else None,
+                "start": _start_json(start),
             }
         )
         return 0
@@ -99,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         [
             ("Run", found.id),
             ("ScheduledJob", f"{definition.key}{deleted}"),
-            ("Status", found.status),
+            ("Status", starts.shown_status(found, start)),
             ("Reason", found.reason),
             ("Error", found.error),
             ("Exit code", found.exit_code),
@@ -111,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
             ("Scheduled for", when(found.scheduled_for)),
             ("Starting deadline", when(found.deadline_at)),
             ("Started", when(found.started_at)),
+            *[
+                (label, when(value) if isinstance(value, datetime) else value)
+                for label, value in starts.described(found, start)
+            ],
             ("Last heartbeat", when(found.heartbeat_at)),
             ("Finished", when(found.finished_at)),
             ("Duration", runs_cmd.duration_of(found)),
@@ -148,3 +155,15 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     return 0
+
+
+def _start_json(start: Start | None) -> dict[str, Any] | None:
+    if start is None:
+        return None
+    return {
+        "workloadStartedAt": start.workload_started_at,
+        "waitingReason": start.waiting_reason,
+        "waitingMessage": start.waiting_message,
+        "awaitingAdmission": start.awaiting_admission,
+        "boundAt": start.bound_at,
+    }

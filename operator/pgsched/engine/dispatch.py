@@ -41,7 +41,9 @@ definitions it launched between ticks and re-reads only those whose ``version`` 
 by the claim with every run, bumped by the database on every change but materialize's
 bookkeeping, migration 0014) is newer than the kept one. A launch failure ends the run
 ``FAILED/LaunchFailed`` (fenced by its lease) and ``settle`` applies the retry policy to it
-like to any other failure.
+like to any other failure. A launch *deferred* (``LaunchDeferred``: the API server away,
+not the run's fault) undoes the claim instead: the run is QUEUED again, its attempt
+unspent, and is claimed at a later tick (its starting deadline, if any, still applies).
 
 **On time first, then the backlog, oldest first.** When more is due than one tick can
 launch (5,000 ScheduledJobs on ``0 * * * *``), the claim's order alone would make a run
@@ -82,7 +84,7 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, lease
-from pgsched.engine.launcher import Launcher, LaunchError
+from pgsched.engine.launcher import LaunchDeferred, Launcher, LaunchError
 from pgsched.engine.models import Definition, Run
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,8 @@ class DispatchResult:
     versions: dict[UUID, int] = field(default_factory=dict)
     launched: int = 0
     launch_failed: list[int] = field(default_factory=list)
+    # Launches deferred (the API server away): back to QUEUED, attempt unspent.
+    deferred: list[int] = field(default_factory=list)
     at_cap: set[UUID] = field(default_factory=set)
     skipped: list[int] = field(default_factory=list)
     replace_requested: list[int] = field(default_factory=list)
@@ -108,6 +112,7 @@ class DispatchResult:
         self.claimed += other.claimed
         self.launched += other.launched
         self.launch_failed += other.launch_failed
+        self.deferred += other.deferred
         self.at_cap |= other.at_cap
         self.skipped += other.skipped
         self.replace_requested += other.replace_requested
@@ -296,6 +301,34 @@ def _launch_all(
         return list(pool.map(one, claimed))
 
 
+def _defer(
+    conn: Connection,
+    run: Run,
+    deferred: LaunchDeferred,
+    definition: Definition | None,
+    *,
+    now: datetime | None,
+) -> None:
+    """Undo the claim of a run whose launch was deferred: QUEUED again, attempt unspent
+    (a run whose cancellation was requested meanwhile ends CANCELLED instead)."""
+    assert run.lease_token is not None
+    log_run = logs.for_run(log, run, definition)
+    why = f"launch deferred: {deferred}"
+    params = {"run_id": run.id, "lease_token": run.lease_token, "error": why}
+    if conn.execute(queries.get("requeue_deferred_launch"), params).fetchone():
+        log_run.warning("run %s: %s; queued again", run.id, why)
+        return
+    lease.finish(
+        conn,
+        lease.Lease(run.id, run.lease_token),
+        "CANCELLED",
+        reason="Cancelled",
+        error=f"cancelled before it could be launched ({why})",
+        now=now,
+        logger=log_run,
+    )
+
+
 def launch(
     conn: Connection,
     launcher: Launcher,
@@ -304,7 +337,8 @@ def launch(
     now: datetime | None = None,
     owners: Owners | None = None,
 ) -> None:
-    """Launch claimed runs; a failure ends that run FAILED/LaunchFailed (fenced).
+    """Launch claimed runs; a failure ends that run FAILED/LaunchFailed, or the reason the
+    ``LaunchError`` names (fenced).
 
     A launcher with a ``parallelism`` attribute above 1 gets that many launches at once
     (creating a Job is a round trip to the API server; a stampede of runs due at the same
@@ -316,6 +350,10 @@ def launch(
     recorded: dict[str, list[Any]] = {"ids": [], "lease_tokens": [], "handles": []}
     for run, outcome in zip(result.claimed, outcomes, strict=True):
         assert run.lease_token is not None
+        if isinstance(outcome, LaunchDeferred):
+            _defer(conn, run, outcome, definitions_of.get(run.definition_id), now=now)
+            result.deferred.append(run.id)
+            continue
         if isinstance(outcome, Exception):
             definition = definitions_of.get(run.definition_id)
             log_run = logs.for_run(log, run, definition)
@@ -324,7 +362,7 @@ def launch(
                 conn,
                 lease.Lease(run.id, run.lease_token),
                 "FAILED",
-                reason="LaunchFailed",
+                reason=outcome.reason if isinstance(outcome, LaunchError) else "LaunchFailed",
                 error=f"{type(outcome).__name__}: {outcome}",
                 now=now,
                 logger=log_run,

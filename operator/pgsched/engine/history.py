@@ -22,7 +22,7 @@
 
 Runs of other tables that name a dropped run (a retry's ``retry_of``, a chained run's
 ``upstream_run_id``) keep the id; readers treat the run as gone. Chain arrivals the
-dropped runs consumed are deleted with them.
+dropped runs consumed are deleted with them, and so are their starts (``engine.starts``).
 """
 
 from __future__ import annotations
@@ -111,6 +111,8 @@ def run_once(
             queries.get("prune_default_partition"), {"before": before, "limit": PRUNE_BATCH}
         )
         result.pruned = pruned.rowcount
+    if result.pruned:
+        conn.execute(queries.get("forget_starts_of_dropped_runs"))
     return result
 
 
@@ -150,6 +152,8 @@ def _drop_detached(conn: Connection, result: HistoryResult) -> bool:
         elif outcome == "busy":
             log.info("detached partition %s not dropped yet: %s", row["name"], _KEPT["busy"])
             result.kept.append(month)
+    if result.dropped:  # their runs' starts (migration 0023) go with them
+        conn.execute(queries.get("forget_starts_of_dropped_runs"))
     return True
 
 

@@ -14,7 +14,20 @@ from pgsched.engine.models import Definition, Run
 
 
 class LaunchError(Exception):
-    """The run could not be started; it is failed with reason ``LaunchFailed``."""
+    """The run could not be started; it is failed with ``reason`` (by default
+    ``LaunchFailed``; a launcher may name a more precise one of the vocabulary, such as
+    ``PodSecurityRejected``)."""
+
+    def __init__(self, message: str, *, reason: str = "LaunchFailed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class LaunchDeferred(Exception):
+    """The run could not be launched because the platform is away (the API server
+    unreachable, or answering 5xx or 429 after the client's own retries): not the run's
+    fault. Dispatch puts it back to QUEUED, unclaimed and its attempt unspent; it is claimed
+    again at a later tick, until its starting deadline (if any) skips it."""
 
 
 class Launcher(Protocol):
@@ -31,7 +44,8 @@ class Launcher(Protocol):
         """Start the run's workload; return a handle to record (the Job name) or None.
 
         Must be idempotent per run id: after a crash the same run may be launched again.
-        Raise :class:`LaunchError` (or any exception) if it cannot be started.
+        Raise :class:`LaunchError` (or any exception) if it cannot be started, and
+        :class:`LaunchDeferred` if it cannot be started *now* through no fault of its own.
         """
         ...
 

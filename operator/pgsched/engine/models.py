@@ -144,3 +144,22 @@ class Run(_Row):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class Start(_Row):
+    """What is known of a run's start (migration 0023, ``engine.starts``): its workload's
+    start, or why it has not started yet."""
+
+    run_id: int
+    workload_started_at: datetime | None
+    waiting_reason: str | None
+    waiting_message: str | None
+    awaiting_admission: bool
+    admitted_at: datetime | None
+    bound_at: datetime | None
+    observed_at: datetime
+
+    @property
+    def launching(self) -> bool:
+        return self.workload_started_at is None

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from pgsched.engine import starts
+
 # Reasons the engine and the Kubernetes launcher produce; SDK jobs add exception class names.
 REASONS = frozenset(
     {
@@ -36,11 +38,14 @@ REASONS = frozenset(
         "Evicted",
         "Cancelled",
         "OutcomeUnknown",
+        *starts.REASONS,
     }
 )
 # Infrastructure failures are safe to retry by default; an application's own failure
 # (NonZeroExit, an exception) is retried only when the user opts in. So is OutcomeUnknown
 # (the Job vanished before anyone read its outcome): the work may well have succeeded.
+# A workload that could not start (starts.REASONS: an image that cannot be pulled, a
+# missing Secret, Pod Security) is not retried either: the next attempt meets the same wall.
 DEFAULT_RETRY_ON = ("HeartbeatLost", "Orphaned", "LaunchFailed", "Evicted")
 ANY_REASON = "*"
 

@@ -64,6 +64,12 @@ class ApiError(Exception):
     def conflict(self) -> bool:
         return self.status == 409
 
+    @property
+    def unavailable(self) -> bool:
+        """The API server could not be reached, or was overloaded or failing (5xx, 429):
+        nothing the request itself got wrong."""
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
 
 @dataclass(frozen=True)
 class RetrySettings:

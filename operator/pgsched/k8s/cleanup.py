@@ -21,7 +21,7 @@ from uuid import UUID
 
 from pgsched import logs
 from pgsched.db.connection import Connection
-from pgsched.engine import runs
+from pgsched.engine import runs, starts
 from pgsched.engine.models import Definition
 from pgsched.k8s import api, names
 from pgsched.k8s.names import Obj
@@ -115,7 +115,11 @@ FAILED_RUNS_HISTORY_LIMIT = 1
 # LaunchFailed: a Job was created but the launch failed (e.g. a pod template the namespace's
 # Pod Security refuses, k8s.launcher): it is deleted after the run is ended, so the Job watch
 # cannot see its deletion first and call it JobDeleted.
-ENGINE_ENDED = frozenset({"HeartbeatLost", "Orphaned", "DeadlineExceeded", "LaunchFailed"})
+# A run whose workload could not start (engine.starts.REASONS) leaves a pod pulling, waiting
+# for a node or suspended: it goes too.
+ENGINE_ENDED = frozenset(
+    {"HeartbeatLost", "Orphaned", "DeadlineExceeded", "LaunchFailed", *starts.REASONS}
+)
 # A job that recorded its own end (the SDK runner) exits right after; give its pod this long
 # before deleting its Job, so the Job completes normally and keeps its history and logs.
 JOB_EXIT_GRACE = timedelta(seconds=30)

@@ -26,12 +26,20 @@ database restored or failed over to a point before the claim, which then happene
 its pod holds a dead lease and would only be fenced away, so it is deleted and the Job is
 created anew; if the old one is still being deleted, the launch fails (``LaunchFailed``,
 retry policy applies) saying so. A same-named Job of another run is a real conflict and
-fails the launch, as does any error left after the API client's own retries (rate
-limiting, 429 and 5xx are handled there), and a Job whose pod template the namespace's Pod
+fails the launch, as does any answer of the API server that is the request's fault
+(4xx), and a Job whose pod template the namespace's Pod
 Security level refuses (the API server's warning on the create, see k8s.podsecurity): the
-Job controller could never make its pod, so the launch fails and, once the engine has
-recorded ``LaunchFailed``, the clean-up deletes the Job (k8s.cleanup). Not here: deleting it
+Job controller could never make its pod, so the launch fails ``PodSecurityRejected`` (not
+retried by default: every attempt would be refused alike) and, once the engine has
+recorded it, the clean-up deletes the Job (k8s.cleanup). Not here: deleting it
 before the run is ended let the Job watch see the deletion first and record ``JobDeleted``.
+
+The API server unreachable, or still answering 5xx or 429 after the client's own retries,
+is not the run's fault: the launch is *deferred* (``LaunchDeferred``), and dispatch puts
+the run back to QUEUED, its attempt unspent (an API outage used to end every due run
+``LaunchFailed`` and burn its retries against the same wall). If the create did reach the
+server before the connection broke, the next claim finds that Job under the old lease
+and replaces it, as above.
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgsched import logs
-from pgsched.engine.launcher import LaunchError
+from pgsched.engine import starts
+from pgsched.engine.launcher import LaunchDeferred, LaunchError
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s import api, jobpolicy, jobs, names, podsecurity
 
@@ -76,10 +85,9 @@ class KubernetesLauncher:
         try:
             refusal = self._gate.refusal(definition.namespace, definition.spec)
         except api.ApiError as error:
-            raise LaunchError(
-                f"Job {where}: reading namespace {definition.namespace}'s jobTemplate policy:"
-                f" {error.message}"
-            ) from None
+            # The API server away defers the launch like any other request of it would.
+            doing = f"Job {where}: reading namespace {definition.namespace}'s jobTemplate policy"
+            raise _failure(error, doing) from None
         if refusal is not None:
             raise LaunchError(f"Job {where} not created: {refusal}")
         run_log = logs.for_run(log, run, definition)
@@ -89,14 +97,17 @@ class KubernetesLauncher:
         try:
             secret_version = self._put_secret(secrets, secret_path, secret)
         except api.ApiError as error:
-            raise LaunchError(
-                f"creating the lease Secret {definition.namespace}/{secret['metadata']['name']}:"
-                f" {error.message}"
+            raise _failure(
+                error,
+                f"creating the lease Secret {definition.namespace}/{secret['metadata']['name']}",
             ) from None
         collection = api.path_of(group="batch", namespace=definition.namespace, plural="jobs")
         try:
             job = self._create_job(f"{collection}/{name}", manifest, run, where, run_log)
-        except LaunchError:
+        except api.ApiError as error:  # reading what stood in the way, or Pod Security
+            self._delete_quietly(secret_path)
+            raise _failure(error, f"creating Job {where}") from None
+        except (LaunchError, LaunchDeferred):
             self._delete_quietly(secret_path)
             raise
         # Not urgent (the pod already has its Secret): behind other launches' creations. The
@@ -166,7 +177,7 @@ class KubernetesLauncher:
             created = self._create_checked(collection, manifest, where)
         except api.ApiError as error:
             if not error.conflict:
-                raise LaunchError(f"creating Job {where}: {error.message}") from None
+                raise _failure(error, f"creating Job {where}") from None
         else:
             run_log.info(
                 "run %s: created Job %s (attempt %s, scheduled for %s)",
@@ -195,9 +206,10 @@ class KubernetesLauncher:
         try:
             created = self._create_checked(collection, manifest, where)
         except api.ApiError as error:
-            raise LaunchError(
+            raise _failure(
+                error,
                 f"Job {where} is left from an earlier, lost claim of run {run.id} (another"
-                f" lease) and could not be replaced: {error.message}"
+                " lease) and could not be replaced",
             ) from None
         run_log.info("run %s: replaced Job %s of the lost claim", run.id, where)
         return created
@@ -211,7 +223,7 @@ class KubernetesLauncher:
         namespace = str(manifest["metadata"]["namespace"])
         violation = podsecurity.enforced_violation(self._kube, namespace, warnings)
         if violation is not None:
-            raise LaunchError(f"Job {where}: {violation}")
+            raise LaunchError(f"Job {where}: {violation}", reason=starts.POD_SECURITY_REJECTED)
         return created
 
     def _delete_quietly(self, path: str) -> None:
@@ -220,6 +232,14 @@ class KubernetesLauncher:
         except api.ApiError as error:
             if not error.not_found:
                 log.warning("could not delete %s: %s", path, error)
+
+
+def _failure(error: api.ApiError, doing: str) -> LaunchError | LaunchDeferred:
+    """What an API error means for the run: the API server away is not the run's fault
+    (deferred: the run waits QUEUED); any other answer is (``LaunchFailed``)."""
+    if error.unavailable:
+        return LaunchDeferred(f"{doing}: the API server is unavailable ({error})")
+    return LaunchError(f"{doing}: {error.message}")
 
 
 @dataclass(frozen=True)

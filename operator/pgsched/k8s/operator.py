@@ -64,6 +64,7 @@ from pgsched.k8s import (
     pool_status,
     resync,
     scheduledjobs,
+    starts,
     verdicts,
 )
 from pgsched.k8s.controller import Controller, Workers
@@ -156,6 +157,11 @@ class EngineThreads:
                 settings.gauge_interval_seconds,
             ),
             loop.Service(
+                "starts",
+                lambda: starts.run_once(session.connection(), kube, now=self.clock()),
+                settings.verdict_interval_seconds,
+            ),
+            loop.Service(
                 "verdicts",
                 lambda: judge.run_once(session.connection(), now=self.clock()),
                 settings.verdict_interval_seconds,
@@ -212,6 +218,8 @@ class EngineThreads:
         if result.leader:
             for phase, seconds in result.durations.items():
                 metrics.TICK_DURATION.labels(phase).observe(seconds)
+        if result.dispatched and result.dispatched.deferred:
+            metrics.LAUNCHES_DEFERRED.inc(len(result.dispatched.deferred))
         if result.reaped:
             for signature, ids in result.reaped.run_ids.items():
                 if ids:

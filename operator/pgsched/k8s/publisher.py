@@ -51,7 +51,7 @@ from uuid import UUID
 from pgsched import metrics
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import chain, definitions, pools, runs
+from pgsched.engine import chain, definitions, pools, runs, starts
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.k8s import api, cleanup, names, status
 from pgsched.k8s.names import Obj
@@ -59,8 +59,12 @@ from pgsched.k8s.names import Obj
 log = logging.getLogger(__name__)
 
 
+# RUNNING: claimed and launched; STARTED: its workload container started; LAUNCHING: its
+# pod cannot start yet, for a reason worth telling (engine.starts, k8s.starts).
 _EVENTS: dict[str, tuple[str, str]] = {
-    "RUNNING": ("Normal", "RunStarted"),
+    "RUNNING": ("Normal", "RunLaunched"),
+    starts.STARTED: ("Normal", "RunStarted"),
+    starts.LAUNCHING: ("Warning", "RunNotStarting"),
     "COMPLETED": ("Normal", "RunSucceeded"),
     "FAILED": ("Warning", "RunFailed"),
     "CANCELLED": ("Normal", "RunCancelled"),
@@ -150,7 +154,7 @@ class Publisher:
             namespace=row["namespace"],
             scheduled_job=row["name"],
             uid=row["definition_id"],
-            name=f"{row['name']}.run{row['run_id']}.{row['status'].lower()}",
+            name=f"{row['name']}.run{row['run_id']}.{_event_suffix(row)}",
             event_type=event_type,
             reason=reason,
             message=event_message(row),
@@ -281,6 +285,7 @@ class Publisher:
             ),
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
             pool_found=_pool_found(conn, definition),
+            start=starts.of_run(conn, last_run.id) if last_run else None,
         )
 
     def announce_transitions(self, definition: Definition, current: Obj, new: Obj) -> None:
@@ -314,6 +319,13 @@ def _event_kind(row: Obj) -> tuple[str, str] | None:
     return _EVENTS.get(row["status"])
 
 
+def _event_suffix(row: Obj) -> str:
+    """One Event per status; a run may stop starting for several reasons in turn."""
+    if row["status"] == starts.LAUNCHING:
+        return f"launching.{str(row['reason']).lower()}"
+    return str(row["status"]).lower()
+
+
 def event_message(row: Obj) -> str:
     run = f"run {row['run_id']} (attempt {row['attempt']}, scheduled for {status.timestamp(row['scheduled_for'])})"
     state = row["status"]
@@ -329,7 +341,11 @@ def event_message(row: Obj) -> str:
             f" {row['retry_of_reason']}{why}"
         )
     if state == "RUNNING":
-        return f"{run} started"
+        return f"{run} launched as Job {row['k8s_job_name'] or '(being created)'}"
+    if state == starts.STARTED:
+        return f"{run}: its workload started"
+    if state == starts.LAUNCHING:
+        return f"{run} cannot start yet: {row['reason']}: {row.get('waiting_message') or ''}"
     if state == "COMPLETED":
         return f"{run} succeeded"
     detail = f"{row['reason']}: {row['error']}" if row.get("error") else str(row["reason"])
@@ -341,6 +357,9 @@ def event_message(row: Obj) -> str:
 
 def _count(row: Obj) -> None:
     namespace = row["namespace"]
+    if row["status"] in (starts.STARTED, starts.LAUNCHING):
+        metrics.RUN_STARTS.labels(namespace, row["status"], row["reason"] or "").inc()
+        return
     metrics.RUNS.labels(namespace, row["status"], row["reason"] or "").inc()
     if row["status"] == "RUNNING" and row["started_at"] is not None:
         metrics.SCHEDULE_SKEW.labels(namespace).observe(

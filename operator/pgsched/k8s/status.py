@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pgsched.engine import chain, definitions
-from pgsched.engine.models import Definition, Run
+from pgsched.engine import chain, definitions, starts
+from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s.names import Obj
 from pgsched.schedule import ScheduleError
 
@@ -48,8 +48,14 @@ def render(
     links: chain.Links | None = None,
     triggered: list[chain.Triggered] | None = None,
     pool_found: bool = True,
+    start: Start | None = None,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
+
+    ``start`` is what is known of the last run's start (``engine.starts``): while its
+    workload has not started, ``lastRun.status`` is ``LAUNCHING`` and ``lastRun.launching``
+    says why (the pod's own reason); the ``Launchable`` condition is False when the last
+    run ended because its workload could not start.
 
     ``links`` (its upstreams and downstreams) and ``triggered`` (the runs its last run
     queued downstream) show the chain both ways. ``pool_found`` says whether the
@@ -115,7 +121,8 @@ def render(
         chain_status["afterMode"] = definition.after_mode
     if links is not None and links.downstreams:
         chain_status["downstreams"] = links.downstreams
-    last = _last_run(last_run)
+    last = _last_run(last_run, start)
+    conditions.append(_launchable(last_run))
     if last is not None and last_run is not None and last_run.upstream_run_id is not None:
         last["upstreamRunId"] = last_run.upstream_run_id
     if last is not None and triggered:
@@ -228,15 +235,38 @@ def render_rejected(
     }
 
 
-def _last_run(run: Run | None) -> Obj | None:
+def _launchable(last_run: Run | None) -> Obj:
+    if last_run is not None and last_run.reason in starts.REASONS:
+        return _condition(
+            "Launchable",
+            False,
+            str(last_run.reason),
+            f"run {last_run.id} could not start: {last_run.error}",
+        )
+    return _condition("Launchable", True, "Launched", "the last run did not fail to start")
+
+
+def _last_run(run: Run | None, start: Start | None = None) -> Obj | None:
     if run is None:
         return None
+    status = starts.shown_status(run, start)
+    shown: Obj = {}
+    if status == starts.LAUNCHING and start is not None:
+        shown["launching"] = {
+            "reason": start.waiting_reason,
+            "message": start.waiting_message,
+            "until": timestamp(start.bound_at),
+        }
+    elif start is not None and start.workload_started_at is not None:
+        shown["workloadStartedAt"] = timestamp(start.workload_started_at)
     return {
         "id": run.id,
         "attempt": run.attempt,
         "trigger": run.trigger,
-        "status": run.status,
-        "reason": run.reason,
+        "status": status,
+        **shown,
+        # LAUNCHING: the pod's reason for not starting yet (the REASON column shows it).
+        "reason": start.waiting_reason if status == starts.LAUNCHING and start else run.reason,
         "scheduledFor": timestamp(run.scheduled_for),
         "startedAt": timestamp(run.started_at),
         "finishedAt": timestamp(run.finished_at),

@@ -17,6 +17,8 @@ a silent run ``outcome_pending_at``, and this module settles it from the Job:
   (``Orphaned`` if it never beat), retried by the policy as before;
 - the Job is still active but the workload ended → wait: the kubelet or the Job
   controller has not caught up yet;
+- the Job is suspended (an admission queue holds it: it has no pod to beat) → wait; the
+  starts service (``k8s.starts``) bounds that wait with ``admissionTimeoutSeconds``;
 - the API server cannot be reached → wait, and ask again next round. A verdict is late
   while the API is away, never wrong (fail open);
 - the API server was unreachable less than ``STALE_VIEW_SECONDS`` ago (or this replica
@@ -45,7 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -107,6 +109,9 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
         return Verdict(outcome)
     if row["workload_ended_at"] is not None or any(_pod_ended(pod) for pod in pods):
         return Verdict(why="the workload ended; its Job has not recorded the outcome yet")
+    if (job.get("spec") or {}).get("suspend"):
+        # No pod yet, so no heartbeat: an admission queue holds the Job (k8s.starts).
+        return Verdict(why="its Job is suspended, waiting for admission")
     return Verdict(silent=True, why="its Job is still active")
 
 
@@ -152,22 +157,28 @@ def run_once(
     result = VerdictResult()
     rows = conn.execute(queries.get("runs_awaiting_verdict"), {"limit": limit}).fetchall()
     result.pending = len(rows)
+    for row, job, pods in with_jobs(kube, rows):
+        verdict = decide(row, job, pods)
+        if verdict.silent and not confirm_silence:
+            verdict = Verdict(
+                why="the API server was unreachable moments ago: its view of the pod may"
+                " predate the outage"
+            )
+        _apply(conn, row, verdict, result, now=now)
+    return result
+
+
+def with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:
+    """Each run row with its Job (None: gone) and that Job's pods, read with one list of
+    each per namespace (``api.jobs_of_runs``)."""
     by_namespace: dict[str, list[Obj]] = defaultdict(list)
     for row in rows:
         by_namespace[row["namespace"]].append(row)
-    for namespace, pending in by_namespace.items():
-        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in pending])
-        for row in pending:
+    for namespace, these in by_namespace.items():
+        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in these])
+        for row in these:
             job = _job_of(row, jobs)
-            name = job["metadata"]["name"] if job else None
-            verdict = decide(row, job, pods.get(name, []) if name else [])
-            if verdict.silent and not confirm_silence:
-                verdict = Verdict(
-                    why="the API server was unreachable moments ago: its view of the pod may"
-                    " predate the outage"
-                )
-            _apply(conn, row, verdict, result, now=now)
-    return result
+            yield row, job, pods.get(job["metadata"]["name"], []) if job else []
 
 
 def _job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:

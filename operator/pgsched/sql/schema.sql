@@ -961,6 +961,21 @@ END;
 $$;
 
 --
+-- Name: observed_launching(bigint, timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.observed_launching(run_id bigint, since timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT EXISTS (
+        SELECT FROM pgsched.run_starts AS s
+        WHERE s.run_id = observed_launching.run_id
+          AND s.workload_started_at IS NULL
+          AND s.observed_at > observed_launching.since)
+$$;
+
+--
 -- Name: place_run_id(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1377,6 +1392,21 @@ CREATE TABLE pgsched.run_requesters (
 );
 
 --
+-- Name: run_starts; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_starts (
+    run_id bigint NOT NULL,
+    workload_started_at timestamp with time zone,
+    waiting_reason text,
+    waiting_message text,
+    awaiting_admission boolean DEFAULT false NOT NULL,
+    admitted_at timestamp with time zone,
+    bound_at timestamp with time zone,
+    observed_at timestamp with time zone NOT NULL
+);
+
+--
 -- Name: schema_migrations; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1476,6 +1506,13 @@ ALTER TABLE ONLY pgsched.run_id_base
 
 ALTER TABLE ONLY pgsched.run_requesters
     ADD CONSTRAINT run_requesters_pkey PRIMARY KEY (run_id);
+
+--
+-- Name: run_starts run_starts_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_starts
+    ADD CONSTRAINT run_starts_pkey PRIMARY KEY (run_id);
 
 --
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -2088,6 +2125,12 @@ REVOKE ALL ON FUNCTION pgsched.name_replace_cancellations() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION pgsched.notify_lease_holder() FROM PUBLIC;
+
+--
+-- Name: FUNCTION observed_launching(run_id bigint, since timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.observed_launching(run_id bigint, since timestamp with time zone) FROM PUBLIC;
 
 --
 -- Name: FUNCTION place_run_id(); Type: ACL; Schema: pgsched; Owner: -

@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, runs
-from pgsched.engine.models import Definition, Run
+from pgsched.engine import definitions, runs, starts
+from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s import api, names
 from pgsched.schedule import ScheduleError, zones
 from pgsched.ui import access as acl
@@ -155,11 +155,10 @@ def _trigger(trigger: str) -> str:
     return f"<span class='trigger trigger-{e(trigger)}'>{e(trigger)}</span>"
 
 
-def _status(run: Run) -> str:
+def _status(run: Run, start: Start | None = None) -> str:
     reason = f"/{run.reason}" if run.reason else ""
-    return (
-        f"<span class='cell {e(run.status)}'></span> {e(run.status)}{e(reason) if reason else ''}"
-    )
+    shown = starts.shown_status(run, start)
+    return f"<span class='cell {e(run.status)}'></span> {e(shown)}{e(reason) if reason else ''}"
 
 
 def _duration(run: Run, now: datetime) -> str:
@@ -644,6 +643,7 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
         raise PageError(404, "no such run in a namespace you may see (check the run id)")
     zone = _zone(d)
     chain = store.retry_chain(ctx.conn, found.id)
+    start = starts.of_run(ctx.conn, found.id)
     retried_as = next((item.id for item in chain if item.retry_of == found.id), None)
     cancel = html.NOTHING
     if found.cancel_requested:
@@ -654,7 +654,7 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
             [
                 ("Run", e(found.id)),
                 ("ScheduledJob", link(job_url(d), d.key) + e(deleted)),
-                ("Status", _status(found)),
+                ("Status", _status(found, start)),
                 ("Error", e(found.error)),
                 ("Exit code", e(found.exit_code)),
                 (
@@ -677,6 +677,10 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
                 ("Scheduled for", e(html.local(found.scheduled_for, zone))),
                 ("Starting deadline", e(html.local(found.deadline_at, zone))),
                 ("Started", e(html.local(found.started_at, zone))),
+                *[
+                    (label, e(html.local(value, zone) if isinstance(value, datetime) else value))
+                    for label, value in starts.described(found, start)
+                ],
                 ("Last heartbeat", e(html.local(found.heartbeat_at, zone))),
                 ("Finished", e(html.local(found.finished_at, zone))),
                 ("Duration", _duration(found, ctx.now)),

@@ -47,3 +47,23 @@ FROM (
 UPDATE pgsched.job_runs AS r SET k8s_job_name = l.handle
 FROM unnest(%(ids)s::bigint[], %(lease_tokens)s::uuid[], %(handles)s::text[]) AS l(id, lease_token, handle)
 WHERE r.id = l.id AND r.status = 'RUNNING' AND r.lease_token = l.lease_token;
+
+-- name: requeue_deferred_launch
+-- A launch deferred because the API server was away (engine/launcher.py, LaunchDeferred):
+-- the claim is undone — QUEUED again, no start — and the attempt is unspent. The old
+-- lease stays on the row but is dead (every job-role function fences on RUNNING, and the
+-- lease-holder trigger tells a pod that holds it at once); the next claim replaces it.
+-- Fenced on the claim; a run whose cancellation was requested meanwhile is not requeued
+-- (the caller ends it CANCELLED). `error` says why it waits, until it is claimed again.
+UPDATE pgsched.job_runs AS r
+SET status = 'QUEUED',
+    started_at = NULL,
+    heartbeat_at = NULL,
+    outcome_pending_at = NULL,
+    workload_ended_at = NULL,
+    error = %(error)s
+WHERE r.id = %(run_id)s
+  AND r.status = 'RUNNING'
+  AND r.lease_token = %(lease_token)s
+  AND NOT r.cancel_requested
+RETURNING r.id;

@@ -34,10 +34,11 @@ SELECT e.id, e.run_id, e.definition_id, e.status, e.reason, e.attempt, e.trigger
        r.cancelled_by, r.retry_decision,
        r.retry_of, (SELECT f.reason FROM pgsched.job_runs AS f WHERE f.id = r.retry_of) AS retry_of_reason,
        (SELECT f.retry_decision FROM pgsched.job_runs AS f WHERE f.id = r.retry_of) AS retry_of_decision,
-       d.namespace, d.name
+       d.namespace, d.name, s.waiting_message
 FROM claimed AS e
 JOIN pgsched.job_runs AS r ON r.id = e.run_id
 JOIN pgsched.job_definitions AS d ON d.id = e.definition_id
+LEFT JOIN pgsched.run_starts AS s ON s.run_id = e.run_id
 ORDER BY e.turn, e.first, e.id;
 
 -- name: delete_run_events

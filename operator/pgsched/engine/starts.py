@@ -1,0 +1,141 @@
+"""Starts: a run is running, as users see it, only once its workload started (I13).
+
+A claimed run is ``RUNNING`` in ``job_runs`` from its claim (it holds its slot from then
+on), but its workload may never start: an image that cannot be pulled, a missing Secret or
+ConfigMap, a pod no node can take, a Job an admission queue (Kueue) keeps suspended. The
+heartbeat sidecar starts before the workload and beats either way, so a heartbeat says the
+pod lives, not that the workload does. Until the workload container's start is recorded
+here (``workload_started_at``, migration 0023) the run is *launching*: status, describe,
+the UI and the metrics say so, with the pod's own reason for waiting.
+
+The launching state is bounded: ``startTimeoutSeconds`` after the claim (or after the Job
+was admitted, for a Job that waited suspended), ``admissionTimeoutSeconds`` while an
+admission queue keeps the Job suspended. A run still launching at its bound ends ``FAILED``
+with the reason its pod gave (``ImagePullFailed``, ``ContainerConfigError``,
+``Unschedulable``, ``AdmissionTimeout``, else ``StartTimeout``); an image that can never be
+pulled (an invalid name) ends at once. These reasons are deterministic — the next attempt
+would meet the same wall — so the default retry list does not name them. Beats of the
+sidecar before the workload started do not extend the bound.
+
+This module is the database side; the Kubernetes side reads the pods
+(``pgsched.k8s.starts``). Every write is fenced on the run still ``RUNNING`` with the lease
+it was launched with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+from pgsched.engine.models import Run, Start
+
+# The spec's defaults (crds/: the same numbers, checked by tests/unit/test_spec_defaults.py).
+START_TIMEOUT_SECONDS = 300
+ADMISSION_TIMEOUT_SECONDS = 3600
+
+IMAGE_PULL_FAILED = "ImagePullFailed"
+CONTAINER_CONFIG_ERROR = "ContainerConfigError"
+POD_SECURITY_REJECTED = "PodSecurityRejected"
+UNSCHEDULABLE = "Unschedulable"
+ADMISSION_TIMEOUT = "AdmissionTimeout"
+START_TIMEOUT = "StartTimeout"
+# Why a run that never started ended: part of the failure-reason vocabulary (engine.retry).
+REASONS = frozenset(
+    {
+        IMAGE_PULL_FAILED,
+        CONTAINER_CONFIG_ERROR,
+        POD_SECURITY_REJECTED,
+        UNSCHEDULABLE,
+        ADMISSION_TIMEOUT,
+        START_TIMEOUT,
+    }
+)
+# What a launching run waits for while its Job is suspended by an admission queue.
+AWAITING_ADMISSION = "AwaitingAdmission"
+# Run-event statuses (the outbox, not job_runs): the workload started; it cannot start yet.
+STARTED = "STARTED"
+LAUNCHING = "LAUNCHING"
+
+
+def shown_status(run: Run, start: Start | None) -> str:
+    """The status users see: ``LAUNCHING`` for a running run whose workload is known not
+    to have started yet, else the run's own."""
+    if run.status == "RUNNING" and start is not None and start.launching:
+        return LAUNCHING
+    return run.status
+
+
+def described(run: Run, start: Start | None) -> list[tuple[str, str | datetime | None]]:
+    """The lines ``pgsched describe`` and the UI's run page show about the workload's
+    start (one list for both, so they say the same): its start, or why not yet."""
+    if start is None:
+        return []
+    if start.workload_started_at is not None:
+        return [("Workload started", start.workload_started_at)]
+    if run.status != "RUNNING":
+        return [("Workload started", f"never (last seen: {start.waiting_reason})")]
+    return [
+        ("Launching", f"{start.waiting_reason}: {start.waiting_message}"),
+        ("Start bound", start.bound_at),
+    ]
+
+
+def start_timeout(spec: Mapping[str, Any]) -> int:
+    """A stored (validated) spec's ``startTimeoutSeconds``."""
+    return int(spec.get("startTimeoutSeconds") or START_TIMEOUT_SECONDS)
+
+
+def admission_timeout(spec: Mapping[str, Any]) -> int:
+    """A stored (validated) spec's ``admissionTimeoutSeconds``."""
+    return int(spec.get("admissionTimeoutSeconds") or ADMISSION_TIMEOUT_SECONDS)
+
+
+def launching(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
+    """Running runs whose workload has no recorded start, the least recently observed
+    first: with their definition's namespace, name and spec, and what was last seen."""
+    return conn.execute(queries.get("launching_runs"), {"limit": limit}).fetchall()
+
+
+def observe(
+    conn: Connection,
+    run_id: int,
+    lease_token: UUID,
+    *,
+    workload_started_at: datetime | None = None,
+    waiting_reason: str | None = None,
+    waiting_message: str | None = None,
+    awaiting_admission: bool = False,
+    admitted_at: datetime | None = None,
+    bound_at: datetime | None = None,
+    announce: bool = False,
+    now: datetime,
+) -> Start | None:
+    """Record what the run's pod shows (fenced on the run still RUNNING with this lease);
+    the stored row, or None if the run is no longer this lease's. The start, or a change
+    of what the run waits for if ``announce``, goes to the run-events outbox: the status
+    is rendered again and an Event says it."""
+    row = conn.execute(
+        queries.get("record_start_observation"),
+        {
+            "run_id": run_id,
+            "lease_token": lease_token,
+            "workload_started_at": workload_started_at,
+            "waiting_reason": waiting_reason,
+            "waiting_message": waiting_message,
+            "awaiting_admission": awaiting_admission,
+            "admitted_at": admitted_at,
+            "bound_at": bound_at,
+            "announce": announce,
+            "now": now,
+        },
+    ).fetchone()
+    return Start.from_row(row) if row else None
+
+
+def of_run(conn: Connection, run_id: int) -> Start | None:
+    row = conn.execute(queries.get("run_start"), {"run_id": run_id}).fetchone()
+    return Start.from_row(row) if row else None

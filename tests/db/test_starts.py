@@ -1,0 +1,239 @@
+"""A run is running only once its workload started; until then it is launching, bounded.
+
+The starts service (``pgsched.k8s.starts``) reads what the API shows of launching runs'
+Jobs and pods (a stand-in serving them from dicts, as in test_verdicts) and records it in
+the real database: the workload's start, or the pod's reason for waiting; at the bound the
+run ends with that reason, not retried by default; a launching run it observes is not
+silent for the reaper.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from db.test_verdicts import Api
+from factories import RecordingLauncher, define, runs_of
+from pgsched.engine import dispatch, lease, reap, runs, settle, starts
+from pgsched.engine.launcher import LaunchError
+from pgsched.k8s import starts as pod_starts
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+FAST = {"intervalSeconds": 1, "timeoutSeconds": 3, "orphanTimeoutSeconds": 5}
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def claimed(conn, name="job", **spec):
+    definition = define(conn, name, now=T0, **spec)
+    runs.run_now(conn, definition.id, token="go", scheduled_for=T0)
+    [run] = dispatch.run_once(
+        conn, RecordingLauncher(), definition_ids=[definition.id], now=T0
+    ).claimed
+    return definition, lease.Lease(run.id, run.lease_token), f"{name}-{run.id}"
+
+
+def pod_waiting(reason, message="", *, sidecar_running=True):
+    """A pod whose heartbeat sidecar runs (it beats) and whose main container waits."""
+    init = [{"name": "pgsched-heartbeat", "state": {"running": {}}}] if sidecar_running else []
+    return {
+        "metadata": {"name": "p-1", "creationTimestamp": "2026-06-01T12:00:00Z"},
+        "status": {
+            "phase": "Pending",
+            "initContainerStatuses": init,
+            "containerStatuses": [
+                {"name": "main", "state": {"waiting": {"reason": reason, "message": message}}}
+            ],
+        },
+    }
+
+
+def pod_unschedulable():
+    return {
+        "metadata": {"name": "p-1", "creationTimestamp": "2026-06-01T12:00:00Z"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/1 nodes are available: 1 node(s) didn't match selector.",
+                }
+            ],
+        },
+    }
+
+
+def pod_started(started_at="2026-06-01T12:00:07Z"):
+    return {
+        "metadata": {"name": "p-1", "creationTimestamp": "2026-06-01T12:00:00Z"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "main", "state": {"running": {"startedAt": started_at}}}
+            ],
+        },
+    }
+
+
+def run_row(conn, run_lease):
+    return conn.execute(
+        "SELECT status, reason, error, retry_decision FROM pgsched.job_runs WHERE id = %s",
+        [run_lease.run_id],
+    ).fetchone()
+
+
+def outbox(conn, run_lease):
+    return [
+        (row["status"], row["reason"])
+        for row in conn.execute(
+            "SELECT status, reason FROM pgsched.run_events WHERE run_id = %s ORDER BY id",
+            [run_lease.run_id],
+        )
+    ]
+
+
+def test_a_run_whose_image_cannot_be_pulled_waits_launching_then_ends_image_pull_failed_unretried(
+    conn,
+):
+    _, run_lease, job_name = claimed(conn, startTimeoutSeconds=60, heartbeat=FAST)
+    kube = Api({job_name: {}}, {job_name: [pod_waiting("ImagePullBackOff", "Back-off pulling")]})
+    for second in range(1, 60, 2):  # the sidecar beats all along, the workload never starts
+        lease.heartbeat(conn, run_lease, now=at(second))
+        result = pod_starts.run_once(conn, kube, now=at(second))
+        assert result.waiting == {run_lease.run_id: "ImagePullBackOff"}
+        assert reap.run_once(conn, now=at(second), await_verdicts=True).total == 0
+    start = starts.of_run(conn, run_lease.run_id)
+    assert start is not None and start.launching and start.bound_at == at(60)
+    assert start.waiting_message == "pod p-1, container main: Back-off pulling"
+    assert run_row(conn, run_lease)["status"] == "RUNNING"
+
+    result = pod_starts.run_once(conn, kube, now=at(60))
+    assert result.ended == {run_lease.run_id: "ImagePullFailed"}
+    settle.run_once(conn, now=at(61))
+    row = run_row(conn, run_lease)
+    assert (row["status"], row["reason"]) == ("FAILED", "ImagePullFailed")
+    assert "did not start within startTimeoutSeconds (60): ImagePullBackOff" in row["error"]
+    assert row["retry_decision"].startswith("not retried"), row["retry_decision"]
+
+
+def test_an_image_name_that_can_never_be_pulled_ends_the_run_at_once(conn):
+    _, run_lease, job_name = claimed(conn)
+    kube = Api({job_name: {}}, {job_name: [pod_waiting("InvalidImageName", "bad name")]})
+    assert pod_starts.run_once(conn, kube, now=at(2)).ended == {run_lease.run_id: "ImagePullFailed"}
+    assert "can never start: InvalidImageName" in run_row(conn, run_lease)["error"]
+
+
+def test_an_unschedulable_run_is_not_orphaned_while_observed_and_ends_unschedulable(conn):
+    """No node takes the pod: no sidecar, no heartbeat. The reaper's orphan timeout (5 s)
+    does not call it dead while the starts service observes it launching."""
+    _, run_lease, job_name = claimed(conn, startTimeoutSeconds=30, heartbeat=FAST)
+    kube = Api({job_name: {}}, {job_name: [pod_unschedulable()]})
+    for second in range(1, 30):
+        pod_starts.run_once(conn, kube, now=at(second))
+        assert reap.run_once(conn, now=at(second), await_verdicts=True).total == 0
+    assert pod_starts.run_once(conn, kube, now=at(30)).ended == {run_lease.run_id: "Unschedulable"}
+    assert "didn't match selector" in run_row(conn, run_lease)["error"]
+
+
+def test_a_launching_run_no_longer_observed_is_judged_by_the_reaper_as_before(conn):
+    """The API server away: the starts service observes nothing; after the heartbeat
+    timeout without an observation the run's silence counts again (awaits its verdict)."""
+    _, run_lease, job_name = claimed(conn, heartbeat=FAST)
+    pod_starts.run_once(conn, Api({job_name: {}}, {job_name: [pod_unschedulable()]}), now=at(4))
+    assert reap.run_once(conn, now=at(6), await_verdicts=True).total == 0
+    reaped = reap.run_once(conn, now=at(7.5), await_verdicts=True)
+    assert reaped.run_ids["outcome_pending"] == [run_lease.run_id]
+
+
+def test_a_job_held_for_admission_waits_its_own_bound_and_its_start_counts_from_admission(conn):
+    _, run_lease, job_name = claimed(
+        conn, startTimeoutSeconds=20, admissionTimeoutSeconds=100, heartbeat=FAST
+    )
+    held = {
+        "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+        "spec": {"suspend": True},
+    }
+    kube = Api({job_name: held})
+    for second in range(1, 90, 3):
+        assert pod_starts.run_once(conn, kube, now=at(second)).waiting == {
+            run_lease.run_id: "AwaitingAdmission"
+        }
+        assert reap.run_once(conn, now=at(second), await_verdicts=True).total == 0
+    start = starts.of_run(conn, run_lease.run_id)
+    assert start.awaiting_admission and start.bound_at == at(100)
+    assert "waiting for admission by admission queue team-a" in start.waiting_message
+
+    kube.jobs[job_name] = {"spec": {"suspend": False}}  # admitted at 90 s
+    kube.pods[job_name] = [pod_waiting("ContainerCreating")]
+    pod_starts.run_once(conn, kube, now=at(90))
+    start = starts.of_run(conn, run_lease.run_id)
+    assert start.admitted_at == at(90) and start.bound_at == at(110)
+    assert pod_starts.run_once(conn, kube, now=at(109)).ended == {}
+    assert pod_starts.run_once(conn, kube, now=at(110)).ended == {run_lease.run_id: "StartTimeout"}
+
+
+def test_a_job_whose_workload_starts_at_once_when_admitted_records_both(conn):
+    _, run_lease, job_name = claimed(conn)
+    kube = Api({job_name: {"spec": {"suspend": True}}})
+    pod_starts.run_once(conn, kube, now=at(5))
+    kube.jobs[job_name] = {"spec": {"suspend": False}}
+    kube.pods[job_name] = [pod_started("2026-06-01T12:00:09Z")]
+    assert pod_starts.run_once(conn, kube, now=at(10)).started == [run_lease.run_id]
+    start = starts.of_run(conn, run_lease.run_id)
+    assert (start.admitted_at, start.workload_started_at) == (at(10), at(9))
+
+
+def test_a_job_never_admitted_ends_admission_timeout(conn):
+    _, run_lease, job_name = claimed(conn, admissionTimeoutSeconds=50)
+    kube = Api({job_name: {"spec": {"suspend": True}}})
+    assert pod_starts.run_once(conn, kube, now=at(49)).ended == {}
+    assert pod_starts.run_once(conn, kube, now=at(50)).ended == {
+        run_lease.run_id: "AdmissionTimeout"
+    }
+    assert "admissionTimeoutSeconds (50)" in run_row(conn, run_lease)["error"]
+
+
+def test_the_start_is_recorded_once_and_waits_worth_telling_are_announced_once(conn):
+    _, run_lease, job_name = claimed(conn)
+    kube = Api({job_name: {}}, {job_name: [pod_waiting("ContainerCreating")]})
+    pod_starts.run_once(conn, kube, now=at(1))  # the ordinary wait of every pod: no Event
+    kube.pods[job_name] = [pod_waiting("ErrImagePull")]
+    pod_starts.run_once(conn, kube, now=at(2))
+    pod_starts.run_once(conn, kube, now=at(3))
+    kube.pods[job_name] = [pod_started("2026-06-01T12:00:04Z")]
+    assert pod_starts.run_once(conn, kube, now=at(5)).started == [run_lease.run_id]
+    assert pod_starts.run_once(conn, kube, now=at(6)).launching == 0
+    assert outbox(conn, run_lease) == [
+        ("QUEUED", None),
+        ("RUNNING", None),
+        ("LAUNCHING", "ErrImagePull"),
+        ("STARTED", None),
+    ]
+    start = starts.of_run(conn, run_lease.run_id)
+    assert start.workload_started_at == at(4) and not start.launching
+
+
+def test_observations_are_fenced_on_the_runs_lease(conn):
+    _, run_lease, _ = claimed(conn)
+    lease.finish(conn, run_lease, "COMPLETED", now=at(1))
+    assert starts.observe(conn, run_lease.run_id, run_lease.token, now=at(2)) is None
+    assert starts.of_run(conn, run_lease.run_id) is None
+
+
+def test_a_pod_security_refusal_ends_pod_security_rejected_and_is_not_retried(conn):
+    class Refusing:
+        def launch(self, run, definition):
+            raise LaunchError(
+                "violates Pod Security restricted:latest", reason="PodSecurityRejected"
+            )
+
+    definition = define(conn, now=T0)
+    runs.run_now(conn, definition.id, token="go", scheduled_for=T0)
+    dispatch.run_once(conn, Refusing(), definition_ids=[definition.id], now=T0)
+    settle.run_once(conn, now=at(1))
+    [failed] = runs_of(conn, definition)  # maxAttempts 3, yet no second attempt
+    assert (failed["status"], failed["reason"]) == ("FAILED", "PodSecurityRejected")
+    assert failed["retry_decision"].startswith("not retried"), failed["retry_decision"]
