@@ -17,7 +17,7 @@ def register(commands: Any) -> None:
         "operator",
         help="run the operator (watches ScheduledJobs, runs the tick loop)",
         description="Run the pgsched operator. Configuration comes from PGSCHED_* environment "
-        "variables (see the README's configuration reference); flags override them.",
+        "variables (see docs/configuration.md); flags override them.",
     )
     common.add_dsn(parser)
     parser.add_argument(
