@@ -2,7 +2,8 @@
 # a fresh machine only needs python3, go and Debian's postgresql-15.
 #
 #   make demo   local control plane + Postgres + helm install + example ScheduledJobs
-#   make test   lint, type-check and the whole test suite (what CI runs)
+#   make test   lint, type-check, the docs site and the whole test suite (what CI runs)
+#   make docs   the documentation site (MkDocs, strict) into .cache/site
 #   make bench  the benchmarks in bench/ (not part of the test run)
 #   make chaos  the chaos suite alone, CI length (it also runs inside `make test`)
 #   make chaos-long MINUTES=10   both chaos variants for MINUTES each (docs/chaos.md)
@@ -15,7 +16,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv k8s images lint test test-unit test-db test-cluster chaos chaos-long demo bench clean fuzz
+.PHONY: venv k8s images docs lint test test-unit test-db test-cluster chaos chaos-long demo bench clean fuzz
 
 venv: $(STAMP)
 
@@ -40,12 +41,19 @@ lint: venv
 	$(BIN)/ruff format --check operator devenv tests bench examples hack
 	$(BIN)/mypy
 	PYTHONPATH=operator:. $(BIN)/lint-imports
+	$(MAKE) --no-print-directory docs
+
+# The documentation site (mkdocs.yml) into .cache/site; --strict: a broken link or anchor,
+# or a page missing from the navigation, fails the build.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The test command the README documents and CI runs. Cluster tests must not be skipped
 # here: missing control-plane binaries are an error, not a reason to test less.
 # hack/test.sh runs the tests that need the node and the others as two pytest processes at
 # once (the first mostly wait, the others mostly compute); ARGS go to both.
 test: venv k8s images lint
+	hack/test-deps.sh
 	hack/test.sh $(ARGS)
 
 test-unit: venv

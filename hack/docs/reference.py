@@ -1,4 +1,4 @@
-"""Generate the reference sections of ``docs/configuration.md`` and ``README.md`` from their sources.
+"""Generate the reference sections of ``docs/configuration.md`` from their sources.
 
 Three sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
 ``<!-- END GENERATED: name -->`` markers, so the prose around them stays hand-written:
@@ -30,8 +30,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"
-# Every document that carries generated sections (the README's configuration reference too).
-DOCS = (DOC, ROOT / "README.md")
+# Every document that carries generated sections.
+DOCS = (DOC,)
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
 POOL_CRD = ROOT / "crds" / "concurrencypools.pgsched.dev.yaml"
 VALUES = ROOT / "charts" / "pgsched" / "values.yaml"

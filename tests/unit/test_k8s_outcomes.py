@@ -92,7 +92,7 @@ def test_the_newest_pod_decides():
 
 
 def test_a_workload_that_exits_0_after_a_cancel_request_is_cancelled_with_its_code_said():
-    """README, Cancellation: exit 0 after reading the cancel file is a cooperative stop."""
+    """docs/scheduling.md, Cancellation: exit 0 after reading the cancel file is a cooperative stop."""
     outcome = outcomes.of_job(
         job(("Complete", None)), [pod(0, reason="Completed")], deleted=False, cancel_requested=True
     )

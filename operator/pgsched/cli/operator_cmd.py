@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Run the pgsched operator. Configuration comes from PGSCHED_* environment "
-        "variables (see the README's configuration reference); flags override them."
+        "variables (see docs/configuration.md); flags override them."
     )
     common.add_dsn(parser)
     parser.add_argument(
