@@ -30,4 +30,3 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "| `make test` |" in readme and "| `make demo` |" in readme
     assert re.search(r"^make test$", ci, re.MULTILINE), ".ci/run calls `make test` unchanged"
-
