@@ -275,6 +275,19 @@ def _changes(conn: Connection) -> list[dict[str, Any]]:
     ).fetchall()
 
 
+def _launch_deferred(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """The one way back from RUNNING: a claim whose Job the API server could not take is
+    undone (sql/queries/dispatch.sql, requeue_deferred_launch) — QUEUED again, no start,
+    the attempt unspent, the error saying why — and only before any heartbeat."""
+    return (
+        (old["status"], new["status"]) == ("RUNNING", "QUEUED")
+        and old["heartbeat_at"] is None
+        and new["started_at"] is None
+        and new["attempt"] == old["attempt"]
+        and str(new["error"] or "").startswith("launch deferred: ")
+    )
+
+
 def terminal_statuses_final(conn: Connection) -> list[str]:
     """I4 from the audit trail: only legal transitions; a terminal run never changed."""
     problems = []
@@ -284,7 +297,9 @@ def terminal_statuses_final(conn: Connection) -> list[str]:
             continue
         run = f"run {change['run_id']}"
         if old["status"] != new["status"]:
-            if (old["status"], new["status"]) not in LEGAL_TRANSITIONS:
+            if (old["status"], new["status"]) not in LEGAL_TRANSITIONS and not _launch_deferred(
+                old, new
+            ):
                 problems.append(
                     f"{run}: status {old['status']}/{old['reason']} overwritten by"
                     f" {new['status']}/{new['reason']} at {change['at']}"

@@ -60,6 +60,9 @@ def scheduled_job_spec(rng: random.Random, index: int) -> dict[str, Any]:
         "concurrencyPolicy": rng.choices(["Queue", "Skip", "Replace"], weights=[8, 1, 1])[0],
         "cancelGraceSeconds": 10,
         "heartbeat": HEARTBEAT,
+        # A run whose workload has not started is bounded by this, not by the orphan
+        # timeout (the reaper leaves a run it sees launching alone): the same 45 s.
+        "startTimeoutSeconds": HEARTBEAT["orphanTimeoutSeconds"],
         "retryPolicy": workload.RETRY_POLICY,
         "jobTemplate": busybox("sleep $(( PGSCHED_RUN_ID % 10 + 1 ))"),
     }

@@ -6,7 +6,7 @@ database restarts) and reports each violation once:
 - I2 live: a definition with more RUNNING runs than its cap right now;
 - I9 live: a concurrency pool with more RUNNING runs (across its jobs) than its limit;
 - I3 live: a RUNNING run silent for longer than its heartbeat (or orphan) timeout plus the
-  stall slack — the reaper should have ended it, or asked for its verdict — or a due
+  stall slack (a run the operator sees launching: longer than its start bound plus the slack) — the reaper should have ended it, or asked for its verdict — or a due
   QUEUED run waiting longer than the queue bound plus the time the API server was down
   meanwhile, or — if longer — the time its job's cap was held by runs that went silent and
   awaited their verdicts (they keep their places until the API answers and the Job
@@ -55,15 +55,28 @@ WHERE r.status = 'RUNNING'
 GROUP BY d.pool, p.concurrency_limit
 HAVING count(*) > p.concurrency_limit
 """
+# A run the operator sees launching (its workload not started, observed within its
+# heartbeat timeout: the reaper's own rule) is bounded by its start bound instead:
+# silent since its claim, allowed until run_starts.bound_at.
 _SILENT = """
-SELECT r.id, r.definition_id,
-       extract(epoch FROM now() - coalesce(r.heartbeat_at, r.started_at)) AS silent,
-       extract(epoch FROM coalesce(r.heartbeat_at, r.started_at)) AS silent_since,
-       CASE WHEN r.heartbeat_at IS NULL THEN d.orphan_timeout_seconds
-            ELSE d.heartbeat_timeout_seconds END AS allowed,
-       extract(epoch FROM r.outcome_pending_at) AS pending_at, extract(epoch FROM now()) AS now
-FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
-WHERE r.status = 'RUNNING'
+WITH running AS (
+    SELECT r.*, s.bound_at,
+           s.bound_at IS NOT NULL AND pgsched.observed_launching(
+               r.id, now() - make_interval(secs => d.heartbeat_timeout_seconds)) AS launching,
+           d.orphan_timeout_seconds, d.heartbeat_timeout_seconds
+    FROM pgsched.job_runs r JOIN pgsched.job_definitions d ON d.id = r.definition_id
+    LEFT JOIN pgsched.run_starts s ON s.run_id = r.id
+    WHERE r.status = 'RUNNING'
+)
+SELECT id, definition_id,
+       extract(epoch FROM now() - CASE WHEN launching THEN started_at
+                                       ELSE coalesce(heartbeat_at, started_at) END) AS silent,
+       extract(epoch FROM coalesce(heartbeat_at, started_at)) AS silent_since,
+       CASE WHEN launching THEN ceil(extract(epoch FROM bound_at - started_at))::integer
+            WHEN heartbeat_at IS NULL THEN orphan_timeout_seconds
+            ELSE heartbeat_timeout_seconds END AS allowed,
+       extract(epoch FROM outcome_pending_at) AS pending_at, extract(epoch FROM now()) AS now
+FROM running
 """
 _WAITING = """
 SELECT id, definition_id, extract(epoch FROM now() - scheduled_for) AS waited,

@@ -53,7 +53,15 @@ def requester_policy(cluster: ControlPlane, crd: None) -> Iterator[None]:
     release name of its own, removed afterwards)."""
     release = f"rq{secrets.token_hex(3)}"
     rendered = cluster.helm(
-        "template", release, CHART, "--show-only", "templates/requester-policy.yaml"
+        "template",
+        release,
+        CHART,
+        "--show-only",
+        "templates/requester-policy.yaml",
+        # The chart refuses to render without the namespaces it serves; the policy itself is
+        # cluster-wide whatever they are.
+        "--set",
+        "watchNamespaces={jobs}",
     ).stdout
     objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
     assert {obj["kind"] for obj in objects} == {

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgsched.db import queries
-from pgsched.db.connection import Connection
 from pgsched.engine.models import Run, Start
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
 
 # The spec's defaults (crds/: the same numbers, checked by tests/unit/test_spec_defaults.py).
 START_TIMEOUT_SECONDS = 300
