@@ -241,6 +241,11 @@ class ControlPlane:
                     f"--service-account-signing-key-file={keys.service_account_key}",
                     f"--service-cluster-ip-range={SERVICE_CIDR}",
                     "--authorization-mode=Node,RBAC",
+                    # Webhook calls to a Service go to its endpoints (pod IPs), as the
+                    # service proxy does: this API server's own connections to a ClusterIP
+                    # do not pass kube-proxy's rules, so the chart's admission webhook would
+                    # never be reached (and, failing open, never refuse anything).
+                    "--enable-aggregator-routing=true",
                     # The default chain already includes PodSecurity; naming it documents intent.
                     "--enable-admission-plugins=PodSecurity",
                     # Let Pod Security admission, not this flag, be what rejects privileged pods.

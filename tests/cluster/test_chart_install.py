@@ -251,6 +251,23 @@ def test_the_installed_operator_runs_the_example_and_records_it(installed):
     assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
 
 
+def test_the_installed_webhook_refuses_an_invalid_scheduled_job_at_apply(installed):
+    """kopf in the operator pods, behind the chart's Service, with the chart's certificate
+    and configuration (docs/admission.md). Needs the image of these sources (`make images`):
+    an older image serves no webhook, and failurePolicy Ignore then lets the spec in."""
+    example = yaml.safe_load((ROOT / "examples" / "hello-every-minute.yaml").read_text())
+    example["metadata"] = {"name": "typo"}
+    example["spec"]["schedule"] = "61 * * * *"
+    refused = installed.cp.kubectl(
+        "apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(example), check=False
+    )
+    assert refused.returncode != 0, "applied: the webhook did not refuse it"
+    assert (
+        'admission webhook "scheduledjobs.pgsched.pgsched.dev" denied the request:'
+        " spec.schedule: minute value 61" in refused.stderr
+    )
+
+
 # -- the job pods' database role -------------------------------------------------------------------
 
 
