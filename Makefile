@@ -53,7 +53,7 @@ docs: venv
 # hack/test.sh runs the tests that need the node and the others as two pytest processes at
 # once (the first mostly wait, the others mostly compute); ARGS go to both.
 test: venv k8s images lint
-	hack/test-deps.sh
+	hack/debian-deps.sh --test
 	hack/test.sh $(ARGS)
 
 test-unit: venv

@@ -2,9 +2,11 @@
 # Install the Debian packages the local node and the image build need, if any is missing:
 # runc and the CNI plugins (the node's runtime and network), iptables (kube-proxy), socat
 # (relays into the node's network namespace), buildah, mmdebstrap, gcc (the images),
-# busybox-static (the busybox image), lua5.4 (the tests run deploy/argocd/*.lua in it).
-# containerd itself is built by hack/k8s/build.sh.
-# Usage: hack/debian-deps.sh   (root; `apt-get update` runs only when something is missing)
+# busybox-static (the busybox image). containerd itself is built by hack/k8s/build.sh.
+# With --test, also what the test suite itself needs, so that `make test` skips nothing on a
+# fresh machine: chromium (the web UI's browser tests), pgbouncer (the pooler check's tests),
+# lua5.4 (the tests run deploy/argocd/*.lua in it).
+# Usage: hack/debian-deps.sh [--test]   (root; `apt-get update` runs only when something is missing)
 set -euo pipefail
 
 need=()
@@ -20,9 +22,14 @@ have gcc /usr/bin/gcc || need+=(gcc libc6-dev)
 have nsenter /usr/bin/nsenter || need+=(util-linux)
 have ip /usr/sbin/ip || need+=(iproute2)
 have conntrack /usr/sbin/conntrack || need+=(conntrack)
-have lua5.4 /usr/bin/lua5.4 || need+=(lua5.4)
 # busybox-static, not busybox: the image must not depend on the host's libc.
 if ! { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; }; then need+=(busybox-static); fi
+
+if [ "${1:-}" = --test ]; then
+    have chromium /usr/bin/chromium || need+=(chromium)
+    have pgbouncer /usr/sbin/pgbouncer || need+=(pgbouncer)
+    have lua5.4 /usr/bin/lua5.4 || need+=(lua5.4)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then

@@ -158,9 +158,11 @@ def test_doctor_reports_an_unreachable_database_and_exits_1():
 def _pgbouncer(postgres, mode: str) -> Iterator[str]:
     binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     if not Path(binary).exists():
-        # `make test` installs it (hack/test-deps.sh) and sets PGSCHED_REQUIRE_CLUSTER: there a
+        # `make test` installs it (hack/debian-deps.sh --test) and sets PGSCHED_REQUIRE_CLUSTER: there a
         # missing pooler is an error, not a reason to test less.
-        missing = "PgBouncer is not installed (hack/test-deps.sh, or apt-get install pgbouncer)"
+        missing = (
+            "PgBouncer is not installed (hack/debian-deps.sh --test, or apt-get install pgbouncer)"
+        )
         if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
             pytest.fail(missing)
         pytest.skip(missing)
