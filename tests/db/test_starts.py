@@ -138,6 +138,31 @@ def test_an_unschedulable_run_is_not_orphaned_while_observed_and_ends_unschedula
     assert "didn't match selector" in run_row(conn, run_lease)["error"]
 
 
+def test_a_launching_run_whose_sidecar_stopped_beating_is_silent_though_its_pod_looks_waiting(
+    conn,
+):
+    """The node died while the workload waited to start: the API keeps the pod's last status
+    (the main container waiting), which the starts service keeps reading, but the sidecar's
+    heartbeats stopped. A run that beat and went quiet is silent whatever its pod looked like
+    last: it awaits its verdict after the heartbeat timeout, as a started run would."""
+    _, run_lease, job_name = claimed(conn, heartbeat=FAST)
+    kube = Api({job_name: {}}, {job_name: [pod_waiting("PodInitializing")]})
+    lease.heartbeat(conn, run_lease, now=at(1))
+    for second in range(1, 4):
+        pod_starts.run_once(conn, kube, now=at(second))
+        assert reap.run_once(conn, now=at(second), await_verdicts=True).total == 0
+    pod_starts.run_once(conn, kube, now=at(4.5))
+    reaped = reap.run_once(conn, now=at(4.5), await_verdicts=True)
+    assert reaped.run_ids["outcome_pending"] == [run_lease.run_id]
+    # Without the verdicts service (a database-only deployment) the reaper ends it itself.
+    conn.execute(
+        "UPDATE pgsched.job_runs SET outcome_pending_at = NULL WHERE id = %s", [run_lease.run_id]
+    )
+    assert reap.run_once(conn, now=at(4.6)).run_ids["heartbeat_lost"] == [run_lease.run_id]
+    row = run_row(conn, run_lease)
+    assert (row["status"], row["reason"]) == ("FAILED", "HeartbeatLost")
+
+
 def test_a_launching_run_no_longer_observed_is_judged_by_the_reaper_as_before(conn):
     """The API server away: the starts service observes nothing; after the heartbeat
     timeout without an observation the run's silence counts again (awaits its verdict)."""

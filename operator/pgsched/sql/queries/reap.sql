@@ -2,10 +2,14 @@
 -- Fenced on status = 'RUNNING', so a run that finished meanwhile is left alone.
 -- A run awaiting its verdict (outcome_pending_at, see engine/reap.py) is judged from its
 -- workload's own record, never by its silence or by the clock alone.
--- A launching run (no workload start recorded, engine/starts.py) that the starts service
--- observed within its heartbeat timeout is not silent either: its pod is pulling, waiting
--- for a node or for admission, and the starts service ends it with the pod's own reason at
--- its start bound. One no longer observed (the API server is away) is judged as before.
+-- A launching run (no workload start recorded, engine/starts.py) that never beat and that
+-- the starts service observed within its heartbeat timeout is not silent either: its pod is
+-- waiting for a node or for admission (the sidecar has not started), and the starts service
+-- ends it with the pod's own reason at its start bound. One no longer observed (the API
+-- server is away) is judged as before. One that beat and went quiet is silent whatever its
+-- pod last looked like: the sidecar starts before the workload and beats while the workload
+-- pulls, so its silence means the pod or its node died, and a dead node's pods keep their
+-- last status in the API for as long as the node is away.
 
 -- name: await_verdicts_of_silent_runs
 -- A silent run with a launched workload (a Job) may have finished unseen: ask for its verdict.
@@ -20,8 +24,9 @@ WHERE r.definition_id = d.id
   AND (r.k8s_job_name IS NOT NULL OR r.heartbeat_at IS NOT NULL)
   AND (r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
        OR (r.heartbeat_at IS NULL
-           AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)))
-  AND NOT pgsched.observed_launching(r.id, %(now)s - make_interval(secs => d.heartbeat_timeout_seconds))
+           AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)
+           AND NOT pgsched.observed_launching(
+               r.id, %(now)s - make_interval(secs => d.heartbeat_timeout_seconds))))
 RETURNING r.id;
 
 -- name: clear_resumed_verdicts
@@ -45,7 +50,6 @@ WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
   AND r.outcome_pending_at IS NULL
   AND r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
-  AND NOT pgsched.observed_launching(r.id, %(now)s - make_interval(secs => d.heartbeat_timeout_seconds))
 RETURNING r.id;
 
 -- name: reap_never_heartbeated
