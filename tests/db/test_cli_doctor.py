@@ -262,3 +262,16 @@ def test_doctor_explains_a_transaction_pooler(pooled_dsn):
     assert result.code == 1
     status, detail = checks(result)["session"]
     assert status == "FAIL" and "pool_mode = session" in detail
+
+
+def test_doctor_reads_the_connection_string_from_the_file_the_chart_mounts(dsn, tmp_path):
+    """In an operator pod the DSN is a mounted file (PGSCHED_DSN_FILE), not a variable:
+    `kubectl exec … pgsched doctor` must find it there as the operator does."""
+    path = tmp_path / "dsn"
+    path.write_text(dsn + "\n")
+    result = pgsched("doctor", "-o", "json", env={"PGSCHED_DSN_FILE": str(path)})
+    assert checks(result)["database"][0] == "ok", result.out + result.err
+    missing = pgsched("doctor", env={"PGSCHED_DSN_FILE": str(tmp_path / "absent")})
+    assert missing.code == 2
+    assert f"PGSCHED_DSN_FILE: cannot read '{tmp_path / 'absent'}'" in missing.err
+    assert "Traceback" not in missing.err

@@ -33,11 +33,11 @@ def add_dsn(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def connect(args: argparse.Namespace, *, application_name: str) -> connection.Connection:
-    """A connection to ``--dsn``, else ``PGSCHED_DSN``, else the file ``PGSCHED_DSN_FILE``
-    names (how the chart passes it, see pgsched.db.dsn)."""
+def database(args: argparse.Namespace) -> str:
+    """The connection string: ``--dsn``, else ``PGSCHED_DSN``, else the file
+    ``PGSCHED_DSN_FILE`` names (how the chart passes it, see pgsched.db.dsn)."""
     try:
-        found = args.dsn or dsn.from_environment(os.environ)
+        return str(args.dsn or dsn.from_environment(os.environ))
     except SettingsError as error:
         if os.environ.get(dsn.FILE_VARIABLE):
             raise CommandError(str(error), code=2) from None
@@ -45,6 +45,11 @@ def connect(args: argparse.Namespace, *, application_name: str) -> connection.Co
             f"no database given: pass --dsn or set {dsn.VARIABLE} (or {dsn.FILE_VARIABLE})",
             code=2,
         ) from None
+
+
+def connect(args: argparse.Namespace, *, application_name: str) -> connection.Connection:
+    """A connection to the database ``database(args)`` names."""
+    found = database(args)
     # psycopg takes a fifth of a second to import: only commands that connect pay for it.
     import psycopg
 

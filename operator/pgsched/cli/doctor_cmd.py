@@ -111,11 +111,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _database(args: argparse.Namespace, *, ready: bool) -> list[Finding]:
     """The database checks; ``ready``: also list rejected specs (when the API cannot)."""
-    if not args.dsn:
-        raise common.CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
+    found = common.database(args)
 
     def connect() -> Connection:
-        return connection.connect(args.dsn, application_name="pgsched-doctor")
+        return connection.connect(found, application_name="pgsched-doctor")
 
     try:
         conn = connect()

@@ -80,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise common.CommandError(
             f"--bind {args.bind!r} is not host:port (example: --bind 127.0.0.1:8090)", code=2
         )
-    if not args.dsn:
-        raise common.CommandError("no database given: pass --dsn or set PGSCHED_DSN", code=2)
+    found = common.database(args)
     if bool(args.tls_cert) != bool(args.tls_key):
         raise common.CommandError(
             "--tls-cert and --tls-key go together (example: --tls-cert tls.crt --tls-key tls.key)",
@@ -99,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         ui_access = access.TokenAccess(target.kube(args), audience=audience)
     else:
         ui_access = access.KubeconfigAccess(target.kube(args))
-    pool = server.open_pool(args.dsn)
+    pool = server.open_pool(found)
     scheme = "https" if tls else "http"
     try:
         print(f"pgsched ui: {scheme}://{args.bind}/ ({ui_access.mode} access); Ctrl-C stops it")
