@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from db.test_verdicts import Api
 from factories import RecordingLauncher, define, runs_of
 from pgsched.engine import dispatch, lease, reap, runs, settle, starts
 from pgsched.engine.launcher import LaunchError
+from pgsched.k8s import api
 from pgsched.k8s import starts as pod_starts
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -171,6 +174,30 @@ def test_a_launching_run_no_longer_observed_is_judged_by_the_reaper_as_before(co
     assert reap.run_once(conn, now=at(6), await_verdicts=True).total == 0
     reaped = reap.run_once(conn, now=at(7.5), await_verdicts=True)
     assert reaped.run_ids["outcome_pending"] == [run_lease.run_id]
+
+
+def test_the_start_bound_does_not_run_while_the_api_server_is_unreachable(conn):
+    """The API server away for 90 s of a 60 s start bound: the pod could not be created or
+    report its start meanwhile, so that time is not the run's. The bound moves by the time
+    the starts service could not see, and the message says so; a run that still waits
+    then ends at the moved bound."""
+    _, run_lease, job_name = claimed(conn, startTimeoutSeconds=60, heartbeat=FAST)
+    kube = Api({job_name: {}}, {job_name: [pod_waiting("ContainerCreating")]})
+    service = pod_starts.Starts(kube)
+    service.run_once(conn, now=at(5))
+    kube.down = True
+    for second in range(10, 100, 10):
+        with pytest.raises(api.ApiError):
+            service.run_once(conn, now=at(second))
+    kube.down = False
+    assert service.run_once(conn, now=at(100)).ended == {}
+    start = starts.of_run(conn, run_lease.run_id)
+    assert start.bound_at == at(60 + 90)  # blind from the first failed round to the first good
+    assert service.run_once(conn, now=at(149)).ended == {}
+    assert service.run_once(conn, now=at(150)).ended == {run_lease.run_id: "StartTimeout"}
+    error = run_row(conn, run_lease)["error"]
+    assert "did not start within startTimeoutSeconds (60)" in error
+    assert "not counting 90 s when the API server could not be reached" in error
 
 
 def test_a_job_held_for_admission_waits_its_own_bound_and_its_start_counts_from_admission(conn):

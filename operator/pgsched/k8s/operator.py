@@ -139,6 +139,7 @@ class EngineThreads:
         settings = self.settings
         pools_seen = pool_status.PoolStatus(kube)
         judge = verdicts.Verdicts(kube)
+        pod_starts = starts.Starts(kube)
         services = [
             loop.Service(
                 "publishing run events",
@@ -158,7 +159,7 @@ class EngineThreads:
             ),
             loop.Service(
                 "starts",
-                lambda: starts.run_once(session.connection(), kube, now=self.clock()),
+                lambda: pod_starts.run_once(session.connection(), now=self.clock()),
                 settings.verdict_interval_seconds,
             ),
             loop.Service(

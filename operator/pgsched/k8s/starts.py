@@ -21,11 +21,19 @@ policy ``Never`` for an image the node lacks, ends it at once. A Job that finish
 gone is left to the Job watch and the verdicts. The API server unreachable → the round
 raises ``api.ApiError`` and nothing is decided (the reaper then judges the runs as before,
 once they have not been observed for their heartbeat timeout).
+
+**The bound does not run while the API server is away** (``Starts``): meanwhile no pod can
+be created and no kubelet can report a start, so that time is not the run's. Each operator
+process remembers when its rounds could not reach the API server (from the first failed
+round to the next good one) and moves every bound by the blind time that falls after the
+run's claim; the message of a run that ends says how much was not counted. A process that
+restarts forgets what it saw; a bound then counts as before.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -129,10 +137,47 @@ def seen(job: Obj, pods: list[Obj]) -> Seen | None:
     return Seen(reason=status.get("phase") or "Pending", message=where)
 
 
+# Blind windows older than this can no longer move a bound (admissionTimeoutSeconds' maximum
+# is far below it): forgotten, so a long-lived process keeps a bounded list.
+_REMEMBER_BLIND = timedelta(days=2)
+
+
+class Starts:
+    """The starts service of one operator process: ``run_once`` rounds that remember when
+    the API server could not be reached, so bounds do not run meanwhile."""
+
+    def __init__(self, kube: api.KubeApi) -> None:
+        self.kube = kube
+        self._blind: list[tuple[datetime, datetime]] = []
+        self._blind_since: datetime | None = None
+
+    def run_once(self, conn: Connection, *, now: datetime | None = None) -> StartsResult:
+        at = clock.now(conn, now)
+        # Until this round reaches the API server, the time since the first failed round
+        # counts as blind (so a round that succeeds counts it too).
+        ongoing = [(self._blind_since, at)] if self._blind_since is not None else []
+        try:
+            result = run_once(conn, self.kube, now=at, blind=[*self._blind, *ongoing])
+        except api.ApiError:
+            if self._blind_since is None:
+                self._blind_since = at
+            raise
+        if ongoing:
+            self._blind = [w for w in self._blind if w[1] > at - _REMEMBER_BLIND] + ongoing
+            self._blind_since = None
+        return result
+
+
 def run_once(
-    conn: Connection, kube: api.KubeApi, *, limit: int = 100, now: datetime | None = None
+    conn: Connection,
+    kube: api.KubeApi,
+    *,
+    limit: int = 100,
+    now: datetime | None = None,
+    blind: Sequence[tuple[datetime, datetime]] = (),
 ) -> StartsResult:
-    """Observe up to ``limit`` launching runs; an unreachable API raises ``api.ApiError``."""
+    """Observe up to ``limit`` launching runs; an unreachable API raises ``api.ApiError``.
+    ``blind``: windows in which the API server could not be reached (``Starts``)."""
     result = StartsResult()
     rows = starts.launching(conn, limit=limit)
     result.launching = len(rows)
@@ -142,11 +187,23 @@ def run_once(
     for row, job, pods in verdicts.with_jobs(kube, rows):
         found = seen(job, pods) if job else None
         if found is not None:
-            _apply(conn, row, found, at, result)
+            _apply(conn, row, found, at, result, blind)
     return result
 
 
-def _apply(conn: Connection, row: Obj, found: Seen, at: datetime, result: StartsResult) -> None:
+def _blind_after(since: datetime, blind: Sequence[tuple[datetime, datetime]]) -> timedelta:
+    """How much of the ``blind`` windows falls after ``since``."""
+    return sum((end - max(start, since) for start, end in blind if end > since), start=timedelta())
+
+
+def _apply(
+    conn: Connection,
+    row: Obj,
+    found: Seen,
+    at: datetime,
+    result: StartsResult,
+    blind: Sequence[tuple[datetime, datetime]],
+) -> None:
     log_run = logs.for_labels(
         log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
     )
@@ -167,13 +224,20 @@ def _apply(conn: Connection, row: Obj, found: Seen, at: datetime, result: Starts
         return
     if found.awaiting_admission:
         setting, seconds = "admissionTimeoutSeconds", starts.admission_timeout(row["spec"])
-        bound = row["started_at"] + timedelta(seconds=seconds)
+        counted_from = row["started_at"]
     else:
         setting, seconds = "startTimeoutSeconds", starts.start_timeout(row["spec"])
-        bound = (admitted_at or row["started_at"]) + timedelta(seconds=seconds)
+        counted_from = admitted_at or row["started_at"]
+    unseen = _blind_after(counted_from, blind)
+    bound = counted_from + timedelta(seconds=seconds) + unseen
     if found.hopeless or at >= bound:
         reason = _ENDS_AS.get(str(found.reason), starts.START_TIMEOUT)
         why = "can never start" if found.hopeless else f"did not start within {setting} ({seconds})"
+        if unseen and not found.hopeless:
+            why += (
+                f", not counting {unseen.total_seconds():.0f} s when the API server could not"
+                " be reached"
+            )
         error = f"the workload {why}: {found.reason}: {found.message}"
         outcome = outcomes.Outcome("FAILED", reason, error)
         if outcomes.write(
