@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, runs, starts
+from pgsched.engine import definitions, run_facts, runs, starts
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s import api, names
 from pgsched.schedule import ScheduleError, zones
@@ -642,57 +642,29 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
         # One answer for "no such run" and "not yours": an id says nothing about others'.
         raise PageError(404, "no such run in a namespace you may see (check the run id)")
     zone = _zone(d)
-    chain = store.retry_chain(ctx.conn, found.id)
-    start = starts.of_run(ctx.conn, found.id)
-    retried_as = next((item.id for item in chain if item.retry_of == found.id), None)
-    cancel = html.NOTHING
-    if found.cancel_requested:
-        cancel = f"requested at {html.local(found.cancel_requested_at, zone)}"
-    deleted = " (deleted)" if d.deleted_at is not None else ""
-    body = [
-        html.fields(
-            [
-                ("Run", e(found.id)),
-                ("ScheduledJob", link(job_url(d), d.key) + e(deleted)),
-                ("Status", _status(found, start)),
-                ("Error", e(found.error)),
-                ("Exit code", e(found.exit_code)),
-                (
-                    "Attempt",
-                    e(found.attempt)
-                    + (
-                        " (retried as " + link(run_url(retried_as), f"run {retried_as}") + ")"
-                        if retried_as
-                        else ""
-                    ),
-                ),
-                (
-                    "Retry of",
-                    link(run_url(found.retry_of), f"run {found.retry_of}")
-                    if found.retry_of
-                    else html.NOTHING,
-                ),
-                ("Trigger", _trigger(found.trigger)),
-                ("Requested by", e(runs.requested_by(ctx.conn, found))),
-                ("Scheduled for", e(html.local(found.scheduled_for, zone))),
-                ("Starting deadline", e(html.local(found.deadline_at, zone))),
-                ("Started", e(html.local(found.started_at, zone))),
-                *[
-                    (label, e(html.local(value, zone) if isinstance(value, datetime) else value))
-                    for label, value in starts.described(found, start)
-                ],
-                ("Last heartbeat", e(html.local(found.heartbeat_at, zone))),
-                ("Finished", e(html.local(found.finished_at, zone))),
-                ("Duration", _duration(found, ctx.now)),
-                ("Cancellation", e(cancel)),
-                (
-                    "Kubernetes Job",
-                    e(f"{d.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None),
-                ),
-                ("Request token", e(found.request_token)),
-            ]
-        )
-    ]
+    facts = run_facts.of_run(ctx.conn, found.id, now=ctx.now, zone=zone)
+    assert facts is not None
+    chain = facts.attempts
+
+    def shown(label: str, value: run_facts.Value) -> str:
+        if label == "Status":
+            return _status(found, facts.start)
+        if label == "ScheduledJob":
+            return link(job_url(d), value)
+        if isinstance(value, tuple):
+            return "".join(
+                link(run_url(part.run_id), part.text)
+                if isinstance(part, run_facts.RunLink)
+                else e(part)
+                for part in value
+            )
+        if isinstance(value, datetime):
+            return e(html.local(value, zone))
+        if isinstance(value, timedelta):
+            return html.duration(value)
+        return e(value)
+
+    body = [html.fields([(label, shown(label, value)) for label, value in facts.lines])]
     if len(chain) > 1:
         rows = [
             [
