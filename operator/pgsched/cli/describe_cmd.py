@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         assert definition is not None  # job_runs.definition_id is a foreign key
         zone = zones.load_zone(definition.time_zone)
         facts = run_facts.of_run(conn, found.id, now=clock.now(conn), zone=zone)
+        upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
     assert facts is not None
     if args.output == "json":
         output.emit_json(
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
                     "deleted": definition.deleted_at is not None,
                 },
                 "retryChain": [runs_cmd.summary(item) for item in facts.attempts],
+                "upstreamRun": runs_cmd.summary(upstream) if upstream else None,
                 "upstreamRuns": [
                     {
                         "runId": item.run_id,

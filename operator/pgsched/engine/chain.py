@@ -269,7 +269,7 @@ def upstream_definitions(conn: Connection, run_ids: Sequence[int]) -> list[UUID]
 @dataclass(frozen=True)
 class UpstreamRun:
     run_id: int
-    scheduled_job: str
+    scheduled_job: str  # namespace/name
     status: str
 
 

@@ -144,7 +144,7 @@ WHERE r.id = ANY(%(ids)s::bigint[]);
 -- name: upstream_runs
 -- The upstream runs whose final outcomes queued a chained run: the one it names
 -- (upstream_run_id) and, for fan-in (afterMode All), every arrival it consumed.
-SELECT u.id AS run_id, d.name, u.status
+SELECT u.id AS run_id, d.namespace || '/' || d.name AS name, u.status
 FROM pgsched.job_runs AS u
 JOIN pgsched.job_definitions AS d ON d.id = u.definition_id
 WHERE u.id IN (
