@@ -30,10 +30,13 @@ def instant(moment: datetime) -> str:
 
 
 def seconds(span: float) -> str:
-    """A span in whole seconds, minutes or hours, as a wait reads: ``40 s``, ``5 min``."""
+    """A span in whole seconds, minutes, hours or days, as a wait reads: ``40 s``,
+    ``5 min``, ``3 h``, ``12 d`` (rounded down past a minute)."""
     whole = max(0, round(span))
     if whole < 120:
         return f"{whole} s"
     if whole < 2 * 3600:
         return f"{whole // 60} min"
-    return f"{whole // 3600} h"
+    if whole < 2 * 86400:
+        return f"{whole // 3600} h"
+    return f"{whole // 86400} d"

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from pgsched import wording
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, run_facts, runs, starts
+from pgsched.engine import definitions, pools, run_facts, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s import api, names
 from pgsched.schedule import ScheduleError, zones
@@ -130,7 +131,7 @@ def _health(definition: Definition, health: str) -> str:
     if health == "suspended":
         reason = definition.auto_suspend_reason or "spec.suspend is true"
     elif health == "failing":
-        reason = f"{definition.consecutive_failures} consecutive failures"
+        reason = wording.plural(definition.consecutive_failures, "consecutive failure")
     elif health == "rejected":
         reason = definition.rejection or ""
     label = {
@@ -575,11 +576,16 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
         body.append(f"<p class='error' id='dst-note'>{e(dst_note)}</p>")
     if asked.year < 1971 or asked.year > 9000:
         raise PageError(400, f"at={text[:40]!r} is out of range (years 1971 to 9000)")
+    pool = d.spec.get("pool")
     answer = why.explain(
         d,
         asked,
         runs_at=lambda instants: store.occurrence_runs(ctx.conn, d.id, instants),
-        now=ctx.now,
+        now=why.Now(
+            ctx.now,
+            waits_of=lambda ids: waits.of_runs(ctx.conn, ids, now=ctx.now),
+            pool_found=not isinstance(pool, str) or pools.exists(ctx.conn, d.namespace, pool),
+        ),
     )
     if answer.matched is not None:
         fate = answer.matched
@@ -588,10 +594,15 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
             f"<div class='answer' id='answer' data-verdict='{e(answer.verdict)}'><p>{e(head)}</p>{_fate_runs(fate, zone, ctx.now)}</div>"
         )
     else:
-        parts = [
-            f"<p>Never scheduled: {e(_schedule_words(d))} has no occurrence at"
-            f" {e(html.local(asked, zone))}. Nearest matches:</p><ul>"
-        ]
+        lead = (
+            f"Never scheduled: {_schedule_words(d)} has no occurrence at {html.local(asked, zone)}."
+        )
+        if answer.excluded_by is not None:
+            lead = (
+                f"Excluded: the rule's EXDATE {answer.excluded_by:%Y-%m-%dT%H:%M:%S}"
+                f" ({d.time_zone}) removes the occurrence at {html.local(asked, zone)}."
+            )
+        parts = [f"<p>{e(lead)} Nearest matches:</p><ul>"]
         for label, near in (("before", answer.before), ("after", answer.after)):
             if near is None:
                 parts.append(f"<li>{label}: none</li>")
@@ -601,7 +612,7 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
                 )
         parts.append("</ul>")
         body.append(
-            f"<div class='answer' id='answer' data-verdict='never-scheduled'>{''.join(parts)}</div>"
+            f"<div class='answer' id='answer' data-verdict='{e(answer.verdict)}'>{''.join(parts)}</div>"
         )
     body.append(
         "<p>Occurrences are those of the spec in force now; an earlier spec may have had others.</p>"
