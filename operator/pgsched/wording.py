@@ -9,7 +9,7 @@ and "2026-12-03T06:28:20Z" the same on every screen instead of right in some.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 
 def plural(count: int, singular: str, many: str | None = None) -> str:
@@ -40,3 +40,18 @@ def seconds(span: float) -> str:
     if whole < 2 * 86400:
         return f"{whole // 3600} h"
     return f"{whole // 86400} d"
+
+
+def duration(span: timedelta) -> str:
+    """How long a run took: ``850ms``, ``4.2s``, ``3m05s``, ``2h03m``, ``1d02h``."""
+    seconds = span.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"

@@ -258,12 +258,19 @@ def render_rejected(
             for field, kind in (("schedule", "cron"), ("rrule", "rrule"), ("runAt", "once"))
             if isinstance(spec.get(field), str)
         ),
-        ("cron", ""),
+        ("none", ""),
     )
+    # A job that only runs after others (say, the member of a cycle refused) shows them.
+    after = spec.get("after")
+    upstreams = [
+        str(item["scheduledJob"])
+        for item in (after if isinstance(after, list) else [])
+        if isinstance(item, dict) and isinstance(item.get("scheduledJob"), str)
+    ]
     ready = _condition("Ready", False, "InvalidSpec", message)
     return {
         "observedGeneration": generation,
-        "schedule": schedule_text(kind, text),
+        "schedule": schedule_text(kind, text, upstreams) if kind != "none" or upstreams else "",
         "timeZone": spec.get("timeZone", "UTC"),
         "suspended": bool(spec.get("suspend", False)),
         "active": 0,

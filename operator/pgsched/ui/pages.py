@@ -659,7 +659,7 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
 
     def shown(label: str, value: run_facts.Value) -> str:
         if label == "Status":
-            return _status(found, facts.start)
+            return f"<span class='cell {e(found.status)}'></span> {e(value)}"
         if label == "ScheduledJob":
             return link(job_url(d), value)
         if isinstance(value, tuple):
@@ -672,7 +672,7 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
         if isinstance(value, datetime):
             return e(html.local(value, zone))
         if isinstance(value, timedelta):
-            return html.duration(value)
+            return e(wording.duration(value))
         return e(value)
 
     body = [html.fields([(label, shown(label, value)) for label, value in facts.lines])]
