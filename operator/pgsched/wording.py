@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 
 def plural(count: int, singular: str, many: str | None = None) -> str:
@@ -27,6 +28,12 @@ def runs(ids: Sequence[int]) -> str:
 def instant(moment: datetime) -> str:
     """ISO 8601 in UTC to the second: ``2026-12-03T06:28:20Z``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def local(moment: datetime, zone: ZoneInfo) -> str:
+    """``2026-06-01 08:00:00 EEST``: a time in a ScheduledJob's zone, as screens show it."""
+    shown = moment.astimezone(zone)
+    return shown.strftime("%Y-%m-%d %H:%M:%S ") + (shown.tzname() or "")
 
 
 def seconds(span: float) -> str:

@@ -231,8 +231,8 @@ def test_a_job_naming_a_missing_pool_is_not_ready():
     found = conditions(status.render(pooled, last_run=None, active=0, now=T0, pool_found=True))
     assert (missing["Ready"]["status"], missing["Ready"]["reason"]) == ("False", "PoolNotFound")
     assert missing["Ready"]["message"] == (
-        "generation 1 names ConcurrencyPool warehouse, which does not exist in namespace jobs:"
-        " no run can start until it does"
+        "ConcurrencyPool warehouse does not exist in namespace jobs:"
+        " no run of generation 1 can start until it does"
     )
     assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("True", "Scheduled")
 

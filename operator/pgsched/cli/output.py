@@ -76,10 +76,7 @@ def cell(value: Any) -> str:
 
 def local_time(moment: datetime | None, zone: ZoneInfo | None) -> str:
     """``2026-06-01 08:00:00 EEST`` in ``zone`` (UTC when None)."""
-    if moment is None:
-        return NOTHING
-    shown = moment.astimezone(zone or UTC)
-    return shown.strftime("%Y-%m-%d %H:%M:%S ") + (shown.tzname() or "")
+    return NOTHING if moment is None else wording.local(moment, zone or ZoneInfo("UTC"))
 
 
 def utc_iso(moment: datetime | None) -> str | None:

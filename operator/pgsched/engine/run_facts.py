@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from pgsched import wording
 from pgsched.db import queries
 from pgsched.engine import chain, definitions, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
@@ -79,12 +80,6 @@ def of_run(conn: Connection, run_id: int, *, now: datetime, zone: ZoneInfo) -> F
     return Facts(run, definition, start, wait, attempts, upstreams, triggered, requested_by, lines)
 
 
-def local(moment: datetime, zone: ZoneInfo) -> str:
-    """``2026-06-01 08:00:00 EEST``: a time inside a sentence, in the ScheduledJob's zone."""
-    shown = moment.astimezone(zone)
-    return shown.strftime("%Y-%m-%d %H:%M:%S ") + (shown.tzname() or "")
-
-
 def _lines(
     run: Run,
     definition: Definition,
@@ -110,7 +105,7 @@ def _lines(
         retry_of = (RunLink(run.retry_of, f"run {run.retry_of}"), why)
     cancel = None
     if run.cancel_requested and run.cancel_requested_at is not None:
-        cancel = f"requested at {local(run.cancel_requested_at, zone)}"
+        cancel = f"requested at {wording.local(run.cancel_requested_at, zone)}"
         if run.cancelled_by:
             cancel += f" by {run.cancelled_by}"
     job = run.k8s_job_name

@@ -285,7 +285,7 @@ class Publisher:
                 conn, definition.id, namespace=definition.namespace, name=definition.name
             ),
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
-            pool_found=_pool_found(conn, definition),
+            pool_found=pools.found_for(conn, definition),
             start=starts.of_run(conn, last_run.id) if last_run else None,
             wait=waits.first_of(conn, definition.id, now=now) if counts.queued else None,
         )
@@ -320,11 +320,6 @@ class Publisher:
                     message=condition["message"],
                     at=suspended_at,
                 )
-
-
-def _pool_found(conn: Connection, definition: Definition) -> bool:
-    pool = definition.spec.get("pool")
-    return not isinstance(pool, str) or pools.exists(conn, definition.namespace, pool)
 
 
 def _event_kind(row: Obj) -> tuple[str, str] | None:

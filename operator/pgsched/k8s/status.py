@@ -167,8 +167,8 @@ def _ready(definition: Definition, *, pool_missing: bool, now: datetime) -> Obj:
             "Ready",
             False,
             "PoolNotFound",
-            f"generation {generation} names ConcurrencyPool {pool}, which does not exist in"
-            f" namespace {definition.namespace}: no run can start until it does",
+            f"ConcurrencyPool {pool} does not exist in namespace {definition.namespace}:"
+            f" no run of generation {generation} can start until it does",
         )
     if definition.next_run_at is None and definition.schedule_kind == "once":
         return _condition(

@@ -576,7 +576,6 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
         body.append(f"<p class='error' id='dst-note'>{e(dst_note)}</p>")
     if asked.year < 1971 or asked.year > 9000:
         raise PageError(400, f"at={text[:40]!r} is out of range (years 1971 to 9000)")
-    pool = d.spec.get("pool")
     answer = why.explain(
         d,
         asked,
@@ -584,7 +583,7 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
         now=why.Now(
             ctx.now,
             waits_of=lambda ids: waits.of_runs(ctx.conn, ids, now=ctx.now),
-            pool_found=not isinstance(pool, str) or pools.exists(ctx.conn, d.namespace, pool),
+            pool_found=pools.found_for(ctx.conn, d),
         ),
     )
     if answer.matched is not None:
