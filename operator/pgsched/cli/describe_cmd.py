@@ -50,9 +50,8 @@ def run(args: argparse.Namespace) -> int:
         definition = definitions.get(conn, found.definition_id)
         assert definition is not None  # job_runs.definition_id is a foreign key
         zone = zones.load_zone(definition.time_zone)
-        facts = run_facts.of_run(conn, found.id, now=clock.now(conn), zone=zone)
+        facts = run_facts.of_run(conn, found, definition, now=clock.now(conn), zone=zone)
         upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
-    assert facts is not None
     if args.output == "json":
         output.emit_json(
             {

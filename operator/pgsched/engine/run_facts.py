@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from pgsched import wording
 from pgsched.db import queries
-from pgsched.engine import chain, definitions, runs, starts, waits
+from pgsched.engine import chain, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 
 if TYPE_CHECKING:
@@ -48,14 +48,11 @@ class Facts:
     lines: list[tuple[str, Value]]
 
 
-def of_run(conn: Connection, run_id: int, *, now: datetime, zone: ZoneInfo) -> Facts | None:
-    """Everything about one run (None: no such run). ``zone`` words the times inside
+def of_run(
+    conn: Connection, run: Run, definition: Definition, *, now: datetime, zone: ZoneInfo
+) -> Facts:
+    """Everything about one run of ``definition``. ``zone`` words the times inside
     sentences (the cancellation's); ``now`` measures a running run and a wait."""
-    run = runs.get(conn, run_id)
-    if run is None:
-        return None
-    definition = definitions.get(conn, run.definition_id)
-    assert definition is not None  # job_runs.definition_id is a foreign key
     attempts = [
         Run.from_row(row)
         for row in conn.execute(queries.get("retry_chain"), {"id": run.id}).fetchall()

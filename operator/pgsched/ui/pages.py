@@ -652,8 +652,7 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
         # One answer for "no such run" and "not yours": an id says nothing about others'.
         raise PageError(404, "no such run in a namespace you may see (check the run id)")
     zone = _zone(d)
-    facts = run_facts.of_run(ctx.conn, found.id, now=ctx.now, zone=zone)
-    assert facts is not None
+    facts = run_facts.of_run(ctx.conn, found, d, now=ctx.now, zone=zone)
     chain = facts.attempts
 
     def shown(label: str, value: run_facts.Value) -> str:
