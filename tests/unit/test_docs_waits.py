@@ -63,3 +63,11 @@ def test_every_wait_reason_is_documented_with_the_message_the_engine_writes():
     assert docs[waits.LAUNCH_DEFERRED].startswith(deferred.message.split(":")[0])
     counted = waits.explain(row(holding=[17], deadline_at=T0 + timedelta(seconds=40)), now=T0)
     assert f"`{counted.message}`" in (DOCS / "cli.md").read_text().replace("\n", " ")
+
+
+def test_operations_md_quotes_the_admission_and_deferral_waits_as_the_engine_words_them():
+    text = " ".join((DOCS / "operations.md").read_text().split())
+    admission = waits.explain(row(status="RUNNING", kueue_queue="Q"), now=T0).message
+    assert f"`Waiting for: {admission}`" in text
+    deferred = waits.explain(row(error="launch deferred: …"), now=T0).message
+    assert f"`{deferred}`" in text
