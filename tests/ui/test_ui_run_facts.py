@@ -173,3 +173,17 @@ def test_why_says_a_coming_occurrence_of_a_suspended_job_will_be_skipped(
     assert "the ScheduledJob is suspended (spec.suspend is true): it will be SKIPPED/Suspended" in (
         answer
     )
+
+
+def test_why_says_what_holds_a_queued_occurrence(ui: Served, conn: connection.Connection) -> None:
+    t0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    job = define(
+        conn, "capped", namespace="team-a", schedule="0 * * * *", maxConcurrentRuns=1, now=t0
+    )
+    running = runs.run_now(conn, job.id, token="a", scheduled_for=t0 - timedelta(minutes=5)).run
+    dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id], now=t0)
+    insert_run(conn, job, status="QUEUED", scheduled_for=t0)
+    status, page = ui.get("/ns/team-a/capped/why?at=2026-06-01T12:00%2B00:00")
+    assert status == 200
+    answer = html.unescape(re.sub(r"<[^>]+>", " ", page.split("id='answer'")[1]))
+    assert f"QUEUED, waiting for maxConcurrentRuns 1 (run {running.id} running)" in answer
