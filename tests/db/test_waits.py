@@ -188,3 +188,14 @@ def test_status_and_an_event_say_what_the_oldest_queued_run_waits_for_once_per_r
     }
     [event] = [item for item in kube.events if item["reason"] == "RunWaiting"]
     assert event["message"] == f"run {waiting.id} waits for {said}"
+
+
+def test_a_run_nothing_holds_gets_no_waiting_event(conn):
+    """Every scheduled run is QUEUED for a moment before its dispatch: no Event for that."""
+    job = define(conn, "free", schedule="0 0 1 1 *", now=T0)
+    waiting = queue(conn, job, "a")
+    kube = StatusApi(job)
+    Publisher(kube, clock=lambda: T0).patch_status(conn, job, kube.get(""))  # type: ignore[arg-type]
+    assert kube.object["status"]["waiting"]["runId"] == waiting.id
+    assert kube.object["status"]["waiting"]["reason"] == "Dispatch"
+    assert [item for item in kube.events if item["reason"] == "RunWaiting"] == []

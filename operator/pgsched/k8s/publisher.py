@@ -293,10 +293,15 @@ class Publisher:
     def announce_transitions(self, definition: Definition, current: Obj, new: Obj) -> None:
         """The Events of what changed between ``current``'s status and ``new``, with the new
         status written (or about to be): a condition that flipped (auto-suspension), and
-        what the oldest queued run waits for (``RunWaiting``, once per run and reason)."""
+        what holds the oldest queued run (``RunWaiting``, once per run and reason; not for
+        a run merely between its queueing and the next dispatch, as every run is)."""
         waiting = new.get("waiting")
         before = (current.get("status") or {}).get("waiting") or {}
-        if waiting and waiting["since"] != before.get("since"):
+        if (
+            waiting
+            and waiting["reason"] != waits.DISPATCH
+            and waiting["since"] != before.get("since")
+        ):
             self.post_event(
                 namespace=definition.namespace,
                 scheduled_job=definition.name,
