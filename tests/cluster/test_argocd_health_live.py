@@ -73,7 +73,7 @@ def test_health_of_scheduledjobs_and_a_pool_as_the_operator_reports_them(
     assert "spec.schedule" in bad.message and "61" in bad.message
     assert settles("paused", "Suspended").message == "spec.suspend is true"
     fragile = settles("fragile", "Degraded")
-    assert fragile.message.startswith("Suspended automatically: 1 consecutive runs failed")
+    assert fragile.message.startswith("Suspended automatically: 1 consecutive run failed")
     [failed] = sj.wait_runs("failing", lambda runs: runs and runs[0]["status"] == "FAILED", 120)
     settles("failing", "Healthy", f"Last run {failed['id']} failed (NonZeroExit)")
     assert "ConcurrencyPool absent does not exist" in settles("pooled", "Degraded").message

@@ -61,7 +61,7 @@ def test_resume_clears_an_automatic_suspension_without_touching_the_spec(
     )
 
     assert resumed.code == 0, resumed.err
-    assert "cleared the automatic suspension: 1 consecutive runs failed" in resumed.out
+    assert "cleared the automatic suspension: 1 consecutive run failed" in resumed.out
     row = definition_row(sj, "fragile")
     assert row["auto_suspended_at"] is None and row["consecutive_failures"] == 0
     after = sj.get("fragile")

@@ -132,6 +132,23 @@ def test_a_job_naming_a_missing_or_deleted_pool_waits_with_a_condition(
     assert "ConcurrencyPool licence does not exist" in missing["message"]
     time.sleep(3)
     assert [run["status"] for run in sj.runs("lonely")] == ["QUEUED"]
+    # Not Ready either (no run can start), and the queued run says what it waits for.
+    assert (condition(sj, "lonely", "Ready") or {}).get("reason") == "PoolNotFound"
+    said = f"pool licence (no ConcurrencyPool licence in namespace {namespace})"
+    waiting = wait_for(
+        lambda: sj.get("lonely").get("status", {}).get("waiting"),
+        60,
+        describe=lambda: "status.waiting",
+    )
+    assert (waiting["reason"], waiting["message"]) == ("PoolNotFound", said)
+    wait_for(
+        lambda: any(
+            event["reason"] == "RunWaiting" and event["message"].endswith(f"waits for {said}")
+            for event in sj.events("lonely")
+        ),
+        30,
+        describe=lambda: "the RunWaiting Event",
+    )
 
     apply_pool(cluster, namespace, "licence", 1)
 

@@ -222,3 +222,51 @@ def test_a_template_whose_last_run_could_not_start_is_not_launchable():
     ]
     assert (launchable["status"], launchable["reason"]) == ("False", "ImagePullFailed")
     assert launchable["message"].startswith("run 42 could not start: the workload did not start")
+
+
+def test_a_job_naming_a_missing_pool_is_not_ready():
+    """Issue 26: READY stayed True while PoolReady was False, though no run can start."""
+    pooled = definition(spec={"pool": "warehouse"})
+    missing = conditions(status.render(pooled, last_run=None, active=0, now=T0, pool_found=False))
+    found = conditions(status.render(pooled, last_run=None, active=0, now=T0, pool_found=True))
+    assert (missing["Ready"]["status"], missing["Ready"]["reason"]) == ("False", "PoolNotFound")
+    assert missing["Ready"]["message"] == (
+        "ConcurrencyPool warehouse does not exist in namespace jobs:"
+        " no run of generation 1 can start until it does"
+    )
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("True", "Scheduled")
+
+
+def test_a_finished_one_shot_no_longer_says_it_is_scheduled():
+    done = definition(
+        schedule_kind="once",
+        schedule="2026-06-01T09:00:00",
+        next_run_at=None,
+        last_scheduled_for=datetime(2026, 6, 1, 6, 0, tzinfo=UTC),
+    )
+    rendered = status.render(
+        done, last_run=run(status="COMPLETED", finished_at=T0), active=0, now=T0
+    )
+    ready = conditions(rendered)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("True", "NoFutureOccurrences")
+    assert ready["message"] == (
+        "generation 1 is valid and its one occurrence (2026-06-01T06:00:00Z) has come:"
+        " no more runs (the Completed condition says how it ended)"
+    )
+    assert "is scheduled" not in str(rendered)
+
+
+def test_a_rejected_job_that_runs_after_others_shows_them_in_the_schedule_column():
+    """Issue 26: the member of a refused chain cycle showed an empty SCHEDULE column."""
+    rendered = status.render_rejected(
+        {"after": [{"scheduledJob": "extract"}, {"scheduledJob": "clean"}]},
+        generation=1,
+        message="spec.after: load → extract → load is a cycle",
+        now=T0,
+        current=None,
+    )
+    assert rendered["schedule"] == "after extract, clean"
+    assert (
+        status.render_rejected({}, generation=1, message="x", now=T0, current=None)["schedule"]
+        == ""
+    )

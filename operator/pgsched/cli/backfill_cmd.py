@@ -31,6 +31,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pgsched import wording
 from pgsched.cli import common, output, requests, target
 from pgsched.db import clock, queries
 from pgsched.engine import backfill, definitions
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             }
         )
     else:
-        what = f"backfill of {len(wanted)} occurrences ({value})"
+        what = f"backfill of {wording.plural(len(wanted), 'occurrence')} ({value})"
         print(requests.describe(sent, what, timeout=args.timeout))
     return 0
 
@@ -186,7 +187,10 @@ def _through_database(args: argparse.Namespace) -> int:
         )
     else:
         summary = ", ".join(f"{count} {status}" for status, count in sorted(counts.items()))
-        print(f"backfill of {definition.key} finished: {len(wanted)} occurrences, {summary}")
+        print(
+            f"backfill of {definition.key} finished:"
+            f" {wording.plural(len(wanted), 'occurrence')}, {summary}"
+        )
     return 0 if set(counts) <= {"COMPLETED"} else 1
 
 
@@ -220,7 +224,7 @@ def _dry_run(args: argparse.Namespace, key: str, zone: Any, wanted: list[datetim
     if args.output == "json":
         output.emit_json({"scheduledJob": key, "dryRun": True, "occurrences": wanted})
         return 0
-    print(f"dry run: {len(wanted)} occurrences of {key} would be queued")
+    print(f"dry run: {wording.plural(len(wanted), 'occurrence')} of {key} would be queued")
     if wanted:
         output.table(
             ["#", "local time", "utc"],
@@ -264,7 +268,7 @@ def _report_queued(
         )
         return 0
     print(
-        f"backfill of {definition.key}: {len(wanted)} occurrences, {queued} queued"
+        f"backfill of {definition.key}: {wording.plural(len(wanted), 'occurrence')}, {queued} queued"
         + (f", {already} queued by an earlier backfill" if already else "")
     )
     if wanted:

@@ -10,13 +10,13 @@ downstream runs this one's final outcome queued.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgsched.cli import common, output, runs_cmd
-from pgsched.db import queries
-from pgsched.engine import chain, definitions, runs, starts
-from pgsched.engine.models import Run, Start
+from pgsched.db import clock
+from pgsched.engine import definitions, run_facts, runs
+from pgsched.engine.models import Start
 from pgsched.schedule import zones
 
 
@@ -48,21 +48,15 @@ def run(args: argparse.Namespace) -> int:
         if found is None:
             raise common.CommandError(f"no run with id {args.run_id}")
         definition = definitions.get(conn, found.definition_id)
-        attempts = [
-            Run.from_row(row)
-            for row in conn.execute(queries.get("retry_chain"), {"id": found.id}).fetchall()
-        ]
-        triggered = chain.triggered(conn, [found.id]).get(found.id, [])
+        assert definition is not None  # job_runs.definition_id is a foreign key
+        zone = zones.load_zone(definition.time_zone)
+        facts = run_facts.of_run(conn, found, definition, now=clock.now(conn), zone=zone)
         upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
-        upstream_of = definitions.get(conn, upstream.definition_id) if upstream else None
-        requested_by = runs.requested_by(conn, found)
-        start = starts.of_run(conn, found.id)
-    assert definition is not None  # job_runs.definition_id is a foreign key
     if args.output == "json":
         output.emit_json(
             {
-                "run": runs_cmd.summary(found, triggered),
-                "requestedBy": requested_by,
+                "run": runs_cmd.summary(facts.run, facts.triggered),
+                "requestedBy": facts.requested_by,
                 "scheduledJob": {
                     "namespace": definition.namespace,
                     "name": definition.name,
@@ -70,74 +64,36 @@ def run(args: argparse.Namespace) -> int:
                     "timeZone": definition.time_zone,
                     "deleted": definition.deleted_at is not None,
                 },
-                "retryChain": [runs_cmd.summary(item) for item in attempts],
+                "retryChain": [runs_cmd.summary(item) for item in facts.attempts],
                 "upstreamRun": runs_cmd.summary(upstream) if upstream else None,
-                "start": _start_json(start),
+                "upstreamRuns": [
+                    {
+                        "runId": item.run_id,
+                        "scheduledJob": item.scheduled_job,
+                        "status": item.status,
+                    }
+                    for item in facts.upstreams
+                ],
+                "waitingFor": (
+                    {"reason": facts.wait.reason, "message": facts.wait.message}
+                    if facts.wait
+                    else None
+                ),
+                "start": _start_json(facts.start),
             }
         )
         return 0
-    zone = zones.load_zone(definition.time_zone)
 
-    def when(moment: Any) -> str:
-        if moment is None:
-            return output.NOTHING
-        return f"{output.local_time(moment, zone)}  ({output.utc_iso(moment)})"
+    def shown(value: run_facts.Value) -> object:
+        plain = run_facts.text(value)
+        if isinstance(plain, datetime):
+            return f"{output.local_time(plain, zone)}  ({output.utc_iso(plain)})"
+        if isinstance(plain, timedelta):
+            return output.duration(plain)
+        return plain
 
-    retried_as = next((item.id for item in attempts if item.retry_of == found.id), None)
-    attempt = f"{found.attempt}" + (f" (retried as run {retried_as})" if retried_as else "")
-    deleted = " (deleted)" if definition.deleted_at is not None else ""
-    cancel = output.NOTHING
-    if found.cancel_requested:
-        cancel = f"requested at {output.local_time(found.cancel_requested_at, zone)}"
-        if found.cancelled_by:
-            cancel += f" by {found.cancelled_by}"
-    job = f"{definition.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None
-    # The run's output is its pod's: the Job is kept for the ScheduledJob's history limits.
-    logs = (
-        f"kubectl logs -n {definition.namespace} job/{found.k8s_job_name} --all-containers"
-        if found.k8s_job_name
-        else None
-    )
-    output.fields(
-        [
-            ("Run", found.id),
-            ("ScheduledJob", f"{definition.key}{deleted}"),
-            ("Status", starts.shown_status(found, start)),
-            ("Reason", found.reason),
-            ("Error", found.error),
-            ("Exit code", found.exit_code),
-            ("Attempt", attempt),
-            ("Retry of", found.retry_of),
-            ("Retry", found.retry_decision),
-            ("Trigger", found.trigger),
-            ("Requested by", requested_by),
-            ("Scheduled for", when(found.scheduled_for)),
-            ("Starting deadline", when(found.deadline_at)),
-            ("Started", when(found.started_at)),
-            *[
-                (label, when(value) if isinstance(value, datetime) else value)
-                for label, value in starts.described(found, start)
-            ],
-            ("Last heartbeat", when(found.heartbeat_at)),
-            ("Finished", when(found.finished_at)),
-            ("Duration", runs_cmd.duration_of(found)),
-            ("Cancellation", cancel),
-            ("Kubernetes Job", job),
-            ("Logs", logs),
-            ("Request token", found.request_token),
-            (
-                "Upstream run",
-                f"{upstream.id} of {upstream_of.key} ({upstream.status})"
-                if upstream and upstream_of
-                else None,
-            ),
-            (
-                "Triggered runs",
-                ", ".join(f"{t.run_id} of {t.scheduled_job} ({t.status})" for t in triggered),
-            ),
-        ]
-    )
-    if len(attempts) > 1:
+    output.fields([(label, shown(value)) for label, value in facts.lines])
+    if len(facts.attempts) > 1:
         print("\nRetry chain:")
         output.table(
             ["attempt", "run", "status", "reason", "scheduled", "finished", "job"],
@@ -151,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                     output.local_time(item.finished_at, zone),
                     item.k8s_job_name,
                 ]
-                for item in attempts
+                for item in facts.attempts
             ],
         )
     return 0

@@ -20,6 +20,8 @@ from typing import Any, TextIO
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
+from pgsched import wording
+
 FORMATS = ("table", "json")
 NOTHING = "-"
 
@@ -74,10 +76,7 @@ def cell(value: Any) -> str:
 
 def local_time(moment: datetime | None, zone: ZoneInfo | None) -> str:
     """``2026-06-01 08:00:00 EEST`` in ``zone`` (UTC when None)."""
-    if moment is None:
-        return NOTHING
-    shown = moment.astimezone(zone or UTC)
-    return shown.strftime("%Y-%m-%d %H:%M:%S ") + (shown.tzname() or "")
+    return NOTHING if moment is None else wording.local(moment, zone or ZoneInfo("UTC"))
 
 
 def utc_iso(moment: datetime | None) -> str | None:
@@ -89,20 +88,8 @@ def utc_iso(moment: datetime | None) -> str | None:
 
 
 def duration(span: timedelta | None) -> str:
-    """``850ms``, ``4.2s``, ``3m05s``, ``2h03m``, ``1d02h``."""
-    if span is None:
-        return NOTHING
-    seconds = span.total_seconds()
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+    """``850ms``, ``4.2s``, ``3m05s``, ``2h03m``, ``1d02h`` (``wording.duration``)."""
+    return NOTHING if span is None else wording.duration(span)
 
 
 def _json_default(value: Any) -> Any:

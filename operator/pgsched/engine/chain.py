@@ -264,3 +264,17 @@ def upstream_definitions(conn: Connection, run_ids: Sequence[int]) -> list[UUID]
     """The definitions whose runs queued these chained runs."""
     rows = conn.execute(queries.get("upstream_definitions_of"), {"ids": list(run_ids)})
     return [row["id"] for row in rows]
+
+
+@dataclass(frozen=True)
+class UpstreamRun:
+    run_id: int
+    scheduled_job: str  # namespace/name
+    status: str
+
+
+def upstream_runs(conn: Connection, run_id: int) -> list[UpstreamRun]:
+    """Every upstream run whose outcome queued this chained run, oldest first: one for
+    afterMode Any, each upstream's arrival for fan-in (afterMode All)."""
+    rows = conn.execute(queries.get("upstream_runs"), {"id": run_id})
+    return [UpstreamRun(row["run_id"], row["name"], row["status"]) for row in rows]

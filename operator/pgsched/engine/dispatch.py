@@ -83,7 +83,7 @@ from psycopg import rows
 from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, lease
+from pgsched.engine import definitions, lease, waits
 from pgsched.engine.launcher import LaunchDeferred, Launcher, LaunchError
 from pgsched.engine.models import Definition, Run
 
@@ -313,7 +313,7 @@ def _defer(
     (a run whose cancellation was requested meanwhile ends CANCELLED instead)."""
     assert run.lease_token is not None
     log_run = logs.for_run(log, run, definition)
-    why = f"launch deferred: {deferred}"
+    why = f"{waits.DEFERRED_PREFIX}{deferred}"
     params = {"run_id": run.id, "lease_token": run.lease_token, "error": why}
     if conn.execute(queries.get("requeue_deferred_launch"), params).fetchone():
         log_run.warning("run %s: %s; queued again", run.id, why)

@@ -49,6 +49,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
+from pgsched import wording
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions
@@ -287,8 +288,8 @@ def _decide(
                     at,
                     "SKIPPED",
                     "DeadlineMissed",
-                    f"materialized {now - at} late, past startingDeadlineSeconds "
-                    f"({definition.starting_deadline_seconds})",
+                    f"materialized {wording.seconds((now - at).total_seconds())} late, past"
+                    f" startingDeadlineSeconds ({definition.starting_deadline_seconds})",
                 )
             )
         elif definition.max_queued_runs is not None and queued >= definition.max_queued_runs:
@@ -297,8 +298,8 @@ def _decide(
                     at,
                     "SKIPPED",
                     "QueueFull",
-                    f"{queued} runs were already queued, the most maxQueuedRuns"
-                    f" ({definition.max_queued_runs}) allows",
+                    f"{wording.plural(queued, 'run was', 'runs were')} already queued, the most"
+                    f" maxQueuedRuns ({definition.max_queued_runs}) allows",
                 )
             )
         else:

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from pgsched.db import queries
 from pgsched.db.connection import Connection
+from pgsched.engine.models import Definition
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ def delete(conn: Connection, namespace: str, name: str) -> None:
 
 def exists(conn: Connection, namespace: str, name: str) -> bool:
     return limit_of(conn, namespace, name) is not None
+
+
+def found_for(conn: Connection, definition: Definition) -> bool:
+    """Whether the pool a job's spec.pool names exists (True for a job without one)."""
+    pool = definition.spec.get("pool")
+    return not isinstance(pool, str) or exists(conn, definition.namespace, pool)
 
 
 def limit_of(conn: Connection, namespace: str, name: str) -> int | None:

@@ -51,7 +51,7 @@ from uuid import UUID
 from pgsched import metrics
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import chain, definitions, pools, runs, starts
+from pgsched.engine import chain, definitions, pools, runs, starts, waits
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.k8s import api, cleanup, names, status
 from pgsched.k8s.names import Obj
@@ -273,24 +273,45 @@ class Publisher:
         old = current.get("status") or {}
         counts = runs.counts(conn, definition.id)
         last_run = runs.last_run(conn, definition.id)
+        now = clock.now(conn, self._clock())
         return status.render(
             definition,
             last_run=last_run,
             active=counts.running,
             queued=counts.queued,
-            now=clock.now(conn, self._clock()),
+            now=now,
             current=old,
             links=chain.links(
                 conn, definition.id, namespace=definition.namespace, name=definition.name
             ),
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
-            pool_found=_pool_found(conn, definition),
+            pool_found=pools.found_for(conn, definition),
             start=starts.of_run(conn, last_run.id) if last_run else None,
+            wait=waits.first_of(conn, definition.id, now=now) if counts.queued else None,
         )
 
     def announce_transitions(self, definition: Definition, current: Obj, new: Obj) -> None:
-        """The Event of a condition that flipped between ``current``'s status and ``new``
-        (auto-suspension), with the new status written (or about to be)."""
+        """The Events of what changed between ``current``'s status and ``new``, with the new
+        status written (or about to be): a condition that flipped (auto-suspension), and
+        what holds the oldest queued run (``RunWaiting``, once per run and reason; not for
+        a run merely between its queueing and the next dispatch, as every run is)."""
+        waiting = new.get("waiting")
+        before = (current.get("status") or {}).get("waiting") or {}
+        if (
+            waiting
+            and waiting["reason"] != waits.DISPATCH
+            and waiting["since"] != before.get("since")
+        ):
+            self.post_event(
+                namespace=definition.namespace,
+                scheduled_job=definition.name,
+                uid=definition.id,
+                name=f"{definition.name}.run{waiting['runId']}.waiting.{waiting['reason'].lower()}",
+                event_type="Normal",
+                reason="RunWaiting",
+                message=f"run {waiting['runId']} waits for {waiting['message']}",
+                at=datetime.fromisoformat(waiting["since"]),
+            )
         for condition in status.transitions(current.get("status") or {}, new):
             suspended_at = definition.auto_suspended_at
             if condition["reason"] == "TooManyFailures" and suspended_at is not None:
@@ -304,11 +325,6 @@ class Publisher:
                     message=condition["message"],
                     at=suspended_at,
                 )
-
-
-def _pool_found(conn: Connection, definition: Definition) -> bool:
-    pool = definition.spec.get("pool")
-    return not isinstance(pool, str) or pools.exists(conn, definition.namespace, pool)
 
 
 def _event_kind(row: Obj) -> tuple[str, str] | None:

@@ -9,9 +9,10 @@ value, as Kubernetes conventions ask.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from pgsched.engine import chain, definitions, starts
+from pgsched import wording
+from pgsched.engine import chain, definitions, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s.names import Obj
 from pgsched.schedule import ScheduleError
@@ -20,9 +21,7 @@ NEXT_RUNS = 3
 
 
 def timestamp(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if moment is None else wording.instant(moment)
 
 
 def schedule_text(kind: str, text: str, upstreams: list[str] | None = None) -> str:
@@ -49,6 +48,7 @@ def render(
     triggered: list[chain.Triggered] | None = None,
     pool_found: bool = True,
     start: Start | None = None,
+    wait: waits.Wait | None = None,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
 
@@ -59,7 +59,9 @@ def render(
 
     ``links`` (its upstreams and downstreams) and ``triggered`` (the runs its last run
     queued downstream) show the chain both ways. ``pool_found`` says whether the
-    ConcurrencyPool its spec.pool names exists (ignored without spec.pool).
+    ConcurrencyPool its spec.pool names exists (ignored without spec.pool): without it
+    no run can start, so the job is not Ready. ``wait`` is what its oldest queued run waits
+    for (``engine.waits``), shown as ``waiting``.
 
     ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
     RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
@@ -77,28 +79,9 @@ def render(
             # handler records the rejection): no predictions, the rest of the status renders.
             upcoming = []
     observed = max(definition.generation, definition.rejected_generation or 0)
-    if definition.rejection:
-        ready = _condition(
-            "Ready",
-            False,
-            "InvalidSpec",
-            f"generation {definition.rejected_generation} was rejected: {definition.rejection}; "
-            f"generation {definition.generation} remains in force",
-        )
-    elif definition.next_run_at is None and definition.schedule_kind not in ("once", "none"):
-        # All of the rule's occurrences are past (UNTIL or COUNT ran out): still valid, as
-        # it was when applied, but nothing more will run (docs/configuration.md).
-        ready = _condition(
-            "Ready",
-            True,
-            "NoFutureOccurrences",
-            f"generation {definition.generation} is valid but its schedule has no occurrence"
-            f" after {timestamp(definition.last_scheduled_for or now)}: no more runs",
-        )
-    else:
-        ready = _condition(
-            "Ready", True, "Scheduled", f"generation {definition.generation} is scheduled"
-        )
+    pool = definition.spec.get("pool")
+    pool_name = pool if isinstance(pool, str) else None
+    ready = _ready(definition, pool_missing=pool_name is not None and not pool_found, now=now)
     if definition.auto_suspended_at is not None:
         suspension = _condition(
             "Suspended",
@@ -133,9 +116,8 @@ def render(
     upstream_names = [item.scheduled_job for item in links.upstreams] if links else []
     if definition.schedule_kind == "once":
         conditions.append(_completion(definition, last_run, active=active, queued=queued))
-    pool = definition.spec.get("pool")
-    if isinstance(pool, str):
-        conditions.append(_pool_condition(definition.namespace, pool, pool_found))
+    if pool_name is not None:
+        conditions.append(_pool_condition(definition.namespace, pool_name, pool_found))
     return {
         "observedGeneration": observed,
         "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
@@ -148,9 +130,66 @@ def render(
         "lastScheduleTime": timestamp(definition.last_scheduled_for),
         "lastRunTime": timestamp(last_run.started_at) if last_run else None,
         "lastRun": last,
+        "waiting": _waiting(wait, current, now=now),
         "conditions": carry_transitions(conditions, current, now=now),
         **chain_status,
     }
+
+
+def _waiting(wait: waits.Wait | None, current: Obj | None, *, now: datetime) -> Obj | None:
+    """What the oldest queued run waits for, ``since`` when (kept while the run and the
+    reason stay the same, like a condition's lastTransitionTime)."""
+    if wait is None:
+        return None
+    before = (current or {}).get("waiting") or {}
+    same = (before.get("runId"), before.get("reason")) == (wait.run_id, wait.reason)
+    return {
+        "runId": wait.run_id,
+        "reason": wait.reason,
+        "message": wait.message,
+        "since": before.get("since") if same else timestamp(now),
+    }
+
+
+def _ready(definition: Definition, *, pool_missing: bool, now: datetime) -> Obj:
+    generation = definition.generation
+    if definition.rejection:
+        return _condition(
+            "Ready",
+            False,
+            "InvalidSpec",
+            f"generation {definition.rejected_generation} was rejected: {definition.rejection}; "
+            f"generation {generation} remains in force",
+        )
+    if pool_missing:
+        pool = definition.spec["pool"]
+        return _condition(
+            "Ready",
+            False,
+            "PoolNotFound",
+            f"ConcurrencyPool {pool} does not exist in namespace {definition.namespace}:"
+            f" no run of generation {generation} can start until it does",
+        )
+    if definition.next_run_at is None and definition.schedule_kind == "once":
+        return _condition(
+            "Ready",
+            True,
+            "NoFutureOccurrences",
+            f"generation {generation} is valid and its one occurrence"
+            f" ({timestamp(definition.last_scheduled_for) or definition.schedule}) has come:"
+            " no more runs (the Completed condition says how it ended)",
+        )
+    if definition.next_run_at is None and definition.schedule_kind != "none":
+        # All of the rule's occurrences are past (UNTIL or COUNT ran out): still valid, as
+        # it was when applied, but nothing more will run (docs/configuration.md).
+        return _condition(
+            "Ready",
+            True,
+            "NoFutureOccurrences",
+            f"generation {generation} is valid but its schedule has no occurrence"
+            f" after {timestamp(definition.last_scheduled_for or now)}: no more runs",
+        )
+    return _condition("Ready", True, "Scheduled", f"generation {generation} is scheduled")
 
 
 def _completion(definition: Definition, last_run: Run | None, *, active: int, queued: int) -> Obj:
@@ -219,12 +258,19 @@ def render_rejected(
             for field, kind in (("schedule", "cron"), ("rrule", "rrule"), ("runAt", "once"))
             if isinstance(spec.get(field), str)
         ),
-        ("cron", ""),
+        ("none", ""),
     )
+    # A job that only runs after others (say, the member of a cycle refused) shows them.
+    after = spec.get("after")
+    upstreams = [
+        str(item["scheduledJob"])
+        for item in (after if isinstance(after, list) else [])
+        if isinstance(item, dict) and isinstance(item.get("scheduledJob"), str)
+    ]
     ready = _condition("Ready", False, "InvalidSpec", message)
     return {
         "observedGeneration": generation,
-        "schedule": schedule_text(kind, text),
+        "schedule": schedule_text(kind, text, upstreams) if kind != "none" or upstreams else "",
         "timeZone": spec.get("timeZone", "UTC"),
         "suspended": bool(spec.get("suspend", False)),
         "active": 0,

@@ -807,6 +807,17 @@ CREATE FUNCTION pgsched.heartbeat_pinned(run_id bigint, lease uuid, at timestamp
 $$;
 
 --
+-- Name: iso_utc(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.iso_utc(moment timestamp with time zone) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT pg_catalog.to_char(moment AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+$$;
+
+--
 -- Name: lease_channel(uuid); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -988,6 +999,17 @@ BEGIN
                          - (SELECT timeline_id FROM pgsched.run_id_base)) << 40);
     RETURN NEW;
 END;
+$$;
+
+--
+-- Name: plural(bigint, text, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.plural(count bigint, singular text, many text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT count::text || ' ' || CASE WHEN count = 1 THEN singular ELSE many END
 $$;
 
 --
@@ -2071,6 +2093,12 @@ GRANT ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, ignored_at ti
 REVOKE ALL ON FUNCTION pgsched.heartbeat_pinned(run_id bigint, lease uuid, at timestamp with time zone) FROM PUBLIC;
 
 --
+-- Name: FUNCTION iso_utc(moment timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.iso_utc(moment timestamp with time zone) FROM PUBLIC;
+
+--
 -- Name: FUNCTION lease_channel(lease uuid); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2137,6 +2165,12 @@ REVOKE ALL ON FUNCTION pgsched.observed_launching(run_id bigint, since timestamp
 --
 
 REVOKE ALL ON FUNCTION pgsched.place_run_id() FROM PUBLIC;
+
+--
+-- Name: FUNCTION plural(count bigint, singular text, many text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.plural(count bigint, singular text, many text) FROM PUBLIC;
 
 --
 -- Name: FUNCTION pool_counts(pool_keys text[]); Type: ACL; Schema: pgsched; Owner: -

@@ -8,6 +8,8 @@ from html import escape
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
+from pgsched import wording
+
 NOTHING = "—"
 
 STYLE = """
@@ -69,9 +71,7 @@ def fields(items: Iterable[tuple[str, str]]) -> str:
 
 
 def local(moment: datetime | None, zone: ZoneInfo) -> str:
-    if moment is None:
-        return NOTHING
-    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return NOTHING if moment is None else wording.local(moment, zone)
 
 
 def duration(seconds: timedelta | None) -> str:

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from pgsched import wording
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, runs, starts
+from pgsched.engine import definitions, pools, run_facts, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s import api, names
 from pgsched.schedule import ScheduleError, zones
@@ -130,7 +131,7 @@ def _health(definition: Definition, health: str) -> str:
     if health == "suspended":
         reason = definition.auto_suspend_reason or "spec.suspend is true"
     elif health == "failing":
-        reason = f"{definition.consecutive_failures} consecutive failures"
+        reason = wording.plural(definition.consecutive_failures, "consecutive failure")
     elif health == "rejected":
         reason = definition.rejection or ""
     label = {
@@ -579,7 +580,11 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
         d,
         asked,
         runs_at=lambda instants: store.occurrence_runs(ctx.conn, d.id, instants),
-        now=ctx.now,
+        now=why.Now(
+            ctx.now,
+            waits_of=lambda ids: waits.of_runs(ctx.conn, ids, now=ctx.now),
+            pool_found=pools.found_for(ctx.conn, d),
+        ),
     )
     if answer.matched is not None:
         fate = answer.matched
@@ -588,10 +593,15 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
             f"<div class='answer' id='answer' data-verdict='{e(answer.verdict)}'><p>{e(head)}</p>{_fate_runs(fate, zone, ctx.now)}</div>"
         )
     else:
-        parts = [
-            f"<p>Never scheduled: {e(_schedule_words(d))} has no occurrence at"
-            f" {e(html.local(asked, zone))}. Nearest matches:</p><ul>"
-        ]
+        lead = (
+            f"Never scheduled: {_schedule_words(d)} has no occurrence at {html.local(asked, zone)}."
+        )
+        if answer.excluded_by is not None:
+            lead = (
+                f"Excluded: the rule's EXDATE {answer.excluded_by:%Y-%m-%dT%H:%M:%S}"
+                f" ({d.time_zone}) removes the occurrence at {html.local(asked, zone)}."
+            )
+        parts = [f"<p>{e(lead)} Nearest matches:</p><ul>"]
         for label, near in (("before", answer.before), ("after", answer.after)):
             if near is None:
                 parts.append(f"<li>{label}: none</li>")
@@ -601,7 +611,7 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
                 )
         parts.append("</ul>")
         body.append(
-            f"<div class='answer' id='answer' data-verdict='never-scheduled'>{''.join(parts)}</div>"
+            f"<div class='answer' id='answer' data-verdict='{e(answer.verdict)}'>{''.join(parts)}</div>"
         )
     body.append(
         "<p>Occurrences are those of the spec in force now; an earlier spec may have had others.</p>"
@@ -642,57 +652,28 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
         # One answer for "no such run" and "not yours": an id says nothing about others'.
         raise PageError(404, "no such run in a namespace you may see (check the run id)")
     zone = _zone(d)
-    chain = store.retry_chain(ctx.conn, found.id)
-    start = starts.of_run(ctx.conn, found.id)
-    retried_as = next((item.id for item in chain if item.retry_of == found.id), None)
-    cancel = html.NOTHING
-    if found.cancel_requested:
-        cancel = f"requested at {html.local(found.cancel_requested_at, zone)}"
-    deleted = " (deleted)" if d.deleted_at is not None else ""
-    body = [
-        html.fields(
-            [
-                ("Run", e(found.id)),
-                ("ScheduledJob", link(job_url(d), d.key) + e(deleted)),
-                ("Status", _status(found, start)),
-                ("Error", e(found.error)),
-                ("Exit code", e(found.exit_code)),
-                (
-                    "Attempt",
-                    e(found.attempt)
-                    + (
-                        " (retried as " + link(run_url(retried_as), f"run {retried_as}") + ")"
-                        if retried_as
-                        else ""
-                    ),
-                ),
-                (
-                    "Retry of",
-                    link(run_url(found.retry_of), f"run {found.retry_of}")
-                    if found.retry_of
-                    else html.NOTHING,
-                ),
-                ("Trigger", _trigger(found.trigger)),
-                ("Requested by", e(runs.requested_by(ctx.conn, found))),
-                ("Scheduled for", e(html.local(found.scheduled_for, zone))),
-                ("Starting deadline", e(html.local(found.deadline_at, zone))),
-                ("Started", e(html.local(found.started_at, zone))),
-                *[
-                    (label, e(html.local(value, zone) if isinstance(value, datetime) else value))
-                    for label, value in starts.described(found, start)
-                ],
-                ("Last heartbeat", e(html.local(found.heartbeat_at, zone))),
-                ("Finished", e(html.local(found.finished_at, zone))),
-                ("Duration", _duration(found, ctx.now)),
-                ("Cancellation", e(cancel)),
-                (
-                    "Kubernetes Job",
-                    e(f"{d.namespace}/{found.k8s_job_name}" if found.k8s_job_name else None),
-                ),
-                ("Request token", e(found.request_token)),
-            ]
-        )
-    ]
+    facts = run_facts.of_run(ctx.conn, found, d, now=ctx.now, zone=zone)
+    chain = facts.attempts
+
+    def shown(label: str, value: run_facts.Value) -> str:
+        if label == "Status":
+            return f"<span class='cell {e(found.status)}'></span> {e(value)}"
+        if label == "ScheduledJob":
+            return link(job_url(d), value)
+        if isinstance(value, tuple):
+            return "".join(
+                link(run_url(part.run_id), part.text)
+                if isinstance(part, run_facts.RunLink)
+                else e(part)
+                for part in value
+            )
+        if isinstance(value, datetime):
+            return e(html.local(value, zone))
+        if isinstance(value, timedelta):
+            return e(wording.duration(value))
+        return e(value)
+
+    body = [html.fields([(label, shown(label, value)) for label, value in facts.lines])]
     if len(chain) > 1:
         rows = [
             [

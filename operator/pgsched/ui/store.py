@@ -98,10 +98,3 @@ def occurrence_runs(
         {"definition_id": definition_id, "instants": list(instants)},
     ).fetchall()
     return [Run.from_row(row) for row in rows]
-
-
-def retry_chain(conn: Connection, run_id: int) -> list[Run]:
-    return [
-        Run.from_row(row)
-        for row in conn.execute(queries.get("retry_chain"), {"id": run_id}).fetchall()
-    ]

@@ -6,8 +6,15 @@ The answer is one of:
   and the database has its run (and retries): the last attempt's status and reason;
 - ``not-recorded``: the schedule has an occurrence there but no run row exists — before
   the ScheduledJob existed, not come yet, or missed while no operator ticked (catchUp);
+- ``excluded``: an EXDATE of the rule names that minute, so it has no occurrence there;
 - ``never-scheduled``: the schedule has no occurrence in that minute; the nearest ones
   before and after are given, with their fates.
+
+A fate says what holds a run still QUEUED (``engine.waits``: the pool, the cap, ...), and
+for an occurrence to come, what will hold it: a suspension (it will be SKIPPED/Suspended)
+or a ConcurrencyPool that does not exist (its run will wait). A minute in a DST gap is
+``dst-skipped`` under ``dstPolicy.gap: skip``; the page says separately when the local
+time typed does not exist or happens twice.
 
 The occurrences come from ``engine.definitions.schedule_of`` — the materializer's own —
 under the spec in force now (an older spec may have had other occurrences: said so).
@@ -19,9 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from pgsched.engine import definitions
+from pgsched import wording
+from pgsched.engine import definitions, waits
 from pgsched.engine.models import Definition, Run
-from pgsched.schedule import Schedule
+from pgsched.schedule import Schedule, rrule, zones
 
 MINUTE = timedelta(minutes=1)
 # Look this far back for the previous occurrence, widening step by step (a yearly
@@ -47,16 +55,28 @@ class Fate:
 @dataclass(frozen=True)
 class Answer:
     asked: datetime  # the instant asked about (UTC)
-    verdict: str  # the fate's verdict when the minute matches, else "never-scheduled"
+    verdict: str  # the fate's verdict when the minute matches, else "excluded" or "never-scheduled"
     matched: Fate | None
     before: Fate | None
     after: Fate | None
+    excluded_by: datetime | None = None  # the EXDATE (local wall time) naming the minute
 
 
 RunsAt = Callable[[Sequence[datetime]], list[Run]]
+WaitsOf = Callable[[Sequence[int]], dict[int, waits.Wait]]
 
 
-def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: datetime) -> Answer:
+@dataclass(frozen=True)
+class Now:
+    """What holds at the moment of asking: the clock, the waits of queued runs, and
+    whether the ConcurrencyPool the job names exists."""
+
+    at: datetime
+    waits_of: WaitsOf
+    pool_found: bool = True
+
+
+def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: Now) -> Answer:
     """What happened at ``asked``; ``runs_at`` fetches the runs of occurrence instants."""
     schedule = definitions.schedule_of(definition)
     minute_start = asked.replace(second=0, microsecond=0)
@@ -70,19 +90,35 @@ def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: da
     by_instant: dict[datetime, list[Run]] = {}
     for run in runs:
         by_instant.setdefault(run.scheduled_for, []).append(run)
+    queued = [run.id for run in runs if run.status == "QUEUED"]
+    held = now.waits_of(queued) if queued else {}
 
     def fate(at: datetime | None) -> Fate | None:
         if at is None:
             return None
-        return _fate(definition, schedule, at, tuple(by_instant.get(at, ())), now=now)
+        found = tuple(by_instant.get(at, ()))
+        return _fate(definition, schedule, at, found, held=held, now=now)
 
     matched = fate(matched_at)
+    excluded_by = None if matched else _exdate_in(schedule, minute_start)
     return Answer(
         asked=asked,
-        verdict=matched.verdict if matched else "never-scheduled",
+        verdict=matched.verdict if matched else "excluded" if excluded_by else "never-scheduled",
         matched=matched,
         before=fate(before) if matched is None else None,
         after=fate(after) if matched is None else None,
+        excluded_by=excluded_by,
+    )
+
+
+def _exdate_in(schedule: Schedule, minute_start: datetime) -> datetime | None:
+    """The rule's EXDATE (a local wall time) within the minute starting at ``minute_start``."""
+    if not isinstance(schedule.recurrence, rrule.RecurrenceRule):
+        return None
+    wall = zones.to_wall(minute_start, schedule.zone)
+    return next(
+        (item for item in sorted(schedule.recurrence.exdates) if wall <= item < wall + MINUTE),
+        None,
     )
 
 
@@ -112,13 +148,16 @@ def _fate(
     at: datetime,
     runs: tuple[Run, ...],
     *,
-    now: datetime,
+    held: dict[int, waits.Wait],
+    now: Now,
 ) -> Fate:
     if runs:
         last = runs[-1]
         retried = f" after {len(runs)} attempts" if len(runs) > 1 else ""
         note = f"{last.status}{f'/{last.reason}' if last.reason else ''}{retried}"
-        if last.error:
+        if last.id in held:
+            note += f", waiting for {held[last.id].message}"
+        elif last.error:
             note += f": {last.error}"
         return Fate(at, last.status.lower(), runs, note)
     gap = schedule.next_after(at - _TINY)
@@ -126,8 +165,17 @@ def _fate(
         return Fate(
             at, "dst-skipped", runs, "in a DST gap under dstPolicy.gap: skip (SKIPPED/DSTGap)"
         )
-    if at > now:
-        note = "has not come yet"
+    if at > now.at:
+        note = f"has not come yet (in {wording.seconds((at - now.at).total_seconds())})"
+        if definition.is_suspended:
+            why = definition.auto_suspend_reason or "spec.suspend is true"
+            note += f"; the ScheduledJob is suspended ({why}): it will be SKIPPED/Suspended"
+        pool = definition.spec.get("pool")
+        if isinstance(pool, str) and not now.pool_found:
+            note += (
+                f"; ConcurrencyPool {pool} does not exist in namespace {definition.namespace}:"
+                " its run will wait in the queue until it does"
+            )
     elif at < definition.created_at:
         note = "before this ScheduledJob existed"
     else:

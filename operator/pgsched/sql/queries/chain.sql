@@ -140,3 +140,15 @@ SELECT DISTINCT u.definition_id AS id
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_runs AS u ON u.id = r.upstream_run_id
 WHERE r.id = ANY(%(ids)s::bigint[]);
+
+-- name: upstream_runs
+-- The upstream runs whose final outcomes queued a chained run: the one it names
+-- (upstream_run_id) and, for fan-in (afterMode All), every arrival it consumed.
+SELECT u.id AS run_id, d.namespace || '/' || d.name AS name, u.status
+FROM pgsched.job_runs AS u
+JOIN pgsched.job_definitions AS d ON d.id = u.definition_id
+WHERE u.id IN (
+    SELECT r.upstream_run_id FROM pgsched.job_runs AS r WHERE r.id = %(id)s
+    UNION
+    SELECT a.upstream_run_id FROM pgsched.chain_arrivals AS a WHERE a.consumed_by = %(id)s)
+ORDER BY u.id;

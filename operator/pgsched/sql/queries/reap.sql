@@ -43,7 +43,7 @@ UPDATE pgsched.job_runs AS r
 SET status = 'FAILED',
     reason = 'HeartbeatLost',
     error = format('no heartbeat since %%s (heartbeat.timeoutSeconds is %%s)',
-                   r.heartbeat_at, d.heartbeat_timeout_seconds),
+                   pgsched.iso_utc(r.heartbeat_at), d.heartbeat_timeout_seconds),
     finished_at = %(now)s
 FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
@@ -57,7 +57,7 @@ UPDATE pgsched.job_runs AS r
 SET status = 'FAILED',
     reason = 'Orphaned',
     error = format('started at %%s and never sent a heartbeat (heartbeat.orphanTimeoutSeconds is %%s)',
-                   r.started_at, d.orphan_timeout_seconds),
+                   pgsched.iso_utc(r.started_at), d.orphan_timeout_seconds),
     finished_at = %(now)s
 FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
@@ -73,7 +73,7 @@ UPDATE pgsched.job_runs AS r
 SET status = 'CANCELLED',
     reason = 'Cancelled',
     error = format('did not stop within cancelGraceSeconds (%%s) after cancellation was requested at %%s; stopped by the engine',
-                   d.cancel_grace_seconds, r.cancel_requested_at),
+                   d.cancel_grace_seconds, pgsched.iso_utc(r.cancel_requested_at)),
     finished_at = %(now)s
 FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
@@ -106,7 +106,7 @@ RETURNING r.id;
 UPDATE pgsched.job_runs AS r
 SET status = 'SKIPPED',
     reason = 'DeadlineMissed',
-    error = format('not started by its starting deadline %%s', r.deadline_at),
+    error = format('not started by its starting deadline %%s', pgsched.iso_utc(r.deadline_at)),
     finished_at = %(now)s,
     settled_at = %(now)s
 WHERE r.status = 'QUEUED'

@@ -54,8 +54,9 @@ SET consecutive_failures = s.streak,
     auto_suspend_reason = CASE
         WHEN d.auto_suspended_at IS NULL AND d.failure_suspend_threshold IS NOT NULL
              AND s.streak >= d.failure_suspend_threshold
-        THEN format('%%s consecutive runs failed (failureSuspendThreshold is %%s)',
-                    s.streak, d.failure_suspend_threshold)
+        THEN format('%%s failed (failureSuspendThreshold is %%s)',
+                    pgsched.plural(s.streak, 'consecutive run', 'consecutive runs'),
+                    d.failure_suspend_threshold)
         ELSE d.auto_suspend_reason END
 FROM unnest(%(ids)s::uuid[], %(streaks)s::integer[]) AS s(id, streak)
 WHERE d.id = s.id
