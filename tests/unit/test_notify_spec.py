@@ -137,3 +137,13 @@ def test_the_crd_schema_knows_the_same_notify_fields():
     assert set(target) == {"name", "type", "url", "urlSecretRef", "signingSecretRef", "events"}
     assert target["events"]["items"]["enum"] == list(spec.notifications.EVENTS)
     assert fields["deadline"]["type"] == "string"
+
+
+def test_the_example_is_a_valid_spec():
+    path = Path(__file__).parents[2] / "examples" / "nightly-export-notify.yaml"
+    [_, job] = yaml.safe_load_all(path.read_text())
+    parsed = spec.parse(job["spec"], anchor=NOW, now=NOW)
+    assert [target["name"] for target in parsed.extra["notify"]["targets"]] == [
+        "oncall",
+        "team-chat",
+    ]
