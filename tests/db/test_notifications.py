@@ -15,6 +15,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from factories import RecordingLauncher, define
@@ -492,3 +493,28 @@ def test_secrets_are_read_from_the_jobs_own_namespace_only(conn, receiver):
     assert receiver.received() == []
     [row] = outbox(conn)
     assert row["state"] == "PENDING" and "Secret team-b/hooks" in row["last_error"]
+
+
+def test_a_job_pods_own_failure_notifies_and_its_login_cannot_reach_the_outbox(
+    conn, job_dsn, receiver, notify
+):
+    """The job role fails its run through its lease function: the notification is derived
+    in that transaction all the same; the role itself can neither read nor forge one."""
+    job = define(conn, now=T0, notify={"targets": [webhook(receiver)]})
+    run = claimed_run(conn, job, T0)
+    with connection.connect(job_dsn) as pod:
+        assert lease.finish(
+            pod, lease.Lease(run.id, run.lease_token), "FAILED", reason="NonZeroExit"
+        )
+        for statement in (
+            "SELECT * FROM pgsched.notifications",
+            "UPDATE pgsched.notifications SET state = 'DELIVERED'",
+            "INSERT INTO pgsched.run_events (run_id, definition_id, status, attempt, trigger)"
+            " VALUES (1, gen_random_uuid(), 'FAILED', 1, 'manual')",
+            "SELECT pgsched.finish_by('1h', now(), 'UTC')",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                pod.execute(statement)
+    settle.run_once(conn, now=T0)
+    drain(conn, notify)
+    assert events_received(receiver) == ["failed"]
