@@ -112,3 +112,8 @@ RETURNING run_id;
 
 -- name: run_deadline
 SELECT * FROM pgsched.run_deadlines WHERE run_id = %(run_id)s;
+
+-- name: forget_deadlines_of_dropped_runs
+-- Marks of runs whose history month was dropped (engine/history.py).
+DELETE FROM pgsched.run_deadlines AS m
+WHERE NOT EXISTS (SELECT FROM pgsched.job_runs AS r WHERE r.id = m.run_id);
