@@ -518,3 +518,42 @@ def test_a_job_pods_own_failure_notifies_and_its_login_cannot_reach_the_outbox(
     settle.run_once(conn, now=T0)
     drain(conn, notify)
     assert events_received(receiver) == ["failed"]
+
+
+def test_a_url_kept_in_a_secret_is_read_from_it_and_a_bad_one_is_not_followed(conn, receiver):
+    secrets = Secrets(
+        {
+            ("default", "chat", "url"): receiver.url.encode(),
+            ("default", "chat", "bad"): b"file:///x",
+        }
+    )
+    notify = notifier.Notifier(secrets)
+    try:
+        job = define(
+            conn,
+            now=T0,
+            notify={
+                "targets": [
+                    {
+                        "name": "good",
+                        "type": "Slack",
+                        "urlSecretRef": {"name": "chat", "key": "url"},
+                    },
+                    {
+                        "name": "bad",
+                        "type": "Slack",
+                        "urlSecretRef": {"name": "chat", "key": "bad"},
+                    },
+                ]
+            },
+        )
+        fail(conn, job, T0)
+        drain(conn, notify)
+    finally:
+        notify.close()
+    assert len(receiver.received()) == 1 and "text" in receiver.received()[0].json
+    states = {row["target_name"]: row for row in outbox(conn)}
+    assert states["good"]["state"] == "DELIVERED"
+    assert (
+        states["bad"]["state"] == "PENDING" and "not an http(s) URL" in states["bad"]["last_error"]
+    )

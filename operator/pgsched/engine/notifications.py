@@ -134,9 +134,7 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
             "exactly one of url or urlSecretRef must be set",
             "url: 'https://hooks.example.com/pgsched'",
         )
-    elif url is not None and (
-        not isinstance(url, str) or len(url) > MAX_URL_LENGTH or not _URL.match(url)
-    ):
+    elif url is not None and not valid_url(url):
         problems.add(
             f"{path}.url",
             f"{url!r} is not an http(s) URL without credentials",
@@ -163,6 +161,11 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
             "events: [failed, recovered]",
         )
     return name
+
+
+def valid_url(url: Any) -> bool:
+    """An http(s) URL without credentials, spaces or an absurd length."""
+    return isinstance(url, str) and len(url) <= MAX_URL_LENGTH and bool(_URL.match(url))
 
 
 def secret_ref(value: Any, path: str, problems: Problems | None = None) -> SecretRef | None:

@@ -204,7 +204,7 @@ class Notifier:
             answer = receivers.post(
                 url, body, headers, timeout=self.timeout, deadline=self.deadline
             )
-        except (OSError, http.client.HTTPException) as error:
+        except (OSError, ValueError, http.client.HTTPException) as error:  # ValueError: a bad port
             return Outcome("failed", f"{host}: {type(error).__name__}: {error}")
         finally:
             self._leave(host)
@@ -214,10 +214,11 @@ class Notifier:
         url = claimed.target.get("url")
         if isinstance(url, str):
             return url
-        text = self._secret(claimed.namespace, claimed.target["urlSecretRef"]).decode().strip()
-        if not text.startswith(("https://", "http://")):
-            raise SecretError("the URL read from urlSecretRef is not an http(s) URL")
-        return text
+        text = self._secret(claimed.namespace, claimed.target["urlSecretRef"])
+        url = text.decode("utf-8", "replace").strip()
+        if not notifications.valid_url(url):
+            raise SecretError("the value of urlSecretRef is not an http(s) URL without credentials")
+        return url
 
     def _secret(self, namespace: str, ref: Any) -> bytes:
         found = notifications.secret_ref(ref, "secretRef")
