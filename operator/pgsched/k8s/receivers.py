@@ -29,13 +29,13 @@ import json
 import socket
 import ssl
 import threading
-import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pgsched import __version__
+from pgsched.db import clock
 from pgsched.k8s import names
 
 MAX_RESPONSE_BYTES = 4096
@@ -112,7 +112,7 @@ def headers_for(
         "Connection": "close",
     }
     if signing_key is not None:
-        timestamp = str(int(time.time()))
+        timestamp = str(int(clock.local().timestamp()))  # the receiver compares its own
         headers[TIMESTAMP_HEADER] = timestamp
         headers[SIGNATURE_HEADER] = signature(signing_key, timestamp, body)
     return headers
