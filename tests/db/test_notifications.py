@@ -166,9 +166,8 @@ def test_a_final_failure_reaches_each_target_type_once_signed_and_keyed(conn, no
     assert len(keys) == 3  # one per target
 
 
-def test_failed_is_sent_for_the_final_attempt_only_by_default_and_retried_for_each(
-    conn, receiver, notify
-):
+def fail_both_attempts(conn, receiver, **notify):
+    """A job with one retry, whose attempts both fail."""
     job = define(
         conn,
         now=T0,
@@ -177,34 +176,26 @@ def test_failed_is_sent_for_the_final_attempt_only_by_default_and_retried_for_ea
             "retryOn": ["NonZeroExit"],
             "backoff": {"initialSeconds": 0, "jitter": 0},
         },
-        notify={"targets": [webhook(receiver)]},
+        notify={**notify, "targets": [webhook(receiver)]},
     )
     fail(conn, job, T0)
     [retry] = dispatch.run_once(
         conn, RecordingLauncher(), definition_ids=[job.id], now=T0 + timedelta(seconds=1)
     ).claimed
     end_run(conn, retry, "FAILED", T0 + timedelta(seconds=2), reason="NonZeroExit")
+
+
+def test_failed_is_sent_for_the_final_attempt_only_by_default_and_retried_for_each(
+    conn, receiver, notify
+):
+    fail_both_attempts(conn, receiver)
     drain(conn, notify)
     assert events_received(receiver) == ["retried", "failed"]
     assert [r.json["run"]["attempt"] for r in receiver.received()] == [2, 2]
 
 
 def test_failed_on_each_attempt_sends_every_failure_in_order(conn, receiver, notify):
-    job = define(
-        conn,
-        now=T0,
-        retryPolicy={
-            "maxAttempts": 2,
-            "retryOn": ["NonZeroExit"],
-            "backoff": {"initialSeconds": 0, "jitter": 0},
-        },
-        notify={"failedOn": "EachAttempt", "targets": [webhook(receiver)]},
-    )
-    fail(conn, job, T0)
-    [retry] = dispatch.run_once(
-        conn, RecordingLauncher(), definition_ids=[job.id], now=T0 + timedelta(seconds=1)
-    ).claimed
-    end_run(conn, retry, "FAILED", T0 + timedelta(seconds=2), reason="NonZeroExit")
+    fail_both_attempts(conn, receiver, failedOn="EachAttempt")
     drain(conn, notify)
     assert events_received(receiver) == ["failed", "retried", "failed"]
 
