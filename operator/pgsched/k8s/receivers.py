@@ -43,7 +43,7 @@ SIGNATURE_HEADER = "X-Pgsched-Signature"
 TIMESTAMP_HEADER = "X-Pgsched-Timestamp"
 _DESCRIBED = {
     "failed": "failed",
-    "retried": "failed and is retried",
+    "retried": "is queued: its previous attempt failed",
     "autoSuspended": "failed too often: the ScheduledJob is suspended",
     "skipped": "was skipped",
     "recovered": "succeeded after a failure",
