@@ -548,3 +548,42 @@ def test_a_url_kept_in_a_secret_is_read_from_it_and_a_bad_one_is_not_followed(co
     assert (
         states["bad"]["state"] == "PENDING" and "not an http(s) URL" in states["bad"]["last_error"]
     )
+
+
+def test_a_replica_lost_after_the_receiver_took_a_notification_means_a_redelivery_with_its_key(
+    conn, receiver
+):
+    """At least once, honestly: the answer was never recorded (the replica died), so once
+    its lease runs out another replica sends it again, with the same idempotency key. A
+    graceful stop records what is under way and sends nothing twice."""
+    job = define(conn, now=T0, notify={"targets": [webhook(receiver)]})
+    fail(conn, job, T0)
+    fail(conn, job, T0 + timedelta(minutes=1))
+    lost = notifier.Notifier(Secrets(dict(SECRETS)))
+    assert lost.run_once(conn).claimed == 1  # the head of the line
+    wait_until = time.monotonic() + 5
+    while not receiver.received() and time.monotonic() < wait_until:
+        time.sleep(0.01)
+    lost.close()  # dies without recording: the first notification stays leased
+    assert [row["state"] for row in outbox(conn)] == ["PENDING", "PENDING"]
+
+    graceful = notifier.Notifier(Secrets(dict(SECRETS)))
+    assert graceful.run_once(conn).claimed == 0  # the line waits for its leased head
+    later = conn.execute("SELECT now() + interval '61 seconds' AS at").fetchone()["at"]
+    drain(conn, graceful, now=later)  # the lease ran out
+    assert graceful.run_once(conn, now=later).claimed == 0
+    graceful.close(conn)
+    keys = [request.headers["Idempotency-Key"] for request in receiver.received()]
+    assert len(keys) == 3 and keys[0] == keys[1] != keys[2]
+    assert [row["state"] for row in outbox(conn)] == ["DELIVERED", "DELIVERED"]
+
+
+def test_a_graceful_stop_records_the_delivery_under_way(conn, receiver):
+    receiver.hang = 0.5
+    job = define(conn, now=T0, notify={"targets": [webhook(receiver)]})
+    fail(conn, job, T0)
+    stopping = notifier.Notifier(Secrets(dict(SECRETS)))
+    assert stopping.run_once(conn).claimed == 1
+    assert stopping.close(conn).delivered  # waited for the receiver, then recorded it
+    assert [row["state"] for row in outbox(conn)] == ["DELIVERED"]
+    assert len(receiver.received()) == 1

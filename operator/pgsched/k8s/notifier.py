@@ -158,9 +158,7 @@ class Notifier:
         workers. Never waits for a receiver."""
         result = NotifyResult()
         at = clock.now(conn, now)
-        for future in [future for future in self._in_flight if future.done()]:
-            claimed = self._in_flight.pop(future)
-            self._record(conn, claimed, _outcome(future), at, result)
+        self._record_finished(conn, at, result)
         idle = self.workers - len(self._in_flight)
         for claimed in notifications.claim(
             conn, limit=idle, lease_seconds=self.lease_seconds, now=now
@@ -175,10 +173,21 @@ class Notifier:
     def busy(self) -> bool:
         return bool(self._in_flight)
 
-    def close(self) -> None:
-        """Stop taking work, without waiting: deliveries under way end within
-        ``deadline``, unrecorded; their leases run out and they are delivered again."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, conn: Connection | None = None) -> NotifyResult:
+        """Stop taking work. With ``conn`` (a graceful stop), wait for the deliveries under
+        way (each ends within ``deadline``) and record them, so a restart sends nothing
+        twice; without, or if recording fails, their leases run out and they are
+        delivered again."""
+        result = NotifyResult()
+        self._pool.shutdown(wait=conn is not None, cancel_futures=True)
+        if conn is not None:
+            self._record_finished(conn, clock.now(conn), result)
+        return result
+
+    def _record_finished(self, conn: Connection, at: datetime, result: NotifyResult) -> None:
+        for future in [future for future in self._in_flight if future.done()]:
+            claimed = self._in_flight.pop(future)
+            self._record(conn, claimed, _outcome(future), at, result)
 
     # -- A worker's part ----------------------------------------------------------------
 
@@ -304,6 +313,8 @@ class Notifier:
 
 
 def _outcome(future: Future[Outcome]) -> Outcome:
+    if future.cancelled():  # never started (a stop): back in line, no attempt spent
+        return Outcome("deferred")
     try:
         return future.result()
     except Exception as error:  # a bug in a worker: the attempt failed, the loop goes on

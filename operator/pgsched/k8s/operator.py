@@ -201,7 +201,10 @@ class EngineThreads:
         try:
             loop.run(services, self.stop, on_error=on_error)
         finally:
-            notify.close()
+            try:  # record what receivers took, so a restart does not send it again
+                notify.close(session.connection())
+            except psycopg.Error:
+                notify.close()  # unrecorded: delivered again once their leases run out
             session.close()
 
     def _connector(self, application_name: str) -> Any:
