@@ -18,10 +18,13 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from db.test_publisher_turns import Api
 from factories import RecordingLauncher, define
+from pgsched import metrics
 from pgsched.db import connection
-from pgsched.engine import dispatch, lease, materialize, notifications, runs, settle
+from pgsched.engine import deadlines, dispatch, lease, materialize, notifications, runs, settle
 from pgsched.k8s import notifier
+from pgsched.k8s.publisher import Publisher
 from receiver import Receiver
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -269,8 +272,6 @@ def test_no_notification_without_a_committed_change(conn, receiver):
 
 
 def test_a_missed_deadline_is_announced_once_while_the_run_keeps_running(conn, receiver, notify):
-    from pgsched.engine import deadlines
-
     job = define(conn, now=T0, deadline="1m", notify={"targets": [webhook(receiver)]})
     run = claimed_run(conn, job, T0)
     assert deadlines.run_once(conn, now=T0 + timedelta(seconds=59)).missed == []
@@ -288,6 +289,19 @@ def test_a_missed_deadline_is_announced_once_while_the_run_keeps_running(conn, r
     assert len(notes) == 1  # the publisher's Warning Event and metric
     end_run(conn, run, "COMPLETED", T0 + timedelta(minutes=5))
     assert runs.get(conn, run.id).status == "COMPLETED"
+
+
+def test_a_missed_deadline_is_a_warning_event_and_a_metric(conn):
+    job = define(conn, "late", now=T0, deadline="1m")
+    run = claimed_run(conn, job, T0)
+    before = metrics.DEADLINES_MISSED.labels("default")._value.get()
+    api = Api(conn)
+    Publisher(api).run_once(conn)
+    deadlines.run_once(conn, now=T0 + timedelta(minutes=2))
+    Publisher(api).run_once(conn)
+    assert api.events[-1] == ("late", "RunDeadlineMissed")
+    assert metrics.DEADLINES_MISSED.labels("default")._value.get() == before + 1
+    assert runs.get(conn, run.id).status == "RUNNING"
 
 
 @pytest.mark.parametrize(
