@@ -107,3 +107,21 @@ UI_REQUEST_SECONDS = Histogram(
     ["page", "code"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10),
 )
+# Notifications (issue 28, k8s/notifier.py) and finish-by deadlines (engine/deadlines.py).
+DEADLINES_MISSED = Counter(
+    "pgsched_deadlines_missed_total",
+    "Runs not finished by their spec.deadline (they keep running), counted by the publisher.",
+    ["namespace"],
+)
+NOTIFICATIONS = Counter(
+    "pgsched_notifications_total",
+    "Notification delivery attempts by this replica, by target type and outcome (delivered,"
+    " failed: retried later, dead: a dead letter, deferred: the receiver's rate bound).",
+    ["namespace", "type", "outcome"],
+)
+NOTIFICATIONS_DEAD = Gauge(
+    "pgsched_notifications_dead",
+    "Dead-lettered notifications kept in the outbox, by namespace (every replica reports the"
+    " same value: aggregate with max()).",
+    ["namespace"],
+)

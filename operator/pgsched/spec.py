@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from pgsched import names, schedule
-from pgsched.engine import chain, definitions, starts
+from pgsched.engine import chain, deadlines, definitions, notifications, starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, timeline, zones
@@ -61,6 +61,8 @@ _EXTRA_FIELDS = {
     "successfulRunsHistoryLimit",
     "failedRunsHistoryLimit",
     "pool",
+    "notify",
+    "deadline",
 }
 
 
@@ -596,6 +598,8 @@ def _heartbeat(check: _Checker) -> tuple[int, int, int]:
 
 
 def _extra_fields(check: _Checker) -> None:
+    notifications.parse(check.spec.get("notify"), check.problems)
+    deadlines.parse(check.spec.get("deadline"), check.problems)
     for key in ("successfulRunsHistoryLimit", "failedRunsHistoryLimit"):
         check.integer(check.spec, key, path=key, default=None, minimum=0, example=f"{key}: 3")
     # Read from the stored spec by engine.starts (with its defaults).

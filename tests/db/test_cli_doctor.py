@@ -64,6 +64,7 @@ def test_doctor_on_a_healthy_installation_reports_ok_and_exits_0(dsn, conn):
         "materialization": "ok",
         "publisher": "ok",
         "auto-suspended": "ok",
+        "notifications": "ok",
         "not ready": "ok",
         "kubernetes": "skip",
     }
@@ -129,6 +130,27 @@ def test_doctor_lists_auto_suspended_jobs_with_the_fix(dsn, conn):
         status, detail = checks(pgsched("doctor", "-o", "json", dsn=dsn))["auto-suspended"]
     assert status == "warn"
     assert "default/flaky: 3 consecutive runs failed" in detail and "pgsched resume" in detail
+
+
+def test_doctor_lists_dead_lettered_notifications_with_their_error(dsn, conn):
+    job = define(
+        conn,
+        "nightly",
+        schedule="0 8 * * *",
+        notify={"targets": [{"name": "chat", "type": "Slack", "url": "http://127.0.0.1:9/"}]},
+    )
+    runs.run_now(conn, job.id, token="t")
+    conn.execute("UPDATE pgsched.job_runs SET status = 'SKIPPED', reason = 'Suspended'")
+    conn.execute(
+        "UPDATE pgsched.notifications SET state = 'DEAD', attempts = 10,"
+        " last_error = '127.0.0.1:9 answered 500: oops', finished_at = now()"
+    )
+    with tick_once(dsn):
+        status, detail = checks(pgsched("doctor", "-o", "json", dsn=dsn))["notifications"]
+    assert status == "warn"
+    assert "1 notifications were not delivered" in detail
+    assert "default/nightly run" in detail and "skipped to chat after 10 attempts" in detail
+    assert "answered 500: oops" in detail
 
 
 def test_doctor_lists_scheduled_jobs_whose_spec_was_rejected(dsn, conn):

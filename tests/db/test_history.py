@@ -320,3 +320,30 @@ def test_the_previous_release_s_drop_still_drops_a_month_in_one_call(conn):
         "SELECT pgsched.drop_run_partition('job_runs_y2026m05', '200 ms') AS outcome"
     ).fetchone()
     assert again["outcome"] == "gone"
+
+
+def test_finish_by_marks_of_dropped_months_go_with_them(conn):
+    _seed(conn, definitions=1, runs_each=0)
+    definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
+    for month in ("2026-05-01", "2026-11-01"):
+        conn.execute("SELECT pgsched.create_run_partition(%s::timestamptz)", [month])
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+        " finished_at, settled_at)"
+        " SELECT %s, 'COMPLETED', 'schedule', m, m, m"
+        " FROM unnest(ARRAY['2026-05-01', '2026-11-01']::timestamptz[]) AS m",
+        [definition],
+    )
+    conn.execute(
+        "INSERT INTO pgsched.run_deadlines (run_id, deadline_at, missed_at)"
+        " SELECT id, scheduled_for, scheduled_for FROM pgsched.job_runs"
+    )
+    assert history.run_once(conn, retention=timedelta(days=90), now=NOW).dropped == [
+        "job_runs_y2026m05"
+    ]
+    kept = conn.execute(
+        "SELECT r.scheduled_for FROM pgsched.run_deadlines AS m"
+        " JOIN pgsched.job_runs AS r ON r.id = m.run_id"
+    ).fetchall()
+    assert [row["scheduled_for"].month for row in kept] == [11]
+    assert conn.execute("SELECT count(*) AS n FROM pgsched.run_deadlines").fetchone()["n"] == 1

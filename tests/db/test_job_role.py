@@ -13,17 +13,6 @@ from pgsched.db import connection
 from pgsched.engine import dispatch, lease, runs
 
 
-@pytest.fixture
-def job_dsn(dsn, conn):
-    user = f"job_{uuid.uuid4().hex[:8]}"
-    conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
-    database = conn.info.dbname
-    conn.execute(f"GRANT CONNECT ON DATABASE {database} TO {user}")
-    yield dsn.replace("user=postgres", f"user={user}")
-    conn.execute(f"DROP OWNED BY {user}")
-    conn.execute(f"DROP ROLE {user}")
-
-
 def start(conn, job, token):
     runs.run_now(conn, job.id, token=token)
     [run] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id]).claimed

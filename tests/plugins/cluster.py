@@ -69,10 +69,7 @@ def cluster() -> Iterator[ControlPlane]:
             print(f"\ncontrol plane work dir kept: {control_plane.work_dir}")
 
 
-@pytest.fixture
-def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
-    name = f"t-{slug[:48].strip('-')}-{secrets.token_hex(3)}"
+def create_namespace(cluster: ControlPlane, name: str) -> None:
     cluster.api.create(
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
@@ -82,6 +79,13 @@ def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator
         timeout=30,
         describe=f"ServiceAccount {name}/default",
     )
+
+
+@pytest.fixture
+def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
+    name = f"t-{slug[:48].strip('-')}-{secrets.token_hex(3)}"
+    create_namespace(cluster, name)
     yield name
     try:
         cluster.api.delete(f"/api/v1/namespaces/{name}")

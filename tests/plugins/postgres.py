@@ -51,6 +51,18 @@ def conn(dsn: str) -> Iterator[connection.Connection]:
         yield db
 
 
+@pytest.fixture
+def job_dsn(dsn: str, conn: connection.Connection) -> Iterator[str]:
+    """A login of the job pods' role (``pgsched_job``) on the test's database."""
+    user = f"job_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
+    database = conn.info.dbname
+    conn.execute(f"GRANT CONNECT ON DATABASE {database} TO {user}")
+    yield dsn.replace("user=postgres", f"user={user}")
+    conn.execute(f"DROP OWNED BY {user}")
+    conn.execute(f"DROP ROLE {user}")
+
+
 def migrated_server(settings: dict[str, str] | None = None) -> Iterator[PostgresServer]:
     """A server of its own with the schema migrated, removed afterwards (fixture body)."""
     server = PostgresServer(settings=settings or {}).start()

@@ -90,3 +90,21 @@ def test_crd_defaults_match_the_validator_defaults():
     }
     for field, values in enums.items():
         assert tuple(properties[field]["enum"]) == values
+
+
+def test_crd_schemas_are_structural_no_additional_properties_beside_properties():
+    """The API server refuses a CRD whose schema node has both (it prunes unknown fields
+    instead); kubectl apply of the chart's CRDs would fail."""
+
+    def offending(node, path):
+        if isinstance(node, dict):
+            if "properties" in node and "additionalProperties" in node:
+                yield path
+            for key, value in node.items():
+                yield from offending(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from offending(value, f"{path}[{index}]")
+
+    for path in sorted((Path(__file__).parents[2] / "crds").glob("*.yaml")):
+        assert list(offending(yaml.safe_load(path.read_text()), path.name)) == []

@@ -13,7 +13,8 @@ at what the operator is doing:
   a tick, so any here means no tick is leading), QUEUED long past due while their
   ScheduledJob has free slots (waiting at ``maxConcurrentRuns`` is backpressure, reported
   but not a failure), definitions whose next occurrence was never materialized;
-- the publisher's backlog (statuses and Events lagging), automatic suspensions, the
+- the publisher's backlog (statuses and Events lagging), automatic suspensions,
+  notifications that ended as dead letters (``engine.notifications``), the
   clock difference between this machine and the database, and the replication the
   database runs on (what a failover would lose, and the settings that make it lossless);
 - Kubernetes, when credentials are at hand: the API server answers and the ScheduledJob
@@ -37,7 +38,7 @@ import psycopg
 
 from pgsched.cli import common, output, target
 from pgsched.db import boundary, clock, connection, preflight, queries, replication
-from pgsched.engine import leader
+from pgsched.engine import leader, notifications
 
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
@@ -138,6 +139,7 @@ def _database(args: argparse.Namespace, *, ready: bool) -> list[Finding]:
         findings += _stuck(conn, args.queued_threshold)
         findings.append(_outbox(conn))
         findings.append(_auto_suspended(conn))
+        findings.append(_dead_letters(conn))
         if ready:
             findings.append(_rejected(conn))
     return findings
@@ -347,6 +349,24 @@ def _auto_suspended(conn: Connection) -> Finding:
         "warn",
         f"{len(rows)} suspended after repeated failures ({listed}); fix the cause, then"
         " `pgsched resume SJ -n NAMESPACE`",
+    )
+
+
+def _dead_letters(conn: Connection) -> Finding:
+    rows = notifications.dead_letters(conn, limit=EXAMPLES)
+    if not rows:
+        return Finding("notifications", "ok", "no dead-lettered notification")
+    total = sum(notifications.dead_counts(conn).values())
+    listed = "; ".join(
+        f"{row['namespace']}/{row['name']} run {row['run_id']} {row['event']} to"
+        f" {row['target_name']} after {row['attempts']} attempts: {row['last_error']}"
+        for row in rows
+    )
+    return Finding(
+        "notifications",
+        "warn",
+        f"{total} notifications were not delivered (dead letters: {listed}); fix the target"
+        " (URL, Secret, receiver) in spec.notify: later notifications are sent as usual",
     )
 
 

@@ -112,7 +112,7 @@ def run_once(
         )
         result.pruned = pruned.rowcount
     if result.pruned:
-        conn.execute(queries.get("forget_starts_of_dropped_runs"))
+        _forget_rows_of_dropped_runs(conn)
     return result
 
 
@@ -152,9 +152,15 @@ def _drop_detached(conn: Connection, result: HistoryResult) -> bool:
         elif outcome == "busy":
             log.info("detached partition %s not dropped yet: %s", row["name"], _KEPT["busy"])
             result.kept.append(month)
-    if result.dropped:  # their runs' starts (migration 0023) go with them
-        conn.execute(queries.get("forget_starts_of_dropped_runs"))
+    if result.dropped:
+        _forget_rows_of_dropped_runs(conn)
     return True
+
+
+def _forget_rows_of_dropped_runs(conn: Connection) -> None:
+    """Their runs' starts (migration 0023) and finish-by marks (0024) go with them."""
+    for query in ("forget_starts_of_dropped_runs", "forget_deadlines_of_dropped_runs"):
+        conn.execute(queries.get(query))
 
 
 _KEPT = {

@@ -124,6 +124,8 @@ def _settle_batch(
                     touched.add(definition.id)
                     finals.append(chain.Final(run.id, "Failed"))
         result.chained += chain.fire(conn, finals, now=at)
+        if not_retried:  # before the suspension these failures may cause (its note follows)
+            conn.execute(queries.get("announce_final_failures"), {"ids": not_retried})
         if touched:
             ids = sorted(touched)
             suspended = conn.execute(
@@ -153,8 +155,6 @@ def _settle_batch(
             queries.get("mark_settled"),
             {"ids": list(decisions), "decisions": list(decisions.values()), "now": at},
         )
-        if not_retried:
-            conn.execute(queries.get("announce_final_failures"), {"ids": not_retried})
         result.settled += len(runs)
         return len(runs)
 

@@ -52,7 +52,7 @@ import psycopg
 from pgsched import metrics
 from pgsched.db import boundary, connection, preflight, primaries, replication
 from pgsched.db.session import Session
-from pgsched.engine import history, loop
+from pgsched.engine import deadlines, history, loop
 from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import (
     api,
@@ -61,6 +61,7 @@ from pgsched.k8s import (
     health,
     jobevents,
     names,
+    notifier,
     pool_status,
     resync,
     scheduledjobs,
@@ -140,6 +141,7 @@ class EngineThreads:
         pools_seen = pool_status.PoolStatus(kube)
         judge = verdicts.Verdicts(kube)
         pod_starts = starts.Starts(kube)
+        notify = notifier.Notifier(notifier.KubeSecrets(kube))
         services = [
             loop.Service(
                 "publishing run events",
@@ -168,6 +170,17 @@ class EngineThreads:
                 settings.verdict_interval_seconds,
             ),
             loop.Service(
+                "finish-by deadlines",
+                lambda: deadlines.run_once(session.connection(), now=self.clock()),
+                deadlines.INTERVAL_SECONDS,
+            ),
+            # Never waits for a receiver: deliveries run on the notifier's own workers.
+            loop.Service(
+                "notifications",
+                lambda: notify.run_once(session.connection(), now=self.clock()),
+                settings.publish_interval_seconds,
+            ),
+            loop.Service(
                 "history partitions",
                 lambda: history.run_once(
                     session.connection(), retention=settings.history_retention, now=self.clock()
@@ -189,6 +202,10 @@ class EngineThreads:
         try:
             loop.run(services, self.stop, on_error=on_error)
         finally:
+            try:  # record what receivers took, so a restart does not send it again
+                notify.close(session.connection())
+            except psycopg.Error:
+                notify.close()  # unrecorded: delivered again once their leases run out
             session.close()
 
     def _connector(self, application_name: str) -> Any:

@@ -74,6 +74,8 @@ _EVENTS: dict[str, tuple[str, str]] = {
 # that a failed run is not retried (the RunNotRetried Event says why).
 AUTO_SUSPENDED = "AUTO_SUSPENDED"
 NOT_RETRIED = "NOT_RETRIED"
+# The deadline service's note: a run not finished by its spec.deadline (engine.deadlines).
+DEADLINE_MISSED = "DEADLINE_MISSED"
 # How long one batch publishes before it commits and claims again in fresh turns.
 BATCH_SECONDS = 1.0
 # Status patches that found the ScheduledJob changed since it was read, before giving up
@@ -141,7 +143,9 @@ class Publisher:
         """Count one change in the run metrics and post its Event; 1 if one was posted."""
         if row["status"] == AUTO_SUSPENDED:
             return 0  # only the status refresh; its Event comes from there
-        if row["status"] != NOT_RETRIED:
+        if row["status"] == DEADLINE_MISSED:
+            metrics.DEADLINES_MISSED.labels(row["namespace"]).inc()
+        elif row["status"] != NOT_RETRIED:
             _count(row)
         return 1 if self._post_run_event(row) else 0
 
@@ -330,6 +334,8 @@ class Publisher:
 def _event_kind(row: Obj) -> tuple[str, str] | None:
     if row["status"] == NOT_RETRIED:
         return "Warning", "RunNotRetried"
+    if row["status"] == DEADLINE_MISSED:
+        return "Warning", "RunDeadlineMissed"
     if row["status"] == "QUEUED":
         return ("Normal", "RunRetrying") if row["trigger"] == "retry" else None
     return _EVENTS.get(row["status"])
@@ -348,6 +354,8 @@ def event_message(row: Obj) -> str:
     if state == NOT_RETRIED:
         why = str(row.get("retry_decision") or "").removeprefix("not retried: ")
         return f"{run} failed with {row['reason']} and is not retried: {why}"
+    if state == DEADLINE_MISSED:
+        return f"{run} has not finished by its deadline (spec.deadline); it keeps running"
     if state == "QUEUED":
         why = row.get("retry_of_decision") or ""
         why = f" ({why.split(': ', 1)[-1]})" if ": " in why else ""

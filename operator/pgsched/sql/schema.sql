@@ -535,6 +535,66 @@ CREATE FUNCTION pgsched.current_timeline() RETURNS bigint
 $$;
 
 --
+-- Name: derive_notifications(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.derive_notifications() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO pgsched.notifications
+        (idempotency_key, definition_id, namespace, name, run_id, event, target_name, target,
+         payload)
+    SELECT format('%s/%s/%s/%s', e.definition_id, e.run_id, e.event, t.target->>'name'),
+           e.definition_id, e.namespace, e.name, e.run_id, e.event, t.target->>'name', t.target,
+           jsonb_build_object(
+               'event', e.event,
+               'idempotencyKey',
+               format('%s/%s/%s/%s', e.definition_id, e.run_id, e.event, t.target->>'name'),
+               'occurredAt', e.at,
+               'scheduledJob', jsonb_build_object(
+                   'namespace', e.namespace, 'name', e.name, 'uid', e.definition_id),
+               'run', jsonb_build_object(
+                   'id', e.run_id, 'attempt', e.attempt, 'trigger', e.trigger,
+                   'status', r.status, 'reason', e.reason, 'error', left(r.error, 2000),
+                   'scheduledFor', r.scheduled_for, 'startedAt', r.started_at,
+                   'finishedAt', r.finished_at, 'retryOf', r.retry_of,
+                   'deadlineAt', m.deadline_at))
+    FROM (
+        SELECT n.id, n.run_id, n.definition_id, n.reason, n.attempt, n.trigger, n.at,
+               d.namespace, d.name, d.spec->'notify' AS notify,
+               CASE n.status
+                   WHEN 'FAILED' THEN CASE WHEN d.spec->'notify'->>'failedOn' = 'EachAttempt'
+                                           THEN 'failed' END
+                   WHEN 'NOT_RETRIED' THEN CASE WHEN d.spec->'notify'->>'failedOn' = 'EachAttempt'
+                                                THEN NULL ELSE 'failed' END
+                   WHEN 'QUEUED' THEN 'retried'
+                   WHEN 'AUTO_SUSPENDED' THEN 'autoSuspended'
+                   WHEN 'SKIPPED' THEN 'skipped'
+                   WHEN 'COMPLETED' THEN CASE WHEN n.attempt > 1 OR d.consecutive_failures > 0
+                                              THEN 'recovered' END
+                   WHEN 'DEADLINE_MISSED' THEN 'deadlineMissed'
+               END AS event
+        FROM new_rows AS n
+        JOIN pgsched.job_definitions AS d ON d.id = n.definition_id
+        WHERE n.status IN ('FAILED', 'NOT_RETRIED', 'QUEUED', 'AUTO_SUSPENDED', 'SKIPPED',
+                           'COMPLETED', 'DEADLINE_MISSED')
+          AND (n.status <> 'QUEUED' OR n.trigger = 'retry')
+          AND d.spec ? 'notify'
+    ) AS e
+    CROSS JOIN LATERAL jsonb_array_elements(e.notify->'targets') AS t(target)
+    JOIN pgsched.job_runs AS r ON r.id = e.run_id
+    LEFT JOIN pgsched.run_deadlines AS m ON m.run_id = e.run_id
+    WHERE e.event IS NOT NULL
+      AND (NOT t.target ? 'events' OR t.target->'events' ? e.event)
+    ORDER BY e.id, t.target->>'name'
+    ON CONFLICT (idempotency_key) DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: detach_run_partition(text, interval); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -693,6 +753,25 @@ BEGIN
     RETURN 'dropped';
 END;
 $$;
+
+--
+-- Name: finish_by(text, timestamp with time zone, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.finish_by(deadline text, scheduled_for timestamp with time zone, zone text) RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+    SELECT CASE
+        WHEN deadline IS NULL THEN NULL
+        WHEN deadline ~ '^[0-9]{2}:[0-9]{2}$' THEN (
+            SELECT CASE WHEN candidate > scheduled_for THEN candidate
+                        ELSE ((local_day + 1) + deadline::time) AT TIME ZONE zone END
+            FROM (SELECT (scheduled_for AT TIME ZONE zone)::date AS local_day) AS d,
+                 LATERAL (SELECT (d.local_day + deadline::time) AT TIME ZONE zone AS candidate) AS c)
+        ELSE scheduled_for + deadline::interval
+    END
+$_$;
 
 --
 -- Name: finish_run(bigint, uuid, text, text, text, integer, text); Type: FUNCTION; Schema: pgsched; Owner: -
@@ -1328,6 +1407,45 @@ CREATE TABLE pgsched.leader_locks (
 );
 
 --
+-- Name: notifications; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.notifications (
+    id bigint NOT NULL,
+    idempotency_key text NOT NULL,
+    definition_id uuid NOT NULL,
+    namespace text NOT NULL,
+    name text NOT NULL,
+    run_id bigint NOT NULL,
+    event text NOT NULL,
+    target_name text NOT NULL,
+    target jsonb NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    state text DEFAULT 'PENDING'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone,
+    leased_until timestamp with time zone,
+    lease_token uuid,
+    last_error text,
+    finished_at timestamp with time zone,
+    CONSTRAINT notifications_state_check CHECK ((state = ANY (ARRAY['PENDING'::text, 'DELIVERED'::text, 'DEAD'::text])))
+);
+
+--
+-- Name: notifications_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE pgsched.notifications ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgsched.notifications_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: pool_member_refreshes; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1361,6 +1479,16 @@ ALTER SEQUENCE pgsched.pool_member_refreshes_requested_seq OWNED BY pgsched.pool
 CREATE TABLE pgsched.published_generations (
     definition_id uuid NOT NULL,
     generation bigint NOT NULL
+);
+
+--
+-- Name: run_deadlines; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_deadlines (
+    run_id bigint NOT NULL,
+    deadline_at timestamp with time zone NOT NULL,
+    missed_at timestamp with time zone NOT NULL
 );
 
 --
@@ -1495,6 +1623,20 @@ ALTER TABLE ONLY pgsched.leader_locks
     ADD CONSTRAINT leader_locks_pkey PRIMARY KEY (name);
 
 --
+-- Name: notifications notifications_idempotency_key_key; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.notifications
+    ADD CONSTRAINT notifications_idempotency_key_key UNIQUE (idempotency_key);
+
+--
+-- Name: notifications notifications_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.notifications
+    ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
+
+--
 -- Name: pool_member_refreshes pool_member_refreshes_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -1507,6 +1649,13 @@ ALTER TABLE ONLY pgsched.pool_member_refreshes
 
 ALTER TABLE ONLY pgsched.published_generations
     ADD CONSTRAINT published_generations_pkey PRIMARY KEY (definition_id);
+
+--
+-- Name: run_deadlines run_deadlines_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_deadlines
+    ADD CONSTRAINT run_deadlines_pkey PRIMARY KEY (run_id);
 
 --
 -- Name: run_events run_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1706,6 +1855,24 @@ CREATE INDEX job_runs_downstream ON ONLY pgsched.job_runs USING btree (upstream_
 CREATE INDEX job_runs_default_upstream_run_id_idx ON pgsched.job_runs_default USING btree (upstream_run_id) WHERE (upstream_run_id IS NOT NULL);
 
 --
+-- Name: notifications_dead; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX notifications_dead ON pgsched.notifications USING btree (namespace, id) WHERE (state = 'DEAD'::text);
+
+--
+-- Name: notifications_finished; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX notifications_finished ON pgsched.notifications USING btree (finished_at) WHERE (state <> 'PENDING'::text);
+
+--
+-- Name: notifications_pending; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX notifications_pending ON pgsched.notifications USING btree (definition_id, target_name, id) WHERE (state = 'PENDING'::text);
+
+--
 -- Name: run_requesters_definition_id; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -1818,6 +1985,12 @@ CREATE TRIGGER job_runs_place_id BEFORE INSERT ON pgsched.job_runs FOR EACH ROW 
 --
 
 CREATE TRIGGER job_runs_status_changed AFTER UPDATE ON pgsched.job_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_run_status_changes();
+
+--
+-- Name: run_events run_events_notify; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER run_events_notify AFTER INSERT ON pgsched.run_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.derive_notifications();
 
 --
 -- Name: chain_arrivals chain_arrivals_downstream_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
@@ -2017,6 +2190,12 @@ REVOKE ALL ON FUNCTION pgsched.create_run_partition(month timestamp with time zo
 REVOKE ALL ON FUNCTION pgsched.current_timeline() FROM PUBLIC;
 
 --
+-- Name: FUNCTION derive_notifications(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.derive_notifications() FROM PUBLIC;
+
+--
 -- Name: FUNCTION detach_run_partition(partition_name text, lock_wait interval); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2051,6 +2230,12 @@ REVOKE ALL ON FUNCTION pgsched.drop_expired_run_month(table_name text, lock_wait
 --
 
 REVOKE ALL ON FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval) FROM PUBLIC;
+
+--
+-- Name: FUNCTION finish_by(deadline text, scheduled_for timestamp with time zone, zone text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.finish_by(deadline text, scheduled_for timestamp with time zone, zone text) FROM PUBLIC;
 
 --
 -- Name: FUNCTION finish_run(run_id bigint, lease uuid, final_status text, final_reason text, final_error text, final_exit_code integer, final_retry_hint text); Type: ACL; Schema: pgsched; Owner: -
