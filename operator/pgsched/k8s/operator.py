@@ -7,7 +7,8 @@ schedule safely. Then, on every replica:
 - controllers (``controller``: a list-then-watch per namespace feeding a bounded work
   queue, served by worker threads) follow ScheduledJobs (``scheduledjobs``: synced into
   the database, then finalizer, status and Event written by their own workers), our Jobs
-  (``jobevents``: outcomes) and ConcurrencyPools (``concurrencypools``). Every replica
+  (``jobevents``: outcomes), ConcurrencyPools (``concurrencypools``) and Calendars
+  (``calendars``). Every replica
   handles every event; each handling is idempotent;
 - the tick thread runs the engine loop; one replica leads each tick (``engine.leader``);
 - the publisher thread runs the operator's services (``engine.loop``): the run-events
@@ -56,6 +57,7 @@ from pgsched.engine import history, loop
 from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import (
     api,
+    calendars,
     concurrencypools,
     gauges,
     health,
@@ -297,7 +299,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
-    for plural in (names.PLURAL, names.POOL_PLURAL):
+    for plural in (names.PLURAL, names.POOL_PLURAL, names.CALENDAR_PLURAL):
         require_served(kube, group=names.GROUP, version=names.VERSION, plural=plural)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
     publisher = Publisher(kube.background(), clock=clock)
@@ -319,6 +321,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         count=WRITE_WORKERS,
     )
     pools = concurrencypools.Pools(pool, kube.background(), publisher, clock=clock)
+    calendar_handler = calendars.Calendars(pool, kube.background(), publisher, clock=clock)
     admission = _webhook(settings)
     controllers = [
         Controller(
@@ -347,6 +350,20 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             ),
             select=concurrencypools.select,
             handle=pools.handle,
+            workers=1,
+            capacity=SYNC_CAPACITY,
+        ),
+        Controller(
+            names.CALENDAR_PLURAL,
+            _watches(
+                kube,
+                settings,
+                group=names.GROUP,
+                version=names.VERSION,
+                plural=names.CALENDAR_PLURAL,
+            ),
+            select=calendars.select,
+            handle=calendar_handler.handle,
             workers=1,
             capacity=SYNC_CAPACITY,
         ),

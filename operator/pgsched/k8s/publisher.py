@@ -51,7 +51,7 @@ from uuid import UUID
 from pgsched import metrics
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import chain, definitions, pools, runs, starts
+from pgsched.engine import calendars, chain, definitions, pools, runs, starts
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.k8s import api, cleanup, names, status
 from pgsched.k8s.names import Obj
@@ -286,6 +286,7 @@ class Publisher:
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
             pool_found=_pool_found(conn, definition),
             start=starts.of_run(conn, last_run.id) if last_run else None,
+            calendars=calendars.load(conn, definition),
         )
 
     def announce_transitions(self, definition: Definition, current: Obj, new: Obj) -> None:

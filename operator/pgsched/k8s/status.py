@@ -9,12 +9,14 @@ value, as Kubernetes conventions ask.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from pgsched.engine import chain, definitions, starts
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s.names import Obj
 from pgsched.schedule import ScheduleError
+from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 NEXT_RUNS = 3
 
@@ -34,6 +36,12 @@ def schedule_text(kind: str, text: str, upstreams: list[str] | None = None) -> s
         return rule.removeprefix("RRULE:")
     if kind == "once":
         return f"once at {text}"
+    if kind == "union":
+        return " | ".join(
+            schedule_text(entry["kind"], entry["text"])
+            + (f" ({entry['timeZone']})" if "timeZone" in entry else "")
+            for entry in json.loads(text)
+        )
     return text
 
 
@@ -49,6 +57,7 @@ def render(
     triggered: list[chain.Triggered] | None = None,
     pool_found: bool = True,
     start: Start | None = None,
+    calendars: Calendars = NO_CALENDARS,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
 
@@ -60,6 +69,9 @@ def render(
     ``links`` (its upstreams and downstreams) and ``triggered`` (the runs its last run
     queued downstream) show the chain both ways. ``pool_found`` says whether the
     ConcurrencyPool its spec.pool names exists (ignored without spec.pool).
+    ``calendars``: those its spec.calendars.exclude names (``engine.calendars.load``):
+    ``nextRuns`` leaves out the occurrences they exclude, and ``CalendarsReady`` names
+    any that does not exist.
 
     ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
     RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
@@ -71,7 +83,10 @@ def render(
         after = definition.next_run_at - timedelta(microseconds=1)
         try:
             schedule = definitions.schedule_of(definition)
-            upcoming = [str(timestamp(at.at)) for at in schedule.upcoming(after, count=NEXT_RUNS)]
+            upcoming = [
+                str(timestamp(at.at))
+                for at in schedule.upcoming(after, count=NEXT_RUNS, exclusions=calendars)
+            ]
         except ScheduleError:
             # Stored by an older release that accepted what this one rejects (the resume
             # handler records the rejection): no predictions, the rest of the status renders.
@@ -136,6 +151,8 @@ def render(
     pool = definition.spec.get("pool")
     if isinstance(pool, str):
         conditions.append(_pool_condition(definition.namespace, pool, pool_found))
+    if calendars.found or calendars.missing:
+        conditions.append(_calendars_condition(definition.namespace, calendars))
     return {
         "observedGeneration": observed,
         "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
@@ -209,6 +226,21 @@ def _pool_condition(namespace: str, pool: str, found: bool) -> Obj:
     )
 
 
+def _calendars_condition(namespace: str, calendars: Calendars) -> Obj:
+    if calendars.missing:
+        return _condition(
+            "CalendarsReady",
+            False,
+            "CalendarNotFound",
+            f"Calendar {', '.join(calendars.missing)} (spec.calendars.exclude) does not exist in"
+            f" namespace {namespace}; occurrences are not checked against it until it does",
+        )
+    names = ", ".join(item.name for item in calendars.found)
+    return _condition(
+        "CalendarsReady", True, "CalendarsFound", f"occurrences on days of {names} are skipped"
+    )
+
+
 def render_rejected(
     spec: Obj, *, generation: int, message: str, now: datetime, current: Obj | None
 ) -> Obj:
@@ -221,6 +253,16 @@ def render_rejected(
         ),
         ("cron", ""),
     )
+    entries = spec.get("schedules")
+    if isinstance(entries, list):
+        kind, text = (
+            "cron",
+            " | ".join(
+                str(item.get("schedule") or item.get("rrule") or "")
+                for item in entries
+                if isinstance(item, dict)
+            ),
+        )
     ready = _condition("Ready", False, "InvalidSpec", message)
     return {
         "observedGeneration": generation,

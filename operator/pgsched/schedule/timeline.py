@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
@@ -32,10 +32,51 @@ class Recurrence(Protocol):
 class Occurrence:
     at: datetime  # UTC instant
     skipped: bool = False  # a DST-gap occurrence under the "skip" policy
+    # The zone of the schedule that produced it: calendars judge its day there.
+    zone: ZoneInfo | None = field(default=None, compare=False)
+
+
+class Exclusions(Protocol):
+    """What keeps an occurrence from running (:class:`pgsched.schedule.calendars.Calendars`)."""
+
+    def excluding(self, occurrence: Occurrence) -> str | None: ...
+
+
+class Stream:
+    """What every schedule offers on top of its ``occurrences_after``."""
+
+    def occurrences_after(
+        self, after: datetime, *, limit: int = budget.MAX_STEPS
+    ) -> Iterator[Occurrence]:
+        raise NotImplementedError
+
+    def next_after(self, after: datetime, *, limit: int = budget.MAX_STEPS) -> Occurrence | None:
+        return next(self.occurrences_after(after, limit=limit), None)
+
+    def upcoming(
+        self, after: datetime, *, count: int, exclusions: Exclusions | None = None
+    ) -> list[Occurrence]:
+        """The next ``count`` occurrences that will run: DST-skipped ones and those a
+        calendar of ``exclusions`` excludes are left out. Passing over excluded ones is
+        charged to a budget of its own, so a calendar that excludes (nearly) every day
+        gets a precise error rather than a walk to the year 9000."""
+        found: list[Occurrence] = []
+        passed = budget.Budget("the calendars in spec.calendars.exclude")
+        for occurrence in self.occurrences_after(after):
+            if occurrence.skipped:
+                continue
+            if exclusions is not None and exclusions.excluding(occurrence) is not None:
+                passed.spend()
+                continue
+            passed.found()
+            found.append(occurrence)
+            if len(found) == count:
+                break
+        return found
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Stream):
     recurrence: Recurrence
     zone: ZoneInfo
     dst: zones.DstPolicy
@@ -55,7 +96,7 @@ class Schedule:
         """
         if isinstance(self.recurrence, OneShot) and self.recurrence.instant is not None:
             if self.recurrence.instant > after:
-                yield Occurrence(self.recurrence.instant)
+                yield Occurrence(self.recurrence.instant, zone=self.zone)
             return
         if after >= budget.LAST_INSTANT - zones.MAX_OFFSET_JUMP * 2:
             return
@@ -77,7 +118,7 @@ class Schedule:
                 if at != last:
                     last = at
                     spend.found()
-                    yield Occurrence(at, skipped)
+                    yield Occurrence(at, skipped, self.zone)
             for instant in zones.resolve(
                 wall, self.zone, self.dst, interval=self.recurrence.is_interval
             ):
@@ -87,20 +128,7 @@ class Schedule:
             at, skipped = heapq.heappop(pending)
             if at != last:
                 last = at
-                yield Occurrence(at, skipped)
-
-    def next_after(self, after: datetime, *, limit: int = budget.MAX_STEPS) -> Occurrence | None:
-        return next(self.occurrences_after(after, limit=limit), None)
-
-    def upcoming(self, after: datetime, *, count: int) -> list[Occurrence]:
-        """The next ``count`` occurrences that will run (DST-skipped ones left out)."""
-        found: list[Occurrence] = []
-        for occurrence in self.occurrences_after(after):
-            if not occurrence.skipped:
-                found.append(occurrence)
-                if len(found) == count:
-                    break
-        return found
+                yield Occurrence(at, skipped, self.zone)
 
 
 def utc(moment: datetime) -> datetime:

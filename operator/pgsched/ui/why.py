@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from pgsched.engine import definitions
 from pgsched.engine.models import Definition, Run
-from pgsched.schedule import Schedule
+from pgsched.schedule import Stream
 
 MINUTE = timedelta(minutes=1)
 # Look this far back for the previous occurrence, widening step by step (a yearly
@@ -89,12 +89,12 @@ def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: da
 _TINY = timedelta(microseconds=1)
 
 
-def _first_in(schedule: Schedule, start: datetime, end: datetime) -> datetime | None:
+def _first_in(schedule: Stream, start: datetime, end: datetime) -> datetime | None:
     found = schedule.next_after(start - _TINY)
     return found.at if found is not None and found.at < end else None
 
 
-def _previous(schedule: Schedule, before: datetime) -> datetime | None:
+def _previous(schedule: Stream, before: datetime) -> datetime | None:
     for span in _LOOKBACK:
         last = None
         for item in schedule.occurrences_after(before - span):
@@ -108,7 +108,7 @@ def _previous(schedule: Schedule, before: datetime) -> datetime | None:
 
 def _fate(
     definition: Definition,
-    schedule: Schedule,
+    schedule: Stream,
     at: datetime,
     runs: tuple[Run, ...],
     *,
