@@ -25,10 +25,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from pgsched.schedule import budget, ics
 from pgsched.schedule.errors import ScheduleError
-from pgsched.schedule.timeline import Occurrence
+from pgsched.schedule.timeline import Occurrence, to_local_day
 from pgsched.validation import Problems, SpecError
 
 MAX_DATES = 10_000
@@ -104,12 +105,12 @@ class Calendars:
         """The name of the first calendar that excludes the occurrence's local day."""
         if not self.found:
             return None
-        at = occurrence.at if occurrence.zone is None else occurrence.at.astimezone(occurrence.zone)
-        day = at.date()
+        day = to_local_day(occurrence.at, occurrence.zone or UTC_ZONE)
         return next((item.name for item in self.found if item.excludes(day)), None)
 
 
 NO_CALENDARS = Calendars()
+UTC_ZONE = ZoneInfo("UTC")
 
 
 def from_resolved(name: str, resolved: Mapping[str, Any]) -> Calendar:
@@ -266,12 +267,14 @@ def _ics(
             continue
         try:
             check_rule(event.rule)
-        except ScheduleError as error:
+        except ScheduleError:
+            # Not the rule's own words: they would quote the ConfigMap (see schedule.ics).
             problems.add(
                 path,
-                f"ConfigMap {target['name']} key {target['key']}: the VEVENT at line"
-                f" {event.line}: {error.message}",
-                error.example,
+                f"ConfigMap {target['name']} key {target['key']}: line {event.line}: the"
+                " VEVENT's RRULE is not a valid date-based rule (RFC 5545, FREQ=DAILY or"
+                " coarser, no BYHOUR, BYMINUTE or BYSECOND)",
+                _RULE_EXAMPLE,
             )
             return
         rules.append({"text": event.rule, "days": event.days})

@@ -16,7 +16,9 @@ The input is a tenant's text, so the reader is bounded before anything else is d
 folding cannot build an unbounded line), :data:`MAX_DEPTH` nested components and
 :data:`MAX_EVENTS` events. It reads the text once, line by line, with no backtracking
 expression, so any input is answered in time proportional to its (bounded) size. Every
-error names the line: ``line 12: DTSTART value '20271301' is not a date like 20270101``.
+error names the line and what is wrong (``line 12: DTSTART is not a date like 20270101``)
+but never quotes the text: the operator reads a ConfigMap its Calendar's author may not
+be allowed to read, and the error lands in the Calendar's status.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def read(text: str) -> list[Event]:
         if name == "BEGIN":
             component = value.upper()
             if not stack and (component != "VCALENDAR" or seen_calendar):
-                raise _error(number, f"expected BEGIN:VCALENDAR, found BEGIN:{value}")
+                raise _error(number, "expected BEGIN:VCALENDAR first, and only once")
             if len(stack) >= MAX_DEPTH:
                 raise _error(number, f"components are nested more than {MAX_DEPTH} deep")
             if component == "VEVENT" and stack == ["VCALENDAR"]:
@@ -85,7 +87,7 @@ def read(text: str) -> list[Event]:
         if name == "END":
             if not stack or stack[-1] != value.upper():
                 open_one = stack[-1] if stack else "nothing"
-                raise _error(number, f"END:{value} closes {open_one}")
+                raise _error(number, f"this END does not close the open {open_one}")
             stack.pop()
             if value.upper() == "VEVENT" and stack == ["VCALENDAR"] and event is not None:
                 found = _event(event, event_line)
@@ -95,7 +97,7 @@ def read(text: str) -> list[Event]:
                 event = None
             continue
         if not stack:
-            raise _error(number, f"{name} is outside BEGIN:VCALENDAR")
+            raise _error(number, "a property is outside BEGIN:VCALENDAR")
         if event is not None and stack[-1] == "VEVENT" and name in _READ:
             event.setdefault(name, []).append((params, value, number))
     if stack or not seen_calendar:
@@ -145,7 +147,7 @@ def _split(line: str, number: int) -> tuple[str, str, str]:
             if not _NAME.fullmatch(name):
                 break
             return name.upper(), params, value.strip()
-    raise _error(number, f"{line[:60]!r} is not a content line NAME:VALUE")
+    raise _error(number, "is not a content line NAME:VALUE", joined=False)
 
 
 def _event(props: dict[str, list[tuple[str, str, int]]], line: int) -> Event | None:
@@ -166,7 +168,7 @@ def _event(props: dict[str, list[tuple[str, str, int]]], line: int) -> Event | N
     elif duration is not None:
         match = _DURATION.fullmatch(duration[1].upper())
         if match is None:
-            raise _error(duration[2], f"DURATION {duration[1]!r} is not whole days like P1D or P2W")
+            raise _error(duration[2], "DURATION is not whole days like P1D or P2W")
         unit = 7 if match.group(2) == "W" else 1
         end = start + timedelta(days=max(1, int(match.group(1)) * unit))
     else:
@@ -196,7 +198,7 @@ def _rule(props: dict[str, list[tuple[str, str, int]]], start: date, line: int) 
             # UNTIL has DTSTART's value type; the days are what count here.
             match = _DATE_TIME.fullmatch(value) or _DATE.fullmatch(value)
             if match is None:
-                raise _error(rule[2], f"UNTIL={value} is not a date or date-time")
+                raise _error(rule[2], "UNTIL is not a date or date-time")
             value = value[:8]
         parts.append(f"{key}={value}" if value or key else part)
     lines = [f"DTSTART;VALUE=DATE:{start:%Y%m%d}", "RRULE:" + ";".join(parts)]
@@ -228,7 +230,7 @@ def _day(params: str, value: str, number: int, *, what: str) -> tuple[date, str 
     timed = _DATE_TIME.fullmatch(text)
     digits, clock = (timed.group(1), timed.group(2)) if timed else (text, None)
     if "VALUE=DATE" in params.upper().replace("VALUE=DATE-TIME", "") and clock is not None:
-        raise _error(number, f"{what} is VALUE=DATE but {text!r} has a time")
+        raise _error(number, f"{what} is VALUE=DATE but has a time")
     try:
         if not _DATE.fullmatch(digits):
             raise ValueError
@@ -236,9 +238,7 @@ def _day(params: str, value: str, number: int, *, what: str) -> tuple[date, str 
         if clock is not None:
             datetime.strptime(clock, "%H%M%S")
     except ValueError:
-        raise _error(
-            number, f"{what} value {text[:40]!r} is not a date like 20270101 or 20270101T090000"
-        ) from None
+        raise _error(number, f"{what} is not a date like 20270101 or 20270101T090000") from None
     if not 1900 <= day.year < 9000:
         raise _error(number, f"{what} year {day.year} is outside 1900..8999")
     return day, clock
@@ -253,5 +253,5 @@ def _check_counts(events: list[Event], number: int) -> None:
         )
 
 
-def _error(number: int, message: str) -> ScheduleError:
-    return ScheduleError(f"line {number}: {message}", example=_EXAMPLE)
+def _error(number: int, message: str, *, joined: bool = True) -> ScheduleError:
+    return ScheduleError(f"line {number}{': ' if joined else ' '}{message}", example=_EXAMPLE)

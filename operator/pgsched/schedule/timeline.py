@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -57,22 +57,36 @@ class Stream:
         self, after: datetime, *, count: int, exclusions: Exclusions | None = None
     ) -> list[Occurrence]:
         """The next ``count`` occurrences that will run: DST-skipped ones and those a
-        calendar of ``exclusions`` excludes are left out. Passing over excluded ones is
-        charged to a budget of its own, so a calendar that excludes (nearly) every day
-        gets a precise error rather than a walk to the year 9000."""
+        calendar of ``exclusions`` excludes are left out.
+
+        An excluded occurrence's whole local day is passed over at once where the stream
+        allows it (:meth:`resume_after`), and every excluded occurrence or day passed over
+        is charged to a budget of :data:`budget.MAX_EXCLUDED` steps, so a calendar that
+        excludes (nearly) every day gets a precise error rather than a walk to the year 9000.
+        """
         found: list[Occurrence] = []
-        passed = budget.Budget("the calendars in spec.calendars.exclude")
-        for occurrence in self.occurrences_after(after):
-            if occurrence.skipped:
-                continue
-            if exclusions is not None and exclusions.excluding(occurrence) is not None:
-                passed.spend()
-                continue
-            passed.found()
-            found.append(occurrence)
-            if len(found) == count:
-                break
+        passed = budget.Budget("the calendars of spec.calendars.exclude", limit=budget.MAX_EXCLUDED)
+        resume: datetime | None = after
+        while resume is not None and len(found) < count:
+            start, resume = resume, None
+            for occurrence in self.occurrences_after(start):
+                if occurrence.skipped:
+                    continue
+                if exclusions is not None and exclusions.excluding(occurrence) is not None:
+                    passed.spend()
+                    resume = self.resume_after(occurrence)
+                    if resume is not None:
+                        break  # look again from the end of the excluded day
+                    continue
+                found.append(occurrence)
+                if len(found) == count:
+                    break
         return found
+
+    def resume_after(self, excluded: Occurrence) -> datetime | None:
+        """Where to look for the next occurrence after one on an excluded day (None: the
+        next occurrence, whatever its day)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,12 @@ class Schedule(Stream):
     @property
     def zone_name(self) -> str:
         return self.zone.key
+
+    def resume_after(self, excluded: Occurrence) -> datetime | None:
+        """Calendars exclude whole local days: the last instant of the excluded one."""
+        day = to_local_day(excluded.at, self.zone)
+        following = datetime.combine(day + timedelta(days=1), datetime.min.time())
+        return zones.earliest(following, self.zone) - timedelta(microseconds=1)
 
     def occurrences_after(
         self, after: datetime, *, limit: int = budget.MAX_STEPS
@@ -129,6 +149,10 @@ class Schedule(Stream):
             if at != last:
                 last = at
                 yield Occurrence(at, skipped, self.zone)
+
+
+def to_local_day(at: datetime, zone: ZoneInfo) -> date:
+    return at.astimezone(zone).date()
 
 
 def utc(moment: datetime) -> datetime:
