@@ -20,10 +20,11 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, runs, starts
+from pgsched.engine import calendars, definitions, runs, starts
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s import api, names
 from pgsched.schedule import ScheduleError, zones
+from pgsched.schedule.calendars import Calendars
 from pgsched.ui import access as acl
 from pgsched.ui import html, store, why, words
 from pgsched.ui.html import e, link
@@ -330,7 +331,7 @@ def job(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Pa
         + "</p>",
         _timeline(d, zone, recent, since=since, now=ctx.now),
         f"<h2>Next {NEXT_COUNT} occurrences</h2>",
-        _upcoming(d, zone, ctx.now),
+        _upcoming(d, zone, ctx.now, calendars.load(ctx.conn, d)),
         "<h2>Runs</h2>",
         _runs_table(ctx, d, zone, before),
         "<h2>Spec in force</h2>",
@@ -455,7 +456,7 @@ def _timeline(
     )
 
 
-def _upcoming(d: Definition, zone: ZoneInfo, now: datetime) -> str:
+def _upcoming(d: Definition, zone: ZoneInfo, now: datetime, excluding: Calendars) -> str:
     if d.next_run_at is None:
         return "<p>No further occurrence.</p>"
     after = max(d.next_run_at - timedelta(microseconds=1), now)
@@ -466,7 +467,9 @@ def _upcoming(d: Definition, zone: ZoneInfo, now: datetime) -> str:
             f" leading ticks? Missed occurrences follow catchUp: {e(d.catch_up)}.</p>"
         )
     try:
-        upcoming = definitions.schedule_of(d).upcoming(after, count=NEXT_COUNT)
+        upcoming = definitions.schedule_of(d).upcoming(
+            after, count=NEXT_COUNT, exclusions=excluding
+        )
     except ScheduleError as error:
         return f"<p class='error'>{e(error)}</p>"
     note = (
@@ -580,6 +583,7 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
         asked,
         runs_at=lambda instants: store.occurrence_runs(ctx.conn, d.id, instants),
         now=ctx.now,
+        calendars=calendars.load(ctx.conn, d),
     )
     if answer.matched is not None:
         fate = answer.matched

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from pgsched.engine import definitions
 from pgsched.engine.models import Definition, Run
 from pgsched.schedule import Stream
+from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 MINUTE = timedelta(minutes=1)
 # Look this far back for the previous occurrence, widening step by step (a yearly
@@ -56,8 +57,17 @@ class Answer:
 RunsAt = Callable[[Sequence[datetime]], list[Run]]
 
 
-def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: datetime) -> Answer:
-    """What happened at ``asked``; ``runs_at`` fetches the runs of occurrence instants."""
+def explain(
+    definition: Definition,
+    asked: datetime,
+    *,
+    runs_at: RunsAt,
+    now: datetime,
+    calendars: Calendars = NO_CALENDARS,
+) -> Answer:
+    """What happened at ``asked``; ``runs_at`` fetches the runs of occurrence instants;
+    ``calendars``: those the job excludes (a future occurrence on their days is said to
+    be excluded, naming the calendar)."""
     schedule = definitions.schedule_of(definition)
     minute_start = asked.replace(second=0, microsecond=0)
     matched_at = _first_in(schedule, minute_start, minute_start + MINUTE)
@@ -74,7 +84,8 @@ def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: da
     def fate(at: datetime | None) -> Fate | None:
         if at is None:
             return None
-        return _fate(definition, schedule, at, tuple(by_instant.get(at, ())), now=now)
+        runs_of = tuple(by_instant.get(at, ()))
+        return _fate(definition, schedule, at, runs_of, now=now, calendars=calendars)
 
     matched = fate(matched_at)
     return Answer(
@@ -113,6 +124,7 @@ def _fate(
     runs: tuple[Run, ...],
     *,
     now: datetime,
+    calendars: Calendars,
 ) -> Fate:
     if runs:
         last = runs[-1]
@@ -126,7 +138,13 @@ def _fate(
         return Fate(
             at, "dst-skipped", runs, "in a DST gap under dstPolicy.gap: skip (SKIPPED/DSTGap)"
         )
-    if at > now:
+    excluded_by = calendars.excluding(gap) if gap is not None and gap.at == at else None
+    if at > now and excluded_by is not None:
+        note = (
+            f"has not come yet; Calendar {excluded_by} excludes its day, so it will be"
+            " recorded SKIPPED/CalendarExcluded"
+        )
+    elif at > now:
         note = "has not come yet"
     elif at < definition.created_at:
         note = "before this ScheduledJob existed"
