@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 
 from holidays import UK_2027, uk_2027_ics, weekdays
 from pgsched import schedule, spec
@@ -242,3 +244,20 @@ def test_a_schedules_entry_error_names_the_entry():
         spec.parse(both, anchor=NOW, now=NOW)
     with pytest.raises(spec.SpecError, match=r"^spec.schedules: must be a list of 1..10 entries"):
         spec.parse({"schedules": [{"schedule": "0 8 * * *"}] * 11}, anchor=NOW, now=NOW)
+
+
+def test_the_examples_are_what_the_operator_accepts():
+    folder = Path(__file__).parents[2] / "examples"
+    documents = list(yaml.safe_load_all((folder / "holiday-calendar.yaml").read_text()))
+    kinds = {doc["kind"]: doc for doc in documents}
+    feed = kinds["ConfigMap"]["data"]["england-2027.ics"]
+    resolved = spec.calendar(kinds["Calendar"]["spec"], {"exclude": feed})
+    calendar = calendars.from_resolved(kinds["Calendar"]["metadata"]["name"], resolved)
+    assert [day for day in sorted(UK_2027) if calendar.excludes(day)] == sorted(UK_2027)
+    assert calendar.excludes(date(2027, 12, 30)) and not calendar.excludes(date(2027, 12, 23))
+    job = kinds["ScheduledJob"]["spec"]
+    assert spec.parse(job, anchor=NOW, now=NOW).extra["calendars"] == {
+        "exclude": [kinds["Calendar"]["metadata"]["name"]]
+    }
+    [digest] = yaml.safe_load_all((folder / "two-schedules.yaml").read_text())
+    assert spec.parse(digest["spec"], anchor=NOW, now=NOW).schedule_kind == "union"
