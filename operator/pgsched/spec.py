@@ -72,7 +72,6 @@ __all__ = [
     "FieldError",
     "SpecError",
     "calendar",
-    "excluded_calendars",
     "parse",
     "pool_limit",
 ]  # the errors are validation's, named here too
@@ -498,13 +497,6 @@ def _schedule_field_error(
                 [FieldError(f"spec.schedules[{index}].{field_name}", own.message, own.example)]
             )
     return SpecError([FieldError("spec.schedules", error.message, error.example)])
-
-
-def excluded_calendars(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The Calendar names a (validated) spec excludes, in its order."""
-    section = spec.get("calendars")
-    names_ = section.get("exclude") if isinstance(section, Mapping) else None
-    return tuple(names_) if isinstance(names_, list) else ()
 
 
 MAX_CALENDARS = 10
