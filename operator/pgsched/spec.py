@@ -168,6 +168,18 @@ class _Checker:
             return False
         return value
 
+    def zone(self, value: Any, *, path: str) -> bool:
+        """Whether ``value`` is an IANA time zone name (else a problem at ``path``)."""
+        if not isinstance(value, str):
+            self.fail(path, f"must be a string, got {_describe(value)}", "Europe/Sofia")
+            return False
+        try:
+            zones.load_zone(value)
+        except schedule.ScheduleError as error:
+            self.fail(path, error.message, error.example)
+            return False
+        return True
+
     def unknown(self, source: Mapping[str, Any], known: set[str], prefix: str) -> None:
         for key in source:
             if key not in known:
@@ -213,15 +225,8 @@ def parse(
         )
     kind, text = _schedule_choice(check, chained=bool(after))
     zone = spec.get("timeZone", _DEFAULTS.time_zone)
-    if not isinstance(zone, str):
-        check.fail("timeZone", f"must be a string, got {_describe(zone)}", "Europe/Sofia")
+    if not check.zone(zone, path="timeZone"):
         zone = _DEFAULTS.time_zone
-    else:
-        try:
-            zones.load_zone(zone)
-        except schedule.ScheduleError as error:
-            check.fail("timeZone", error.message, error.example)
-            zone = _DEFAULTS.time_zone
 
     dst = check.section("dstPolicy")
     check.unknown(dst, {"gap", "repeat"}, "dstPolicy.")
@@ -448,18 +453,10 @@ def _schedules(check: _Checker) -> tuple[schedule.ScheduleKind | None, str | Non
             check.fail(f"{path}.{kinds[0]}", f"must be a non-empty string, got {_describe(text)}")
             continue
         zone = item.get("timeZone")
-        if zone is not None:
-            if not isinstance(zone, str):
-                check.fail(
-                    f"{path}.timeZone", f"must be a string, got {_describe(zone)}", "Europe/Sofia"
-                )
-                continue
-            try:
-                zones.load_zone(zone)
-            except schedule.ScheduleError as error:
-                check.fail(f"{path}.timeZone", error.message, error.example)
-                continue
-        entries.append((_SCHEDULE_FIELDS[kinds[0]], text.strip(), zone))  # type: ignore[arg-type]
+        if zone is not None and not check.zone(zone, path=f"{path}.timeZone"):
+            continue
+        kind = cast(schedule.ScheduleKind, _SCHEDULE_FIELDS[kinds[0]])
+        entries.append((kind, text.strip(), zone))
     if len(entries) != len(value):
         return None, None
     return "union", schedule.union_text(entries)
