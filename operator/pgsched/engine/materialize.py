@@ -174,7 +174,7 @@ def _materialize_batch(
                     now=at,
                     late_after=late_after,
                     queued=queued.get(definition.id, 0),
-                    calendars=excluding.get(definition.id, NO_CALENDARS),
+                    excluding=excluding.get(definition.id, NO_CALENDARS),
                 )
             except Exception as error:
                 # One definition that cannot be planned (say, its zone vanished from the tz
@@ -224,12 +224,12 @@ def plan_definition(
     now: datetime,
     late_after: timedelta = DEFAULT_LATE_AFTER,
     queued: int = 0,
-    calendars: Calendars = NO_CALENDARS,
+    excluding: Calendars = NO_CALENDARS,
 ) -> Plan:
     """Decide, without touching the database, which rows a due definition produces.
 
     ``queued``: how many of its runs are QUEUED already (matters with maxQueuedRuns);
-    ``calendars``: those its spec excludes (``engine.calendars.load``)."""
+    ``excluding``: the calendars its spec excludes (``engine.calendars.load``)."""
     assert definition.next_run_at is not None
     schedule = definitions.schedule_of(definition)
     stream = schedule.occurrences_after(definition.next_run_at - timedelta(microseconds=1))
@@ -253,7 +253,7 @@ def plan_definition(
         late_after=late_after,
         truncated=truncated,
         queued=queued,
-        calendars=calendars,
+        excluding=excluding,
     )
     return Plan(
         runs=runs,
@@ -270,12 +270,12 @@ def _decide(
     late_after: timedelta,
     truncated: bool,
     queued: int,
-    calendars: Calendars,
+    excluding: Calendars,
 ) -> list[NewRun]:
     excluded = {
         occurrence.at: name
         for occurrence in due
-        if not occurrence.skipped and (name := calendars.excluding(occurrence)) is not None
+        if not occurrence.skipped and (name := excluding.excluding(occurrence)) is not None
     }
     runnable = [
         occurrence.at
@@ -302,9 +302,7 @@ def _decide(
             runs.append(NewRun(at, "SKIPPED", "DSTGap", _DST_GAP_NOTE))
         elif at in excluded:
             runs.append(
-                NewRun(
-                    at, "SKIPPED", "CalendarExcluded", excluded_note(excluded[at], at, occurrence)
-                )
+                NewRun(at, "SKIPPED", "CalendarExcluded", excluded_note(excluded[at], occurrence))
             )
         elif definition.is_suspended:
             why = definition.auto_suspend_reason or "spec.suspend is true"
@@ -342,9 +340,9 @@ def _decide(
     return runs
 
 
-def excluded_note(calendar: str, at: datetime, occurrence: Occurrence) -> str:
+def excluded_note(calendar: str, occurrence: Occurrence) -> str:
     """The error of a ``SKIPPED/CalendarExcluded`` run: the calendar and the day."""
-    local = at.astimezone(occurrence.zone) if occurrence.zone else at
+    local = occurrence.at.astimezone(occurrence.zone) if occurrence.zone else occurrence.at
     zone = f" in {occurrence.zone.key}" if occurrence.zone else ""
     return f"Calendar {calendar} excludes {local:%Y-%m-%d}{zone} (spec.calendars.exclude)"
 
