@@ -299,21 +299,26 @@ def _expand(text: str, days: int, year: int) -> Iterable[date]:
     """The days of ``year`` that the rule's occurrences (each covering ``days`` days) touch."""
     from pgsched.schedule import rrule
 
+    if not budget.FIRST_INSTANT.year < year < budget.LAST_WALL.year:
+        return []
     first = datetime(year, 1, 1) - timedelta(days=days - 1)
     stop = datetime(year + 1, 1, 1)
-    if not budget.FIRST_INSTANT.year <= year < budget.LAST_WALL.year:
-        return []
     parsed = rrule.parse(text, zone_name="UTC", anchor=RULE_ANCHOR)
     spend = budget.Budget(text)
     found: set[date] = set()
-    for wall in parsed.wall_times(first, spend):
-        if wall >= stop:
-            break
-        spend.found()
-        for offset in range(days):
-            day = wall.date() + timedelta(days=offset)
-            if day.year == year:
-                found.add(day)
+    try:
+        for wall in parsed.wall_times(first, spend):
+            if wall >= stop:
+                break
+            spend.found()
+            for offset in range(days):
+                day = wall.date() + timedelta(days=offset)
+                if day.year == year:
+                    found.add(day)
+    except ScheduleError:
+        # The search for a next day ran out of budget (a rule whose days are decades
+        # apart, or that ended): none within reach, the days found so far are the year's.
+        pass
     return found
 
 
