@@ -28,7 +28,7 @@ def rendered(conn, job, *, now=T0):
     return status.render(job, last_run=None, active=0, now=now, calendars=calendars.load(conn, job))
 
 
-def test_a_bank_holiday_is_materialized_skipped_naming_the_calendar(conn):
+def test_a_bank_holiday_is_materialized_skipped_naming_the_calendar(dsn, conn):
     store_uk(conn)
     job = define(
         conn,
@@ -51,6 +51,10 @@ def test_a_bank_holiday_is_materialized_skipped_naming_the_calendar(conn):
     assert runs_of(conn, job)[1]["error"] == (
         "Calendar uk-bank-holidays excludes 2027-03-26 in Europe/London (spec.calendars.exclude)"
     )
+    described = pgsched("describe", str(runs_of(conn, job)[1]["id"]), dsn=dsn)
+    assert described.code == 0, described.err
+    assert "CalendarExcluded" in described.out
+    assert "Calendar uk-bank-holidays excludes 2027-03-26" in described.out
 
 
 def test_next_and_status_next_runs_agree_and_leave_out_the_holidays(dsn, conn):
