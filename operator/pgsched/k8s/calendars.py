@@ -42,10 +42,6 @@ log = logging.getLogger(__name__)
 REREAD_SECONDS = 300.0
 
 
-def select(event: Event) -> tuple[str, Event]:
-    return str(event.object["metadata"]["uid"]), event
-
-
 class Calendars:
     def __init__(
         self,

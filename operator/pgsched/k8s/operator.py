@@ -69,7 +69,7 @@ from pgsched.k8s import (
     starts,
     verdicts,
 )
-from pgsched.k8s.controller import Controller, Workers
+from pgsched.k8s.controller import Controller, Workers, by_uid
 from pgsched.k8s.launcher import KubernetesLauncher
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
@@ -327,7 +327,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         Controller(
             names.PLURAL,
             _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=names.PLURAL),
-            select=lambda event: (str(event.object["metadata"]["uid"]), event),
+            select=by_uid,
             handle=lambda _uid, event: _sync(context, writes.queue, event),
             workers=SYNC_WORKERS,
             capacity=SYNC_CAPACITY,
@@ -348,7 +348,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             _watches(
                 kube, settings, group=names.GROUP, version=names.VERSION, plural=names.POOL_PLURAL
             ),
-            select=concurrencypools.select,
+            select=by_uid,
             handle=pools.handle,
             workers=1,
             capacity=SYNC_CAPACITY,
@@ -362,7 +362,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
                 version=names.VERSION,
                 plural=names.CALENDAR_PLURAL,
             ),
-            select=calendars.select,
+            select=by_uid,
             handle=calendar_handler.handle,
             workers=1,
             capacity=SYNC_CAPACITY,
