@@ -32,7 +32,7 @@ def define(
 ) -> Definition:
     """Upsert a definition from camelCase spec fields (default: every minute, unless it
     runs after others)."""
-    if not {"schedule", "rrule", "runAt", "after"} & spec.keys():
+    if not {"schedule", "rrule", "runAt", "after", "schedules"} & spec.keys():
         spec["schedule"] = "* * * * *"
     created = created_at or now or EPOCH
     parsed = spec_module.parse(

@@ -15,6 +15,8 @@ accepts is a spec the operator accepts.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -24,7 +26,7 @@ from pgsched import names, schedule
 from pgsched.engine import chain, deadlines, definitions, notifications, starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
-from pgsched.schedule import budget, timeline, zones
+from pgsched.schedule import budget, calendars, timeline, union, zones
 from pgsched.validation import FieldError, Problems, SpecError
 
 MAX_INT32 = 2**31 - 1
@@ -34,6 +36,7 @@ VALIDATION_STEPS = budget.MAX_STEPS // 4
 _SCHEDULE_FIELDS = {"schedule": "cron", "rrule": "rrule", "runAt": "once"}
 _ENGINE_FIELDS = {
     *_SCHEDULE_FIELDS,
+    "schedules",
     "timeZone",
     "dstPolicy",
     "suspend",
@@ -63,12 +66,14 @@ _EXTRA_FIELDS = {
     "pool",
     "notify",
     "deadline",
+    "calendars",
 }
 
 
 __all__ = [
     "FieldError",
     "SpecError",
+    "calendar",
     "parse",
     "pool_limit",
 ]  # the errors are validation's, named here too
@@ -165,6 +170,18 @@ class _Checker:
             return False
         return value
 
+    def zone(self, value: Any, *, path: str) -> bool:
+        """Whether ``value`` is an IANA time zone name (else a problem at ``path``)."""
+        if not isinstance(value, str):
+            self.fail(path, f"must be a string, got {_describe(value)}", "Europe/Sofia")
+            return False
+        try:
+            zones.load_zone(value)
+        except schedule.ScheduleError as error:
+            self.fail(path, error.message, error.example)
+            return False
+        return True
+
     def unknown(self, source: Mapping[str, Any], known: set[str], prefix: str) -> None:
         for key in source:
             if key not in known:
@@ -210,15 +227,8 @@ def parse(
         )
     kind, text = _schedule_choice(check, chained=bool(after))
     zone = spec.get("timeZone", _DEFAULTS.time_zone)
-    if not isinstance(zone, str):
-        check.fail("timeZone", f"must be a string, got {_describe(zone)}", "Europe/Sofia")
+    if not check.zone(zone, path="timeZone"):
         zone = _DEFAULTS.time_zone
-    else:
-        try:
-            zones.load_zone(zone)
-        except schedule.ScheduleError as error:
-            check.fail("timeZone", error.message, error.example)
-            zone = _DEFAULTS.time_zone
 
     dst = check.section("dstPolicy")
     check.unknown(dst, {"gap", "repeat"}, "dstPolicy.")
@@ -290,6 +300,7 @@ def parse(
     suspend = check.boolean("suspend")
     past_policy = check.choice(spec, "runAtInPast", path="runAtInPast", options=("Reject", "Run"))
     _extra_fields(check)
+    _calendars(check)
 
     check.problems.raise_if_any(SpecError)
     assert kind is not None and text is not None
@@ -319,11 +330,14 @@ def parse(
     )
     if kind == "none":
         return parsed
-    field_name = next(name for name, value in _SCHEDULE_FIELDS.items() if value == kind)
+
+    def refused(error: schedule.ScheduleError) -> SpecError:
+        return _schedule_field_error(parsed, error, hash_seed=hash_seed, anchor=anchor, now=now)
+
     try:
         built = definitions.build_schedule(parsed, hash_seed=hash_seed, anchor=anchor)
     except schedule.ScheduleError as error:
-        raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
+        raise refused(error) from None
     if kind == "once" and past_policy == "Reject" and run_at_not_before is not None:
         _reject_past_run_at(built, text, run_at_not_before)
     try:
@@ -332,7 +346,7 @@ def parse(
         # quarter of the expansion budget, so an accepted schedule keeps headroom.
         built.next_after(now, limit=VALIDATION_STEPS)
     except schedule.ScheduleError as error:
-        raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
+        raise refused(error) from None
     return parsed
 
 
@@ -356,7 +370,7 @@ def pool_limit(spec: Any) -> int:
     return limit
 
 
-def _reject_past_run_at(built: timeline.Schedule, text: str, not_before: datetime) -> None:
+def _reject_past_run_at(built: timeline.Stream, text: str, not_before: datetime) -> None:
     first = built.next_after(datetime(1970, 1, 1, tzinfo=UTC))
     if first is None or first.at >= not_before - RUN_AT_SLACK:
         return
@@ -386,24 +400,131 @@ def _how_long(span: timedelta) -> str:
 def _schedule_choice(
     check: _Checker, *, chained: bool
 ) -> tuple[schedule.ScheduleKind | None, str | None]:
-    given = [name for name in _SCHEDULE_FIELDS if check.spec.get(name) is not None]
+    given = [name for name in (*_SCHEDULE_FIELDS, "schedules") if check.spec.get(name) is not None]
     if not given and chained:
         return "none", ""  # runs only after its upstreams (or by hand)
     if len(given) != 1:
         what = "none is set" if not given else f"{' and '.join(given)} are all set"
         check.fail(
             "schedule",
-            f"exactly one of schedule, rrule or runAt must be set (or none, with spec.after);"
-            f" {what}",
+            f"exactly one of schedule, rrule, runAt or schedules must be set (or none, with"
+            f" spec.after); {what}",
             "schedule: '0 8 * * *'",
         )
         return None, None
     name = given[0]
+    if name == "schedules":
+        return _schedules(check)
     text = check.spec[name]
     if not isinstance(text, str) or not text.strip():
         check.fail(name, f"must be a non-empty string, got {_describe(text)}", "'0 8 * * *'")
         return None, None
     return cast(schedule.ScheduleKind, _SCHEDULE_FIELDS[name]), text.strip()
+
+
+_ENTRY_EXAMPLE = "schedules: [{schedule: '30 8 * * 1-5'}, {schedule: '0 10 * * 6'}]"
+
+
+def _schedules(check: _Checker) -> tuple[schedule.ScheduleKind | None, str | None]:
+    """``spec.schedules``: each entry a cron (``schedule``) or an ``rrule``, with an
+    optional ``timeZone`` of its own; stored as one ``union`` schedule."""
+    value = check.spec["schedules"]
+    if not isinstance(value, list) or not 1 <= len(value) <= union.MAX_ENTRIES:
+        check.fail(
+            "schedules",
+            f"must be a list of 1..{union.MAX_ENTRIES} entries, got {_describe(value)}"
+            + (f" of {len(value)}" if isinstance(value, list) else ""),
+            _ENTRY_EXAMPLE,
+        )
+        return None, None
+    entries: list[tuple[schedule.ScheduleKind, str, str | None]] = []
+    for index, item in enumerate(value):
+        path = f"schedules[{index}]"
+        if not isinstance(item, Mapping):
+            check.fail(path, f"must be an object, got {_describe(item)}", _ENTRY_EXAMPLE)
+            continue
+        check.unknown(item, {"schedule", "rrule", "timeZone"}, f"{path}.")
+        kinds = [name for name in ("schedule", "rrule") if item.get(name) is not None]
+        if len(kinds) != 1:
+            check.fail(
+                path, "must set exactly one of schedule or rrule", "{schedule: '0 10 * * 6'}"
+            )
+            continue
+        text = item[kinds[0]]
+        if not isinstance(text, str) or not text.strip():
+            check.fail(f"{path}.{kinds[0]}", f"must be a non-empty string, got {_describe(text)}")
+            continue
+        zone = item.get("timeZone")
+        if zone is not None and not check.zone(zone, path=f"{path}.timeZone"):
+            continue
+        kind = cast(schedule.ScheduleKind, _SCHEDULE_FIELDS[kinds[0]])
+        entries.append((kind, text.strip(), zone))
+    if len(entries) != len(value):
+        return None, None
+    return "union", schedule.union_text(entries)
+
+
+def _schedule_field_error(
+    parsed: DefinitionSpec,
+    error: schedule.ScheduleError,
+    *,
+    hash_seed: str,
+    anchor: datetime,
+    now: datetime,
+) -> SpecError:
+    """The field a schedule error belongs to: the single-entry field, or the entry of
+    ``spec.schedules`` that fails on its own (else the list as a whole)."""
+    kind = parsed.schedule_kind
+    if kind != "union":
+        field_name = next(name for name, value in _SCHEDULE_FIELDS.items() if value == kind)
+        return SpecError([FieldError(f"spec.{field_name}", error.message, error.example)])
+    entries = json.loads(parsed.schedule)
+    for index, entry in enumerate(entries):
+        single = dataclasses.replace(
+            parsed,
+            schedule_kind=entry["kind"],
+            schedule=entry["text"],
+            time_zone=entry.get("timeZone", parsed.time_zone),
+        )
+        try:
+            definitions.build_schedule(single, hash_seed=hash_seed, anchor=anchor).next_after(
+                now, limit=VALIDATION_STEPS // len(entries)
+            )
+        except schedule.ScheduleError as own:
+            field_name = "schedule" if entry["kind"] == "cron" else "rrule"
+            return SpecError(
+                [FieldError(f"spec.schedules[{index}].{field_name}", own.message, own.example)]
+            )
+    return SpecError([FieldError("spec.schedules", error.message, error.example)])
+
+
+MAX_CALENDARS = 10
+
+
+def _calendars(check: _Checker) -> None:
+    section = check.section("calendars")
+    check.unknown(section, {"exclude"}, "calendars.")
+    value = section.get("exclude", [])
+    example = "calendars: {exclude: [bank-holidays]}"
+    if not isinstance(value, list) or len(value) > MAX_CALENDARS:
+        check.fail(
+            "calendars.exclude",
+            f"must be a list of at most {MAX_CALENDARS} Calendar names",
+            example,
+        )
+        return
+    for index, name in enumerate(value):
+        if not isinstance(name, str) or not names.OBJECT_NAME.match(name):
+            check.fail(f"calendars.exclude[{index}]", f"{name!r} is not a Calendar name", example)
+        elif value.index(name) != index:
+            check.fail(f"calendars.exclude[{index}]", f"{name!r} is named twice", example)
+
+
+def calendar(spec: Any, ics_texts: Mapping[str, str]) -> dict[str, Any]:
+    """A Calendar spec's resolved form (``schedule.calendars.resolve``). Raises
+    :class:`SpecError` naming every bad field; the controller and the admission webhook
+    both call it (the webhook without the iCalendar texts, which it does not read)."""
+    return calendars.resolve(spec, ics_texts)
 
 
 def _after(check: _Checker) -> tuple[chain.Upstream, ...]:

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.cluster
 CHART = Path(__file__).resolve().parents[2] / "charts" / "pgsched"
 SJ = "scheduledjobs.pgsched.dev"
 POOLS = "concurrencypools.pgsched.dev"
+CALENDARS = "calendars.pgsched.dev"
 
 # Every permission the operator uses (see charts/pgsched/templates/rbac.yaml for why).
 USED = [
@@ -45,6 +46,13 @@ USED = [
     ("watch", POOLS, ""),
     ("patch", POOLS, ""),
     ("patch", POOLS, "status"),
+    ("get", CALENDARS, ""),
+    ("list", CALENDARS, ""),
+    ("watch", CALENDARS, ""),
+    ("patch", CALENDARS, ""),
+    ("patch", CALENDARS, "status"),
+    # a Calendar's ics.configMapRef (its own namespace), read by name: never listed or watched
+    ("get", "configmaps", ""),
     ("create", "jobs.batch", ""),
     ("get", "jobs.batch", ""),
     ("list", "jobs.batch", ""),
@@ -78,7 +86,11 @@ FORBIDDEN_EVERYWHERE = [
     ("update", SJ, "status"),
     ("patch", "jobs.batch", ""),
     ("update", "jobs.batch", "status"),
-    ("get", "configmaps", ""),
+    ("list", "configmaps", ""),
+    ("watch", "configmaps", ""),
+    ("patch", "configmaps", ""),
+    ("create", CALENDARS, ""),
+    ("delete", CALENDARS, ""),
     ("create", "deployments.apps", ""),
     ("create", "serviceaccounts", "token"),
     ("create", "roles.rbac.authorization.k8s.io", ""),

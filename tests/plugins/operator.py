@@ -1,6 +1,6 @@
 """Running the real operator against the local control plane and a real database.
 
-- ``crd`` (session): the CRDs from ``crds/`` (ScheduledJob, ConcurrencyPool) applied and
+- ``crd`` (session): the CRDs from ``crds/`` (ScheduledJob, ConcurrencyPool, Calendar) applied and
   established.
 - ``job_dsn_secret``: a database role for job pods (member of ``pgsched_job``) and the
   ``pgsched-job-dsn`` Secret holding its DSN in the test namespace, as the chart wires it.

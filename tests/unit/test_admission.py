@@ -117,7 +117,7 @@ def test_the_handlers_answer_with_an_admission_error_or_let_the_request_through(
     failure of the check itself allows the request, as failurePolicy Ignore would."""
     registry = webhook.registry()
     handlers = {handler.id: handler.fn for handler in registry._webhooks.get_all_handlers()}
-    assert set(handlers) == {"scheduledjobs", "concurrencypools"}
+    assert set(handlers) == {"scheduledjobs", "concurrencypools", "calendars"}
     bad = job({"schedule": "61 * * * *"})
     with pytest.raises(kopf.AdmissionError) as error:
         handlers["scheduledjobs"](body=kopf.Body(bad), old=None)
@@ -135,3 +135,17 @@ def test_kopf_remembers_nothing_of_the_objects_it_admits():
     body = {"metadata": {"uid": "1", "name": "x", "namespace": "jobs"}}
     asyncio.run(memories.recall(body))
     assert list(memories.iter_all_memories()) == []
+
+
+def test_a_calendar_the_controller_would_refuse_is_refused_at_apply():
+    bad = {"spec": {"exclude": {"dates": ["2027-02-30"], "rules": ["FREQ=HOURLY"]}}}
+    with pytest.raises(spec_module.SpecError) as error:
+        admission.check_calendar(bad, None)
+    assert [line.split(":")[0] for line in str(error.value).splitlines()] == [
+        "spec.exclude.dates[0]",
+        "spec.exclude.rules[0]",
+    ]
+    admission.check_calendar(bad, bad)  # unchanged: a re-sync, a finalizer patch
+    # The import is the controller's to read: its reference alone is checked here.
+    feed = {"spec": {"exclude": {"ics": {"configMapRef": {"name": "feed", "key": "x.ics"}}}}}
+    admission.check_calendar(feed, None)

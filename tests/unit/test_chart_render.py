@@ -243,7 +243,11 @@ def test_every_schema_property_is_described_and_is_a_value():
 
 def test_chart_crds_are_the_repository_crds_byte_for_byte():
     names = sorted(path.name for path in CRDS.glob("*.yaml"))
-    assert names == ["concurrencypools.pgsched.dev.yaml", "scheduledjobs.pgsched.dev.yaml"]
+    assert names == [
+        "calendars.pgsched.dev.yaml",
+        "concurrencypools.pgsched.dev.yaml",
+        "scheduledjobs.pgsched.dev.yaml",
+    ]
     assert sorted(path.name for path in CHART_CRDS.glob("*.yaml")) == names
     for name in names:
         assert (CHART_CRDS / name).read_bytes() == (CRDS / name).read_bytes(), (
@@ -268,7 +272,7 @@ def test_rendered_crds_are_the_repository_crds_plus_labels_and_the_keep_policy(h
         assert crd["spec"] == original["spec"]
         assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
         assert original["metadata"]["labels"].items() <= crd["metadata"]["labels"].items()
-    assert len(unkept) == 2 and all("annotations" not in crd["metadata"] for crd in unkept)
+    assert len(unkept) == 3 and all("annotations" not in crd["metadata"] for crd in unkept)
     assert without == []
 
 
@@ -601,6 +605,7 @@ def test_the_webhook_is_on_by_default_fails_open_quickly_and_covers_the_watched_
     assert [hook["rules"][0]["resources"] for hook in hooks] == [
         ["scheduledjobs"],
         ["concurrencypools"],
+        ["calendars"],
     ]
     for hook in hooks:
         assert hook["failurePolicy"] == "Ignore"

@@ -15,7 +15,7 @@ import contextlib
 import io
 import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from itertools import islice
 
 from hypothesis import HealthCheck, Phase, event, given, settings
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from pgsched import spec
 from pgsched.cli import main as cli
 from pgsched.engine import definitions
-from pgsched.schedule import rfc5545, zones
+from pgsched.schedule import ScheduleError, calendars, rfc5545, zones
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 # Far above the ~0.5 s the budget allows on a busy 2-core machine, far below a hang.
@@ -240,3 +240,112 @@ def test_the_hostile_interval_zero_rule_is_a_precise_error_at_once():
     began = time.monotonic()
     found = _validate({"rrule": "DTSTART:20270101T000000\nRRULE:FREQ=DAILY;INTERVAL=0"})
     assert found is None and time.monotonic() - began < 1.0
+
+
+_entry = st.one_of(
+    st.lists(_cron_field, min_size=5, max_size=5).map(lambda f: {"schedule": " ".join(f)}),
+    rrule_texts().map(lambda case: {"rrule": case[0], "timeZone": case[1]}),
+    st.fixed_dictionaries({}, optional={"schedule": _scalar, "rrule": _scalar, "zone": _scalar}),
+)
+
+
+@FUZZ
+@given(st.lists(_entry, min_size=0, max_size=12), st.sampled_from(_ZONES))
+def test_fuzzed_schedule_unions_validate_promptly_and_yield_each_instant_once(entries, zone):
+    parsed = _validate({"schedules": entries, "timeZone": zone})
+    event("accepted" if parsed else "rejected")
+    if parsed is None:
+        return
+    union = definitions.build_schedule(parsed, hash_seed="ns/job", anchor=NOW)
+    began = time.monotonic()
+    found = [item.at for item in islice(union.occurrences_after(NOW), 20)]
+    assert found == sorted(set(found)) and all(at > NOW for at in found)
+    assert time.monotonic() - began < TIME_BOUND
+
+
+_day_text = st.one_of(
+    st.dates(min_value=date(1890, 1, 1), max_value=date(9100, 1, 1)).map(date.isoformat),
+    st.sampled_from(["2027-02-30", "2027-1-1", "", "tomorrow"]),
+    _scalar,
+)
+_calendar_section = st.fixed_dictionaries(
+    {},
+    optional={
+        "dates": st.lists(_day_text, max_size=5) | _scalar,
+        "ranges": st.lists(
+            st.fixed_dictionaries({"start": _day_text, "end": _day_text}) | _scalar, max_size=3
+        ),
+        "rules": st.lists(rrule_texts().map(lambda case: case[0]) | _scalar, max_size=3),
+    },
+)
+
+
+@FUZZ
+@given(
+    st.fixed_dictionaries(
+        {}, optional={"exclude": _calendar_section, "include": _calendar_section}
+    ),
+    st.sampled_from(["* * * * *", "0 9 * * 1-5", "0 0 29 2 *"]),
+)
+def test_fuzzed_calendars_validate_promptly_and_bound_the_search_for_a_run(calendar_spec, cron):
+    began = time.monotonic()
+    try:
+        resolved = spec.calendar(calendar_spec, {})
+    except spec.SpecError as error:
+        assert all(str(item).startswith("spec") for item in error.errors)
+        event("rejected")
+        return
+    finally:
+        assert time.monotonic() - began < TIME_BOUND
+    event("accepted")
+    excluding = calendars.Calendars(found=(calendars.from_resolved("fuzzed", resolved),))
+    job = definitions.build_schedule(
+        spec.parse({"schedule": cron}, anchor=NOW, now=NOW), hash_seed="ns/job", anchor=NOW
+    )
+    began = time.monotonic()
+    try:
+        kept = job.upcoming(NOW, count=5, exclusions=excluding)
+        assert not any(excluding.excluding(item) for item in kept)
+    except ScheduleError:
+        event("a calendar excluding every day in reach")
+    assert time.monotonic() - began < TIME_BOUND
+
+
+_ics_line = st.one_of(
+    st.sampled_from(
+        [
+            "BEGIN:VCALENDAR",
+            "END:VCALENDAR",
+            "BEGIN:VEVENT",
+            "END:VEVENT",
+            "BEGIN:VALARM",
+            "END:VALARM",
+            "DTSTART;VALUE=DATE:20270101",
+            "DTSTART:20270101T090000Z",
+            "DTEND;VALUE=DATE:20270103",
+            "DURATION:P2D",
+            "RRULE:FREQ=YEARLY",
+            "RRULE:FREQ=MINUTELY",
+            "EXDATE;VALUE=DATE:20280101",
+            "STATUS:CANCELLED",
+            " folded",
+            'DTSTART;TZID="a:b":20270101T000000',
+            "SUMMARY:x",
+        ]
+    ),
+    st.text(max_size=30),
+)
+
+
+@FUZZ
+@given(st.lists(_ics_line, max_size=40), st.sampled_from(["\r\n", "\n", "\r"]))
+def test_fuzzed_ics_files_are_read_or_refused_promptly(lines, newline):
+    text = newline.join(["BEGIN:VCALENDAR", *lines, "END:VCALENDAR"])
+    began = time.monotonic()
+    try:
+        spec.calendar(
+            {"exclude": {"ics": {"configMapRef": {"name": "f", "key": "k"}}}}, {"exclude": text}
+        )
+    except spec.SpecError as error:
+        assert [str(item).split(":")[0] for item in error.errors] == ["spec.exclude.ics"]
+    assert time.monotonic() - began < TIME_BOUND

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schedule_of(obj: dict[str, Any], *, now: datetime) -> timeline.Schedule:
+def _schedule_of(obj: dict[str, Any], *, now: datetime) -> timeline.Stream:
     """The ScheduledJob's schedule from its spec, as the operator builds it."""
     from pgsched import spec as spec_module
 
@@ -195,7 +195,7 @@ def _through_database(args: argparse.Namespace) -> int:
 
 
 def occurrences(
-    schedule: timeline.Schedule,
+    schedule: timeline.Stream,
     zone: Any,
     args: argparse.Namespace,
     *,

@@ -14,7 +14,9 @@ exactly as they will for that job; no database is needed for an expression.
 
 Occurrences are printed in local time (the schedule's zone) and UTC. A DST-gap occurrence
 under ``dstPolicy.gap: skip`` is not listed: it never runs (the engine records it as
-``SKIPPED/DSTGap``).
+``SKIPPED/DSTGap``); nor is one on a day a Calendar of the job's ``spec.calendars``
+excludes (``SKIPPED/CalendarExcluded``): the calendars are read from the database, as the
+tick and ``status.nextRuns`` read them.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from typing import Any
 from pgsched import spec as spec_module
 from pgsched.cli import common, output, target
 from pgsched.db import clock
-from pgsched.engine import definitions
-from pgsched.schedule import Schedule, ScheduleError, zones
+from pgsched.engine import calendars, definitions
+from pgsched.schedule import ScheduleError, Stream, zones
+from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 MAX_COUNT = 1000
 # Occurrences are listed strictly after ``after`` (what --after says, and what croniter's and
@@ -97,16 +100,17 @@ def run(args: argparse.Namespace) -> int:
             code=2,
         )
     try:
+        excluding = NO_CALENDARS
         if expression is None:
-            described, schedule, after, notes = _stored(args)
+            described, schedule, after, notes, excluding = _stored(args)
         else:
             described, schedule, after, notes = _expression(args)
-        upcoming = schedule.upcoming(after, count=args.count)
+        upcoming = schedule.upcoming(after, count=args.count, exclusions=excluding)
     except (ScheduleError, OverflowError) as error:
         # A stored schedule this release no longer accepts, or one whose expansion runs
         # out of budget, or an --after at the edge of the calendar: a usage error.
         raise common.CommandError(f"cannot list occurrences: {error}", code=2) from None
-    zone = schedule.zone
+    zone = zones.load_zone(described["timeZone"])
     if args.output == "json":
         output.emit_json(
             {
@@ -136,10 +140,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stored(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetime, list[str]]:
+def _stored(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], Stream, datetime, list[str], Calendars]:
     with common.connect(args, application_name="pgsched-cli") as conn:
         definition = target.definition(conn, args)
         now = clock.now(conn)
+        excluding = calendars.load(conn, definition)
     zone = zones.load_zone(definition.time_zone)
     notes = []
     if args.after:
@@ -164,6 +171,14 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetim
         )
     if definition.schedule_kind == "none":
         notes.append("no schedule of its own: it runs only after its upstreams (spec.after)")
+    if excluding.found:
+        names = ", ".join(item.name for item in excluding.found)
+        notes.append(f"occurrences on days Calendar {names} excludes are left out")
+    if excluding.missing:
+        notes.append(
+            f"Calendar {', '.join(excluding.missing)} (spec.calendars.exclude) does not exist:"
+            " occurrences are not checked against it"
+        )
     described = {
         "subject": definition.key,
         "scheduledJob": definition.key,
@@ -172,10 +187,10 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetim
         "timeZone": definition.time_zone,
         "suspended": definition.is_suspended,
     }
-    return described, definitions.schedule_of(definition), after, notes
+    return described, definitions.schedule_of(definition), after, notes, excluding
 
 
-def _expression(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetime, list[str]]:
+def _expression(args: argparse.Namespace) -> tuple[dict[str, Any], Stream, datetime, list[str]]:
     raw: dict[str, Any] = {"timeZone": args.tz}
     if args.cron:
         raw["schedule"] = args.cron

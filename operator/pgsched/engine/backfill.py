@@ -34,7 +34,7 @@ class RangeError(ValueError):
 
 
 def occurrences(
-    schedule: timeline.Schedule,
+    schedule: timeline.Stream,
     start: datetime,
     end: datetime,
     *,

@@ -201,7 +201,7 @@ class Timing(Protocol):
     def dst_repeat(self) -> zones.RepeatPolicy: ...
 
 
-def build_schedule(timing: Timing, *, hash_seed: str, anchor: datetime) -> timeline.Schedule:
+def build_schedule(timing: Timing, *, hash_seed: str, anchor: datetime) -> timeline.Stream:
     """The one place a definition's schedule is built: validation (``spec.parse``), the
     stored next run, materializing, status and the CLI all go through it."""
     return schedule.build(
@@ -214,7 +214,7 @@ def build_schedule(timing: Timing, *, hash_seed: str, anchor: datetime) -> timel
     )
 
 
-def schedule_of(definition: Definition) -> timeline.Schedule:
+def schedule_of(definition: Definition) -> timeline.Stream:
     """The stored definition's schedule (hashed by its ``namespace/name``)."""
     return build_schedule(definition, hash_seed=definition.key, anchor=definition.anchor)
 

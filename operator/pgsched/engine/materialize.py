@@ -19,6 +19,11 @@ recorded as ``SKIPPED/QueueFull``: the backlog keeps its order and its bound, th
 occurrence is the one dropped (manual runs, retries and backfills are never dropped here,
 but they count).
 
+An occurrence on a day that a Calendar the definition excludes (``spec.calendars``)
+covers is recorded as ``SKIPPED/CalendarExcluded``, the calendar named in its error; the
+day is the occurrence's wall-clock date in its schedule's zone. Calendars are read at
+materialization, so a changed calendar applies to every occurrence not yet materialized.
+
 Occurrences of a suspended definition are recorded as ``SKIPPED/Suspended``, so resuming
 never replays what suspension skipped. An occurrence already past its starting deadline is
 recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
@@ -52,9 +57,10 @@ from typing import Any
 from pgsched import wording
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions
+from pgsched.engine import calendars, definitions
 from pgsched.engine.models import Definition
-from pgsched.schedule import Occurrence, Schedule
+from pgsched.schedule import Occurrence, Stream
+from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +117,7 @@ def run_once(
     first, then one-shots: those due after ``on_time_since`` first (the newest due first),
     then the oldest due. ``more`` says whether a batch was full."""
     result = MaterializeResult()
-    for kinds in (["cron", "rrule"], ["once"]):
+    for kinds in (["cron", "rrule", "union"], ["once"]):
         result.add(
             _materialize_batch(
                 conn,
@@ -160,11 +166,16 @@ def _materialize_batch(
                 conn.execute(queries.get("queued_counts"), {"ids": bounded}) if bounded else []
             )
         }
-        for row in rows:
-            definition = Definition.from_row(row)
+        found = [Definition.from_row(row) for row in rows]
+        excluding = calendars.load_many(conn, found)
+        for definition in found:
             try:
                 plan = plan_definition(
-                    definition, now=at, late_after=late_after, queued=queued.get(definition.id, 0)
+                    definition,
+                    now=at,
+                    late_after=late_after,
+                    queued=queued.get(definition.id, 0),
+                    excluding=excluding.get(definition.id, NO_CALENDARS),
                 )
             except Exception as error:
                 # One definition that cannot be planned (say, its zone vanished from the tz
@@ -214,10 +225,12 @@ def plan_definition(
     now: datetime,
     late_after: timedelta = DEFAULT_LATE_AFTER,
     queued: int = 0,
+    excluding: Calendars = NO_CALENDARS,
 ) -> Plan:
     """Decide, without touching the database, which rows a due definition produces.
 
-    ``queued``: how many of its runs are QUEUED already (matters with maxQueuedRuns)."""
+    ``queued``: how many of its runs are QUEUED already (matters with maxQueuedRuns);
+    ``excluding``: the calendars its spec excludes (``engine.calendars.load``)."""
     assert definition.next_run_at is not None
     schedule = definitions.schedule_of(definition)
     stream = schedule.occurrences_after(definition.next_run_at - timedelta(microseconds=1))
@@ -235,7 +248,13 @@ def plan_definition(
         due += _recent(schedule, now=now, count=definition.catch_up_limit, after=due[-1].at)
         upcoming = schedule.next_after(now)
     runs = _decide(
-        definition, due, now=now, late_after=late_after, truncated=truncated, queued=queued
+        definition,
+        due,
+        now=now,
+        late_after=late_after,
+        truncated=truncated,
+        queued=queued,
+        excluding=excluding,
     )
     return Plan(
         runs=runs,
@@ -252,8 +271,18 @@ def _decide(
     late_after: timedelta,
     truncated: bool,
     queued: int,
+    excluding: Calendars,
 ) -> list[NewRun]:
-    runnable = [occurrence.at for occurrence in due if not occurrence.skipped]
+    excluded = {
+        occurrence.at: name
+        for occurrence in due
+        if not occurrence.skipped and (name := excluding.excluding(occurrence)) is not None
+    }
+    runnable = [
+        occurrence.at
+        for occurrence in due
+        if not occurrence.skipped and occurrence.at not in excluded
+    ]
     if definition.is_suspended:
         chosen: set[datetime] = set()
     elif definition.catch_up == "all":
@@ -272,6 +301,10 @@ def _decide(
         at = occurrence.at
         if occurrence.skipped:
             runs.append(NewRun(at, "SKIPPED", "DSTGap", _DST_GAP_NOTE))
+        elif at in excluded:
+            runs.append(
+                NewRun(at, "SKIPPED", "CalendarExcluded", excluded_note(excluded[at], occurrence))
+            )
         elif definition.is_suspended:
             why = definition.auto_suspend_reason or "spec.suspend is true"
             runs.append(NewRun(at, "SKIPPED", "Suspended", f"the definition is suspended: {why}"))
@@ -308,6 +341,13 @@ def _decide(
     return runs
 
 
+def excluded_note(calendar: str, occurrence: Occurrence) -> str:
+    """The error of a ``SKIPPED/CalendarExcluded`` run: the calendar and the day."""
+    local = occurrence.at.astimezone(occurrence.zone) if occurrence.zone else occurrence.at
+    zone = f" in {occurrence.zone.key}" if occurrence.zone else ""
+    return f"Calendar {calendar} excludes {local:%Y-%m-%d}{zone} (spec.calendars.exclude)"
+
+
 _DST_GAP_NOTE = "the local time does not exist on this day (DST gap) and dstPolicy.gap is skip"
 
 
@@ -319,7 +359,7 @@ def _missed_note(definition: Definition, late_after: timedelta) -> str:
     return "missed; catchUp is latest, so only the most recent missed occurrence runs"
 
 
-def _recent(schedule: Schedule, *, now: datetime, count: int, after: datetime) -> list[Occurrence]:
+def _recent(schedule: Stream, *, now: datetime, count: int, after: datetime) -> list[Occurrence]:
     """The last ``count`` occurrences in (after, now], found by widening a window back
     from now instead of walking forward through years of occurrences."""
     window = timedelta(hours=1)

@@ -64,7 +64,7 @@ class Definition(_Row):
     namespace: str
     name: str
     generation: int
-    schedule_kind: Literal["cron", "rrule", "once", "none"]
+    schedule_kind: Literal["cron", "rrule", "once", "none", "union"]
     schedule: str
     time_zone: str
     dst_gap: Literal["shift", "skip"]

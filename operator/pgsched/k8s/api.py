@@ -404,11 +404,20 @@ def scheduled_job_path(namespace: str, name: str, subresource: str | None = None
 
 def pool_path(namespace: str, name: str, subresource: str | None = None) -> str:
     """The API path of a ConcurrencyPool (or of its ``status`` subresource)."""
+    return _ours(names.POOL_PLURAL, namespace, name, subresource)
+
+
+def calendar_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    """The API path of a Calendar (or of its ``status`` subresource)."""
+    return _ours(names.CALENDAR_PLURAL, namespace, name, subresource)
+
+
+def _ours(plural: str, namespace: str, name: str, subresource: str | None) -> str:
     return path_of(
         group=names.GROUP,
         version=names.VERSION,
         namespace=namespace,
-        plural=names.POOL_PLURAL,
+        plural=plural,
         name=name,
         subresource=subresource,
     )

@@ -38,10 +38,6 @@ from pgsched.k8s.watch import Event
 log = logging.getLogger(__name__)
 
 
-def select(event: Event) -> tuple[str, Event]:
-    return str(event.object["metadata"]["uid"]), event
-
-
 class Pools:
     def __init__(
         self,

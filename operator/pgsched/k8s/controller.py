@@ -38,6 +38,11 @@ BUG_RETRY_SECONDS = 30.0
 RETRY_SECONDS = 5.0
 
 
+def by_uid(event: watching.Event) -> tuple[str, watching.Event]:
+    """The work key of an object's events: its uid (ScheduledJobs, pools, calendars)."""
+    return str(event.object["metadata"]["uid"]), event
+
+
 def retry_later(what: str, error: psycopg.Error | api.ApiError, logger: logging.Logger) -> float:
     """A handler met a database or API error handling ``what``: counted (database errors)
     and logged; the seconds after which its key is tried again."""

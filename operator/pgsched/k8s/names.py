@@ -19,6 +19,7 @@ PLURAL = "scheduledjobs"
 KIND = "ScheduledJob"
 API_VERSION = f"{GROUP}/{VERSION}"
 POOL_PLURAL = "concurrencypools"
+CALENDAR_PLURAL = "calendars"
 
 LABEL_RUN_ID = f"{GROUP}/run-id"
 LABEL_SCHEDULED_JOB = f"{GROUP}/scheduledjob"

@@ -7,7 +7,8 @@ schedule safely. Then, on every replica:
 - controllers (``controller``: a list-then-watch per namespace feeding a bounded work
   queue, served by worker threads) follow ScheduledJobs (``scheduledjobs``: synced into
   the database, then finalizer, status and Event written by their own workers), our Jobs
-  (``jobevents``: outcomes) and ConcurrencyPools (``concurrencypools``). Every replica
+  (``jobevents``: outcomes), ConcurrencyPools (``concurrencypools``) and Calendars
+  (``calendars``). Every replica
   handles every event; each handling is idempotent;
 - the tick thread runs the engine loop; one replica leads each tick (``engine.leader``);
 - the publisher thread runs the operator's services (``engine.loop``): the run-events
@@ -56,6 +57,7 @@ from pgsched.engine import deadlines, history, loop
 from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import (
     api,
+    calendars,
     concurrencypools,
     gauges,
     health,
@@ -68,7 +70,7 @@ from pgsched.k8s import (
     starts,
     verdicts,
 )
-from pgsched.k8s.controller import Controller, Workers
+from pgsched.k8s.controller import Controller, Workers, by_uid
 from pgsched.k8s.launcher import KubernetesLauncher
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.settings import OperatorSettings
@@ -315,7 +317,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
-    for plural in (names.PLURAL, names.POOL_PLURAL):
+    for plural in (names.PLURAL, names.POOL_PLURAL, names.CALENDAR_PLURAL):
         require_served(kube, group=names.GROUP, version=names.VERSION, plural=plural)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
     publisher = Publisher(kube.background(), clock=clock)
@@ -337,12 +339,13 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         count=WRITE_WORKERS,
     )
     pools = concurrencypools.Pools(pool, kube.background(), publisher, clock=clock)
+    calendar_handler = calendars.Calendars(pool, kube.background(), publisher, clock=clock)
     admission = _webhook(settings)
     controllers = [
         Controller(
             names.PLURAL,
             _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=names.PLURAL),
-            select=lambda event: (str(event.object["metadata"]["uid"]), event),
+            select=by_uid,
             handle=lambda _uid, event: _sync(context, writes.queue, event),
             workers=SYNC_WORKERS,
             capacity=SYNC_CAPACITY,
@@ -363,8 +366,22 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             _watches(
                 kube, settings, group=names.GROUP, version=names.VERSION, plural=names.POOL_PLURAL
             ),
-            select=concurrencypools.select,
+            select=by_uid,
             handle=pools.handle,
+            workers=1,
+            capacity=SYNC_CAPACITY,
+        ),
+        Controller(
+            names.CALENDAR_PLURAL,
+            _watches(
+                kube,
+                settings,
+                group=names.GROUP,
+                version=names.VERSION,
+                plural=names.CALENDAR_PLURAL,
+            ),
+            select=by_uid,
+            handle=calendar_handler.handle,
             workers=1,
             capacity=SYNC_CAPACITY,
         ),

@@ -9,6 +9,7 @@ value, as Kubernetes conventions ask.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from pgsched import wording
@@ -16,6 +17,7 @@ from pgsched.engine import chain, definitions, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s.names import Obj
 from pgsched.schedule import ScheduleError
+from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 NEXT_RUNS = 3
 
@@ -33,6 +35,12 @@ def schedule_text(kind: str, text: str, upstreams: list[str] | None = None) -> s
         return rule.removeprefix("RRULE:")
     if kind == "once":
         return f"once at {text}"
+    if kind == "union":
+        return " | ".join(
+            schedule_text(entry["kind"], entry["text"])
+            + (f" ({entry['timeZone']})" if "timeZone" in entry else "")
+            for entry in json.loads(text)
+        )
     return text
 
 
@@ -49,6 +57,7 @@ def render(
     pool_found: bool = True,
     start: Start | None = None,
     wait: waits.Wait | None = None,
+    calendars: Calendars = NO_CALENDARS,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
 
@@ -61,7 +70,9 @@ def render(
     queued downstream) show the chain both ways. ``pool_found`` says whether the
     ConcurrencyPool its spec.pool names exists (ignored without spec.pool): without it
     no run can start, so the job is not Ready. ``wait`` is what its oldest queued run waits
-    for (``engine.waits``), shown as ``waiting``.
+    for (``engine.waits``), shown as ``waiting``. ``calendars``: those its
+    spec.calendars.exclude names (``engine.calendars.load``): ``nextRuns`` leaves out the
+    occurrences they exclude, and ``CalendarsReady`` names any that does not exist.
 
     ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
     RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
@@ -73,7 +84,10 @@ def render(
         after = definition.next_run_at - timedelta(microseconds=1)
         try:
             schedule = definitions.schedule_of(definition)
-            upcoming = [str(timestamp(at.at)) for at in schedule.upcoming(after, count=NEXT_RUNS)]
+            upcoming = [
+                str(timestamp(at.at))
+                for at in schedule.upcoming(after, count=NEXT_RUNS, exclusions=calendars)
+            ]
         except ScheduleError:
             # Stored by an older release that accepted what this one rejects (the resume
             # handler records the rejection): no predictions, the rest of the status renders.
@@ -118,6 +132,8 @@ def render(
         conditions.append(_completion(definition, last_run, active=active, queued=queued))
     if pool_name is not None:
         conditions.append(_pool_condition(definition.namespace, pool_name, pool_found))
+    if calendars.found or calendars.missing:
+        conditions.append(_calendars_condition(definition.namespace, calendars))
     return {
         "observedGeneration": observed,
         "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
@@ -248,6 +264,21 @@ def _pool_condition(namespace: str, pool: str, found: bool) -> Obj:
     )
 
 
+def _calendars_condition(namespace: str, calendars: Calendars) -> Obj:
+    if calendars.missing:
+        return _condition(
+            "CalendarsReady",
+            False,
+            "CalendarNotFound",
+            f"Calendar {', '.join(calendars.missing)} (spec.calendars.exclude) does not exist in"
+            f" namespace {namespace}; occurrences are not checked against it until it does",
+        )
+    names = ", ".join(item.name for item in calendars.found)
+    return _condition(
+        "CalendarsReady", True, "CalendarsFound", f"occurrences on days of {names} are skipped"
+    )
+
+
 def render_rejected(
     spec: Obj, *, generation: int, message: str, now: datetime, current: Obj | None
 ) -> Obj:
@@ -260,6 +291,16 @@ def render_rejected(
         ),
         ("none", ""),
     )
+    entries = spec.get("schedules")
+    if isinstance(entries, list):
+        kind, text = (
+            "cron",
+            " | ".join(
+                str(item.get("schedule") or item.get("rrule") or "")
+                for item in entries
+                if isinstance(item, dict)
+            ),
+        )
     # A job that only runs after others (say, the member of a cycle refused) shows them.
     after = spec.get("after")
     upstreams = [

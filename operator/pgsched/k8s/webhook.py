@@ -77,6 +77,11 @@ def registry() -> kopf.OperatorRegistry:
         old = _raw(kwargs.get("old"))
         _judge(body, lambda: admission.check_pool(dict(body), old))
 
+    @kopf.on.validate(names.GROUP, names.VERSION, names.CALENDAR_PLURAL, id="calendars", **options)
+    def calendar(body: kopf.Body, **kwargs: Any) -> None:
+        old = _raw(kwargs.get("old"))
+        _judge(body, lambda: admission.check_calendar(dict(body), old))
+
     return found
 
 

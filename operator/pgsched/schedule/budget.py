@@ -22,6 +22,10 @@ from datetime import UTC, datetime
 from pgsched.schedule.errors import ScheduleError
 
 MAX_STEPS = 50_000
+# Occurrences (or whole days, where a schedule can pass over a day at once) that calendars
+# exclude, passed over looking for the next one that runs (``Stream.upcoming``): a daily
+# job may look ~13 years past excluded days, a minutely one a week.
+MAX_EXCLUDED = 5_000
 # An RRULE's COUNT is counted from DTSTART on every expansion, so it is bounded to keep
 # the work per expansion well inside MAX_STEPS.
 MAX_COUNT = 10_000

@@ -1247,6 +1247,19 @@ $$;
 SET default_table_access_method = heap;
 
 --
+-- Name: calendars; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.calendars (
+    namespace text NOT NULL,
+    name text NOT NULL,
+    resolved jsonb NOT NULL,
+    version bigint DEFAULT 1 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: chain_arrivals; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1314,7 +1327,7 @@ CREATE TABLE pgsched.job_definitions (
     CONSTRAINT job_definitions_max_concurrent_runs_check CHECK ((max_concurrent_runs > 0)),
     CONSTRAINT job_definitions_max_queued_runs_check CHECK ((max_queued_runs > 0)),
     CONSTRAINT job_definitions_orphan_timeout_seconds_check CHECK ((orphan_timeout_seconds > 0)),
-    CONSTRAINT job_definitions_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'rrule'::text, 'once'::text, 'none'::text]))),
+    CONSTRAINT job_definitions_schedule_kind_check CHECK ((schedule_kind = ANY (ARRAY['cron'::text, 'rrule'::text, 'once'::text, 'none'::text, 'union'::text]))),
     CONSTRAINT job_definitions_starting_deadline_seconds_check CHECK ((starting_deadline_seconds > 0))
 );
 
@@ -1574,6 +1587,13 @@ CREATE TABLE pgsched.schema_migrations (
 ALTER TABLE ONLY pgsched.job_runs ATTACH PARTITION pgsched.job_runs_default DEFAULT;
 
 --
+-- Name: calendars calendars_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.calendars
+    ADD CONSTRAINT calendars_pkey PRIMARY KEY (namespace, name);
+
+--
 -- Name: chain_arrivals chain_arrivals_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -1697,6 +1717,12 @@ ALTER TABLE ONLY pgsched.schema_migrations
 --
 
 CREATE INDEX chain_arrivals_waiting ON pgsched.chain_arrivals USING btree (downstream_id, upstream_name) WHERE (consumed_by IS NULL);
+
+--
+-- Name: job_definitions_calendars; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX job_definitions_calendars ON pgsched.job_definitions USING gin ((((spec -> 'calendars'::text) -> 'exclude'::text))) WHERE ((deleted_at IS NULL) AND (spec ? 'calendars'::text));
 
 --
 -- Name: job_definitions_due; Type: INDEX; Schema: pgsched; Owner: -

@@ -21,10 +21,11 @@ from zoneinfo import ZoneInfo
 
 from pgsched import wording
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, pools, run_facts, runs, starts, waits
+from pgsched.engine import calendars, definitions, pools, run_facts, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s import api, names
 from pgsched.schedule import ScheduleError, zones
+from pgsched.schedule.calendars import Calendars
 from pgsched.ui import access as acl
 from pgsched.ui import html, store, why, words
 from pgsched.ui.html import e, link
@@ -331,7 +332,7 @@ def job(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Pa
         + "</p>",
         _timeline(d, zone, recent, since=since, now=ctx.now),
         f"<h2>Next {NEXT_COUNT} occurrences</h2>",
-        _upcoming(d, zone, ctx.now),
+        _upcoming(d, zone, ctx.now, calendars.load(ctx.conn, d)),
         "<h2>Runs</h2>",
         _runs_table(ctx, d, zone, before),
         "<h2>Spec in force</h2>",
@@ -456,7 +457,7 @@ def _timeline(
     )
 
 
-def _upcoming(d: Definition, zone: ZoneInfo, now: datetime) -> str:
+def _upcoming(d: Definition, zone: ZoneInfo, now: datetime, excluding: Calendars) -> str:
     if d.next_run_at is None:
         return "<p>No further occurrence.</p>"
     after = max(d.next_run_at - timedelta(microseconds=1), now)
@@ -467,7 +468,9 @@ def _upcoming(d: Definition, zone: ZoneInfo, now: datetime) -> str:
             f" leading ticks? Missed occurrences follow catchUp: {e(d.catch_up)}.</p>"
         )
     try:
-        upcoming = definitions.schedule_of(d).upcoming(after, count=NEXT_COUNT)
+        upcoming = definitions.schedule_of(d).upcoming(
+            after, count=NEXT_COUNT, exclusions=excluding
+        )
     except ScheduleError as error:
         return f"<p class='error'>{e(error)}</p>"
     note = (
@@ -584,6 +587,7 @@ def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) 
             ctx.now,
             waits_of=lambda ids: waits.of_runs(ctx.conn, ids, now=ctx.now),
             pool_found=pools.found_for(ctx.conn, d),
+            calendars=calendars.load(ctx.conn, d),
         ),
     )
     if answer.matched is not None:

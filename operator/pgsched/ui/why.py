@@ -29,7 +29,8 @@ from datetime import datetime, timedelta
 from pgsched import wording
 from pgsched.engine import definitions, waits
 from pgsched.engine.models import Definition, Run
-from pgsched.schedule import Schedule, rrule, zones
+from pgsched.schedule import Schedule, Stream, rrule, zones
+from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 MINUTE = timedelta(minutes=1)
 # Look this far back for the previous occurrence, widening step by step (a yearly
@@ -68,12 +69,14 @@ WaitsOf = Callable[[Sequence[int]], dict[int, waits.Wait]]
 
 @dataclass(frozen=True)
 class Now:
-    """What holds at the moment of asking: the clock, the waits of queued runs, and
-    whether the ConcurrencyPool the job names exists."""
+    """What holds at the moment of asking: the clock, the waits of queued runs, whether
+    the ConcurrencyPool the job names exists, and the Calendars it excludes (a future
+    occurrence on their days is said to be excluded, naming the calendar)."""
 
     at: datetime
     waits_of: WaitsOf
     pool_found: bool = True
+    calendars: Calendars = NO_CALENDARS
 
 
 def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: Now) -> Answer:
@@ -111,9 +114,11 @@ def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: No
     )
 
 
-def _exdate_in(schedule: Schedule, minute_start: datetime) -> datetime | None:
+def _exdate_in(schedule: Stream, minute_start: datetime) -> datetime | None:
     """The rule's EXDATE (a local wall time) within the minute starting at ``minute_start``."""
-    if not isinstance(schedule.recurrence, rrule.RecurrenceRule):
+    if not isinstance(schedule, Schedule) or not isinstance(
+        schedule.recurrence, rrule.RecurrenceRule
+    ):
         return None
     wall = zones.to_wall(minute_start, schedule.zone)
     return next(
@@ -125,12 +130,12 @@ def _exdate_in(schedule: Schedule, minute_start: datetime) -> datetime | None:
 _TINY = timedelta(microseconds=1)
 
 
-def _first_in(schedule: Schedule, start: datetime, end: datetime) -> datetime | None:
+def _first_in(schedule: Stream, start: datetime, end: datetime) -> datetime | None:
     found = schedule.next_after(start - _TINY)
     return found.at if found is not None and found.at < end else None
 
 
-def _previous(schedule: Schedule, before: datetime) -> datetime | None:
+def _previous(schedule: Stream, before: datetime) -> datetime | None:
     for span in _LOOKBACK:
         last = None
         for item in schedule.occurrences_after(before - span):
@@ -144,7 +149,7 @@ def _previous(schedule: Schedule, before: datetime) -> datetime | None:
 
 def _fate(
     definition: Definition,
-    schedule: Schedule,
+    schedule: Stream,
     at: datetime,
     runs: tuple[Run, ...],
     *,
@@ -165,9 +170,15 @@ def _fate(
         return Fate(
             at, "dst-skipped", runs, "in a DST gap under dstPolicy.gap: skip (SKIPPED/DSTGap)"
         )
+    excluded_by = now.calendars.excluding(gap) if gap is not None and gap.at == at else None
     if at > now.at:
         note = f"has not come yet (in {wording.seconds((at - now.at).total_seconds())})"
-        if definition.is_suspended:
+        if excluded_by is not None:
+            note += (
+                f"; Calendar {excluded_by} excludes its day, so it will be recorded"
+                " SKIPPED/CalendarExcluded"
+            )
+        elif definition.is_suspended:
             why = definition.auto_suspend_reason or "spec.suspend is true"
             note += f"; the ScheduledJob is suspended ({why}): it will be SKIPPED/Suspended"
         pool = definition.spec.get("pool")

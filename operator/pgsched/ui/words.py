@@ -7,6 +7,7 @@ expression itself, which is always right. Nothing here is used for scheduling.
 
 from __future__ import annotations
 
+import json
 import re
 
 from pgsched.schedule import cron
@@ -22,6 +23,11 @@ def describe(kind: str, text: str, zone: str) -> str:
     """The schedule in words with its zone, or the expression with its zone."""
     if kind == "none":
         return "only after its upstreams (spec.after)"  # no schedule, so no zone either
+    if kind == "union":  # spec.schedules: each entry in its own zone
+        return " and ".join(
+            describe(entry["kind"], entry["text"], entry.get("timeZone", zone))
+            for entry in json.loads(text)
+        )
     words = _words(kind, text.strip())
     return f"{words or text} {zone}"
 
