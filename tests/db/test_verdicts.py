@@ -7,12 +7,14 @@ and pod objects from a dict (or is unreachable); the database is the real one.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from factories import RecordingLauncher, define, runs_of
+from pgsched.db import connection
 from pgsched.engine import dispatch, lease, reap, runs, settle
 from pgsched.k8s import api, names, outcomes, verdicts
 
@@ -374,3 +376,37 @@ def test_a_round_reads_only_its_runs_jobs_and_pods_however_many_the_namespace_ho
 
     assert result.recorded == {run_lease.run_id: "COMPLETED"}
     assert shown.served == 2  # its Job and its pod, not 4,002 objects
+
+
+def test_replicas_racing_to_record_one_jobs_outcome_log_no_warning(conn, dsn, caplog):
+    """Every replica watches the same Jobs: for most runs two replicas read RUNNING and both
+    record the outcome; the loser's "lease lost, COMPLETED not recorded" was a WARNING for
+    most runs (issue 26). It is routine: DEBUG, and the outcome is recorded once."""
+    _, run_lease = silent_run(conn)
+    fingerprint = names.lease_fingerprint(str(run_lease.token))
+    finished = job("Complete")
+    completed = [pod(terminated={"exitCode": 0, "reason": "Completed"}, phase="Succeeded")]
+
+    def replica_a_records_first():
+        """Replica B has read RUNNING; replica A records before B writes."""
+        recorded = outcomes.record(
+            conn, run_lease.run_id, fingerprint, job=finished, pods=lambda: completed, deleted=False
+        )
+        assert recorded is not None and recorded.status == "COMPLETED"
+        return completed
+
+    with connection.connect(dsn) as replica_b, caplog.at_level(logging.DEBUG):
+        outcome = outcomes.record(
+            replica_b,
+            run_lease.run_id,
+            fingerprint,
+            job=finished,
+            pods=replica_a_records_first,
+            deleted=False,
+        )
+
+    assert outcome is None
+    assert row(conn, run_lease)["status"] == "COMPLETED"
+    lost = [record for record in caplog.records if "not recorded" in record.getMessage()]
+    assert [record.levelno for record in lost] == [logging.DEBUG], caplog.text
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]

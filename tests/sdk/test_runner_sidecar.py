@@ -64,6 +64,24 @@ def test_sidecar_notes_on_sigterm_that_the_workload_ended_so_silence_is_not_vani
     assert "noted that the workload ended" in pod.output
 
 
+def test_a_normal_cancellation_is_logged_at_info_not_warning(dsn, conn, pods, tmp_path):
+    """``pgsched cancel``, Replace and deadlines cancel runs every day: nothing to warn about
+    (issue 26 saw the sidecar warn twice per cancelled run)."""
+    run = claim(conn, sdk_job(conn))
+    cancel_file = tmp_path / "cancel"
+    pod = start_sidecar(pods, dsn, run, cancel_file)
+    wait_for(lambda: heartbeats(conn, run), what="a first heartbeat")
+
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
+    wait_for(cancel_file.exists, what="the cancel file")
+    pod.process.send_signal(signal.SIGTERM)
+
+    assert pod.wait(15) == 0, pod.output
+    assert re.search(r" INFO \S+: run \d+: cancellation requested$", pod.output, re.M), pod.output
+    assert re.search(r" INFO \S+: wrote 'cancelled' to ", pod.output), pod.output
+    assert " WARNING " not in pod.output and " ERROR " not in pod.output, pod.output
+
+
 def test_sidecar_announces_it_listens_and_a_sigterm_right_after_ends_it(dsn, conn, pods, tmp_path):
     """The listening file is what the Job's postStart hook waits for before kubelet starts
     the workload: from the moment it exists, SIGTERM must end the sidecar (as PID 1 of a

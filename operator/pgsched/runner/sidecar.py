@@ -119,4 +119,10 @@ def signal_workload(path: Path, state: LeaseState, *, now: datetime | None = Non
     except OSError as error:
         log.error("cannot write the cancel file %s: %s", path, error)
         return
-    log.warning("wrote %r to %s", word, path)
+    # A cancellation is routine; a lost lease means the run was reaped or ended elsewhere.
+    log.log(
+        logging.INFO if state == "cancel_requested" else logging.WARNING,
+        "wrote %r to %s",
+        word,
+        path,
+    )
