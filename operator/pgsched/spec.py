@@ -330,7 +330,13 @@ def parse(
         # quarter of the expansion budget, so an accepted schedule keeps headroom.
         built.next_after(now, limit=VALIDATION_STEPS)
     except schedule.ScheduleError as error:
-        raise SpecError([FieldError(f"spec.{field_name}", error.message, error.example)]) from None
+        # How far ahead the next occurrence lies depends on when the spec is applied: say
+        # so, or the same spec seems refused at random (issue 26).
+        message = (
+            f"{error.message} (searched from {now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}, when"
+            " it was applied: applied at another time it may be found in reach)"
+        )
+        raise SpecError([FieldError(f"spec.{field_name}", message, error.example)]) from None
     return parsed
 
 
