@@ -196,7 +196,11 @@ def test_a_rejected_spec_is_logged_once_by_all_replicas_together(operators, sj):
         30,
         describe=lambda: f"bad-hour refused: {sj.condition('bad-hour')}",
     )
-    wait_for(lambda: FINALIZER in sj.get("bad-hour")["metadata"].get("finalizers", []), 30)
+    wait_for(
+        lambda: FINALIZER in sj.get("bad-hour")["metadata"].get("finalizers", []),
+        30,
+        describe="the finalizer on bad-hour",
+    )
     time.sleep(3)  # the echoes of the status and finalizer writes reach both replicas
 
     logs = "\n".join(replica.log() for replica in replicas)

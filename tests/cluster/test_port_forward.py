@@ -31,7 +31,6 @@ from devenv.controlplane import ControlPlane
 from devenv.postgres import PostgresServer
 from devenv.waiting import wait_for
 from pgsched.db import connection
-from plugins.postgres import TEMPLATE
 
 pytestmark = pytest.mark.cluster
 
@@ -75,7 +74,9 @@ def release(
 ) -> Iterator[ControlPlane]:
     database = "pgsched_port_forward"
     with connection.connect(postgres.dsn()) as admin:
-        admin.execute(f"CREATE DATABASE {database} TEMPLATE {TEMPLATE}")
+        # Empty: the operator pods (main's image) migrate it to their own release, which
+        # may be older than this checkout's migrations.
+        admin.execute(f"CREATE DATABASE {database}")
     cluster.api.create(
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
@@ -93,21 +94,32 @@ def release(
     values_file = tmp_path_factory.mktemp("port-forward") / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     try:
-        cluster.helm(
-            "install",
-            "pgsched",
-            CHART,
-            "-n",
-            NAMESPACE,
-            "-f",
-            values_file,
-            "--wait",
-            "--timeout=180s",
+        cluster.helm("install", "pgsched", CHART, "-n", NAMESPACE, "-f", values_file)
+        wait_for(
+            lambda: operator_ready(cluster),
+            180,
+            describe=lambda: cluster.kubectl(
+                "describe", "pods", "-n", NAMESPACE, check=False
+            ).stdout[-4000:],
         )
         yield cluster
     finally:
         cluster.helm("uninstall", "pgsched", "-n", NAMESPACE, "--wait", check=False)
         cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+
+
+def operator_ready(cluster: ControlPlane) -> bool:
+    pods = cluster.api.get(
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        labelSelector="app.kubernetes.io/component=operator",
+    )["items"]
+    return bool(pods) and all(
+        any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in pod["status"].get("conditions", [])
+        )
+        for pod in pods
+    )
 
 
 class Forward:
