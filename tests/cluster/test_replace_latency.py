@@ -26,6 +26,7 @@ pytestmark = pytest.mark.cluster
 
 REPLACED = 10  # runs measured
 BOUND_SECONDS = 1.0
+REQUEST_BOUND_SECONDS = 2.5
 COOPERATIVE = 'while [ ! -f "$PGSCHED_CANCEL_FILE" ]; do sleep 0.1; done'
 
 
@@ -43,7 +44,7 @@ def replaced(runs: list[dict], created: dict[int, datetime]) -> list[tuple[dict,
     ]
 
 
-def test_replace_creates_the_new_job_within_a_second_of_the_old_runs_end(
+def test_replace_starts_the_new_job_within_a_second_of_the_old_runs_end(
     operators, sj, cluster, namespace
 ):
     created: dict[int, datetime] = {}  # run id -> when the watch saw its Job created
@@ -94,3 +95,6 @@ def test_replace_creates_the_new_job_within_a_second_of_the_old_runs_end(
     )
     assert statistics.median(after_end) <= BOUND_SECONDS, after_end
     assert max(after_end) <= BOUND_SECONDS, after_end
+    # From the request: the workload's poll, the kubelet noticing its exit (it polls every
+    # second) and the sidecar's note come first. Before migration 0029: p50 4.95 s.
+    assert max(after_request) <= REQUEST_BOUND_SECONDS, after_request
