@@ -21,6 +21,19 @@ class CommandError(RuntimeError):
         )
 
 
+def environment(kubeconfig: Path) -> dict[str, str]:
+    """This process's environment, with ``kubeconfig`` and the private client caches."""
+    cache = kubeconfig.parent / "client-cache"
+    return {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "KUBECACHEDIR": str(cache / "kube"),
+        "HELM_CACHE_HOME": str(cache / "helm" / "cache"),
+        "HELM_CONFIG_HOME": str(cache / "helm" / "config"),
+        "HELM_DATA_HOME": str(cache / "helm" / "data"),
+    }
+
+
 def run(
     argv: list[str | Path],
     *,
@@ -29,21 +42,12 @@ def run(
     check: bool = True,
     timeout: float = 120.0,
 ) -> subprocess.CompletedProcess[str]:
-    cache = kubeconfig.parent / "client-cache"
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "KUBECACHEDIR": str(cache / "kube"),
-        "HELM_CACHE_HOME": str(cache / "helm" / "cache"),
-        "HELM_CONFIG_HOME": str(cache / "helm" / "config"),
-        "HELM_DATA_HOME": str(cache / "helm" / "data"),
-    }
     result = subprocess.run(
         [str(arg) for arg in argv],
         input=input,
         capture_output=True,
         text=True,
-        env=env,
+        env=environment(kubeconfig),
         timeout=timeout,
         check=False,
     )

@@ -47,7 +47,22 @@ TICK_DURATION = Histogram(
 )
 # One series per replica (Prometheus tells replicas apart by their target labels): the sum
 # over replicas is 0 while no replica leads, e.g. the database is down or the lock is stuck.
-LEADER = Gauge("pgsched_tick_leader", "1 if this replica led the latest tick, else 0.")
+# Leadership is taken per tick and may alternate between replicas tick by tick, so the gauge
+# says whether this replica led any tick within a window (LEADER_WINDOW_SECONDS, or three
+# ticks if longer): it does not flap, and several replicas may show 1 at once. Who leads how
+# much: rate(pgsched_ticks_total{result="leader"}).
+LEADER_WINDOW_SECONDS = 30.0
+LEADER = Gauge(
+    "pgsched_tick_leader",
+    "1 if this replica led a tick within the last 30 s (or three tick intervals), else 0.",
+)
+
+
+def leader_window_seconds(tick_interval_seconds: float) -> float:
+    """How recently a replica must have led a tick for ``pgsched_tick_leader`` to be 1."""
+    return max(LEADER_WINDOW_SECONDS, 3 * tick_interval_seconds)
+
+
 TICKS = Counter("pgsched_ticks_total", "Ticks attempted by this replica, by result.", ["result"])
 REAPED = Counter(
     "pgsched_reaped_runs_total", "Runs ended by the reaper, by signature.", ["signature"]

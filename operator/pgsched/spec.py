@@ -346,7 +346,11 @@ def parse(
         # quarter of the expansion budget, so an accepted schedule keeps headroom.
         built.next_after(now, limit=VALIDATION_STEPS)
     except schedule.ScheduleError as error:
-        raise refused(error) from None
+        # How far ahead the next occurrence lies depends on when the spec is applied: say
+        # so, or the same spec seems refused at random (issue 26).
+        raise _schedule_field_error(
+            parsed, error, hash_seed=hash_seed, anchor=anchor, now=now, searched=True
+        ) from None
     return parsed
 
 
@@ -471,13 +475,24 @@ def _schedule_field_error(
     hash_seed: str,
     anchor: datetime,
     now: datetime,
+    searched: bool = False,
 ) -> SpecError:
     """The field a schedule error belongs to: the single-entry field, or the entry of
-    ``spec.schedules`` that fails on its own (else the list as a whole)."""
+    ``spec.schedules`` that fails on its own (else the list as a whole). ``searched``: the
+    error came from looking for the next occurrence from ``now``, which the message says."""
+
+    def said(message: str) -> str:
+        if not searched:
+            return message
+        return (
+            f"{message} (searched from {now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}, when"
+            " it was applied: applied at another time it may be found in reach)"
+        )
+
     kind = parsed.schedule_kind
     if kind != "union":
         field_name = next(name for name, value in _SCHEDULE_FIELDS.items() if value == kind)
-        return SpecError([FieldError(f"spec.{field_name}", error.message, error.example)])
+        return SpecError([FieldError(f"spec.{field_name}", said(error.message), error.example)])
     entries = json.loads(parsed.schedule)
     for index, entry in enumerate(entries):
         single = dataclasses.replace(
@@ -493,9 +508,13 @@ def _schedule_field_error(
         except schedule.ScheduleError as own:
             field_name = "schedule" if entry["kind"] == "cron" else "rrule"
             return SpecError(
-                [FieldError(f"spec.schedules[{index}].{field_name}", own.message, own.example)]
+                [
+                    FieldError(
+                        f"spec.schedules[{index}].{field_name}", said(own.message), own.example
+                    )
+                ]
             )
-    return SpecError([FieldError("spec.schedules", error.message, error.example)])
+    return SpecError([FieldError("spec.schedules", said(error.message), error.example)])
 
 
 MAX_CALENDARS = 10

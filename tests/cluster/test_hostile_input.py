@@ -16,35 +16,10 @@ import pytest
 
 from devenv.commands import CommandError
 from devenv.waiting import wait_for
+from hostile_specs import HOSTILE, INTERVAL_0
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
-
-INTERVAL_0 = "DTSTART:20270101T000000\nRRULE:FREQ=DAILY;INTERVAL=0"
-HOSTILE = {
-    # The CRD's pattern refuses INTERVAL=0 at apply; a space gets the same rule past it.
-    "rrule-interval-0": (
-        {"rrule": INTERVAL_0.replace("INTERVAL=0", "INTERVAL= 0")},
-        "spec.rrule: INTERVAL=0 must be an integer in 1..1000000 (example: FREQ=WEEKLY;INTERVAL=2)",
-    ),
-    "rrule-slow-scan": (
-        {
-            # DTSTART pinned: anchored at the day it is applied, a 7-second interval meets
-            # Dec 31 03:05:09 on some days (then the budget refuses it) and never on others.
-            "rrule": "DTSTART:20260101T000000\n"
-            "RRULE:FREQ=SECONDLY;INTERVAL=7;BYMONTH=12;BYMONTHDAY=31;BYHOUR=3;BYMINUTE=5;BYSECOND=9"
-        },
-        "never produces an occurrence",
-    ),
-    "cron-never": (
-        {"schedule": "0 0 30 2 *"},
-        "spec.schedule: '0 0 30 2 *' never fires",
-    ),
-    "run-at-year-9999": (
-        {"runAt": "9999-12-31T23:59:59", "timeZone": "America/New_York"},
-        "spec.runAt: '9999-12-31T23:59:59': year 9999 is outside 1901..8999",
-    ),
-}
 
 
 def cpu_seconds(pid: int) -> float:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devenv.waiting import wait_for
+from pgsched.k8s.finalizers import FINALIZER
 from plugins.operator import busybox
 from plugins.postgres import terminate_backends
 
@@ -162,6 +164,49 @@ def test_every_replica_exports_its_leader_gauge_and_one_leads(operators):
         10,
         describe="a leading replica",
     )
+
+
+def test_the_leader_gauge_stays_put_while_leadership_alternates_tick_by_tick(operators):
+    """Leadership is taken per tick, so two replicas alternate; "led the latest tick" made
+    each replica's gauge flip between scrapes and a "who leads" panel flap (issue 26)."""
+    replicas = [operators.start(), operators.start()]
+
+    def led(replica):
+        return value(samples(replica), "pgsched_ticks_total", result="leader")
+
+    wait_for(lambda: all(led(replica) for replica in replicas), 60, describe="both to lead")
+    before = [led(replica) for replica in replicas]
+    seen = []
+    for _ in range(30):
+        seen.append([value(samples(replica), "pgsched_tick_leader") for replica in replicas])
+        time.sleep(0.2)
+
+    assert all(after > first for after, first in zip(map(led, replicas), before, strict=True))
+    assert seen == [[1.0, 1.0]] * len(seen), seen
+
+
+def test_a_rejected_spec_is_logged_once_by_all_replicas_together(operators, sj):
+    """Both replicas sync every ScheduledJob, each on several watch events (its own
+    finalizer write comes back as one); a refused spec was logged twice per replica (issue
+    26). The WARNING is logged where its InvalidSpec Event is created: once."""
+    replicas = [operators.start(), operators.start()]
+    sj.apply("bad-hour", {"schedule": "0 25 * * *", "jobTemplate": busybox("true")})
+    wait_for(
+        lambda: (sj.condition("bad-hour") or {}).get("reason") == "InvalidSpec",
+        30,
+        describe=lambda: f"bad-hour refused: {sj.condition('bad-hour')}",
+    )
+    wait_for(
+        lambda: FINALIZER in sj.get("bad-hour")["metadata"].get("finalizers", []),
+        30,
+        describe="the finalizer on bad-hour",
+    )
+    time.sleep(3)  # the echoes of the status and finalizer writes reach both replicas
+
+    logs = "\n".join(replica.log() for replica in replicas)
+    warned = re.findall(r" WARNING \S+: \S*bad-hour generation 1 rejected: .*", logs)
+    assert len(warned) == 1, warned
+    assert "hour" in warned[0]
 
 
 def test_client_side_throttling_is_counted(operators, sj):

@@ -7,12 +7,14 @@ and pod objects from a dict (or is unreachable); the database is the real one.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from factories import RecordingLauncher, define, runs_of
+from pgsched.db import connection
 from pgsched.engine import dispatch, lease, reap, runs, settle
 from pgsched.k8s import api, names, outcomes, verdicts
 
@@ -338,10 +340,41 @@ def test_a_cancel_that_came_after_the_workload_ended_leaves_the_jobs_outcome(con
 
 
 def test_a_cancel_before_the_workload_ended_still_decides(conn):
+    """Decided when the sidecar notes the workload's end (migration 0029): the Job's
+    verdict then finds the run ended and changes nothing."""
     run_lease, served = ended_then_cancelled(conn, cancel_after_end=False)
 
-    assert verdicts.run_once(conn, served).recorded == {run_lease.run_id: "Cancelled"}
-    assert row(conn, run_lease)["status"] == "CANCELLED"
+    assert verdicts.run_once(conn, served).recorded == {}
+    found = row(conn, run_lease)
+    assert (found["status"], found["reason"]) == ("CANCELLED", "Cancelled")
+    assert found["finished_at"] == found["workload_ended_at"] == T0 + timedelta(seconds=12)
+
+
+def test_a_run_asked_to_stop_ends_cancelled_the_moment_its_workload_ends(conn):
+    """Replace keeps the next run queued until the old one ended: waiting for the Job
+    controller and the Job watch to tell what is already decided cost seconds (issue 26)."""
+    _, run_lease = silent_run(conn)
+    runs.cancel_run(conn, run_lease.run_id, by=runs.BY_REPLACE, now=T0 + timedelta(seconds=11))
+
+    assert lease.workload_ended(conn, run_lease)  # the job role's call, the database clock
+
+    found = row(conn, run_lease)
+    assert (found["status"], found["reason"], found["cancelled_by"]) == (
+        "CANCELLED",
+        "Cancelled",
+        "Replace",
+    )
+    assert found["error"] == "stopped after cancellation was requested (its workload ended)"
+    assert found["finished_at"] == found["workload_ended_at"]
+    assert not lease.workload_ended(conn, run_lease)  # ended: the lease is spent
+
+
+def test_a_run_not_asked_to_stop_still_waits_for_its_jobs_verdict_when_its_workload_ends(conn):
+    _, run_lease = silent_run(conn)
+
+    assert lease.workload_ended(conn, run_lease, now=T0 + timedelta(seconds=12))
+
+    assert row(conn, run_lease)["status"] == "RUNNING"
 
 
 def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_cancel(conn):
@@ -374,3 +407,37 @@ def test_a_round_reads_only_its_runs_jobs_and_pods_however_many_the_namespace_ho
 
     assert result.recorded == {run_lease.run_id: "COMPLETED"}
     assert shown.served == 2  # its Job and its pod, not 4,002 objects
+
+
+def test_replicas_racing_to_record_one_jobs_outcome_log_no_warning(conn, dsn, caplog):
+    """Every replica watches the same Jobs: for most runs two replicas read RUNNING and both
+    record the outcome; the loser's "lease lost, COMPLETED not recorded" was a WARNING for
+    most runs (issue 26). It is routine: DEBUG, and the outcome is recorded once."""
+    _, run_lease = silent_run(conn)
+    fingerprint = names.lease_fingerprint(str(run_lease.token))
+    finished = job("Complete")
+    completed = [pod(terminated={"exitCode": 0, "reason": "Completed"}, phase="Succeeded")]
+
+    def replica_a_records_first():
+        """Replica B has read RUNNING; replica A records before B writes."""
+        recorded = outcomes.record(
+            conn, run_lease.run_id, fingerprint, job=finished, pods=lambda: completed, deleted=False
+        )
+        assert recorded is not None and recorded.status == "COMPLETED"
+        return completed
+
+    with connection.connect(dsn) as replica_b, caplog.at_level(logging.DEBUG):
+        outcome = outcomes.record(
+            replica_b,
+            run_lease.run_id,
+            fingerprint,
+            job=finished,
+            pods=replica_a_records_first,
+            deleted=False,
+        )
+
+    assert outcome is None
+    assert row(conn, run_lease)["status"] == "COMPLETED"
+    lost = [record for record in caplog.records if "not recorded" in record.getMessage()]
+    assert [record.levelno for record in lost] == [logging.DEBUG], caplog.text
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]

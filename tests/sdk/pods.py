@@ -4,7 +4,8 @@
 
 The job modules are the ones users would ship: ``examples/pgsched_examples`` and, for
 behaviours the examples do not exercise (raising chosen exceptions, pausing), the kinds in
-``sdk_test_jobs.py`` next to this file. Both directories go on the child's PYTHONPATH.
+``sdk_test_jobs.py`` next to this file. Both directories go on the child's PYTHONPATH,
+after the directory of the pgsched package the tests import.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pgsched
 from factories import RecordingLauncher, define
 from pgsched.db.connection import Connection
 from pgsched.engine import dispatch, runs
@@ -28,6 +30,9 @@ from pgsched.engine.models import Definition, Run
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 HERE = Path(__file__).resolve().parent
+# The pgsched this test process imports (a checkout's own, not whatever the venv installed),
+# so the child processes run the code under test.
+PACKAGE_ROOT = Path(pgsched.__file__).resolve().parents[1]
 EXAMPLE_MODULES = "pgsched_examples.ledger_import,pgsched_examples.ledger_report"
 TEST_MODULES = "sdk_test_jobs"
 
@@ -108,7 +113,7 @@ def contract(dsn: str, run: Run, **extra: str) -> dict[str, str]:
     """The environment the operator gives a job pod."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PGSCHED_")}
     env.update(
-        PYTHONPATH=os.pathsep.join([str(EXAMPLES), str(HERE)]),
+        PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), str(EXAMPLES), str(HERE)]),
         PYTHONUNBUFFERED="1",
         PGSCHED_RUN_ID=str(run.id),
         PGSCHED_LEASE_TOKEN=str(run.lease_token),

@@ -44,8 +44,11 @@ def test_sidecar_writes_the_cancel_file_on_cancel_and_exits_0_on_sigterm(dsn, co
     pod.process.send_signal(signal.SIGTERM)
 
     assert pod.wait(10) == 0, pod.output
+    # No outcome of its own: its note that the workload ended decides only because the
+    # cancellation came first (migration 0029), and says nothing about an exit code.
     row = run_row(conn, run)
-    assert (row["status"], row["reason"], row["finished_at"]) == ("RUNNING", None, None)
+    assert (row["status"], row["reason"], row["exit_code"]) == ("CANCELLED", "Cancelled", None)
+    assert row["finished_at"] == row["workload_ended_at"]
 
 
 def test_sidecar_notes_on_sigterm_that_the_workload_ended_so_silence_is_not_vanishing(
@@ -62,6 +65,24 @@ def test_sidecar_notes_on_sigterm_that_the_workload_ended_so_silence_is_not_vani
     row = run_row(conn, run)
     assert row["status"] == "RUNNING" and row["workload_ended_at"] is not None
     assert "noted that the workload ended" in pod.output
+
+
+def test_a_normal_cancellation_is_logged_at_info_not_warning(dsn, conn, pods, tmp_path):
+    """``pgsched cancel``, Replace and deadlines cancel runs every day: nothing to warn about
+    (issue 26 saw the sidecar warn twice per cancelled run)."""
+    run = claim(conn, sdk_job(conn))
+    cancel_file = tmp_path / "cancel"
+    pod = start_sidecar(pods, dsn, run, cancel_file)
+    wait_for(lambda: heartbeats(conn, run), what="a first heartbeat")
+
+    runs.cancel_run(conn, run.id, by=runs.BY_CLI)
+    wait_for(cancel_file.exists, what="the cancel file")
+    pod.process.send_signal(signal.SIGTERM)
+
+    assert pod.wait(15) == 0, pod.output
+    assert re.search(r" INFO \S+: run \d+: cancellation requested$", pod.output, re.M), pod.output
+    assert re.search(r" INFO \S+: wrote 'cancelled' to ", pod.output), pod.output
+    assert " WARNING " not in pod.output and " ERROR " not in pod.output, pod.output
 
 
 def test_sidecar_announces_it_listens_and_a_sigterm_right_after_ends_it(dsn, conn, pods, tmp_path):
@@ -144,3 +165,42 @@ def listening(conn, run):
         [f"pgsched-sidecar-{run.id}"],
     ).fetchone()
     return row["n"] > 0
+
+
+def test_a_cancelled_runs_end_is_recorded_at_once_on_sigterm(dsn, conn, pods, tmp_path):
+    """The kubelet sends SIGTERM once the workload exited; a run asked to stop then ends
+    CANCELLED at the sidecar's note (migration 0029), and Replace's next run waits for
+    that. The note came only after the heartbeat loop stopped (up to 0.5 s later)."""
+    job = sdk_job(conn, maxConcurrentRuns=10)
+    sidecars = []
+    for number in range(10):
+        run = claim(conn, job, token=f"run-{number}")
+        cancel_file = tmp_path / str(run.id) / "cancel"
+        # A pod's interval (the contract's 0.1 s would hide the loop's 0.5 s stop check).
+        env = contract(
+            dsn, run, PGSCHED_CANCEL_FILE=str(cancel_file), PGSCHED_HEARTBEAT_INTERVAL_SECONDS="30"
+        )
+        sidecars.append((run, cancel_file, pods("heartbeat", env)))
+    for run, _, _ in sidecars:
+        wait_for(lambda run=run: listening(conn, run), timeout=60, what=f"run {run.id} to listen")
+    for run, cancel_file, _ in sidecars:
+        runs.cancel_run(conn, run.id, by=runs.BY_REPLACE)
+        wait_for(cancel_file.exists, timeout=30, what=f"run {run.id}'s cancel file")
+
+    latencies = []
+    for run, _, pod in sidecars:
+        asked = time.monotonic()
+        pod.process.send_signal(signal.SIGTERM)
+        while run_row(conn, run)["status"] == "RUNNING":
+            assert time.monotonic() - asked < 10, f"run {run.id} still RUNNING 10 s after SIGTERM"
+            time.sleep(0.005)
+        latencies.append(time.monotonic() - asked)
+        assert pod.wait(15) == 0, pod.output
+        assert (run_row(conn, run)["status"], run_row(conn, run)["reason"]) == (
+            "CANCELLED",
+            "Cancelled",
+        )
+
+    median, worst = statistics.median(latencies), max(latencies)
+    print(f"\nSIGTERM -> CANCELLED: median {median * 1000:.0f} ms, max {worst * 1000:.0f} ms")
+    assert median < 0.2 and worst < 0.5, sorted(latencies)

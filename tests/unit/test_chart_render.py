@@ -313,7 +313,8 @@ def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path):
     assert (settings.jobs.dsn_secret, settings.jobs.dsn_secret_key) == ("job-db", "uri")
     assert (settings.tick.interval_seconds, settings.tick.dispatch_batch) == (0.5, 20)
     assert settings.api_qps == 7.5
-    assert (settings.health_bind, settings.metrics_bind) == ("10.1.2.3:8080", "10.1.2.3:9090")
+    # Every address of the pod, so that kubectl port-forward reaches them (issue 26).
+    assert (settings.health_bind, settings.metrics_bind) == ("0.0.0.0:8080", "0.0.0.0:9090")
     wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
     assert OperatorSettings.from_environment({**wide, "PGSCHED_DSN": "x"}).all_namespaces
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from hostile_specs import HOSTILE, HOSTILE_UNANCHORED
 from pgsched import schedule, spec
 from pgsched.engine import definitions
 
@@ -14,9 +15,9 @@ NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 SOFIA = "Europe/Sofia"
 
 
-def rejection(text: str, zone: str = "UTC") -> str:
+def rejection(text: str, zone: str = "UTC", *, now: datetime = NOW) -> str:
     with pytest.raises(spec.SpecError) as caught:
-        spec.parse({"rrule": text, "timeZone": zone}, anchor=NOW, now=NOW)
+        spec.parse({"rrule": text, "timeZone": zone}, anchor=now, now=now)
     (error,) = caught.value.errors
     assert error.path == "spec.rrule" and error.example
     return str(error)
@@ -126,3 +127,46 @@ def test_an_interval_that_never_reaches_its_by_values_is_a_precise_error():
 
     assert "FREQ=MINUTELY;INTERVAL=2 counted from DTSTART 20190101T000100 never lands" in message
     assert "never produces an occurrence" in message
+
+
+# Every month of a year at a different time of day, the DST days of the US and the EU, and
+# the day `make test` failed on (2026-12-03): no schedule test may depend on the date.
+PINNED = [
+    *(
+        datetime(2027, month, 1 + 2 * month, (5 * month) % 24, (7 * month) % 60, tzinfo=UTC)
+        for month in range(1, 13)
+    ),
+    datetime(2027, 3, 14, 7, 30, tzinfo=UTC),  # US spring forward (02:00 local)
+    datetime(2027, 3, 28, 1, 0, tzinfo=UTC),  # EU spring forward (01:00 UTC)
+    datetime(2027, 10, 31, 0, 59, tzinfo=UTC),  # EU fall back
+    datetime(2027, 11, 7, 6, 0, tzinfo=UTC),  # US fall back
+    datetime(2026, 12, 3, 6, 28, 20, tzinfo=UTC),
+    datetime(2027, 12, 31, 3, 5, 8, tzinfo=UTC),  # a second before the hostile instant
+]
+
+
+def at(now: datetime) -> str:
+    return f"{now:%Y-%m-%dT%H:%M}"
+
+
+@pytest.mark.parametrize("now", PINNED, ids=at)
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_schedule_gets_the_same_verdict_whenever_it_is_applied(name, now):
+    """tests/cluster/test_hostile_input.py's schedules, with the clock pinned (issue 26: the
+    slow-scan rule was refused for another reason on 2026-12-03)."""
+    hostile, message = HOSTILE[name]
+    with pytest.raises(spec.SpecError) as caught:
+        spec.parse(hostile, anchor=now, now=now)
+    assert message in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("now", PINNED, ids=at)
+def test_a_rule_without_dtstart_says_why_its_verdict_may_depend_on_the_day(now):
+    """Without DTSTART the rule counts from the day it is applied: the 7-second interval's
+    first Dec 31 03:05:09 is in the budget's reach on some days only."""
+    message = rejection(HOSTILE_UNANCHORED, now=now)
+
+    assert (
+        f"with no DTSTART, DTSTART is midnight of the day it is applied ({now:%Y-%m-%d})" in message
+        or f"(searched from {now:%Y-%m-%dT%H:%M:%SZ}, when it was applied" in message
+    ), message

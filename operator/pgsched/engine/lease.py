@@ -94,11 +94,14 @@ def finish(
     retry_hint: Literal["retry", "never"] | None = None,
     now: datetime | None = None,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+    lost_level: int = logging.WARNING,
 ) -> bool:
     """Record the run's outcome. False means the lease was lost: nothing was changed.
 
-    ``logger`` is the caller's run logger (``logs.for_run``), so the warning about a lost
-    lease carries the run's context fields like the caller's own lines."""
+    ``logger`` is the caller's run logger (``logs.for_run``), so the line about a lost
+    lease carries the run's context fields like the caller's own lines. ``lost_level`` is
+    that line's level: the operator's replicas all watch the same Jobs and race to record
+    each outcome, so for them losing is routine (``outcomes.write`` passes DEBUG)."""
     row = conn.execute(
         queries.get(_variant("finish_run", now)),
         {
@@ -114,7 +117,8 @@ def finish(
     ).fetchone()
     finished = bool(row and row["finished"])
     if not finished:
-        logger.warning(
+        logger.log(
+            lost_level,
             "run %s: lease lost, %s not recorded (the run was already ended elsewhere)",
             lease.run_id,
             status,

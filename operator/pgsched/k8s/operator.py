@@ -116,6 +116,8 @@ class EngineThreads:
         self.clock = clock
         self.stop = threading.Event()
         self.last_tick = time.monotonic()
+        self.last_led: float | None = None
+        self.leader_window = metrics.leader_window_seconds(settings.tick.interval_seconds)
         connect = self._connector("pgsched-tick")
         self.ticker = Ticker(
             connect, KubernetesLauncher(kube, settings.jobs), settings.tick, clock=clock
@@ -229,7 +231,12 @@ class EngineThreads:
 
     def _observe(self, result: TickResult) -> None:
         self.last_tick = time.monotonic()
-        metrics.LEADER.set(1 if result.leader else 0)
+        if result.leader:
+            self.last_led = self.last_tick
+        # Leadership is taken per tick and moves freely between replicas: "led the latest
+        # tick" would flap with every tick. "Led one within the window" stays put.
+        led = self.last_led is not None and self.last_tick - self.last_led <= self.leader_window
+        metrics.LEADER.set(1 if led else 0)
         metrics.TICKS.labels(
             "error" if result.error else "leader" if result.leader else "follower"
         ).inc()

@@ -181,7 +181,8 @@ def write(
     *,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
 ) -> bool:
-    """The fenced finish of ``outcome``; False if the run was no longer ours to end."""
+    """The fenced finish of ``outcome``; False if the run was no longer ours to end (every
+    replica reads the same Job, and all but one lose that race: logged at DEBUG)."""
     return lease.finish(
         conn,
         run_lease,
@@ -190,4 +191,5 @@ def write(
         error=outcome.error,
         exit_code=outcome.exit_code,
         logger=logger,
+        lost_level=logging.DEBUG,
     )

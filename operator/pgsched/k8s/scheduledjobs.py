@@ -348,7 +348,9 @@ def _reject(
     *,
     now: datetime,
 ) -> Writes:
-    log.warning("%s generation %s rejected: %s", key.hash_seed, key.generation, message)
+    # Every replica gets here, each on several watch events: the WARNING is logged once,
+    # by whichever posts the InvalidSpec Event (_publish).
+    log.debug("%s generation %s rejected: %s", key.hash_seed, key.generation, message)
     stored = definitions.reject(conn, key, message)
     note = EventNote(
         name=f"{key.name}.gen{key.generation}.invalid",
@@ -493,7 +495,14 @@ def _publish(context: Context, writes: Writes, version: str) -> bool:
     if new is not None and not _write_status(context, writes, definition, current, new):
         return False
     for note in writes.events:
-        _post(context, writes, note)
+        if _post(context, writes, note) and note.reason == "InvalidSpec":
+            log.warning(
+                "%s/%s generation %s rejected: %s",
+                writes.namespace,
+                writes.name,
+                writes.generation,
+                note.message,
+            )
     if definition is not None:
         with context.pool.connection() as conn:
             definitions.mark_published(conn, writes.uid, writes.generation)
@@ -535,8 +544,9 @@ def _write_status(
     return True
 
 
-def _post(context: Context, writes: Writes, note: EventNote) -> None:
-    context.publisher.post_event(
+def _post(context: Context, writes: Writes, note: EventNote) -> bool:
+    """Post the Event; False if it was posted before (by any replica) or the namespace is gone."""
+    return context.publisher.post_event(
         namespace=writes.namespace,
         scheduled_job=writes.name,
         uid=writes.uid,

@@ -108,8 +108,8 @@ class HeartbeatLoop:
             if _RANK[state] <= _RANK[previous]:
                 return
             self._state = state
-        if state == "cancel_requested":
-            log.warning("run %s: cancellation requested", self._lease.run_id)
+        if state == "cancel_requested":  # routine: pgsched cancel, Replace, a deadline
+            log.info("run %s: cancellation requested", self._lease.run_id)
         else:
             log.warning(
                 "run %s: lease lost (the run was reaped or ended elsewhere)", self._lease.run_id

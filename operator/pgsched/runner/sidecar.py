@@ -25,7 +25,10 @@ container workloads.
 What it does record on SIGTERM is the one fact it knows: the workload ended
 (``pgsched.workload_ended``, fenced by the lease like the heartbeat). When the operator
 then cannot read the outcome (the API server is down) the run is "ended, outcome pending",
-which it waits for, rather than "vanished" (see ``pgsched.k8s.verdicts``).
+which it waits for, rather than "vanished" (see ``pgsched.k8s.verdicts``). One outcome
+needs nothing more: a run asked to stop before its workload ended is CANCELLED however the
+pod exited, so the database ends it at this note (migration 0029) — ``concurrencyPolicy:
+Replace`` starts the next run without waiting for the Job watch.
 """
 
 from __future__ import annotations
@@ -64,8 +67,12 @@ def run(settings: RunnerSettings, stop: threading.Event) -> int:
         settings.cancel_file,
     )
     stop.wait()
-    loop.stop(timeout=settings.heartbeat_interval_seconds + 10)
+    # Note the end first, only then wait for the loop: its wait for notifications checks
+    # for stop every 0.5 s, and a run asked to stop ends CANCELLED at this note (migration
+    # 0029) — a Replace's next run waits for it. No beat starts after the flag is set.
+    loop.stop(timeout=0)
     mark_ended(settings)
+    loop.stop(timeout=settings.heartbeat_interval_seconds + 10)
     log.info("run %s: sidecar stopped", settings.run_id)
     return 0
 
@@ -119,4 +126,10 @@ def signal_workload(path: Path, state: LeaseState, *, now: datetime | None = Non
     except OSError as error:
         log.error("cannot write the cancel file %s: %s", path, error)
         return
-    log.warning("wrote %r to %s", word, path)
+    # A cancellation is routine; a lost lease means the run was reaped or ended elsewhere.
+    log.log(
+        logging.INFO if state == "cancel_requested" else logging.WARNING,
+        "wrote %r to %s",
+        word,
+        path,
+    )

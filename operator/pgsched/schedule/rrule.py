@@ -225,9 +225,17 @@ def parse(text: str, *, zone_name: str, anchor: datetime) -> RecurrenceRule:
     except ScheduleError:
         first = None  # dateutil searched until the budget ran out, typically to year 9999
     if first is None:
+        # Without a DTSTART the search starts at the anchor's day, so a rule whose first
+        # occurrence depends on it (an INTERVAL's phase, a rare date) may pass another day.
+        counted = (
+            ""
+            if dtstart is not None
+            else f"; with no DTSTART, DTSTART is midnight of the day it is applied"
+            f" ({start:%Y-%m-%d}), so on another day the verdict may differ: give a DTSTART"
+        )
         raise ScheduleError(
             f"{text!r} never produces an occurrence (its parts contradict each other, or"
-            f" the first one is beyond {budget.MAX_STEPS} candidate times from DTSTART)",
+            f" the first one is beyond {budget.MAX_STEPS} candidate times from DTSTART{counted})",
             example=_EXAMPLE,
         )
     return parsed

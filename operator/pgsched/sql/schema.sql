@@ -1236,11 +1236,25 @@ CREATE FUNCTION pgsched.workload_ended_pinned(run_id bigint, lease uuid, at time
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+    stopped boolean;
 BEGIN
     UPDATE pgsched.job_runs
     SET workload_ended_at = coalesce(workload_ended_at, at)
-    WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease;
-    RETURN FOUND;
+    WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease
+    RETURNING cancel_requested
+              AND (cancel_requested_at IS NULL OR cancel_requested_at < workload_ended_at)
+    INTO stopped;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF stopped THEN
+        PERFORM pgsched.finish_run_pinned(
+            run_id, lease, 'CANCELLED', 'Cancelled',
+            'stopped after cancellation was requested (its workload ended)', NULL, NULL, at
+        );
+    END IF;
+    RETURN true;
 END;
 $$;
 
