@@ -9,6 +9,7 @@ partition, and the later ones with the same token are in flight while its rows m
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -16,7 +17,7 @@ import invariants
 import racers
 from factories import define
 from pgsched.db import connection
-from pgsched.engine import history, runs
+from pgsched.engine import history, lease, runs
 
 FIRST_MONTH = datetime(2031, 1, 1, tzinfo=UTC)  # far ahead: no month of it exists yet
 MONTHS = 20
@@ -81,6 +82,50 @@ def test_a_run_now_token_queues_one_run_while_its_month_is_created(dsn):
             [FIRST_MONTH, history.add_months(FIRST_MONTH, MONTHS)],
         ).fetchall()
         assert stranded == []
+
+
+def _waiting_for_a_lock(conn, application_name: str) -> bool:
+    row = conn.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE application_name = %s AND wait_event_type = 'Lock'",
+        [application_name],
+    ).fetchone()
+    return bool(row["n"])
+
+
+def test_a_running_run_keeps_its_lease_while_its_month_is_created(dsn, conn):
+    """A heartbeat that comes while the run moves out of the default partition waits for
+    the move and stamps the run where it now is: the job goes on (I6)."""
+    job = define(conn, "job")
+    row = conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for,"
+        " lease_token, started_at) VALUES (%s, 'RUNNING', 'manual', %s, gen_random_uuid(),"
+        " now()) RETURNING id, lease_token",
+        [job.id, FIRST_MONTH],
+    ).fetchone()
+    held = lease.Lease(row["id"], row["lease_token"])
+    states: list[str] = []
+
+    def beat() -> None:
+        with connection.connect(dsn, application_name="pgsched-heartbeat") as pod:
+            states.append(lease.heartbeat(pod, held))
+
+    with conn.transaction():
+        conn.execute("SELECT pgsched.create_run_partition(%s)", [FIRST_MONTH])
+        beating = threading.Thread(target=beat)
+        beating.start()
+        with connection.connect(dsn) as watcher:
+            deadline = time.monotonic() + 10
+            while not _waiting_for_a_lock(watcher, "pgsched-heartbeat"):
+                assert time.monotonic() < deadline, "the heartbeat never reached the move's lock"
+                time.sleep(0.01)
+    beating.join(timeout=10)
+
+    assert states == ["active"]
+    beat_at = conn.execute(
+        "SELECT heartbeat_at FROM pgsched.job_runs_y2031m01 WHERE id = %s", [held.run_id]
+    ).fetchone()
+    assert beat_at["heartbeat_at"] is not None
 
 
 def test_the_checker_sees_a_token_that_queued_two_runs(conn):

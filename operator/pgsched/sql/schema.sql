@@ -496,13 +496,14 @@ DECLARE
     name text := 'job_runs_' || to_char(low AT TIME ZONE 'UTC', '"y"YYYY"m"MM');
     moved bigint := 0;
 BEGIN
+    -- First, before any partition (the order of every statement on job_runs): see above.
+    LOCK TABLE pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
     -- Autovacuum as migration 0004 tuned the whole table: early, for the live queue.
     EXECUTE format(
         'CREATE TABLE pgsched.%I (LIKE pgsched.job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)'
         ' WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,'
         ' autovacuum_analyze_scale_factor = 0.02)', name);
     IF to_regclass('pgsched.job_runs_default') IS NOT NULL THEN
-        LOCK TABLE pgsched.job_runs_default IN ACCESS EXCLUSIVE MODE;
         EXECUTE format(
             'WITH gone AS (DELETE FROM pgsched.job_runs_default'
             ' WHERE scheduled_for >= $1 AND scheduled_for < $2 RETURNING *)'
