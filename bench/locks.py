@@ -114,7 +114,7 @@ def run(ctx: Context) -> Report:
     report.notes.append(
         f"dispatch.claim + one-statement completion, caps {UNCAPPED} (never bind); {rounds} "
         f"rounds x {ctx.seconds:g}s; medians; ratio = median of per-round ratios; locks per "
-        "call = advisory locks one claim on a full queue holds at its commit"
+        "call = claim locks (rows, migration 0027) one claim on a full queue holds at its commit"
     )
     report.data = {
         "rates": {str(key): value for key, value in series.rates.items()},
@@ -126,14 +126,11 @@ def run(ctx: Context) -> Report:
 
 
 def _locks_per_claim(conn: connection.Connection, batch: int) -> float:
-    """How many advisory locks one claim on a full queue holds when it commits."""
+    """How many claim locks one claim on a full queue holds when it commits."""
     seed.fresh_queue(conn, 4_000)
     with conn.transaction(force_rollback=True):
         dispatch.claim(conn, batch_size=batch)
-        row = conn.execute(
-            "SELECT count(*) AS n FROM pg_locks"
-            " WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
-        ).fetchone()
+        row = conn.execute(queries.get("claim_locks_held")).fetchone()
     assert row is not None
     return float(row["n"])
 

@@ -200,22 +200,17 @@ BEGIN
     -- (enough candidates to fill it when limits allow). Round two, only if limits leave the
     -- batch short: the further candidates' definitions, tried only.
     LOOP
-        -- Phase one, the definitions. Waiting locks are taken by one statement over the
-        -- keys in ascending order (the aggregate consumes its sorted input row by row).
+        -- Phase one, the definitions. Waiting locks are taken by one statement over their
+        -- slots in ascending order (migration 0027).
         granted := '{}';
         IF lock_mode = 'try' OR round_two THEN
-            granted := ARRAY(
-                SELECT d FROM unnest(want_defs) AS d
-                WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
+            granted := pgsched.try_claim_locks('dispatch', want_defs::text[])::uuid[];
         END IF;
         IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted) = 0) THEN
             -- Holding no lock yet, waiting (in key order) cannot deadlock, and it progresses
             -- instead of spinning. Holding some, a trying claim uses what it holds; round
             -- two holds round one's and never waits.
-            PERFORM count(pg_advisory_xact_lock(k.key)) FROM (
-                SELECT DISTINCT hashtextextended('dispatch:' || d::text, 0) AS key
-                FROM unnest(want_defs) AS d ORDER BY 1
-            ) AS k;
+            PERFORM pgsched.wait_claim_locks('dispatch', want_defs::text[]);
             granted := want_defs;
         END IF;
 
@@ -242,17 +237,12 @@ BEGIN
         IF cardinality(want_pools) > 0 THEN
             granted_pools := '{}';
             IF lock_mode = 'try' OR round_two THEN
-                granted_pools := ARRAY(
-                    SELECT p FROM unnest(want_pools) AS p
-                    WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0)));
+                granted_pools := pgsched.try_claim_locks('pool', want_pools);
             END IF;
             IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted_pools) = 0) THEN
                 -- Holding no pool key, waiting for pools in key order cannot deadlock: no
                 -- claimer waits for a definition key while it holds a pool key.
-                PERFORM count(pg_advisory_xact_lock(k.key)) FROM (
-                    SELECT DISTINCT hashtextextended('pool:' || p, 0) AS key
-                    FROM unnest(want_pools) AS p ORDER BY 1
-                ) AS k;
+                PERFORM pgsched.wait_claim_locks('pool', want_pools);
                 granted_pools := want_pools;
             END IF;
             locked_pools := locked_pools || granted_pools;
@@ -479,6 +469,25 @@ BEGIN
         RETURNING 'claimed'::text, r.id, r.definition_id, r,
                   lim_version[array_position(lim_ids, r.definition_id)];
     END IF;
+END;
+$$;
+
+--
+-- Name: claim_slots(text, text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.claim_slots(kind text, keys text[]) RETURNS TABLE(key text, slot integer)
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    block integer := array_position(ARRAY['dispatch', 'pool', 'chain'], kind) - 1;
+BEGIN
+    IF block IS NULL THEN
+        RAISE EXCEPTION 'kind must be dispatch, pool or chain, not %', kind;
+    END IF;
+    RETURN QUERY SELECT k, 4096 * block + (hashtextextended(k, 0) & 4095)::integer
+                 FROM unnest(keys) AS k;
 END;
 $$;
 
@@ -870,20 +879,10 @@ $$;
 --
 
 CREATE FUNCTION pgsched.lock_chains(definition_ids uuid[]) RETURNS void
-    LANGUAGE plpgsql
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    lock_key bigint;
-BEGIN
-    FOR lock_key IN
-        SELECT DISTINCT hashtextextended('chain:' || d::text, 0)
-        FROM unnest(definition_ids) AS d
-        ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(lock_key);
-    END LOOP;
-END;
+    SELECT pgsched.wait_claim_locks('chain', definition_ids::text[]);
 $$;
 
 --
@@ -891,20 +890,10 @@ $$;
 --
 
 CREATE FUNCTION pgsched.lock_definitions_for_dispatch(definition_ids uuid[]) RETURNS void
-    LANGUAGE plpgsql
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    lock_key bigint;
-BEGIN
-    FOR lock_key IN
-        SELECT DISTINCT hashtextextended('dispatch:' || d::text, 0)
-        FROM unnest(definition_ids) AS d
-        ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(lock_key);
-    END LOOP;
-END;
+    SELECT pgsched.wait_claim_locks('dispatch', definition_ids::text[]);
 $$;
 
 --
@@ -915,19 +904,10 @@ CREATE FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    lock_key bigint;
 BEGIN
-    FOR lock_key IN
-        SELECT DISTINCT k.key FROM (
-            SELECT hashtextextended('dispatch:' || d::text, 0) FROM unnest(definition_ids) AS d
-            UNION ALL
-            SELECT hashtextextended('pool:' || p, 0) FROM unnest(pool_keys) AS p
-        ) AS k(key)
-        ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(lock_key);
-    END LOOP;
+    -- Definitions first, then pools: ascending slots, as the claim waits.
+    PERFORM pgsched.wait_claim_locks('dispatch', definition_ids::text[]);
+    PERFORM pgsched.wait_claim_locks('pool', pool_keys);
 END;
 $$;
 
@@ -1063,6 +1043,27 @@ END;
 $$;
 
 --
+-- Name: try_claim_locks(text, text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.try_claim_locks(kind text, keys text[]) RETURNS text[]
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    wanted integer[] := ARRAY(SELECT s.slot FROM pgsched.claim_slots(kind, keys) AS s);
+    granted integer[];
+BEGIN
+    granted := ARRAY(
+        SELECT l.slot FROM pgsched.claim_locks AS l
+        WHERE l.slot = ANY(wanted)
+        FOR UPDATE OF l SKIP LOCKED);
+    RETURN ARRAY(
+        SELECT s.key FROM pgsched.claim_slots(kind, keys) AS s WHERE s.slot = ANY(granted));
+END;
+$$;
+
+--
 -- Name: try_lead(text, double precision); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1095,13 +1096,25 @@ CREATE FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) R
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    granted uuid[];
 BEGIN
-    SELECT coalesce(array_agg(d), '{}') INTO granted
-    FROM unnest(definition_ids) AS d
-    WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
-    RETURN QUERY SELECT * FROM pgsched.dispatch_counts(granted);
+    RETURN QUERY SELECT * FROM pgsched.dispatch_counts(
+        pgsched.try_claim_locks('dispatch', definition_ids::text[])::uuid[]);
+END;
+$$;
+
+--
+-- Name: wait_claim_locks(text, text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.wait_claim_locks(kind text, keys text[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM FROM pgsched.claim_locks AS l
+    WHERE l.slot IN (SELECT s.slot FROM pgsched.claim_slots(kind, keys) AS s)
+    ORDER BY l.slot
+    FOR UPDATE OF l;
 END;
 $$;
 
@@ -1155,6 +1168,14 @@ CREATE TABLE pgsched.chain_arrivals (
     upstream_name text NOT NULL,
     upstream_run_id bigint NOT NULL,
     consumed_by bigint
+);
+
+--
+-- Name: claim_locks; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.claim_locks (
+    slot integer NOT NULL
 );
 
 --
@@ -1430,6 +1451,13 @@ ALTER TABLE ONLY pgsched.job_runs ATTACH PARTITION pgsched.job_runs_default DEFA
 
 ALTER TABLE ONLY pgsched.chain_arrivals
     ADD CONSTRAINT chain_arrivals_pkey PRIMARY KEY (downstream_id, upstream_run_id);
+
+--
+-- Name: claim_locks claim_locks_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.claim_locks
+    ADD CONSTRAINT claim_locks_pkey PRIMARY KEY (slot);
 
 --
 -- Name: job_definitions job_definitions_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1984,6 +2012,12 @@ REVOKE ALL ON FUNCTION pgsched.bump_definition_version() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text) FROM PUBLIC;
 
 --
+-- Name: FUNCTION claim_slots(kind text, keys text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.claim_slots(kind text, keys text[]) FROM PUBLIC;
+
+--
 -- Name: FUNCTION create_run_partition(month timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2164,6 +2198,12 @@ REVOKE ALL ON FUNCTION pgsched.record_inserted_runs() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgsched.record_run_status_changes() FROM PUBLIC;
 
 --
+-- Name: FUNCTION try_claim_locks(kind text, keys text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.try_claim_locks(kind text, keys text[]) FROM PUBLIC;
+
+--
 -- Name: FUNCTION try_lead(lock_name text, hold_seconds double precision); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2174,6 +2214,12 @@ REVOKE ALL ON FUNCTION pgsched.try_lead(lock_name text, hold_seconds double prec
 --
 
 REVOKE ALL ON FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION wait_claim_locks(kind text, keys text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.wait_claim_locks(kind text, keys text[]) FROM PUBLIC;
 
 --
 -- Name: FUNCTION workload_ended(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
