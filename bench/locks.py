@@ -1,7 +1,8 @@
-"""What the per-definition advisory locks cost a claim (issue 7 #4).
+"""What the per-definition locks cost a claim (issue 7 #4).
 
-The same claim transaction (``dispatch.claim``) with its sorted
-``pg_advisory_xact_lock`` per definition, and without them
+The same claim transaction (``dispatch.claim``) with its sorted lock per definition (a
+row of ``pgsched.claim_locks`` since migration 0027, ``pg_advisory_xact_lock`` before),
+and without them
 (``bench/planted.py``: a copy of the claim function minus its locks, created in the
 benchmark's database, the planted bug of the chaos self-test), on the same data: runs
 spread over 1, 10 or 1,000 definitions, 1 or 4 workers, batch 1 or 50. Each worker completes its batch right after claiming (one statement), so
@@ -28,7 +29,7 @@ from pgsched.db import connection
 from pgsched.engine import dispatch
 
 NAME = "locks"
-TITLE = "advisory-lock cost per claim with 1, 10, 1,000 definitions (issue 7 #4)"
+TITLE = "claim-lock cost per claim with 1, 10, 1,000 definitions (issue 7 #4)"
 UNCAPPED = 100_000
 LOCKED = Arm("locked", "claim", complete="bulk")
 UNLOCKED = Arm("unlocked", "claim", complete="bulk", unlocked=True)
@@ -163,7 +164,7 @@ def _plot(
     axis.axhline(1.0, color="grey", linewidth=1)
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
-    axis.set_title("Per-definition advisory locks: throughput kept")
+    axis.set_title("Per-definition claim locks: throughput kept")
     fig.tight_layout()
     path = plot_path(ctx.out_dir, NAME)
     fig.savefig(path, dpi=110)

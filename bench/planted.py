@@ -35,10 +35,10 @@ _REAL: dict[str, sql.SQL] = {}
 _CLAIM = "pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)"
 # What takes the locks in the function's source, and what each becomes: nothing.
 _LOCKS = {
-    "pgsched.wait_claim_locks('dispatch', want_defs::text[])": "NULL",
-    "pgsched.try_claim_locks('dispatch', want_defs::text[])::uuid[]": "want_defs",
-    "pgsched.wait_claim_locks('pool', want_pools)": "NULL",
-    "pgsched.try_claim_locks('pool', want_pools)": "want_pools",
+    "pgsched.lock_claim_keys('dispatch', want_defs::text[], 'wait')": "NULL",
+    "pgsched.lock_claim_keys('dispatch', want_defs::text[], 'try')::uuid[]": "want_defs",
+    "pgsched.lock_claim_keys('pool', want_pools, 'wait')": "NULL",
+    "pgsched.lock_claim_keys('pool', want_pools, 'try')": "want_pools",
 }
 
 

@@ -204,13 +204,13 @@ BEGIN
         -- slots in ascending order (migration 0027).
         granted := '{}';
         IF lock_mode = 'try' OR round_two THEN
-            granted := pgsched.try_claim_locks('dispatch', want_defs::text[])::uuid[];
+            granted := pgsched.lock_claim_keys('dispatch', want_defs::text[], 'try')::uuid[];
         END IF;
         IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted) = 0) THEN
             -- Holding no lock yet, waiting (in key order) cannot deadlock, and it progresses
             -- instead of spinning. Holding some, a trying claim uses what it holds; round
             -- two holds round one's and never waits.
-            PERFORM pgsched.wait_claim_locks('dispatch', want_defs::text[]);
+            PERFORM pgsched.lock_claim_keys('dispatch', want_defs::text[], 'wait');
             granted := want_defs;
         END IF;
 
@@ -237,12 +237,12 @@ BEGIN
         IF cardinality(want_pools) > 0 THEN
             granted_pools := '{}';
             IF lock_mode = 'try' OR round_two THEN
-                granted_pools := pgsched.try_claim_locks('pool', want_pools);
+                granted_pools := pgsched.lock_claim_keys('pool', want_pools, 'try');
             END IF;
             IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted_pools) = 0) THEN
                 -- Holding no pool key, waiting for pools in key order cannot deadlock: no
                 -- claimer waits for a definition key while it holds a pool key.
-                PERFORM pgsched.wait_claim_locks('pool', want_pools);
+                PERFORM pgsched.lock_claim_keys('pool', want_pools, 'wait');
                 granted_pools := want_pools;
             END IF;
             locked_pools := locked_pools || granted_pools;
@@ -469,25 +469,6 @@ BEGIN
         RETURNING 'claimed'::text, r.id, r.definition_id, r,
                   lim_version[array_position(lim_ids, r.definition_id)];
     END IF;
-END;
-$$;
-
---
--- Name: claim_slots(text, text[]); Type: FUNCTION; Schema: pgsched; Owner: -
---
-
-CREATE FUNCTION pgsched.claim_slots(kind text, keys text[]) RETURNS TABLE(key text, slot integer)
-    LANGUAGE plpgsql IMMUTABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    block integer := array_position(ARRAY['dispatch', 'pool', 'chain'], kind) - 1;
-BEGIN
-    IF block IS NULL THEN
-        RAISE EXCEPTION 'kind must be dispatch, pool or chain, not %', kind;
-    END IF;
-    RETURN QUERY SELECT k, 4096 * block + (hashtextextended(k, 0) & 4095)::integer
-                 FROM unnest(keys) AS k;
 END;
 $$;
 
@@ -882,7 +863,41 @@ CREATE FUNCTION pgsched.lock_chains(definition_ids uuid[]) RETURNS void
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT pgsched.wait_claim_locks('chain', definition_ids::text[]);
+    SELECT FROM pgsched.lock_claim_keys('chain', definition_ids::text[], 'wait');
+$$;
+
+--
+-- Name: lock_claim_keys(text, text[], text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lock_claim_keys(kind text, keys text[], lock_mode text) RETURNS text[]
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    block integer := array_position(ARRAY['dispatch', 'pool', 'chain'], kind) - 1;
+    slots integer[];
+    granted integer[];
+BEGIN
+    IF block IS NULL OR lock_mode IS NULL OR lock_mode NOT IN ('wait', 'try') THEN
+        RAISE EXCEPTION 'kind must be dispatch, pool or chain (not %) and lock_mode wait or try (not %)',
+            kind, lock_mode;
+    END IF;
+    slots := ARRAY(SELECT 4096 * block + (hashtextextended(k, 0) & 4095)::integer
+                   FROM unnest(keys) AS k);
+    IF lock_mode = 'wait' THEN
+        PERFORM FROM pgsched.claim_locks AS l
+        WHERE l.slot = ANY(slots)
+        ORDER BY l.slot
+        FOR UPDATE OF l;
+        RETURN keys;
+    END IF;
+    granted := ARRAY(SELECT l.slot FROM pgsched.claim_locks AS l
+                     WHERE l.slot = ANY(slots)
+                     FOR UPDATE OF l SKIP LOCKED);
+    RETURN ARRAY(SELECT k.key FROM unnest(keys, slots) AS k(key, slot)
+                 WHERE k.slot = ANY(granted));
+END;
 $$;
 
 --
@@ -893,7 +908,7 @@ CREATE FUNCTION pgsched.lock_definitions_for_dispatch(definition_ids uuid[]) RET
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    SELECT pgsched.wait_claim_locks('dispatch', definition_ids::text[]);
+    SELECT FROM pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'wait');
 $$;
 
 --
@@ -906,8 +921,8 @@ CREATE FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[
     AS $$
 BEGIN
     -- Definitions first, then pools: ascending slots, as the claim waits.
-    PERFORM pgsched.wait_claim_locks('dispatch', definition_ids::text[]);
-    PERFORM pgsched.wait_claim_locks('pool', pool_keys);
+    PERFORM pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'wait');
+    PERFORM pgsched.lock_claim_keys('pool', pool_keys, 'wait');
 END;
 $$;
 
@@ -1043,27 +1058,6 @@ END;
 $$;
 
 --
--- Name: try_claim_locks(text, text[]); Type: FUNCTION; Schema: pgsched; Owner: -
---
-
-CREATE FUNCTION pgsched.try_claim_locks(kind text, keys text[]) RETURNS text[]
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-    wanted integer[] := ARRAY(SELECT s.slot FROM pgsched.claim_slots(kind, keys) AS s);
-    granted integer[];
-BEGIN
-    granted := ARRAY(
-        SELECT l.slot FROM pgsched.claim_locks AS l
-        WHERE l.slot = ANY(wanted)
-        FOR UPDATE OF l SKIP LOCKED);
-    RETURN ARRAY(
-        SELECT s.key FROM pgsched.claim_slots(kind, keys) AS s WHERE s.slot = ANY(granted));
-END;
-$$;
-
---
 -- Name: try_lead(text, double precision); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1098,23 +1092,7 @@ CREATE FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) R
     AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgsched.dispatch_counts(
-        pgsched.try_claim_locks('dispatch', definition_ids::text[])::uuid[]);
-END;
-$$;
-
---
--- Name: wait_claim_locks(text, text[]); Type: FUNCTION; Schema: pgsched; Owner: -
---
-
-CREATE FUNCTION pgsched.wait_claim_locks(kind text, keys text[]) RETURNS void
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-BEGIN
-    PERFORM FROM pgsched.claim_locks AS l
-    WHERE l.slot IN (SELECT s.slot FROM pgsched.claim_slots(kind, keys) AS s)
-    ORDER BY l.slot
-    FOR UPDATE OF l;
+        pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'try')::uuid[]);
 END;
 $$;
 
@@ -2012,12 +1990,6 @@ REVOKE ALL ON FUNCTION pgsched.bump_definition_version() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgsched.claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text) FROM PUBLIC;
 
 --
--- Name: FUNCTION claim_slots(kind text, keys text[]); Type: ACL; Schema: pgsched; Owner: -
---
-
-REVOKE ALL ON FUNCTION pgsched.claim_slots(kind text, keys text[]) FROM PUBLIC;
-
---
 -- Name: FUNCTION create_run_partition(month timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2138,6 +2110,12 @@ REVOKE ALL ON FUNCTION pgsched.lock_and_count_for_dispatch(definition_ids uuid[]
 REVOKE ALL ON FUNCTION pgsched.lock_chains(definition_ids uuid[]) FROM PUBLIC;
 
 --
+-- Name: FUNCTION lock_claim_keys(kind text, keys text[], lock_mode text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lock_claim_keys(kind text, keys text[], lock_mode text) FROM PUBLIC;
+
+--
 -- Name: FUNCTION lock_definitions_for_dispatch(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2198,12 +2176,6 @@ REVOKE ALL ON FUNCTION pgsched.record_inserted_runs() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgsched.record_run_status_changes() FROM PUBLIC;
 
 --
--- Name: FUNCTION try_claim_locks(kind text, keys text[]); Type: ACL; Schema: pgsched; Owner: -
---
-
-REVOKE ALL ON FUNCTION pgsched.try_claim_locks(kind text, keys text[]) FROM PUBLIC;
-
---
 -- Name: FUNCTION try_lead(lock_name text, hold_seconds double precision); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2214,12 +2186,6 @@ REVOKE ALL ON FUNCTION pgsched.try_lead(lock_name text, hold_seconds double prec
 --
 
 REVOKE ALL ON FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) FROM PUBLIC;
-
---
--- Name: FUNCTION wait_claim_locks(kind text, keys text[]); Type: ACL; Schema: pgsched; Owner: -
---
-
-REVOKE ALL ON FUNCTION pgsched.wait_claim_locks(kind text, keys text[]) FROM PUBLIC;
 
 --
 -- Name: FUNCTION workload_ended(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -

@@ -89,61 +89,44 @@ CREATE TABLE pgsched.claim_locks (
 INSERT INTO pgsched.claim_locks SELECT generate_series(0, 3 * 4096 - 1);
 REVOKE ALL ON TABLE pgsched.claim_locks FROM PUBLIC;
 
--- Each key's slot: the block of its kind, then the key's hash within the block.
-CREATE FUNCTION pgsched.claim_slots(kind text, keys text[])
-RETURNS TABLE (key text, slot integer)
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    block integer := array_position(ARRAY['dispatch', 'pool', 'chain'], kind) - 1;
-BEGIN
-    IF block IS NULL THEN
-        RAISE EXCEPTION 'kind must be dispatch, pool or chain, not %', kind;
-    END IF;
-    RETURN QUERY SELECT k, 4096 * block + (hashtextextended(k, 0) & 4095)::integer
-                 FROM unnest(keys) AS k;
-END;
-$$;
-
--- Wait for the slots of some keys, one after the other in ascending order (a locking
--- clause locks the rows as the sorted scan yields them).
-CREATE FUNCTION pgsched.wait_claim_locks(kind text, keys text[])
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM FROM pgsched.claim_locks AS l
-    WHERE l.slot IN (SELECT s.slot FROM pgsched.claim_slots(kind, keys) AS s)
-    ORDER BY l.slot
-    FOR UPDATE OF l;
-END;
-$$;
-
--- The keys whose slots were free (or already this transaction's), locked without waiting.
-CREATE FUNCTION pgsched.try_claim_locks(kind text, keys text[])
+-- Lock the slots of some keys of one kind (each key's slot: the block of its kind, then
+-- the key's hash within the block). 'wait': one after the other in ascending order (a
+-- locking clause locks the rows as the sorted scan of the primary key yields them), and
+-- returns every key. 'try': without waiting; returns the keys whose slots were free or
+-- already this transaction's. One statement either way: the claim calls this in its
+-- hot path, at most twice a round.
+CREATE FUNCTION pgsched.lock_claim_keys(kind text, keys text[], lock_mode text)
 RETURNS text[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    wanted integer[] := ARRAY(SELECT s.slot FROM pgsched.claim_slots(kind, keys) AS s);
+    block integer := array_position(ARRAY['dispatch', 'pool', 'chain'], kind) - 1;
+    slots integer[];
     granted integer[];
 BEGIN
-    granted := ARRAY(
-        SELECT l.slot FROM pgsched.claim_locks AS l
-        WHERE l.slot = ANY(wanted)
-        FOR UPDATE OF l SKIP LOCKED);
-    RETURN ARRAY(
-        SELECT s.key FROM pgsched.claim_slots(kind, keys) AS s WHERE s.slot = ANY(granted));
+    IF block IS NULL OR lock_mode IS NULL OR lock_mode NOT IN ('wait', 'try') THEN
+        RAISE EXCEPTION 'kind must be dispatch, pool or chain (not %) and lock_mode wait or try (not %)',
+            kind, lock_mode;
+    END IF;
+    slots := ARRAY(SELECT 4096 * block + (hashtextextended(k, 0) & 4095)::integer
+                   FROM unnest(keys) AS k);
+    IF lock_mode = 'wait' THEN
+        PERFORM FROM pgsched.claim_locks AS l
+        WHERE l.slot = ANY(slots)
+        ORDER BY l.slot
+        FOR UPDATE OF l;
+        RETURN keys;
+    END IF;
+    granted := ARRAY(SELECT l.slot FROM pgsched.claim_locks AS l
+                     WHERE l.slot = ANY(slots)
+                     FOR UPDATE OF l SKIP LOCKED);
+    RETURN ARRAY(SELECT k.key FROM unnest(keys, slots) AS k(key, slot)
+                 WHERE k.slot = ANY(granted));
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pgsched.claim_slots(text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pgsched.wait_claim_locks(text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION pgsched.try_claim_locks(text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.lock_claim_keys(text, text[], text) FROM PUBLIC;
 
 -- The claim (0018's, its locks as above; nothing else changes).
 CREATE OR REPLACE FUNCTION pgsched.claim_for_dispatch(
@@ -232,13 +215,13 @@ BEGIN
         -- slots in ascending order (migration 0027).
         granted := '{}';
         IF lock_mode = 'try' OR round_two THEN
-            granted := pgsched.try_claim_locks('dispatch', want_defs::text[])::uuid[];
+            granted := pgsched.lock_claim_keys('dispatch', want_defs::text[], 'try')::uuid[];
         END IF;
         IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted) = 0) THEN
             -- Holding no lock yet, waiting (in key order) cannot deadlock, and it progresses
             -- instead of spinning. Holding some, a trying claim uses what it holds; round
             -- two holds round one's and never waits.
-            PERFORM pgsched.wait_claim_locks('dispatch', want_defs::text[]);
+            PERFORM pgsched.lock_claim_keys('dispatch', want_defs::text[], 'wait');
             granted := want_defs;
         END IF;
 
@@ -265,12 +248,12 @@ BEGIN
         IF cardinality(want_pools) > 0 THEN
             granted_pools := '{}';
             IF lock_mode = 'try' OR round_two THEN
-                granted_pools := pgsched.try_claim_locks('pool', want_pools);
+                granted_pools := pgsched.lock_claim_keys('pool', want_pools, 'try');
             END IF;
             IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted_pools) = 0) THEN
                 -- Holding no pool key, waiting for pools in key order cannot deadlock: no
                 -- claimer waits for a definition key while it holds a pool key.
-                PERFORM pgsched.wait_claim_locks('pool', want_pools);
+                PERFORM pgsched.lock_claim_keys('pool', want_pools, 'wait');
                 granted_pools := want_pools;
             END IF;
             locked_pools := locked_pools || granted_pools;
@@ -506,7 +489,7 @@ RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT pgsched.wait_claim_locks('dispatch', definition_ids::text[]);
+    SELECT FROM pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'wait');
 $$;
 
 CREATE OR REPLACE FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[])
@@ -516,8 +499,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Definitions first, then pools: ascending slots, as the claim waits.
-    PERFORM pgsched.wait_claim_locks('dispatch', definition_ids::text[]);
-    PERFORM pgsched.wait_claim_locks('pool', pool_keys);
+    PERFORM pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'wait');
+    PERFORM pgsched.lock_claim_keys('pool', pool_keys, 'wait');
 END;
 $$;
 
@@ -529,7 +512,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RETURN QUERY SELECT * FROM pgsched.dispatch_counts(
-        pgsched.try_claim_locks('dispatch', definition_ids::text[])::uuid[]);
+        pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'try')::uuid[]);
 END;
 $$;
 
@@ -538,5 +521,5 @@ RETURNS void
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT pgsched.wait_claim_locks('chain', definition_ids::text[]);
+    SELECT FROM pgsched.lock_claim_keys('chain', definition_ids::text[], 'wait');
 $$;
