@@ -1,7 +1,8 @@
-"""What the per-definition advisory locks cost a claim (issue 7 #4).
+"""What the per-definition locks cost a claim (issue 7 #4).
 
-The same claim transaction (``dispatch.claim``) with its sorted
-``pg_advisory_xact_lock`` per definition, and without them
+The same claim transaction (``dispatch.claim``) with its sorted lock per definition (a
+row of ``pgsched.claim_locks`` since migration 0027, ``pg_advisory_xact_lock`` before),
+and without them
 (``bench/planted.py``: a copy of the claim function minus its locks, created in the
 benchmark's database, the planted bug of the chaos self-test), on the same data: runs
 spread over 1, 10 or 1,000 definitions, 1 or 4 workers, batch 1 or 50. Each worker completes its batch right after claiming (one statement), so
@@ -28,7 +29,7 @@ from pgsched.db import connection
 from pgsched.engine import dispatch
 
 NAME = "locks"
-TITLE = "advisory-lock cost per claim with 1, 10, 1,000 definitions (issue 7 #4)"
+TITLE = "claim-lock cost per claim with 1, 10, 1,000 definitions (issue 7 #4)"
 UNCAPPED = 100_000
 LOCKED = Arm("locked", "claim", complete="bulk")
 UNLOCKED = Arm("unlocked", "claim", complete="bulk", unlocked=True)
@@ -114,7 +115,7 @@ def run(ctx: Context) -> Report:
     report.notes.append(
         f"dispatch.claim + one-statement completion, caps {UNCAPPED} (never bind); {rounds} "
         f"rounds x {ctx.seconds:g}s; medians; ratio = median of per-round ratios; locks per "
-        "call = advisory locks one claim on a full queue holds at its commit"
+        "call = claim locks (rows, migration 0027) one claim on a full queue holds at its commit"
     )
     report.data = {
         "rates": {str(key): value for key, value in series.rates.items()},
@@ -126,14 +127,11 @@ def run(ctx: Context) -> Report:
 
 
 def _locks_per_claim(conn: connection.Connection, batch: int) -> float:
-    """How many advisory locks one claim on a full queue holds when it commits."""
+    """How many claim locks one claim on a full queue holds when it commits."""
     seed.fresh_queue(conn, 4_000)
     with conn.transaction(force_rollback=True):
         dispatch.claim(conn, batch_size=batch)
-        row = conn.execute(
-            "SELECT count(*) AS n FROM pg_locks"
-            " WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
-        ).fetchone()
+        row = conn.execute(queries.get("claim_locks_held")).fetchone()
     assert row is not None
     return float(row["n"])
 
@@ -166,7 +164,7 @@ def _plot(
     axis.axhline(1.0, color="grey", linewidth=1)
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
-    axis.set_title("Per-definition advisory locks: throughput kept")
+    axis.set_title("Per-definition claim locks: throughput kept")
     fig.tight_layout()
     path = plot_path(ctx.out_dir, NAME)
     fig.savefig(path, dpi=110)

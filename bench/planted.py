@@ -7,7 +7,7 @@ broken variants are made here, by the test or benchmark that wants them:
 
 - :func:`install_unlocked_claim` creates ``pgsched_planted.claim_for_dispatch`` in the
   database under test: the production function's own source (read back from the server,
-  so it can never drift from it) with its per-definition advisory locks taken out;
+  so it can never drift from it) with its per-definition and per-pool locks taken out;
   :func:`use_unlocked_claim` points this process's ``claim_for_dispatch`` query at it.
 - :func:`install_poolless_claim` creates the same function with its locks but without the
   concurrency pools' limit: the planted I9 bug (pools over their limit).
@@ -35,9 +35,10 @@ _REAL: dict[str, sql.SQL] = {}
 _CLAIM = "pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)"
 # What takes the locks in the function's source, and what each becomes: nothing.
 _LOCKS = {
-    "count(pg_advisory_xact_lock(k.key))": "count(k.key)",
-    "pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0))": "true",
-    "pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0))": "true",
+    "pgsched.lock_claim_keys('dispatch', want_defs::text[], 'wait')": "NULL",
+    "pgsched.lock_claim_keys('dispatch', want_defs::text[], 'try')::uuid[]": "want_defs",
+    "pgsched.lock_claim_keys('pool', want_pools, 'wait')": "NULL",
+    "pgsched.lock_claim_keys('pool', want_pools, 'try')": "want_pools",
 }
 
 
@@ -59,7 +60,7 @@ _SPARE_VERDICT = {
 
 
 def install_unlocked_claim(conn: Connection) -> None:
-    """Create ``pgsched_planted.claim_for_dispatch``: the claim minus its advisory locks.
+    """Create ``pgsched_planted.claim_for_dispatch``: the claim minus its claim locks.
 
     Call once per database, before any process uses it (concurrent CREATE OR REPLACE of one
     function fails with "tuple concurrently updated")."""

@@ -48,6 +48,20 @@ def no_duplicate_occurrence(conn: Connection) -> list[str]:
     ]
 
 
+def one_run_per_request(conn: Connection) -> list[str]:
+    """I1 for run-now: no (definition, request token) queued more than one run."""
+    rows = conn.execute(
+        "SELECT definition_id, request_token, count(*) AS n, array_agg(id ORDER BY id) AS ids"
+        " FROM pgsched.job_runs WHERE request_token IS NOT NULL GROUP BY 1, 2"
+        " HAVING count(*) > 1"
+    ).fetchall()
+    return [
+        f"request {row['request_token']!r} of {row['definition_id']} queued {row['n']} runs"
+        f" ({row['ids']})"
+        for row in rows
+    ]
+
+
 def never_over_cap(conn: Connection) -> list[str]:
     """I2 from the recorded intervals: sweep every definition's [started_at, finished_at).
 

@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -19,7 +20,7 @@ import psycopg
 import previous_dispatch
 from bench import planted
 from pgsched.db import connection, queries
-from pgsched.engine import dispatch, lease
+from pgsched.engine import dispatch, lease, runs
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import TickSettings
 
@@ -253,3 +254,34 @@ _CLAIM_ALL = {
 def pool_dispatcher(dsn: str, worker: int, seed: int, seconds: float) -> list[int]:
     """Even workers wait for their locks (sorted), odd ones try them first."""
     return dispatcher(dsn, worker, seed, seconds, try_locks=bool(worker % 2))
+
+
+def run_now_requester(
+    dsn: str,
+    seed: int,
+    definitions: list[Any],
+    months: list[Any],
+    progress: Any,
+    stop: Any,
+    results: Any,
+) -> None:
+    """Repeats run-now requests with one token per month while another process creates
+    those months' partitions: the token of ``months[progress.value]``, the month being
+    created next, for a random definition, queued in that month (in the default partition
+    until it exists) or now (this month's). Returns how many requests it made and what
+    went wrong with any of them (each should queue a run or return the earlier one) on
+    ``results``."""
+    rng = random.Random(seed)
+    requests, errors = 0, []
+    with connection.connect(dsn, application_name=f"pgsched-requester-{seed}") as conn:
+        while not stop.is_set() and progress.value < len(months):
+            index = progress.value
+            at = rng.choice([months[index] + timedelta(days=1), None])
+            try:
+                runs.run_now(
+                    conn, rng.choice(definitions), token=f"month-{index}", scheduled_for=at
+                )
+            except (psycopg.Error, runs.UnknownDefinition) as error:
+                errors.append(f"month {index}: {type(error).__name__}: {error}")
+            requests += 1
+    results.put((requests, errors))

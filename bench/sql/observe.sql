@@ -78,3 +78,8 @@ SELECT pg_stat_statements_reset();
 -- bench.profile: the engine's claim function alone, returning ids only (no rows to parse).
 SELECT c.subject_run FROM pgsched.claim_for_dispatch(%(batch)s, %(overshoot)s, NULL, NULL, 'wait') AS c
 WHERE c.outcome = 'claimed';
+
+-- name: claim_locks_held
+-- The claim lock rows (migration 0027) this transaction holds: a row it locked carries its
+-- id (the claim takes them in no subtransaction). A row lock is not in pg_locks.
+SELECT count(*) AS n FROM pgsched.claim_locks WHERE xmax = pg_current_xact_id()::xid;

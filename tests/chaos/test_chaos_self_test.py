@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 def test_the_checker_catches_caps_exceeded_when_dispatch_skips_its_advisory_locks(
     chaos_postgres, tmp_path
 ):
-    """Three replicas that all lead and claim without ``pg_advisory_xact_lock`` read the
+    """Three replicas that all lead and claim without their definitions' locks read the
     same RUNNING counts and claim past the caps (I2); SKIP LOCKED still keeps every claim
     single (I1). A backlog keeps every definition at its cap with runs queued behind it,
     so the replicas contend on every tick."""

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
+from bench import queries as bench_queries
 from factories import RecordingLauncher, define, runs_of
 from pgsched.engine import dispatch, lease, materialize, runs, settle
 
@@ -204,9 +205,7 @@ def test_a_claim_locks_only_the_definitions_it_needs_when_caps_allow(conn):
     conn.execute("BEGIN")
     try:
         result = dispatch.claim(conn, batch_size=5, now=T0)
-        held = conn.execute(
-            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
-        ).fetchone()["n"]
+        held = conn.execute(bench_queries.get("claim_locks_held")).fetchone()["n"]
     finally:
         conn.execute("ROLLBACK")
     assert len(result.claimed) == 5
@@ -214,7 +213,7 @@ def test_a_claim_locks_only_the_definitions_it_needs_when_caps_allow(conn):
 
 
 def test_by_default_round_one_waits_for_a_definition_another_dispatcher_holds(conn, dsn):
-    """The seed's rule: pg_advisory_xact_lock on the batch's definitions, waiting."""
+    """The seed's rule: a lock on each of the batch's definitions, waited for in order."""
     import threading
 
     from pgsched.db import connection
@@ -258,7 +257,7 @@ def test_with_try_locks_a_definition_another_dispatcher_holds_is_skipped(conn, d
 
 @pytest.mark.parametrize("try_locks", [False, True], ids=["wait", "try"])
 def test_when_every_wanted_definition_is_locked_the_claim_waits_then_counts(conn, dsn, try_locks):
-    """With nothing granted, even the try mode waits (pg_advisory_xact_lock) for the rival,
+    """With nothing granted, even the try mode waits (in order) for the rival,
     then reads the count the rival committed — so the cap holds (I2)."""
     import threading
 

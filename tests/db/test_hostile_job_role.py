@@ -15,7 +15,7 @@ import pytest
 from factories import RecordingLauncher, database_at, define, runs_of
 from pgsched.db import boundary, connection, migrate
 from pgsched.db.session import Session
-from pgsched.engine import dispatch, lease, runs, settle
+from pgsched.engine import dispatch, lease, pools, runs, settle
 from pgsched.engine.tick import Ticker, TickSettings
 
 FORGED = ["infinity", "-infinity", "1970-01-01 00:00:00+00", "2999-01-01 00:00:00+00"]
@@ -268,6 +268,29 @@ def test_a_job_holding_the_leader_and_migrate_keys_cannot_keep_ticks_from_leadin
             ticked.close()
     assert [result.leader for result in results] == [True, True, True]
     assert [run.definition_id for run in launcher.launched] == [due.id]
+
+
+def test_a_job_holding_the_claim_keys_cannot_make_a_claim_or_a_settle_wait(conn, job):
+    """Where any login may take advisory locks (a managed service), a job login holds the
+    keys that claims and chaining took before migration 0027 (its definition's, its
+    pool's, its downstream's chain) and cannot lock a row of the tables whose rows took
+    their place: the claim of that definition in that pool, and the chain lock of that
+    downstream, go ahead at once."""
+    as_on_a_managed_service(conn)
+    pools.upsert(conn, "default", "warehouse", 2)
+    held = define(conn, "held", pool="warehouse")
+    runs.run_now(conn, held.id, token="t")
+    with connection.connect(job[1]) as pod:
+        for key in (f"dispatch:{held.id}", "pool:default/warehouse", f"chain:{held.id}"):
+            pod.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [key])
+        conn.execute("SET lock_timeout = '2s'")  # a wait for the pod fails, not hangs
+        claimed = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[held.id]).claimed
+        with conn.transaction():
+            conn.execute("SELECT pgsched.lock_chains(%s::uuid[])", [[held.id]])
+        for table in ("claim_locks", "job_definitions", "job_pools"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege), pod.transaction():
+                pod.execute(f"SELECT FROM pgsched.{table} FOR UPDATE")
+    assert [run.definition_id for run in claimed] == [held.id]
 
 
 def test_a_job_holding_any_advisory_key_cannot_hang_pgsched_migrate(postgres):

@@ -8,7 +8,9 @@ say when:
   it): pgsched's own sessions never look there (their search_path is pinned), but any other
   application in the database would run what a tenant planted;
 - the job role may call the advisory lock functions (managed services, where migration
-  0021 could not revoke them): a job login could hold a key pgsched's claims wait for;
+  0021 could not revoke them): a job login could hold a key a run-now request, an apply
+  with ``after`` or the history and resync rounds wait for or skip on (claims, pools and
+  chaining lock rows since migration 0027);
 - a job login has no ``CONNECTION LIMIT``, ``statement_timeout`` or
   ``idle_in_transaction_session_timeout``: settings on the NOLOGIN group role are not
   inherited by its members' sessions, so they belong on each login.
@@ -38,8 +40,10 @@ def problems(conn: Connection) -> list[str]:
         )
     if row["job_advisory_locks"]:
         found.append(
-            "the job role may take advisory locks: a job login could hold a key pgsched's"
-            " claims wait for; as a superuser run `pgsched migrate` again, or see"
+            "the job role may take advisory locks: a job login could hold a key that"
+            " run-now requests of one token, applies with `after` in a namespace, or the"
+            " history and resync rounds wait for or skip on (claims, pools and chaining no"
+            " longer use advisory keys); as a superuser run `pgsched migrate` again, or see"
             ' docs/operations.md, "Advisory locks on managed services"'
         )
     if row["unlimited_logins"]:

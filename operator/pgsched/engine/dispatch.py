@@ -10,8 +10,8 @@ network round trips:
    disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
    crowding out the others before caps are applied (the first batch is selected first,
    the rest only when, after steps 2-3, the first batch leaves them something to decide);
-2. take ``pg_advisory_xact_lock(hashtextextended('dispatch:' || definition_id, 0))`` for
-   the definitions of the first ``batch`` candidates, in one sorted order, so dispatchers
+2. lock each definition's row of ``pgsched.claim_locks`` (``FOR UPDATE``; a row no job
+   login can lock, migration 0027) for the definitions of the first ``batch`` candidates, in one sorted order, so dispatchers
    claiming runs of the same definition serialize and never deadlock; if caps leave the
    batch short, *try* the locks of the further candidates' definitions (never waiting, so
    order cannot matter) and use those granted. ``try_locks=True`` tries round one too,
@@ -27,7 +27,7 @@ network round trips:
    rest of the overshoot or the walk over the candidates that decides the other cases.
 
 Concurrency pools (``spec.pool``) add one limit shared by every job that joins the pool:
-after step 3, the claim locks ``hashtextextended('pool:' || namespace/name, 0)`` for the
+after step 3, the claim locks the ``claim_locks`` row of each pool (``namespace/name``) for the
 pools of the candidates within their definition's room (as the definitions join them
 after their locks) and no others, in ascending key order — definitions first, pools
 second, for every claimer, so no deadlock; then counts each locked pool's live RUNNING

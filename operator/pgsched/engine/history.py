@@ -4,7 +4,8 @@
 (one replica at a time, under an advisory lock) this service:
 
 - creates the current month's partition and ``MONTHS_AHEAD`` more, so runs land in their
-  month; a month's rows already waiting in the default partition move into it;
+  month; a month's rows already waiting in the default partition move into it, under
+  job_runs' lock, so no statement looks for them in flight (migration 0027);
 - with a retention (``PGSCHED_HISTORY_RETENTION``, chart value ``history.retention``),
   drops every month that ended more than the retention ago whole (no DELETE, no vacuum
   debt): detached under job_runs' lock (a catalog change, milliseconds whatever its size),
@@ -14,8 +15,8 @@
   round; so is one whose lock did not come within ``LOCK_WAIT`` (a long query on
   job_runs). A month detached but not dropped (a crash between the two) is dropped next
   round, also if the retention has been turned off since;
-- never waits more than ``LOCK_WAIT`` for a lock (creating a month locks the default
-  partition, dropping one the table), so claims never queue behind it for longer; what
+- never waits more than ``LOCK_WAIT`` for a lock (creating or detaching a month locks
+  job_runs), so claims never queue behind it for longer; what
   could not be done this round (``busy``, ``kept``) is tried again the next;
 - prunes the default partition (runs outside every month) of settled runs older than the
   retention, ``PRUNE_BATCH`` a round.
@@ -79,8 +80,8 @@ def run_once(
         if not _locked(conn):
             result.skipped = True
             return result
-        # Creating a month locks the default partition, which every claim reads: wait for
-        # it no longer than a drop does, or a long query would queue every claim behind us.
+        # Creating a month locks job_runs, which every claim reads: wait for it no longer
+        # than a drop does, or a long query would queue every claim behind us.
         conn.execute(queries.get("limit_lock_wait"), {"lock_wait": LOCK_WAIT})
         existing = {row["name"] for row in conn.execute(queries.get("run_partitions"))}
         this_month = datetime(at.year, at.month, 1, tzinfo=UTC)

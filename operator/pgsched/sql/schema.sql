@@ -200,22 +200,17 @@ BEGIN
     -- (enough candidates to fill it when limits allow). Round two, only if limits leave the
     -- batch short: the further candidates' definitions, tried only.
     LOOP
-        -- Phase one, the definitions. Waiting locks are taken by one statement over the
-        -- keys in ascending order (the aggregate consumes its sorted input row by row).
+        -- Phase one, the definitions. Waiting locks are taken by one statement over their
+        -- slots in ascending order (migration 0027).
         granted := '{}';
         IF lock_mode = 'try' OR round_two THEN
-            granted := ARRAY(
-                SELECT d FROM unnest(want_defs) AS d
-                WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0)));
+            granted := pgsched.lock_claim_keys('dispatch', want_defs::text[], 'try')::uuid[];
         END IF;
         IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted) = 0) THEN
             -- Holding no lock yet, waiting (in key order) cannot deadlock, and it progresses
             -- instead of spinning. Holding some, a trying claim uses what it holds; round
             -- two holds round one's and never waits.
-            PERFORM count(pg_advisory_xact_lock(k.key)) FROM (
-                SELECT DISTINCT hashtextextended('dispatch:' || d::text, 0) AS key
-                FROM unnest(want_defs) AS d ORDER BY 1
-            ) AS k;
+            PERFORM pgsched.lock_claim_keys('dispatch', want_defs::text[], 'wait');
             granted := want_defs;
         END IF;
 
@@ -242,17 +237,12 @@ BEGIN
         IF cardinality(want_pools) > 0 THEN
             granted_pools := '{}';
             IF lock_mode = 'try' OR round_two THEN
-                granted_pools := ARRAY(
-                    SELECT p FROM unnest(want_pools) AS p
-                    WHERE pg_try_advisory_xact_lock(hashtextextended('pool:' || p, 0)));
+                granted_pools := pgsched.lock_claim_keys('pool', want_pools, 'try');
             END IF;
             IF NOT round_two AND (lock_mode = 'wait' OR cardinality(granted_pools) = 0) THEN
                 -- Holding no pool key, waiting for pools in key order cannot deadlock: no
                 -- claimer waits for a definition key while it holds a pool key.
-                PERFORM count(pg_advisory_xact_lock(k.key)) FROM (
-                    SELECT DISTINCT hashtextextended('pool:' || p, 0) AS key
-                    FROM unnest(want_pools) AS p ORDER BY 1
-                ) AS k;
+                PERFORM pgsched.lock_claim_keys('pool', want_pools, 'wait');
                 granted_pools := want_pools;
             END IF;
             locked_pools := locked_pools || granted_pools;
@@ -496,13 +486,14 @@ DECLARE
     name text := 'job_runs_' || to_char(low AT TIME ZONE 'UTC', '"y"YYYY"m"MM');
     moved bigint := 0;
 BEGIN
+    -- First, before any partition (the order of every statement on job_runs): see above.
+    LOCK TABLE pgsched.job_runs IN ACCESS EXCLUSIVE MODE;
     -- Autovacuum as migration 0004 tuned the whole table: early, for the live queue.
     EXECUTE format(
         'CREATE TABLE pgsched.%I (LIKE pgsched.job_runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)'
         ' WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,'
         ' autovacuum_analyze_scale_factor = 0.02)', name);
     IF to_regclass('pgsched.job_runs_default') IS NOT NULL THEN
-        LOCK TABLE pgsched.job_runs_default IN ACCESS EXCLUSIVE MODE;
         EXECUTE format(
             'WITH gone AS (DELETE FROM pgsched.job_runs_default'
             ' WHERE scheduled_for >= $1 AND scheduled_for < $2 RETURNING *)'
@@ -959,19 +950,43 @@ $$;
 --
 
 CREATE FUNCTION pgsched.lock_chains(definition_ids uuid[]) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT FROM pgsched.lock_claim_keys('chain', definition_ids::text[], 'wait');
+$$;
+
+--
+-- Name: lock_claim_keys(text, text[], text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lock_claim_keys(kind text, keys text[], lock_mode text) RETURNS text[]
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    lock_key bigint;
+    block integer := array_position(ARRAY['dispatch', 'pool', 'chain'], kind) - 1;
+    slots integer[];
+    granted integer[];
 BEGIN
-    FOR lock_key IN
-        SELECT DISTINCT hashtextextended('chain:' || d::text, 0)
-        FROM unnest(definition_ids) AS d
-        ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(lock_key);
-    END LOOP;
+    IF block IS NULL OR lock_mode IS NULL OR lock_mode NOT IN ('wait', 'try') THEN
+        RAISE EXCEPTION 'kind must be dispatch, pool or chain (not %) and lock_mode wait or try (not %)',
+            kind, lock_mode;
+    END IF;
+    slots := ARRAY(SELECT 4096 * block + (hashtextextended(k, 0) & 4095)::integer
+                   FROM unnest(keys) AS k);
+    IF lock_mode = 'wait' THEN
+        PERFORM FROM pgsched.claim_locks AS l
+        WHERE l.slot = ANY(slots)
+        ORDER BY l.slot
+        FOR UPDATE OF l;
+        RETURN keys;
+    END IF;
+    granted := ARRAY(SELECT l.slot FROM pgsched.claim_locks AS l
+                     WHERE l.slot = ANY(slots)
+                     FOR UPDATE OF l SKIP LOCKED);
+    RETURN ARRAY(SELECT k.key FROM unnest(keys, slots) AS k(key, slot)
+                 WHERE k.slot = ANY(granted));
 END;
 $$;
 
@@ -980,20 +995,10 @@ $$;
 --
 
 CREATE FUNCTION pgsched.lock_definitions_for_dispatch(definition_ids uuid[]) RETURNS void
-    LANGUAGE plpgsql
+    LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    lock_key bigint;
-BEGIN
-    FOR lock_key IN
-        SELECT DISTINCT hashtextextended('dispatch:' || d::text, 0)
-        FROM unnest(definition_ids) AS d
-        ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(lock_key);
-    END LOOP;
-END;
+    SELECT FROM pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'wait');
 $$;
 
 --
@@ -1004,19 +1009,10 @@ CREATE FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    lock_key bigint;
 BEGIN
-    FOR lock_key IN
-        SELECT DISTINCT k.key FROM (
-            SELECT hashtextextended('dispatch:' || d::text, 0) FROM unnest(definition_ids) AS d
-            UNION ALL
-            SELECT hashtextextended('pool:' || p, 0) FROM unnest(pool_keys) AS p
-        ) AS k(key)
-        ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(lock_key);
-    END LOOP;
+    -- Definitions first, then pools: ascending slots, as the claim waits.
+    PERFORM pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'wait');
+    PERFORM pgsched.lock_claim_keys('pool', pool_keys, 'wait');
 END;
 $$;
 
@@ -1195,13 +1191,9 @@ CREATE FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) R
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    granted uuid[];
 BEGIN
-    SELECT coalesce(array_agg(d), '{}') INTO granted
-    FROM unnest(definition_ids) AS d
-    WHERE pg_try_advisory_xact_lock(hashtextextended('dispatch:' || d::text, 0));
-    RETURN QUERY SELECT * FROM pgsched.dispatch_counts(granted);
+    RETURN QUERY SELECT * FROM pgsched.dispatch_counts(
+        pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'try')::uuid[]);
 END;
 $$;
 
@@ -1282,6 +1274,14 @@ CREATE TABLE pgsched.chain_arrivals (
     upstream_name text NOT NULL,
     upstream_run_id bigint NOT NULL,
     consumed_by bigint
+);
+
+--
+-- Name: claim_locks; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.claim_locks (
+    slot integer NOT NULL
 );
 
 --
@@ -1613,6 +1613,13 @@ ALTER TABLE ONLY pgsched.calendars
 
 ALTER TABLE ONLY pgsched.chain_arrivals
     ADD CONSTRAINT chain_arrivals_pkey PRIMARY KEY (downstream_id, upstream_run_id);
+
+--
+-- Name: claim_locks claim_locks_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.claim_locks
+    ADD CONSTRAINT claim_locks_pkey PRIMARY KEY (slot);
 
 --
 -- Name: job_definitions job_definitions_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -2354,6 +2361,12 @@ REVOKE ALL ON FUNCTION pgsched.lock_and_count_for_dispatch(definition_ids uuid[]
 --
 
 REVOKE ALL ON FUNCTION pgsched.lock_chains(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION lock_claim_keys(kind text, keys text[], lock_mode text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lock_claim_keys(kind text, keys text[], lock_mode text) FROM PUBLIC;
 
 --
 -- Name: FUNCTION lock_definitions_for_dispatch(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
