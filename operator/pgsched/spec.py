@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from pgsched import names, schedule
-from pgsched.engine import chain, definitions, starts
+from pgsched.engine import chain, definitions, jitter, starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, timeline, zones
@@ -61,6 +61,7 @@ _EXTRA_FIELDS = {
     "successfulRunsHistoryLimit",
     "failedRunsHistoryLimit",
     "pool",
+    jitter.FIELD,
 }
 
 
@@ -605,6 +606,21 @@ def _extra_fields(check: _Checker) -> None:
     ):
         check.integer(
             check.spec, key, path=key, default=None, minimum=1, example=f"{key}: {default}"
+        )
+    spread = check.integer(
+        check.spec,
+        jitter.FIELD,
+        path=jitter.FIELD,
+        default=0,
+        minimum=0,
+        example="jitterSeconds: 300",
+    )
+    if spread is not None and spread > jitter.MAX_SECONDS:
+        check.fail(
+            jitter.FIELD,
+            f"{spread} is more than {jitter.MAX_SECONDS} (an hour): a longer delay is a"
+            " different schedule, not jitter",
+            "jitterSeconds: 300",
         )
     pool = check.spec.get("pool")
     if pool is not None and not (isinstance(pool, str) and names.OBJECT_NAME.match(pool)):

@@ -24,6 +24,10 @@ never replays what suspension skipped. An occurrence already past its starting d
 recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
 ``SKIPPED/DSTGap``.
 
+With ``spec.jitterSeconds``, a QUEUED occurrence also gets its jittered start
+(``not_before``, ``engine.jitter``): dispatch claims it no earlier, and its starting
+deadline counts from it.
+
 **A bounded amount per round, on time first.** One round (one tick) materializes at most one
 batch of each kind and says whether more is due (``MaterializeResult.more``): the tick
 dispatches what it materialized and goes again at once. So the first runs of a stampede
@@ -51,7 +55,7 @@ from typing import Any
 
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions
+from pgsched.engine import definitions, jitter
 from pgsched.engine.models import Definition
 from pgsched.schedule import Occurrence, Schedule
 
@@ -69,6 +73,7 @@ class NewRun:
     reason: str | None = None
     error: str | None = None
     deadline_at: datetime | None = None
+    not_before: datetime | None = None  # the jittered start, when later than scheduled_for
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,7 @@ def _materialize_batch(
                 "deadlines",
                 "reasons",
                 "errors",
+                "not_before",
             )
         }
         advance: dict[str, list[object]] = {"ids": [], "next_run_at": [], "last_scheduled_for": []}
@@ -179,6 +185,7 @@ def _materialize_batch(
                 columns["deadlines"].append(run.deadline_at)
                 columns["reasons"].append(run.reason)
                 columns["errors"].append(run.error)
+                columns["not_before"].append(run.not_before)
                 if run.status == "QUEUED":
                     result.queued += 1
                 else:
@@ -266,9 +273,11 @@ def _decide(
         if definition.starting_deadline_seconds
         else None
     )
+    spread = jitter.seconds_of(definition.spec)
     runs = []
     for index, occurrence in enumerate(due):
         at = occurrence.at
+        start = at + jitter.delay(definition.id, at, seconds=spread)
         if occurrence.skipped:
             runs.append(NewRun(at, "SKIPPED", "DSTGap", _DST_GAP_NOTE))
         elif definition.is_suspended:
@@ -281,7 +290,7 @@ def _decide(
                     "; more occurrences after this one were missed and are not recorded one by one"
                 )
             runs.append(NewRun(at, "SKIPPED", "MissedDowntime", note))
-        elif deadline is not None and at + deadline <= now:
+        elif deadline is not None and start + deadline <= now:
             runs.append(
                 NewRun(
                     at,
@@ -303,7 +312,14 @@ def _decide(
             )
         else:
             queued += 1
-            runs.append(NewRun(at, "QUEUED", deadline_at=at + deadline if deadline else None))
+            runs.append(
+                NewRun(
+                    at,
+                    "QUEUED",
+                    deadline_at=start + deadline if deadline else None,
+                    not_before=start if start > at else None,
+                )
+            )
     return runs
 
 

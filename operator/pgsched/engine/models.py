@@ -140,6 +140,8 @@ class Run(_Row):
     retry_decision: str | None  # what settling decided, and why (migration 0006)
     upstream_run_id: int | None = None  # the upstream run whose final outcome queued it
     workload_ended_at: datetime | None = None  # the sidecar saw the workload end (0007)
+    not_before: datetime | None = None  # the jittered start, if later (0026, engine.jitter)
+    parameters: dict[str, str] | None = None  # values it was queued with (0026)
 
     @property
     def is_terminal(self) -> bool:

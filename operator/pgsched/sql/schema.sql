@@ -114,6 +114,8 @@ CREATE TABLE pgsched.job_runs (
     workload_ended_at timestamp with time zone,
     outcome_pending_at timestamp with time zone,
     upstream_run_id bigint,
+    not_before timestamp with time zone,
+    parameters jsonb,
     CONSTRAINT job_runs_attempt_check CHECK ((attempt > 0)),
     CONSTRAINT job_runs_retry_hint_check CHECK ((retry_hint = ANY (ARRAY['retry'::text, 'never'::text]))),
     CONSTRAINT job_runs_running_has_lease CHECK (((status <> 'RUNNING'::text) OR (lease_token IS NOT NULL))),
@@ -186,6 +188,7 @@ BEGIN
         WHERE r.status = 'QUEUED'
           AND r.scheduled_for <= moment
           AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+          AND (r.not_before IS NULL OR r.not_before <= moment)
           AND (claim_for_dispatch.definition_ids IS NULL
                OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
         ORDER BY r.scheduled_for, r.id
@@ -300,6 +303,7 @@ BEGIN
                 WHERE r.status = 'QUEUED'
                   AND r.scheduled_for <= moment
                   AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+                  AND (r.not_before IS NULL OR r.not_before <= moment)
                   AND (claim_for_dispatch.definition_ids IS NULL
                        OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
                   AND (r.scheduled_for, r.id) > (last_at, cand_ids[batch_size])
@@ -1199,6 +1203,7 @@ CREATE TABLE pgsched.job_definitions (
     pool text GENERATED ALWAYS AS (((namespace || '/'::text) || NULLIF((spec ->> 'pool'::text), ''::text))) STORED,
     after_mode text DEFAULT 'Any'::text NOT NULL,
     version bigint DEFAULT 1 NOT NULL,
+    suspend_reason text,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
     CONSTRAINT job_definitions_cancel_grace_seconds_check CHECK ((cancel_grace_seconds >= 0)),
@@ -1273,6 +1278,8 @@ CREATE TABLE pgsched.job_runs_default (
     workload_ended_at timestamp with time zone,
     outcome_pending_at timestamp with time zone,
     upstream_run_id bigint,
+    not_before timestamp with time zone,
+    parameters jsonb,
     CONSTRAINT job_runs_attempt_check CHECK ((attempt > 0)),
     CONSTRAINT job_runs_retry_hint_check CHECK ((retry_hint = ANY (ARRAY['retry'::text, 'never'::text]))),
     CONSTRAINT job_runs_running_has_lease CHECK (((status <> 'RUNNING'::text) OR (lease_token IS NOT NULL))),

@@ -79,9 +79,11 @@ RETURNING *;
 
 -- name: reevaluate_queued_deadlines
 -- The deadline of a queued run is its time plus startingDeadlineSeconds, as materialize and
--- settle compute it; manual runs and backfills never have one (they are asked for late).
+-- settle compute it (from the jittered start, if any: not_before); manual runs and backfills
+-- never have one (they are asked for late).
 UPDATE pgsched.job_runs AS r
-SET deadline_at = r.scheduled_for + make_interval(secs => d.starting_deadline_seconds)
+SET deadline_at = coalesce(r.not_before, r.scheduled_for)
+                  + make_interval(secs => d.starting_deadline_seconds)
 FROM pgsched.job_definitions AS d
 WHERE d.id = %(id)s AND r.definition_id = d.id AND r.status = 'QUEUED'
   AND r.trigger IN ('schedule', 'retry');

@@ -18,6 +18,7 @@ FROM pgsched.job_runs AS r
 WHERE r.status = 'QUEUED'
   AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())
   AND (r.deadline_at IS NULL OR r.deadline_at > coalesce(%(now)s::timestamptz, now()))
+  AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, now()))
   AND (%(definition_ids)s::uuid[] IS NULL OR r.definition_id = ANY(%(definition_ids)s::uuid[]))
 ORDER BY r.scheduled_for, r.id
 LIMIT %(limit)s
@@ -35,6 +36,7 @@ FROM (
     JOIN pgsched.job_definitions AS d ON d.id = r.definition_id AND d.pool IS NULL
     WHERE r.status = 'QUEUED'
       AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())
+      AND (r.not_before IS NULL OR r.not_before <= coalesce(%(now)s::timestamptz, now()))
       AND r.scheduled_for > coalesce(
           %(since)s::timestamptz,
           coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)

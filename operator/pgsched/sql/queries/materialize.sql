@@ -35,14 +35,16 @@ GROUP BY definition_id;
 -- The unique occurrence key makes a repeat impossible even if two leaders ever raced here.
 INSERT INTO pgsched.job_runs
     (definition_id, status, trigger, scheduled_for, deadline_at, reason, error,
-     finished_at, settled_at)
+     finished_at, settled_at, not_before)
 SELECT o.definition_id, o.status, 'schedule', o.scheduled_for, o.deadline_at, o.reason,
        o.error,
        CASE WHEN o.status = 'SKIPPED' THEN %(now)s END,
-       CASE WHEN o.status = 'SKIPPED' THEN %(now)s END
+       CASE WHEN o.status = 'SKIPPED' THEN %(now)s END,
+       o.not_before
 FROM unnest(%(definition_ids)s::uuid[], %(statuses)s::text[], %(scheduled_for)s::timestamptz[],
-            %(deadlines)s::timestamptz[], %(reasons)s::text[], %(errors)s::text[])
-     AS o(definition_id, status, scheduled_for, deadline_at, reason, error)
+            %(deadlines)s::timestamptz[], %(reasons)s::text[], %(errors)s::text[],
+            %(not_before)s::timestamptz[])
+     AS o(definition_id, status, scheduled_for, deadline_at, reason, error, not_before)
 ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
 DO NOTHING;
 
