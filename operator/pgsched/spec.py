@@ -25,6 +25,7 @@ from pgsched.engine import chain, definitions, jitter, starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, timeline, zones
+from pgsched.schedule import window as windows
 from pgsched.validation import FieldError, Problems, SpecError
 
 MAX_INT32 = 2**31 - 1
@@ -62,6 +63,8 @@ _EXTRA_FIELDS = {
     "failedRunsHistoryLimit",
     "pool",
     jitter.FIELD,
+    windows.FROM,
+    windows.UNTIL,
 }
 
 
@@ -288,6 +291,7 @@ def parse(
     )
     suspend = check.boolean("suspend")
     past_policy = check.choice(spec, "runAtInPast", path="runAtInPast", options=("Reject", "Run"))
+    window = _window(check)
     _extra_fields(check)
 
     check.problems.raise_if_any(SpecError)
@@ -314,6 +318,7 @@ def parse(
         failure_suspend_threshold=threshold,
         after=after,
         after_mode=cast(chain.Mode, mode),
+        window=window,
         extra={key: spec[key] for key in _EXTRA_FIELDS if key in spec},
     )
     if kind == "none":
@@ -443,6 +448,27 @@ def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
         outcome = check.choice(item, "outcome", path=f"{path}.outcome", options=chain.OUTCOMES)
         found.append(chain.Upstream(name, cast(chain.Outcome, outcome)))
     return tuple(found)
+
+
+def _window(check: _Checker) -> windows.Window | None:
+    bounds: dict[str, datetime] = {}
+    for key in (windows.FROM, windows.UNTIL):
+        if check.spec.get(key) is None:
+            continue
+        try:
+            bounds[key] = windows.parse_instant(check.spec[key])
+        except ValueError as error:
+            check.fail(key, str(error), f"{key}: '2027-01-01T00:00:00Z'")
+    start, end = bounds.get(windows.FROM), bounds.get(windows.UNTIL)
+    if start is not None and end is not None and end < start:
+        check.fail(
+            windows.UNTIL,
+            f"{check.spec[windows.UNTIL]!r} is before activeFrom {check.spec[windows.FROM]!r}",
+            "activeUntil: '2027-12-31T23:59:59Z'",
+        )
+    if start is None and end is None:
+        return None
+    return windows.Window(start, end)
 
 
 def _retry_policy(check: _Checker) -> RetryPolicy:

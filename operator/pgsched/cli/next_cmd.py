@@ -28,6 +28,7 @@ from pgsched.cli import common, output, target
 from pgsched.db import clock
 from pgsched.engine import definitions
 from pgsched.schedule import Schedule, ScheduleError, zones
+from pgsched.schedule import window as windows
 
 MAX_COUNT = 1000
 # Occurrences are listed strictly after ``after`` (what --after says, and what croniter's and
@@ -106,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         # A stored schedule this release no longer accepts, or one whose expansion runs
         # out of budget, or an --after at the edge of the calendar: a usage error.
         raise common.CommandError(f"cannot list occurrences: {error}", code=2) from None
+    if isinstance(schedule, windows.Windowed):
+        outside = schedule.window.note(after, more=bool(upcoming))
+        notes += [outside] if outside else []
     zone = schedule.zone
     if args.output == "json":
         output.emit_json(

@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any, Literal, Self, TypeVar
 from uuid import UUID
 
+from pgsched.schedule import window as windows
+
 RunStatus = Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SKIPPED"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"})
 
@@ -110,6 +112,11 @@ class Definition(_Row):
     @property
     def is_suspended(self) -> bool:
         return self.suspended or self.auto_suspended_at is not None
+
+    @property
+    def window(self) -> windows.Window | None:
+        """spec.activeFrom / activeUntil (``pgsched.schedule.window``), None without."""
+        return windows.of(self.spec)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,9 @@ def render(
             # handler records the rejection): no predictions, the rest of the status renders.
             upcoming = []
     observed = max(definition.generation, definition.rejected_generation or 0)
+    window = definition.window
+    more = definition.next_run_at is not None
+    outside = window.note(now, more=more) if window is not None else None
     if definition.rejection:
         ready = _condition(
             "Ready",
@@ -84,6 +87,14 @@ def render(
             "InvalidSpec",
             f"generation {definition.rejected_generation} was rejected: {definition.rejection}; "
             f"generation {definition.generation} remains in force",
+        )
+    elif window is not None and outside is not None:
+        # spec.activeFrom / activeUntil: which side of the window the job is on.
+        ready = _condition(
+            "Ready",
+            True,
+            window.state(now, more=more),
+            f"generation {definition.generation} is valid but {outside}",
         )
     elif definition.next_run_at is None and definition.schedule_kind not in ("once", "none"):
         # All of the rule's occurrences are past (UNTIL or COUNT ran out): still valid, as
