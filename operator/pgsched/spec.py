@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from pgsched import names, schedule
-from pgsched.engine import chain, definitions, jitter, starts
+from pgsched.engine import chain, definitions, jitter, parameters, starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, timeline, zones
@@ -65,6 +65,7 @@ _EXTRA_FIELDS = {
     jitter.FIELD,
     windows.FROM,
     windows.UNTIL,
+    parameters.FIELD,
 }
 
 
@@ -648,6 +649,8 @@ def _extra_fields(check: _Checker) -> None:
             " different schedule, not jitter",
             "jitterSeconds: 300",
         )
+    for path, message in parameters.check_declarations(check.spec.get(parameters.FIELD))[1]:
+        check.fail(path, message, parameters.EXAMPLE)
     pool = check.spec.get("pool")
     if pool is not None and not (isinstance(pool, str) and names.OBJECT_NAME.match(pool)):
         check.fail(

@@ -15,7 +15,7 @@ from typing import Any
 
 from pgsched.cli import common, output, runs_cmd
 from pgsched.db import queries
-from pgsched.engine import chain, definitions, runs, starts
+from pgsched.engine import chain, definitions, parameters, runs, starts
 from pgsched.engine.models import Run, Start
 from pgsched.schedule import zones
 
@@ -111,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
             ("Retry", found.retry_decision),
             ("Trigger", found.trigger),
             ("Requested by", requested_by),
+            ("Parameters", parameters.shown(found.parameters)),
             ("Scheduled for", when(found.scheduled_for)),
+            ("Jittered start", when(found.not_before) if found.not_before else None),
             ("Starting deadline", when(found.deadline_at)),
             ("Started", when(found.started_at)),
             *[

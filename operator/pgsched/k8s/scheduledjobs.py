@@ -449,12 +449,13 @@ def _write(context: Context, writes: Writes) -> None:
 
 
 def _remove_request(kube: api.KubeApi, path: str, request: commands.Request) -> None:
-    """Remove a handled request and its requester, unless they changed since they were
-    read: a newer request written meanwhile is left for its own sync."""
+    """Remove a handled request, its requester and its parameters, unless they changed
+    since they were read: a newer request written meanwhile is left for its own sync."""
     operations: list[Obj] = []
     for key, value in (
         (request.annotation, request.value),
         (request.requester_annotation, request.requested_by),
+        (request.parameters_annotation, request.parameters),
     ):
         if value is not None:
             pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")

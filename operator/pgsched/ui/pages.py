@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, runs, starts
+from pgsched.engine import definitions, parameters, runs, starts
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s import api, names
 from pgsched.schedule import ScheduleError, zones
@@ -674,7 +674,12 @@ def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
                 ),
                 ("Trigger", _trigger(found.trigger)),
                 ("Requested by", e(runs.requested_by(ctx.conn, found))),
+                ("Parameters", e(parameters.shown(found.parameters))),
                 ("Scheduled for", e(html.local(found.scheduled_for, zone))),
+                (
+                    "Jittered start",
+                    e(html.local(found.not_before, zone) if found.not_before else None),
+                ),
                 ("Starting deadline", e(html.local(found.deadline_at, zone))),
                 ("Started", e(html.local(found.started_at, zone))),
                 *[

@@ -65,8 +65,8 @@ ORDER BY attempt, id;
 -- No starting deadline: a backfill is late by definition.
 -- The requester, when known, is recorded with each run queued (migration 0022).
 WITH run AS (
-    INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
-    SELECT d.id, 'QUEUED', 'backfill', o.at
+    INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, parameters)
+    SELECT d.id, 'QUEUED', 'backfill', o.at, %(parameters)s::jsonb
     FROM pgsched.job_definitions AS d
     CROSS JOIN unnest(%(scheduled_for)s::timestamptz[]) AS o(at)
     WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL

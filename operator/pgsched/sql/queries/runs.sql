@@ -12,9 +12,10 @@ SELECT pg_catalog.pg_advisory_xact_lock(
 -- (migration 0012: the partitioned table cannot hold a unique key on the token alone).
 -- The requester, when known, is recorded with the run (migration 0022).
 WITH run AS (
-    INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)
+    INSERT INTO pgsched.job_runs
+        (definition_id, status, trigger, scheduled_for, request_token, parameters)
     SELECT d.id, 'QUEUED', %(trigger)s, coalesce(%(scheduled_for)s::timestamptz, now()),
-           %(token)s
+           %(token)s, %(parameters)s::jsonb
     FROM pgsched.job_definitions AS d
     WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
       AND NOT EXISTS (SELECT FROM pgsched.job_runs AS r
