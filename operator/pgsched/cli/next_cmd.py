@@ -161,7 +161,7 @@ def _stored(args: argparse.Namespace) -> tuple[dict[str, Any], Schedule, datetim
     else:
         after = now
     if definition.is_suspended:
-        why = definition.auto_suspend_reason or "spec.suspend is true"
+        why = definition.suspended_why
         notes.append(
             f"suspended ({why}): these occurrences are recorded as SKIPPED/Suspended until"
             " it is resumed"

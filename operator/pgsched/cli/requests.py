@@ -152,13 +152,23 @@ def scheduled_job(kube: api.KubeApi, namespace: str, name: str) -> dict[str, Any
         raise _refused(error, "get", namespace) from None
 
 
-def patch_spec(kube: api.KubeApi, obj: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """Merge-patch the ScheduledJob's spec, naming the resourceVersion read."""
+def patch_spec(
+    kube: api.KubeApi,
+    obj: dict[str, Any],
+    spec: dict[str, Any],
+    *,
+    annotations: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """Merge-patch the ScheduledJob's spec (and ``annotations``: None removes one), naming
+    the resourceVersion read."""
     from pgsched.k8s import api
 
     meta = obj["metadata"]
     path = api.scheduled_job_path(meta["namespace"], meta["name"])
-    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": spec}
+    metadata: dict[str, Any] = {"resourceVersion": meta["resourceVersion"]}
+    if annotations:
+        metadata["annotations"] = annotations
+    body = {"metadata": metadata, "spec": spec}
     try:
         return kube.merge_patch(path, body)
     except api.ApiError as error:

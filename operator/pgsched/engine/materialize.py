@@ -281,7 +281,7 @@ def _decide(
         if occurrence.skipped:
             runs.append(NewRun(at, "SKIPPED", "DSTGap", _DST_GAP_NOTE))
         elif definition.is_suspended:
-            why = definition.auto_suspend_reason or "spec.suspend is true"
+            why = definition.suspended_why
             runs.append(NewRun(at, "SKIPPED", "Suspended", f"the definition is suspended: {why}"))
         elif at not in chosen:
             note = _missed_note(definition, late_after)

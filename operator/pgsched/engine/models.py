@@ -104,10 +104,21 @@ class Definition(_Row):
     # The ScheduledJob generation whose status and Event the operator wrote (migration
     # 0017's table; read with the definition by ``definitions.get``, else None).
     published_generation: int | None = None
+    # Why spec.suspend is true: the pgsched.dev/suspend-reason annotation (migration 0026).
+    suspend_reason: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def suspended_why(self) -> str:
+        """Why it is suspended, for a person: the automatic suspension's reason, or
+        ``spec.suspend is true`` with the reason its writer gave."""
+        if self.auto_suspend_reason:
+            return self.auto_suspend_reason
+        given = f": {self.suspend_reason}" if self.suspend_reason else ""
+        return f"spec.suspend is true{given}"
 
     @property
     def is_suspended(self) -> bool:

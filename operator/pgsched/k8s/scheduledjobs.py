@@ -40,7 +40,7 @@ from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, commands, controller, finalizers, jobpolicy, status
+from pgsched.k8s import api, commands, controller, finalizers, jobpolicy, status, suspension
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
 
@@ -207,7 +207,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
         if request not in in_hand
     ]
     asked = bool(requests)
-    if not revalidate and observed and not writes.add_finalizer and not asked:
+    # The pgsched.dev/suspend-reason annotation, compared with what the status shows.
+    reason = suspension.reason_of(meta.get("annotations") or {})
+    noted = reason == suspension.shown(body.get("status"))
+    if not revalidate and observed and not writes.add_finalizer and not asked and noted:
         # The status shows this generation, so a replica synced and published it: a watch
         # event of a settled ScheduledJob (every status change the publisher makes) costs
         # nothing here. What the database may lack — a restored backup, another release's
@@ -222,6 +225,7 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             and not writes.add_finalizer
             and _settled(stored, generation, spec)
             and not asked
+            and (stored is None or stored.suspend_reason == reason)
         ):
             return Synced()
         now = clock.now(conn, pinned)
@@ -249,6 +253,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             except chain.CycleError as error:
                 return Synced(_reject(conn, key, spec, writes, str(error), now=now))
         assert stored is not None
+        if stored.suspend_reason != reason:
+            changed = definitions.set_suspend_reason(conn, key.id, reason, now=pinned)
+            stored = changed or stored
+            writes = replace(writes, refresh=True)
         if not _published(stored, generation, observed=observed) or (
             stored.generation != generation
         ):
@@ -292,7 +300,8 @@ def _answer(
         )
         for problem in answer.refused
     )
-    return replace(writes, answers=notes, remove=tuple(requests), refresh=answer.resumed)
+    refresh = writes.refresh or answer.resumed
+    return replace(writes, answers=notes, remove=tuple(requests), refresh=refresh)
 
 
 def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:

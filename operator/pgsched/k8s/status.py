@@ -118,7 +118,7 @@ def render(
             f"{definition.auto_suspend_reason}; resume with `pgsched resume` or by toggling spec.suspend",
         )
     elif definition.suspended:
-        suspension = _condition("Suspended", True, "SuspendedBySpec", "spec.suspend is true")
+        suspension = _condition("Suspended", True, "SuspendedBySpec", definition.suspended_why)
     else:
         suspension = _condition("Suspended", False, "Active", "runs are scheduled")
     conditions = [ready, suspension]
@@ -152,6 +152,9 @@ def render(
         "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
         "timeZone": definition.time_zone,
         "suspended": suspended,
+        # The pgsched.dev/suspend-reason annotation the definition holds (the sync compares
+        # the annotation with it, so a changed reason is stored and shown without a read).
+        "suspendReason": definition.suspend_reason,
         "active": active,
         "queued": queued,
         "nextRunAt": upcoming[0] if upcoming else None,

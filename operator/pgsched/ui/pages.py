@@ -128,7 +128,7 @@ def _zone(definition: Definition) -> ZoneInfo:
 def _health(definition: Definition, health: str) -> str:
     reason = ""
     if health == "suspended":
-        reason = definition.auto_suspend_reason or "spec.suspend is true"
+        reason = definition.suspended_why
     elif health == "failing":
         reason = f"{definition.consecutive_failures} consecutive failures"
     elif health == "rejected":

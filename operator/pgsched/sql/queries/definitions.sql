@@ -100,6 +100,13 @@ SET suspended = %(suspended)s, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *;
 
+-- name: set_suspend_reason
+-- The pgsched.dev/suspend-reason annotation, when it changed (k8s/suspension.py).
+UPDATE pgsched.job_definitions
+SET suspend_reason = %(reason)s, updated_at = %(now)s
+WHERE id = %(id)s AND deleted_at IS NULL AND suspend_reason IS DISTINCT FROM %(reason)s
+RETURNING *;
+
 -- name: clear_auto_suspend
 UPDATE pgsched.job_definitions
 SET auto_suspended_at = NULL, auto_suspend_reason = NULL, consecutive_failures = 0,
