@@ -79,7 +79,10 @@ def answer(context, job, **annotations: str) -> Any:
 
 def given(conn, job) -> list[dict[str, str] | None]:
     rows = conn.execute(
-        "SELECT parameters FROM pgsched.job_runs WHERE definition_id = %s ORDER BY id", [job]
+        "SELECT p.parameters FROM pgsched.job_runs AS r"
+        " LEFT JOIN pgsched.run_parameters AS p ON p.run_id = r.id"
+        " WHERE r.definition_id = %s ORDER BY r.id",
+        [job],
     ).fetchall()
     return [row["parameters"] for row in rows]
 

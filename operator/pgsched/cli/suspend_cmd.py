@@ -26,6 +26,7 @@ in the same patch as ``spec.suspend`` (``k8s/suspension.py``); the ``Suspended``
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pgsched.cli import common, output, requests, target
@@ -160,7 +161,8 @@ def _through_database(args: argparse.Namespace) -> int:
         if stored is None:
             raise common.CommandError(f"{definition.key} was deleted meanwhile")
         if annotations:
-            stored = definitions.set_suspend_reason(conn, definition.id, args.reason) or stored
+            definitions.set_suspend_reason(conn, definition.id, args.reason)
+            stored = replace(stored, suspend_reason=args.reason)
         warning = _refresh_status(kube, conn, stored, current)
     cleared = not suspend and definition.auto_suspended_at is not None
     if args.output == "json":

@@ -290,14 +290,9 @@ def set_suspended(
     return Definition.from_row(row) if row else None
 
 
-def set_suspend_reason(
-    conn: Connection, definition_id: UUID, reason: str | None, *, now: datetime | None = None
-) -> Definition | None:
-    """Store why spec.suspend is true (None: no reason given); the stored row if it
-    changed, else None."""
-    params = {"id": definition_id, "reason": reason, "now": clock.now(conn, now)}
-    row = conn.execute(queries.get("set_suspend_reason"), params).fetchone()
-    return Definition.from_row(row) if row else None
+def set_suspend_reason(conn: Connection, definition_id: UUID, reason: str | None) -> None:
+    """Store why spec.suspend is true (None: no reason given)."""
+    conn.execute(queries.get("set_suspend_reason"), {"id": definition_id, "reason": reason})
 
 
 def clear_auto_suspension(

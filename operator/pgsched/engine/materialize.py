@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -154,10 +154,14 @@ def _materialize_batch(
                 "deadlines",
                 "reasons",
                 "errors",
-                "not_before",
             )
         }
         advance: dict[str, list[object]] = {"ids": [], "next_run_at": [], "last_scheduled_for": []}
+        jittered: dict[str, list[object]] = {
+            "definition_ids": [],
+            "scheduled_for": [],
+            "not_before": [],
+        }
         bounded = [row["id"] for row in rows if row["max_queued_runs"] is not None]
         queued = {
             item["definition_id"]: int(item["queued"])
@@ -165,8 +169,20 @@ def _materialize_batch(
                 conn.execute(queries.get("queued_counts"), {"ids": bounded}) if bounded else []
             )
         }
+        # Why the suspended ones are (migration 0026), for their SKIPPED rows' note.
+        suspended = [row["id"] for row in rows if row["suspended"]]
+        reasons = {
+            item["definition_id"]: item["reason"]
+            for item in (
+                conn.execute(queries.get("suspend_reasons_of"), {"ids": suspended})
+                if suspended
+                else []
+            )
+        }
         for row in rows:
             definition = Definition.from_row(row)
+            if definition.id in reasons:
+                definition = replace(definition, suspend_reason=reasons[definition.id])
             try:
                 plan = plan_definition(
                     definition, now=at, late_after=late_after, queued=queued.get(definition.id, 0)
@@ -185,7 +201,10 @@ def _materialize_batch(
                 columns["deadlines"].append(run.deadline_at)
                 columns["reasons"].append(run.reason)
                 columns["errors"].append(run.error)
-                columns["not_before"].append(run.not_before)
+                if run.not_before is not None:
+                    jittered["definition_ids"].append(definition.id)
+                    jittered["scheduled_for"].append(run.scheduled_for)
+                    jittered["not_before"].append(run.not_before)
                 if run.status == "QUEUED":
                     result.queued += 1
                 else:
@@ -195,6 +214,8 @@ def _materialize_batch(
             advance["last_scheduled_for"].append(plan.last_scheduled_for)
         if columns["definition_ids"]:
             conn.execute(queries.get("insert_occurrences"), {**columns, "now": at})
+        if jittered["definition_ids"]:
+            conn.execute(queries.get("set_jittered_starts"), jittered)
         if advance["ids"]:
             conn.execute(queries.get("advance_definitions"), advance)
         result.definitions = len(rows)

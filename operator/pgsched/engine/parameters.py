@@ -36,8 +36,15 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.engine.models import Definition, Run
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
 
 FIELD = "parameters"
 MAX_PARAMETERS = 20
@@ -240,6 +247,24 @@ def environment(
         }
     )
     return values
+
+
+def given_to(conn: Connection, claimed: list[Run], owners: Mapping[UUID, Definition]) -> list[Run]:
+    """The claimed runs with the values they were given (``Run.parameters``), read in one
+    query for the runs queued by hand whose job declares parameters, and only then: a
+    scheduled run has none, and the claim does not read them."""
+    wanted = [
+        run.id
+        for run in claimed
+        if run.trigger != "schedule"
+        and run.definition_id in owners
+        and owners[run.definition_id].spec.get(FIELD)
+    ]
+    if not wanted:
+        return claimed
+    rows = conn.execute(queries.get("run_parameters_of"), {"ids": wanted}).fetchall()
+    found = {row["run_id"]: row["parameters"] for row in rows}
+    return [replace(run, parameters=found[run.id]) if run.id in found else run for run in claimed]
 
 
 def _fullmatches(pairs: list[tuple[str, str]]) -> list[bool | None]:

@@ -26,7 +26,6 @@ RunRetrying says why, and a failure that is not retried gets a RunNotRetried Eve
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from dataclasses import dataclass, field
@@ -191,7 +190,6 @@ def _retry(
             "attempt": run.attempt + 1,
             "retry_of": run.id,
             "upstream_run_id": run.upstream_run_id,
-            "parameters": json.dumps(run.parameters) if run.parameters else None,
         },
     ).fetchone()
     if row is None:  # retried before: a replayed settle, or another leader was first

@@ -219,13 +219,14 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
     pinned = context.clock()
     with context.pool.connection() as conn:
         stored = definitions.get(conn, key.id)
+        held = stored.suspend_reason if stored is not None else None  # upsert's row lacks it
         if (
             not revalidate
             and _published(stored, generation, observed=observed)
             and not writes.add_finalizer
             and _settled(stored, generation, spec)
             and not asked
-            and (stored is None or stored.suspend_reason == reason)
+            and held == reason
         ):
             return Synced()
         now = clock.now(conn, pinned)
@@ -253,10 +254,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             except chain.CycleError as error:
                 return Synced(_reject(conn, key, spec, writes, str(error), now=now))
         assert stored is not None
-        if stored.suspend_reason != reason:
-            changed = definitions.set_suspend_reason(conn, key.id, reason, now=pinned)
-            stored = changed or stored
+        if held != reason:
+            definitions.set_suspend_reason(conn, key.id, reason)
             writes = replace(writes, refresh=True)
+        stored = replace(stored, suspend_reason=reason)
         if not _published(stored, generation, observed=observed) or (
             stored.generation != generation
         ):

@@ -114,8 +114,6 @@ CREATE TABLE pgsched.job_runs (
     workload_ended_at timestamp with time zone,
     outcome_pending_at timestamp with time zone,
     upstream_run_id bigint,
-    not_before timestamp with time zone,
-    parameters jsonb,
     CONSTRAINT job_runs_attempt_check CHECK ((attempt > 0)),
     CONSTRAINT job_runs_retry_hint_check CHECK ((retry_hint = ANY (ARRAY['retry'::text, 'never'::text]))),
     CONSTRAINT job_runs_running_has_lease CHECK (((status <> 'RUNNING'::text) OR (lease_token IS NOT NULL))),
@@ -188,7 +186,8 @@ BEGIN
         WHERE r.status = 'QUEUED'
           AND r.scheduled_for <= moment
           AND (r.deadline_at IS NULL OR r.deadline_at > moment)
-          AND (r.not_before IS NULL OR r.not_before <= moment)
+          AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                          WHERE j.run_id = r.id AND j.not_before > moment)
           AND (claim_for_dispatch.definition_ids IS NULL
                OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
         ORDER BY r.scheduled_for, r.id
@@ -303,7 +302,8 @@ BEGIN
                 WHERE r.status = 'QUEUED'
                   AND r.scheduled_for <= moment
                   AND (r.deadline_at IS NULL OR r.deadline_at > moment)
-                  AND (r.not_before IS NULL OR r.not_before <= moment)
+                  AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                                  WHERE j.run_id = r.id AND j.not_before > moment)
                   AND (claim_for_dispatch.definition_ids IS NULL
                        OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
                   AND (r.scheduled_for, r.id) > (last_at, cand_ids[batch_size])
@@ -1203,7 +1203,6 @@ CREATE TABLE pgsched.job_definitions (
     pool text GENERATED ALWAYS AS (((namespace || '/'::text) || NULLIF((spec ->> 'pool'::text), ''::text))) STORED,
     after_mode text DEFAULT 'Any'::text NOT NULL,
     version bigint DEFAULT 1 NOT NULL,
-    suspend_reason text,
     CONSTRAINT job_definitions_active_deadline_seconds_check CHECK ((active_deadline_seconds > 0)),
     CONSTRAINT job_definitions_after_mode_check CHECK ((after_mode = ANY (ARRAY['Any'::text, 'All'::text]))),
     CONSTRAINT job_definitions_cancel_grace_seconds_check CHECK ((cancel_grace_seconds >= 0)),
@@ -1278,8 +1277,6 @@ CREATE TABLE pgsched.job_runs_default (
     workload_ended_at timestamp with time zone,
     outcome_pending_at timestamp with time zone,
     upstream_run_id bigint,
-    not_before timestamp with time zone,
-    parameters jsonb,
     CONSTRAINT job_runs_attempt_check CHECK ((attempt > 0)),
     CONSTRAINT job_runs_retry_hint_check CHECK ((retry_hint = ANY (ARRAY['retry'::text, 'never'::text]))),
     CONSTRAINT job_runs_running_has_lease CHECK (((status <> 'RUNNING'::text) OR (lease_token IS NOT NULL))),
@@ -1349,6 +1346,16 @@ CREATE TABLE pgsched.published_generations (
 );
 
 --
+-- Name: run_delays; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_delays (
+    run_id bigint NOT NULL,
+    definition_id uuid NOT NULL,
+    not_before timestamp with time zone NOT NULL
+);
+
+--
 -- Name: run_events; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1388,6 +1395,17 @@ CREATE TABLE pgsched.run_id_base (
 );
 
 --
+-- Name: run_parameters; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_parameters (
+    run_id bigint NOT NULL,
+    definition_id uuid NOT NULL,
+    parameters jsonb NOT NULL,
+    CONSTRAINT run_parameters_parameters_check CHECK ((jsonb_typeof(parameters) = 'object'::text))
+);
+
+--
 -- Name: run_requesters; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1422,6 +1440,16 @@ CREATE TABLE pgsched.schema_migrations (
     name text NOT NULL,
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: suspend_reasons; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.suspend_reasons (
+    definition_id uuid NOT NULL,
+    reason text NOT NULL,
+    CONSTRAINT suspend_reasons_reason_check CHECK (((length(reason) >= 1) AND (length(reason) <= 512)))
 );
 
 --
@@ -1494,6 +1522,13 @@ ALTER TABLE ONLY pgsched.published_generations
     ADD CONSTRAINT published_generations_pkey PRIMARY KEY (definition_id);
 
 --
+-- Name: run_delays run_delays_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_delays
+    ADD CONSTRAINT run_delays_pkey PRIMARY KEY (run_id);
+
+--
 -- Name: run_events run_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -1506,6 +1541,13 @@ ALTER TABLE ONLY pgsched.run_events
 
 ALTER TABLE ONLY pgsched.run_id_base
     ADD CONSTRAINT run_id_base_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: run_parameters run_parameters_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_parameters
+    ADD CONSTRAINT run_parameters_pkey PRIMARY KEY (run_id);
 
 --
 -- Name: run_requesters run_requesters_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1527,6 +1569,13 @@ ALTER TABLE ONLY pgsched.run_starts
 
 ALTER TABLE ONLY pgsched.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+--
+-- Name: suspend_reasons suspend_reasons_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.suspend_reasons
+    ADD CONSTRAINT suspend_reasons_pkey PRIMARY KEY (definition_id);
 
 --
 -- Name: chain_arrivals_waiting; Type: INDEX; Schema: pgsched; Owner: -
@@ -1691,6 +1740,18 @@ CREATE INDEX job_runs_downstream ON ONLY pgsched.job_runs USING btree (upstream_
 CREATE INDEX job_runs_default_upstream_run_id_idx ON pgsched.job_runs_default USING btree (upstream_run_id) WHERE (upstream_run_id IS NOT NULL);
 
 --
+-- Name: run_delays_definition_id; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX run_delays_definition_id ON pgsched.run_delays USING btree (definition_id);
+
+--
+-- Name: run_parameters_definition_id; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX run_parameters_definition_id ON pgsched.run_parameters USING btree (definition_id);
+
+--
 -- Name: run_requesters_definition_id; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -1833,11 +1894,32 @@ ALTER TABLE ONLY pgsched.published_generations
     ADD CONSTRAINT published_generations_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
 
 --
+-- Name: run_delays run_delays_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_delays
+    ADD CONSTRAINT run_delays_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
+
+--
+-- Name: run_parameters run_parameters_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_parameters
+    ADD CONSTRAINT run_parameters_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
+
+--
 -- Name: run_requesters run_requesters_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
 --
 
 ALTER TABLE ONLY pgsched.run_requesters
     ADD CONSTRAINT run_requesters_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
+
+--
+-- Name: suspend_reasons suspend_reasons_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.suspend_reasons
+    ADD CONSTRAINT suspend_reasons_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
 
 --
 -- Name: SCHEMA pgsched; Type: ACL; Schema: -; Owner: -

@@ -1,29 +1,54 @@
--- Issue 29, items 3-6: what a run carries besides its occurrence.
+-- Issue 29, items 3-6: what a run carries besides its occurrence, and why a job is
+-- suspended.
 --
--- 1. not_before: the earliest instant a run may be claimed, when it is later than its
+-- Three tables of their own, not columns of job_runs or job_definitions: a new column
+-- changes the row type of every `SELECT *` a running replica of the previous release has
+-- prepared, which would then fail with "cached plan must not change result type" until its
+-- connection closed (see 0017; tests/db/test_history.py races the previous release's
+-- dispatchers across the migrations). The previous release never reads them. Keyed by the
+-- run id alone (ids are unique across job_runs' partitions, 0012), with the definition for
+-- cleanup (a partitioned table's key includes scheduled_for, so no foreign key to the run):
+-- rows stay until their ScheduledJob's definition is purged, one short row per jittered,
+-- parameterized or manual run, like run_requesters (0022).
+--
+-- 1. run_delays: the earliest instant a run may be claimed, when later than its
 --    scheduled_for. A job with spec.jitterSeconds gets, for each occurrence, a delay drawn
 --    deterministically from (job, occurrence instant) (engine/jitter.py): scheduled_for
 --    stays the occurrence instant — the occurrence key, the partition key and what every
---    screen calls "scheduled for" — and not_before is the jittered start. NULL (every run
---    without jitter) means "at scheduled_for". The claim below leaves a QUEUED run with a
---    later not_before where it is; the row is already read from the heap for deadline_at,
---    so the filter costs a comparison, not a fetch.
+--    screen calls "scheduled for" — and not_before is the jittered start, written in the
+--    transaction that inserts the run. The claim below leaves a QUEUED run with a later
+--    not_before where it is (an index probe per candidate; runs without jitter have no row).
 --
--- 2. parameters: the values of spec.parameters a run was queued with (run-now, backfill),
---    a JSON object of name -> string, validated against the job's declarations before it
---    is written (engine/parameters.py). NULL: none given (declared defaults apply at launch).
+-- 2. run_parameters: the values of spec.parameters a run was queued with (run-now,
+--    backfill; a retry keeps its first attempt's), a JSON object of name -> string, checked
+--    against the job's declarations before it is written (engine/parameters.py).
 --
--- 3. suspend_reason on the definition: why spec.suspend is true, as the
---    pgsched.dev/suspend-reason annotation says (shown in status, describe and the UI).
+-- 3. suspend_reasons: why spec.suspend is true, as the pgsched.dev/suspend-reason
+--    annotation says (k8s/suspension.py).
 --
--- The claim function is 0018's with the not_before filter in both candidate statements;
+-- The claim function is 0018's with the run_delays filter in both candidate statements;
 -- signature, result and helpers unchanged, so CREATE OR REPLACE swaps the body at commit
--- (a replica of the previous release claims through the new body; runs it queues have
--- no not_before). EXECUTE stays revoked from PUBLIC.
+-- (a replica of the previous release claims through the new body; runs it queues have no
+-- delay). EXECUTE stays revoked from PUBLIC.
 
-ALTER TABLE pgsched.job_runs ADD COLUMN not_before timestamptz;
-ALTER TABLE pgsched.job_runs ADD COLUMN parameters jsonb;
-ALTER TABLE pgsched.job_definitions ADD COLUMN suspend_reason text;
+CREATE TABLE pgsched.run_delays (
+    run_id bigint PRIMARY KEY,
+    definition_id uuid NOT NULL REFERENCES pgsched.job_definitions (id) ON DELETE CASCADE,
+    not_before timestamptz NOT NULL
+);
+CREATE INDEX run_delays_definition_id ON pgsched.run_delays (definition_id);
+
+CREATE TABLE pgsched.run_parameters (
+    run_id bigint PRIMARY KEY,
+    definition_id uuid NOT NULL REFERENCES pgsched.job_definitions (id) ON DELETE CASCADE,
+    parameters jsonb NOT NULL CHECK (jsonb_typeof(parameters) = 'object')
+);
+CREATE INDEX run_parameters_definition_id ON pgsched.run_parameters (definition_id);
+
+CREATE TABLE pgsched.suspend_reasons (
+    definition_id uuid PRIMARY KEY REFERENCES pgsched.job_definitions (id) ON DELETE CASCADE,
+    reason text NOT NULL CHECK (length(reason) BETWEEN 1 AND 512)
+);
 
 CREATE OR REPLACE FUNCTION pgsched.claim_for_dispatch(
     batch_size integer,
@@ -93,7 +118,8 @@ BEGIN
         WHERE r.status = 'QUEUED'
           AND r.scheduled_for <= moment
           AND (r.deadline_at IS NULL OR r.deadline_at > moment)
-          AND (r.not_before IS NULL OR r.not_before <= moment)
+          AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                          WHERE j.run_id = r.id AND j.not_before > moment)
           AND (claim_for_dispatch.definition_ids IS NULL
                OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
         ORDER BY r.scheduled_for, r.id
@@ -208,7 +234,8 @@ BEGIN
                 WHERE r.status = 'QUEUED'
                   AND r.scheduled_for <= moment
                   AND (r.deadline_at IS NULL OR r.deadline_at > moment)
-                  AND (r.not_before IS NULL OR r.not_before <= moment)
+                  AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                                  WHERE j.run_id = r.id AND j.not_before > moment)
                   AND (claim_for_dispatch.definition_ids IS NULL
                        OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
                   AND (r.scheduled_for, r.id) > (last_at, cand_ids[batch_size])

@@ -65,8 +65,8 @@ ORDER BY attempt, id;
 -- No starting deadline: a backfill is late by definition.
 -- The requester, when known, is recorded with each run queued (migration 0022).
 WITH run AS (
-    INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, parameters)
-    SELECT d.id, 'QUEUED', 'backfill', o.at, %(parameters)s::jsonb
+    INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
+    SELECT d.id, 'QUEUED', 'backfill', o.at
     FROM pgsched.job_definitions AS d
     CROSS JOIN unnest(%(scheduled_for)s::timestamptz[]) AS o(at)
     WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
@@ -78,6 +78,11 @@ WITH run AS (
     INSERT INTO pgsched.run_requesters (run_id, definition_id, requested_by)
     SELECT run.id, run.definition_id, %(requested_by)s::text FROM run
     WHERE %(requested_by)s::text IS NOT NULL
+), given AS (
+    -- Its spec.parameters values, when given (migration 0026).
+    INSERT INTO pgsched.run_parameters (run_id, definition_id, parameters)
+    SELECT run.id, run.definition_id, %(parameters)s::jsonb FROM run
+    WHERE %(parameters)s::jsonb IS NOT NULL
 )
 SELECT id, scheduled_for FROM run ORDER BY scheduled_for;
 
