@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import uuid
@@ -124,6 +125,15 @@ def test_run_page_shows_who_requested_a_manual_run(ui: Served, conn: connection.
     pages_of = {run.id: text_of(ui.get(f"/runs/{run.id}")[1]) for run in (signed, unsigned)}
     assert "Requested by alice@example.com" in pages_of[signed.id]
     assert "Requested by unknown (the request named nobody;" in pages_of[unsigned.id]
+
+
+def test_run_page_shows_a_runs_parameters_escaped(ui: Served, conn: connection.Connection) -> None:
+    job = define(conn, "report", namespace="team-a", parameters=[{"name": "region"}])
+    given = runs.run_now(conn, job.id, token="p", parameters={"region": "<b>eu</b>"}).run
+    status, page = ui.get(f"/runs/{given.id}")
+    assert status == 200
+    assert "<b>eu</b>" not in page  # escaped, never markup
+    assert 'Parameters region="<b>eu</b>"' in html.unescape(text_of(page))
 
 
 @pytest.mark.parametrize(
