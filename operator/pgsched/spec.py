@@ -456,8 +456,11 @@ def _window(check: _Checker) -> windows.Window | None:
     for key in (windows.FROM, windows.UNTIL):
         if check.spec.get(key) is None:
             continue
+        value = check.spec[key]
         try:
-            bounds[key] = windows.parse_instant(check.spec[key])
+            if not isinstance(value, str):
+                raise ValueError(f"must be an RFC 3339 timestamp string, got {_describe(value)}")
+            bounds[key] = timeline.utc(windows.parse_instant(value))
         except ValueError as error:
             check.fail(key, str(error), f"{key}: '2027-01-01T00:00:00Z'")
     start, end = bounds.get(windows.FROM), bounds.get(windows.UNTIL)

@@ -105,11 +105,15 @@ def test_moving_the_window_replans_the_next_run(conn):
     [
         (
             {"activeFrom": "2027-03-10"},
-            "spec.activeFrom: '2027-03-10' has no offset (add Z for UTC)",
+            'spec.activeFrom: "2027-03-10" has no offset (add Z for UTC)',
         ),
         (
             {"activeUntil": "next week"},
-            "spec.activeUntil: 'next week' is not an RFC 3339 timestamp",
+            'spec.activeUntil: "next week" is not an RFC 3339 instant',
+        ),
+        (
+            {"activeFrom": 5},
+            "spec.activeFrom: must be an RFC 3339 timestamp string, got number 5",
         ),
         (
             {"activeFrom": UNTIL, "activeUntil": FROM},

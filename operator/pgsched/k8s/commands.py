@@ -62,6 +62,7 @@ from pgsched import logs
 from pgsched.engine import backfill, definitions, parameters, runs
 from pgsched.engine.models import Definition
 from pgsched.k8s import names
+from pgsched.schedule import window as windows
 from pgsched.validation import FieldError
 
 log = logging.getLogger(__name__)
@@ -152,16 +153,7 @@ def parse_backfill(value: str) -> tuple[datetime, datetime]:
     start_text, slash, end_text = value.partition("/")
     if not slash:
         raise ValueError(f"{_shown(value)} is not <from>/<to>")
-    bounds = []
-    for text in (start_text, end_text):
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"{_shown(text)} is not an RFC 3339 instant") from None
-        if moment.tzinfo is None:
-            raise ValueError(f"{_shown(text)} has no offset (add Z for UTC)")
-        bounds.append(moment)
-    return bounds[0], bounds[1]
+    return windows.parse_instant(start_text), windows.parse_instant(end_text)
 
 
 def handle(

@@ -15,6 +15,7 @@ applies to every kind alike.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,17 +59,21 @@ class Window:
         return None
 
 
-def parse_instant(value: Any) -> datetime:
-    """An RFC 3339 instant with an offset, in UTC; ValueError saying what is wrong."""
-    if not isinstance(value, str):
-        raise ValueError(f"must be an RFC 3339 timestamp string, got {value!r}")
+def parse_instant(text: str) -> datetime:
+    """An RFC 3339 instant with an offset (kept as written); ValueError saying what is
+    wrong, the text quoted as JSON and cut at 80 characters (it may reach an Event). Also
+    the ``pgsched.dev/backfill`` range's parser (``k8s/commands.py``)."""
     try:
-        moment = datetime.fromisoformat(value)
+        moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"{value!r} is not an RFC 3339 timestamp") from None
+        raise ValueError(f"{_quoted(text)} is not an RFC 3339 instant") from None
     if moment.tzinfo is None:
-        raise ValueError(f"{value!r} has no offset (add Z for UTC)")
-    return utc(moment)
+        raise ValueError(f"{_quoted(text)} has no offset (add Z for UTC)")
+    return moment
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text if len(text) <= 80 else text[:80] + "…", ensure_ascii=False)
 
 
 def of(spec: Mapping[str, Any]) -> Window | None:
@@ -77,8 +82,8 @@ def of(spec: Mapping[str, Any]) -> Window | None:
     if start is None and end is None:
         return None
     return Window(
-        parse_instant(start) if start is not None else None,
-        parse_instant(end) if end is not None else None,
+        utc(parse_instant(start)) if start is not None else None,
+        utc(parse_instant(end)) if end is not None else None,
     )
 
 
