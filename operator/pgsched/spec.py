@@ -23,10 +23,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 from pgsched import names, schedule
-from pgsched.engine import chain, deadlines, definitions, notifications, starts
+from pgsched.engine import chain, deadlines, definitions, jitter, notifications, parameters, starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, calendars, timeline, union, zones
+from pgsched.schedule import window as windows
 from pgsched.validation import FieldError, Problems, SpecError
 
 MAX_INT32 = 2**31 - 1
@@ -67,6 +68,10 @@ _EXTRA_FIELDS = {
     "notify",
     "deadline",
     "calendars",
+    jitter.FIELD,
+    windows.FROM,
+    windows.UNTIL,
+    parameters.FIELD,
 }
 
 
@@ -299,6 +304,7 @@ def parse(
     )
     suspend = check.boolean("suspend")
     past_policy = check.choice(spec, "runAtInPast", path="runAtInPast", options=("Reject", "Run"))
+    window = _window(check)
     _extra_fields(check)
     _calendars(check)
 
@@ -326,6 +332,7 @@ def parse(
         failure_suspend_threshold=threshold,
         after=after,
         after_mode=cast(chain.Mode, mode),
+        window=window,
         extra={key: spec[key] for key in _EXTRA_FIELDS if key in spec},
     )
     if kind == "none":
@@ -586,6 +593,30 @@ def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
     return tuple(found)
 
 
+def _window(check: _Checker) -> windows.Window | None:
+    bounds: dict[str, datetime] = {}
+    for key in (windows.FROM, windows.UNTIL):
+        if check.spec.get(key) is None:
+            continue
+        value = check.spec[key]
+        try:
+            if not isinstance(value, str):
+                raise ValueError(f"must be an RFC 3339 timestamp string, got {_describe(value)}")
+            bounds[key] = timeline.utc(windows.parse_instant(value))
+        except ValueError as error:
+            check.fail(key, str(error), f"{key}: '2027-01-01T00:00:00Z'")
+    start, end = bounds.get(windows.FROM), bounds.get(windows.UNTIL)
+    if start is not None and end is not None and end < start:
+        check.fail(
+            windows.UNTIL,
+            f"{check.spec[windows.UNTIL]!r} is before activeFrom {check.spec[windows.FROM]!r}",
+            "activeUntil: '2027-12-31T23:59:59Z'",
+        )
+    if start is None and end is None:
+        return None
+    return windows.Window(start, end)
+
+
 def _retry_policy(check: _Checker) -> RetryPolicy:
     section = check.section("retryPolicy")
     check.unknown(section, {"maxAttempts", "backoff", "retryOn", "neverRetryOn"}, "retryPolicy.")
@@ -750,6 +781,23 @@ def _extra_fields(check: _Checker) -> None:
         check.integer(
             check.spec, key, path=key, default=None, minimum=1, example=f"{key}: {default}"
         )
+    spread = check.integer(
+        check.spec,
+        jitter.FIELD,
+        path=jitter.FIELD,
+        default=0,
+        minimum=0,
+        example="jitterSeconds: 300",
+    )
+    if spread is not None and spread > jitter.MAX_SECONDS:
+        check.fail(
+            jitter.FIELD,
+            f"{spread} is more than {jitter.MAX_SECONDS} (an hour): a longer delay is a"
+            " different schedule, not jitter",
+            "jitterSeconds: 300",
+        )
+    for path, message in parameters.check_declarations(check.spec.get(parameters.FIELD))[1]:
+        check.fail(path, message, parameters.EXAMPLE)
     pool = check.spec.get("pool")
     if pool is not None and not (isinstance(pool, str) and names.OBJECT_NAME.match(pool)):
         check.fail(

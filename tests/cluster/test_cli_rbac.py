@@ -254,6 +254,9 @@ def test_the_api_server_refuses_a_requester_who_is_not_the_user_writing_it(
     assert honest.returncode == 0, honest.stderr
     borrowed = annotate(mallory, "pgsched.dev/run-now=w")
     assert borrowed.returncode == 1 and "is not the user making this request" in borrowed.stderr
+    # Nor give alice's waiting request her own parameters (issue 29): they are the request.
+    slipped = annotate(mallory, 'pgsched.dev/run-now-parameters={"region": "mallory"}')
+    assert slipped.returncode == 1 and "is not the user making this request" in slipped.stderr
     assert request_annotations(sj, "forged") == {
         "pgsched.dev/run-now": "y",
         "pgsched.dev/run-now-requested-by": alice.name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import uuid
@@ -16,7 +17,7 @@ from cli_runner import pgsched
 from conftest import SOFIA, History, Served
 from factories import RecordingLauncher, define
 from pgsched.db import connection
-from pgsched.engine import dispatch, runs, starts
+from pgsched.engine import definitions, dispatch, runs, starts
 from pgsched.ui import access, pages
 
 
@@ -124,6 +125,26 @@ def test_run_page_shows_who_requested_a_manual_run(ui: Served, conn: connection.
     pages_of = {run.id: text_of(ui.get(f"/runs/{run.id}")[1]) for run in (signed, unsigned)}
     assert "Requested by alice@example.com" in pages_of[signed.id]
     assert "Requested by unknown (the request named nobody;" in pages_of[unsigned.id]
+
+
+def test_overview_and_job_page_say_why_a_job_is_suspended(
+    ui: Served, conn: connection.Connection
+) -> None:
+    job = define(conn, "paused", namespace="team-a", suspend=True)
+    definitions.set_suspend_reason(conn, job.id, "warehouse <migration>")
+    for path in ("/", "/ns/team-a/paused"):
+        status, page = ui.get(path)
+        assert status == 200 and "<migration>" not in page
+        assert "spec.suspend is true: warehouse <migration>" in html.unescape(page)
+
+
+def test_run_page_shows_a_runs_parameters_escaped(ui: Served, conn: connection.Connection) -> None:
+    job = define(conn, "report", namespace="team-a", parameters=[{"name": "region"}])
+    given = runs.run_now(conn, job.id, token="p", parameters={"region": "<b>eu</b>"}).run
+    status, page = ui.get(f"/runs/{given.id}")
+    assert status == 200
+    assert "<b>eu</b>" not in page  # escaped, never markup
+    assert 'Parameters region="<b>eu</b>"' in html.unescape(text_of(page))
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     target.add_flags(parser)
     common.add_dsn(parser)
     requests.add_flags(parser)
+    requests.add_parameter_flag(parser)
     output.add_flag(parser)
     parser.add_argument(
         "--from",
@@ -85,8 +86,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    values = requests.parameter_values(args)
     if args.database:
-        return _through_database(args)
+        return _through_database(args, values)
     if args.parallelism is not None or args.wait:
         raise common.CommandError(
             "--parallelism and --wait follow the runs in the database: they need --database"
@@ -106,13 +108,14 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, key, zone, wanted)
     value = commands.backfill_value(start.astimezone(UTC), end.astimezone(UTC))
-    sent = requests.send(kube, args, obj, names.ANNOTATION_BACKFILL, value)
+    sent = requests.send(kube, args, obj, names.ANNOTATION_BACKFILL, value, parameters=values)
     if args.output == "json":
         output.emit_json(
             {
                 "scheduledJob": key,
                 "occurrences": len(wanted),
                 "range": value,
+                "parameters": values,
                 "requestedBy": sent.requested_by,
                 "via": "kubernetes",
                 "taken": sent.taken,
@@ -144,10 +147,11 @@ def _schedule_of(obj: dict[str, Any], *, now: datetime) -> timeline.Stream:
     )
 
 
-def _through_database(args: argparse.Namespace) -> int:
+def _through_database(args: argparse.Namespace, values: dict[str, str]) -> int:
     requests.announce_bypass()
     with common.connect(args, application_name="pgsched-cli") as conn:
         definition = target.definition(conn, args)
+        requests.check_parameters(definition.spec, values, definition.key)
         zone = zones.load_zone(definition.time_zone)
         _, _, wanted = occurrences(
             definitions.schedule_of(definition),
@@ -160,7 +164,7 @@ def _through_database(args: argparse.Namespace) -> int:
             return _dry_run(args, definition.key, zone, wanted)
         progress = output.Progress()
         if args.parallelism is None:
-            queued, already = _queue(conn, definition, wanted, progress)
+            queued, already = _queue(conn, definition, wanted, values, progress)
             if not args.wait:
                 return _report_queued(args, definition, wanted, queued, already)
         elif args.parallelism > definition.max_concurrent_runs:
@@ -169,7 +173,7 @@ def _through_database(args: argparse.Namespace) -> int:
                 f" {definition.key} run at once, whatever --parallelism says"
             )
         try:
-            finals = _follow(conn, definition, wanted, args.parallelism, progress)
+            finals = _follow(conn, definition, wanted, values, args.parallelism, progress)
         except KeyboardInterrupt:
             progress.done(
                 "interrupted: runs already queued go on; run the same command again to"
@@ -237,14 +241,23 @@ def _dry_run(args: argparse.Namespace, key: str, zone: Any, wanted: list[datetim
 
 
 def _queue(
-    conn: Connection, definition: Definition, wanted: list[datetime], progress: output.Progress
+    conn: Connection,
+    definition: Definition,
+    wanted: list[datetime],
+    values: dict[str, str],
+    progress: output.Progress,
 ) -> tuple[int, int]:
     def told(done: int) -> None:
         if len(wanted) > backfill.INSERT_BATCH:
             progress.update(f"queueing backfill of {definition.key}: {done}/{len(wanted)}")
 
     return backfill.queue(
-        conn, definition, wanted, requested_by=requests.database_requester(), progress=told
+        conn,
+        definition,
+        wanted,
+        requested_by=requests.database_requester(),
+        parameters=values,
+        progress=told,
     )
 
 
@@ -283,6 +296,7 @@ def _follow(
     conn: Connection,
     definition: Definition,
     wanted: list[datetime],
+    values: dict[str, str],
     parallelism: int | None,
     progress: output.Progress,
 ) -> dict[datetime, str]:
@@ -298,7 +312,11 @@ def _follow(
             missing = [at for at in wanted if at not in states][: parallelism - active]
             if missing:
                 backfill.insert(
-                    conn, definition, missing, requested_by=requests.database_requester()
+                    conn,
+                    definition,
+                    missing,
+                    requested_by=requests.database_requester(),
+                    parameters=values,
                 )
                 continue  # read the new rows before reporting
         finals = {at: row["status"] for at, row in states.items() if _final(row)}

@@ -30,6 +30,7 @@ from pgsched.cli import common, output, target
 from pgsched.db import clock
 from pgsched.engine import calendars, definitions
 from pgsched.schedule import ScheduleError, Stream, zones
+from pgsched.schedule import window as windows
 from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 MAX_COUNT = 1000
@@ -110,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         # A stored schedule this release no longer accepts, or one whose expansion runs
         # out of budget, or an --after at the edge of the calendar: a usage error.
         raise common.CommandError(f"cannot list occurrences: {error}", code=2) from None
+    if isinstance(schedule, windows.Windowed):
+        outside = schedule.window.note(after, more=bool(upcoming))
+        notes += [outside] if outside else []
     zone = zones.load_zone(described["timeZone"])
     if args.output == "json":
         output.emit_json(
@@ -164,7 +168,7 @@ def _stored(
     else:
         after = now
     if definition.is_suspended:
-        why = definition.auto_suspend_reason or "spec.suspend is true"
+        why = definition.suspended_why
         notes.append(
             f"suspended ({why}): these occurrences are recorded as SKIPPED/Suspended until"
             " it is resumed"

@@ -63,6 +63,45 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_parameter_flag(parser: argparse.ArgumentParser) -> None:
+    """``--param name=value`` (repeatable): values of the ScheduledJob's spec.parameters."""
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a value for one of the job's spec.parameters (repeatable), e.g. --param"
+        " region=us-east-1; its workload gets it as PGSCHED_PARAM_<NAME>",
+    )
+
+
+def parameter_values(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--param`` flags as a mapping; CommandError (usage) if one is not name=value."""
+    from pgsched.engine import parameters
+
+    try:
+        return parameters.parse_assignments(args.param)
+    except ValueError as error:
+        raise CommandError(str(error), code=2) from None
+
+
+def check_parameters(spec: dict[str, Any], values: dict[str, str], subject: str) -> None:
+    """Refuse values the job's spec.parameters do not allow, each problem with its
+    ``--param`` and an example, before anything is written (the --database path; through
+    the API server the operator checks them and the refusal comes back as its Event)."""
+    from pgsched.engine import parameters
+
+    declared = parameters.declared(spec)
+    problems = parameters.check(declared, values)
+    if problems:
+        right = " ".join(f"--param {k}={v}" for k, v in parameters.example(declared).items())
+        lines = [f"--param {item.name}: {item.message}" for item in problems]
+        raise CommandError(
+            f"{subject}: " + "; ".join(lines) + f" (example: {right}); nothing was queued",
+            code=2,
+        )
+
+
 def announce_bypass() -> None:
     print(f"note: {BYPASS}", file=sys.stderr)
 
@@ -113,13 +152,23 @@ def scheduled_job(kube: api.KubeApi, namespace: str, name: str) -> dict[str, Any
         raise _refused(error, "get", namespace) from None
 
 
-def patch_spec(kube: api.KubeApi, obj: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """Merge-patch the ScheduledJob's spec, naming the resourceVersion read."""
+def patch_spec(
+    kube: api.KubeApi,
+    obj: dict[str, Any],
+    spec: dict[str, Any],
+    *,
+    annotations: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """Merge-patch the ScheduledJob's spec (and ``annotations``: None removes one), naming
+    the resourceVersion read."""
     from pgsched.k8s import api
 
     meta = obj["metadata"]
     path = api.scheduled_job_path(meta["namespace"], meta["name"])
-    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": spec}
+    metadata: dict[str, Any] = {"resourceVersion": meta["resourceVersion"]}
+    if annotations:
+        metadata["annotations"] = annotations
+    body = {"metadata": metadata, "spec": spec}
     try:
         return kube.merge_patch(path, body)
     except api.ApiError as error:
@@ -132,17 +181,25 @@ def send(
     obj: dict[str, Any],
     annotation: str,
     value: str,
+    *,
+    parameters: dict[str, str] | None = None,
 ) -> Sent:
-    """Write the request ``annotation=value`` and its requester on the ScheduledJob, wait
-    for the operator to take it; CommandError if refused (by RBAC, admission or the
+    """Write the request ``annotation=value`` and its requester on the ScheduledJob (and,
+    for run-now and backfill, its ``parameters``, or the removal of stale ones), wait for
+    the operator to take it; CommandError if refused (by RBAC, admission or the
     operator)."""
-    from pgsched.k8s import api, names
+    from pgsched.k8s import api, commands, names
 
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     path = api.scheduled_job_path(namespace, name)
     who = whoami(kube)
     requester = names.requested_by_annotation(annotation)
+    written_too: dict[str, str | None] = {requester: who}
+    if annotation in names.PARAMETERIZED_COMMANDS:
+        # None (a merge patch's null) removes values a request of someone else's left.
+        given = commands.parameters_value(parameters) if parameters else None
+        written_too[names.parameters_annotation(annotation)] = given
     deadline = time.monotonic() + args.timeout
     while True:
         waiting = (meta.get("annotations") or {}).get(annotation)
@@ -150,7 +207,7 @@ def send(
             body = {
                 "metadata": {
                     "resourceVersion": meta["resourceVersion"],
-                    "annotations": {annotation: value, requester: who},
+                    "annotations": {annotation: value, **written_too},
                 }
             }
             try:
@@ -207,7 +264,11 @@ def _raise_if_refused(
     needs ``get events``: without it, a refusal shows in ``kubectl describe sj``)."""
     from pgsched.k8s import api, commands, names
 
-    for field in (annotation, names.requested_by_annotation(annotation)):
+    for field in (
+        annotation,
+        names.requested_by_annotation(annotation),
+        names.parameters_annotation(annotation),
+    ):
         candidate = commands.event_name(name, field, version)
         try:
             found = kube.get(api.path_of(namespace=namespace, plural="events", name=candidate))

@@ -35,6 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     common.add_dsn(parser)
     requests.add_flags(parser)
     output.add_flag(parser)
+    requests.add_parameter_flag(parser)
     parser.add_argument(
         "--token",
         type=_token,
@@ -53,19 +54,21 @@ def _token(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     token = args.token or uuid.uuid4().hex
+    values = requests.parameter_values(args)
     if args.database:
-        return _through_database(args, token)
+        return _through_database(args, token, values)
     from pgsched.k8s import names
 
     kube = target.kube(args)
     obj = requests.scheduled_job(kube, target.namespace(args), args.name)
-    sent = requests.send(kube, args, obj, names.ANNOTATION_RUN_NOW, token)
+    sent = requests.send(kube, args, obj, names.ANNOTATION_RUN_NOW, token, parameters=values)
     if args.output == "json":
         output.emit_json(
             {
                 "scheduledJob": sent.scheduled_job,
                 "token": token,
                 "requestedBy": sent.requested_by,
+                "parameters": values,
                 "via": "kubernetes",
                 "taken": sent.taken,
             }
@@ -75,16 +78,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _through_database(args: argparse.Namespace, token: str) -> int:
+def _through_database(args: argparse.Namespace, token: str, values: dict[str, str]) -> int:
     requests.announce_bypass()
     with common.connect(args, application_name="pgsched-cli") as conn:
         definition = target.definition(conn, args)
+        requests.check_parameters(definition.spec, values, definition.key)
         try:
             enqueued = runs.run_now(
                 conn,
                 definition.id,
                 token=TOKEN_PREFIX + token,
                 requested_by=requests.database_requester(),
+                parameters=values,
             )
         except runs.UnknownDefinition:
             raise common.CommandError(

@@ -144,6 +144,8 @@ def summary(item: Run, triggered: list[chain.Triggered] | None = None) -> dict[s
         "trigger": item.trigger,
         "retryOf": item.retry_of,
         "scheduledFor": item.scheduled_for,
+        "notBefore": item.not_before,
+        "parameters": item.parameters,
         "startedAt": item.started_at,
         "heartbeatAt": item.heartbeat_at,
         "finishedAt": item.finished_at,

@@ -17,11 +17,16 @@ rendering the status again; with ``--database`` the CLI clears it and re-renders
 status itself. Either way the ``Suspended`` condition flips without waiting for a run.
 Occurrences that fell due while suspended were recorded as ``SKIPPED/Suspended`` and are
 not replayed (use ``backfill`` for that).
+
+``suspend --reason "..."`` says why: the ``pgsched.dev/suspend-reason`` annotation, written
+in the same patch as ``spec.suspend`` (``k8s/suspension.py``); the ``Suspended`` condition,
+``pgsched next``, the UI and the skipped rows show it. ``resume`` removes it in its patch.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pgsched.cli import common, output, requests, target
@@ -47,7 +52,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
     common.add_dsn(parser)
     requests.add_flags(parser)
     output.add_flag(parser)
-    parser.set_defaults(handler=run)
+    if parser.prog.endswith("suspend"):
+        parser.add_argument(
+            "--reason",
+            type=_reason,
+            help="why it is suspended, shown in its status, pgsched next and the UI until it"
+            " is resumed, e.g. --reason 'warehouse migration, back on Monday'",
+        )
+    parser.set_defaults(handler=run, reason=None)
+
+
+def _reason(text: str) -> str:
+    from pgsched.k8s import suspension
+
+    if not text.strip() or len(text) > suspension.MAX_REASON or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"a reason is 1 to {suspension.MAX_REASON} printable characters, e.g. --reason"
+            " 'warehouse migration'"
+        )
+    return text.strip()
+
+
+def _annotations(args: argparse.Namespace, current: dict[str, Any]) -> dict[str, str | None]:
+    """The suspend-reason annotation to write: the new reason on suspend (kept if none is
+    given), removed on resume."""
+    from pgsched.k8s import names
+
+    key = names.ANNOTATION_SUSPEND_REASON
+    present = key in ((current.get("metadata") or {}).get("annotations") or {})
+    if args.command == "suspend":
+        return {key: args.reason} if args.reason else {}
+    return {key: None} if present else {}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
     meta = current["metadata"]
     key = f"{meta['namespace']}/{meta['name']}"
     patched = bool((current.get("spec") or {}).get("suspend", False)) != suspend
-    if patched:
-        current = requests.patch_spec(kube, current, {"suspend": suspend})
+    annotations = _annotations(args, current)
+    if patched or annotations:
+        current = requests.patch_spec(kube, current, {"suspend": suspend}, annotations=annotations)
     auto = _auto_suspension(current) if not suspend else None
     sent = None
     if auto is not None:
@@ -73,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
                 "scheduledJob": key,
                 "suspended": suspend,
                 "specPatched": patched,
+                "reason": args.reason,
                 "autoSuspensionCleared": sent is not None and sent.taken,
                 "autoSuspendReason": auto,
                 "via": "kubernetes",
@@ -80,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     how = f"spec.suspend {'set to' if patched else 'was already'} {str(suspend).lower()}"
-    print(f"{key} {'suspended' if suspend else 'resumed'} ({how})")
+    why = f": {args.reason}" if args.reason else ""
+    print(f"{key} {'suspended' if suspend else 'resumed'} ({how}){why}")
     if sent is not None:
         what = f"clearing the automatic suspension ({auto})"
         print(requests.describe(sent, what, timeout=args.timeout))
@@ -107,10 +145,12 @@ def _through_database(args: argparse.Namespace) -> int:
         current = _resource(kube, definition)
         spec_suspend = bool((current.get("spec") or {}).get("suspend", False))
         patched = spec_suspend != suspend
+        annotations = _annotations(args, current)
         try:
-            if patched:
+            if patched or annotations:
                 current = kube.merge_patch(
-                    target.resource_path(definition), {"spec": {"suspend": suspend}}
+                    target.resource_path(definition),
+                    {"metadata": {"annotations": annotations}, "spec": {"suspend": suspend}},
                 )
         except api.ApiError as error:
             raise common.CommandError(
@@ -120,6 +160,9 @@ def _through_database(args: argparse.Namespace) -> int:
         stored = definitions.set_suspended(conn, definition.id, suspend)
         if stored is None:
             raise common.CommandError(f"{definition.key} was deleted meanwhile")
+        if annotations:
+            definitions.set_suspend_reason(conn, definition.id, args.reason)
+            stored = replace(stored, suspend_reason=args.reason)
         warning = _refresh_status(kube, conn, stored, current)
     cleared = not suspend and definition.auto_suspended_at is not None
     if args.output == "json":

@@ -17,7 +17,8 @@ always holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from pgsched.db import queries
@@ -69,12 +70,22 @@ def occurrences(
 
 
 def insert(
-    conn: Connection, definition: Definition, batch: list[datetime], *, requested_by: str | None
+    conn: Connection,
+    definition: Definition,
+    batch: list[datetime],
+    *,
+    requested_by: str | None,
+    parameters: Mapping[str, str] | None = None,
 ) -> int:
     """Queue these occurrences (at most a batch); how many were new."""
     rows = conn.execute(
         queries.get("insert_backfill"),
-        {"definition_id": definition.id, "scheduled_for": batch, "requested_by": requested_by},
+        {
+            "definition_id": definition.id,
+            "scheduled_for": batch,
+            "requested_by": requested_by,
+            "parameters": json.dumps(dict(parameters)) if parameters else None,
+        },
     ).fetchall()
     return len(rows)
 
@@ -85,14 +96,16 @@ def queue(
     wanted: list[datetime],
     *,
     requested_by: str | None,
+    parameters: Mapping[str, str] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
     """Queue every occurrence in batches; (newly queued, queued by an earlier backfill).
+    ``parameters``: values checked by the caller, recorded with each run queued.
     ``progress`` is told how many occurrences were handled after each batch."""
     queued = 0
     for head in range(0, len(wanted), INSERT_BATCH):
         batch = wanted[head : head + INSERT_BATCH]
-        queued += insert(conn, definition, batch, requested_by=requested_by)
+        queued += insert(conn, definition, batch, requested_by=requested_by, parameters=parameters)
         if progress is not None:
             progress(head + len(batch))
     return queued, len(wanted) - queued

@@ -26,13 +26,14 @@ from pgsched.engine import chain, runs
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.retry import RetryPolicy
 from pgsched.schedule import timeline, zones
+from pgsched.schedule import window as windows
 
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
 
 log = logging.getLogger(__name__)
 
-_TIMING_FIELDS = ("schedule_kind", "schedule", "time_zone", "dst_gap", "dst_repeat")
+_TIMING_FIELDS = ("schedule_kind", "schedule", "time_zone", "dst_gap", "dst_repeat", "window")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class DefinitionSpec:
     failure_suspend_threshold: int | None = None
     after: tuple[chain.Upstream, ...] = ()
     after_mode: chain.Mode = "Any"
+    window: windows.Window | None = None  # spec.activeFrom / activeUntil
     # The rest of the spec (jobTemplate, job, history limits), stored for the launcher.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -199,12 +201,14 @@ class Timing(Protocol):
     def dst_gap(self) -> zones.GapPolicy: ...
     @property
     def dst_repeat(self) -> zones.RepeatPolicy: ...
+    @property
+    def window(self) -> windows.Window | None: ...
 
 
 def build_schedule(timing: Timing, *, hash_seed: str, anchor: datetime) -> timeline.Stream:
     """The one place a definition's schedule is built: validation (``spec.parse``), the
     stored next run, materializing, status and the CLI all go through it."""
-    return schedule.build(
+    built = schedule.build(
         timing.schedule_kind,
         timing.schedule,
         zone=timing.time_zone,
@@ -212,6 +216,7 @@ def build_schedule(timing: Timing, *, hash_seed: str, anchor: datetime) -> timel
         hash_seed=hash_seed,
         anchor=anchor,
     )
+    return windows.bound(built, timing.window)
 
 
 def schedule_of(definition: Definition) -> timeline.Stream:
@@ -283,6 +288,11 @@ def set_suspended(
         if row and not suspended:
             return clear_auto_suspension(conn, definition_id, now=at)
     return Definition.from_row(row) if row else None
+
+
+def set_suspend_reason(conn: Connection, definition_id: UUID, reason: str | None) -> None:
+    """Store why spec.suspend is true (None: no reason given)."""
+    conn.execute(queries.get("set_suspend_reason"), {"id": definition_id, "reason": reason})
 
 
 def clear_auto_suspension(

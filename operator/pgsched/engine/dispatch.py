@@ -83,7 +83,7 @@ from psycopg import rows
 from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions, lease, waits
+from pgsched.engine import definitions, lease, parameters, waits
 from pgsched.engine.launcher import LaunchDeferred, Launcher, LaunchError
 from pgsched.engine.models import Definition, Run
 
@@ -346,6 +346,7 @@ def launch(
     happens afterwards, on this thread.
     """
     definitions_of = (owners or Owners()).for_runs(conn, result)
+    result.claimed[:] = parameters.given_to(conn, result.claimed, definitions_of)
     outcomes = _launch_all(launcher, result.claimed, definitions_of)
     recorded: dict[str, list[Any]] = {"ids": [], "lease_tokens": [], "handles": []}
     for run, outcome in zip(result.claimed, outcomes, strict=True):

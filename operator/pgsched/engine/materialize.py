@@ -29,6 +29,10 @@ never replays what suspension skipped. An occurrence already past its starting d
 recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
 ``SKIPPED/DSTGap``.
 
+With ``spec.jitterSeconds``, a QUEUED occurrence also gets its jittered start
+(``not_before``, ``engine.jitter``): dispatch claims it no earlier, and its starting
+deadline counts from it.
+
 **A bounded amount per round, on time first.** One round (one tick) materializes at most one
 batch of each kind and says whether more is due (``MaterializeResult.more``): the tick
 dispatches what it materialized and goes again at once. So the first runs of a stampede
@@ -49,7 +53,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -57,7 +61,7 @@ from typing import Any
 from pgsched import wording
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import calendars, definitions
+from pgsched.engine import calendars, definitions, jitter
 from pgsched.engine.models import Definition
 from pgsched.schedule import Occurrence, Stream
 from pgsched.schedule.calendars import NO_CALENDARS, Calendars
@@ -76,6 +80,7 @@ class NewRun:
     reason: str | None = None
     error: str | None = None
     deadline_at: datetime | None = None
+    not_before: datetime | None = None  # the jittered start, when later than scheduled_for
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,11 @@ def _materialize_batch(
             )
         }
         advance: dict[str, list[object]] = {"ids": [], "next_run_at": [], "last_scheduled_for": []}
+        jittered: dict[str, list[object]] = {
+            "definition_ids": [],
+            "scheduled_for": [],
+            "not_before": [],
+        }
         bounded = [row["id"] for row in rows if row["max_queued_runs"] is not None]
         queued = {
             item["definition_id"]: int(item["queued"])
@@ -166,7 +176,22 @@ def _materialize_batch(
                 conn.execute(queries.get("queued_counts"), {"ids": bounded}) if bounded else []
             )
         }
-        found = [Definition.from_row(row) for row in rows]
+        # Why the suspended ones are (migration 0026), for their SKIPPED rows' note.
+        suspended = [row["id"] for row in rows if row["suspended"]]
+        reasons = {
+            item["definition_id"]: item["reason"]
+            for item in (
+                conn.execute(queries.get("suspend_reasons_of"), {"ids": suspended})
+                if suspended
+                else []
+            )
+        }
+        found = [
+            replace(definition, suspend_reason=reasons[definition.id])
+            if definition.id in reasons
+            else definition
+            for definition in (Definition.from_row(row) for row in rows)
+        ]
         excluding = calendars.load_many(conn, found)
         for definition in found:
             try:
@@ -191,6 +216,10 @@ def _materialize_batch(
                 columns["deadlines"].append(run.deadline_at)
                 columns["reasons"].append(run.reason)
                 columns["errors"].append(run.error)
+                if run.not_before is not None:
+                    jittered["definition_ids"].append(definition.id)
+                    jittered["scheduled_for"].append(run.scheduled_for)
+                    jittered["not_before"].append(run.not_before)
                 if run.status == "QUEUED":
                     result.queued += 1
                 else:
@@ -200,6 +229,8 @@ def _materialize_batch(
             advance["last_scheduled_for"].append(plan.last_scheduled_for)
         if columns["definition_ids"]:
             conn.execute(queries.get("insert_occurrences"), {**columns, "now": at})
+        if jittered["definition_ids"]:
+            conn.execute(queries.get("set_jittered_starts"), jittered)
         if advance["ids"]:
             conn.execute(queries.get("advance_definitions"), advance)
         result.definitions = len(rows)
@@ -296,9 +327,11 @@ def _decide(
         if definition.starting_deadline_seconds
         else None
     )
+    spread = jitter.seconds_of(definition.spec)
     runs = []
     for index, occurrence in enumerate(due):
         at = occurrence.at
+        start = at + jitter.delay(definition.id, at, seconds=spread)
         if occurrence.skipped:
             runs.append(NewRun(at, "SKIPPED", "DSTGap", _DST_GAP_NOTE))
         elif at in excluded:
@@ -306,7 +339,7 @@ def _decide(
                 NewRun(at, "SKIPPED", "CalendarExcluded", excluded_note(excluded[at], occurrence))
             )
         elif definition.is_suspended:
-            why = definition.auto_suspend_reason or "spec.suspend is true"
+            why = definition.suspended_why
             runs.append(NewRun(at, "SKIPPED", "Suspended", f"the definition is suspended: {why}"))
         elif at not in chosen:
             note = _missed_note(definition, late_after)
@@ -315,7 +348,7 @@ def _decide(
                     "; more occurrences after this one were missed and are not recorded one by one"
                 )
             runs.append(NewRun(at, "SKIPPED", "MissedDowntime", note))
-        elif deadline is not None and at + deadline <= now:
+        elif deadline is not None and start + deadline <= now:
             runs.append(
                 NewRun(
                     at,
@@ -337,7 +370,14 @@ def _decide(
             )
         else:
             queued += 1
-            runs.append(NewRun(at, "QUEUED", deadline_at=at + deadline if deadline else None))
+            runs.append(
+                NewRun(
+                    at,
+                    "QUEUED",
+                    deadline_at=start + deadline if deadline else None,
+                    not_before=start if start > at else None,
+                )
+            )
     return runs
 
 

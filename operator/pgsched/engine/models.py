@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any, Literal, Self, TypeVar
 from uuid import UUID
 
+from pgsched.schedule import window as windows
+
 RunStatus = Literal["QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "SKIPPED"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "SKIPPED"})
 
@@ -102,14 +104,30 @@ class Definition(_Row):
     # The ScheduledJob generation whose status and Event the operator wrote (migration
     # 0017's table; read with the definition by ``definitions.get``, else None).
     published_generation: int | None = None
+    # Why spec.suspend is true: the pgsched.dev/suspend-reason annotation (migration 0026).
+    suspend_reason: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def suspended_why(self) -> str:
+        """Why it is suspended, for a person: the automatic suspension's reason, or
+        ``spec.suspend is true`` with the reason its writer gave."""
+        if self.auto_suspend_reason:
+            return self.auto_suspend_reason
+        given = f": {self.suspend_reason}" if self.suspend_reason else ""
+        return f"spec.suspend is true{given}"
+
+    @property
     def is_suspended(self) -> bool:
         return self.suspended or self.auto_suspended_at is not None
+
+    @property
+    def window(self) -> windows.Window | None:
+        """spec.activeFrom / activeUntil (``pgsched.schedule.window``), None without."""
+        return windows.of(self.spec)
 
 
 @dataclass(frozen=True)
@@ -140,6 +158,8 @@ class Run(_Row):
     retry_decision: str | None  # what settling decided, and why (migration 0006)
     upstream_run_id: int | None = None  # the upstream run whose final outcome queued it
     workload_ended_at: datetime | None = None  # the sidecar saw the workload end (0007)
+    not_before: datetime | None = None  # the jittered start, if later (0026, engine.jitter)
+    parameters: dict[str, str] | None = None  # values it was queued with (0026)
 
     @property
     def is_terminal(self) -> bool:

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from pgsched import wording
 from pgsched.db import queries
-from pgsched.engine import chain, runs, starts, waits
+from pgsched.engine import chain, parameters, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 
 if TYPE_CHECKING:
@@ -122,7 +122,9 @@ def _lines(
         ("Retry", run.retry_decision),
         ("Trigger", run.trigger),
         ("Requested by", requested_by),
+        ("Parameters", parameters.shown(run.parameters)),
         ("Scheduled for", run.scheduled_for),
+        ("Jittered start", run.not_before),
         ("Starting deadline", run.deadline_at),
         ("Started", run.started_at),
         *starts.described(run, start),

@@ -12,6 +12,8 @@ RUNNING one gets ``cancel_requested``; the database notifies the worker's heartb
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -78,10 +80,12 @@ def run_now(
     trigger: str = "manual",
     scheduled_for: datetime | None = None,
     requested_by: str | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> Enqueued:
     """Queue a manual run, once per ``token``. ``requested_by``: who asked, recorded with
     the run (the Kubernetes user the API server vouched for, or an administrator's
-    database login); None when unknown."""
+    database login); None when unknown. ``parameters``: values checked by the caller
+    (``engine.parameters.check``), recorded with the run."""
     if not token:
         raise ValueError(
             "a run-now request needs a non-empty token (it makes the request idempotent)"
@@ -93,6 +97,7 @@ def run_now(
             "trigger": trigger,
             "scheduled_for": scheduled_for,
             "requested_by": requested_by,
+            "parameters": json.dumps(dict(parameters)) if parameters else None,
         }
         conn.execute(queries.get("lock_request"), params)
         row = conn.execute(queries.get("enqueue_manual"), params).fetchone()

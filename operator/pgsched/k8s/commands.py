@@ -18,6 +18,14 @@ annotation                  accepted values
                             (``failureSuspendThreshold``)
 ==========================  ==============================================================
 
+Parameters: ``pgsched.dev/run-now`` and ``pgsched.dev/backfill`` may come with
+``<annotation>-parameters`` (``pgsched.dev/run-now-parameters``), a JSON object of
+``spec.parameters`` names to string values (``{"region": "us-east-1"}``, at most
+:data:`MAX_PARAMETERS_JSON` characters), written in the same write as the request. They
+are checked against the spec's declarations (``engine/parameters.py``): one undeclared
+name or bad value refuses the whole request, and nothing is queued. The chart's requester
+policy treats a write of the parameters as a write of the request.
+
 Every request is removed once handled (with a JSON patch that tests its value, so a newer
 request written meanwhile stays for its own sync): a later sync or an operator restart
 never, say, cancels runs that started after a cancel request, and a writer that finds a
@@ -51,9 +59,10 @@ from datetime import datetime
 from typing import Any
 
 from pgsched import logs
-from pgsched.engine import backfill, definitions, runs
+from pgsched.engine import backfill, definitions, parameters, runs
 from pgsched.engine.models import Definition
 from pgsched.k8s import names
+from pgsched.schedule import window as windows
 from pgsched.validation import FieldError
 
 log = logging.getLogger(__name__)
@@ -61,6 +70,7 @@ log = logging.getLogger(__name__)
 MAX_TOKEN = 200
 MAX_REQUESTER = 256
 MAX_BACKFILL = 100  # two RFC 3339 instants and a slash, with room for fractions and offsets
+MAX_PARAMETERS_JSON = 16384
 EXAMPLES = {
     names.ANNOTATION_RUN_NOW: "deploy-1234",
     names.ANNOTATION_CANCEL: "all",
@@ -76,10 +86,15 @@ class Request:
     annotation: str  # names.ANNOTATION_*
     value: str
     requested_by: str | None  # the value of its -requested-by annotation, if any
+    parameters: str | None = None  # the value of its -parameters annotation, if any
 
     @property
     def requester_annotation(self) -> str:
         return names.requested_by_annotation(self.annotation)
+
+    @property
+    def parameters_annotation(self) -> str:
+        return names.parameters_annotation(self.annotation)
 
 
 @dataclass(frozen=True)
@@ -105,8 +120,25 @@ def read(annotations: Mapping[str, Any]) -> list[Request]:
         if value is None:
             continue
         requester = annotations.get(names.requested_by_annotation(annotation))
-        found.append(Request(annotation, str(value), None if requester is None else str(requester)))
+        given = (
+            annotations.get(names.parameters_annotation(annotation))
+            if annotation in names.PARAMETERIZED_COMMANDS
+            else None
+        )
+        found.append(
+            Request(
+                annotation,
+                str(value),
+                None if requester is None else str(requester),
+                None if given is None else str(given),
+            )
+        )
     return found
+
+
+def parameters_value(values: dict[str, str]) -> str:
+    """The ``<request>-parameters`` value for these values (what the CLI writes)."""
+    return json.dumps(values, ensure_ascii=False, sort_keys=True)
 
 
 def backfill_value(start: datetime, end: datetime) -> str:
@@ -121,16 +153,7 @@ def parse_backfill(value: str) -> tuple[datetime, datetime]:
     start_text, slash, end_text = value.partition("/")
     if not slash:
         raise ValueError(f"{_shown(value)} is not <from>/<to>")
-    bounds = []
-    for text in (start_text, end_text):
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"{_shown(text)} is not an RFC 3339 instant") from None
-        if moment.tzinfo is None:
-            raise ValueError(f"{_shown(text)} has no offset (add Z for UTC)")
-        bounds.append(moment)
-    return bounds[0], bounds[1]
+    return windows.parse_instant(start_text), windows.parse_instant(end_text)
 
 
 def handle(
@@ -173,8 +196,15 @@ def _run_now(conn: Any, definition: Definition, request: Request) -> FieldError 
             f"{_shown(token)} is not a token of 1 to {MAX_TOKEN} characters without"
             " control characters",
         )
+    values = _parameters(definition, request)
+    if isinstance(values, FieldError):
+        return values
     enqueued = runs.run_now(
-        conn, definition.id, token=f"annotation:{token}", requested_by=request.requested_by
+        conn,
+        definition.id,
+        token=f"annotation:{token}",
+        requested_by=request.requested_by,
+        parameters=values,
     )
     if enqueued.created:
         _logger(definition, enqueued.run).info(
@@ -229,7 +259,12 @@ def _backfill(
         )
     except ValueError as error:  # backfill.RangeError too
         return _refusal(request, str(error))
-    queued, already = backfill.queue(conn, definition, wanted, requested_by=request.requested_by)
+    values = _parameters(definition, request)
+    if isinstance(values, FieldError):
+        return values
+    queued, already = backfill.queue(
+        conn, definition, wanted, requested_by=request.requested_by, parameters=values
+    )
     log.info(
         "%s: backfill %s by %s: %d occurrences, %d queued, %d queued before",
         definition.key,
@@ -256,6 +291,37 @@ def _resume(
             definition.auto_suspend_reason,
         )
     return None
+
+
+def _parameters(definition: Definition, request: Request) -> dict[str, str] | FieldError:
+    """The request's parameter values, checked against the spec's declarations; or the
+    refusal naming the ``-parameters`` annotation, every problem in one message."""
+    if request.parameters is None:
+        return {}
+    where = request.parameters_annotation
+    declared = parameters.declared(definition.spec)
+    right = f"{where}={parameters_value(parameters.example(declared))}"
+    if len(request.parameters) > MAX_PARAMETERS_JSON:
+        return FieldError(
+            where,
+            f"is {len(request.parameters)} characters long, more than {MAX_PARAMETERS_JSON}",
+            right,
+        )
+    try:
+        given = json.loads(request.parameters)
+    except ValueError:
+        given = None
+    if not isinstance(given, dict):
+        return FieldError(
+            where, f"{_shown(request.parameters)} is not a JSON object of names to values", right
+        )
+    problems = parameters.check(declared, given)
+    if problems:
+        listed = "; ".join(f"{_shown(item.name)} {item.message}" for item in problems)
+        return FieldError(
+            where, f"{listed}; {request.annotation} of {definition.key} was not carried out", right
+        )
+    return given
 
 
 def _requester_problem(request: Request) -> FieldError | None:

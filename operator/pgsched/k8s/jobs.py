@@ -13,6 +13,9 @@ The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs:
 - either the heartbeat sidecar (a native sidecar: an init container with
   ``restartPolicy: Always``, running ``pgsched heartbeat``), or, for SDK jobs
   (``spec.job``), the SDK runner as the first container's command, which heartbeats itself.
+- the run's parameters (``spec.parameters``: given with run-now or backfill, else the
+  defaults) as ``PGSCHED_PARAM_<NAME>`` on the first (main) container, and as keyword
+  arguments of an SDK job kind.
 
 The run's database credentials come from a Secret in the job's namespace (the narrow
 job role, never the operator's), so a ScheduledJob never carries a DSN. The lease token,
@@ -26,6 +29,7 @@ import copy
 import json
 from dataclasses import dataclass, field
 
+from pgsched.engine import parameters
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s import jobpolicy, names
 from pgsched.k8s.names import Obj
@@ -84,12 +88,21 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
             {"name": names.SHARED_VOLUME, "mountPath": names.SHARED_MOUNT},
         ]
         container["env"] = [*(container.get("env") or []), *_workload_env(run)]
+    # spec.parameters: the main container gets the run's values (engine/parameters.py).
+    declared = parameters.declared(spec)
+    values = parameters.environment(declared, run.parameters)
+    if containers and values:
+        containers[0]["env"] += [
+            {"name": item.env_name, "value": values[item.name]}
+            for item in declared
+            if item.name in values
+        ]
     job = spec.get("job")
     if job:
         main = containers[0]
         main["command"] = ["pgsched", "run"]
         main["args"] = []
-        main["env"] += [*_lease_env(definition, run, settings), *_sdk_env(job)]
+        main["env"] += [*_lease_env(definition, run, settings), *_sdk_env(job, values)]
     else:
         pod_spec["initContainers"] = [
             *(pod_spec.get("initContainers") or []),
@@ -198,10 +211,13 @@ def _lease_env(definition: Definition, run: Run, settings: JobSettings) -> list[
     ]
 
 
-def _sdk_env(job: Obj) -> list[Obj]:
+def _sdk_env(job: Obj, values: dict[str, str]) -> list[Obj]:
+    """The SDK runner's contract; the run's parameters are keyword arguments too, over
+    ``spec.job.args``."""
+    arguments = {**(job.get("args") or {}), **values}
     return [
         {"name": "PGSCHED_JOB_KIND", "value": str(job["kind"])},
-        {"name": "PGSCHED_JOB_ARGS", "value": json.dumps(job.get("args") or {})},
+        {"name": "PGSCHED_JOB_ARGS", "value": json.dumps(arguments)},
         {"name": "PGSCHED_JOB_MODULES", "value": ",".join(job.get("modules") or [])},
     ]
 

@@ -56,6 +56,22 @@ def requested_by_annotation(command: str) -> str:
     return command + REQUESTED_BY_SUFFIX
 
 
+# The values of spec.parameters a run-now or backfill request gives: a JSON object beside
+# the request, written with it (k8s/commands.py).
+PARAMETERS_SUFFIX = "-parameters"
+PARAMETERIZED_COMMANDS = (ANNOTATION_RUN_NOW, ANNOTATION_BACKFILL)
+
+
+def parameters_annotation(command: str) -> str:
+    """``pgsched.dev/run-now`` -> ``pgsched.dev/run-now-parameters``."""
+    return command + PARAMETERS_SUFFIX
+
+
+# Why spec.suspend is true, written by `pgsched suspend --reason` (or kubectl annotate);
+# shown in the Suspended condition, describe and the UI while the job is suspended.
+ANNOTATION_SUSPEND_REASON = f"{GROUP}/suspend-reason"
+
+
 SIDECAR_NAME = "pgsched-heartbeat"
 SHARED_VOLUME = "pgsched"
 SHARED_MOUNT = "/pgsched"

@@ -40,7 +40,7 @@ from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s import api, commands, controller, finalizers, jobpolicy, status
+from pgsched.k8s import api, commands, controller, finalizers, jobpolicy, status, suspension
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
 
@@ -207,7 +207,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
         if request not in in_hand
     ]
     asked = bool(requests)
-    if not revalidate and observed and not writes.add_finalizer and not asked:
+    # The pgsched.dev/suspend-reason annotation, compared with what the status shows.
+    reason = suspension.reason_of(meta.get("annotations") or {})
+    noted = reason == suspension.shown(body.get("status"))
+    if not revalidate and observed and not writes.add_finalizer and not asked and noted:
         # The status shows this generation, so a replica synced and published it: a watch
         # event of a settled ScheduledJob (every status change the publisher makes) costs
         # nothing here. What the database may lack — a restored backup, another release's
@@ -216,12 +219,14 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
     pinned = context.clock()
     with context.pool.connection() as conn:
         stored = definitions.get(conn, key.id)
+        held = stored.suspend_reason if stored is not None else None  # upsert's row lacks it
         if (
             not revalidate
             and _published(stored, generation, observed=observed)
             and not writes.add_finalizer
             and _settled(stored, generation, spec)
             and not asked
+            and held == reason
         ):
             return Synced()
         now = clock.now(conn, pinned)
@@ -249,6 +254,10 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             except chain.CycleError as error:
                 return Synced(_reject(conn, key, spec, writes, str(error), now=now))
         assert stored is not None
+        if held != reason:
+            definitions.set_suspend_reason(conn, key.id, reason)
+            writes = replace(writes, refresh=True)
+        stored = replace(stored, suspend_reason=reason)
         if not _published(stored, generation, observed=observed) or (
             stored.generation != generation
         ):
@@ -292,7 +301,8 @@ def _answer(
         )
         for problem in answer.refused
     )
-    return replace(writes, answers=notes, remove=tuple(requests), refresh=answer.resumed)
+    refresh = writes.refresh or answer.resumed
+    return replace(writes, answers=notes, remove=tuple(requests), refresh=refresh)
 
 
 def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
@@ -451,12 +461,13 @@ def _write(context: Context, writes: Writes) -> None:
 
 
 def _remove_request(kube: api.KubeApi, path: str, request: commands.Request) -> None:
-    """Remove a handled request and its requester, unless they changed since they were
-    read: a newer request written meanwhile is left for its own sync."""
+    """Remove a handled request, its requester and its parameters, unless they changed
+    since they were read: a newer request written meanwhile is left for its own sync."""
     operations: list[Obj] = []
     for key, value in (
         (request.annotation, request.value),
         (request.requester_annotation, request.requested_by),
+        (request.parameters_annotation, request.parameters),
     ):
         if value is not None:
             pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")

@@ -104,7 +104,7 @@ def render(
             f"{definition.auto_suspend_reason}; resume with `pgsched resume` or by toggling spec.suspend",
         )
     elif definition.suspended:
-        suspension = _condition("Suspended", True, "SuspendedBySpec", "spec.suspend is true")
+        suspension = _condition("Suspended", True, "SuspendedBySpec", definition.suspended_why)
     else:
         suspension = _condition("Suspended", False, "Active", "runs are scheduled")
     conditions = [ready, suspension]
@@ -139,6 +139,9 @@ def render(
         "schedule": schedule_text(definition.schedule_kind, definition.schedule, upstream_names),
         "timeZone": definition.time_zone,
         "suspended": suspended,
+        # The pgsched.dev/suspend-reason annotation the definition holds (the sync compares
+        # the annotation with it, so a changed reason is stored and shown without a read).
+        "suspendReason": definition.suspend_reason,
         "active": active,
         "queued": queued,
         "nextRunAt": upcoming[0] if upcoming else None,
@@ -185,6 +188,16 @@ def _ready(definition: Definition, *, pool_missing: bool, now: datetime) -> Obj:
             "PoolNotFound",
             f"ConcurrencyPool {pool} does not exist in namespace {definition.namespace}:"
             f" no run of generation {generation} can start until it does",
+        )
+    window = definition.window
+    outside = window.note(now, more=definition.next_run_at is not None) if window else None
+    if window is not None and outside is not None:
+        # spec.activeFrom / activeUntil: which side of the window the job is on.
+        return _condition(
+            "Ready",
+            True,
+            window.state(now, more=definition.next_run_at is not None),
+            f"generation {generation} is valid but {outside}",
         )
     if definition.next_run_at is None and definition.schedule_kind == "once":
         return _condition(

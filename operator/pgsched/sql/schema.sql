@@ -186,6 +186,8 @@ BEGIN
         WHERE r.status = 'QUEUED'
           AND r.scheduled_for <= moment
           AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+          AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                          WHERE j.run_id = r.id AND j.not_before > moment)
           AND (claim_for_dispatch.definition_ids IS NULL
                OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
         ORDER BY r.scheduled_for, r.id
@@ -290,6 +292,8 @@ BEGIN
                 WHERE r.status = 'QUEUED'
                   AND r.scheduled_for <= moment
                   AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+                  AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                                  WHERE j.run_id = r.id AND j.not_before > moment)
                   AND (claim_for_dispatch.definition_ids IS NULL
                        OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
                   AND (r.scheduled_for, r.id) > (last_at, cand_ids[batch_size])
@@ -1519,6 +1523,16 @@ CREATE TABLE pgsched.run_deadlines (
 );
 
 --
+-- Name: run_delays; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_delays (
+    run_id bigint NOT NULL,
+    definition_id uuid NOT NULL,
+    not_before timestamp with time zone NOT NULL
+);
+
+--
 -- Name: run_events; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1558,6 +1572,17 @@ CREATE TABLE pgsched.run_id_base (
 );
 
 --
+-- Name: run_parameters; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_parameters (
+    run_id bigint NOT NULL,
+    definition_id uuid NOT NULL,
+    parameters jsonb NOT NULL,
+    CONSTRAINT run_parameters_parameters_check CHECK ((jsonb_typeof(parameters) = 'object'::text))
+);
+
+--
 -- Name: run_requesters; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1592,6 +1617,16 @@ CREATE TABLE pgsched.schema_migrations (
     name text NOT NULL,
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: suspend_reasons; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.suspend_reasons (
+    definition_id uuid NOT NULL,
+    reason text NOT NULL,
+    CONSTRAINT suspend_reasons_reason_check CHECK (((length(reason) >= 1) AND (length(reason) <= 512)))
 );
 
 --
@@ -1699,6 +1734,13 @@ ALTER TABLE ONLY pgsched.run_deadlines
     ADD CONSTRAINT run_deadlines_pkey PRIMARY KEY (run_id);
 
 --
+-- Name: run_delays run_delays_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_delays
+    ADD CONSTRAINT run_delays_pkey PRIMARY KEY (run_id);
+
+--
 -- Name: run_events run_events_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
 --
 
@@ -1711,6 +1753,13 @@ ALTER TABLE ONLY pgsched.run_events
 
 ALTER TABLE ONLY pgsched.run_id_base
     ADD CONSTRAINT run_id_base_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: run_parameters run_parameters_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_parameters
+    ADD CONSTRAINT run_parameters_pkey PRIMARY KEY (run_id);
 
 --
 -- Name: run_requesters run_requesters_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -1732,6 +1781,13 @@ ALTER TABLE ONLY pgsched.run_starts
 
 ALTER TABLE ONLY pgsched.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+--
+-- Name: suspend_reasons suspend_reasons_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.suspend_reasons
+    ADD CONSTRAINT suspend_reasons_pkey PRIMARY KEY (definition_id);
 
 --
 -- Name: chain_arrivals_waiting; Type: INDEX; Schema: pgsched; Owner: -
@@ -1920,6 +1976,18 @@ CREATE INDEX notifications_finished ON pgsched.notifications USING btree (finish
 CREATE INDEX notifications_pending ON pgsched.notifications USING btree (definition_id, target_name, id) WHERE (state = 'PENDING'::text);
 
 --
+-- Name: run_delays_definition_id; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX run_delays_definition_id ON pgsched.run_delays USING btree (definition_id);
+
+--
+-- Name: run_parameters_definition_id; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX run_parameters_definition_id ON pgsched.run_parameters USING btree (definition_id);
+
+--
 -- Name: run_requesters_definition_id; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -2068,11 +2136,32 @@ ALTER TABLE ONLY pgsched.published_generations
     ADD CONSTRAINT published_generations_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
 
 --
+-- Name: run_delays run_delays_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_delays
+    ADD CONSTRAINT run_delays_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
+
+--
+-- Name: run_parameters run_parameters_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_parameters
+    ADD CONSTRAINT run_parameters_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
+
+--
 -- Name: run_requesters run_requesters_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
 --
 
 ALTER TABLE ONLY pgsched.run_requesters
     ADD CONSTRAINT run_requesters_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
+
+--
+-- Name: suspend_reasons suspend_reasons_definition_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.suspend_reasons
+    ADD CONSTRAINT suspend_reasons_definition_id_fkey FOREIGN KEY (definition_id) REFERENCES pgsched.job_definitions(id) ON DELETE CASCADE;
 
 --
 -- Name: SCHEMA pgsched; Type: ACL; Schema: -; Owner: -

@@ -130,7 +130,7 @@ def _zone(definition: Definition) -> ZoneInfo:
 def _health(definition: Definition, health: str) -> str:
     reason = ""
     if health == "suspended":
-        reason = definition.auto_suspend_reason or "spec.suspend is true"
+        reason = definition.suspended_why
     elif health == "failing":
         reason = wording.plural(definition.consecutive_failures, "consecutive failure")
     elif health == "rejected":

@@ -30,6 +30,7 @@ from pgsched import wording
 from pgsched.engine import definitions, waits
 from pgsched.engine.models import Definition, Run
 from pgsched.schedule import Schedule, Stream, rrule, zones
+from pgsched.schedule import window as windows
 from pgsched.schedule.calendars import NO_CALENDARS, Calendars
 
 MINUTE = timedelta(minutes=1)
@@ -116,6 +117,7 @@ def explain(definition: Definition, asked: datetime, *, runs_at: RunsAt, now: No
 
 def _exdate_in(schedule: Stream, minute_start: datetime) -> datetime | None:
     """The rule's EXDATE (a local wall time) within the minute starting at ``minute_start``."""
+    schedule = windows.unbounded(schedule)
     if not isinstance(schedule, Schedule) or not isinstance(
         schedule.recurrence, rrule.RecurrenceRule
     ):

@@ -128,7 +128,8 @@ $$;
 
 REVOKE ALL ON FUNCTION pgsched.lock_claim_keys(text, text[], text) FROM PUBLIC;
 
--- The claim (0018's, its locks as above; nothing else changes).
+-- The claim (0026's: 0018's with a run's jittered start awaited; its locks as above;
+-- nothing else changes).
 CREATE OR REPLACE FUNCTION pgsched.claim_for_dispatch(
     batch_size integer,
     overshoot integer,
@@ -197,6 +198,8 @@ BEGIN
         WHERE r.status = 'QUEUED'
           AND r.scheduled_for <= moment
           AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+          AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                          WHERE j.run_id = r.id AND j.not_before > moment)
           AND (claim_for_dispatch.definition_ids IS NULL
                OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
         ORDER BY r.scheduled_for, r.id
@@ -301,6 +304,8 @@ BEGIN
                 WHERE r.status = 'QUEUED'
                   AND r.scheduled_for <= moment
                   AND (r.deadline_at IS NULL OR r.deadline_at > moment)
+                  AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                                  WHERE j.run_id = r.id AND j.not_before > moment)
                   AND (claim_for_dispatch.definition_ids IS NULL
                        OR r.definition_id = ANY(claim_for_dispatch.definition_ids))
                   AND (r.scheduled_for, r.id) > (last_at, cand_ids[batch_size])

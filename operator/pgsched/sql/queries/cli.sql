@@ -78,6 +78,11 @@ WITH run AS (
     INSERT INTO pgsched.run_requesters (run_id, definition_id, requested_by)
     SELECT run.id, run.definition_id, %(requested_by)s::text FROM run
     WHERE %(requested_by)s::text IS NOT NULL
+), given AS (
+    -- Its spec.parameters values, when given (migration 0026).
+    INSERT INTO pgsched.run_parameters (run_id, definition_id, parameters)
+    SELECT run.id, run.definition_id, %(parameters)s::jsonb FROM run
+    WHERE %(parameters)s::jsonb IS NOT NULL
 )
 SELECT id, scheduled_for FROM run ORDER BY scheduled_for;
 

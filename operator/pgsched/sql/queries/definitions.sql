@@ -3,17 +3,21 @@ SELECT * FROM pgsched.job_definitions WHERE id = %(id)s FOR UPDATE;
 
 -- name: definition_by_id
 -- With the generation the operator published (migration 0017; NULL: none yet).
-SELECT d.*, p.generation AS published_generation
+-- With the reason of its suspension, if one was given (migration 0026).
+SELECT d.*, p.generation AS published_generation, s.reason AS suspend_reason
 FROM pgsched.job_definitions AS d
 LEFT JOIN pgsched.published_generations AS p ON p.definition_id = d.id
+LEFT JOIN pgsched.suspend_reasons AS s ON s.definition_id = d.id
 WHERE d.id = %(id)s;
 
 -- name: definitions_by_ids_unlocked
 SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]);
 
 -- name: definition_by_name
-SELECT * FROM pgsched.job_definitions
-WHERE namespace = %(namespace)s AND name = %(name)s AND deleted_at IS NULL;
+SELECT d.*, s.reason AS suspend_reason
+FROM pgsched.job_definitions AS d
+LEFT JOIN pgsched.suspend_reasons AS s ON s.definition_id = d.id
+WHERE d.namespace = %(namespace)s AND d.name = %(name)s AND d.deleted_at IS NULL;
 
 -- name: definitions_by_name_with_deleted
 -- Every ScheduledJob that had this name, the live one (if any) first, then newest first.
@@ -79,9 +83,13 @@ RETURNING *;
 
 -- name: reevaluate_queued_deadlines
 -- The deadline of a queued run is its time plus startingDeadlineSeconds, as materialize and
--- settle compute it; manual runs and backfills never have one (they are asked for late).
+-- settle compute it (from the jittered start, if any: run_delays); manual runs and backfills
+-- never have one (they are asked for late).
 UPDATE pgsched.job_runs AS r
-SET deadline_at = r.scheduled_for + make_interval(secs => d.starting_deadline_seconds)
+SET deadline_at = coalesce(
+        (SELECT j.not_before FROM pgsched.run_delays AS j WHERE j.run_id = r.id),
+        r.scheduled_for
+    ) + make_interval(secs => d.starting_deadline_seconds)
 FROM pgsched.job_definitions AS d
 WHERE d.id = %(id)s AND r.definition_id = d.id AND r.status = 'QUEUED'
   AND r.trigger IN ('schedule', 'retry');
@@ -97,6 +105,17 @@ UPDATE pgsched.job_definitions
 SET suspended = %(suspended)s, updated_at = %(now)s
 WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *;
+
+-- name: set_suspend_reason
+-- The pgsched.dev/suspend-reason annotation (k8s/suspension.py); NULL removes it.
+-- Not a change of the definition: its version (0014) stays.
+WITH removed AS (
+    DELETE FROM pgsched.suspend_reasons
+    WHERE definition_id = %(id)s AND %(reason)s::text IS NULL
+)
+INSERT INTO pgsched.suspend_reasons (definition_id, reason)
+SELECT %(id)s, %(reason)s::text WHERE %(reason)s::text IS NOT NULL
+ON CONFLICT (definition_id) DO UPDATE SET reason = EXCLUDED.reason;
 
 -- name: clear_auto_suspend
 UPDATE pgsched.job_definitions

@@ -18,6 +18,9 @@ FROM pgsched.job_runs AS r
 WHERE r.status = 'QUEUED'
   AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())
   AND (r.deadline_at IS NULL OR r.deadline_at > coalesce(%(now)s::timestamptz, now()))
+  AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                  WHERE j.run_id = r.id
+                    AND j.not_before > coalesce(%(now)s::timestamptz, now()))
   AND (%(definition_ids)s::uuid[] IS NULL OR r.definition_id = ANY(%(definition_ids)s::uuid[]))
 ORDER BY r.scheduled_for, r.id
 LIMIT %(limit)s
@@ -35,6 +38,9 @@ FROM (
     JOIN pgsched.job_definitions AS d ON d.id = r.definition_id AND d.pool IS NULL
     WHERE r.status = 'QUEUED'
       AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())
+      AND NOT EXISTS (SELECT FROM pgsched.run_delays AS j
+                      WHERE j.run_id = r.id
+                        AND j.not_before > coalesce(%(now)s::timestamptz, now()))
       AND r.scheduled_for > coalesce(
           %(since)s::timestamptz,
           coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
@@ -67,3 +73,7 @@ WHERE r.id = %(run_id)s
   AND r.lease_token = %(lease_token)s
   AND NOT r.cancel_requested
 RETURNING r.id;
+
+-- name: run_parameters_of
+-- The values claimed runs were given, for their launch (engine/parameters.py, given_to).
+SELECT run_id, parameters FROM pgsched.run_parameters WHERE run_id = ANY(%(ids)s::bigint[]);

@@ -31,6 +31,11 @@ FROM pgsched.job_runs
 WHERE status = 'QUEUED' AND definition_id = ANY(%(ids)s::uuid[])
 GROUP BY definition_id;
 
+-- name: suspend_reasons_of
+-- Why these suspended definitions are (migration 0026), for their SKIPPED rows' note.
+SELECT definition_id, reason FROM pgsched.suspend_reasons
+WHERE definition_id = ANY(%(ids)s::uuid[]);
+
 -- name: insert_occurrences
 -- The unique occurrence key makes a repeat impossible even if two leaders ever raced here.
 INSERT INTO pgsched.job_runs
@@ -45,6 +50,19 @@ FROM unnest(%(definition_ids)s::uuid[], %(statuses)s::text[], %(scheduled_for)s:
      AS o(definition_id, status, scheduled_for, deadline_at, reason, error)
 ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
 DO NOTHING;
+
+-- name: set_jittered_starts
+-- The jittered start of the runs just inserted with spec.jitterSeconds (engine/jitter.py),
+-- in the same transaction (migration 0026). A repeat (its insert did nothing) finds the
+-- row there already.
+INSERT INTO pgsched.run_delays (run_id, definition_id, not_before)
+SELECT r.id, r.definition_id, j.not_before
+FROM unnest(%(definition_ids)s::uuid[], %(scheduled_for)s::timestamptz[],
+            %(not_before)s::timestamptz[]) AS j(definition_id, scheduled_for, not_before)
+JOIN pgsched.job_runs AS r
+  ON r.definition_id = j.definition_id AND r.scheduled_for = j.scheduled_for
+ AND r.trigger = 'schedule'
+ON CONFLICT (run_id) DO NOTHING;
 
 -- name: advance_definitions
 UPDATE pgsched.job_definitions AS d

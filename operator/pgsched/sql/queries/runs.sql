@@ -1,5 +1,10 @@
 -- name: run_by_id
-SELECT * FROM pgsched.job_runs WHERE id = %(id)s;
+-- With its jittered start and parameters, if any (migration 0026's tables).
+SELECT r.*, j.not_before, p.parameters
+FROM pgsched.job_runs AS r
+LEFT JOIN pgsched.run_delays AS j ON j.run_id = r.id
+LEFT JOIN pgsched.run_parameters AS p ON p.run_id = r.id
+WHERE r.id = %(id)s;
 
 -- name: lock_request
 -- Run-now requests with one token queue one after the other (see enqueue_manual).
@@ -24,8 +29,13 @@ WITH run AS (
     INSERT INTO pgsched.run_requesters (run_id, definition_id, requested_by)
     SELECT run.id, run.definition_id, %(requested_by)s::text FROM run
     WHERE %(requested_by)s::text IS NOT NULL
+), given AS (
+    -- Its spec.parameters values, when given (migration 0026).
+    INSERT INTO pgsched.run_parameters (run_id, definition_id, parameters)
+    SELECT run.id, run.definition_id, %(parameters)s::jsonb FROM run
+    WHERE %(parameters)s::jsonb IS NOT NULL
 )
-SELECT * FROM run;
+SELECT run.*, NULL::timestamptz AS not_before, %(parameters)s::jsonb AS parameters FROM run;
 
 -- name: run_by_request
 SELECT * FROM pgsched.job_runs WHERE definition_id = %(definition_id)s AND request_token = %(token)s;

@@ -19,14 +19,22 @@ SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]) FOR NO KEY
 -- holds the failed run's row lock (unsettled_runs), so a retry another settler inserted
 -- committed before it, and this statement's snapshot sees it (migration 0012: a unique
 -- key on retry_of alone is not possible on the partitioned table).
--- A chained run's retry keeps its upstream run, so the chain shows through retries.
-INSERT INTO pgsched.job_runs
-    (definition_id, status, trigger, scheduled_for, deadline_at, attempt, retry_of, request_token,
-     upstream_run_id)
-SELECT %(definition_id)s, 'QUEUED', 'retry', %(scheduled_for)s, %(deadline_at)s,
-       %(attempt)s, %(retry_of)s, NULL, %(upstream_run_id)s
-WHERE NOT EXISTS (SELECT FROM pgsched.job_runs WHERE retry_of = %(retry_of)s)
-RETURNING id;
+-- A chained run's retry keeps its upstream run, so the chain shows through retries; every
+-- retry keeps the parameters its first attempt was given (migration 0026).
+WITH run AS (
+    INSERT INTO pgsched.job_runs
+        (definition_id, status, trigger, scheduled_for, deadline_at, attempt, retry_of,
+         request_token, upstream_run_id)
+    SELECT %(definition_id)s, 'QUEUED', 'retry', %(scheduled_for)s, %(deadline_at)s,
+           %(attempt)s, %(retry_of)s, NULL, %(upstream_run_id)s
+    WHERE NOT EXISTS (SELECT FROM pgsched.job_runs WHERE retry_of = %(retry_of)s)
+    RETURNING id, definition_id
+), kept AS (
+    INSERT INTO pgsched.run_parameters (run_id, definition_id, parameters)
+    SELECT run.id, run.definition_id, p.parameters
+    FROM run JOIN pgsched.run_parameters AS p ON p.run_id = %(retry_of)s
+)
+SELECT id FROM run;
 
 -- name: mark_settled
 UPDATE pgsched.job_runs AS r

@@ -1,0 +1,301 @@
+"""Parameters: named values a manual run or a backfill is given, for its workload.
+
+A ScheduledJob declares them (``spec.parameters``)::
+
+    parameters:
+      - name: region
+        default: eu-west-1
+        pattern: '[a-z]{2}-[a-z]+-[0-9]'
+        description: where the report is built
+
+``pgsched run-now --param region=us-east-1`` (or the ``pgsched.dev/run-now-parameters``
+annotation, a JSON object, beside ``pgsched.dev/run-now``) and ``pgsched backfill
+--param`` give values; they are checked here against the declarations — an undeclared
+name, a value that does not match its pattern, or one too long is refused with the
+field, the problem and an example, and nothing is queued — and recorded on the run
+(``job_runs.parameters``: the values given, not the defaults). At launch the workload's
+main container gets ``PGSCHED_PARAM_<NAME>`` (the name upper-cased) for every declared
+parameter that has a value, given or default; an SDK job kind also gets them as keyword
+arguments (merged over ``spec.job.args``). Scheduled runs get the defaults.
+
+Values are tenant input and treated as hostile: a bounded count and length, printable
+text only (no newlines, no control characters), and they go nowhere but environment
+variable *values* and the SDK's JSON arguments — never into a name, a command, SQL or a
+label. The variable names are prefixed so that no parameter can set ``PATH``,
+``LD_PRELOAD`` or pgsched's own variables. A pattern is a Python regular expression that
+must match the whole value; it is written by the job's author and applied to values from
+whoever may patch the ScheduledJob, so it is evaluated in a child process under a time
+limit (:data:`MATCH_SECONDS`): no pattern can stall the operator (Python's ``re`` has no
+timeout, and a backtracking pattern can take exponential time).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from pgsched.db import queries
+from pgsched.engine.models import Definition, Run
+
+if TYPE_CHECKING:
+    from pgsched.db.connection import Connection
+
+FIELD = "parameters"
+MAX_PARAMETERS = 20
+MAX_NAME = 63
+MAX_VALUE = 1024
+MAX_PATTERN = 256
+MAX_DESCRIPTION = 1024
+ENV_PREFIX = "PGSCHED_PARAM_"
+NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_NAME - 1}}}")
+MATCH_SECONDS = 2.0
+EXAMPLE = "parameters: [{name: region, default: eu-west-1, pattern: '[a-z]{2}-[a-z]+-[0-9]'}]"
+
+
+@dataclass(frozen=True)
+class Declared:
+    name: str
+    default: str | None = None
+    pattern: str | None = None
+    description: str | None = None
+
+    @property
+    def env_name(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One refused value: ``name`` the parameter, ``message`` what is wrong with it."""
+
+    name: str
+    message: str
+
+
+def declared(spec: Mapping[str, Any]) -> tuple[Declared, ...]:
+    """The declarations of a stored (validated) spec."""
+    return tuple(
+        Declared(
+            str(item["name"]),
+            item.get("default"),
+            item.get("pattern"),
+            item.get("description"),
+        )
+        for item in spec.get(FIELD) or ()
+    )
+
+
+def check_declarations(value: Any) -> tuple[list[Declared], list[tuple[str, str]]]:
+    """``spec.parameters`` read: the declarations and a (path, message) per problem, the
+    path relative to ``spec.`` (``parameters[1].pattern``)."""
+    if value is None:
+        return [], []
+    if not isinstance(value, list):
+        return [], [(FIELD, "must be a list of {name, default, pattern, description}")]
+    if len(value) > MAX_PARAMETERS:
+        return [], [(FIELD, f"declares {len(value)} parameters, at most {MAX_PARAMETERS}")]
+    found: list[Declared] = []
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        path = f"{FIELD}[{index}]"
+        if not isinstance(item, Mapping):
+            problems.append((path, "must be an object {name, default, pattern, description}"))
+            continue
+        unknown = sorted(set(item) - {"name", "default", "pattern", "description"})
+        if unknown:
+            problems.append(
+                (
+                    f"{path}.{unknown[0]}",
+                    "unknown field; known fields are default, description, name, pattern",
+                )
+            )
+        name = item.get("name")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            problems.append(
+                (
+                    f"{path}.name",
+                    f"{name!r} is not a parameter name: a letter or '_', then letters, digits or"
+                    f" '_', at most {MAX_NAME} characters (it becomes {ENV_PREFIX}<NAME>)",
+                )
+            )
+            continue
+        if name.upper() in seen:
+            problems.append((f"{path}.name", f"{name!r} is declared twice (names ignore case)"))
+            continue
+        seen.add(name.upper())
+        texts: dict[str, str | None] = {}
+        for key, limit in (
+            ("default", MAX_VALUE),
+            ("pattern", MAX_PATTERN),
+            ("description", MAX_DESCRIPTION),
+        ):
+            text = item.get(key)
+            if text is not None and (not isinstance(text, str) or len(text) > limit):
+                problems.append(
+                    (
+                        f"{path}.{key}",
+                        f"must be a string of at most {limit} characters, got {_shown(text)}",
+                    )
+                )
+                text = None
+            texts[key] = text
+        pattern = texts["pattern"]
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                problems.append(
+                    (f"{path}.pattern", f"{_shown(pattern)} is not a regular expression: {error}")
+                )
+                pattern = None
+        entry = Declared(name, texts["default"], pattern, texts["description"])
+        if entry.default is not None:
+            wrong = check([entry], {name: entry.default})
+            problems += [(f"{path}.default", problem.message) for problem in wrong]
+        found.append(entry)
+    return found, problems
+
+
+def check(declarations: Sequence[Declared], given: Mapping[str, Any]) -> list[Problem]:
+    """Every problem with the values ``given`` (names to strings) for ``declarations``."""
+    known = {item.name: item for item in declarations}
+    problems: list[Problem] = []
+    to_match: list[tuple[Declared, str]] = []
+    for name, value in given.items():
+        entry = known.get(name)
+        if entry is None:
+            listed = ", ".join(known) if known else "none (the spec declares no parameters)"
+            problems.append(
+                Problem(_cut(str(name)), f"is not a declared parameter; declared: {listed}")
+            )
+        elif not isinstance(value, str):
+            problems.append(Problem(name, f"must be a string, got {_shown(value)}"))
+        elif len(value) > MAX_VALUE:
+            problems.append(Problem(name, f"is {len(value)} characters long, at most {MAX_VALUE}"))
+        elif not value.isprintable():
+            problems.append(
+                Problem(
+                    name, f"{_shown(value)} has control characters (newlines, tabs): not allowed"
+                )
+            )
+        elif entry.pattern is not None:
+            to_match.append((entry, value))
+    matched = _fullmatches([(entry.pattern or "", value) for entry, value in to_match])
+    for (entry, value), ok in zip(to_match, matched, strict=True):
+        if ok is None:
+            problems.append(
+                Problem(
+                    entry.name,
+                    f"pattern {_shown(entry.pattern)} took more than"
+                    f" {MATCH_SECONDS:g} s to match: simplify it",
+                )
+            )
+        elif not ok:
+            problems.append(
+                Problem(
+                    entry.name,
+                    f"{_shown(value)} does not match the pattern {_shown(entry.pattern)}",
+                )
+            )
+    return problems
+
+
+def example(declarations: Sequence[Declared]) -> dict[str, str]:
+    """A right value for each declared parameter, for messages."""
+    return {item.name: item.default or "value" for item in declarations[:2]} or {"name": "value"}
+
+
+def shown(values: Mapping[str, str] | None) -> str | None:
+    """A run's values for a person (describe, the UI): ``region="us-east-1", day="3"``."""
+    if not values:
+        return None
+    return ", ".join(f"{name}={_shown(value)}" for name, value in sorted(values.items()))
+
+
+def parse_assignments(items: Sequence[str]) -> dict[str, str]:
+    """``--param name=value`` flags as a mapping; ValueError naming the bad one."""
+    values: dict[str, str] = {}
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise ValueError(
+                f"--param {_shown(item)} is not name=value (example: --param region=eu)"
+            )
+        if name in values:
+            raise ValueError(f"--param {name} is given twice")
+        values[name] = value
+    return values
+
+
+def environment(
+    declarations: Sequence[Declared], given: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The values a run's workload gets: declared defaults, overridden by those given."""
+    values = {item.name: item.default for item in declarations if item.default is not None}
+    values.update(
+        {
+            name: value
+            for name, value in (given or {}).items()
+            if name in {item.name for item in declarations}
+        }
+    )
+    return values
+
+
+def given_to(conn: Connection, claimed: list[Run], owners: Mapping[UUID, Definition]) -> list[Run]:
+    """The claimed runs with the values they were given (``Run.parameters``), read in one
+    query for the runs queued by hand whose job declares parameters, and only then: a
+    scheduled run has none, and the claim does not read them."""
+    wanted = [
+        run.id
+        for run in claimed
+        if run.trigger != "schedule"
+        and run.definition_id in owners
+        and owners[run.definition_id].spec.get(FIELD)
+    ]
+    if not wanted:
+        return claimed
+    rows = conn.execute(queries.get("run_parameters_of"), {"ids": wanted}).fetchall()
+    found = {row["run_id"]: row["parameters"] for row in rows}
+    return [replace(run, parameters=found[run.id]) if run.id in found else run for run in claimed]
+
+
+def _fullmatches(pairs: list[tuple[str, str]]) -> list[bool | None]:
+    """Whether each pattern matches its whole value, in a child process that is killed
+    after :data:`MATCH_SECONDS`; None for those it had not answered by then."""
+    if not pairs:
+        return []
+    program = (
+        "import json, re, sys\n"
+        "for p, v in json.load(sys.stdin):"
+        " print(int(re.fullmatch(p, v) is not None), flush=True)"
+    )
+    try:
+        output = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", program],
+            input=json.dumps(pairs),
+            capture_output=True,
+            text=True,
+            timeout=MATCH_SECONDS,
+            check=True,
+        ).stdout
+    except subprocess.TimeoutExpired as expired:
+        partial = expired.stdout or ""
+        output = partial.decode() if isinstance(partial, bytes) else partial
+    answers: list[bool | None] = [line == "1" for line in output.split()]
+    return answers + [None] * (len(pairs) - len(answers))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 80 else text[:80] + "…"
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(_cut(value) if isinstance(value, str) else value, ensure_ascii=False)
