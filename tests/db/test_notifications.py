@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from db.test_publisher_turns import Api
+from cli_runner import pgsched
 from factories import RecordingLauncher, define
 from pgsched import metrics
 from pgsched.db import connection
@@ -302,6 +303,44 @@ def test_a_missed_deadline_is_a_warning_event_and_a_metric(conn):
     assert api.events[-1] == ("late", "RunDeadlineMissed")
     assert metrics.DEADLINES_MISSED.labels("default")._value.get() == before + 1
     assert runs.get(conn, run.id).status == "RUNNING"
+
+
+class StatusApi(Api):
+    """The publisher's API that keeps the last status written for each ScheduledJob."""
+
+    def __init__(self, conn):
+        super().__init__(conn)
+        self.statuses: dict[str, dict] = {}
+
+    def merge_patch(self, path, body):
+        self.statuses[path.rsplit("/", 2)[-2]] = body.get("status") or {}
+        return super().merge_patch(path, body)
+
+
+def test_the_finish_by_instant_and_its_miss_are_on_the_status_and_describe(conn, dsn):
+    """Not only an Event: `kubectl get sj -o yaml` (lastRun) and `pgsched describe` say when
+    the run must finish by, and once it has not, that it was missed and left running."""
+    job = define(conn, "export", now=T0, deadline="1m", timeZone="Europe/Sofia")
+    run = claimed_run(conn, job, T0)
+    api = StatusApi(conn)
+    while Publisher(api).run_once(conn).statuses:
+        pass
+    last = api.statuses["export"]["lastRun"]
+    assert last["finishBy"] == "2026-06-01T12:01:00Z" and "deadlineMissedAt" not in last
+    before = pgsched("describe", str(run.id), dsn=dsn)
+    assert "Finish by" in before.out and "missed" not in before.out, before.out + before.err
+
+    deadlines.run_once(conn, now=T0 + timedelta(minutes=2))
+    while Publisher(api).run_once(conn).statuses:
+        pass
+    last = api.statuses["export"]["lastRun"]
+    assert last["deadlineMissedAt"] == "2026-06-01T12:02:00Z"
+    assert last["status"] == "RUNNING"
+    described = pgsched("describe", str(run.id), dsn=dsn).out
+    assert "2026-06-01 15:01:00 EEST: missed (still running; not stopped)" in described
+    end_run(conn, run, "COMPLETED", T0 + timedelta(minutes=5))
+    described = pgsched("describe", str(run.id), dsn=dsn).out
+    assert "missed (finished at 2026-06-01 15:05:00 EEST; not stopped)" in described
 
 
 @pytest.mark.parametrize(

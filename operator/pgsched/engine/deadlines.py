@@ -22,6 +22,7 @@ instant, so the service and ``pgsched describe`` agree.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,26 @@ def run_once(
             queries.get("mark_missed_deadlines"), {"limit": limit, "now": now}
         ).fetchall()
     return DeadlineResult(missed=[int(row["run_id"]) for row in rows])
+
+
+@dataclass(frozen=True)
+class FinishBy:
+    """A run's finish-by instant, and when it was found missed (None: not, or not yet)."""
+
+    deadline_at: datetime
+    missed_at: datetime | None
+
+
+def finish_by(conn: Connection, run_ids: Sequence[int]) -> dict[int, FinishBy]:
+    """The finish-by instants of those of ``run_ids`` whose job has a ``spec.deadline``."""
+    if not run_ids:
+        return {}
+    rows = conn.execute(queries.get("runs_finish_by"), {"run_ids": list(run_ids)})
+    return {
+        int(row["run_id"]): FinishBy(row["deadline_at"], row["missed_at"])
+        for row in rows
+        if row["deadline_at"] is not None
+    }
 
 
 def missed_at(conn: Connection, run_id: int) -> dict[str, Any] | None:

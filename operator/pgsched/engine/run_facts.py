@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from pgsched import wording
 from pgsched.db import queries
-from pgsched.engine import chain, parameters, runs, starts, waits
+from pgsched.engine import chain, deadlines, parameters, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ def of_run(
     upstreams = chain.upstream_runs(conn, run.id) if run.trigger == "upstream" else []
     triggered = chain.triggered(conn, [run.id]).get(run.id, [])
     requested_by = runs.requested_by(conn, run)
+    finish_by = deadlines.finish_by(conn, [run.id]).get(run.id)
     lines = _lines(
         run,
         definition,
@@ -71,6 +72,7 @@ def of_run(
         upstreams=upstreams,
         triggered=triggered,
         requested_by=requested_by,
+        finish_by=finish_by,
         now=now,
         zone=zone,
     )
@@ -87,6 +89,7 @@ def _lines(
     upstreams: list[chain.UpstreamRun],
     triggered: list[chain.Triggered],
     requested_by: str | None,
+    finish_by: deadlines.FinishBy | None,
     now: datetime,
     zone: ZoneInfo,
 ) -> list[tuple[str, Value]]:
@@ -126,6 +129,7 @@ def _lines(
         ("Scheduled for", run.scheduled_for),
         ("Jittered start", run.not_before),
         ("Starting deadline", run.deadline_at),
+        ("Finish by", _finish_by(run, finish_by, zone)),
         ("Started", run.started_at),
         *starts.described(run, start),
         ("Last heartbeat", run.heartbeat_at),
@@ -142,6 +146,20 @@ def _lines(
         ("Upstream runs", _joined([_named(item) for item in upstreams])),
         ("Triggered runs", _joined([_named(item) for item in triggered])),
     ]
+
+
+def _finish_by(run: Run, finish_by: deadlines.FinishBy | None, zone: ZoneInfo) -> Value:
+    """spec.deadline's instant; once missed, a sentence saying so and that the run went on."""
+    if finish_by is None:
+        return None
+    if finish_by.missed_at is None:
+        return finish_by.deadline_at
+    went_on = (
+        f"finished at {wording.local(run.finished_at, zone)}"
+        if run.finished_at
+        else "still running"
+    )
+    return f"{wording.local(finish_by.deadline_at, zone)}: missed ({went_on}; not stopped)"
 
 
 def _named(item: chain.UpstreamRun | chain.Triggered) -> tuple[Part, ...]:

@@ -51,7 +51,7 @@ from uuid import UUID
 from pgsched import metrics
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import calendars, chain, definitions, pools, runs, starts, waits
+from pgsched.engine import calendars, chain, deadlines, definitions, pools, runs, starts, waits
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.k8s import api, cleanup, names, status
 from pgsched.k8s.names import Obj
@@ -291,6 +291,9 @@ class Publisher:
             triggered=chain.triggered(conn, [last_run.id]).get(last_run.id) if last_run else None,
             pool_found=pools.found_for(conn, definition),
             start=starts.of_run(conn, last_run.id) if last_run else None,
+            finish_by=deadlines.finish_by(conn, [last_run.id]).get(last_run.id)
+            if last_run
+            else None,
             wait=waits.first_of(conn, definition.id, now=now) if counts.queued else None,
             calendars=calendars.load(conn, definition),
         )

@@ -13,7 +13,7 @@ import json
 from datetime import datetime, timedelta
 
 from pgsched import wording
-from pgsched.engine import chain, definitions, starts, waits
+from pgsched.engine import chain, deadlines, definitions, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s.names import Obj
 from pgsched.schedule import ScheduleError
@@ -58,6 +58,7 @@ def render(
     start: Start | None = None,
     wait: waits.Wait | None = None,
     calendars: Calendars = NO_CALENDARS,
+    finish_by: deadlines.FinishBy | None = None,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
 
@@ -73,6 +74,8 @@ def render(
     for (``engine.waits``), shown as ``waiting``. ``calendars``: those its
     spec.calendars.exclude names (``engine.calendars.load``): ``nextRuns`` leaves out the
     occurrences they exclude, and ``CalendarsReady`` names any that does not exist.
+    ``finish_by``: the last run's spec.deadline (``engine.deadlines``), shown as
+    ``lastRun.finishBy`` and, once missed, ``lastRun.deadlineMissedAt``.
 
     ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
     RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
@@ -118,7 +121,7 @@ def render(
         chain_status["afterMode"] = definition.after_mode
     if links is not None and links.downstreams:
         chain_status["downstreams"] = links.downstreams
-    last = _last_run(last_run, start)
+    last = _last_run(last_run, start, finish_by)
     conditions.append(_launchable(last_run))
     if last is not None and last_run is not None and last_run.upstream_run_id is not None:
         last["upstreamRunId"] = last_run.upstream_run_id
@@ -346,7 +349,9 @@ def _launchable(last_run: Run | None) -> Obj:
     return _condition("Launchable", True, "Launched", "the last run did not fail to start")
 
 
-def _last_run(run: Run | None, start: Start | None = None) -> Obj | None:
+def _last_run(
+    run: Run | None, start: Start | None = None, finish_by: deadlines.FinishBy | None = None
+) -> Obj | None:
     if run is None:
         return None
     status = starts.shown_status(run, start)
@@ -359,6 +364,10 @@ def _last_run(run: Run | None, start: Start | None = None) -> Obj | None:
         }
     elif start is not None and start.workload_started_at is not None:
         shown["workloadStartedAt"] = timestamp(start.workload_started_at)
+    if finish_by is not None:
+        shown["finishBy"] = timestamp(finish_by.deadline_at)
+        if finish_by.missed_at is not None:
+            shown["deadlineMissedAt"] = timestamp(finish_by.missed_at)
     return {
         "id": run.id,
         "attempt": run.attempt,

@@ -113,6 +113,20 @@ RETURNING run_id;
 -- name: run_deadline
 SELECT * FROM pgsched.run_deadlines WHERE run_id = %(run_id)s;
 
+-- name: runs_finish_by
+-- The finish-by instant of runs of jobs with spec.deadline (the marked one once missed:
+-- the spec may have changed since), with when it was found missed.
+SELECT r.id AS run_id,
+       coalesce(m.deadline_at,
+                pgsched.finish_by(d.spec->>'deadline', r.scheduled_for, d.time_zone))
+           AS deadline_at,
+       m.missed_at
+FROM pgsched.job_runs AS r
+JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
+LEFT JOIN pgsched.run_deadlines AS m ON m.run_id = r.id
+WHERE r.id = ANY(%(run_ids)s)
+  AND (d.spec ? 'deadline' OR m.run_id IS NOT NULL);
+
 -- name: forget_deadlines_of_dropped_runs
 -- Marks of runs whose history month was dropped (engine/history.py).
 DELETE FROM pgsched.run_deadlines AS m
