@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from db.test_publisher_turns import Api
 from cli_runner import pgsched
+from db.test_publisher_turns import Api
 from factories import RecordingLauncher, define
 from pgsched import metrics
 from pgsched.db import connection
