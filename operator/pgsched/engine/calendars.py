@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgsched.db import queries
-from pgsched.db.connection import Connection
 from pgsched.engine.models import Definition
 from pgsched.schedule import calendars as calendar_days
+
+if TYPE_CHECKING:  # `pgsched next --cron` imports this module and must not load psycopg
+    from pgsched.db.connection import Connection
 
 
 def excluded_names(definition: Definition) -> tuple[str, ...]:
