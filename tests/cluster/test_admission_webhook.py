@@ -156,7 +156,7 @@ def test_both_schedule_kinds_are_refused_at_apply(operators, cluster, namespace,
     both = {"schedule": "0 8 * * *", "rrule": "FREQ=DAILY", "jobTemplate": busybox("true")}
     applied = apply(cluster, namespace, "both", both)
     assert applied.returncode != 0
-    assert "exactly one of schedule, rrule or runAt must be set" in applied.stderr
+    assert "exactly one of schedule, rrule, runAt or schedules must be set" in applied.stderr
 
 
 def test_an_operator_outage_blocks_no_apply_and_the_controller_judges_afterwards(
@@ -202,7 +202,7 @@ def test_concurrency_pools_go_through_the_webhook_too(operators, cluster, namesp
         for rule in item["rules"]
         for resource in rule["resources"]
     }
-    assert resources == {"scheduledjobs", "concurrencypools"}
+    assert resources == {"scheduledjobs", "concurrencypools", "calendars"}
     pool = {"limit": 2}
     for _ in range(2):
         applied = apply(cluster, namespace, "warehouse", pool, kind="ConcurrencyPool")

@@ -126,7 +126,7 @@ def test_two_schedule_kinds_are_refused_at_apply(operators, sj):
         sj.apply(
             "both", {"schedule": "* * * * *", "rrule": "FREQ=DAILY", "jobTemplate": busybox("true")}
         )
-    assert "exactly one of schedule, rrule or runAt must be set" in str(refused.value)
+    assert "exactly one of schedule, rrule, runAt or schedules must be set" in str(refused.value)
     with pytest.raises(CommandError) as refused:
         sj.apply(
             "negative",

@@ -229,11 +229,20 @@ def test_namespaced_rules_are_exactly_the_permissions_the_operator_uses(cluster,
     granted = {
         (verb, f"{resource.split('/')[0]}.{group}".rstrip("."), "/".join(resource.split("/")[1:]))
         for rule in role["rules"]
+        if not rule.get("resourceNames")
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
     assert granted == set(USED)
+    # Beside them, only `get` of the notification Secrets the chart names (never a Secret
+    # by any other name: FORBIDDEN_EVERYWHERE).
+    named = [
+        (rule["verbs"], rule["resources"], rule["resourceNames"])
+        for rule in role["rules"]
+        if rule.get("resourceNames")
+    ]
+    assert named == [(["get"], ["secrets"], ["pgsched-notify"])]
 
 
 def test_kubectl_auth_can_i_agrees_with_the_reviews(cluster, namespaced):
