@@ -99,8 +99,3 @@ def finish_by(conn: Connection, run_ids: Sequence[int]) -> dict[int, FinishBy]:
         for row in rows
         if row["deadline_at"] is not None
     }
-
-
-def missed_at(conn: Connection, run_id: int) -> dict[str, Any] | None:
-    """The run's mark (``deadline_at``, ``missed_at``), or None."""
-    return conn.execute(queries.get("run_deadline"), {"run_id": run_id}).fetchone()

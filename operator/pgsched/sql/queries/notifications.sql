@@ -110,9 +110,6 @@ FROM marked AS k
 JOIN missed AS m ON m.id = k.run_id
 RETURNING run_id;
 
--- name: run_deadline
-SELECT * FROM pgsched.run_deadlines WHERE run_id = %(run_id)s;
-
 -- name: runs_finish_by
 -- The finish-by instant of runs of jobs with spec.deadline (the marked one once missed:
 -- the spec may have changed since), with when it was found missed.
