@@ -136,25 +136,38 @@ def test_a_frozen_leaders_session_is_ended_by_the_server_and_another_replica_lea
 
 
 def test_ticks_start_just_after_whole_seconds_so_runs_start_on_time(dsn, conn):
-    """Real time, database clock: a run due at a whole second is dispatched within a small
-    fraction of the tick interval, not up to a whole interval late."""
+    """Real time, database clock: runs due at whole seconds are dispatched within a small
+    fraction of the tick interval, not up to a whole interval late.
+
+    Four runs, due one second apart: a ticker out of phase with whole seconds starts every
+    one of them equally late, while a machine loaded by other suites may stall a tick or
+    two (a stalled tick starts its run a whole interval late), so three of four on time
+    is the verdict."""
     database_now = conn.execute("SELECT clock_timestamp() AS now").fetchone()["now"]
-    due = database_now.replace(microsecond=0) + timedelta(seconds=3)
-    job = define(conn, "on-time", runAt=due.isoformat(), now=database_now)
+    first = database_now.replace(microsecond=0) + timedelta(seconds=3)
+    dues = [first + timedelta(seconds=n) for n in range(4)]
+    jobs = [
+        define(conn, f"on-time-{n}", runAt=due.isoformat(), now=database_now)
+        for n, due in enumerate(dues)
+    ]
     replica = Ticker(lambda: connection.connect(dsn), RecordingLauncher(), TickSettings())
     stop = threading.Event()
     thread = threading.Thread(target=replica.run_forever, args=(stop,))
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(
-            row["started_at"] for row in runs_of(conn, job)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not all(
+            any(row["started_at"] for row in runs_of(conn, job)) for job in jobs
         ):
             time.sleep(0.1)
     finally:
         stop.set()
         thread.join(timeout=5)
-    (run,) = runs_of(conn, job)
-    assert run["scheduled_for"] == due
-    late = (run["started_at"] - due).total_seconds()
-    assert 0 <= late < 0.2, f"started {late:.3f}s after it was due (ticks every 1s)"
+    late = []
+    for job, due in zip(jobs, dues, strict=True):
+        (run,) = runs_of(conn, job)
+        assert run["scheduled_for"] == due
+        late.append((run["started_at"] - due).total_seconds())
+    assert all(seconds >= 0 for seconds in late), late
+    on_time = [seconds for seconds in late if seconds < 0.2]
+    assert len(on_time) >= 3, f"started {late} s after they were due (ticks every 1 s)"

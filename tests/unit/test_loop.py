@@ -88,3 +88,31 @@ def test_a_service_with_more_waiting_goes_again_without_sleeping():
     run_for([loop.Service("drain", timed, 60, again=lambda left: left > 0)], 0.3)
     assert len(rounds) == 3  # two rounds with more waiting, then one that emptied it
     assert rounds[-1] - rounds[0] < 5  # not the 60 s interval
+
+
+def test_a_computed_wait_counts_from_the_end_of_the_round():
+    """The tick computes its wait after its round, to start just after the next whole
+    second: a round of 0.3 s that ends at 10.3 asks for 0.72 s and must next start at
+    11.02, not 10.72 (0.3 s early, before the second it aims for)."""
+    now = [10.0]
+    starts: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        starts.append(now[0])
+        now[0] += 0.3  # the round's own length
+        if len(starts) == 3:
+            stop.set()
+
+    def aligned() -> float:
+        return 1.0 - now[0] % 1.0 + 0.02
+
+    class Waiting(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            now[0] += timeout or 0.0
+            return self.is_set()
+
+    waiting = Waiting()
+    stop.wait = waiting.wait  # type: ignore[method-assign]
+    loop.run([loop.Service("tick", tick, aligned)], stop, clock=lambda: now[0])
+    assert [round(start % 1.0, 6) for start in starts] == [0.0, 0.02, 0.02]

@@ -6,7 +6,8 @@ pgsched's periodic work is a set of small services, one module each, each a
 operator the outbox publisher, the gauges, the verdicts of silent runs and the resync.
 ``run`` drives a list of them on one thread, each on its own interval:
 
-- the wait between rounds is ``stop.wait``, so shutdown interrupts it at once;
+- the wait between rounds is ``stop.wait``, so shutdown interrupts it at once, and it
+  counts from the end of a round;
 - each result is logged (DEBUG), so ``--log-level DEBUG`` shows what every round did;
 - it fails open: an exception is logged (once per streak, ``failures.FailureLog``), handed
   to ``on_error`` (which may drop a broken database session), and the service simply runs
@@ -64,7 +65,12 @@ def run(
                 break
             if due[service.name] > clock():
                 continue
-            due[service.name] = clock() + _round(service, failures[service.name], on_error)
+            # The wait counts from the round's end: a computed one (the tick's, aligned to
+            # whole seconds) is computed then, and counted from the round's start it would
+            # come early by the round's length (seen: ticks starting just before the whole
+            # second, so a run due on it waited a whole interval).
+            wait = _round(service, failures[service.name], on_error)
+            due[service.name] = clock() + wait
         stop.wait(max(0.0, min(due.values()) - clock()))
 
 
