@@ -78,6 +78,14 @@ def reload(conn: Connection, definition: Definition) -> Definition:
     return found
 
 
+def job_login(admin: Connection, dsn: str) -> tuple[str, str]:
+    """A new login in the job role (as the chart's job pods get), and its DSN."""
+    user = f"job_{uuid.uuid4().hex[:8]}"
+    admin.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
+    admin.execute(f"GRANT CONNECT ON DATABASE {admin.info.dbname} TO {user}")
+    return user, dsn.replace("user=postgres", f"user={user}")
+
+
 def database_at(postgres: Any, name: str, version: int) -> str:
     """A new database with the migrations up to ``version`` applied, as that release left it."""
     with connection.connect(postgres.dsn()) as admin:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from datetime import timedelta
 
 import psycopg
 import pytest
 
-from factories import RecordingLauncher, database_at, define, runs_of
+from factories import RecordingLauncher, database_at, define, job_login, runs_of
 from pgsched.db import boundary, connection, migrate
 from pgsched.db.session import Session
 from pgsched.engine import dispatch, lease, pools, runs, settle
@@ -32,13 +31,6 @@ INTENDED = {
     "pgsched.workload_ended(bigint,uuid,timestamp with time zone)",
     "pgsched.finish_run(bigint,uuid,text,text,text,integer,text,timestamp with time zone)",
 }
-
-
-def job_login(admin, dsn):
-    user = f"job_{uuid.uuid4().hex[:8]}"
-    admin.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
-    admin.execute(f"GRANT CONNECT ON DATABASE {admin.info.dbname} TO {user}")
-    return user, dsn.replace("user=postgres", f"user={user}")
 
 
 @pytest.fixture

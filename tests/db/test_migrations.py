@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from devenv.postgres import PostgresServer
+from factories import database_at, job_login
 from pgsched.db import connection, migrate
 
 
@@ -155,3 +156,33 @@ def test_claim_and_reap_queries_use_their_partial_indexes_with_a_large_history(c
     assert _uses(conn, reap, "job_runs_running"), reap
     settle = _plan(conn, queries.get("unsettled_runs").as_string(conn), {"limit": 500})
     assert _uses(conn, settle, "job_runs_unsettled"), settle
+
+
+def test_claim_locks_leave_their_advisory_half_once_older_transactions_ended(postgres):
+    """0027 kept the advisory keys beside the claim's row locks for the previous release's
+    calls in flight; 0030 drops them only when every transaction that began before it, of
+    a role that may claim, has ended, and a job login's transaction never holds it up."""
+    dsn = database_at(postgres, "claim_lock_handover", 29)
+    with connection.connect(dsn) as admin:
+        user, job_dsn = job_login(admin, dsn)
+    with connection.connect(job_dsn) as job, connection.connect(dsn) as older:
+        job.execute("BEGIN")
+        job.execute("SELECT 1")  # a transaction held open for as long as the job likes
+        older.execute("BEGIN")
+        older.execute("SELECT 1")  # as a claim in flight would be
+        migrating = multiprocessing.get_context("spawn").Pool(1)
+        applied = migrating.apply_async(_migrate, [dsn])
+        with pytest.raises(multiprocessing.TimeoutError):
+            applied.get(timeout=2)  # waiting for the older transaction, not the job's
+        older.execute("COMMIT")
+        assert applied.get(timeout=10) == [30]
+        migrating.close()
+        job.execute("COMMIT")
+    with connection.connect(dsn) as conn:
+        body = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid ="
+            " 'pgsched.lock_claim_keys(text, text[], text)'::regprocedure"
+        ).fetchone()["prosrc"]
+        assert "advisory" not in body
+        conn.execute(f"DROP OWNED BY {user}")
+        conn.execute(f"DROP ROLE {user}")

@@ -81,8 +81,15 @@ $$;
 --
 -- Rolling upgrade: every function that took these keys takes the rows instead, with the
 -- same signature (CREATE OR REPLACE, EXECUTE stays revoked from PUBLIC), so the previous
--- release's dispatcher and settle lock the rows too from their next call on; a claim in
--- flight when this commits finishes on its keys (the tick leader is one replica at a time).
+-- release's dispatcher and settle lock the rows too from their next call on. A call in
+-- flight when this commits keeps the body it started with, and that body takes the
+-- advisory keys only: a claim on the rows alone would not wait for it, and both would
+-- count the same running runs (seen: tests/db/test_history.py's upgrade races, a cap of 1
+-- reached 2 running). So this migration's lock_claim_keys takes each key's slot and then
+-- its advisory key as well; migration 0030 waits until no transaction that began before
+-- this one committed is left, then drops the advisory half. Between the two (the same
+-- `pgsched migrate`, unless it stops in between) a job login holding a key can delay a
+-- claim again, as before this migration.
 CREATE TABLE pgsched.claim_locks (
     slot integer PRIMARY KEY
 );
@@ -116,13 +123,22 @@ BEGIN
         WHERE l.slot = ANY(slots)
         ORDER BY l.slot
         FOR UPDATE OF l;
+        -- Until 0030: the keys of a previous release's call in flight (see above), in
+        -- the ascending order that release waited in. Every waiter that takes the rows
+        -- holds a key's slot before it waits for the key, so it only ever waits for such
+        -- a call, which never waits for a row.
+        PERFORM count(pg_advisory_xact_lock(h.key)) FROM (
+            SELECT DISTINCT hashtextextended(kind || ':' || k, 0) AS key
+            FROM unnest(keys) AS k ORDER BY 1
+        ) AS h;
         RETURN keys;
     END IF;
     granted := ARRAY(SELECT l.slot FROM pgsched.claim_locks AS l
                      WHERE l.slot = ANY(slots)
                      FOR UPDATE OF l SKIP LOCKED);
     RETURN ARRAY(SELECT k.key FROM unnest(keys, slots) AS k(key, slot)
-                 WHERE k.slot = ANY(granted));
+                 WHERE k.slot = ANY(granted)
+                   AND pg_try_advisory_xact_lock(hashtextextended(kind || ':' || k.key, 0)));
 END;
 $$;
 
