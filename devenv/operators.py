@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from devenv.postgres import free_port
+from devenv.processes import free_port
 from devenv.waiting import wait_for
 
 # The image `make images` builds from the root Dockerfile (also tagged with the chart's

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from devenv import pki
-from devenv.postgres import free_port
+from devenv.processes import free_port
 from devenv.waiting import wait_for
 from pgsched import spec as spec_module
 from plugins.operator import busybox

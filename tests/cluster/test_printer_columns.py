@@ -36,7 +36,9 @@ def test_a_manual_run_shows_as_running_with_its_start_and_a_queued_one_is_counte
             "schedule": "0 0 1 1 *",
             "maxConcurrentRuns": 1,
             "heartbeat": {"intervalSeconds": 1, "timeoutSeconds": 10},
-            "jobTemplate": busybox("sleep 20"),
+            # Running for the whole test, however slow the machine: ACTIVE 1 is asserted
+            # after several round trips through the API server.
+            "jobTemplate": busybox("sleep 300"),
         },
         annotations={"pgsched.dev/run-now": "first"},
     )

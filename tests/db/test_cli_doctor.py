@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import pgsched
-from devenv.postgres import free_port
+from devenv.processes import free_port
 from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
 from pgsched.db import connection, preflight

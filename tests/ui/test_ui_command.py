@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from cli_runner import pgsched
 from conftest import History
-from devenv.postgres import free_port
+from devenv.processes import free_port
 from devenv.waiting import wait_for
 
 

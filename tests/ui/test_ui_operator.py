@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from devenv.controlplane import ControlPlane
-from devenv.postgres import free_port
+from devenv.processes import free_port
 from devenv.waiting import wait_for
 from plugins.operator import Operators, ScheduledJobs, busybox, now_plus
 
