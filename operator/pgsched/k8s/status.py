@@ -165,7 +165,9 @@ def render(
 
 def _waiting(wait: waits.Wait | None, current: Obj | None, *, now: datetime) -> Obj | None:
     """What the oldest queued run waits for, ``since`` when (kept while the run and the
-    reason stay the same, like a condition's lastTransitionTime)."""
+    reason stay the same, like a condition's lastTransitionTime), in the lasting words:
+    the status is not rendered again when another job's run leaves a pool, nor as a
+    deadline comes closer (``waits.Wait``)."""
     if wait is None:
         return None
     before = (current or {}).get("waiting") or {}
@@ -173,7 +175,7 @@ def _waiting(wait: waits.Wait | None, current: Obj | None, *, now: datetime) -> 
     return {
         "runId": wait.run_id,
         "reason": wait.reason,
-        "message": wait.message,
+        "message": wait.lasting,  # stored: what stays true while it waits
         "since": before.get("since") if same else timestamp(now),
     }
 
