@@ -127,7 +127,18 @@ def test_a_cycle_is_rejected_with_a_message_naming_it(operators, sj):
         describe=lambda: f"pong's status: {sj.get('pong').get('status')}",
     )
     assert "spec.after: pong → ping → pong is a cycle" in ready["message"]
-    assert condition(sj, "ping", "Ready")["status"] == "True"
+    # ping is valid, but runs only after pong, which was never stored: it can never start,
+    # and says so (not Ready and idle for ever).
+    stranded = wait_for(
+        lambda: (c := condition(sj, "ping", "Ready")).get("reason") == "UpstreamMissing" and c,
+        30,
+        describe=lambda: f"ping's status: {sj.get('ping').get('status')}",
+    )
+    assert stranded["status"] == "False"
+    assert "spec.after names pong, which does not exist" in stranded["message"]
+    assert "or its spec was refused: see its status" in stranded["message"]
+    # and the refused member's SCHEDULE column shows what it would run after
+    assert sj.get("pong")["status"]["schedule"] == "after ping"
 
 
 def test_deleting_an_upstream_gives_its_downstream_a_condition_not_an_error_loop(
@@ -151,4 +162,11 @@ def test_deleting_an_upstream_gives_its_downstream_a_condition_not_an_error_loop
         describe=lambda: f"sink's status: {sj.get('sink').get('status')}",
     )
     assert "spec.after names source, which does not exist" in missing["message"]
-    assert condition(sj, "sink", "Ready")["status"] == "True"
+    # sink runs only after source: as with a missing pool, it is not Ready until it exists.
+    assert condition(sj, "sink", "Ready")["reason"] == "UpstreamMissing"
+    sj.apply("source", {"schedule": NEVER, "jobTemplate": busybox("true")})
+    wait_for(
+        lambda: condition(sj, "sink", "Ready").get("status") == "True",
+        30,
+        describe=lambda: f"sink's status once source is back: {sj.get('sink').get('status')}",
+    )

@@ -42,6 +42,41 @@ def test_a_run_held_by_its_pool_names_the_pool_and_the_runs_that_fill_it(dsn, co
     assert described["waitingFor"] == {"reason": "PoolFull", "message": said}
 
 
+def test_the_status_says_what_stays_true_while_the_pool_s_holders_come_and_go(conn):
+    """The ScheduledJob's status is rendered when its own runs change, not when another
+    job's run leaves the pool and the next takes its place: status.waiting says the pool
+    is full, as its RunWaiting Event does, not which runs fill it (describe and the UI name
+    them: they read the run now)."""
+    pools.upsert(conn, "default", "etl", 1)
+    first = define(conn, "first", pool="etl", maxConcurrentRuns=5, schedule="0 0 1 1 *", now=T0)
+    second = define(conn, "second", pool="etl", maxConcurrentRuns=5, schedule="0 0 1 1 *", now=T0)
+    holder = queue(conn, first, "a")
+    assert len(claim(conn, first)) == 1
+    waiting = queue(conn, second, "c")
+    kube = StatusApi(second)
+    Publisher(kube, clock=lambda: T0).patch_status(conn, second, kube.get(""))  # type: ignore[arg-type]
+    stored = kube.object["status"]["waiting"]
+    assert (stored["runId"], stored["reason"]) == (waiting.id, "PoolFull")
+    assert stored["message"] == "pool etl (1 of 1 running)"
+    [event] = [item for item in kube.events if item["reason"] == "RunWaiting"]
+    assert event["message"] == f"run {waiting.id} waits for pool etl (1 of 1 running)"
+
+    # first's run ends and its next takes the slot: second's status is not rendered again,
+    # and what it says is still true.
+    conn.execute(
+        "UPDATE pgsched.job_runs SET status = 'COMPLETED', finished_at = %s WHERE id = %s",
+        [T0, holder.id],
+    )
+    queue(conn, first, "b")
+    [next_holder] = claim(conn, first)
+    now = waits.of_run(conn, waiting.id, now=T0)
+    assert now is not None
+    assert (now.message, now.lasting) == (
+        f"pool etl (1 of 1 running: run {next_holder.id})",
+        stored["message"],
+    )
+
+
 def test_a_run_held_by_max_concurrent_runs_names_the_running_run(dsn, conn):
     job = define(conn, "report", maxConcurrentRuns=1, schedule="0 0 1 1 *", now=T0)
     running = queue(conn, job, "a")
@@ -51,7 +86,7 @@ def test_a_run_held_by_max_concurrent_runs_names_the_running_run(dsn, conn):
 
     said = f"maxConcurrentRuns 1 (run {running.id} running)"
     assert waits.of_run(conn, waiting.id, now=T0) == waits.Wait(
-        waiting.id, waits.MAX_CONCURRENT_RUNS, said
+        waiting.id, waits.MAX_CONCURRENT_RUNS, said, said
     )
     assert said in pgsched("describe", str(waiting.id), dsn=dsn).out
 
@@ -84,6 +119,8 @@ def test_a_queued_run_counts_down_its_starting_deadline(conn):
     held = waits.first_of(conn, job.id, now=T0 + timedelta(seconds=20))
     assert held is not None
     assert held.message.endswith("; starting deadline in 40 s"), held.message
+    # the stored status's words do not count down: they name the instant
+    assert held.lasting.endswith("; starting deadline at 2026-06-01T12:01:00Z"), held.lasting
 
 
 def test_a_run_not_due_yet_says_when(conn):
@@ -92,6 +129,7 @@ def test_a_run_not_due_yet_says_when(conn):
     wait = waits.of_run(conn, waiting.id, now=T0)
     assert wait is not None and wait.reason == waits.NOT_DUE
     assert wait.message == "its time, 2026-06-01T12:05:00Z (in 5 min)"
+    assert wait.lasting == "its time, 2026-06-01T12:05:00Z"
 
 
 def test_a_deferred_launch_says_the_api_server_holds_it(dsn, conn):
@@ -106,7 +144,7 @@ def test_a_deferred_launch_says_the_api_server_holds_it(dsn, conn):
     assert dispatch.run_once(conn, Away(), definition_ids=[job.id], now=T0).deferred
     said = "the API server (launch deferred: creating Job x: the API server is unavailable (EOF))"
     assert waits.of_run(conn, waiting.id, now=T0) == waits.Wait(
-        waiting.id, waits.LAUNCH_DEFERRED, said
+        waiting.id, waits.LAUNCH_DEFERRED, said, said
     )
     assert said in pgsched("describe", str(waiting.id), dsn=dsn).out
 
@@ -141,8 +179,9 @@ def test_a_job_suspended_by_kueue_waits_for_admission_by_its_queue(dsn, conn):
         awaiting_admission=True,
         now=T0,
     )
+    said = "admission (Kueue queue team-a)"
     assert waits.of_run(conn, run.id, now=T0) == waits.Wait(
-        run.id, waits.AWAITING_ADMISSION, "admission (Kueue queue team-a)"
+        run.id, waits.AWAITING_ADMISSION, said, said
     )
     assert "Waiting for:       admission (Kueue queue team-a)" in (
         pgsched("describe", str(run.id), dsn=dsn).out

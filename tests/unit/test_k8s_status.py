@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from k8sfixtures import T0, definition, run
 from pgsched.engine import chain
 from pgsched.engine.models import Start
@@ -137,7 +139,9 @@ def test_a_chained_job_shows_its_upstreams_a_missing_one_and_the_chain_both_ways
     )
     assert rendered["schedule"] == "after extract, clean"
     [ready] = [c for c in rendered["conditions"] if c["type"] == "Ready"]
-    assert ready["reason"] == "Scheduled"  # not NoFutureOccurrences: it runs when chained
+    # afterMode All with clean missing: no chained run can start, and it says which.
+    assert (ready["status"], ready["reason"]) == ("False", "UpstreamMissing")
+    assert ready["message"].startswith("spec.after names clean, which does not exist")
     assert rendered["nextRuns"] == []
     assert rendered["afterMode"] == "All" and rendered["downstreams"] == ["publish"]
     assert rendered["after"][1] == {"scheduledJob": "clean", "outcome": "Finished", "found": False}
@@ -148,6 +152,39 @@ def test_a_chained_job_shows_its_upstreams_a_missing_one_and_the_chain_both_ways
     [found] = [c for c in rendered["conditions"] if c["type"] == "UpstreamsFound"]
     assert (found["status"], found["reason"]) == ("False", "UpstreamMissing")
     assert "clean, which does not exist in namespace jobs" in found["message"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "schedule_kind", "found", "ready"),
+    [
+        ("Any", "none", [True, False], ("True", "Scheduled")),  # extract still chains it
+        ("Any", "none", [False, False], ("False", "UpstreamMissing")),
+        ("All", "none", [True, False], ("False", "UpstreamMissing")),
+        ("All", "none", [True, True], ("True", "Scheduled")),  # not NoFutureOccurrences
+        ("All", "cron", [False, False], ("True", "Scheduled")),  # it runs on its schedule
+    ],
+)
+def test_a_chain_only_job_is_ready_unless_missing_upstreams_keep_every_run_from_starting(
+    mode, schedule_kind, found, ready
+):
+    """As a missing pool does: a rejected cycle member (never stored, so missing) leaves
+    the other member, which runs only after it, Ready=False, not Ready and idle for ever."""
+    chained = definition(
+        schedule_kind=schedule_kind,
+        schedule="" if schedule_kind == "none" else "0 3 * * *",
+        after_mode=mode,
+        next_run_at=None if schedule_kind == "none" else T0 + timedelta(hours=1),
+    )
+    links = chain.Links(
+        upstreams=[
+            chain.UpstreamState(name, "Succeeded", here)
+            for name, here in zip(["extract", "clean"], found, strict=True)
+        ],
+        downstreams=[],
+    )
+    rendered = status.render(chained, last_run=None, active=0, now=T0, links=links)
+    [condition] = [c for c in rendered["conditions"] if c["type"] == "Ready"]
+    assert (condition["status"], condition["reason"]) == ready
 
 
 def test_last_run_time_is_the_start_of_the_last_run_whatever_its_trigger_and_queued_counts():

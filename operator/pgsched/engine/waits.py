@@ -42,9 +42,15 @@ DEFERRED_PREFIX = "launch deferred: "
 
 @dataclass(frozen=True)
 class Wait:
+    """``message`` as it reads now (describe, the UI, the Event); ``lasting``, the same
+    words less what changes while the run still waits (which runs hold a pool: other jobs'
+    runs come and go; "in 40 s": a countdown), for the ScheduledJob's stored
+    ``status.waiting``, which is rendered when this job changes, not when they do."""
+
     run_id: int
     reason: str  # one of the constants above
     message: str  # "pool etl (2 of 2 running: runs 17, 18); starting deadline in 40 s"
+    lasting: str  # "pool etl (2 of 2 running); starting deadline at 2026-06-01T12:05:00Z"
 
 
 def of_runs(conn: Connection, run_ids: Sequence[int], *, now: datetime) -> dict[int, Wait]:
@@ -69,7 +75,7 @@ def first_of(conn: Connection, definition_id: UUID, *, now: datetime) -> Wait | 
 
 def explain(row: dict[str, Any], *, now: datetime) -> Wait:
     """The wait of one ``run_waits`` row (pure: the database's facts and ``now``)."""
-    reason, what = _holder(row, now=now)
+    reason, what, lasting = _holder(row, now=now)
     deadline = row["deadline_at"]
     if deadline is not None and row["status"] == "QUEUED":
         left = (deadline - now).total_seconds()
@@ -78,18 +84,20 @@ def explain(row: dict[str, Any], *, now: datetime) -> Wait:
             if left > 0
             else f"; starting deadline passed {wording.seconds(-left)} ago (it will be skipped)"
         )
-    return Wait(row["id"], reason, what)
+        lasting += f"; starting deadline at {wording.instant(deadline)}"
+    return Wait(row["id"], reason, what, lasting)
 
 
-def _holder(row: dict[str, Any], *, now: datetime) -> tuple[str, str]:
+def _holder(row: dict[str, Any], *, now: datetime) -> tuple[str, str, str]:
+    """The reason, the message as it reads now, and its lasting words (see :class:`Wait`)."""
     if row["status"] == "RUNNING":  # awaiting admission: the claim is done
         queue = row["kueue_queue"]
-        return AWAITING_ADMISSION, (
-            f"admission (Kueue queue {queue})" if queue else "admission (its Job is suspended)"
-        )
+        said = f"admission (Kueue queue {queue})" if queue else "admission (its Job is suspended)"
+        return AWAITING_ADMISSION, said, said
     if row["scheduled_for"] > now:
         left = wording.seconds((row["scheduled_for"] - now).total_seconds())
-        return NOT_DUE, f"its time, {wording.instant(row['scheduled_for'])} (in {left})"
+        due = f"its time, {wording.instant(row['scheduled_for'])}"
+        return NOT_DUE, f"{due} (in {left})", due
     holding: list[int] = row["holding"]
     cap = row["max_concurrent_runs"]
     if len(holding) >= cap:
@@ -98,23 +106,22 @@ def _holder(row: dict[str, Any], *, now: datetime) -> tuple[str, str]:
             f"{wording.runs([item])} {'stopping' if item in stopping else 'running'}"
             for item in holding
         )
-        return MAX_CONCURRENT_RUNS, f"maxConcurrentRuns {cap} ({held})"
+        # The job's own runs: its status is rendered again whenever one of them changes.
+        said = f"maxConcurrentRuns {cap} ({held})"
+        return MAX_CONCURRENT_RUNS, said, said
     pool = row["pool"]
     if pool:
         limit = row["pool_limit"]
         if limit is None:
-            return POOL_NOT_FOUND, (
-                f"pool {pool} (no ConcurrencyPool {pool} in namespace {row['namespace']})"
-            )
+            said = f"pool {pool} (no ConcurrencyPool {pool} in namespace {row['namespace']})"
+            return POOL_NOT_FOUND, said, said
         pool_holding: list[int] = row["pool_holding"]
         if len(pool_holding) >= limit:
-            return POOL_FULL, (
-                f"pool {pool} ({len(pool_holding)} of {limit} running:"
-                f" {wording.runs(pool_holding)})"
-            )
+            full = f"pool {pool} ({len(pool_holding)} of {limit} running"
+            return POOL_FULL, f"{full}: {wording.runs(pool_holding)})", f"{full})"
     error = row["error"] or ""
     if error.startswith(DEFERRED_PREFIX):
-        return LAUNCH_DEFERRED, (
-            f"the API server (launch deferred: {error.removeprefix(DEFERRED_PREFIX)})"
-        )
-    return DISPATCH, "the next dispatch (nothing holds it back)"
+        said = f"the API server (launch deferred: {error.removeprefix(DEFERRED_PREFIX)})"
+        return LAUNCH_DEFERRED, said, said
+    said = "the next dispatch (nothing holds it back)"
+    return DISPATCH, said, said

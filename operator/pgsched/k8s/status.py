@@ -98,7 +98,12 @@ def render(
     observed = max(definition.generation, definition.rejected_generation or 0)
     pool = definition.spec.get("pool")
     pool_name = pool if isinstance(pool, str) else None
-    ready = _ready(definition, pool_missing=pool_name is not None and not pool_found, now=now)
+    ready = _ready(
+        definition,
+        pool_missing=pool_name is not None and not pool_found,
+        stranded_by=_stranding_upstreams(definition, links.upstreams if links else []),
+        now=now,
+    )
     if definition.auto_suspended_at is not None:
         suspension = _condition(
             "Suspended",
@@ -160,7 +165,9 @@ def render(
 
 def _waiting(wait: waits.Wait | None, current: Obj | None, *, now: datetime) -> Obj | None:
     """What the oldest queued run waits for, ``since`` when (kept while the run and the
-    reason stay the same, like a condition's lastTransitionTime)."""
+    reason stay the same, like a condition's lastTransitionTime), in the lasting words:
+    the status is not rendered again when another job's run leaves a pool, nor as a
+    deadline comes closer (``waits.Wait``)."""
     if wait is None:
         return None
     before = (current or {}).get("waiting") or {}
@@ -168,12 +175,26 @@ def _waiting(wait: waits.Wait | None, current: Obj | None, *, now: datetime) -> 
     return {
         "runId": wait.run_id,
         "reason": wait.reason,
-        "message": wait.message,
+        "message": wait.lasting,  # stored: what stays true while it waits
         "since": before.get("since") if same else timestamp(now),
     }
 
 
-def _ready(definition: Definition, *, pool_missing: bool, now: datetime) -> Obj:
+def _stranding_upstreams(definition: Definition, upstreams: list[chain.UpstreamState]) -> list[str]:
+    """The missing upstreams that keep every run of a job from starting: it has no
+    schedule of its own, and with afterMode All one missing upstream is enough, with Any
+    it takes all of them. (A job with a schedule runs on it whatever its chain.)"""
+    missing = [item.scheduled_job for item in upstreams if not item.found]
+    if definition.schedule_kind != "none" or not missing:
+        return []
+    if definition.after_mode == "All" or len(missing) == len(upstreams):
+        return missing
+    return []
+
+
+def _ready(
+    definition: Definition, *, pool_missing: bool, stranded_by: list[str], now: datetime
+) -> Obj:
     generation = definition.generation
     if definition.rejection:
         return _condition(
@@ -182,6 +203,18 @@ def _ready(definition: Definition, *, pool_missing: bool, now: datetime) -> Obj:
             "InvalidSpec",
             f"generation {definition.rejected_generation} was rejected: {definition.rejection}; "
             f"generation {generation} remains in force",
+        )
+    if stranded_by:
+        # As for a missing pool (below): the job is valid, and can never start as things are.
+        # Among the causes, a ScheduledJob whose own spec was refused (a cycle's other
+        # member): it was never stored, so only its own status can say why.
+        return _condition(
+            "Ready",
+            False,
+            "UpstreamMissing",
+            f"spec.after names {', '.join(stranded_by)}, which does not exist in namespace"
+            f" {definition.namespace} (or its spec was refused: see its status); no run of"
+            f" generation {generation} can start until it does",
         )
     if pool_missing:
         pool = definition.spec["pool"]
