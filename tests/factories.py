@@ -64,6 +64,12 @@ class RecordingLauncher:
         return f"{definition.name}-{run.id}"
 
 
+def no_database() -> Connection:
+    """The Kubernetes launcher's ``connect`` where a launch must never ask the database
+    (only adopting an earlier claim's Job does)."""
+    raise AssertionError("this launch asked the database: it adopted an earlier claim's Job")
+
+
 def runs_of(conn: Connection, definition: Definition) -> list[dict[str, Any]]:
     """All run rows of a definition, oldest first."""
     return conn.execute(
