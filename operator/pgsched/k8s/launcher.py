@@ -51,7 +51,8 @@ is not the run's fault: the launch is *deferred* (``LaunchDeferred``), and dispa
 the run back to QUEUED, its attempt unspent (an API outage used to end every due run
 ``LaunchFailed`` and burn its retries against the same wall). If the create did reach the
 server before the connection broke, the next claim finds that Job under the old lease
-and adopts it, as above.
+and adopts it if its lease Secret is still there (the failed launch deletes it when it
+can: then the Job's pod cannot start, and the Job is replaced), as above.
 """
 
 from __future__ import annotations
