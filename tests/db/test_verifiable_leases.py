@@ -142,6 +142,7 @@ def forgeries(conn, mine, other):
         "wrong MAC": lease.Lease(mine.run_id, wrong_mac),
         "another run's lease": lease.Lease(mine.run_id, other.token),
         "a random uuid": lease.Lease(mine.run_id, uuid.uuid4()),
+        "no lease at all (NULL)": lease.Lease(mine.run_id, None),
         "a lease of a run id the database never had, for it": lease.Lease(
             never_had, genuine_elsewhere
         ),

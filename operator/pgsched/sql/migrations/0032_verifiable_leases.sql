@@ -64,13 +64,15 @@ AS $$
 DECLARE
     mac bytea;
 BEGIN
+    IF run_id IS NULL OR nonce IS NULL OR length(nonce) <> 8 THEN
+        RAISE EXCEPTION 'lease_for: a run id and a nonce of 8 bytes are needed (run %, nonce %)',
+            run_id, nonce;
+    END IF;
     SELECT substr(sha256(k.outer_pad || sha256(k.inner_pad || int8send(run_id) || nonce)), 1, 8)
     INTO mac
     FROM pgsched.lease_key AS k;
-    IF mac IS NULL OR length(nonce) <> 8 THEN
-        RAISE EXCEPTION 'lease_for: % (run %)',
-            CASE WHEN mac IS NULL THEN 'pgsched.lease_key has no key'
-                 ELSE 'the nonce must be 8 bytes' END, run_id
+    IF mac IS NULL THEN
+        RAISE EXCEPTION 'lease_for: pgsched.lease_key has no key'
             USING HINT = 'the key is created by migration 0032: run pgsched migrate';
     END IF;
     RETURN encode(nonce || mac, 'hex')::uuid;
@@ -83,7 +85,8 @@ RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(lease = pgsched.lease_for(run_id, substr(uuid_send(lease), 1, 8)), false);
+    SELECT CASE WHEN run_id IS NULL OR lease IS NULL THEN false
+                ELSE lease = pgsched.lease_for(run_id, substr(uuid_send(lease), 1, 8)) END;
 $$;
 
 -- The claim: 0027's whole, with one change, the lease it issues (see above). The nonce is
