@@ -128,6 +128,8 @@ def test_every_call_of_the_pod_re_establishes_a_lost_claim(conn, job_dsn, call, 
     if status == "COMPLETED":
         assert again["exit_code"] == 0
         assert again["started_at"] <= again["finished_at"]
+    else:  # a sign of life: a silent run's verdict is then looked up by its Job's name
+        assert again["heartbeat_at"] is not None
 
 
 def forgeries(conn, mine, other):

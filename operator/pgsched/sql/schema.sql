@@ -1294,7 +1294,8 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE pgsched.job_runs AS r
-    SET status = 'RUNNING', started_at = clock_timestamp(), lease_token = lease
+    SET status = 'RUNNING', started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+        lease_token = lease
     WHERE r.id = run_id AND r.status = 'QUEUED';
     RETURN FOUND;
 END;

@@ -461,7 +461,9 @@ $$;
 --
 -- started_at is the database clock after the locks, like a claim's (it must be later than
 -- the end of any run whose end made room for this one): the database never knew the lost
--- claim's instant. The run keeps its row, its attempt and its trigger: it is the same
+-- claim's instant. heartbeat_at too: the call is the pod's sign of life, and a run that
+-- ever beat has its verdict looked up by its Job's name (reap.sql), which matters here:
+-- its launch record (k8s_job_name) was lost with the claim. The run keeps its row, its attempt and its trigger: it is the same
 -- attempt, not a retry; its starting deadline is not checked (it did start, on time, on
 -- the timeline that was lost).
 CREATE FUNCTION pgsched.reestablish_claim(run_id bigint, lease uuid)
@@ -499,7 +501,8 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE pgsched.job_runs AS r
-    SET status = 'RUNNING', started_at = clock_timestamp(), lease_token = lease
+    SET status = 'RUNNING', started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+        lease_token = lease
     WHERE r.id = run_id AND r.status = 'QUEUED';
     RETURN FOUND;
 END;
