@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from devenv.waiting import wait_for
-from factories import RecordingLauncher, define
+from factories import RecordingLauncher, define, lose_claim
 from pgsched.db import connection
 from pgsched.engine import dispatch, runs
 from pgsched.engine.launcher import Adopted
@@ -77,15 +77,8 @@ def claimed(conn, sj, name):
 
 
 def lose_and_claim_again(conn, run):
-    """The claim lost as a standby promoted before its commit has it (no trigger fires
-    there), and the run claimed again by the dispatcher: a new, genuine lease."""
-    with conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")
-        conn.execute(
-            "UPDATE pgsched.job_runs SET status = 'QUEUED', started_at = NULL,"
-            " lease_token = NULL WHERE id = %s",
-            [run.id],
-        )
+    """The claim lost, and the run claimed again by the dispatcher: a new, genuine lease."""
+    lose_claim(conn, run.id)
     [again] = dispatch.run_once(
         conn, RecordingLauncher(), definition_ids=[run.definition_id]
     ).claimed
@@ -194,13 +187,7 @@ def test_a_running_job_whose_claim_was_lost_runs_once_and_its_outcome_is_recorde
         "the first heartbeat",
     )
     [job] = sj.jobs("survivor")
-    with conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")
-        conn.execute(
-            "UPDATE pgsched.job_runs SET status = 'QUEUED', started_at = NULL,"
-            " heartbeat_at = NULL, lease_token = NULL WHERE id = %s",
-            [run["id"]],
-        )
+    lose_claim(conn, run["id"])
 
     [done] = sj.wait_runs(
         "survivor",

@@ -19,7 +19,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from factories import RecordingLauncher, define, runs_of
+from factories import RecordingLauncher, define, lose_claim, runs_of
 from invariants import launches_hold_their_claim, never_over_cap
 from pgsched.db import connection
 from pgsched.engine import dispatch, lease, runs
@@ -30,18 +30,6 @@ def start(conn, job, token, **kwargs):
     runs.run_now(conn, job.id, token=token, **kwargs)
     [run] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id]).claimed
     return lease.Lease(run.id, run.lease_token)
-
-
-def lose_claim(conn, run_id):
-    """The run as a standby promoted before the claim's commit reached it has it (no
-    trigger fires: on that standby, nothing happened)."""
-    with conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")
-        conn.execute(
-            "UPDATE pgsched.job_runs SET status = 'QUEUED', started_at = NULL,"
-            " lease_token = NULL WHERE id = %s AND status = 'RUNNING'",
-            [run_id],
-        )
 
 
 def row(conn, run_id):
