@@ -93,6 +93,13 @@ def test_a_pods_heartbeat_re_establishes_a_claim_the_database_lost_once(conn, jo
     )
 
 
+def previous_release_heartbeat(pod, held):
+    """The signature the previous release's pods call (a trailing time, ignored)."""
+    return pod.execute(
+        "SELECT pgsched.heartbeat(%s, %s, 'infinity') AS state", [held.run_id, held.token]
+    ).fetchone()["state"]
+
+
 @pytest.mark.parametrize(
     ("call", "answer", "status"),
     [
@@ -100,8 +107,9 @@ def test_a_pods_heartbeat_re_establishes_a_claim_the_database_lost_once(conn, jo
         (lambda pod, held: lease.workload_ended(pod, held), True, "RUNNING"),
         (lambda pod, held: lease.state(pod, held), "active", "RUNNING"),
         (lambda pod, held: lease.listen(pod, held), "active", "RUNNING"),
+        (previous_release_heartbeat, "active", "RUNNING"),
     ],
-    ids=["finish_run", "workload_ended", "lease_state", "listen_for_cancel"],
+    ids=["finish_run", "workload_ended", "lease_state", "listen_for_cancel", "previous release"],
 )
 def test_every_call_of_the_pod_re_establishes_a_lost_claim(conn, job_dsn, call, answer, status):
     """A finish after the loss records the outcome (it was lost before: `lost`); the SDK
