@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
 import uuid
 from datetime import timedelta
 
@@ -20,7 +21,7 @@ import psycopg
 import pytest
 
 from factories import RecordingLauncher, define, lose_claim, runs_of
-from invariants import launches_hold_their_claim, never_over_cap
+from invariants import launches_hold_their_claim, never_over_cap, no_double_launch
 from pgsched.db import connection
 from pgsched.engine import dispatch, lease, runs
 from pgsched.k8s import names
@@ -251,3 +252,56 @@ def test_adopting_moves_a_run_to_a_genuine_earlier_lease_fenced_on_the_current_o
         assert lease.heartbeat(pod, first) == "active"
         assert lease.heartbeat(pod, current) == "lost"
     assert row(conn, first.run_id)["lease_token"] == first.token
+
+
+def test_pods_and_the_dispatcher_racing_for_lost_claims_take_each_run_exactly_once(
+    conn, dsn, job_dsn
+):
+    """40 lost claims; the pods heartbeat them from one session (last first) while the
+    dispatcher claims them from another (first first, one a round), as fast as they can. Each run ends up held by exactly one of them:
+    either a pod was answered `active` (and the dispatcher never launched it) or the
+    dispatcher launched it (and every one of that pod's beats was `lost`)."""
+    job = define(conn, maxConcurrentRuns=100)
+    lost = [start(conn, job, f"run-{n}") for n in range(40)]
+    for held in lost:
+        lose_claim(conn, held.run_id)
+    answers: dict[int, set[str]] = {held.run_id: set() for held in lost}
+    launcher = RecordingLauncher()
+    go = threading.Barrier(2)
+
+    def pods() -> None:
+        with connection.connect(job_dsn) as pod:
+            go.wait()
+            for _ in range(3):
+                for held in reversed(lost):  # the dispatcher claims from the front
+                    answers[held.run_id].add(lease.heartbeat(pod, held))
+
+    def dispatcher() -> None:
+        with connection.connect(dsn) as own:
+            go.wait()
+            for _ in range(len(lost)):
+                dispatch.run_once(own, launcher, batch_size=1, definition_ids=[job.id])
+
+    threads = [threading.Thread(target=pods), threading.Thread(target=dispatcher)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    launched = {run.id for run in launcher.launched}
+    for held in lost:
+        by_pod = "active" in answers[held.run_id]
+        assert by_pod != (held.run_id in launched), (held.run_id, answers[held.run_id])
+        if by_pod:
+            assert answers[held.run_id] == {"active"}
+    assert no_double_launch(run.id for run in launcher.launched) == []
+    assert (
+        launches_hold_their_claim(
+            conn,
+            [(run.id, names.lease_fingerprint(str(run.lease_token))) for run in launcher.launched],
+        )
+        == []
+    )
+    statuses = {row["status"] for row in runs_of(conn, job)}
+    assert statuses == {"RUNNING"}
+    print(f"\n{len(lost) - len(launched)} taken back by their pods, {len(launched)} claimed again")
