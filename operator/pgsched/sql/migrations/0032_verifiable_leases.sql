@@ -463,9 +463,9 @@ $$;
 -- the end of any run whose end made room for this one): the database never knew the lost
 -- claim's instant. heartbeat_at too: the call is the pod's sign of life, and a run that
 -- ever beat has its verdict looked up by its Job's name (reap.sql), which matters here:
--- its launch record (k8s_job_name) was lost with the claim. The run keeps its row, its attempt and its trigger: it is the same
--- attempt, not a retry; its starting deadline is not checked (it did start, on time, on
--- the timeline that was lost).
+-- its launch record (k8s_job_name) was lost with the claim. The run keeps its row, its
+-- attempt and its trigger: it is the same attempt, not a retry; its starting deadline is
+-- not checked (it did start, on time, on the timeline that was lost).
 CREATE FUNCTION pgsched.reestablish_claim(run_id bigint, lease uuid)
 RETURNS boolean
 LANGUAGE plpgsql
