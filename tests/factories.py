@@ -64,6 +64,24 @@ class RecordingLauncher:
         return f"{definition.name}-{run.id}"
 
 
+def no_database() -> Connection:
+    """The Kubernetes launcher's ``connect`` where a launch must never ask the database
+    (only adopting an earlier claim's Job does)."""
+    raise AssertionError("this launch asked the database: it adopted an earlier claim's Job")
+
+
+def lose_claim(conn: Connection, run_id: int) -> None:
+    """The run as a standby promoted before its claim's commit reached it has it: QUEUED,
+    never started, no lease (and no trigger fires: on that standby, nothing happened)."""
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute(
+            "UPDATE pgsched.job_runs SET status = 'QUEUED', started_at = NULL,"
+            " heartbeat_at = NULL, lease_token = NULL WHERE id = %s AND status = 'RUNNING'",
+            [run_id],
+        )
+
+
 def runs_of(conn: Connection, definition: Definition) -> list[dict[str, Any]]:
     """All run rows of a definition, oldest first."""
     return conn.execute(

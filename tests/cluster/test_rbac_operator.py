@@ -12,6 +12,7 @@ single Forbidden.
 from __future__ import annotations
 
 import secrets
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.k8s import api as operator_api
-from pgsched.k8s import names
+from pgsched.k8s import launcher, names
 from pgsched.k8s.operator import StartupError, require_served
 
 pytestmark = pytest.mark.cluster
@@ -353,6 +354,31 @@ def test_as_the_service_account_the_operator_reads_its_resources_but_not_secrets
         with pytest.raises(operator_api.ApiError) as refused:
             as_operator.request(method, path, body=body)
         assert refused.value.status == 403, refused.value
+
+
+def test_as_the_service_account_the_operator_reads_a_lease_secret_only_by_a_patch_of_nothing(
+    namespaced, as_operator, crd
+):
+    """The launcher adopting the Job of an earlier claim reads that claim's lease Secret
+    (k8s/launcher.py) without `get` on Secrets, never granted: a merge patch that changes
+    nothing is not written and answers with the Secret as it is."""
+    secrets_path = operator_api.path_of(namespace=namespaced.watched, plural="secrets")
+    token = uuid.uuid4()
+    created = as_operator.create(
+        secrets_path,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "adopted-1-lease", "labels": {names.LABEL_RUN_ID: "1"}},
+            "stringData": {names.LEASE_SECRET_KEY: str(token)},
+        },
+    )
+    read = as_operator.merge_patch(f"{secrets_path}/adopted-1-lease", {})
+    assert launcher._token_of(read) == token
+    assert read["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    with pytest.raises(operator_api.ApiError) as refused:
+        as_operator.get(f"{secrets_path}/adopted-1-lease")
+    assert refused.value.status == 403
 
 
 def test_the_operators_crd_check_works_with_the_charts_permissions_alone(as_operator, crd):

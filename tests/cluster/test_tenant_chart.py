@@ -33,7 +33,7 @@ from devenv import kubeconfig
 from devenv.adminclient import ApiError as AdminApiError
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
-from factories import RecordingLauncher, define
+from factories import RecordingLauncher, define, no_database
 from pgsched.engine import dispatch, runs
 from pgsched.engine.launcher import LaunchError
 from pgsched.k8s import api, jobpolicy, jobs, launcher, names
@@ -392,7 +392,9 @@ def test_a_launch_the_namespace_policy_forbids_fails_and_creates_nothing(conn, c
     """The namespace narrowed its ServiceAccounts after the generation was accepted (the
     sync checks the operator's lists; the namespace's are read at launch)."""
     kube = api.KubeApi.from_environment(kubeconfig=str(cluster.kubeconfig))
-    k8s = launcher.KubernetesLauncher(kube, jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev"))
+    k8s = launcher.KubernetesLauncher(
+        kube, jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev"), connect=no_database
+    )
     template = busybox("true", serviceAccountName="admin")
     sj.apply("older", {"schedule": "0 0 1 1 *", "jobTemplate": template})
     uid = uuid.UUID(sj.get("older")["metadata"]["uid"])

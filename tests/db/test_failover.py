@@ -1,8 +1,11 @@
-"""Failovers with a real streaming standby: run ids, and what doctor says about replication.
+"""Failovers with a real streaming standby: run ids, lost claims, and what doctor says
+about replication.
 
 A standby promoted before it received the primary's last commits hands out the same
 sequence values again. pgsched places each WAL timeline's ids in a block of their own
 (migration 0007), so the promoted server's ids can never name a run of the lost timeline.
+A claim among those commits is recognised from its lease (migration 0032): the pod's next
+call re-establishes it, or the launcher adopts its Job, and the run is not executed twice.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from collections.abc import Iterator
 import pytest
 
 from cli_runner import pgsched
-from factories import RecordingLauncher, define
+from factories import RecordingLauncher, define, job_login
+from invariants import launches_hold_their_claim, no_double_launch
 from pgsched.db import connection
-from pgsched.engine import runs
+from pgsched.engine import dispatch, lease, runs
+from pgsched.engine.launcher import Adopted
+from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings
+from pgsched.k8s import names
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 
@@ -54,6 +61,89 @@ def test_a_promoted_standby_never_reuses_the_run_ids_of_commits_it_lost(primary)
         with connection.connect(standby.dsn()) as conn:
             known = {row["id"] for row in conn.execute("SELECT id FROM pgsched.job_runs")}
         assert known == set(replicated) | set(after)
+    finally:
+        standby.cleanup()
+
+
+class AdoptingLauncher(RecordingLauncher):
+    """Finds the Job of each run's lost claim still there, as the API server keeps it, and
+    adopts it the way the Kubernetes launcher does (``lease.adopt`` on a connection of its
+    own); launches a run with no such Job."""
+
+    def __init__(self, dsn: str, jobs: dict[int, lease.Lease]) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.jobs = jobs
+
+    def launch(self, run: Run, definition: Definition) -> str | Adopted | None:
+        earlier = self.jobs.get(run.id)
+        assert run.lease_token is not None
+        if earlier is not None:
+            with connection.connect(self.dsn) as conn:
+                if lease.adopt(conn, lease.Lease(run.id, run.lease_token), earlier.token):
+                    return Adopted(f"{definition.name}-{run.id}", earlier.token)
+        return super().launch(run, definition)
+
+
+def test_a_claim_lost_in_a_failover_is_taken_back_by_its_pod_or_its_job_never_run_twice(primary):
+    """Three runs claimed and launched on the primary; the standby, stopped before, never
+    received the claims. After the promotion: one pod's heartbeat re-establishes its claim,
+    another pod's finish records its outcome, and the third run, claimed again by the
+    dispatcher first, gets its Job adopted. No run is launched a second time."""
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            user, _ = job_login(conn, primary.dsn())
+            jobs = [define(conn, name, maxConcurrentRuns=1) for name in ("beat", "end", "adopt")]
+            for job in jobs:
+                runs.run_now(conn, job.id, token="go")
+        wait_caught_up(primary, standby)
+
+        standby.stop()  # from here on the standby misses everything: the claims are lost
+        first = RecordingLauncher()
+        with connection.connect(primary.dsn()) as conn:
+            dispatch.run_once(conn, first)
+        held = {run.definition_id: lease.Lease(run.id, run.lease_token) for run in first.launched}
+        beat, end, adopt = (held[job.id] for job in jobs)
+        primary.stop(mode="immediate")
+        standby.start()
+        promote(standby)
+
+        with connection.connect(standby.dsn()) as conn:
+            statuses = conn.execute("SELECT status, lease_token FROM pgsched.job_runs").fetchall()
+            assert statuses == [{"status": "QUEUED", "lease_token": None}] * 3
+            with connection.connect(standby.dsn(user=user)) as pod:
+                assert lease.heartbeat(pod, beat) == "active"
+                assert lease.finish(pod, end, "COMPLETED", exit_code=0)
+            second = AdoptingLauncher(standby.dsn(), {adopt.run_id: adopt})
+            result = dispatch.run_once(conn, second)
+            assert [run.id for run in result.claimed] == [adopt.run_id]
+            assert second.launched == []  # adopted, not launched again
+            with connection.connect(standby.dsn(user=user)) as pod:
+                assert lease.heartbeat(pod, adopt) == "active"
+                assert lease.heartbeat(pod, beat) == "active"
+
+            rows = {
+                row["id"]: row for row in conn.execute("SELECT * FROM pgsched.job_runs").fetchall()
+            }
+            assert rows[beat.run_id]["status"] == "RUNNING"
+            assert (rows[end.run_id]["status"], rows[end.run_id]["exit_code"]) == ("COMPLETED", 0)
+            assert rows[adopt.run_id]["k8s_job_name"] == f"adopt-{adopt.run_id}"
+            launches = [*first.launched, *second.launched]
+            assert no_double_launch(run.id for run in launches) == []
+            assert (
+                launches_hold_their_claim(
+                    conn,
+                    [
+                        (run.id, names.lease_fingerprint(str(run.lease_token)))
+                        for run in first.launched
+                        if run.id != end.run_id
+                    ],
+                )
+                == []
+            )
+            # Nothing left to claim: no run is claimed a second time.
+            assert dispatch.run_once(conn, RecordingLauncher()).claimed == []
     finally:
         standby.cleanup()
 

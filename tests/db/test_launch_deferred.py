@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from factories import RecordingLauncher, define, runs_of
+from factories import RecordingLauncher, define, no_database, runs_of
 from pgsched.engine import dispatch, reap, runs, settle
 from pgsched.engine.launcher import LaunchDeferred
 from pgsched.k8s import api, jobs
@@ -58,7 +58,9 @@ def test_the_kubernetes_launcher_defers_a_launch_the_api_server_cannot_take(conn
     """Through the real Kubernetes launcher: before, this run ended FAILED/LaunchFailed."""
     job = define(conn, schedule="0 0 1 1 *", now=T0)
     runs.run_now(conn, job.id, token="go", scheduled_for=T0)
-    launcher = KubernetesLauncher(UnreachableApi(), jobs.JobSettings(image="pgsched:test"))
+    launcher = KubernetesLauncher(
+        UnreachableApi(), jobs.JobSettings(image="pgsched:test"), connect=no_database
+    )
     dispatch.run_once(conn, launcher, now=T0)
     settle.run_once(conn, now=T0 + timedelta(seconds=1))
     [run] = runs_of(conn, job)

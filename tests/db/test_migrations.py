@@ -175,7 +175,7 @@ def test_claim_locks_leave_their_advisory_half_once_older_transactions_ended(pos
         with pytest.raises(multiprocessing.TimeoutError):
             applied.get(timeout=2)  # waiting for the older transaction, not the job's
         older.execute("COMMIT")
-        assert applied.get(timeout=10) == [30]
+        assert applied.get(timeout=10)[0] == 30  # then any later migration
         migrating.close()
         job.execute("COMMIT")
     with connection.connect(dsn) as conn:

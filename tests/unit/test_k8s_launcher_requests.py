@@ -13,6 +13,7 @@ import pytest
 from kubernetes.client import Configuration
 
 from devenv.waiting import wait_for
+from factories import no_database
 from k8sfixtures import definition, run
 from pgsched.k8s import api, jobs, launcher
 from pgsched.k8s.ratelimit import TokenBucket
@@ -79,7 +80,9 @@ def kube():
 
 
 def test_a_launch_creates_the_secret_and_the_job_and_hands_the_secret_over_later(kube):
-    k8s = launcher.KubernetesLauncher(kube, jobs.JobSettings(image="pgsched:dev"))
+    k8s = launcher.KubernetesLauncher(
+        kube, jobs.JobSettings(image="pgsched:dev"), connect=no_database
+    )
     started = time.monotonic()
     for run_id in range(1, 6):
         k8s.launch(run(id=run_id), definition())

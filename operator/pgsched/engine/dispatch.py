@@ -84,7 +84,7 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, lease, parameters, waits
-from pgsched.engine.launcher import LaunchDeferred, Launcher, LaunchError
+from pgsched.engine.launcher import Adopted, LaunchDeferred, Launcher, LaunchError
 from pgsched.engine.models import Definition, Run
 
 log = logging.getLogger(__name__)
@@ -282,10 +282,10 @@ def claim(
 
 def _launch_all(
     launcher: Launcher, claimed: list[Run], owners: dict[UUID, Definition]
-) -> list[str | Exception | None]:
+) -> list[str | Adopted | Exception | None]:
     """Each run's handle, or the exception its launch raised, in the order of ``claimed``."""
 
-    def one(run: Run) -> str | Exception | None:
+    def one(run: Run) -> str | Adopted | Exception | None:
         definition = owners.get(run.definition_id)
         try:
             if definition is None:
@@ -371,9 +371,13 @@ def launch(
             result.launch_failed.append(run.id)
             continue
         result.launched += 1
+        token = run.lease_token
+        if isinstance(outcome, Adopted):  # the run now holds the adopted Job's lease
+            token = outcome.lease_token
+            outcome = outcome.handle
         if outcome:
             recorded["ids"].append(run.id)
-            recorded["lease_tokens"].append(run.lease_token)
+            recorded["lease_tokens"].append(token)
             recorded["handles"].append(outcome)
     if recorded["ids"]:
         # One statement for the batch. A crash before it leaves the Job names unrecorded,

@@ -8,7 +8,9 @@ but never holds up other claimers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+from uuid import UUID
 
 from pgsched.engine.models import Definition, Run
 
@@ -30,6 +32,16 @@ class LaunchDeferred(Exception):
     again at a later tick, until its starting deadline (if any) skips it."""
 
 
+@dataclass(frozen=True)
+class Adopted:
+    """The run's workload was already there, started under an earlier claim of the run
+    whose commit the database lost, and the launcher gave the run that claim's lease back
+    (``lease.adopt``, fenced on the current one): record ``handle`` under ``lease_token``."""
+
+    handle: str
+    lease_token: UUID
+
+
 class Launcher(Protocol):
     """Optionally with ``parallelism: int``: how many launches dispatch may run at once
     (from a thread pool; ``launch`` must then be thread-safe). Without it, one at a time.
@@ -40,8 +52,9 @@ class Launcher(Protocol):
     verdict (see ``reap``), because a worker that stopped heartbeating may simply have
     finished while nobody could see it (I8)."""
 
-    def launch(self, run: Run, definition: Definition) -> str | None:
-        """Start the run's workload; return a handle to record (the Job name) or None.
+    def launch(self, run: Run, definition: Definition) -> str | Adopted | None:
+        """Start the run's workload; return a handle to record (the Job name) or None, or
+        :class:`Adopted` when it kept the workload of an earlier claim of the run.
 
         Must be idempotent per run id: after a crash the same run may be launched again.
         Raise :class:`LaunchError` (or any exception) if it cannot be started, and

@@ -21,11 +21,23 @@ it.
 Creating the Job is idempotent: the name is deterministic, and ``409 AlreadyExists`` for a
 Job that carries this run id *and* this claim's lease fingerprint means an earlier attempt
 to launch this very claim got through (a crash between create and record): it is adopted.
-A Job with this run id but another lease is the leftover of a claim that was lost (a
-database restored or failed over to a point before the claim, which then happened again):
-its pod holds a dead lease and would only be fenced away, so it is deleted and the Job is
-created anew; if the old one is still being deleted, the launch fails (``LaunchFailed``,
-retry policy applies) saying so. A same-named Job of another run is a real conflict and
+
+A lease Secret already there (``409``) means an earlier claim of this run launched, and
+that claim was lost: a database failed over (or restored) to a point before it, or a launch
+deferred after the API server did create the Job. If the run's Job carries that Secret's
+lease, its pod is running this run under it. The database is asked whether that lease is
+genuine for this run (it carries a MAC only the database can make, migration 0032) and, if
+so, gives the run that lease instead of the current one, fenced on the current one
+(``lease.adopt``, on a short connection of the launcher's own): the Job is kept, its pod's
+heartbeats count again, and dispatch records the Job under the adopted lease
+(``Adopted``). The workload runs once. The database unreachable for that question defers
+the launch (the run waits QUEUED and is claimed again), rather than risk a second run.
+
+A Job with this run id and any other lease (not genuine, or not the Secret's) is the
+leftover of a claim that cannot be adopted: its pod holds a dead lease and would only be
+fenced away, so it is deleted and the Job is created anew; if the old one is still being
+deleted, the launch fails (``LaunchFailed``, retry policy applies) saying so. A same-named
+Job of another run is a real conflict and
 fails the launch, as does any answer of the API server that is the request's fault
 (4xx), and a Job whose pod template the namespace's Pod
 Security level refuses (the API server's warning on the create, see k8s.podsecurity): the
@@ -39,20 +51,29 @@ is not the run's fault: the launch is *deferred* (``LaunchDeferred``), and dispa
 the run back to QUEUED, its attempt unspent (an API outage used to end every due run
 ``LaunchFailed`` and burn its retries against the same wall). If the create did reach the
 server before the connection broke, the next claim finds that Job under the old lease
-and replaces it, as above.
+and adopts it if its lease Secret is still there (the failed launch deletes it when it
+can: then the Job's pod cannot start, and the Job is replaced), as above.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import queue
 import threading
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
+
+import psycopg
 
 from pgsched import logs
-from pgsched.engine import starts
-from pgsched.engine.launcher import LaunchDeferred, LaunchError
+from pgsched.db.connection import Connection
+from pgsched.engine import lease, starts
+from pgsched.engine.launcher import Adopted, LaunchDeferred, LaunchError
 from pgsched.engine.models import Definition, Run
 from pgsched.k8s import api, jobpolicy, jobs, names, podsecurity
 
@@ -70,15 +91,24 @@ class KubernetesLauncher:
     # A Job records its pod's outcome: a silent run waits for that verdict (k8s.verdicts).
     keeps_outcomes = True
 
-    def __init__(self, kube: api.KubeApi, settings: jobs.JobSettings) -> None:
+    def __init__(
+        self,
+        kube: api.KubeApi,
+        settings: jobs.JobSettings,
+        *,
+        connect: Callable[[], Connection],
+    ) -> None:
+        """``connect``: a new database session, for the rare adoption of an earlier claim's
+        Job (closed right after)."""
         self._kube = kube
         self._settings = settings
+        self._connect = connect
         self._gate = jobpolicy.Gate(kube, settings.policy)
         self._handovers: queue.SimpleQueue[_Handover] = queue.SimpleQueue()
         self._handover_thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
 
-    def launch(self, run: Run, definition: Definition) -> str | None:
+    def launch(self, run: Run, definition: Definition) -> str | Adopted | None:
         manifest = jobs.build(definition, run, self._settings)
         name = str(manifest["metadata"]["name"])
         where = f"{definition.namespace}/{name}"
@@ -94,14 +124,19 @@ class KubernetesLauncher:
         secrets = api.path_of(namespace=definition.namespace, plural="secrets")
         secret = jobs.lease_secret(definition, run)
         secret_path = f"{secrets}/{secret['metadata']['name']}"
+        collection = api.path_of(group="batch", namespace=definition.namespace, plural="jobs")
         try:
-            secret_version = self._put_secret(secrets, secret_path, secret)
+            secret_version = self._create_secret(secrets, secret)
+            if secret_version is None:  # left by an earlier claim of this run
+                adopted = self._adopt(run, secret_path, f"{collection}/{name}", name, run_log)
+                if adopted is not None:
+                    return adopted
+                secret_version = self._take_over_secret(secret_path, secret)
         except api.ApiError as error:
             raise _failure(
                 error,
                 f"creating the lease Secret {definition.namespace}/{secret['metadata']['name']}",
             ) from None
-        collection = api.path_of(group="batch", namespace=definition.namespace, plural="jobs")
         try:
             job = self._create_job(f"{collection}/{name}", manifest, run, where, run_log)
         except api.ApiError as error:  # reading what stood in the way, or Pod Security
@@ -118,23 +153,78 @@ class KubernetesLauncher:
         self._hand_over(_Handover(secret_path, patch, run.id, where, run_log))
         return name
 
-    def _put_secret(self, collection: str, path: str, secret: Obj) -> str:
-        """Create (or take over) the lease Secret; its ``resourceVersion``."""
+    def _create_secret(self, collection: str, secret: Obj) -> str | None:
+        """Create the lease Secret; its ``resourceVersion``, or None if it exists."""
         try:
             created = self._kube.create(collection, secret)
         except api.ApiError as error:
             if not error.conflict:
                 raise
-            # Left by an earlier claim of this run: this claim's token, and back to the
-            # ScheduledJob, so deleting that claim's Job does not take the Secret along.
-            created = self._kube.merge_patch(
-                path,
-                {
-                    "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
-                    "stringData": secret["stringData"],
-                },
-            )
+            return None
         return str(created["metadata"]["resourceVersion"])
+
+    def _take_over_secret(self, path: str, secret: Obj) -> str:
+        """The Secret of an earlier claim of this run, not adopted: this claim's token, and
+        back to the ScheduledJob, so deleting that claim's Job does not take the Secret
+        along. Its ``resourceVersion``."""
+        patched = self._kube.merge_patch(
+            path,
+            {
+                "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
+                "stringData": secret["stringData"],
+            },
+        )
+        return str(patched["metadata"]["resourceVersion"])
+
+    def _adopt(
+        self,
+        run: Run,
+        secret_path: str,
+        job_path: str,
+        name: str,
+        run_log: logging.Logger | logs.ContextAdapter,
+    ) -> Adopted | None:
+        """The run's Job of an earlier claim, kept: if it carries the lease the Secret holds
+        and the database takes that lease as genuine for this run (see the module's
+        docstring). None: nothing adopted, nothing changed."""
+        # The operator may not get Secrets (RBAC: create, patch and delete, narrowed to its
+        # lease Secrets by the chart's admission policy): a merge patch that changes
+        # nothing is not written, and answers with the Secret as it is.
+        earlier = _token_of(self._kube.merge_patch(secret_path, {}))
+        try:
+            job = self._kube.get(job_path)
+        except api.ApiError as error:
+            if error.not_found:
+                return None
+            raise
+        metadata = job.get("metadata") or {}
+        if (
+            earlier is None
+            or earlier == run.lease_token
+            or (metadata.get("labels") or {}).get(names.LABEL_RUN_ID) != str(run.id)
+            or names.job_lease_fingerprint(metadata.get("annotations"))
+            != names.lease_fingerprint(str(earlier))
+        ):
+            return None
+        assert run.lease_token is not None
+        try:
+            with closing(self._connect()) as conn:
+                adopted = lease.adopt(conn, lease.Lease(run.id, run.lease_token), earlier)
+        except psycopg.Error as error:
+            raise LaunchDeferred(
+                f"Job {metadata.get('namespace')}/{name} of an earlier claim of run {run.id}"
+                f" could not be adopted: the database did not answer ({error})"
+            ) from None
+        if not adopted:
+            return None
+        run_log.warning(
+            "run %s: kept Job %s/%s of an earlier claim of this run, lost by the database"
+            " (a failover or restore); the run holds that claim's lease again",
+            run.id,
+            metadata.get("namespace"),
+            name,
+        )
+        return Adopted(name, earlier)
 
     def _hand_over(self, handover: _Handover) -> None:
         with self._thread_lock:
@@ -232,6 +322,15 @@ class KubernetesLauncher:
         except api.ApiError as error:
             if not error.not_found:
                 log.warning("could not delete %s: %s", path, error)
+
+
+def _token_of(secret: Obj) -> UUID | None:
+    """The lease token a lease Secret carries; None if it carries none that parses."""
+    encoded = (secret.get("data") or {}).get(names.LEASE_SECRET_KEY)
+    try:
+        return UUID(base64.b64decode(encoded, validate=True).decode()) if encoded else None
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
 
 
 def _failure(error: api.ApiError, doing: str) -> LaunchError | LaunchDeferred:

@@ -119,9 +119,8 @@ class EngineThreads:
         self.last_led: float | None = None
         self.leader_window = metrics.leader_window_seconds(settings.tick.interval_seconds)
         connect = self._connector("pgsched-tick")
-        self.ticker = Ticker(
-            connect, KubernetesLauncher(kube, settings.jobs), settings.tick, clock=clock
-        )
+        launcher = KubernetesLauncher(kube, settings.jobs, connect=self._connector("pgsched-adopt"))
+        self.ticker = Ticker(connect, launcher, settings.tick, clock=clock)
         self.tick_thread = threading.Thread(
             target=self.ticker.run_forever,
             args=(self.stop,),

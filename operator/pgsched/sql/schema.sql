@@ -30,6 +30,24 @@ SET row_security = off;
 CREATE SCHEMA pgsched;
 
 --
+-- Name: adopt_lease(bigint, uuid, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.adopt_lease(run_id bigint, claimed uuid, adopted uuid) RETURNS boolean
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH moved AS (
+        UPDATE pgsched.job_runs AS r
+        SET lease_token = adopted
+        WHERE r.id = run_id AND r.status = 'RUNNING' AND r.lease_token = claimed
+          AND adopted <> claimed AND pgsched.lease_is_genuine(run_id, adopted)
+        RETURNING r.id
+    )
+    SELECT EXISTS (SELECT FROM moved);
+$$;
+
+--
 -- Name: bounded_error(text); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -467,7 +485,7 @@ BEGIN
         RETURN QUERY
         UPDATE pgsched.job_runs AS r
         SET status = 'RUNNING', started_at = coalesce(at, clock_timestamp()),
-            lease_token = gen_random_uuid()
+            lease_token = pgsched.lease_for(r.id, substr(uuid_send(gen_random_uuid()), 9, 8))
         WHERE r.id = ANY(chosen_ids) AND r.status = 'QUEUED'
           AND r.scheduled_for >= first_at AND r.scheduled_for <= last_at
         RETURNING 'claimed'::text, r.id, r.definition_id, r,
@@ -796,9 +814,15 @@ BEGIN
     END IF;
     -- clock_timestamp(), not now(): a claim that waited for this commit must see a
     -- finished_at earlier than its own started_at, or run intervals would seem to overlap.
-    RETURN pgsched.finish_run_pinned(run_id, lease, final_status, final_reason, final_error,
+    FOR attempt IN 1..2 LOOP
+        IF pgsched.finish_run_pinned(run_id, lease, final_status, final_reason, final_error,
                                      final_exit_code, final_retry_hint,
-                                     pg_catalog.clock_timestamp());
+                                     pg_catalog.clock_timestamp()) THEN
+            RETURN true;
+        END IF;
+        EXIT WHEN attempt = 2 OR NOT pgsched.reestablish_claim(run_id, lease);
+    END LOOP;
+    RETURN false;
 END;
 $_$;
 
@@ -844,11 +868,18 @@ $$;
 --
 
 CREATE FUNCTION pgsched.heartbeat(run_id bigint, lease uuid) RETURNS text
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET lock_timeout TO '5s'
     AS $$
-    SELECT pgsched.heartbeat_pinned(run_id, lease, pg_catalog.now());
+DECLARE
+    state text := pgsched.heartbeat_pinned(run_id, lease, pg_catalog.now());
+BEGIN
+    IF state = 'lost' AND pgsched.reestablish_claim(run_id, lease) THEN
+        state := pgsched.heartbeat_pinned(run_id, lease, pg_catalog.now());
+    END IF;
+    RETURN state;
+END;
 $$;
 
 --
@@ -881,6 +912,22 @@ CREATE FUNCTION pgsched.heartbeat_pinned(run_id bigint, lease uuid, at timestamp
 $$;
 
 --
+-- Name: hmac_pad(bytea, integer); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.hmac_pad(key bytea, pad integer) RETURNS bytea
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    -- The key, zero-padded to SHA-256's 64-byte block, each byte XOR pad (0x36 inner,
+    -- 0x5c outer). Keys longer than a block would be hashed first; lease_key's are 32 bytes.
+    SELECT string_agg(set_byte('\x00'::bytea, 0,
+                               CASE WHEN i < length(key) THEN get_byte(key, i) ELSE 0 END # pad),
+                      ''::bytea ORDER BY i)
+    FROM generate_series(0, 63) AS i;
+$$;
+
+--
 -- Name: iso_utc(timestamp with time zone); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -903,17 +950,64 @@ CREATE FUNCTION pgsched.lease_channel(lease uuid) RETURNS text
 $$;
 
 --
+-- Name: lease_for(bigint, bytea); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lease_for(run_id bigint, nonce bytea) RETURNS uuid
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    mac bytea;
+BEGIN
+    IF run_id IS NULL OR nonce IS NULL OR length(nonce) <> 8 THEN
+        RAISE EXCEPTION 'lease_for: a run id and a nonce of 8 bytes are needed (run %, nonce %)',
+            run_id, nonce;
+    END IF;
+    SELECT substr(sha256(k.outer_pad || sha256(k.inner_pad || int8send(run_id) || nonce)), 1, 8)
+    INTO mac
+    FROM pgsched.lease_key AS k;
+    IF mac IS NULL THEN
+        RAISE EXCEPTION 'lease_for: pgsched.lease_key has no key'
+            USING HINT = 'the key is created by migration 0032: run pgsched migrate';
+    END IF;
+    RETURN encode(nonce || mac, 'hex')::uuid;
+END;
+$$;
+
+--
+-- Name: lease_is_genuine(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lease_is_genuine(run_id bigint, lease uuid) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE WHEN run_id IS NULL OR lease IS NULL THEN false
+                ELSE lease = pgsched.lease_for(run_id, substr(uuid_send(lease), 1, 8)) END;
+$$;
+
+--
 -- Name: lease_state(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
 CREATE FUNCTION pgsched.lease_state(run_id bigint, lease uuid) RETURNS text
-    LANGUAGE sql STABLE SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET lock_timeout TO '5s'
     AS $$
-    SELECT coalesce((SELECT CASE WHEN cancel_requested THEN 'cancel_requested' ELSE 'active' END
-                     FROM pgsched.job_runs
-                     WHERE id = run_id AND status = 'RUNNING' AND lease_token = lease), 'lost');
+DECLARE
+    state text;
+BEGIN
+    FOR attempt IN 1..2 LOOP
+        SELECT CASE WHEN r.cancel_requested THEN 'cancel_requested' ELSE 'active' END
+        INTO state
+        FROM pgsched.job_runs AS r
+        WHERE r.id = run_id AND r.status = 'RUNNING' AND r.lease_token = lease;
+        EXIT WHEN FOUND OR attempt = 2 OR NOT pgsched.reestablish_claim(run_id, lease);
+    END LOOP;
+    RETURN coalesce(state, 'lost');
+END;
 $$;
 
 --
@@ -1163,6 +1257,51 @@ END;
 $$;
 
 --
+-- Name: reestablish_claim(bigint, uuid); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.reestablish_claim(run_id bigint, lease uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    definition uuid;
+    pool text;
+    room boolean;
+BEGIN
+    IF NOT pgsched.lease_is_genuine(run_id, lease) THEN
+        RETURN false;
+    END IF;
+    SELECT r.definition_id INTO definition
+    FROM pgsched.job_runs AS r
+    WHERE r.id = run_id AND r.status = 'QUEUED'
+    FOR UPDATE OF r;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pgsched.lock_claim_keys('dispatch', ARRAY[definition::text], 'wait');
+    SELECT NOT l.deleted AND l.running < l.max_concurrent_runs, l.pool
+    INTO room, pool
+    FROM pgsched.dispatch_limits(ARRAY[definition]) AS l;
+    IF room AND pool IS NOT NULL THEN
+        PERFORM pgsched.lock_claim_keys('pool', ARRAY[pool], 'wait');
+        -- A pool that does not exist has no room, as in the claim.
+        SELECT coalesce(bool_and(p.running < p.concurrency_limit), false)
+        INTO room
+        FROM pgsched.pool_counts(ARRAY[pool]) AS p;
+    END IF;
+    IF NOT coalesce(room, false) THEN
+        RETURN false;
+    END IF;
+    UPDATE pgsched.job_runs AS r
+    SET status = 'RUNNING', started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+        lease_token = lease
+    WHERE r.id = run_id AND r.status = 'QUEUED';
+    RETURN FOUND;
+END;
+$$;
+
+--
 -- Name: try_lead(text, double precision); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1206,11 +1345,19 @@ $$;
 --
 
 CREATE FUNCTION pgsched.workload_ended(run_id bigint, lease uuid) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET lock_timeout TO '5s'
     AS $$
-    SELECT pgsched.workload_ended_pinned(run_id, lease, pg_catalog.now());
+BEGIN
+    FOR attempt IN 1..2 LOOP
+        IF pgsched.workload_ended_pinned(run_id, lease, pg_catalog.now()) THEN
+            RETURN true;
+        END IF;
+        EXIT WHEN attempt = 2 OR NOT pgsched.reestablish_claim(run_id, lease);
+    END LOOP;
+    RETURN false;
+END;
 $$;
 
 --
@@ -1435,6 +1582,19 @@ CREATE TABLE pgsched.leader_locks (
     holder_pid integer,
     holder_started timestamp with time zone,
     held_until timestamp with time zone
+);
+
+--
+-- Name: lease_key; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.lease_key (
+    only_row boolean DEFAULT true NOT NULL,
+    key bytea NOT NULL,
+    inner_pad bytea GENERATED ALWAYS AS (pgsched.hmac_pad(key, 54)) STORED NOT NULL,
+    outer_pad bytea GENERATED ALWAYS AS (pgsched.hmac_pad(key, 92)) STORED NOT NULL,
+    CONSTRAINT lease_key_key_check CHECK ((length(key) = 32)),
+    CONSTRAINT lease_key_only_row_check CHECK (only_row)
 );
 
 --
@@ -1697,6 +1857,13 @@ ALTER TABLE ONLY pgsched.job_runs_default
 
 ALTER TABLE ONLY pgsched.leader_locks
     ADD CONSTRAINT leader_locks_pkey PRIMARY KEY (name);
+
+--
+-- Name: lease_key lease_key_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.lease_key
+    ADD CONSTRAINT lease_key_pkey PRIMARY KEY (only_row);
 
 --
 -- Name: notifications notifications_idempotency_key_key; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -2296,6 +2463,12 @@ REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_xact_lock_shared(bigint) FROM 
 REVOKE ALL ON FUNCTION pg_catalog.pg_try_advisory_xact_lock_shared(integer, integer) FROM PUBLIC;
 
 --
+-- Name: FUNCTION adopt_lease(run_id bigint, claimed uuid, adopted uuid); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.adopt_lease(run_id bigint, claimed uuid, adopted uuid) FROM PUBLIC;
+
+--
 -- Name: FUNCTION bounded_error(error text); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2414,6 +2587,12 @@ GRANT ALL ON FUNCTION pgsched.heartbeat(run_id bigint, lease uuid, ignored_at ti
 REVOKE ALL ON FUNCTION pgsched.heartbeat_pinned(run_id bigint, lease uuid, at timestamp with time zone) FROM PUBLIC;
 
 --
+-- Name: FUNCTION hmac_pad(key bytea, pad integer); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.hmac_pad(key bytea, pad integer) FROM PUBLIC;
+
+--
 -- Name: FUNCTION iso_utc(moment timestamp with time zone); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2424,6 +2603,18 @@ REVOKE ALL ON FUNCTION pgsched.iso_utc(moment timestamp with time zone) FROM PUB
 --
 
 REVOKE ALL ON FUNCTION pgsched.lease_channel(lease uuid) FROM PUBLIC;
+
+--
+-- Name: FUNCTION lease_for(run_id bigint, nonce bytea); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lease_for(run_id bigint, nonce bytea) FROM PUBLIC;
+
+--
+-- Name: FUNCTION lease_is_genuine(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lease_is_genuine(run_id bigint, lease uuid) FROM PUBLIC;
 
 --
 -- Name: FUNCTION lease_state(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
@@ -2522,6 +2713,12 @@ REVOKE ALL ON FUNCTION pgsched.record_inserted_runs() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION pgsched.record_run_status_changes() FROM PUBLIC;
+
+--
+-- Name: FUNCTION reestablish_claim(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.reestablish_claim(run_id bigint, lease uuid) FROM PUBLIC;
 
 --
 -- Name: FUNCTION try_lead(lock_name text, hold_seconds double precision); Type: ACL; Schema: pgsched; Owner: -

@@ -29,3 +29,8 @@ SELECT pgsched.workload_ended_pinned(%(run_id)s, %(lease_token)s, %(now)s) AS ma
 
 -- name: listen_for_cancel
 SELECT pgsched.listen_for_cancel(%(run_id)s, %(lease_token)s) AS state;
+
+-- name: adopt_lease
+-- The owner's: the run takes `adopted`, a genuine earlier lease of it that its Job's pod
+-- holds, fenced on the lease it was claimed with (migration 0032).
+SELECT pgsched.adopt_lease(%(run_id)s, %(lease_token)s, %(adopted)s) AS adopted;
