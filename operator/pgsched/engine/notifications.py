@@ -87,7 +87,7 @@ def parse(value: Any, problems: Problems) -> None:
     if inherit is not None and not isinstance(inherit, bool):
         problems.add(
             "spec.notify.inherit",
-            f"must be true or false, got {inherit!r}",
+            f"must be true or false, got {_shown(inherit)}",
             "notify: {inherit: false}  # no notifications, not even the namespace's default",
         )
         return
@@ -132,7 +132,7 @@ def _targets_and_failed_on(
     if failed_on is not None and failed_on not in FAILED_ON:
         problems.add(
             f"{path}.failedOn",
-            f"{failed_on!r} is not one of {', '.join(FAILED_ON)}",
+            f"{_shown(failed_on)} is not one of {', '.join(FAILED_ON)}",
             "failedOn: EachAttempt",
         )
     targets = value.get("targets")
@@ -154,7 +154,7 @@ def _targets_and_failed_on(
         if name is not None and name in seen:
             problems.add(
                 f"{path}.targets[{index}].name",
-                f"{name!r} is named twice",
+                f"{_shown(name)} is named twice",
                 f"name: {name}-2",
             )
         if name is not None:
@@ -175,14 +175,16 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
     if not isinstance(name, str) or not _TARGET_NAME.match(name):
         problems.add(
             f"{path}.name",
-            f"{name!r} is not a target name (lowercase letters, digits and '-', at most 63)",
+            f"{_shown(name)} is not a target name (lowercase letters, digits and '-', at most 63)",
             "name: team-webhook",
         )
         name = None
     kind = target.get("type")
     if kind not in TARGET_TYPES:
         problems.add(
-            f"{path}.type", f"{kind!r} is not one of {', '.join(TARGET_TYPES)}", "type: Webhook"
+            f"{path}.type",
+            f"{_shown(kind)} is not one of {', '.join(TARGET_TYPES)}",
+            "type: Webhook",
         )
     url, url_ref = target.get("url"), target.get("urlSecretRef")
     if (url is None) == (url_ref is None):
@@ -194,7 +196,7 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
     elif url is not None and not valid_url(url):
         problems.add(
             f"{path}.url",
-            f"{url!r} is not an http(s) URL without credentials",
+            f"{_shown(url)} is not an http(s) URL without credentials",
             "url: 'https://hooks.example.com/pgsched'",
         )
     elif url_ref is not None:
@@ -214,10 +216,17 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
     ):
         problems.add(
             f"{path}.events",
-            f"must be a non-empty list of events, each one of {', '.join(EVENTS)}; got {events!r}",
+            f"must be a non-empty list of events, each one of {', '.join(EVENTS)}; got {_shown(events)}",
             "events: [failed, recovered]",
         )
     return name
+
+
+def _shown(value: Any) -> str:
+    """A value quoted in a message, cut at 80 characters: a message reaches a condition,
+    an Event and kubectl's answer, whatever size the input was."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
 
 
 def valid_url(url: Any) -> bool:
@@ -237,10 +246,10 @@ def secret_ref(value: Any, path: str, problems: Problems | None = None) -> Secre
     )
     if not ok:
         if problems is not None:
+            owner = "ScheduledJob" if path.startswith("spec.notify") else "NotificationPolicy"
             problems.add(
                 path,
-                "must be {name, key} of a Secret in the ScheduledJob's (or"
-                " NotificationPolicy's) own namespace",
+                f"must be {{name, key}} of a Secret in the {owner}'s namespace",
                 f"{path.rsplit('.', 1)[-1]}: {{name: pgsched-notify, key: hmac}}",
             )
         return None
