@@ -28,13 +28,13 @@ from db.test_notifications import (
     outbox,
     webhook,
 )
+from devenv.receiver import Receiver
 from factories import define
 from pgsched.db import connection
 from pgsched.engine import notifications
 from pgsched.k8s import finalizers, notificationpolicies, notifier
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.watch import Event
-from receiver import Receiver
 
 KEY_B = b"team-b-signing-key"
 
