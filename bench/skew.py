@@ -103,7 +103,7 @@ def skew(ctx: Context, report: Report) -> None:
             bench.apply([kube.cron_job(f"cron-{i}", "* * * * *") for i in range(due)])
             kube.wait_for_definitions(dsn, idle + due, timeout=600)
             # Measure only minutes that start after everything is in place.
-            first = _next_minute(datetime.now(UTC) + timedelta(seconds=5))
+            first = next_minute(datetime.now(UTC) + timedelta(seconds=5))
             last = first + timedelta(minutes=minutes - 1)
             time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
             all_jobs = _created_by_both(bench, arrivals, first, last, due * minutes, slack=45)
@@ -121,9 +121,9 @@ def skew(ctx: Context, report: Report) -> None:
             arrivals.stop()
             operator.stop()
     ctx.env.drop_databases()
-    ours, theirs = _job_skews(all_jobs, first, last, created=_created_at)
-    seen_ours, seen_theirs = _job_skews(
-        all_jobs, first, last, created=lambda job: _seen_at(arrivals, job)
+    ours, theirs = job_skews(all_jobs, first, last, created=created_at)
+    seen_ours, seen_theirs = job_skews(
+        all_jobs, first, last, created=lambda job: seen_at(arrivals, job)
     )
     report.data["skew"] = {
         "pgsched": ours,
@@ -259,7 +259,7 @@ def _created_by_both(
     deadline = time.monotonic() + slack
     while True:
         all_jobs = bench.jobs()
-        ours, theirs = _job_skews(all_jobs, first, last, created=_created_at)
+        ours, theirs = job_skews(all_jobs, first, last, created=created_at)
         seen = all(job["metadata"]["name"] in arrivals.wall for job in all_jobs)
         if (len(ours) >= expected and len(theirs) >= expected and seen) or (
             time.monotonic() > deadline
@@ -268,7 +268,7 @@ def _created_by_both(
         time.sleep(1.0)
 
 
-def _job_skews(
+def job_skews(
     items: list[dict[str, Any]],
     first: datetime,
     last: datetime,
@@ -293,13 +293,13 @@ def _job_skews(
     return ours, theirs
 
 
-def _seen_at(arrivals: kube.JobArrivals, job: dict[str, Any]) -> datetime:
+def seen_at(arrivals: kube.JobArrivals, job: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp(arrivals.wall[job["metadata"]["name"]], UTC)
 
 
-def _created_at(job: dict[str, Any]) -> datetime:
+def created_at(job: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(job["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
 
 
-def _next_minute(moment: datetime) -> datetime:
+def next_minute(moment: datetime) -> datetime:
     return moment.replace(second=0, microsecond=0) + timedelta(minutes=1)
