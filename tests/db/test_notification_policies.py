@@ -236,6 +236,11 @@ def test_the_controller_stores_the_policy_and_re_renders_the_statuses_that_follo
         described = pgsched("describe", str(run.id), dsn=dsn).out
         assert "oncall (Webhook) from NotificationPolicy default" in described
 
+        # A new URL applies to the next change, and shows on no status: none is patched.
+        patched = len(api.patched)
+        moved = {**hook, "url": receivers["own"].url}
+        controller.handle("p1", policy_event("MODIFIED", [moved], generation=2))
+        assert len(api.patched) == patched
         chat = {"name": "chat", "type": "Slack", "url": receivers["other"].url}
         controller.handle("p1", policy_event("MODIFIED", [hook, chat], generation=2))
         assert api.statuses["follower"]["notifications"]["targets"] == [

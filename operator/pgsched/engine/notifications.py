@@ -379,12 +379,25 @@ class Effective:
 def upsert_policy(
     conn: Connection, namespace: str, notify: Mapping[str, Any], *, now: datetime | None = None
 ) -> bool:
-    """Store a namespace's policy; True if it changed (or is new)."""
+    """Store a namespace's policy; True if what its jobs' statuses show of it changed
+    (``shown``): it is new, or a target, its type or ``failedOn`` changed. A new URL or
+    Secret reference applies all the same, and shows nowhere."""
     row = conn.execute(
         queries.get("upsert_notification_policy"),
         {"namespace": namespace, "notify": json.dumps(notify), "now": now},
     ).fetchone()
-    return row is not None
+    if row is None:
+        return False
+    return row["previous"] is None or shown(row["previous"]) != shown(notify)
+
+
+def shown(notify: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """What a job's status shows of a policy: ``failedOn`` and its targets."""
+    targets = notify.get("targets") or []
+    return (
+        str(notify.get("failedOn") or FAILED_ON[0]),
+        tuple(f"{item['name']} ({item['type']})" for item in targets),
+    )
 
 
 def delete_policy(conn: Connection, namespace: str) -> bool:
@@ -407,8 +420,5 @@ def effective(conn: Connection, definition_id: UUID) -> Effective | None:
     found = None if row is None else row["notify"]
     if not found:
         return None
-    return Effective(
-        source=str(found["source"]),
-        failed_on=str(found["failedOn"]),
-        targets=tuple(f"{item['name']} ({item['type']})" for item in found["targets"]),
-    )
+    failed_on, targets = shown(found)
+    return Effective(source=str(found["source"]), failed_on=failed_on, targets=targets)

@@ -5,7 +5,8 @@ A NotificationPolicy named ``default`` applied or changed → its spec checked
 into ``pgsched.notification_policies``; the database derives the notifications of every
 later change of the namespace's jobs from it (migration 0031), so nothing restarts. The
 jobs whose notifications follow it get their statuses rendered again
-(``status.notifications`` says where theirs come from). Deleted → removed, so its
+(``status.notifications`` says where theirs come from) when what they show of it
+changed — a new URL re-renders none of them. Deleted → removed, so its
 notifications stop with the next change; those jobs re-rendered; pgsched's finalizer
 released (so a deletion while no operator runs is still seen). An invalid policy changes
 nothing stored (the last valid form stays in force, as a Calendar's does); its ``Ready``
@@ -90,8 +91,8 @@ class NotificationPolicies:
             return  # gone, or being deleted: the deletion's event does the rest
         with self._pool.connection() as conn:
             with conn.transaction():
-                changed = notifications.upsert_policy(conn, namespace, notify, now=self._clock())
-            if changed:
+                shown = notifications.upsert_policy(conn, namespace, notify, now=self._clock())
+            if shown:
                 log.info("NotificationPolicy %s/%s stored", namespace, name)
                 self._unrendered.add(namespace)
             self._render_members(conn, namespace)
@@ -138,5 +139,5 @@ class NotificationPolicies:
 
 
 def _summary(notify: dict[str, Any]) -> str:
-    targets = ", ".join(f"{item['name']} ({item['type']})" for item in notify["targets"])
-    return f"the namespace's jobs without spec.notify notify {targets}"
+    _, targets = notifications.shown(notify)
+    return f"the namespace's jobs without spec.notify notify {', '.join(targets)}"

@@ -131,13 +131,17 @@ WHERE NOT EXISTS (SELECT FROM pgsched.job_runs AS r WHERE r.id = m.run_id);
 
 -- name: upsert_notification_policy
 -- A namespace's NotificationPolicy `default` (migration 0031), its validated spec.
--- Returns nothing when the stored form is already this one.
+-- Returns nothing when the stored form is already this one, else the form it replaced
+-- (NULL for a new policy): the statuses to render again depend on what changed.
+WITH previous AS (
+    SELECT notify FROM pgsched.notification_policies WHERE namespace = %(namespace)s
+)
 INSERT INTO pgsched.notification_policies AS p (namespace, notify, updated_at)
 VALUES (%(namespace)s, %(notify)s, coalesce(%(now)s, now()))
 ON CONFLICT (namespace) DO UPDATE
 SET notify = EXCLUDED.notify, version = p.version + 1, updated_at = EXCLUDED.updated_at
 WHERE p.notify IS DISTINCT FROM EXCLUDED.notify
-RETURNING version;
+RETURNING version, (SELECT notify FROM previous) AS previous;
 
 -- name: delete_notification_policy
 DELETE FROM pgsched.notification_policies WHERE namespace = %(namespace)s
