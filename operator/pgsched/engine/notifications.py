@@ -372,8 +372,9 @@ class Effective:
     def summary(self) -> str:
         """One line for people: ``oncall (Webhook), chat (Slack) from NotificationPolicy
         default``."""
-        sent = ", ".join(self.targets) if self.targets else "nothing"
-        return f"{sent} from {self.source}" if self.targets else f"{sent}: {self.source}"
+        if not self.targets:
+            return f"nothing: {self.source}"
+        return f"{', '.join(self.targets)} from {self.source}"
 
 
 def upsert_policy(
