@@ -10,6 +10,7 @@ re-renders the statuses of the jobs that follow it.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -235,6 +236,8 @@ def test_the_controller_stores_the_policy_and_re_renders_the_statuses_that_follo
         assert (ready["status"], ready["reason"]) == ("True", "InForce")
         described = pgsched("describe", str(run.id), dsn=dsn).out
         assert "oncall (Webhook) from NotificationPolicy default" in described
+        as_json = json.loads(pgsched("describe", str(run.id), "-o", "json", dsn=dsn).out)
+        assert as_json["notifications"] == api.statuses["follower"]["notifications"]
 
         # A new URL applies to the next change, and shows on no status: none is patched.
         patched = len(api.patched)

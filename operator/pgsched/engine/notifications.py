@@ -368,6 +368,10 @@ class Effective:
     failed_on: str
     targets: tuple[str, ...]  # "<name> (<type>)"
 
+    def as_json(self) -> dict[str, Any]:
+        """As ``status.notifications`` and ``pgsched describe -o json`` show it."""
+        return {"source": self.source, "failedOn": self.failed_on, "targets": list(self.targets)}
+
     @property
     def summary(self) -> str:
         """One line for people: ``oncall (Webhook), chat (Slack) from NotificationPolicy

@@ -45,6 +45,7 @@ class Facts:
     upstreams: list[chain.UpstreamRun]
     triggered: list[chain.Triggered]
     requested_by: str | None
+    notify: notifications.Effective | None
     lines: list[tuple[str, Value]]
 
 
@@ -78,7 +79,9 @@ def of_run(
         now=now,
         zone=zone,
     )
-    return Facts(run, definition, start, wait, attempts, upstreams, triggered, requested_by, lines)
+    return Facts(
+        run, definition, start, wait, attempts, upstreams, triggered, requested_by, notify, lines
+    )
 
 
 def _lines(

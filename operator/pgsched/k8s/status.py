@@ -156,7 +156,7 @@ def render(
         "lastRunTime": timestamp(last_run.started_at) if last_run else None,
         "lastRun": last,
         "waiting": _waiting(wait, current, now=now),
-        "notifications": _notifications(notify),
+        "notifications": notify.as_json() if notify else None,
         "conditions": carry_transitions(conditions, current, now=now),
         **chain_status,
     }
@@ -282,12 +282,6 @@ def _pool_condition(namespace: str, pool: str, found: bool) -> Obj:
         f"ConcurrencyPool {pool} does not exist in namespace {namespace}; runs stay QUEUED"
         " until it does",
     )
-
-
-def _notifications(notify: notifications.Effective | None) -> Obj | None:
-    if notify is None:
-        return None
-    return {"source": notify.source, "failedOn": notify.failed_on, "targets": list(notify.targets)}
 
 
 def _calendars_condition(namespace: str, calendars: Calendars) -> Obj:
