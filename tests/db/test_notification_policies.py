@@ -261,3 +261,32 @@ def test_the_controller_stores_the_policy_and_re_renders_the_statuses_that_follo
         controller.handle("p1", policy_event("DELETED", [hook, chat], generation=2))
         assert api.statuses["follower"]["notifications"] is None
         assert notifications.effective(conn, follower.id) is None
+
+
+def test_a_null_spec_notify_follows_the_policy_and_inherit_without_one_keeps_its_own(
+    conn, receivers
+):
+    """`notify: null` (a client that kept the null) is no spec.notify: it must not read as
+    an opt-out. `inherit: true` where the namespace has no policy sends its own targets."""
+    policy(conn, "default", webhook(receivers["policy"], "oncall"))
+    nulled = define(conn, "nulled", now=T0, notify=None)
+    assert conn.execute(
+        "SELECT spec->'notify' = 'null'::jsonb AS kept FROM pgsched.job_definitions WHERE id = %s",
+        [nulled.id],
+    ).fetchone()["kept"]
+    alone = define(
+        conn,
+        "alone",
+        namespace="team-c",
+        now=T0,
+        notify={"inherit": True, "targets": [webhook(receivers["own"], "mine")]},
+    )
+    runs = {job.name: fail(conn, job, T0) for job in (nulled, alone)}
+    delivered(conn, secrets=Secrets({**SECRETS, ("team-c", "hooks", "hmac"): KEY}))
+
+    assert received_runs(receivers["policy"]) == [(runs["nulled"].id, "failed")]
+    assert received_runs(receivers["own"]) == [(runs["alone"].id, "failed")]
+    found = notifications.effective(conn, alone.id)
+    assert found is not None and found.targets == ("mine (Webhook)",)
+    assert found.source == "spec.notify (inherit: true, but no NotificationPolicy default)"
+    assert nulled.id in notifications.policy_members(conn, "default")

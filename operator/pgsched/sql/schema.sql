@@ -759,7 +759,7 @@ $$;
 -- Name: effective_notify(jsonb, jsonb); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
-CREATE FUNCTION pgsched.effective_notify(own jsonb, policy jsonb) RETURNS jsonb
+CREATE FUNCTION pgsched.effective_notify(own_notify jsonb, policy jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -796,6 +796,8 @@ CREATE FUNCTION pgsched.effective_notify(own jsonb, policy jsonb) RETURNS jsonb
                            THEN 'spec.notify (inherit: true, but no NotificationPolicy default)'
                            ELSE 'spec.notify and NotificationPolicy default' END)
     END
+    -- A JSON null (`notify: null` stored by a client that kept it) is no spec.notify.
+    FROM (SELECT nullif(own_notify, 'null'::jsonb) AS own) AS o
 $$;
 
 --
@@ -2435,10 +2437,10 @@ REVOKE ALL ON FUNCTION pgsched.drop_expired_run_month(table_name text, lock_wait
 REVOKE ALL ON FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval) FROM PUBLIC;
 
 --
--- Name: FUNCTION effective_notify(own jsonb, policy jsonb); Type: ACL; Schema: pgsched; Owner: -
+-- Name: FUNCTION effective_notify(own_notify jsonb, policy jsonb); Type: ACL; Schema: pgsched; Owner: -
 --
 
-REVOKE ALL ON FUNCTION pgsched.effective_notify(own jsonb, policy jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgsched.effective_notify(own_notify jsonb, policy jsonb) FROM PUBLIC;
 
 --
 -- Name: FUNCTION finish_by(deadline text, scheduled_for timestamp with time zone, zone text); Type: ACL; Schema: pgsched; Owner: -

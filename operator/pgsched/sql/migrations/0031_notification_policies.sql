@@ -31,7 +31,7 @@ CREATE TABLE pgsched.notification_policies (
 );
 REVOKE ALL ON TABLE pgsched.notification_policies FROM PUBLIC;
 
-CREATE FUNCTION pgsched.effective_notify(own jsonb, policy jsonb) RETURNS jsonb
+CREATE FUNCTION pgsched.effective_notify(own_notify jsonb, policy jsonb) RETURNS jsonb
     LANGUAGE sql IMMUTABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -68,6 +68,8 @@ CREATE FUNCTION pgsched.effective_notify(own jsonb, policy jsonb) RETURNS jsonb
                            THEN 'spec.notify (inherit: true, but no NotificationPolicy default)'
                            ELSE 'spec.notify and NotificationPolicy default' END)
     END
+    -- A JSON null (`notify: null` stored by a client that kept it) is no spec.notify.
+    FROM (SELECT nullif(own_notify, 'null'::jsonb) AS own) AS o
 $$;
 REVOKE ALL ON FUNCTION pgsched.effective_notify(jsonb, jsonb) FROM PUBLIC;
 

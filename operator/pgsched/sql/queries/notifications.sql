@@ -153,7 +153,8 @@ RETURNING version;
 SELECT d.id FROM pgsched.job_definitions AS d
 WHERE d.namespace = %(namespace)s
   AND d.deleted_at IS NULL
-  AND (NOT d.spec ? 'notify' OR d.spec -> 'notify' ->> 'inherit' = 'true')
+  AND (coalesce(d.spec -> 'notify', 'null') = 'null'
+       OR d.spec -> 'notify' ->> 'inherit' = 'true')
 ORDER BY d.id;
 
 -- name: effective_notify
