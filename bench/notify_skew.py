@@ -63,7 +63,12 @@ def run(ctx: Context) -> Report:
                 bench.apply(
                     [
                         kube.scheduled_job(
-                            f"due-{i}", "* * * * *", command="exit 3", maxConcurrentRuns=5
+                            f"due-{i}",
+                            "* * * * *",
+                            command="exit 3",
+                            maxConcurrentRuns=5,
+                            # Every failed run's Job stays to be timed (the default keeps 1).
+                            failedRunsHistoryLimit=100,
                         )
                         for i in range(due)
                     ]
