@@ -67,6 +67,7 @@ def run(ctx: Context) -> Report:
                             "* * * * *",
                             command="exit 3",
                             maxConcurrentRuns=5,
+                            retryPolicy={"maxAttempts": 1},
                             # Every failed run's Job stays to be timed (the default keeps 1).
                             failedRunsHistoryLimit=100,
                         )
