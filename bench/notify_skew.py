@@ -22,14 +22,13 @@ own figure, to the microsecond). Reported as hanging / baseline of the same run.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench import kube
 from bench.context import Context
 from bench.report import Report, pyplot, save_plot
-from bench.skew import created_at, job_skews, next_minute, seen_at
+from bench.skew import created_at, job_skews, seen_at, started_skews, wait_for_minutes
 from bench.stats import median, percentile, ratio
 from devenv.receiver import Receiver
 from devenv.waiting import wait_for
@@ -172,14 +171,16 @@ def policy(receiver: Receiver) -> dict[str, Any]:
 
 
 def measure(
-    bench: kube.Cluster, arrivals: kube.JobArrivals, conn: Any, *, due: int, minutes: int
+    bench: kube.Cluster,
+    arrivals: kube.JobArrivals,
+    conn: connection.Connection,
+    *,
+    due: int,
+    minutes: int,
 ) -> dict[str, Any]:
-    """The skews of the due jobs' Jobs over the next ``minutes`` whole minutes that start
-    at least 5 s from now."""
-    first = next_minute(datetime.now(UTC) + timedelta(seconds=5))
-    last = first + timedelta(minutes=minutes - 1)
+    """The skews of the due jobs' Jobs over the next ``minutes`` whole minutes."""
+    first, last = wait_for_minutes(minutes)
     expected = due * minutes
-    time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
     deadline = time.monotonic() + 45
     while True:
         jobs = bench.jobs()
@@ -194,15 +195,7 @@ def measure(
         last,
         created=lambda job: seen_at(arrivals, job),
     )
-    started = [
-        (row["started_at"] - row["scheduled_for"]).total_seconds()
-        for row in conn.execute(
-            "SELECT started_at, scheduled_for FROM pgsched.job_runs"
-            " WHERE trigger = 'schedule' AND started_at IS NOT NULL"
-            " AND scheduled_for BETWEEN %s AND %s",
-            [first, last],
-        )
-    ]
+    started = started_skews(conn, first, last)
     return {
         "created": created,
         "seen": seen_skews,

@@ -102,21 +102,10 @@ def skew(ctx: Context, report: Report) -> None:
             )
             bench.apply([kube.cron_job(f"cron-{i}", "* * * * *") for i in range(due)])
             kube.wait_for_definitions(dsn, idle + due, timeout=600)
-            # Measure only minutes that start after everything is in place.
-            first = next_minute(datetime.now(UTC) + timedelta(seconds=5))
-            last = first + timedelta(minutes=minutes - 1)
-            time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
+            first, last = wait_for_minutes(minutes)
             all_jobs = _created_by_both(bench, arrivals, first, last, due * minutes, slack=45)
             with connection.connect(dsn) as conn:
-                precise = [
-                    (row["started_at"] - row["scheduled_for"]).total_seconds()
-                    for row in conn.execute(
-                        "SELECT started_at, scheduled_for FROM pgsched.job_runs"
-                        " WHERE trigger = 'schedule' AND started_at IS NOT NULL"
-                        " AND scheduled_for BETWEEN %s AND %s",
-                        [first, last],
-                    )
-                ]
+                precise = started_skews(conn, first, last)
         finally:
             arrivals.stop()
             operator.stop()
@@ -242,6 +231,29 @@ def burst(ctx: Context, report: Report) -> None:
         " Job) one by one, after the operator's burst, with the same client class and limits"
     )
     report.floor("burst Jobs/s vs plain client", ratio(ours_rate, plain_rate), 0.8)
+
+
+def wait_for_minutes(minutes: int) -> tuple[datetime, datetime]:
+    """Sleep through the next ``minutes`` whole minutes that start at least 5 s from now
+    (so everything set up before is in place); their first and last minute boundaries."""
+    first = next_minute(datetime.now(UTC) + timedelta(seconds=5))
+    last = first + timedelta(minutes=minutes - 1)
+    time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
+    return first, last
+
+
+def started_skews(conn: connection.Connection, first: datetime, last: datetime) -> list[float]:
+    """``started_at - scheduled_for`` of the scheduled runs due from ``first`` to ``last``:
+    the tick's own figure, on the database clock."""
+    return [
+        (row["started_at"] - row["scheduled_for"]).total_seconds()
+        for row in conn.execute(
+            "SELECT started_at, scheduled_for FROM pgsched.job_runs"
+            " WHERE trigger = 'schedule' AND started_at IS NOT NULL"
+            " AND scheduled_for BETWEEN %s AND %s",
+            [first, last],
+        )
+    ]
 
 
 def _created_by_both(
