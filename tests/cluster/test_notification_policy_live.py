@@ -3,8 +3,9 @@ real receivers.
 
 Namespaces A and B each have a NotificationPolicy ``default`` naming their own receiver
 (signed with the key of their own Secret of the same name) and a failing ScheduledJob
-without spec.notify. A's receiver gets exactly one notification per failed run of A's job,
-each with its own idempotency key; B's receiver gets only B's. The API server refuses a
+without spec.notify; A also has a failing job that opts out (``notify: {inherit: false}``).
+A's receiver gets exactly one notification per failed run of A's job, each with its own
+idempotency key, and none of the opted-out job's; B's receiver gets only B's. The API server refuses a
 policy of another name (the CRD's rule), and the job's status says where its
 notifications come from.
 """
@@ -70,6 +71,7 @@ def test_a_policy_notifies_each_failed_run_of_its_namespace_once_and_no_other_na
         operators.start()
         sj_b = ScheduledJobs(cluster, other, conn)
         sj.apply("failing", FAILING)
+        sj.apply("quiet", {**FAILING, "notify": {"inherit": False}})  # the opt-out
         sj_b.apply("failing", FAILING)
         wait_for(
             lambda: (sj.get("failing").get("status") or {}).get("notifications"),
@@ -84,13 +86,16 @@ def test_a_policy_notifies_each_failed_run_of_its_namespace_once_and_no_other_na
                 lambda runs, n=count: len(runs) == n and runs[-1]["status"] == "FAILED",
                 120,
             )
+        sj.annotate("quiet", "pgsched.dev/run-now", "one")
         sj_b.annotate("failing", "pgsched.dev/run-now", "one")
         wait_for(
             lambda: len(receiver_a.received()) >= 2 and receiver_b.received(),
             120,
             describe="A's two failures and B's one at their receivers",
         )
-        time.sleep(5)  # a duplicate, or a stray of the other namespace, would arrive now
+        sj.wait_runs("quiet", lambda runs: runs and runs[-1]["status"] == "FAILED", 120)
+        time.sleep(5)  # a duplicate, a stray of the other namespace or of quiet: now
+        quiet = sj.get("quiet")["status"]
         status = sj.get("failing")["status"]["notifications"]
         policy = json.loads(
             cluster.kubectl("get", "np", "default", "-n", namespace, "-o", "json").stdout
@@ -105,6 +110,8 @@ def test_a_policy_notifies_each_failed_run_of_its_namespace_once_and_no_other_na
         "failedOn": "FinalAttempt",
         "targets": ["team (Webhook)"],
     }
+    assert quiet["notifications"]["source"] == "none (spec.notify.inherit: false)"
+    assert next(c for c in quiet["conditions"] if c["type"] == "Ready")["status"] == "True"
     [ready] = policy["status"]["conditions"]
     assert (ready["type"], ready["status"]) == ("Ready", "True")
     failed_a = [run["id"] for run in sj.runs("failing")]
@@ -113,6 +120,7 @@ def test_a_policy_notifies_each_failed_run_of_its_namespace_once_and_no_other_na
     assert len({request.headers["Idempotency-Key"] for request in a}) == len(a) == 2
     assert all(r.signed_by(KEYS["a"]) and not r.signed_by(KEYS["b"]) for r in a)
     assert {r.json["scheduledJob"]["namespace"] for r in a} == {namespace}
+    assert {r.json["scheduledJob"]["name"] for r in a} == {"failing"}  # not quiet
     assert len(b) == 1 and b[0].signed_by(KEYS["b"])
     assert b[0].json["scheduledJob"]["namespace"] == other
     assert {r.json["event"] for r in a + b} == {"failed"}
