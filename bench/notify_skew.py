@@ -77,7 +77,7 @@ def run(ctx: Context) -> Report:
                 with connection.connect(dsn) as conn:
                     wait_for(
                         lambda: conn.execute(
-                            "SELECT FROM pgsched.notification_policies"
+                            "SELECT true AS found FROM pgsched.notification_policies"
                         ).fetchone(),
                         60,
                         describe="the NotificationPolicy stored",
@@ -86,7 +86,7 @@ def run(ctx: Context) -> Report:
                     bench.apply([policy(hanging)])
                     wait_for(
                         lambda: conn.execute(
-                            "SELECT FROM pgsched.notification_policies"
+                            "SELECT true AS found FROM pgsched.notification_policies"
                             " WHERE notify->'targets'->0->>'url' = %s",
                             [hanging.url],
                         ).fetchone(),
