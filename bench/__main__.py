@@ -26,6 +26,7 @@ BENCHMARKS = {
     "bloat": "bench.bloat",
     "locks": "bench.locks",
     "skew": "bench.skew",
+    "notify_skew": "bench.notify_skew",
     "footprint": "bench.footprint",
     "history": "bench.history",
     "fleet": "bench.fleet",

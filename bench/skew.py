@@ -102,28 +102,17 @@ def skew(ctx: Context, report: Report) -> None:
             )
             bench.apply([kube.cron_job(f"cron-{i}", "* * * * *") for i in range(due)])
             kube.wait_for_definitions(dsn, idle + due, timeout=600)
-            # Measure only minutes that start after everything is in place.
-            first = _next_minute(datetime.now(UTC) + timedelta(seconds=5))
-            last = first + timedelta(minutes=minutes - 1)
-            time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
+            first, last = wait_for_minutes(minutes)
             all_jobs = _created_by_both(bench, arrivals, first, last, due * minutes, slack=45)
             with connection.connect(dsn) as conn:
-                precise = [
-                    (row["started_at"] - row["scheduled_for"]).total_seconds()
-                    for row in conn.execute(
-                        "SELECT started_at, scheduled_for FROM pgsched.job_runs"
-                        " WHERE trigger = 'schedule' AND started_at IS NOT NULL"
-                        " AND scheduled_for BETWEEN %s AND %s",
-                        [first, last],
-                    )
-                ]
+                precise = started_skews(conn, first, last)
         finally:
             arrivals.stop()
             operator.stop()
     ctx.env.drop_databases()
-    ours, theirs = _job_skews(all_jobs, first, last, created=_created_at)
-    seen_ours, seen_theirs = _job_skews(
-        all_jobs, first, last, created=lambda job: _seen_at(arrivals, job)
+    ours, theirs = job_skews(all_jobs, first, last, created=created_at)
+    seen_ours, seen_theirs = job_skews(
+        all_jobs, first, last, created=lambda job: seen_at(arrivals, job)
     )
     report.data["skew"] = {
         "pgsched": ours,
@@ -244,6 +233,29 @@ def burst(ctx: Context, report: Report) -> None:
     report.floor("burst Jobs/s vs plain client", ratio(ours_rate, plain_rate), 0.8)
 
 
+def wait_for_minutes(minutes: int) -> tuple[datetime, datetime]:
+    """Sleep through the next ``minutes`` whole minutes that start at least 5 s from now
+    (so everything set up before is in place); their first and last minute boundaries."""
+    first = next_minute(datetime.now(UTC) + timedelta(seconds=5))
+    last = first + timedelta(minutes=minutes - 1)
+    time.sleep(max(0.0, (last - datetime.now(UTC)).total_seconds()))
+    return first, last
+
+
+def started_skews(conn: connection.Connection, first: datetime, last: datetime) -> list[float]:
+    """``started_at - scheduled_for`` of the scheduled runs due from ``first`` to ``last``:
+    the tick's own figure, on the database clock."""
+    return [
+        (row["started_at"] - row["scheduled_for"]).total_seconds()
+        for row in conn.execute(
+            "SELECT started_at, scheduled_for FROM pgsched.job_runs"
+            " WHERE trigger = 'schedule' AND started_at IS NOT NULL"
+            " AND scheduled_for BETWEEN %s AND %s",
+            [first, last],
+        )
+    ]
+
+
 def _created_by_both(
     bench: kube.Cluster,
     arrivals: kube.JobArrivals,
@@ -259,7 +271,7 @@ def _created_by_both(
     deadline = time.monotonic() + slack
     while True:
         all_jobs = bench.jobs()
-        ours, theirs = _job_skews(all_jobs, first, last, created=_created_at)
+        ours, theirs = job_skews(all_jobs, first, last, created=created_at)
         seen = all(job["metadata"]["name"] in arrivals.wall for job in all_jobs)
         if (len(ours) >= expected and len(theirs) >= expected and seen) or (
             time.monotonic() > deadline
@@ -268,7 +280,7 @@ def _created_by_both(
         time.sleep(1.0)
 
 
-def _job_skews(
+def job_skews(
     items: list[dict[str, Any]],
     first: datetime,
     last: datetime,
@@ -293,13 +305,13 @@ def _job_skews(
     return ours, theirs
 
 
-def _seen_at(arrivals: kube.JobArrivals, job: dict[str, Any]) -> datetime:
+def seen_at(arrivals: kube.JobArrivals, job: dict[str, Any]) -> datetime:
     return datetime.fromtimestamp(arrivals.wall[job["metadata"]["name"]], UTC)
 
 
-def _created_at(job: dict[str, Any]) -> datetime:
+def created_at(job: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(job["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
 
 
-def _next_minute(moment: datetime) -> datetime:
+def next_minute(moment: datetime) -> datetime:
     return moment.replace(second=0, microsecond=0) + timedelta(minutes=1)

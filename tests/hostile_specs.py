@@ -40,3 +40,69 @@ HOSTILE = {
 HOSTILE_UNANCHORED = (
     "FREQ=SECONDLY;INTERVAL=7;BYMONTH=12;BYMONTHDAY=31;BYHOUR=3;BYMINUTE=5;BYSECOND=9"
 )
+
+# Hostile NotificationPolicies (name, spec) and the line of the refusal each must get: at
+# apply (the CRD's schema or the admission webhook) and from the controller, which stores
+# nothing of them (tests/unit/test_notification_policy.py). A policy reaches only its own
+# namespace's jobs and Secrets: there is no field to name another namespace.
+_HOOK = {
+    "name": "oncall",
+    "type": "Webhook",
+    "url": "https://alerts.example.com/pgsched",
+    "signingSecretRef": {"name": "pgsched-notify", "key": "hmac"},
+}
+HOSTILE_POLICIES = {
+    "another-name": (
+        ("team-a", {"targets": [_HOOK]}),
+        "metadata.name: 'team-a': a namespace has one NotificationPolicy, named default",
+    ),
+    "secret-of-another-namespace": (
+        (
+            "default",
+            {
+                "targets": [
+                    {
+                        **_HOOK,
+                        "signingSecretRef": {
+                            "name": "pgsched-notify",
+                            "key": "hmac",
+                            "namespace": "kube-system",
+                        },
+                    }
+                ]
+            },
+        ),
+        "spec.targets[0].signingSecretRef: must be {name, key} of a Secret in the"
+        " NotificationPolicy's namespace",
+    ),
+    "namespace-field": (
+        ("default", {"targets": [_HOOK], "namespace": "team-b"}),
+        "spec.namespace: unknown field; known fields are failedOn, targets",
+    ),
+    "credentials-in-url": (
+        ("default", {"targets": [{**_HOOK, "url": "https://user:pw@alerts.example.com/"}]}),
+        "spec.targets[0].url: 'https://user:pw@alerts.example.com/' is not an http(s) URL"
+        " without credentials",
+    ),
+    "url-of-a-megabyte": (
+        ("default", {"targets": [{**_HOOK, "url": "https://a.example/" + "x" * 1_000_000}]}),
+        "spec.targets[0].url: ",
+    ),
+    "a-thousand-targets": (
+        ("default", {"targets": [{**_HOOK, "name": f"t{i}"} for i in range(1000)]}),
+        "spec.targets: names 1000 targets, at most 10",
+    ),
+    "no-targets": (
+        ("default", {"failedOn": "EachAttempt"}),
+        "spec.targets: must be a non-empty list of targets",
+    ),
+    "targets-not-a-list": (
+        ("default", {"targets": {"oncall": _HOOK}}),
+        "spec.targets: must be a non-empty list of targets",
+    ),
+    "unsigned-webhook": (
+        ("default", {"targets": [{k: v for k, v in _HOOK.items() if k != "signingSecretRef"}]}),
+        "spec.targets[0].signingSecretRef: is required for a Webhook target",
+    ),
+    "not-an-object": (("default", ["oncall"]), "spec: must be an object"),
+}

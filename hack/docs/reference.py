@@ -1,12 +1,14 @@
 """Generate the reference sections of ``docs/configuration.md`` from their sources.
 
-Three sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
+Four sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
 ``<!-- END GENERATED: name -->`` markers, so the prose around them stays hand-written:
 
 - ``crd``: every field of the ScheduledJob spec, from ``crds/scheduledjobs.pgsched.dev.yaml``
   (type, default, allowed values, description), stopping at ``jobTemplate`` (a batch/v1
   JobTemplateSpec, documented by Kubernetes);
 - ``pool``: every field of the ConcurrencyPool spec, from ``crds/concurrencypools.pgsched.dev.yaml``;
+- ``policy``: every field of the NotificationPolicy spec, from
+  ``crds/notificationpolicies.pgsched.dev.yaml``;
 - ``values``: every Helm value, from ``charts/pgsched/values.yaml`` — its default and the
   comment block above it (``# -- text`` or plain ``# text``) — once the chart exists.
 
@@ -34,6 +36,7 @@ DOC = ROOT / "docs" / "configuration.md"
 DOCS = (DOC,)
 CRD = ROOT / "crds" / "scheduledjobs.pgsched.dev.yaml"
 POOL_CRD = ROOT / "crds" / "concurrencypools.pgsched.dev.yaml"
+POLICY_CRD = ROOT / "crds" / "notificationpolicies.pgsched.dev.yaml"
 VALUES = ROOT / "charts" / "pgsched" / "values.yaml"
 _SECTION = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[a-z]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
@@ -161,6 +164,7 @@ def render(doc: str) -> str:
     generators = {
         "crd": crd_section,
         "pool": lambda: crd_section(POOL_CRD),
+        "policy": lambda: crd_section(POLICY_CRD),
         "values": values_section,
     }
 

@@ -79,6 +79,7 @@ __all__ = [
     "FieldError",
     "SpecError",
     "calendar",
+    "notification_policy",
     "parse",
     "pool_limit",
 ]  # the errors are validation's, named here too
@@ -551,6 +552,23 @@ def calendar(spec: Any, ics_texts: Mapping[str, str]) -> dict[str, Any]:
     :class:`SpecError` naming every bad field; the controller and the admission webhook
     both call it (the webhook without the iCalendar texts, which it does not read)."""
     return calendars.resolve(spec, ics_texts)
+
+
+def notification_policy(name: Any, spec: Any) -> dict[str, Any]:
+    """A NotificationPolicy's spec, as its namespace's jobs use it (the shape of a
+    ``spec.notify``). Raises :class:`SpecError` naming every bad field; the controller and
+    the admission webhook both call it. Only the policy named ``default`` is in force (one
+    per namespace, found without a selector or a ranking), so any other name is refused."""
+    problems = Problems()
+    if name != notifications.POLICY_NAME:
+        problems.add(
+            "metadata.name",
+            f"{name!r}: a namespace has one NotificationPolicy, named {notifications.POLICY_NAME}",
+            f"metadata: {{name: {notifications.POLICY_NAME}}}",
+        )
+    notifications.parse_policy(spec, problems)
+    problems.raise_if_any(SpecError)
+    return dict(spec)
 
 
 def _after(check: _Checker) -> tuple[chain.Upstream, ...]:

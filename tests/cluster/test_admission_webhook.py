@@ -202,7 +202,7 @@ def test_concurrency_pools_go_through_the_webhook_too(operators, cluster, namesp
         for rule in item["rules"]
         for resource in rule["resources"]
     }
-    assert resources == {"scheduledjobs", "concurrencypools", "calendars"}
+    assert resources == {"scheduledjobs", "concurrencypools", "calendars", "notificationpolicies"}
     pool = {"limit": 2}
     for _ in range(2):
         applied = apply(cluster, namespace, "warehouse", pool, kind="ConcurrencyPool")

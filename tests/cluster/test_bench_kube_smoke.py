@@ -3,7 +3,8 @@
 Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every comparison were
 measured (pgsched and CronJob, the operator and a plain client, the operator with and
 without ScheduledJobs, each fleet size), not the figures, which mean nothing at this scale
-on a shared machine. The real runs are ``python -m bench skew footprint fleet stampede``.
+on a shared machine. The real runs are
+``python -m bench skew notify_skew footprint fleet stampede``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ def test_skew_times_pgsched_and_cronjob_jobs_and_a_burst_against_a_plain_client(
     burst = next(row for row in report.rows if row["measure"].startswith("burst"))
     assert burst["pgsched"] > 0 and burst["baseline"] > 0
     assert json.loads((ctx.out_dir / "skew.json").read_text())["floors"]
+
+
+def test_notify_skew_times_the_same_jobs_with_the_receiver_answering_then_hanging(
+    ctx: Context,
+) -> None:
+    report = cli.run_one("notify_skew", ctx)
+    for arm in ("baseline", "hanging"):
+        started = report.data[arm]["started"]
+        assert started and all(finite(value) for value in started), arm
+        assert report.data[arm]["created"], arm
+    # Kubernetes timestamps have whole seconds (a 0 / 0 ratio is NaN); the database's do not.
+    precise = [row for row in report.rows if "started_at" in row["measure"]]
+    assert precise and all(finite(row["ratio"]) for row in precise)
+    assert "the hanging one 0 " not in report.notes[-1], "the hanging receiver was reached"
+    assert (ctx.out_dir / "notify_skew.png").is_file() and report.floors
 
 
 def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(ctx: Context) -> None:

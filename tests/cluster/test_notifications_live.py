@@ -13,10 +13,10 @@ import time
 
 import pytest
 
+from devenv.receiver import Receiver
 from devenv.waiting import wait_for
 from plugins.cluster import create_namespace
 from plugins.operator import ScheduledJobs, busybox, create_job_dsn_secret
-from receiver import Receiver
 
 pytestmark = pytest.mark.cluster
 

@@ -33,6 +33,7 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "pgsched"
 SJ = "scheduledjobs.pgsched.dev"
 POOLS = "concurrencypools.pgsched.dev"
 CALENDARS = "calendars.pgsched.dev"
+POLICIES = "notificationpolicies.pgsched.dev"
 
 # Every permission the operator uses (see charts/pgsched/templates/rbac.yaml for why).
 USED = [
@@ -52,6 +53,11 @@ USED = [
     ("watch", CALENDARS, ""),
     ("patch", CALENDARS, ""),
     ("patch", CALENDARS, "status"),
+    ("get", POLICIES, ""),
+    ("list", POLICIES, ""),
+    ("watch", POLICIES, ""),
+    ("patch", POLICIES, ""),
+    ("patch", POLICIES, "status"),
     # a Calendar's ics.configMapRef (its own namespace), read by name: never listed or watched
     ("get", "configmaps", ""),
     ("create", "jobs.batch", ""),
@@ -92,6 +98,8 @@ FORBIDDEN_EVERYWHERE = [
     ("patch", "configmaps", ""),
     ("create", CALENDARS, ""),
     ("delete", CALENDARS, ""),
+    ("create", POLICIES, ""),
+    ("delete", POLICIES, ""),
     ("create", "deployments.apps", ""),
     ("create", "serviceaccounts", "token"),
     ("create", "roles.rbac.authorization.k8s.io", ""),

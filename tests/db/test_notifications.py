@@ -1,5 +1,5 @@
 """Notifications: derived in the database with the change that causes them, delivered by
-the notifier to a real HTTP receiver (tests/receiver.py), at least once, each with its
+the notifier to a real HTTP receiver (devenv/receiver.py), at least once, each with its
 idempotency key, in order per ScheduledJob and target, within bounds no receiver can
 stretch.
 
@@ -20,13 +20,13 @@ import pytest
 
 from cli_runner import pgsched
 from db.test_publisher_turns import Api
+from devenv.receiver import Receiver
 from factories import RecordingLauncher, define
 from pgsched import metrics
 from pgsched.db import connection
 from pgsched.engine import deadlines, dispatch, lease, materialize, notifications, runs, settle
 from pgsched.k8s import notifier
 from pgsched.k8s.publisher import Publisher
-from receiver import Receiver
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 KEY = b"team-a-signing-key"

@@ -117,7 +117,12 @@ def test_the_handlers_answer_with_an_admission_error_or_let_the_request_through(
     failure of the check itself allows the request, as failurePolicy Ignore would."""
     registry = webhook.registry()
     handlers = {handler.id: handler.fn for handler in registry._webhooks.get_all_handlers()}
-    assert set(handlers) == {"scheduledjobs", "concurrencypools", "calendars"}
+    assert set(handlers) == {
+        "scheduledjobs",
+        "concurrencypools",
+        "calendars",
+        "notificationpolicies",
+    }
     bad = job({"schedule": "61 * * * *"})
     with pytest.raises(kopf.AdmissionError) as error:
         handlers["scheduledjobs"](body=kopf.Body(bad), old=None)

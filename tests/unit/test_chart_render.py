@@ -246,6 +246,7 @@ def test_chart_crds_are_the_repository_crds_byte_for_byte():
     assert names == [
         "calendars.pgsched.dev.yaml",
         "concurrencypools.pgsched.dev.yaml",
+        "notificationpolicies.pgsched.dev.yaml",
         "scheduledjobs.pgsched.dev.yaml",
     ]
     assert sorted(path.name for path in CHART_CRDS.glob("*.yaml")) == names
@@ -272,7 +273,8 @@ def test_rendered_crds_are_the_repository_crds_plus_labels_and_the_keep_policy(h
         assert crd["spec"] == original["spec"]
         assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
         assert original["metadata"]["labels"].items() <= crd["metadata"]["labels"].items()
-    assert len(unkept) == 3 and all("annotations" not in crd["metadata"] for crd in unkept)
+    assert len(unkept) == len(originals)
+    assert all("annotations" not in crd["metadata"] for crd in unkept)
     assert without == []
 
 
@@ -607,6 +609,7 @@ def test_the_webhook_is_on_by_default_fails_open_quickly_and_covers_the_watched_
         ["scheduledjobs"],
         ["concurrencypools"],
         ["calendars"],
+        ["notificationpolicies"],
     ]
     for hook in hooks:
         assert hook["failurePolicy"] == "Ignore"

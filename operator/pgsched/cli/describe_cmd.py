@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
                     else None
                 ),
                 "start": _start_json(facts.start),
+                "notifications": facts.notify.as_json() if facts.notify else None,
             }
         )
         return 0

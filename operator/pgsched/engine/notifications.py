@@ -15,6 +15,7 @@ delivery whose lease ran out (and was claimed again elsewhere) changes nothing.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,15 +33,19 @@ EVENTS = ("failed", "retried", "autoSuspended", "skipped", "recovered", "deadlin
 TARGET_TYPES = ("Webhook", "Slack", "CloudEvents")
 FAILED_ON = ("FinalAttempt", "EachAttempt")
 MAX_TARGETS = 10
+# The one NotificationPolicy of a namespace that its jobs use (migration 0031).
+POLICY_NAME = "default"
 MAX_URL_LENGTH = 2048
 _TARGET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 _URL = re.compile(r"^https?://[^\s/?#@]+(/[^\s]*)?$")
-_EXAMPLE = (
-    "notify: {targets: [{name: team, type: Webhook, url: 'https://hooks.example.com/pgsched',"
-    " signingSecretRef: {name: pgsched-notify, key: hmac}}]}"
+_TARGET_EXAMPLE = (
+    "{name: team, type: Webhook, url: 'https://hooks.example.com/pgsched',"
+    " signingSecretRef: {name: pgsched-notify, key: hmac}}"
 )
+_EXAMPLE = f"notify: {{targets: [{_TARGET_EXAMPLE}]}}"
+_POLICY_EXAMPLE = f"spec: {{targets: [{_TARGET_EXAMPLE}]}}"
 
 
 @dataclass(frozen=True)
@@ -68,36 +73,88 @@ class Claimed:
 
 
 def parse(value: Any, problems: Problems) -> None:
-    """Check ``spec.notify``, adding a problem per bad field (the trigger reads it as is)."""
+    """Check a ScheduledJob's ``spec.notify``, adding a problem per bad field (the trigger
+    reads it as is). Besides the targets it may say how it relates to its namespace's
+    NotificationPolicy: ``inherit: true`` adds the policy's targets, ``inherit: false``
+    without targets opts out of it (docs/notifications.md, "A namespace's default")."""
     if value is None:
         return
     if not isinstance(value, Mapping):
         problems.add("spec.notify", "must be an object", _EXAMPLE)
         return
-    _unknown(value, {"failedOn", "targets"}, "spec.notify", problems)
+    _unknown(value, {"failedOn", "targets", "inherit"}, "spec.notify", problems)
+    inherit = value.get("inherit")
+    if inherit is not None and not isinstance(inherit, bool):
+        problems.add(
+            "spec.notify.inherit",
+            f"must be true or false, got {_shown(inherit)}",
+            "notify: {inherit: false}  # no notifications, not even the namespace's default",
+        )
+        return
+    if inherit is False and "targets" not in value:
+        if "failedOn" in value:
+            problems.add(
+                "spec.notify.failedOn",
+                "has no effect: inherit: false without targets means no notifications",
+                "notify: {inherit: false}",
+            )
+        return
+    _targets_and_failed_on(
+        value,
+        "spec.notify",
+        problems,
+        optional=inherit is True,
+        example=_EXAMPLE,
+        alternative=" (or inherit: false, to send none)",
+    )
+
+
+def parse_policy(value: Any, problems: Problems) -> None:
+    """Check a NotificationPolicy's ``spec``: the targets and ``failedOn`` of a
+    ``spec.notify``, which the namespace's jobs without one use."""
+    if not isinstance(value, Mapping):
+        problems.add("spec", "must be an object", _POLICY_EXAMPLE)
+        return
+    _unknown(value, {"failedOn", "targets"}, "spec", problems, example=_POLICY_EXAMPLE)
+    _targets_and_failed_on(value, "spec", problems, optional=False, example=_POLICY_EXAMPLE)
+
+
+def _targets_and_failed_on(
+    value: Mapping[str, Any],
+    path: str,
+    problems: Problems,
+    *,
+    optional: bool,
+    example: str,
+    alternative: str = "",
+) -> None:
     failed_on = value.get("failedOn")
     if failed_on is not None and failed_on not in FAILED_ON:
         problems.add(
-            "spec.notify.failedOn",
-            f"{failed_on!r} is not one of {', '.join(FAILED_ON)}",
+            f"{path}.failedOn",
+            f"{_shown(failed_on)} is not one of {', '.join(FAILED_ON)}",
             "failedOn: EachAttempt",
         )
     targets = value.get("targets")
+    if optional and targets is None:
+        return
     if not isinstance(targets, list) or not targets:
-        problems.add("spec.notify.targets", "must be a non-empty list of targets", _EXAMPLE)
+        problems.add(
+            f"{path}.targets", f"must be a non-empty list of targets{alternative}", example
+        )
         return
     if len(targets) > MAX_TARGETS:
         problems.add(
-            "spec.notify.targets", f"names {len(targets)} targets, at most {MAX_TARGETS}", _EXAMPLE
+            f"{path}.targets", f"names {len(targets)} targets, at most {MAX_TARGETS}", example
         )
         return
     seen: set[str] = set()
     for index, target in enumerate(targets):
-        name = _target(target, f"spec.notify.targets[{index}]", problems)
+        name = _target(target, f"{path}.targets[{index}]", problems)
         if name is not None and name in seen:
             problems.add(
-                f"spec.notify.targets[{index}].name",
-                f"{name!r} is named twice",
+                f"{path}.targets[{index}].name",
+                f"{_shown(name)} is named twice",
                 f"name: {name}-2",
             )
         if name is not None:
@@ -118,14 +175,16 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
     if not isinstance(name, str) or not _TARGET_NAME.match(name):
         problems.add(
             f"{path}.name",
-            f"{name!r} is not a target name (lowercase letters, digits and '-', at most 63)",
+            f"{_shown(name)} is not a target name (lowercase letters, digits and '-', at most 63)",
             "name: team-webhook",
         )
         name = None
     kind = target.get("type")
     if kind not in TARGET_TYPES:
         problems.add(
-            f"{path}.type", f"{kind!r} is not one of {', '.join(TARGET_TYPES)}", "type: Webhook"
+            f"{path}.type",
+            f"{_shown(kind)} is not one of {', '.join(TARGET_TYPES)}",
+            "type: Webhook",
         )
     url, url_ref = target.get("url"), target.get("urlSecretRef")
     if (url is None) == (url_ref is None):
@@ -137,7 +196,7 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
     elif url is not None and not valid_url(url):
         problems.add(
             f"{path}.url",
-            f"{url!r} is not an http(s) URL without credentials",
+            f"{_shown(url)} is not an http(s) URL without credentials",
             "url: 'https://hooks.example.com/pgsched'",
         )
     elif url_ref is not None:
@@ -157,10 +216,17 @@ def _target(target: Any, path: str, problems: Problems) -> str | None:
     ):
         problems.add(
             f"{path}.events",
-            f"must be a non-empty list of events, each one of {', '.join(EVENTS)}; got {events!r}",
+            f"must be a non-empty list of events, each one of {', '.join(EVENTS)}; got {_shown(events)}",
             "events: [failed, recovered]",
         )
     return name
+
+
+def _shown(value: Any) -> str:
+    """A value quoted in a message, cut at 80 characters: a message reaches a condition,
+    an Event and kubectl's answer, whatever size the input was."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
 
 
 def valid_url(url: Any) -> bool:
@@ -180,22 +246,30 @@ def secret_ref(value: Any, path: str, problems: Problems | None = None) -> Secre
     )
     if not ok:
         if problems is not None:
+            owner = "ScheduledJob" if path.startswith("spec.notify") else "NotificationPolicy"
             problems.add(
                 path,
-                "must be {name, key} of a Secret in the ScheduledJob's namespace",
+                f"must be {{name, key}} of a Secret in the {owner}'s namespace",
                 f"{path.rsplit('.', 1)[-1]}: {{name: pgsched-notify, key: hmac}}",
             )
         return None
     return SecretRef(str(value["name"]), str(value["key"]))
 
 
-def _unknown(source: Mapping[str, Any], known: set[str], path: str, problems: Problems) -> None:
+def _unknown(
+    source: Mapping[str, Any],
+    known: set[str],
+    path: str,
+    problems: Problems,
+    *,
+    example: str = _EXAMPLE,
+) -> None:
     for key in source:
         if key not in known:
             problems.add(
                 f"{path}.{key}",
                 f"unknown field; known fields are {', '.join(sorted(known))}",
-                _EXAMPLE,
+                example,
             )
 
 
@@ -280,3 +354,76 @@ def dead_counts(conn: Connection) -> dict[str, int]:
 
 def of_run(conn: Connection, run_id: int) -> list[dict[str, Any]]:
     return list(conn.execute(queries.get("notifications_of_run"), {"run_id": run_id}).fetchall())
+
+
+# -- A namespace's default (migration 0031) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Effective:
+    """What a job's changes notify, computed in the database (``pgsched.effective_notify``,
+    the trigger's own function) from its spec.notify and its namespace's policy."""
+
+    source: str  # e.g. "NotificationPolicy default", "spec.notify"
+    failed_on: str
+    targets: tuple[str, ...]  # "<name> (<type>)"
+
+    def as_json(self) -> dict[str, Any]:
+        """As ``status.notifications`` and ``pgsched describe -o json`` show it."""
+        return {"source": self.source, "failedOn": self.failed_on, "targets": list(self.targets)}
+
+    @property
+    def summary(self) -> str:
+        """One line for people: ``oncall (Webhook), chat (Slack) from NotificationPolicy
+        default``."""
+        if not self.targets:
+            return f"nothing: {self.source}"
+        return f"{', '.join(self.targets)} from {self.source}"
+
+
+def upsert_policy(
+    conn: Connection, namespace: str, notify: Mapping[str, Any], *, now: datetime | None = None
+) -> bool:
+    """Store a namespace's policy; True if what its jobs' statuses show of it changed
+    (``shown``): it is new, or a target, its type or ``failedOn`` changed. A new URL or
+    Secret reference applies all the same, and shows nowhere."""
+    row = conn.execute(
+        queries.get("upsert_notification_policy"),
+        {"namespace": namespace, "notify": json.dumps(notify), "now": now},
+    ).fetchone()
+    if row is None:
+        return False
+    return row["previous"] is None or shown(row["previous"]) != shown(notify)
+
+
+def shown(notify: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """What a job's status shows of a policy: ``failedOn`` and its targets."""
+    targets = notify.get("targets") or []
+    return (
+        str(notify.get("failedOn") or FAILED_ON[0]),
+        tuple(f"{item['name']} ({item['type']})" for item in targets),
+    )
+
+
+def delete_policy(conn: Connection, namespace: str) -> bool:
+    """Forget a namespace's policy; True if one was stored."""
+    row = conn.execute(
+        queries.get("delete_notification_policy"), {"namespace": namespace}
+    ).fetchone()
+    return row is not None
+
+
+def policy_members(conn: Connection, namespace: str) -> list[UUID]:
+    """The live jobs whose notifications follow the namespace's policy."""
+    rows = conn.execute(queries.get("notification_policy_members"), {"namespace": namespace})
+    return [row["id"] for row in rows]
+
+
+def effective(conn: Connection, definition_id: UUID) -> Effective | None:
+    """None: the job notifies nothing, and nothing says it (no spec.notify, no policy)."""
+    row = conn.execute(queries.get("effective_notify"), {"definition_id": definition_id}).fetchone()
+    found = None if row is None else row["notify"]
+    if not found:
+        return None
+    failed_on, targets = shown(found)
+    return Effective(source=str(found["source"]), failed_on=failed_on, targets=targets)

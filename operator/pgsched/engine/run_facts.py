@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from pgsched import wording
 from pgsched.db import queries
-from pgsched.engine import chain, deadlines, parameters, runs, starts, waits
+from pgsched.engine import chain, deadlines, notifications, parameters, runs, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class Facts:
     upstreams: list[chain.UpstreamRun]
     triggered: list[chain.Triggered]
     requested_by: str | None
+    notify: notifications.Effective | None
     lines: list[tuple[str, Value]]
 
 
@@ -63,6 +64,7 @@ def of_run(
     triggered = chain.triggered(conn, [run.id]).get(run.id, [])
     requested_by = runs.requested_by(conn, run)
     finish_by = deadlines.finish_by(conn, [run.id]).get(run.id)
+    notify = notifications.effective(conn, definition.id)
     lines = _lines(
         run,
         definition,
@@ -73,10 +75,13 @@ def of_run(
         triggered=triggered,
         requested_by=requested_by,
         finish_by=finish_by,
+        notify=notify,
         now=now,
         zone=zone,
     )
-    return Facts(run, definition, start, wait, attempts, upstreams, triggered, requested_by, lines)
+    return Facts(
+        run, definition, start, wait, attempts, upstreams, triggered, requested_by, notify, lines
+    )
 
 
 def _lines(
@@ -90,6 +95,7 @@ def _lines(
     triggered: list[chain.Triggered],
     requested_by: str | None,
     finish_by: deadlines.FinishBy | None,
+    notify: notifications.Effective | None,
     now: datetime,
     zone: ZoneInfo,
 ) -> list[tuple[str, Value]]:
@@ -130,6 +136,8 @@ def _lines(
         ("Jittered start", run.not_before),
         ("Starting deadline", run.deadline_at),
         ("Finish by", _finish_by(run, finish_by, zone)),
+        # The job's configuration now (a change notifies what is in force when it happens).
+        ("Notifications", notify.summary if notify else None),
         ("Started", run.started_at),
         *starts.described(run, start),
         ("Last heartbeat", run.heartbeat_at),

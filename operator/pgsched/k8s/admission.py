@@ -1,6 +1,6 @@
 """What the admission webhook decides: the controller's own validation, at ``kubectl apply``.
 
-A ScheduledJob, ConcurrencyPool or Calendar the controller would mark ``Ready=False`` is refused
+A ScheduledJob, ConcurrencyPool, Calendar or NotificationPolicy the controller would mark ``Ready=False`` is refused
 when it is applied, with the very message the condition would carry (``spec.parse`` and
 ``spec.pool_limit`` are the one code path; ``webhook`` only carries the answer to the API
 server). Three rules keep the webhook from refusing what the controller accepts:
@@ -65,6 +65,14 @@ def check_calendar(new: Obj, old: Obj | None) -> None:
     if old is not None and _unchanged(spec, old):
         return
     spec_module.calendar(spec or {}, {})
+
+
+def check_notification_policy(new: Obj, old: Obj | None) -> None:
+    """Raise ``spec.SpecError`` if the controller would refuse the NotificationPolicy ``new``."""
+    spec = new.get("spec")
+    if old is not None and _unchanged(spec, old):
+        return
+    spec_module.notification_policy((new.get("metadata") or {}).get("name"), spec)
 
 
 def _unchanged(spec: Any, old: Obj) -> bool:

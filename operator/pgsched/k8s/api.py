@@ -412,6 +412,11 @@ def calendar_path(namespace: str, name: str, subresource: str | None = None) -> 
     return _ours(names.CALENDAR_PLURAL, namespace, name, subresource)
 
 
+def notification_policy_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    """The API path of a NotificationPolicy (or of its ``status`` subresource)."""
+    return _ours(names.NOTIFICATION_POLICY_PLURAL, namespace, name, subresource)
+
+
 def _ours(plural: str, namespace: str, name: str, subresource: str | None) -> str:
     return path_of(
         group=names.GROUP,

@@ -30,9 +30,9 @@ from pgsched import spec as spec_module
 from pgsched.db import clock
 from pgsched.engine import calendars
 from pgsched.k8s import api, controller, finalizers
+from pgsched.k8s import ready as ready_condition
 from pgsched.k8s.names import Obj
 from pgsched.k8s.publisher import Publisher
-from pgsched.k8s.status import carry_transitions
 from pgsched.k8s.watch import Event
 from pgsched.schedule import calendars as calendar_days
 from pgsched.validation import Problems
@@ -157,27 +157,15 @@ class Calendars:
 
     def _write_status(self, body: Obj, *, ready: bool, reason: str, message: str) -> None:
         meta = body["metadata"]
-        condition = {
-            "type": "Ready",
-            "status": "True" if ready else "False",
-            "reason": reason,
-            "message": message,
-        }
-        current = body.get("status") or {}
-        new = {
-            "observedGeneration": meta.get("generation"),
-            "conditions": carry_transitions([condition], current, now=self._now()),
-        }
-        if {key: current.get(key) for key in new} == new:
-            return
-        try:
-            self._kube.merge_patch(
-                api.calendar_path(meta["namespace"], meta["name"], subresource="status"),
-                {"status": new},
-            )
-        except api.ApiError as error:
-            if not error.not_found:
-                raise
+        ready_condition.write(
+            self._kube,
+            api.calendar_path(meta["namespace"], meta["name"], subresource="status"),
+            body,
+            ready=ready,
+            reason=reason,
+            message=message,
+            now=self._now(),
+        )
 
     def _now(self) -> datetime:
         return self._clock() or clock.local()

@@ -20,6 +20,7 @@ KIND = "ScheduledJob"
 API_VERSION = f"{GROUP}/{VERSION}"
 POOL_PLURAL = "concurrencypools"
 CALENDAR_PLURAL = "calendars"
+NOTIFICATION_POLICY_PLURAL = "notificationpolicies"
 
 LABEL_RUN_ID = f"{GROUP}/run-id"
 LABEL_SCHEDULED_JOB = f"{GROUP}/scheduledjob"

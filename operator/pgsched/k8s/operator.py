@@ -7,8 +7,8 @@ schedule safely. Then, on every replica:
 - controllers (``controller``: a list-then-watch per namespace feeding a bounded work
   queue, served by worker threads) follow ScheduledJobs (``scheduledjobs``: synced into
   the database, then finalizer, status and Event written by their own workers), our Jobs
-  (``jobevents``: outcomes), ConcurrencyPools (``concurrencypools``) and Calendars
-  (``calendars``). Every replica
+  (``jobevents``: outcomes), ConcurrencyPools (``concurrencypools``), Calendars
+  (``calendars``) and NotificationPolicies (``notificationpolicies``). Every replica
   handles every event; each handling is idempotent;
 - the tick thread runs the engine loop; one replica leads each tick (``engine.leader``);
 - the publisher thread runs the operator's services (``engine.loop``): the run-events
@@ -63,6 +63,7 @@ from pgsched.k8s import (
     health,
     jobevents,
     names,
+    notificationpolicies,
     notifier,
     pool_status,
     resync,
@@ -323,7 +324,12 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     host, _, port = settings.metrics_bind.rpartition(":")
     prometheus_client.start_http_server(int(port), addr=host)
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
-    for plural in (names.PLURAL, names.POOL_PLURAL, names.CALENDAR_PLURAL):
+    for plural in (
+        names.PLURAL,
+        names.POOL_PLURAL,
+        names.CALENDAR_PLURAL,
+        names.NOTIFICATION_POLICY_PLURAL,
+    ):
         require_served(kube, group=names.GROUP, version=names.VERSION, plural=plural)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
     publisher = Publisher(kube.background(), clock=clock)
@@ -346,6 +352,9 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     )
     pools = concurrencypools.Pools(pool, kube.background(), publisher, clock=clock)
     calendar_handler = calendars.Calendars(pool, kube.background(), publisher, clock=clock)
+    policies = notificationpolicies.NotificationPolicies(
+        pool, kube.background(), publisher, clock=clock
+    )
     admission = _webhook(settings)
     controllers = [
         Controller(
@@ -388,6 +397,20 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             ),
             select=by_uid,
             handle=calendar_handler.handle,
+            workers=1,
+            capacity=SYNC_CAPACITY,
+        ),
+        Controller(
+            names.NOTIFICATION_POLICY_PLURAL,
+            _watches(
+                kube,
+                settings,
+                group=names.GROUP,
+                version=names.VERSION,
+                plural=names.NOTIFICATION_POLICY_PLURAL,
+            ),
+            select=by_uid,
+            handle=policies.handle,
             workers=1,
             capacity=SYNC_CAPACITY,
         ),

@@ -51,7 +51,17 @@ from uuid import UUID
 from pgsched import metrics
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
-from pgsched.engine import calendars, chain, deadlines, definitions, pools, runs, starts, waits
+from pgsched.engine import (
+    calendars,
+    chain,
+    deadlines,
+    definitions,
+    notifications,
+    pools,
+    runs,
+    starts,
+    waits,
+)
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.k8s import api, cleanup, names, status
 from pgsched.k8s.names import Obj
@@ -296,6 +306,7 @@ class Publisher:
             else None,
             wait=waits.first_of(conn, definition.id, now=now) if counts.queued else None,
             calendars=calendars.load(conn, definition),
+            notify=notifications.effective(conn, definition.id),
         )
 
     def announce_transitions(self, definition: Definition, current: Obj, new: Obj) -> None:

@@ -13,7 +13,7 @@ import json
 from datetime import datetime, timedelta
 
 from pgsched import wording
-from pgsched.engine import chain, deadlines, definitions, starts, waits
+from pgsched.engine import chain, deadlines, definitions, notifications, starts, waits
 from pgsched.engine.models import Definition, Run, Start
 from pgsched.k8s.names import Obj
 from pgsched.schedule import ScheduleError
@@ -59,6 +59,7 @@ def render(
     wait: waits.Wait | None = None,
     calendars: Calendars = NO_CALENDARS,
     finish_by: deadlines.FinishBy | None = None,
+    notify: notifications.Effective | None = None,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
 
@@ -75,7 +76,9 @@ def render(
     spec.calendars.exclude names (``engine.calendars.load``): ``nextRuns`` leaves out the
     occurrences they exclude, and ``CalendarsReady`` names any that does not exist.
     ``finish_by``: the last run's spec.deadline (``engine.deadlines``), shown as
-    ``lastRun.finishBy`` and, once missed, ``lastRun.deadlineMissedAt``.
+    ``lastRun.finishBy`` and, once missed, ``lastRun.deadlineMissedAt``. ``notify``: what
+    its changes notify and where that comes from (``notifications.effective``), shown as
+    ``notifications``.
 
     ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
     RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
@@ -158,6 +161,7 @@ def render(
         "lastRunTime": timestamp(last_run.started_at) if last_run else None,
         "lastRun": last,
         "waiting": _waiting(wait, current, now=now),
+        "notifications": notify.as_json() if notify else None,
         "conditions": carry_transitions(conditions, current, now=now),
         **chain_status,
     }

@@ -82,6 +82,17 @@ def registry() -> kopf.OperatorRegistry:
         old = _raw(kwargs.get("old"))
         _judge(body, lambda: admission.check_calendar(dict(body), old))
 
+    @kopf.on.validate(
+        names.GROUP,
+        names.VERSION,
+        names.NOTIFICATION_POLICY_PLURAL,
+        id="notificationpolicies",
+        **options,
+    )
+    def notification_policy(body: kopf.Body, **kwargs: Any) -> None:
+        old = _raw(kwargs.get("old"))
+        _judge(body, lambda: admission.check_notification_policy(dict(body), old))
+
     return found
 
 

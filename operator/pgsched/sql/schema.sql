@@ -575,26 +575,32 @@ BEGIN
                    'finishedAt', r.finished_at, 'retryOf', r.retry_of,
                    'deadlineAt', m.deadline_at))
     FROM (
-        SELECT n.id, n.run_id, n.definition_id, n.reason, n.attempt, n.trigger, n.at,
-               d.namespace, d.name, d.spec->'notify' AS notify,
-               CASE n.status
-                   WHEN 'FAILED' THEN CASE WHEN d.spec->'notify'->>'failedOn' = 'EachAttempt'
+        SELECT c.id, c.run_id, c.definition_id, c.reason, c.attempt, c.trigger, c.at,
+               c.namespace, c.name, c.notify,
+               CASE c.status
+                   WHEN 'FAILED' THEN CASE WHEN c.notify->>'failedOn' = 'EachAttempt'
                                            THEN 'failed' END
-                   WHEN 'NOT_RETRIED' THEN CASE WHEN d.spec->'notify'->>'failedOn' = 'EachAttempt'
+                   WHEN 'NOT_RETRIED' THEN CASE WHEN c.notify->>'failedOn' = 'EachAttempt'
                                                 THEN NULL ELSE 'failed' END
                    WHEN 'QUEUED' THEN 'retried'
                    WHEN 'AUTO_SUSPENDED' THEN 'autoSuspended'
                    WHEN 'SKIPPED' THEN 'skipped'
-                   WHEN 'COMPLETED' THEN CASE WHEN n.attempt > 1 OR d.consecutive_failures > 0
+                   WHEN 'COMPLETED' THEN CASE WHEN c.attempt > 1 OR c.consecutive_failures > 0
                                               THEN 'recovered' END
                    WHEN 'DEADLINE_MISSED' THEN 'deadlineMissed'
                END AS event
-        FROM new_rows AS n
-        JOIN pgsched.job_definitions AS d ON d.id = n.definition_id
-        WHERE n.status IN ('FAILED', 'NOT_RETRIED', 'QUEUED', 'AUTO_SUSPENDED', 'SKIPPED',
-                           'COMPLETED', 'DEADLINE_MISSED')
-          AND (n.status <> 'QUEUED' OR n.trigger = 'retry')
-          AND d.spec ? 'notify'
+        FROM (
+            SELECT n.id, n.run_id, n.definition_id, n.reason, n.attempt, n.trigger, n.at,
+                   n.status, d.namespace, d.name, d.consecutive_failures,
+                   pgsched.effective_notify(d.spec->'notify', p.notify) AS notify
+            FROM new_rows AS n
+            JOIN pgsched.job_definitions AS d ON d.id = n.definition_id
+            LEFT JOIN pgsched.notification_policies AS p ON p.namespace = d.namespace
+            WHERE n.status IN ('FAILED', 'NOT_RETRIED', 'QUEUED', 'AUTO_SUSPENDED', 'SKIPPED',
+                               'COMPLETED', 'DEADLINE_MISSED')
+              AND (n.status <> 'QUEUED' OR n.trigger = 'retry')
+              AND (d.spec ? 'notify' OR p.namespace IS NOT NULL)
+        ) AS c
     ) AS e
     CROSS JOIN LATERAL jsonb_array_elements(e.notify->'targets') AS t(target)
     JOIN pgsched.job_runs AS r ON r.id = e.run_id
@@ -765,6 +771,51 @@ BEGIN
     EXECUTE format('DROP TABLE pgsched.%I', 'expired_' || partition_name);
     RETURN 'dropped';
 END;
+$$;
+
+--
+-- Name: effective_notify(jsonb, jsonb); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.effective_notify(own_notify jsonb, policy jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE
+        WHEN own IS NULL THEN
+            CASE WHEN policy IS NOT NULL THEN
+                jsonb_build_object('failedOn', coalesce(policy->'failedOn', '"FinalAttempt"'),
+                                   'targets', policy->'targets',
+                                   'source', 'NotificationPolicy default') END
+        WHEN (own->>'inherit') IS DISTINCT FROM 'true' THEN
+            CASE WHEN own ? 'targets' THEN
+                jsonb_build_object('failedOn', coalesce(own->'failedOn', '"FinalAttempt"'),
+                                   'targets', own->'targets', 'source', 'spec.notify')
+            ELSE jsonb_build_object('failedOn', '"FinalAttempt"'::jsonb, 'targets', '[]'::jsonb,
+                                    'source', 'none (spec.notify.inherit: false)') END
+        ELSE jsonb_build_object(
+            'failedOn', coalesce(own->'failedOn', policy->'failedOn', '"FinalAttempt"'),
+            'targets', (
+                SELECT coalesce(jsonb_agg(t.target ORDER BY t.side, t.position), '[]'::jsonb)
+                FROM (
+                    SELECT 1 AS side, p.position, p.target
+                    FROM jsonb_array_elements(coalesce(policy->'targets', '[]'::jsonb))
+                         WITH ORDINALITY AS p(target, position)
+                    WHERE NOT EXISTS (
+                        SELECT FROM jsonb_array_elements(coalesce(own->'targets', '[]'::jsonb))
+                            AS o(target)
+                        WHERE o.target->>'name' = p.target->>'name')
+                    UNION ALL
+                    SELECT 2, o.position, o.target
+                    FROM jsonb_array_elements(coalesce(own->'targets', '[]'::jsonb))
+                         WITH ORDINALITY AS o(target, position)
+                ) AS t),
+            'source', CASE WHEN policy IS NULL
+                           THEN 'spec.notify (inherit: true, but no NotificationPolicy default)'
+                           ELSE 'spec.notify and NotificationPolicy default' END)
+    END
+    -- A JSON null (`notify: null` stored by a client that kept it) is no spec.notify.
+    FROM (SELECT nullif(own_notify, 'null'::jsonb) AS own) AS o
 $$;
 
 --
@@ -1598,6 +1649,17 @@ CREATE TABLE pgsched.lease_key (
 );
 
 --
+-- Name: notification_policies; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.notification_policies (
+    namespace text NOT NULL,
+    notify jsonb NOT NULL,
+    version bigint DEFAULT 1 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: notifications; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -1864,6 +1926,13 @@ ALTER TABLE ONLY pgsched.leader_locks
 
 ALTER TABLE ONLY pgsched.lease_key
     ADD CONSTRAINT lease_key_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: notification_policies notification_policies_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.notification_policies
+    ADD CONSTRAINT notification_policies_pkey PRIMARY KEY (namespace);
 
 --
 -- Name: notifications notifications_idempotency_key_key; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -2539,6 +2608,12 @@ REVOKE ALL ON FUNCTION pgsched.drop_expired_run_month(table_name text, lock_wait
 --
 
 REVOKE ALL ON FUNCTION pgsched.drop_run_partition(partition_name text, lock_wait interval) FROM PUBLIC;
+
+--
+-- Name: FUNCTION effective_notify(own_notify jsonb, policy jsonb); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.effective_notify(own_notify jsonb, policy jsonb) FROM PUBLIC;
 
 --
 -- Name: FUNCTION finish_by(deadline text, scheduled_for timestamp with time zone, zone text); Type: ACL; Schema: pgsched; Owner: -

@@ -128,3 +128,39 @@ WHERE r.id = ANY(%(run_ids)s)
 -- Marks of runs whose history month was dropped (engine/history.py).
 DELETE FROM pgsched.run_deadlines AS m
 WHERE NOT EXISTS (SELECT FROM pgsched.job_runs AS r WHERE r.id = m.run_id);
+
+-- name: upsert_notification_policy
+-- A namespace's NotificationPolicy `default` (migration 0031), its validated spec.
+-- Returns nothing when the stored form is already this one, else the form it replaced
+-- (NULL for a new policy): the statuses to render again depend on what changed.
+WITH previous AS (
+    SELECT notify FROM pgsched.notification_policies WHERE namespace = %(namespace)s
+)
+INSERT INTO pgsched.notification_policies AS p (namespace, notify, updated_at)
+VALUES (%(namespace)s, %(notify)s, coalesce(%(now)s, now()))
+ON CONFLICT (namespace) DO UPDATE
+SET notify = EXCLUDED.notify, version = p.version + 1, updated_at = EXCLUDED.updated_at
+WHERE p.notify IS DISTINCT FROM EXCLUDED.notify
+RETURNING version, (SELECT notify FROM previous) AS previous;
+
+-- name: delete_notification_policy
+DELETE FROM pgsched.notification_policies WHERE namespace = %(namespace)s
+RETURNING version;
+
+-- name: notification_policy_members
+-- The live jobs of a namespace whose effective notifications depend on its policy: those
+-- without spec.notify and those that inherit (their statuses say where they come from).
+SELECT d.id FROM pgsched.job_definitions AS d
+WHERE d.namespace = %(namespace)s
+  AND d.deleted_at IS NULL
+  AND (coalesce(d.spec -> 'notify', 'null') = 'null'
+       OR d.spec -> 'notify' ->> 'inherit' = 'true')
+ORDER BY d.id;
+
+-- name: effective_notify
+-- What a job's changes notify, and where that comes from (pgsched.effective_notify);
+-- NULL when nothing does.
+SELECT pgsched.effective_notify(d.spec -> 'notify', p.notify) AS notify
+FROM pgsched.job_definitions AS d
+LEFT JOIN pgsched.notification_policies AS p ON p.namespace = d.namespace
+WHERE d.id = %(definition_id)s;

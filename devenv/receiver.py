@@ -1,5 +1,5 @@
-"""A real HTTP receiver for notification tests: ``http.server`` on a thread, recording
-every request; it can answer with a status, hang, redirect, or send a huge body, and be
+"""A real HTTP receiver for notification tests and benchmarks: ``http.server`` on a thread,
+recording every request; it can answer with a status, hang, redirect, or send a huge body, and be
 stopped and restarted on the same port (an outage)."""
 
 from __future__ import annotations
