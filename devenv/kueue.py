@@ -128,7 +128,7 @@ class Kueue:
         self.process: processes.ManagedProcess | None = None
 
     def start(self, *, timeout: float = 90.0) -> None:
-        self.cluster.apply_crds(self.built / "crd")
+        self.cluster.apply_crds(self.built / "crd", server_side=True)  # Workload's: 1.4 MB
         certs = pki.webhook_tls(self.work_dir / "certs", ip="127.0.0.1")
         # What /etc/kueue/metrics/certs shows Kueue (see the module's docstring).
         etc = self.work_dir / "etc"
