@@ -70,7 +70,7 @@ fuzz: venv
 test-db: venv
 	$(BIN)/pytest tests/unit tests/db
 
-test-cluster: venv k8s images
+test-cluster: venv k8s kueue images
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -m cluster
 
 # Chaos (docs/chaos.md). Reports: .cache/chaos/*.json. PGSCHED_CHAOS_SEED=<seed> replays.

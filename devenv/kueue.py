@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import shutil
 import urllib.request
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 import yaml
 
 from devenv import pki, processes
-from devenv.binaries import REPO_ROOT, MissingBinariesError, cache_dir
+from devenv.binaries import REPO_ROOT, MissingBinariesError, cache_dir, required_version
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 
@@ -65,10 +64,7 @@ OBJECTS = (
 
 def version() -> str:
     """The ``sigs.k8s.io/kueue`` version pinned in ``hack/kueue/go.mod`` (e.g. ``v0.17.0``)."""
-    match = re.search(r"^\s*(?:require\s+)?sigs\.k8s\.io/kueue\s+(v\S+)", GO_MOD.read_text(), re.M)
-    if match is None:
-        raise RuntimeError(f"{GO_MOD}: no `sigs.k8s.io/kueue vX.Y.Z` requirement found")
-    return match.group(1)
+    return required_version(GO_MOD, "sigs.k8s.io/kueue")
 
 
 def build_dir() -> Path:
