@@ -239,6 +239,28 @@ def apply(cluster: Any, *manifests: dict[str, Any]) -> None:
         cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
 
+def queues(cluster: Any, namespace: str, *, cpu: str) -> str:
+    """A ResourceFlavor, a ClusterQueue with ``cpu`` and the LocalQueue ``team-a`` in
+    ``namespace`` that feeds it; the ClusterQueue's name."""
+    cluster_queue = f"cq-{namespace}"
+    apply(
+        cluster,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "default-flavor"},
+        },
+        quota(cluster_queue, cpu),
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team-a", "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+    )
+    return cluster_queue
+
+
 def workload_of(cluster: Any, namespace: str, job_name: str) -> dict[str, Any]:
     """The Workload Kueue made for the Job (it owns none other)."""
     output = cluster.kubectl("get", "workloads", "-n", namespace, "-o", "json").stdout
@@ -254,22 +276,7 @@ def test_a_job_kueue_holds_waits_explained_then_runs_once_admitted(
 ):
     """The real Kueue (``make kueue``): its webhook suspends the Jobs pgsched creates,
     its scheduler admits them once its ClusterQueue's quota fits them."""
-    cluster_queue = f"cq-{namespace}"
-    apply(
-        cluster,
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "default-flavor"},
-        },
-        quota(cluster_queue, "100m"),  # fits neither run's pod
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": "team-a", "namespace": namespace},
-            "spec": {"clusterQueue": cluster_queue},
-        },
-    )
+    cluster_queue = queues(cluster, namespace, cpu="100m")  # fits neither run's pod
     operators.start()
     sj.apply(
         "queued",
@@ -346,3 +353,64 @@ def test_a_job_kueue_holds_waits_explained_then_runs_once_admitted(
     assert started["workload_started_at"] is not None and started["admitted_at"] is not None
     admitted = workload_of(cluster, namespace, run["k8s_job_name"])
     assert admitted["status"]["admission"]["clusterQueue"] == cluster_queue, admitted["status"]
+
+
+def test_a_run_kueue_evicts_after_it_started_ends_evicted_and_its_retry_queues_anew(
+    kueue, operators, sj, cluster, namespace
+):
+    """Kueue takes an admitted workload back (preemption; here its Workload deactivated, as
+    an administrator may): it suspends the Job again and its pod goes. The run ends
+    ``Evicted`` and its Job is deleted (re-admitted, it would start the workload over under
+    the same run); the retry is a new run that Kueue queues and admits anew. Before, the
+    run stayed RUNNING, its verdict pending for ever."""
+    queues(cluster, namespace, cpu="2")
+    operators.start()
+    sj.apply(
+        "evicted",
+        {
+            "schedule": "0 0 1 1 *",
+            "heartbeat": FAST,
+            "retryPolicy": {"backoff": {"initialSeconds": 1, "jitter": 0}},  # maxAttempts 3
+            "jobTemplate": queued_on("team-a", "sleep 300", cpu="100m"),
+        },
+    )
+    sj.annotate("evicted", "pgsched.dev/run-now", "go")
+    wait_for(
+        lambda: (sj.get("evicted")["status"].get("lastRun") or {}).get("workloadStartedAt"),
+        90,
+        describe=lambda: f"the workload started: {sj.get('evicted')['status']}",
+    )
+    [run] = sj.runs("evicted")
+    workload = workload_of(cluster, namespace, run["k8s_job_name"])
+    cluster.kubectl(
+        "patch",
+        "workload",
+        workload["metadata"]["name"],
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"active":false}}',
+    )
+
+    runs = sj.wait_runs("evicted", lambda runs: runs[0]["status"] == "FAILED", 60, "eviction")
+    assert runs[0]["reason"] == "Evicted", runs[0]
+    assert "was suspended again after its workload started" in runs[0]["error"], runs[0]
+    assert "admission queue team-a" in runs[0]["error"], runs[0]
+    wait_for(
+        lambda: run["k8s_job_name"] not in [j["metadata"]["name"] for j in sj.jobs("evicted")],
+        30,
+        describe="the evicted run's Job deleted",
+    )
+    retry = sj.wait_runs(
+        "evicted",
+        lambda runs: len(runs) == 2 and runs[1]["status"] == "RUNNING" and runs[1]["k8s_job_name"],
+        60,
+        "the retry launched",
+    )[1]
+    assert (retry["attempt"], retry["retry_of"]) == (2, run["id"]), retry
+    wait_for(
+        lambda: workload_of(cluster, namespace, retry["k8s_job_name"])["status"].get("admission"),
+        60,
+        describe="Kueue admitting the retry's Workload",
+    )
