@@ -5,7 +5,9 @@ LAUNCHING, with its pod's own reason, for at most ``startTimeoutSeconds``; then 
 with that reason (not retried by default), its Job goes and its slot is free. A Job an
 admission queue keeps suspended waits (``admissionTimeoutSeconds``), and runs once
 admitted: shown with the real Kueue (built from its Go module by ``make kueue``), whose
-webhook suspends the Jobs pgsched creates and whose scheduler admits them by quota.
+webhook suspends the Jobs pgsched creates and whose scheduler admits them by quota. A run
+whose Job Kueue suspends again after the workload started ends ``Evicted`` and is retried
+as a new run.
 """
 
 from __future__ import annotations
