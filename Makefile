@@ -16,7 +16,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv k8s images docs lint test test-unit test-db test-cluster chaos chaos-long demo bench clean fuzz
+.PHONY: venv k8s kueue images docs lint test test-unit test-db test-cluster chaos chaos-long demo bench clean fuzz
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ $(STAMP): pyproject.toml
 # .cache/k8s/<version>/bin (built once per machine, then reused).
 k8s:
 	hack/k8s/build.sh
+
+# Kueue's controller manager, built from its Go module with its CRDs and webhook manifests
+# into .cache/kueue/<version> (once per machine): the admission-queue tests run the real one.
+kueue:
+	hack/kueue/build.sh
 
 # The images the local node runs (pause, busybox, a Python base, pgsched from the root
 # Dockerfile), built from Debian and this checkout into .cache/images (docs/local-cluster.md).
@@ -52,7 +57,7 @@ docs: venv
 # here: missing control-plane binaries are an error, not a reason to test less.
 # hack/test.sh runs the tests that need the node and the others as two pytest processes at
 # once (the first mostly wait, the others mostly compute); ARGS go to both.
-test: venv k8s images lint
+test: venv k8s kueue images lint
 	hack/debian-deps.sh --test
 	hack/test.sh $(ARGS)
 
@@ -65,7 +70,7 @@ fuzz: venv
 test-db: venv
 	$(BIN)/pytest tests/unit tests/db
 
-test-cluster: venv k8s images
+test-cluster: venv k8s kueue images
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -m cluster
 
 # Chaos (docs/chaos.md). Reports: .cache/chaos/*.json. PGSCHED_CHAOS_SEED=<seed> replays.

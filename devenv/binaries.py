@@ -41,9 +41,15 @@ class MissingBinariesError(RuntimeError):
 
 def kubernetes_version() -> str:
     """The ``k8s.io/kubernetes`` version pinned in ``hack/k8s/go.mod`` (e.g. ``v1.37.2``)."""
-    match = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", GO_MOD.read_text(), re.M)
+    return required_version(GO_MOD, "k8s.io/kubernetes")
+
+
+def required_version(go_mod: Path, module: str) -> str:
+    """The version of ``module`` that the wrapper module ``go_mod`` requires."""
+    pattern = rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)"
+    match = re.search(pattern, go_mod.read_text(), re.M)
     if match is None:
-        raise RuntimeError(f"{GO_MOD}: no `k8s.io/kubernetes vX.Y.Z` requirement found")
+        raise RuntimeError(f"{go_mod}: no `{module} vX.Y.Z` requirement found")
     return match.group(1)
 
 

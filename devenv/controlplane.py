@@ -459,9 +459,10 @@ class ControlPlane:
             [self.binaries.kubectl, *args], kubeconfig=self.kubeconfig, input=input, check=check
         )
 
-    def apply_crds(self, folder: Path) -> None:
-        """Apply every CRD in ``folder`` (pgsched's ``crds/``) and wait until all serve."""
-        self.kubectl("apply", "-f", folder)
+    def apply_crds(self, folder: Path, *, server_side: bool = False) -> None:
+        """Apply every CRD in ``folder`` (pgsched's ``crds/``) and wait until all serve.
+        ``server_side``: for CRDs too large for client-side apply's annotation (256 KiB)."""
+        self.kubectl("apply", *(["--server-side"] if server_side else []), "-f", folder)
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
 
     def helm(

@@ -4,13 +4,15 @@ A run is RUNNING for users only once its workload container started. Until then 
 LAUNCHING, with its pod's own reason, for at most ``startTimeoutSeconds``; then it ends
 with that reason (not retried by default), its Job goes and its slot is free. A Job an
 admission queue keeps suspended waits (``admissionTimeoutSeconds``), and runs once
-admitted. Kueue itself is not built here: its Jobs are suspended exactly as Kueue's
-webhook leaves them (``spec.suspend: true`` and the ``kueue.x-k8s.io/queue-name`` label),
-and the test admits them as Kueue would, by un-suspending.
+admitted: shown with the real Kueue (built from its Go module by ``make kueue``), whose
+webhook suspends the Jobs pgsched creates and whose scheduler admits them by quota. A run
+whose Job Kueue suspends again after the workload started ends ``Evicted`` and is retried
+as a new run.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from devenv.kueue import QUEUE_LABEL
 from devenv.waiting import wait_for
 from plugins.operator import busybox
 
@@ -200,17 +203,82 @@ def test_a_pod_security_refusal_ends_pod_security_rejected_at_once_and_is_not_re
     assert not any(e["reason"] == "RunStarted" for e in sj.events("refused"))
 
 
-def suspended_by_queue(command: str) -> dict[str, Any]:
-    """A jobTemplate whose Jobs an admission queue holds, as Kueue's webhook leaves them."""
-    template = busybox(command)
-    template["metadata"] = {"labels": {"kueue.x-k8s.io/queue-name": "team-a"}}
-    template["spec"]["suspend"] = True
+def queued_on(queue: str, command: str, cpu: str) -> dict[str, Any]:
+    """A jobTemplate whose Jobs go to Kueue's LocalQueue ``queue``, requesting ``cpu``."""
+    template = with_main(busybox(command), resources={"requests": {"cpu": cpu}})
+    template["metadata"] = {"labels": {QUEUE_LABEL: queue}}
     return template
 
 
-def test_a_job_held_by_an_admission_queue_waits_explained_then_runs_once_admitted(
-    operators, sj, cluster, namespace
+def quota(cluster_queue: str, cpu: str) -> dict[str, Any]:
+    """A ClusterQueue for every namespace with ``cpu`` of the one flavor (memory plenty)."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": cluster_queue},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [
+                        {
+                            "name": "default-flavor",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": cpu},
+                                {"name": "memory", "nominalQuota": "4Gi"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def apply(cluster: Any, *manifests: dict[str, Any]) -> None:
+    for manifest in manifests:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+
+def queues(cluster: Any, namespace: str, *, cpu: str) -> str:
+    """A ResourceFlavor, a ClusterQueue with ``cpu`` and the LocalQueue ``team-a`` in
+    ``namespace`` that feeds it; the ClusterQueue's name."""
+    cluster_queue = f"cq-{namespace}"
+    apply(
+        cluster,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "default-flavor"},
+        },
+        quota(cluster_queue, cpu),
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team-a", "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+    )
+    return cluster_queue
+
+
+def workload_of(cluster: Any, namespace: str, job_name: str) -> dict[str, Any]:
+    """The Workload Kueue made for the Job (it owns none other)."""
+    output = cluster.kubectl("get", "workloads", "-n", namespace, "-o", "json").stdout
+    return next(
+        item
+        for item in json.loads(output)["items"]
+        if any(ref["name"] == job_name for ref in item["metadata"].get("ownerReferences") or [])
+    )
+
+
+def test_a_job_kueue_holds_waits_explained_then_runs_once_admitted(
+    kueue, operators, sj, cluster, namespace, dsn
 ):
+    """The real Kueue (``make kueue``): its webhook suspends the Jobs pgsched creates,
+    its scheduler admits them once its ClusterQueue's quota fits them."""
+    cluster_queue = queues(cluster, namespace, cpu="100m")  # fits neither run's pod
     operators.start()
     sj.apply(
         "queued",
@@ -218,7 +286,7 @@ def test_a_job_held_by_an_admission_queue_waits_explained_then_runs_once_admitte
             "schedule": "0 0 1 1 *",
             "heartbeat": FAST,
             "startTimeoutSeconds": START_TIMEOUT,
-            "jobTemplate": suspended_by_queue("echo admitted"),
+            "jobTemplate": queued_on("team-a", "echo admitted", cpu="500m"),
         },
     )
     sj.apply(
@@ -227,16 +295,27 @@ def test_a_job_held_by_an_admission_queue_waits_explained_then_runs_once_admitte
             "schedule": "0 0 1 1 *",
             "heartbeat": FAST,
             "admissionTimeoutSeconds": 8,
-            "jobTemplate": suspended_by_queue("true"),
+            "jobTemplate": queued_on("team-a", "true", cpu="50"),  # more than any quota here
         },
     )
     sj.annotate("queued", "pgsched.dev/run-now", "go")
     sj.annotate("never-admitted", "pgsched.dev/run-now", "go")
     [run] = sj.wait_runs("queued", lambda runs: runs and runs[0]["k8s_job_name"], 60, "launch")
 
+    # Kueue's webhook suspended the Job pgsched created (its template says nothing of it),
+    # and its Workload waits for quota.
+    [job] = sj.jobs("queued")
+    assert job["spec"]["suspend"] is True, job["spec"]
+    workload = wait_for(
+        lambda: workload_of(cluster, namespace, run["k8s_job_name"]),
+        30,
+        describe="Kueue's Workload for the Job",
+    )
+    assert workload["spec"]["queueName"] == "team-a", workload["spec"]
+
     # Longer than the orphan timeout, the start timeout and the verdicts' 30 s of caution
     # after the operator started: it has no pod, yet it is waiting for admission, not
-    # silent (Orphaned, as before) and not failing to start.
+    # silent (Orphaned) and not failing to start.
     time.sleep(START_TIMEOUT + 20)
     [run] = sj.runs("queued")
     assert (run["status"], run["reason"]) == ("RUNNING", None), run
@@ -244,30 +323,96 @@ def test_a_job_held_by_an_admission_queue_waits_explained_then_runs_once_admitte
     assert last["status"] == "LAUNCHING", last
     assert last["launching"]["reason"] == "AwaitingAdmission", last
     assert "admission queue team-a" in last["launching"]["message"], last
+    assert "admission queue team-a" in describe(dsn, run["id"])
+    assert "LAUNCHING AwaitingAdmission" in " ".join(
+        get_sj_line(cluster, namespace, "queued").split()
+    )
+    pods = cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"job-name={run['k8s_job_name']}", "-o", "name"
+    ).stdout
+    assert pods.strip() == "", pods
+    assert not workload_of(cluster, namespace, run["k8s_job_name"])["status"].get("admission")
 
-    # Its own bound: a Job never admitted ends AdmissionTimeout.
+    # Its own bound: a Job never admitted ends AdmissionTimeout, and its Job goes.
     [never] = sj.wait_runs(
         "never-admitted", lambda runs: runs and runs[0]["status"] == "FAILED", 30, "the bound"
     )
     assert never["reason"] == "AdmissionTimeout", never
     assert "admissionTimeoutSeconds (8)" in never["error"], never
+    assert "admission queue team-a" in never["error"], never
+    wait_for(lambda: not sj.jobs("never-admitted"), 30, describe="the unadmitted Job deleted")
 
-    # Admitted (un-suspended, as Kueue does): it runs, and completes.
-    cluster.kubectl(
-        "patch",
-        "job",
-        run["k8s_job_name"],
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"suspend":false}}',
-    )
+    # The quota raised: Kueue admits the Workload and un-suspends the Job; it runs once.
+    apply(cluster, quota(cluster_queue, "2"))
     [done] = sj.wait_runs(
         "queued", lambda runs: runs[0]["status"] in ("COMPLETED", "FAILED"), 90, "the run"
     )
     assert done["status"] == "COMPLETED", done
+    assert len(sj.runs("queued")) == 1
     started = sj.conn.execute(
         "SELECT * FROM pgsched.run_starts WHERE run_id = %s", [run["id"]]
     ).fetchone()
     assert started["workload_started_at"] is not None and started["admitted_at"] is not None
+    admitted = workload_of(cluster, namespace, run["k8s_job_name"])
+    assert admitted["status"]["admission"]["clusterQueue"] == cluster_queue, admitted["status"]
+
+
+def test_a_run_kueue_evicts_after_it_started_ends_evicted_and_its_retry_queues_anew(
+    kueue, operators, sj, cluster, namespace
+):
+    """Kueue takes an admitted workload back (preemption; here its Workload deactivated, as
+    an administrator may): it suspends the Job again and its pod goes. The run ends
+    ``Evicted`` and its Job is deleted (re-admitted, it would start the workload over under
+    the same run); the retry is a new run that Kueue queues and admits anew. Before, the
+    run stayed RUNNING, its verdict pending for ever."""
+    queues(cluster, namespace, cpu="2")
+    operators.start()
+    sj.apply(
+        "evicted",
+        {
+            "schedule": "0 0 1 1 *",
+            "heartbeat": FAST,
+            "retryPolicy": {"backoff": {"initialSeconds": 1, "jitter": 0}},  # maxAttempts 3
+            "jobTemplate": queued_on("team-a", "sleep 300", cpu="100m"),
+        },
+    )
+    sj.annotate("evicted", "pgsched.dev/run-now", "go")
+    wait_for(
+        lambda: (sj.get("evicted")["status"].get("lastRun") or {}).get("workloadStartedAt"),
+        90,
+        describe=lambda: f"the workload started: {sj.get('evicted')['status']}",
+    )
+    [run] = sj.runs("evicted")
+    workload = workload_of(cluster, namespace, run["k8s_job_name"])
+    cluster.kubectl(
+        "patch",
+        "workload",
+        workload["metadata"]["name"],
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"active":false}}',
+    )
+
+    runs = sj.wait_runs("evicted", lambda runs: runs[0]["status"] == "FAILED", 60, "eviction")
+    assert runs[0]["reason"] == "Evicted", runs[0]
+    assert "was suspended again after its workload started" in runs[0]["error"], runs[0]
+    assert "admission queue team-a" in runs[0]["error"], runs[0]
+    wait_for(
+        lambda: run["k8s_job_name"] not in [j["metadata"]["name"] for j in sj.jobs("evicted")],
+        30,
+        describe="the evicted run's Job deleted",
+    )
+    retry = sj.wait_runs(
+        "evicted",
+        lambda runs: len(runs) == 2 and runs[1]["status"] == "RUNNING" and runs[1]["k8s_job_name"],
+        60,
+        "the retry launched",
+    )[1]
+    assert (retry["attempt"], retry["retry_of"]) == (2, run["id"]), retry
+    wait_for(
+        lambda: workload_of(cluster, namespace, retry["k8s_job_name"])["status"].get("admission"),
+        60,
+        describe="Kueue admitting the retry's Workload",
+    )

@@ -211,6 +211,24 @@ def test_an_active_job_with_a_silent_live_worker_is_heartbeat_lost_and_retried(c
     assert len(settle.run_once(conn, now=SILENT).retried) == 1
 
 
+def test_a_job_suspended_again_after_its_workload_ran_ends_evicted_and_is_retried(conn):
+    """Kueue evicts an admitted workload (preemption, a deactivated Workload) by suspending
+    its Job again: the pod goes (the sidecar notes the workload's end) and the Job waits to
+    be admitted anew, to start the workload over. Seen with the real Kueue: the run stayed
+    RUNNING, its verdict pending for ever."""
+    _, run_lease = silent_run(conn, name="evicted")
+    assert lease.workload_ended(conn, run_lease, now=T0 + timedelta(seconds=12))
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    suspended = {**job(), "spec": {"suspend": True}}
+    verdicts.run_once(conn, Api({name: suspended}, {}))
+    found = row(conn, run_lease)
+    assert (found["status"], found["reason"]) == ("FAILED", "Evicted"), found
+    assert f"Job {name} was suspended again after its workload started" in found["error"]
+    [retried] = settle.run_once(conn, now=SILENT).retried
+    assert retried.failed.id == run_lease.run_id
+
+
 def test_right_after_the_api_was_unreachable_silence_is_not_confirmed_from_its_view(conn):
     """The API's pod statuses may predate its outage (a pod shown running whose workload
     finished meanwhile): a replica confirms silence only STALE_VIEW_SECONDS after it last

@@ -26,6 +26,7 @@ import re
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 import pytest
 
@@ -47,9 +48,14 @@ def require_binaries() -> Binaries:
             )
         return binaries
     except MissingBinariesError as error:
-        if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
-            pytest.fail(f"{error} — PGSCHED_REQUIRE_CLUSTER is set, so this is an error")
-        pytest.skip(f"local control plane unavailable: {error}")
+        missing(error, "local control plane")
+
+
+def missing(error: MissingBinariesError, what: str) -> NoReturn:
+    """Skip the test for want of ``what`` — or fail it, under PGSCHED_REQUIRE_CLUSTER."""
+    if os.environ.get("PGSCHED_REQUIRE_CLUSTER"):
+        pytest.fail(f"{error} — PGSCHED_REQUIRE_CLUSTER is set, so this is an error")
+    pytest.skip(f"{what} unavailable: {error}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -116,9 +116,10 @@ FAILED_RUNS_HISTORY_LIMIT = 1
 # Pod Security refuses, k8s.launcher): it is deleted after the run is ended, so the Job watch
 # cannot see its deletion first and call it JobDeleted.
 # A run whose workload could not start (engine.starts.REASONS) leaves a pod pulling, waiting
-# for a node or suspended: it goes too.
+# for a node or suspended: it goes too. So does the suspended Job of a run an admission queue
+# evicted (k8s.verdicts), before the queue admits it again and the workload starts over.
 ENGINE_ENDED = frozenset(
-    {"HeartbeatLost", "Orphaned", "DeadlineExceeded", "LaunchFailed", *starts.REASONS}
+    {"HeartbeatLost", "Orphaned", "DeadlineExceeded", "LaunchFailed", "Evicted", *starts.REASONS}
 )
 # A job that recorded its own end (the SDK runner) exits right after; give its pod this long
 # before deleting its Job, so the Job completes normally and keeps its history and logs.

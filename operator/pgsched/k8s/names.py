@@ -68,6 +68,8 @@ def parameters_annotation(command: str) -> str:
     return command + PARAMETERS_SUFFIX
 
 
+# An admission queue's label on a Job (Kueue): the queue that admits it (k8s.starts).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Why spec.suspend is true, written by `pgsched suspend --reason` (or kubectl annotate);
 # shown in the Suspended condition, describe and the UI while the job is suspended.
 ANNOTATION_SUSPEND_REASON = f"{GROUP}/suspend-reason"

@@ -41,12 +41,10 @@ from pgsched import logs
 from pgsched.db import clock
 from pgsched.db.connection import Connection
 from pgsched.engine import lease, starts
-from pgsched.k8s import api, outcomes, verdicts
+from pgsched.k8s import api, names, outcomes, verdicts
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
-
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 # Container waiting reasons that say the workload cannot start as it is, and the reason a
 # run still showing one at its bound ends with.
@@ -97,7 +95,7 @@ def seen(job: Obj, pods: list[Obj]) -> Seen | None:
         return None
     name = job["metadata"]["name"]
     if (job.get("spec") or {}).get("suspend"):
-        queue = (job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+        queue = (job["metadata"].get("labels") or {}).get(names.KUEUE_QUEUE_LABEL)
         by = f"admission queue {queue}" if queue else "whatever suspended it"
         return Seen(
             reason=starts.AWAITING_ADMISSION,

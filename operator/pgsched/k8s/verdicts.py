@@ -19,6 +19,11 @@ a silent run ``outcome_pending_at``, and this module settles it from the Job:
   controller has not caught up yet;
 - the Job is suspended (an admission queue holds it: it has no pod to beat) → wait; the
   starts service (``k8s.starts``) bounds that wait with ``admissionTimeoutSeconds``;
+- the Job is suspended but its run beat (or its workload ended): the admission queue
+  admitted it and then took it back (Kueue's preemption or a deactivated Workload: the
+  pod goes, the Job waits to start the workload over) → ``FAILED/Evicted``, and the
+  clean-up deletes the Job, so the workload never runs twice under one run; a retry
+  (``Evicted`` is on the default list) queues anew;
 - the API server cannot be reached → wait, and ask again next round. A verdict is late
   while the API is away, never wrong (fail open);
 - the API server was unreachable less than ``STALE_VIEW_SECONDS`` ago (or this replica
@@ -61,6 +66,7 @@ from pgsched.k8s.names import Obj
 log = logging.getLogger(__name__)
 
 OUTCOME_UNKNOWN = "OutcomeUnknown"
+EVICTED = "Evicted"  # as a pod's eviction (k8s.outcomes): on the default retry list
 # How long after the API server was last unreachable its pod statuses may still predate
 # the outage (the kubelet posts them every 10 s at most, and at once on a change).
 STALE_VIEW_SECONDS = 30.0
@@ -107,12 +113,25 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
         )
         outcome = outcomes.of_job(job, pods, deleted=False, cancel_requested=cancelled)
         return Verdict(outcome)
+    if (job.get("spec") or {}).get("suspend"):
+        if row["heartbeat_at"] is None and row["workload_ended_at"] is None:
+            # No pod yet, so no heartbeat: an admission queue holds the Job (k8s.starts).
+            return Verdict(why="its Job is suspended, waiting for admission")
+        return Verdict(outcomes.Outcome("FAILED", EVICTED, _evicted(job)))
     if row["workload_ended_at"] is not None or any(_pod_ended(pod) for pod in pods):
         return Verdict(why="the workload ended; its Job has not recorded the outcome yet")
-    if (job.get("spec") or {}).get("suspend"):
-        # No pod yet, so no heartbeat: an admission queue holds the Job (k8s.starts).
-        return Verdict(why="its Job is suspended, waiting for admission")
     return Verdict(silent=True, why="its Job is still active")
+
+
+def _evicted(job: Obj) -> str:
+    name = job["metadata"]["name"]
+    queue = (job["metadata"].get("labels") or {}).get(names.KUEUE_QUEUE_LABEL)
+    by = f"admission queue {queue}" if queue else "whatever suspends it"
+    return (
+        f"its Job {name} was suspended again after its workload started: {by} evicted it"
+        " (preemption, or its Workload deactivated) and would start the workload over"
+        " under this run; the run ends here and its retry policy decides"
+    )
 
 
 def _pod_ended(pod: Obj) -> bool:
