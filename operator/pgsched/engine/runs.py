@@ -153,12 +153,6 @@ def _cancel(
     )
 
 
-def last_run(conn: Connection, definition_id: UUID) -> Run | None:
-    """The newest run that has started, any trigger (what ``status.lastRun`` shows)."""
-    row = conn.execute(queries.get("last_run"), {"definition_id": definition_id}).fetchone()
-    return Run.from_row(row) if row else None
-
-
 @dataclass(frozen=True)
 class Counts:
     running: int
@@ -168,6 +162,16 @@ class Counts:
 def counts(conn: Connection, definition_id: UUID) -> Counts:
     row = conn.execute(queries.get("run_counts"), {"definition_id": definition_id}).fetchone()
     return Counts(int(row["running"]), int(row["queued"])) if row else Counts(0, 0)
+
+
+def for_status(conn: Connection, definition_id: UUID) -> tuple[Counts, Run | None]:
+    """The running and queued counts and the newest run that has started, any trigger
+    (what ``status.lastRun`` shows), read in one snapshot: ACTIVE, QUEUED and LAST STATUS
+    of one status never disagree about a run claimed while it was rendered."""
+    row = conn.execute(queries.get("runs_for_status"), {"definition_id": definition_id}).fetchone()
+    assert row is not None  # an aggregate: always one row
+    last = Run.from_row(row) if row["id"] is not None else None
+    return Counts(int(row["running"]), int(row["queued"])), last
 
 
 @dataclass(frozen=True)

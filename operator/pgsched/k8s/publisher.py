@@ -285,8 +285,7 @@ class Publisher:
         """The ScheduledJob's status rendered from the database, for a merge patch (the
         caller writes it, then calls ``announce_transitions``)."""
         old = current.get("status") or {}
-        counts = runs.counts(conn, definition.id)
-        last_run = runs.last_run(conn, definition.id)
+        counts, last_run = runs.for_status(conn, definition.id)
         now = clock.now(conn, self._clock())
         return status.render(
             definition,

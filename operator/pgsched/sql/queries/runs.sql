@@ -72,14 +72,25 @@ WHERE definition_id = %(definition_id)s
 ORDER BY id DESC
 LIMIT %(limit)s;
 
--- name: last_run
--- The newest run that has started (any trigger; RUNNING included): what status.lastRun,
--- LAST STATUS and LAST RUN show. Skipped occurrences and runs cancelled before they
--- started never count. Newest by id, walking the history index backwards.
-SELECT * FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s AND started_at IS NOT NULL
-ORDER BY id DESC
-LIMIT 1;
+-- name: runs_for_status
+-- The run counts and the newest run that has started (any trigger; RUNNING included:
+-- what status.lastRun, LAST STATUS and LAST RUN show; skipped occurrences and runs
+-- cancelled before they started never count), newest by id, in one statement, so one
+-- snapshot: read one after the other, a claim committed between the two showed its run
+-- as both queued and the last run (QUEUED 1, ACTIVE 0, LAST STATUS RUNNING).
+SELECT counts.running, counts.queued, last.*
+FROM (
+    SELECT count(*) FILTER (WHERE status = 'RUNNING') AS running,
+           count(*) FILTER (WHERE status = 'QUEUED') AS queued
+    FROM pgsched.job_runs
+    WHERE definition_id = %(definition_id)s AND status IN ('RUNNING', 'QUEUED')
+) AS counts
+LEFT JOIN LATERAL (
+    SELECT * FROM pgsched.job_runs
+    WHERE definition_id = %(definition_id)s AND started_at IS NOT NULL
+    ORDER BY id DESC
+    LIMIT 1
+) AS last ON true;
 
 -- name: run_counts
 SELECT count(*) FILTER (WHERE status = 'RUNNING') AS running,
