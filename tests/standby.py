@@ -1,4 +1,5 @@
-"""A real streaming standby of a test server: pg_basebackup, start, promote.
+"""A real streaming standby of a test server: pg_basebackup, start, promote, and a
+receiver that stops taking WAL while the standby stays connected.
 
 For tests of what a failover does to pgsched (run ids, lost commits). The standby is a
 ``PostgresServer`` whose data directory comes from ``pg_basebackup -R`` instead of initdb,
@@ -9,8 +10,11 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 import psycopg
 
@@ -77,3 +81,22 @@ def wait_caught_up(primary: PostgresServer, standby: PostgresServer, timeout: fl
             if time.monotonic() > deadline:
                 raise AssertionError(f"the standby did not replay up to {target} in {timeout}s")
             time.sleep(0.05)
+
+
+@contextmanager
+def receiver_paused(standby: PostgresServer) -> Iterator[int]:
+    """The standby's WAL receiver stopped (SIGSTOP) for the block, resumed after: the
+    standby stays connected and listed in the primary's ``pg_stat_replication`` but flushes
+    nothing more, as a standby behind a slow network does. (Stopping the standby instead
+    would unlist it; ``pg_wal_replay_pause()`` stops replay, not receiving.) Yields the
+    receiver's pid: SIGKILL it to lose what it had not received, as a crash does."""
+    with psycopg.connect(standby.dsn(), autocommit=True) as conn:
+        row = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+    assert row is not None and row[0], "the standby has no WAL receiver"
+    pid = int(row[0])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        with suppress(ProcessLookupError):  # killed on purpose
+            os.kill(pid, signal.SIGCONT)

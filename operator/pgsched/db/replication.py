@@ -13,6 +13,15 @@ a failover is the replication's business:
 - a single server (no standby connected): nothing to fail over to.
 
 ``pgsched doctor`` reports this with the settings to change; the operator warns at start-up.
+
+With asynchronous replication the operator still keeps what it was *asked* through the
+API server: a request annotation (``run-now``, ``cancel``, ...) is removed only once the
+commit that carried it out is flushed by every connected streaming standby
+(:func:`progress`, :meth:`Progress.flushed`), so a failover that loses the commit finds the
+request still on the ScheduledJob and it is carried out again, once, on the new primary
+(``pgsched/k8s/commands.py``). The standbys' positions are shown only to members of
+``pg_read_all_stats`` (or ``pg_monitor``): without it the operator cannot tell, removes
+requests as soon as they are carried out, and says so at start-up.
 """
 
 from __future__ import annotations
@@ -69,6 +78,45 @@ class Replication:
                 f" failovers lossless: {SYNCHRONOUS_SETTINGS}"
             )
         return f"no streaming standby connected ({settings}): nothing to fail over to"
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where this server's WAL went up to, on which timeline: taken after a commit, a
+    position past its end."""
+
+    timeline: int
+    lsn: int  # bytes since 0/0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far this server's connected streaming standbys have flushed its WAL."""
+
+    position: Position  # now
+    least_flushed: int | None  # None: no standby connected (or none whose position shows)
+    unseen: int  # standbys whose position this role may not see (no pg_read_all_stats)
+
+    def flushed(self, position: Position) -> bool:
+        """Whether a failover to any connected standby keeps the commits up to
+        ``position``: every standby flushed that far. With none connected the commits are
+        as durable as they can be (there is nothing to fail over to). A position of
+        another timeline is never flushed here: a failover came between, and the commits
+        after the standby's last one are gone or were never this server's."""
+        return position.timeline == self.position.timeline and (
+            self.least_flushed is None or self.least_flushed >= position.lsn
+        )
+
+
+def progress(conn: Connection) -> Progress:
+    row = conn.execute(queries.get("replication_progress")).fetchone()
+    assert row is not None
+    least = row["least_flushed"]
+    return Progress(
+        Position(int(row["timeline"]), int(row["position"])),
+        None if least is None else int(least),
+        int(row["unseen"]),
+    )
 
 
 def inspect(conn: Connection) -> Replication:

@@ -33,6 +33,29 @@ request still on the object knows the operator has not taken it yet (``pgsched``
 it rather than overwrite it). A run-now token seen again queues nothing (the token is kept
 with the run), so a removal that failed and a request handled twice are harmless.
 
+**Removed once a failover cannot lose it.** The API server (etcd, a Raft log) keeps the
+request; the database may not keep what carried it out: with asynchronous replication a
+failover loses the commits its standby had not received. So a request is removed only once
+every streaming standby connected to the primary has flushed the commit that carried it
+out (``pg_stat_replication.flush_lsn`` at or past the WAL position taken after the commit:
+``pgsched/db/replication.py``). Until then it stays, and the ScheduledJob is looked at
+again every :data:`~pgsched.k8s.scheduledjobs.DURABILITY_RECHECK_SECONDS` (the work
+queue's delayed retry, not a loop) without carrying it out again. If a failover comes
+first (the primary's timeline changed), the request is carried out again on the new
+primary: once, if the commit was lost; and if it survived, again harmlessly — a run-now
+token queues nothing twice, a cancel of a run id finds it cancelled, a backfill's
+occurrences are queued already, a resume finds no suspension. With no standby connected the
+commit is as durable as it can be, and the request is removed at once (so a standby that
+is down when the request is handled does not hold it back; one that loses its connection
+just then is not waited for either). The operator's role must see the standbys' positions
+(a member of ``pg_read_all_stats`` or ``pg_monitor``); without it, it cannot tell and
+removes requests at once, as before, and says so at start-up.
+
+Two requests of the same kind cannot be told apart: an operator restarted (or a second
+replica) while a request waits for the standbys carries it out once more. For
+``cancel: all`` that also cancels runs queued since the first time; for ``resume``, clears
+an automatic suspension that came since. Both are within a standby's lag of the request.
+
 Who asked: each request may come with ``<annotation>-requested-by`` (e.g.
 ``pgsched.dev/run-now-requested-by``), the Kubernetes user who wrote it — one per request,
 so two people's requests handled in one sync never borrow each other's name. The operator

@@ -37,7 +37,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from pgsched import spec as spec_module
-from pgsched.db import clock
+from pgsched.db import clock, replication
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
 from pgsched.k8s import api, commands, controller, finalizers, jobpolicy, status, suspension
@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 # A deleted ScheduledJob whose runs are still stopping is looked at again this often.
 DELETION_RECHECK_SECONDS = 2.0
+# A request carried out and not flushed by every standby yet is looked at again this often.
+DURABILITY_RECHECK_SECONDS = 0.2
 
 
 @dataclass
@@ -64,6 +66,13 @@ class Context:
     # a run-now token's uniqueness check is not proof against every concurrent change of
     # job_runs' partitions (the history service moving a month out of the default one).
     in_hand: dict[UUID, set[commands.Request]] = field(default_factory=dict)
+    # Requests carried out whose commit some standby has not flushed yet, by uid, with
+    # the WAL position after that commit: looked at again until every standby has it,
+    # and carried out again if the position is of an earlier timeline (a failover came
+    # between and may have lost the commit).
+    unflushed: dict[UUID, dict[commands.Request, replication.Position]] = field(
+        default_factory=dict
+    )
     # What a jobTemplate may name, and where jobs may run (k8s.jobpolicy).
     job_policy: jobpolicy.JobPolicy = field(default_factory=jobpolicy.JobPolicy)
 
@@ -275,8 +284,11 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
                 )
                 writes = replace(writes, events=(note,))
         if asked:
-            writes = _answer(conn, stored, requests, writes, now=now)
-            context.in_hand.setdefault(key.id, set()).update(requests)
+            unflushed = context.unflushed.setdefault(key.id, {})
+            writes = _answer(conn, stored, requests, unflushed, writes, now=now)
+            context.in_hand.setdefault(key.id, set()).update(writes.remove)
+            if unflushed:
+                return Synced(writes, retry_in=DURABILITY_RECHECK_SECONDS)
     return Synced(writes if writes.anything else None)
 
 
@@ -284,13 +296,29 @@ def _answer(
     conn: Any,
     stored: Definition,
     requests: list[commands.Request],
+    unflushed: dict[commands.Request, replication.Position],
     writes: Writes,
     *,
     now: datetime,
 ) -> Writes:
-    """Carry out the request annotations; each is removed once handled, refused or not
-    (k8s/commands.py says why)."""
-    answer = commands.handle(conn, stored, requests, now=now)
+    """Carry out the request annotations (but not again those waiting for the standbys on
+    this timeline); each is removed once handled, refused or not, and once every connected
+    standby has flushed the commit that handled it (k8s/commands.py says why)."""
+    before = replication.progress(conn)
+    for request in set(unflushed) - set(requests):
+        del unflushed[request]  # removed by someone else meanwhile
+    due = [
+        request
+        for request in requests
+        if request not in unflushed
+        or unflushed[request].timeline != before.position.timeline
+    ]
+    answer = commands.handle(conn, stored, due, now=now)
+    after = replication.progress(conn) if due else before
+    unflushed.update(dict.fromkeys(due, after.position))
+    durable = tuple(request for request in requests if after.flushed(unflushed[request]))
+    for request in durable:
+        del unflushed[request]
     notes = tuple(
         EventNote(
             name=commands.event_name(stored.name, problem.path, writes.version),
@@ -302,7 +330,7 @@ def _answer(
         for problem in answer.refused
     )
     refresh = writes.refresh or answer.resumed
-    return replace(writes, answers=notes, remove=tuple(requests), refresh=refresh)
+    return replace(writes, answers=notes, remove=durable, refresh=refresh)
 
 
 def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
@@ -399,6 +427,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
     where = _where(meta)
     definition_id = UUID(meta["uid"])
     context.in_hand.pop(definition_id, None)
+    context.unflushed.pop(definition_id, None)
     with context.pool.connection() as conn:
         stopping = definitions.delete(conn, definition_id)
         running = runs.counts(conn, definition_id).running
