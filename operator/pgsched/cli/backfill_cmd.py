@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
                 "requestedBy": sent.requested_by,
                 "via": "kubernetes",
                 "taken": sent.taken,
+                "waitingForStandby": sent.waiting,
             }
         )
     else:

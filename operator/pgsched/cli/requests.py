@@ -10,11 +10,15 @@ the chart's ValidatingAdmissionPolicy refuses a requester that is not that user.
 database credentials are needed.
 
 Then it waits (``--timeout``) for the operator to take the request — the operator removes
-a request once it has handled it — and reports a refusal if there was one: the Warning
+a request once it has handled it and every standby of its database has received that
+(``k8s/commands.py``) — and reports a refusal if there was one: the Warning
 Event the operator posts for a refused request has a name the CLI can predict (the
 ScheduledJob's, the request's, and the resourceVersion the CLI's write produced). A
 request of someone else's still waiting on the object is never overwritten: the CLI waits
-for the operator to take it first, and writes naming the resourceVersion it read.
+for the operator to take it first, and writes naming the resourceVersion it read. A wait
+that ends with the request still there says whether the operator carried it out and keeps
+it for a standby that lags (its ``WaitingForStandby`` Event, named like the refusal's) or
+has not taken it at all.
 
 ``--database`` is the administrator's path instead: the schema owner's DSN, straight to
 the database, outside RBAC and the audit log; it says so on stderr every time.
@@ -122,11 +126,16 @@ def database_requester() -> str:
 def describe(sent: Sent, what: str, *, timeout: float) -> str:
     """One line saying what was sent, by whom, and whether the operator took it."""
     who = f"requested by {sent.requested_by}" if sent.requested_by else "requester unknown"
-    taken = (
-        "the operator took it"
-        if sent.taken
-        else f"the operator has not taken it after {timeout:g} s; it will when it runs"
-    )
+    if sent.taken:
+        taken = "the operator took it"
+    elif sent.waiting:
+        taken = (
+            f"the operator carried it out but has not removed it after {timeout:g} s: it"
+            " waits for the database's standby to receive it (a failover before then has"
+            " it carried out again, once)"
+        )
+    else:
+        taken = f"the operator has not taken it after {timeout:g} s; it will when it runs"
     return f"{what} of {sent.scheduled_job} sent through the Kubernetes API server ({who}); {taken}"
 
 
@@ -135,6 +144,7 @@ class Sent:
     scheduled_job: str  # namespace/name
     requested_by: str | None
     taken: bool  # the operator removed the request within the timeout
+    waiting: bool = False  # not removed, but carried out: kept until the standbys have it
 
 
 def scheduled_job(kube: api.KubeApi, namespace: str, name: str) -> dict[str, Any]:
@@ -229,7 +239,10 @@ def send(
     taken = _wait_taken(kube, path, annotation, value, deadline)
     if taken:
         _raise_if_refused(kube, namespace, name, annotation, version)
-    return Sent(f"{namespace}/{name}", who, taken)
+    waiting = not taken and (
+        _event(kube, namespace, commands.waiting_event_name(name, annotation, version)) is not None
+    )
+    return Sent(f"{namespace}/{name}", who, taken, waiting)
 
 
 def whoami(kube: api.KubeApi) -> str | None:
@@ -262,19 +275,26 @@ def _raise_if_refused(
 ) -> None:
     """The operator's Warning Event for this very write, if it refused it (reading Events
     needs ``get events``: without it, a refusal shows in ``kubectl describe sj``)."""
-    from pgsched.k8s import api, commands, names
+    from pgsched.k8s import commands, names
 
     for field in (
         annotation,
         names.requested_by_annotation(annotation),
         names.parameters_annotation(annotation),
     ):
-        candidate = commands.event_name(name, field, version)
-        try:
-            found = kube.get(api.path_of(namespace=namespace, plural="events", name=candidate))
-        except api.ApiError:
-            continue
-        raise CommandError(f"the operator refused the request: {found.get('message')}")
+        found = _event(kube, namespace, commands.event_name(name, field, version))
+        if found is not None:
+            raise CommandError(f"the operator refused the request: {found.get('message')}")
+
+
+def _event(kube: api.KubeApi, namespace: str, name: str) -> dict[str, Any] | None:
+    """The Event ``name``; None if there is none (or this user may not read Events)."""
+    from pgsched.k8s import api
+
+    try:
+        return kube.get(api.path_of(namespace=namespace, plural="events", name=name))
+    except api.ApiError:
+        return None
 
 
 def _refused(error: api.ApiError, verb: str, namespace: str) -> CommandError:

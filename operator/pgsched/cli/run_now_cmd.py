@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
                 "parameters": values,
                 "via": "kubernetes",
                 "taken": sent.taken,
+                "waitingForStandby": sent.waiting,
             }
         )
     else:

@@ -102,6 +102,9 @@ EXAMPLES = {
 }
 # Refused requests are answered with a Warning Event of this reason.
 REASON = "InvalidAnnotation"
+# A request carried out and kept for the standbys longer than a few seconds is announced
+# with a Normal Event of this reason.
+WAITING_REASON = "WaitingForStandby"
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,12 @@ def event_name(scheduled_job: str, annotation: str, version: str) -> str:
     in ``version`` of the ScheduledJob: every replica names it alike (posted once), and the
     writer can find it (``pgsched`` reads it to report the refusal)."""
     return f"{scheduled_job}.{annotation.rpartition('/')[2]}.{version}"
+
+
+def waiting_event_name(scheduled_job: str, annotation: str, version: str) -> str:
+    """The Normal Event saying the request ``annotation`` written in ``version`` was
+    carried out and waits for the standbys (``pgsched`` reads it when its wait ends)."""
+    return f"{event_name(scheduled_job, annotation, version)}.waiting"
 
 
 def read(annotations: Mapping[str, Any]) -> list[Request]:

@@ -27,6 +27,7 @@ written.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -48,8 +49,24 @@ log = logging.getLogger(__name__)
 
 # A deleted ScheduledJob whose runs are still stopping is looked at again this often.
 DELETION_RECHECK_SECONDS = 2.0
-# A request carried out and not flushed by every standby yet is looked at again this often.
-DURABILITY_RECHECK_SECONDS = 0.2
+# A request carried out and not flushed by every standby yet is looked at again after a
+# quarter of the time it has waited, within these bounds: soon while a standby is merely a
+# few milliseconds behind, rarely while one is stuck (a fleet of waiting requests then
+# costs the database a query per ScheduledJob every few seconds).
+DURABILITY_RECHECK_SECONDS = (0.1, 5.0)
+# Waiting this long, a request is announced with a Normal Event (commands.waiting_event_name)
+# that the CLI reads when its wait ends: carried out, not removed yet.
+DURABILITY_NOTICE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Unflushed:
+    """A request carried out whose commit some standby had not flushed yet."""
+
+    position: replication.Position  # the WAL position after the commit
+    since: float  # time.monotonic() when it was carried out
+    version: str  # the ScheduledJob's resourceVersion then: names its waiting Event
+    announced: bool = False  # its waiting Event was handed to the writer
 
 
 @dataclass
@@ -70,9 +87,7 @@ class Context:
     # the WAL position after that commit: looked at again until every standby has it,
     # and carried out again if the position is of an earlier timeline (a failover came
     # between and may have lost the commit).
-    unflushed: dict[UUID, dict[commands.Request, replication.Position]] = field(
-        default_factory=dict
-    )
+    unflushed: dict[UUID, dict[commands.Request, Unflushed]] = field(default_factory=dict)
     # What a jobTemplate may name, and where jobs may run (k8s.jobpolicy).
     job_policy: jobpolicy.JobPolicy = field(default_factory=jobpolicy.JobPolicy)
 
@@ -288,7 +303,7 @@ def _reconcile(context: Context, body: Obj, *, revalidate: bool) -> Synced:
             writes = _answer(conn, stored, requests, unflushed, writes, now=now)
             context.in_hand.setdefault(key.id, set()).update(writes.remove)
             if unflushed:
-                return Synced(writes, retry_in=DURABILITY_RECHECK_SECONDS)
+                return Synced(writes, retry_in=_recheck_in(unflushed))
     return Synced(writes if writes.anything else None)
 
 
@@ -296,7 +311,7 @@ def _answer(
     conn: Any,
     stored: Definition,
     requests: list[commands.Request],
-    unflushed: dict[commands.Request, replication.Position],
+    unflushed: dict[commands.Request, Unflushed],
     writes: Writes,
     *,
     now: datetime,
@@ -307,16 +322,17 @@ def _answer(
     before = replication.progress(conn)
     for request in set(unflushed) - set(requests):
         del unflushed[request]  # removed by someone else meanwhile
+    timeline = before.position.timeline
     due = [
         request
         for request in requests
-        if request not in unflushed
-        or unflushed[request].timeline != before.position.timeline
+        if request not in unflushed or unflushed[request].position.timeline != timeline
     ]
     answer = commands.handle(conn, stored, due, now=now)
     after = replication.progress(conn) if due else before
-    unflushed.update(dict.fromkeys(due, after.position))
-    durable = tuple(request for request in requests if after.flushed(unflushed[request]))
+    carried_out = Unflushed(after.position, time.monotonic(), writes.version)
+    unflushed.update(dict.fromkeys(due, carried_out))
+    durable = tuple(request for request in requests if after.flushed(unflushed[request].position))
     for request in durable:
         del unflushed[request]
     notes = tuple(
@@ -330,7 +346,48 @@ def _answer(
         for problem in answer.refused
     )
     refresh = writes.refresh or answer.resumed
-    return replace(writes, answers=notes, remove=durable, refresh=refresh)
+    return replace(
+        writes,
+        answers=(*notes, *_announce(stored, unflushed, now=now)),
+        remove=durable,
+        refresh=refresh,
+    )
+
+
+def _announce(
+    stored: Definition, unflushed: dict[commands.Request, Unflushed], *, now: datetime
+) -> list[EventNote]:
+    """A Normal Event for each request waiting for the standbys long enough to say so."""
+    notes = []
+    for request, waiting in unflushed.items():
+        if waiting.announced or time.monotonic() - waiting.since < DURABILITY_NOTICE_SECONDS:
+            continue
+        unflushed[request] = replace(waiting, announced=True)
+        notes.append(
+            EventNote(
+                name=commands.waiting_event_name(stored.name, request.annotation, waiting.version),
+                type="Normal",
+                reason=commands.WAITING_REASON,
+                message=f"{request.annotation}={request.value} carried out; the request stays"
+                " until every standby of the database has received it (a failover before"
+                " then would have it carried out again, once)",
+                at=now,
+            )
+        )
+        log.info(
+            "%s: %s carried out %.0f s ago, kept until every standby has flushed it",
+            stored.key,
+            request.annotation,
+            time.monotonic() - waiting.since,
+        )
+    return notes
+
+
+def _recheck_in(unflushed: dict[commands.Request, Unflushed]) -> float:
+    """When to look at waiting requests again: a quarter of the longest wait, bounded."""
+    first, most = DURABILITY_RECHECK_SECONDS
+    waited = time.monotonic() - min(waiting.since for waiting in unflushed.values())
+    return min(most, max(first, waited / 4))
 
 
 def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
