@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -220,6 +221,34 @@ def test_a_request_is_carried_out_once_until_the_writer_removed_it(context, conn
     context.in_hand.clear()  # removed; written again later: handled (and idempotent)
     assert answer(context, job, **request).remove == first.remove
     assert len(all_runs(conn, job)) == 1
+
+
+def test_requests_carried_out_again_by_a_restarted_operator_change_nothing(context, conn, job):
+    """While a request waits for the standbys, an operator restarted (or another replica)
+    carries it out again, and after a failover the new primary may have its commit after
+    all: run-now, a cancel of a run id and a backfill must then change nothing."""
+    queued = runs.run_now(conn, job, token="t").run
+    requests = {
+        "pgsched.dev/run-now": "deploy-1",
+        "pgsched.dev/cancel": str(queued.id),
+        "pgsched.dev/backfill": "2026-05-01T00:00:00Z/2026-05-03T23:59:59Z",
+        "pgsched.dev/cancel-requested-by": "dave",
+    }
+    first = answer(context, job, **requests)
+    before = conn.execute(
+        "SELECT * FROM pgsched.job_runs WHERE definition_id = %s ORDER BY id", [job]
+    ).fetchall()
+    assert len(before) == 5 and first.answers == ()  # t, deploy-1, three occurrences
+
+    restarted = replace(context, in_hand={}, unflushed={})
+    again = answer(restarted, job, **requests)
+
+    assert again.answers == () and len(again.remove) == 3
+    after = conn.execute(
+        "SELECT * FROM pgsched.job_runs WHERE definition_id = %s ORDER BY id", [job]
+    ).fetchall()
+    assert after == before
+    assert (after[0]["status"], after[0]["cancelled_by"]) == ("CANCELLED", "Annotation (dave)")
 
 
 def test_resume_clears_an_automatic_suspension_and_asks_for_the_status(context, conn, job):

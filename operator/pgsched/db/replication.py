@@ -108,6 +108,21 @@ class Progress:
         )
 
 
+def blind_to_standbys(conn: Connection) -> str | None:
+    """What to say when standbys are connected whose positions this role may not see:
+    then requests are removed as soon as they are carried out (None: it sees them all)."""
+    unseen = progress(conn).unseen
+    if not unseen:
+        return None
+    return (
+        f"{unseen} streaming standby(s) connected whose flushed position this role may not"
+        " see (it is not a member of pg_read_all_stats): request annotations are removed as"
+        " soon as they are carried out, so a failover can lose them (docs/operations.md,"
+        " Failover). To keep each until the standbys have it: GRANT pg_read_all_stats TO"
+        f" {conn.info.user}"
+    )
+
+
 def progress(conn: Connection) -> Progress:
     row = conn.execute(queries.get("replication_progress")).fetchone()
     assert row is not None

@@ -281,6 +281,9 @@ def check_database(settings: OperatorSettings) -> None:
                     "database replication: %s",
                     found.detail,
                 )
+                blind = replication.blind_to_standbys(conn)
+                if blind is not None:
+                    log.warning("database replication: %s", blind)
                 for problem in boundary.problems(conn):
                     log.warning("tenant boundary: %s", problem)
     except (psycopg.OperationalError, preflight.PreflightError) as error:
