@@ -39,8 +39,11 @@ failover loses the commits its standby had not received. So a request is removed
 every streaming standby connected to the primary has flushed the commit that carried it
 out (``pg_stat_replication.flush_lsn`` at or past the WAL position taken after the commit:
 ``pgsched/db/replication.py``). Until then it stays, and the ScheduledJob is looked at
-again every :data:`~pgsched.k8s.scheduledjobs.DURABILITY_RECHECK_SECONDS` (the work
-queue's delayed retry, not a loop) without carrying it out again. If a failover comes
+again after a quarter of the time the request has waited, 0.1 s to 5 s
+(``scheduledjobs.DURABILITY_RECHECK_SECONDS``: the work queue's delayed retry, not a
+loop), without carrying it out again; after 5 s waiting it is announced with a Normal
+Event (:data:`WAITING_REASON`, :func:`waiting_event_name`) that the CLI reads when its
+wait ends. If a failover comes
 first (the primary's timeline changed), the request is carried out again on the new
 primary: once, if the commit was lost; and if it survived, again harmlessly — a run-now
 token queues nothing twice, a cancel of a run id finds it cancelled, a backfill's
@@ -53,7 +56,7 @@ removes requests at once, as before, and says so at start-up.
 
 Two requests of the same kind cannot be told apart: an operator restarted (or a second
 replica) while a request waits for the standbys carries it out once more. For
-``cancel: all`` that also cancels runs queued since the first time; for ``resume``, clears
+``cancel=all`` that also cancels runs queued since the first time; for ``resume``, clears
 an automatic suspension that came since. Both are within a standby's lag of the request.
 
 Who asked: each request may come with ``<annotation>-requested-by`` (e.g.

@@ -319,17 +319,17 @@ def _answer(
     """Carry out the request annotations (but not again those waiting for the standbys on
     this timeline); each is removed once handled, refused or not, and once every connected
     standby has flushed the commit that handled it (k8s/commands.py says why)."""
-    before = replication.progress(conn)
     for request in set(unflushed) - set(requests):
         del unflushed[request]  # removed by someone else meanwhile
-    timeline = before.position.timeline
+    # Only a request waiting already needs the timeline before: carried out on another?
+    timeline = replication.progress(conn).position.timeline if unflushed else None
     due = [
         request
         for request in requests
         if request not in unflushed or unflushed[request].position.timeline != timeline
     ]
     answer = commands.handle(conn, stored, due, now=now)
-    after = replication.progress(conn) if due else before
+    after = replication.progress(conn)
     carried_out = Unflushed(after.position, time.monotonic(), writes.version)
     unflushed.update(dict.fromkeys(due, carried_out))
     durable = tuple(request for request in requests if after.flushed(unflushed[request].position))
