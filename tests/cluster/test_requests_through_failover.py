@@ -209,3 +209,26 @@ def test_the_cli_says_a_request_was_carried_out_and_waits_for_the_lagging_standb
     assert sent.code == 0, sent.err
     assert "the operator carried it out but has not removed it after" in sent.out, sent.out
     assert "waits for the database's standby to receive it" in sent.out
+
+
+def test_a_request_whose_commit_survived_the_failover_is_not_carried_out_twice(
+    kube, context, path, primary, standby
+):
+    """The standby received the commit, but the primary died before the operator saw that:
+    the request is still there and is carried out again on the new primary, changing
+    nothing (its token)."""
+    wait_caught_up(primary, standby)
+    with receiver_paused(standby):
+        kube.merge_patch(path, {"metadata": {"annotations": REQUEST}})
+        handle(context, path)
+        assert requests_on(kube, path) == REQUEST
+    wait_caught_up(primary, standby)
+    primary.stop(mode="immediate")
+    promote(standby)
+    assert manual_runs(standby.dsn()) == ["annotation:deploy-1"]
+
+    with connection.pool(standby.dsn(), name="pgsched-test-requests", max_size=2) as pool:
+        handle(replace(context, pool=pool), path)
+
+    assert requests_on(kube, path) == {}
+    assert manual_runs(standby.dsn()) == ["annotation:deploy-1"]
