@@ -144,7 +144,6 @@ class EngineThreads:
         settings = self.settings
         pools_seen = pool_status.PoolStatus(kube)
         judge = verdicts.Verdicts(kube)
-        pod_starts = starts.Starts(kube)
         notify = notifier.Notifier(notifier.KubeSecrets(kube))
         services = [
             loop.Service(
@@ -165,7 +164,7 @@ class EngineThreads:
             ),
             loop.Service(
                 "starts",
-                lambda: pod_starts.run_once(session.connection(), now=self.clock()),
+                lambda: starts.run_once(session.connection(), kube, now=self.clock()),
                 settings.verdict_interval_seconds,
             ),
             loop.Service(

@@ -18,22 +18,29 @@ the run's lease, what they show:
 A run still launching at its bound ends ``FAILED`` with the reason its pod gave
 (``engine.starts`` lists them); an image name the kubelet cannot even parse, or a pull
 policy ``Never`` for an image the node lacks, ends it at once. A Job that finished or is
-gone is left to the Job watch and the verdicts. The API server unreachable → the round
-raises ``api.ApiError`` and nothing is decided (the reaper then judges the runs as before,
-once they have not been observed for their heartbeat timeout).
+gone is left to the Job watch and the verdicts, and so is a run whose heartbeat sidecar
+noted that its workload ended (``workload_ended_at``): the workload ran, whatever a pod
+status not yet brought up to date says. The API server unreachable → the round raises
+``api.ApiError`` and nothing is decided (the reaper then judges the runs as before, once
+they have not been observed for their heartbeat timeout).
 
-**The bound does not run while the API server is away** (``Starts``): meanwhile no pod can
-be created and no kubelet can report a start, so that time is not the run's. Each operator
-process remembers when its rounds could not reach the API server (from the first failed
-round to the next good one) and moves every bound by the blind time that falls after the
-run's claim; the message of a run that ends says how much was not counted. A process that
-restarts forgets what it saw; a bound then counts as before.
+**The bound does not run while the run's pod cannot be observed.** With the API server
+away no pod can be created and no kubelet can report a start, so that time is not the
+run's. Every round records when it observed each run (``run_starts.observed_at``); a round
+that finds a run unobserved for more than :data:`UNOBSERVED` (the API server away, no
+operator running) moves its bound by that time, and gives kubelet and the Job controller
+:data:`CATCH_UP` after it to report what happened meanwhile (a pod status read just after
+the API server's return can be minutes old). A round that finds the API server unreachable
+(or failing: 5xx, 429) gives the runs it meant to look at that catch-up too, however short
+the absence: the Job controller lists everything again before it creates pods (up to a
+minute after an API server restart, measured on the real node). The moved bound is stored
+(``bound_at``), so it holds for every replica and across restarts; the message of a run
+that ends says how far it was moved.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -135,73 +142,69 @@ def seen(job: Obj, pods: list[Obj]) -> Seen | None:
     return Seen(reason=status.get("phase") or "Pending", message=where)
 
 
-# Blind windows older than this can no longer move a bound (admissionTimeoutSeconds' maximum
-# is far below it): forgotten, so a long-lived process keeps a bounded list.
-_REMEMBER_BLIND = timedelta(days=2)
-
-
-class Starts:
-    """The starts service of one operator process: ``run_once`` rounds that remember when
-    the API server could not be reached, so bounds do not run meanwhile."""
-
-    def __init__(self, kube: api.KubeApi) -> None:
-        self.kube = kube
-        self._blind: list[tuple[datetime, datetime]] = []
-        self._blind_since: datetime | None = None
-
-    def run_once(self, conn: Connection, *, now: datetime | None = None) -> StartsResult:
-        at = clock.now(conn, now)
-        # Until this round reaches the API server, the time since the first failed round
-        # counts as blind (so a round that succeeds counts it too).
-        ongoing = [(self._blind_since, at)] if self._blind_since is not None else []
-        try:
-            result = run_once(conn, self.kube, now=at, blind=[*self._blind, *ongoing])
-        except api.ApiError:
-            if self._blind_since is None:
-                self._blind_since = at
-            raise
-        if ongoing:
-            self._blind = [w for w in self._blind if w[1] > at - _REMEMBER_BLIND] + ongoing
-            self._blind_since = None
-        return result
+# A run not observed for longer than this was out of sight (rounds come every few
+# seconds): the time does not count towards its bound.
+UNOBSERVED = timedelta(seconds=30)
+# After a time out of sight a bound does not expire before this: kubelet and the Job
+# controller report what happened meanwhile only once they reach the API server again.
+CATCH_UP = timedelta(seconds=60)
 
 
 def run_once(
-    conn: Connection,
-    kube: api.KubeApi,
-    *,
-    limit: int = 100,
-    now: datetime | None = None,
-    blind: Sequence[tuple[datetime, datetime]] = (),
+    conn: Connection, kube: api.KubeApi, *, limit: int = 100, now: datetime | None = None
 ) -> StartsResult:
-    """Observe up to ``limit`` launching runs; an unreachable API raises ``api.ApiError``.
-    ``blind``: windows in which the API server could not be reached (``Starts``)."""
+    """Observe up to ``limit`` launching runs; an unreachable API raises ``api.ApiError``."""
     result = StartsResult()
     rows = starts.launching(conn, limit=limit)
     result.launching = len(rows)
     if not rows:
         return result
     at = clock.now(conn, now)
-    for row, job, pods in verdicts.with_jobs(kube, rows):
-        found = seen(job, pods) if job else None
-        if found is not None:
-            _apply(conn, row, found, at, result, blind)
+    try:
+        for row, job, pods in verdicts.with_jobs(kube, rows):
+            found = seen(job, pods) if job else None
+            if found is not None:
+                _apply(conn, row, found, at, result)
+    except api.ApiError as error:
+        if error.unavailable:
+            # Even a short absence makes the Job controller and kubelet list everything
+            # again before they create pods or report starts: give these runs the catch-up.
+            starts.defer_bounds(conn, [row["id"] for row in rows], until=at + CATCH_UP)
+        raise
     return result
 
 
-def _blind_after(since: datetime, blind: Sequence[tuple[datetime, datetime]]) -> timedelta:
-    """How much of the ``blind`` windows falls after ``since``."""
-    return sum((end - max(start, since) for start, end in blind if end > since), start=timedelta())
+@dataclass(frozen=True)
+class Bound:
+    """When a launching run ends, by which setting, as of one observation."""
+
+    setting: str
+    seconds: int
+    at: datetime
+    moved: timedelta  # later than the setting alone says: time its pod was out of sight
+    judged: bool  # False in the round that finds the run back after a time out of sight
 
 
-def _apply(
-    conn: Connection,
-    row: Obj,
-    found: Seen,
-    at: datetime,
-    result: StartsResult,
-    blind: Sequence[tuple[datetime, datetime]],
-) -> None:
+def bound_of(row: Obj, found: Seen, admitted_at: datetime | None, at: datetime) -> Bound:
+    if found.awaiting_admission:
+        setting, seconds = "admissionTimeoutSeconds", starts.admission_timeout(row["spec"])
+        counted_from = row["started_at"]
+    else:
+        setting, seconds = "startTimeoutSeconds", starts.start_timeout(row["spec"])
+        counted_from = admitted_at or row["started_at"]
+    plain = counted_from + timedelta(seconds=seconds)
+    bound = plain
+    # A bound moved before, in the same phase (admission's and the start's are apart).
+    if row["bound_at"] is not None and bool(row["awaiting_admission"]) == found.awaiting_admission:
+        bound = max(bound, row["bound_at"])
+    unobserved = at - (row["observed_at"] or row["started_at"])
+    judged = unobserved <= UNOBSERVED
+    if not judged:
+        bound = max(bound + unobserved, at + CATCH_UP)
+    return Bound(setting, seconds, bound, bound - plain, judged)
+
+
+def _apply(conn: Connection, row: Obj, found: Seen, at: datetime, result: StartsResult) -> None:
     log_run = logs.for_labels(
         log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
     )
@@ -220,21 +223,20 @@ def _apply(
         if started:
             result.started.append(row["id"])
         return
-    if found.awaiting_admission:
-        setting, seconds = "admissionTimeoutSeconds", starts.admission_timeout(row["spec"])
-        counted_from = row["started_at"]
-    else:
-        setting, seconds = "startTimeoutSeconds", starts.start_timeout(row["spec"])
-        counted_from = admitted_at or row["started_at"]
-    unseen = _blind_after(counted_from, blind)
-    bound = counted_from + timedelta(seconds=seconds) + unseen
-    if found.hopeless or at >= bound:
+    if row["workload_ended_at"] is not None:
+        return  # it ran: the Job watch and the verdicts record how it ended
+    bound = bound_of(row, found, admitted_at, at)
+    if found.hopeless or (bound.judged and at >= bound.at):
         reason = _ENDS_AS.get(str(found.reason), starts.START_TIMEOUT)
-        why = "can never start" if found.hopeless else f"did not start within {setting} ({seconds})"
-        if unseen and not found.hopeless:
+        why = (
+            "can never start"
+            if found.hopeless
+            else f"did not start within {bound.setting} ({bound.seconds})"
+        )
+        if bound.moved and not found.hopeless:
             why += (
-                f", not counting {unseen.total_seconds():.0f} s when the API server could not"
-                " be reached"
+                f", its bound moved {bound.moved.total_seconds():.0f} s later for time its pod"
+                " could not be observed (the API server unreachable, or no operator running)"
             )
         error = f"the workload {why}: {found.reason}: {found.message}"
         outcome = outcomes.Outcome("FAILED", reason, error)
@@ -252,7 +254,7 @@ def _apply(
         waiting_message=found.message,
         awaiting_admission=found.awaiting_admission,
         admitted_at=admitted_at,
-        bound_at=bound,
+        bound_at=bound.at,
         announce=found.reason in _ENDS_AS,
         now=at,
     )

@@ -2,9 +2,9 @@
 
 -- name: launching_runs
 -- Running runs without a recorded workload start, the least recently observed first.
-SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.started_at,
+SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.started_at, r.workload_ended_at,
        d.namespace, d.name, d.spec,
-       s.waiting_reason, s.awaiting_admission, s.admitted_at, s.observed_at
+       s.waiting_reason, s.awaiting_admission, s.admitted_at, s.bound_at, s.observed_at
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 LEFT JOIN pgsched.run_starts AS s ON s.run_id = r.id
@@ -12,6 +12,13 @@ WHERE r.status = 'RUNNING'
   AND s.workload_started_at IS NULL
 ORDER BY s.observed_at NULLS FIRST, r.id
 LIMIT %(limit)s;
+
+-- name: defer_start_bounds
+-- The API server could not be reached: these launching runs' bounds move to no earlier
+-- than %(until)s (their next observation keeps the later of this and its own bound).
+UPDATE pgsched.run_starts
+SET bound_at = greatest(bound_at, %(until)s)
+WHERE run_id = ANY(%(ids)s::bigint[]) AND workload_started_at IS NULL;
 
 -- name: record_start_observation
 -- Fenced on the run still RUNNING with this lease. A start, or a change to a wait worth
