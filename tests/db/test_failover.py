@@ -10,10 +10,14 @@ call re-establishes it, or the launcher adopts its Job, and the run is not execu
 
 from __future__ import annotations
 
+import base64
 import time
+import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
+import test_verdicts as verdicts_api
 
 from cli_runner import pgsched
 from factories import RecordingLauncher, define, job_login
@@ -23,7 +27,7 @@ from pgsched.engine import dispatch, lease, runs
 from pgsched.engine.launcher import Adopted
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings
-from pgsched.k8s import names
+from pgsched.k8s import api, names, revalidation
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 
@@ -225,3 +229,133 @@ def test_a_former_primary_still_writable_after_the_failover_is_refused_by_the_ti
     finally:
         ticker.close()
         standby.cleanup()
+
+
+class ApiWithSecrets(verdicts_api.Api):
+    """The verdicts' stand-in API (Jobs and pods by run id), and lease Secrets by name,
+    read as the operator reads them (a merge patch that changes nothing)."""
+
+    def __init__(self, jobs, pods=None, *, secrets=None):
+        super().__init__(jobs, pods)
+        self.secrets = secrets or {}
+
+    def merge_patch(self, path, body):
+        assert body == {}
+        name = path.rsplit("/", 1)[1]
+        if name not in self.secrets:
+            raise api.ApiError("PATCH", path, 404, {"reason": "NotFound"})
+        token = base64.b64encode(str(self.secrets[name]).encode()).decode()
+        return {"data": {names.LEASE_SECRET_KEY: token}}
+
+
+def job_of(name: str, run_id: int, token, *conditions: str) -> dict:
+    """A Job of run ``run_id`` launched with lease ``token`` (finished per ``conditions``)."""
+    metadata = {
+        "namespace": "default",
+        "labels": {names.LABEL_RUN_ID: str(run_id)},
+        "annotations": {names.ANNOTATION_LEASE_SHA256: names.lease_fingerprint(str(token))},
+    }
+    return {**verdicts_api.job(*conditions), "metadata": metadata}
+
+
+def test_after_a_failover_runs_whose_end_or_claim_was_lost_are_settled_from_their_jobs_once(
+    primary,
+):
+    """On the primary, after the standby stopped receiving: run `ended` finished, run
+    `claimed` was claimed and finished, run `running` was claimed and still runs, and a
+    tenant made up a Job and Secret for run `forged`. After the promotion one pass compares
+    them with their Jobs: `ended` and `claimed` COMPLETED, `running` RUNNING under its pod's
+    lease, `forged` untouched; the pass is recorded, and no replica does it again."""
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            jobs = {name: define(conn, name) for name in ("ended", "claimed", "running", "forged")}
+            for job in jobs.values():
+                runs.run_now(conn, job.id, token="go")
+            [ended] = dispatch.run_once(
+                conn, RecordingLauncher(), definition_ids=[jobs["ended"].id]
+            ).claimed
+        wait_caught_up(primary, standby)
+
+        standby.stop()  # from here on the standby misses everything
+        with connection.connect(primary.dsn()) as conn:
+            assert lease.finish(conn, lease.Lease(ended.id, ended.lease_token), "COMPLETED")
+            later = {
+                run.definition_id: run
+                for run in dispatch.run_once(conn, RecordingLauncher()).claimed
+            }
+        claimed, running, forged = (
+            later[jobs[name].id] for name in ("claimed", "running", "forged")
+        )
+        primary.stop(mode="immediate")
+        standby.start()
+        promote(standby)
+
+        made_up = uuid.UUID(bytes=forged.lease_token.bytes[:8] + bytes(8))
+        cluster = ApiWithSecrets(
+            {
+                f"ended-{ended.id}": job_of("ended", ended.id, ended.lease_token, "Complete"),
+                f"claimed-{claimed.id}": job_of(
+                    "claimed", claimed.id, claimed.lease_token, "Complete"
+                ),
+                f"running-{running.id}": job_of("running", running.id, running.lease_token),
+                f"forged-{forged.id}": job_of("forged", forged.id, made_up, "Complete"),
+            },
+            secrets={
+                names.lease_secret_name(f"claimed-{claimed.id}"): claimed.lease_token,
+                names.lease_secret_name(f"running-{running.id}"): running.lease_token,
+                names.lease_secret_name(f"forged-{forged.id}"): made_up,
+            },
+        )
+        with connection.connect(standby.dsn()) as conn:
+            before = {
+                row["id"]: row["status"] for row in conn.execute("SELECT * FROM pgsched.job_runs")
+            }
+            assert before == {
+                ended.id: "RUNNING",
+                claimed.id: "QUEUED",
+                running.id: "QUEUED",
+                forged.id: "QUEUED",
+            }
+            after_failover = runs.run_now(conn, jobs["ended"].id, token="after").run
+            assert after_failover.id > BLOCK  # a run of the new timeline: not compared
+
+            result = revalidation.run_once(conn, cluster)
+
+            assert result.timeline == 2 and result.finished
+            assert result.compared == 4
+            assert result.recorded == {ended.id: "COMPLETED", claimed.id: "COMPLETED"}
+            assert sorted(result.reestablished) == sorted([claimed.id, running.id])
+            rows = {row["id"]: row for row in conn.execute("SELECT * FROM pgsched.job_runs")}
+            assert rows[ended.id]["status"] == "COMPLETED"
+            assert rows[claimed.id]["status"] == "COMPLETED"
+            assert (rows[running.id]["status"], rows[running.id]["lease_token"]) == (
+                "RUNNING",
+                running.lease_token,
+            )
+            assert rows[running.id]["k8s_job_name"] == f"running-{running.id}"
+            assert (rows[forged.id]["status"], rows[forged.id]["lease_token"]) == ("QUEUED", None)
+            # Recorded: neither this replica nor another compares again on this timeline.
+            assert revalidation.run_once(conn, cluster).timeline is None
+            with connection.connect(standby.dsn()) as other:
+                assert revalidation.run_once(other, cluster).timeline is None
+            # Nothing is launched again: the dispatcher claims only the forged run's.
+            launched = dispatch.run_once(conn, RecordingLauncher()).claimed
+            assert sorted(run.id for run in launched) == sorted([forged.id, after_failover.id])
+    finally:
+        standby.cleanup()
+
+
+def test_a_pass_is_owed_only_on_a_timeline_no_pass_was_recorded_for(dsn, conn):
+    """The migration recorded the timeline it ran on: no pass there. The job login can
+    neither read nor write the record, nor re-establish a claim (the owner's alone)."""
+    assert revalidation.run_once(conn, ApiWithSecrets({})).timeline is None
+    _, job_dsn = job_login(conn, dsn)
+    with connection.connect(job_dsn) as pod:
+        for statement in (
+            "SELECT * FROM pgsched.timeline_revalidations",
+            "DELETE FROM pgsched.timeline_revalidations",
+            "SELECT pgsched.reestablish_claim(1, gen_random_uuid())",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                pod.execute(statement)

@@ -1,0 +1,184 @@
+"""After a failover: every run the lost WAL could have touched, compared with its Job.
+
+With asynchronous replication a failover loses the commits the standby had not received
+(docs/operations.md, "What a failover can lose"). The API server kept what the database
+lost: a Job that finished, and the lease its pod was started with. So once per new WAL
+timeline (a promoted standby writes on a new one, and so does a restore) one replica walks
+the runs created before it and asks their Jobs, at once instead of when each run's own
+timer would:
+
+- a RUNNING run whose Job finished (its end was lost): the Job's outcome is recorded, by
+  the same fenced code as the Job watch and the resync (``outcomes.record``), for the
+  claim the Job was launched for only. Before, such a run waited for the resync's next
+  round or its heartbeat timeout; until then it counted against its caps, and a Job
+  cleaned up meanwhile left it ``OutcomeUnknown``;
+- a due QUEUED run whose Job exists (its claim was lost): if the Job's lease Secret holds
+  a lease the Job was launched with, and the database finds it genuine for this run (its
+  MAC, migration 0032), the claim is re-established (``pgsched.reestablish_claim``, within
+  the definition's cap and pool limit, as the pod's own next call would), the Job recorded
+  as the run's, and a finished Job's outcome recorded as above. The dispatcher does not
+  claim the run again and the launcher has nothing to adopt: the workload ran once.
+  A lease that is not genuine (a Job and Secret a tenant made up) restores nothing;
+- anything else (a Job still running under the run's lease, no Job) is left as it is: the
+  heartbeats, the Job watch, the verdicts and the resync go on as usual.
+
+The pass is recorded in ``pgsched.timeline_revalidations`` (migration 0034): a timeline
+without a row is owed one, replicas take it one batch at a time (a hold of
+``HOLD_SECONDS``, so a replica that dies mid-batch leaves it to the others), the cursor
+moves by run id, and a finished pass is never repeated. Run ids are never reused (each
+timeline has its own block, migration 0007), so the pass ends at the last id of the
+timelines before: runs created after the failover are not the lost WAL's. In the steady
+state a round costs one insert that conflicts and changes nothing. The API server away
+fails the round (the loop logs it); the batch is not advanced and is done again later.
+
+What it does not do: a run whose row was lost entirely (created, claimed and launched in
+the lost WAL) has nothing to compare; see docs/operations.md, "The residual window".
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pgsched import logs
+from pgsched.db import queries
+from pgsched.db.connection import Connection
+from pgsched.engine import lease
+from pgsched.k8s import api, launcher, names, outcomes
+from pgsched.k8s.names import Obj
+
+log = logging.getLogger(__name__)
+
+# How long one replica holds the pass for a batch (its API lists and fenced writes take
+# well under a second per 100 runs on a healthy API server).
+HOLD_SECONDS = 60.0
+# Runs whose Jobs one request selects by label: a short URL (as the resync's).
+_RUNS_PER_REQUEST = 100
+
+
+@dataclass
+class RevalidationResult:
+    timeline: int | None = None  # the timeline whose pass this round worked on, if any
+    compared: int = 0
+    recorded: dict[int, str] = field(default_factory=dict)  # run id → status
+    reestablished: list[int] = field(default_factory=list)
+    finished: bool = False  # this round finished the pass
+
+    @property
+    def more(self) -> bool:
+        """The pass goes on: the next batch at once."""
+        return self.timeline is not None and not self.finished
+
+
+def run_once(
+    conn: Connection, kube: api.KubeApi, *, limit: int = 500, now: datetime | None = None
+) -> RevalidationResult:
+    """One batch of the current timeline's pass, if one is owed and no other replica holds
+    it; an unreachable API raises ``api.ApiError`` (the batch is done again later)."""
+    result = RevalidationResult()
+    claimed = conn.execute(
+        queries.get("claim_revalidation"), {"hold_seconds": HOLD_SECONDS, "now": now}
+    ).fetchone()
+    if claimed is None:
+        return result
+    result.timeline = int(claimed["timeline"])
+    rows = conn.execute(
+        queries.get("runs_to_revalidate"),
+        {"after_id": claimed["after_id"], "limit": limit, "now": now},
+    ).fetchall()
+    if claimed["after_id"] == 0 and rows:
+        log.warning(
+            "WAL timeline %s: a failover (or restore) happened; comparing %s runs from before"
+            " it with their Jobs (with asynchronous replication its last commits may be lost,"
+            " see docs/operations.md, What a failover can lose)",
+            result.timeline,
+            f"{len(rows)}+" if len(rows) == limit else len(rows),
+        )
+    by_namespace: dict[str, list[Obj]] = defaultdict(list)
+    for row in rows:
+        by_namespace[row["namespace"]].append(row)
+    for namespace, these in by_namespace.items():
+        for start in range(0, len(these), _RUNS_PER_REQUEST):
+            chunk = these[start : start + _RUNS_PER_REQUEST]
+            jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in chunk])
+            for row in chunk:
+                job = jobs.get(row["k8s_job_name"] or names.job_name(row["name"], row["id"]))
+                if job is not None:
+                    found = pods.get(job["metadata"]["name"], [])
+                    _compare(conn, kube, row, job, found, result)
+    result.compared = len(rows)
+    result.finished = len(rows) < limit
+    conn.execute(
+        queries.get("advance_revalidation"),
+        {
+            "timeline": result.timeline,
+            "from_id": claimed["after_id"],
+            "after_id": rows[-1]["id"] if rows else claimed["after_id"],
+            "compared": len(rows),
+            "finished": result.finished,
+            "now": now,
+        },
+    )
+    if result.finished:
+        log.info(
+            "WAL timeline %s: every run from before it compared with its Job (%s outcomes"
+            " recorded, %s claims re-established in this last batch)",
+            result.timeline,
+            len(result.recorded),
+            len(result.reestablished),
+        )
+    return result
+
+
+def _compare(
+    conn: Connection,
+    kube: api.KubeApi,
+    row: Obj,
+    job: Obj,
+    pods: list[Obj],
+    result: RevalidationResult,
+) -> None:
+    run_log = logs.for_labels(
+        log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
+    )
+    where = f"{row['namespace']}/{job['metadata']['name']}"
+    if (job["metadata"].get("labels") or {}).get(names.LABEL_RUN_ID) != str(row["id"]):
+        return
+    if row["status"] == "QUEUED":
+        held = launcher.held_lease(kube, job)
+        if held is None or not lease.reestablish(conn, lease.Lease(row["id"], held)):
+            return
+        conn.execute(
+            queries.get("record_launches"),
+            {"ids": [row["id"]], "lease_tokens": [held], "handles": [job["metadata"]["name"]]},
+        )
+        result.reestablished.append(row["id"])
+        run_log.warning(
+            "run %s: its claim was lost with the database's last commits; Job %s holds a"
+            " genuine lease of it, so the run is RUNNING under that lease again",
+            row["id"],
+            where,
+        )
+    if not outcomes.finished(job):
+        return
+    outcome = outcomes.record(
+        conn,
+        row["id"],
+        str(names.job_lease_fingerprint(job["metadata"].get("annotations"))),
+        job=job,
+        pods=functools.partial(list, pods),
+        deleted=False,
+        logger=run_log,
+    )
+    if outcome is not None:
+        result.recorded[row["id"]] = outcome.status
+        run_log.warning(
+            "run %s: its end was lost with the database's last commits; Job %s says %s %s",
+            row["id"],
+            where,
+            outcome.status,
+            outcome.reason or "",
+        )
