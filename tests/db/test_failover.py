@@ -14,6 +14,7 @@ import base64
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -359,3 +360,46 @@ def test_a_pass_is_owed_only_on_a_timeline_no_pass_was_recorded_for(dsn, conn):
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 pod.execute(statement)
+
+
+def test_a_lost_end_frees_its_slot_before_a_lost_claim_of_the_same_job_is_taken_back(primary):
+    """maxConcurrentRuns 1: `later` (the higher id, due first) ran and ended, then `earlier`
+    was claimed and ended, all after the standby stopped receiving. On the new primary
+    `later` is RUNNING and holds the only slot that `earlier`, QUEUED, needs: the pass
+    records the end before it takes the claim back, whatever their ids' order."""
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            job = define(conn, "one", maxConcurrentRuns=1)
+            due = conn.execute("SELECT now() - interval '1 minute' AS t").fetchone()["t"]
+            earlier = runs.run_now(conn, job.id, token="earlier", scheduled_for=due).run
+            later = runs.run_now(
+                conn, job.id, token="later", scheduled_for=due - timedelta(minutes=1)
+            ).run
+            [first] = dispatch.run_once(conn, RecordingLauncher()).claimed
+            assert first.id == later.id > earlier.id
+        wait_caught_up(primary, standby)
+
+        standby.stop()  # from here on the standby misses everything
+        with connection.connect(primary.dsn()) as conn:
+            assert lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED")
+            [second] = dispatch.run_once(conn, RecordingLauncher()).claimed
+            assert lease.finish(conn, lease.Lease(second.id, second.lease_token), "COMPLETED")
+        primary.stop(mode="immediate")
+        standby.start()
+        promote(standby)
+
+        name_first, name_second = f"one-{first.id}", f"one-{second.id}"
+        cluster = ApiWithSecrets(
+            {
+                name_first: job_of("one", first.id, first.lease_token, "Complete"),
+                name_second: job_of("one", second.id, second.lease_token, "Complete"),
+            },
+            secrets={names.lease_secret_name(name_second): second.lease_token},
+        )
+        with connection.connect(standby.dsn()) as conn:
+            result = revalidation.run_once(conn, cluster)
+            assert result.recorded == {later.id: "COMPLETED", earlier.id: "COMPLETED"}
+            assert dispatch.run_once(conn, RecordingLauncher()).claimed == []
+    finally:
+        standby.cleanup()

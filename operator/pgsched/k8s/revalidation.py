@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -97,18 +98,12 @@ def run_once(
             result.timeline,
             f"{len(rows)}+" if len(rows) == limit else len(rows),
         )
-    by_namespace: dict[str, list[Obj]] = defaultdict(list)
-    for row in rows:
-        by_namespace[row["namespace"]].append(row)
-    for namespace, these in by_namespace.items():
-        for start in range(0, len(these), _RUNS_PER_REQUEST):
-            chunk = these[start : start + _RUNS_PER_REQUEST]
-            jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in chunk])
-            for row in chunk:
-                job = jobs.get(row["k8s_job_name"] or names.job_name(row["name"], row["id"]))
-                if job is not None:
-                    found = pods.get(job["metadata"]["name"], [])
-                    _compare(conn, kube, row, job, found, result)
+    # Ends first: a run whose end was lost holds the slot a lost claim of the same
+    # definition needs to be re-established (stable: by id within each kind).
+    for row, job, pods in sorted(
+        _with_jobs(kube, rows), key=lambda found: found[0]["status"] != "RUNNING"
+    ):
+        _compare(conn, kube, row, job, pods, result)
     result.compared = len(rows)
     result.finished = len(rows) < limit
     conn.execute(
@@ -131,6 +126,22 @@ def run_once(
             len(result.reestablished),
         )
     return result
+
+
+def _with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj, list[Obj]]]:
+    """Each run that has a Job (by its recorded name, else the deterministic one), with the
+    Job and its pods, read with two lists per namespace and ``_RUNS_PER_REQUEST`` runs."""
+    by_namespace: dict[str, list[Obj]] = defaultdict(list)
+    for row in rows:
+        by_namespace[row["namespace"]].append(row)
+    for namespace, these in by_namespace.items():
+        for start in range(0, len(these), _RUNS_PER_REQUEST):
+            chunk = these[start : start + _RUNS_PER_REQUEST]
+            jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in chunk])
+            for row in chunk:
+                job = jobs.get(row["k8s_job_name"] or names.job_name(row["name"], row["id"]))
+                if job is not None:
+                    yield row, job, pods.get(job["metadata"]["name"], [])
 
 
 def _compare(
