@@ -24,7 +24,7 @@ from cli_runner import pgsched
 from factories import RecordingLauncher, define, job_login
 from invariants import launches_hold_their_claim, no_double_launch
 from pgsched.db import connection
-from pgsched.engine import dispatch, lease, runs
+from pgsched.engine import dispatch, lease, runs, settle
 from pgsched.engine.launcher import Adopted
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings
@@ -263,24 +263,28 @@ def test_after_a_failover_runs_whose_end_or_claim_was_lost_are_settled_from_thei
     primary,
 ):
     """On the primary, after the standby stopped receiving: run `ended` finished, run
-    `claimed` was claimed and finished, run `running` was claimed and still runs, and a
-    tenant made up a Job and Secret for run `forged`. After the promotion one pass compares
-    them with their Jobs: `ended` and `claimed` COMPLETED, `running` RUNNING under its pod's
-    lease, `forged` untouched; the pass is recorded, and no replica does it again."""
+    `cleaned` finished and its Job was cleaned up, run `claimed` was claimed and finished,
+    run `running` was claimed and still runs, and a tenant made up a Job and Secret for run
+    `forged`. After the promotion one pass compares them with their Jobs: `ended` and
+    `claimed` COMPLETED, `cleaned` OutcomeUnknown (not retried), `running` RUNNING under its
+    pod's lease, `forged` untouched; the pass is recorded, and no replica does it again."""
     standby = standby_of(primary)
     try:
         with connection.connect(primary.dsn()) as conn:
-            jobs = {name: define(conn, name) for name in ("ended", "claimed", "running", "forged")}
+            kinds = ("ended", "cleaned", "claimed", "running", "forged")
+            jobs = {name: define(conn, name) for name in kinds}
             for job in jobs.values():
                 runs.run_now(conn, job.id, token="go")
-            [ended] = dispatch.run_once(
-                conn, RecordingLauncher(), definition_ids=[jobs["ended"].id]
+            started = dispatch.run_once(
+                conn, RecordingLauncher(), definition_ids=[jobs["ended"].id, jobs["cleaned"].id]
             ).claimed
+            ended, cleaned = sorted(started, key=lambda run: run.id)
         wait_caught_up(primary, standby)
 
         standby.stop()  # from here on the standby misses everything
         with connection.connect(primary.dsn()) as conn:
-            assert lease.finish(conn, lease.Lease(ended.id, ended.lease_token), "COMPLETED")
+            for run in (ended, cleaned):
+                assert lease.finish(conn, lease.Lease(run.id, run.lease_token), "COMPLETED")
             later = {
                 run.definition_id: run
                 for run in dispatch.run_once(conn, RecordingLauncher()).claimed
@@ -314,6 +318,7 @@ def test_after_a_failover_runs_whose_end_or_claim_was_lost_are_settled_from_thei
             }
             assert before == {
                 ended.id: "RUNNING",
+                cleaned.id: "RUNNING",
                 claimed.id: "QUEUED",
                 running.id: "QUEUED",
                 forged.id: "QUEUED",
@@ -324,8 +329,12 @@ def test_after_a_failover_runs_whose_end_or_claim_was_lost_are_settled_from_thei
             result = revalidation.run_once(conn, cluster)
 
             assert result.timeline == 2 and result.finished
-            assert result.compared == 4
-            assert result.recorded == {ended.id: "COMPLETED", claimed.id: "COMPLETED"}
+            assert result.compared == 5
+            assert result.recorded == {
+                ended.id: "COMPLETED",
+                cleaned.id: "OutcomeUnknown",  # its Job gone: not JobDeleted, not retried
+                claimed.id: "COMPLETED",
+            }
             assert sorted(result.reestablished) == sorted([claimed.id, running.id])
             rows = {row["id"]: row for row in conn.execute("SELECT * FROM pgsched.job_runs")}
             assert rows[ended.id]["status"] == "COMPLETED"
@@ -340,6 +349,7 @@ def test_after_a_failover_runs_whose_end_or_claim_was_lost_are_settled_from_thei
             assert revalidation.run_once(conn, cluster).timeline is None
             with connection.connect(standby.dsn()) as other:
                 assert revalidation.run_once(other, cluster).timeline is None
+            assert settle.run_once(conn).retried == []
             # Nothing is launched again: the dispatcher claims only the forged run's.
             launched = dispatch.run_once(conn, RecordingLauncher()).claimed
             assert sorted(run.id for run in launched) == sorted([forged.id, after_failover.id])

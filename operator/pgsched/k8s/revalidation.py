@@ -48,7 +48,7 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import lease
-from pgsched.k8s import api, launcher, names, outcomes
+from pgsched.k8s import api, launcher, names, outcomes, verdicts
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
@@ -128,9 +128,10 @@ def run_once(
     return result
 
 
-def _with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj, list[Obj]]]:
+def _with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:
     """Each run that has a Job (by its recorded name, else the deterministic one), with the
-    Job and its pods, read with two lists per namespace and ``_RUNS_PER_REQUEST`` runs."""
+    Job and its pods, and each RUNNING run whose recorded Job is gone (None), read with two
+    lists per namespace and ``_RUNS_PER_REQUEST`` runs."""
     by_namespace: dict[str, list[Obj]] = defaultdict(list)
     for row in rows:
         by_namespace[row["namespace"]].append(row)
@@ -142,54 +143,85 @@ def _with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj, l
                 job = jobs.get(row["k8s_job_name"] or names.job_name(row["name"], row["id"]))
                 if job is not None:
                     yield row, job, pods.get(job["metadata"]["name"], [])
+                elif row["status"] == "RUNNING" and row["k8s_job_name"] is not None:
+                    yield row, None, []
 
 
 def _compare(
     conn: Connection,
     kube: api.KubeApi,
     row: Obj,
-    job: Obj,
+    job: Obj | None,
     pods: list[Obj],
     result: RevalidationResult,
 ) -> None:
     run_log = logs.for_labels(
         log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
     )
-    where = f"{row['namespace']}/{job['metadata']['name']}"
-    if (job["metadata"].get("labels") or {}).get(names.LABEL_RUN_ID) != str(row["id"]):
-        return
-    if row["status"] == "QUEUED":
-        held = launcher.held_lease(kube, job)
-        if held is None or not lease.reestablish(conn, lease.Lease(row["id"], held)):
+    if job is None:
+        # Launched, and its Job gone: the clean-up may have deleted it after an end the
+        # database lost (history limits), and the resync's JobDeleted (retried by default)
+        # would run a succeeded workload again. Nobody can tell: the verdict of a silent
+        # run whose Job is gone (I8), OutcomeUnknown.
+        outcome = verdicts.decide(row, None, []).outcome
+        assert outcome is not None
+        run_lease = lease.Lease(row["id"], row["lease_token"])
+        recorded = outcome if outcomes.write(conn, run_lease, outcome, logger=run_log) else None
+        said = "its Job is gone"
+    else:
+        where = f"{row['namespace']}/{job['metadata']['name']}"
+        if (job["metadata"].get("labels") or {}).get(names.LABEL_RUN_ID) != str(row["id"]):
             return
-        conn.execute(
-            queries.get("record_launches"),
-            {"ids": [row["id"]], "lease_tokens": [held], "handles": [job["metadata"]["name"]]},
-        )
-        result.reestablished.append(row["id"])
-        run_log.warning(
-            "run %s: its claim was lost with the database's last commits; Job %s holds a"
-            " genuine lease of it, so the run is RUNNING under that lease again",
+        if row["status"] == "QUEUED" and not _take_back_claim(
+            conn, kube, row, job, result, run_log
+        ):
+            return
+        if not outcomes.finished(job):
+            return
+        recorded = outcomes.record(
+            conn,
             row["id"],
-            where,
+            str(names.job_lease_fingerprint(job["metadata"].get("annotations"))),
+            job=job,
+            pods=functools.partial(list, pods),
+            deleted=False,
+            logger=run_log,
         )
-    if not outcomes.finished(job):
-        return
-    outcome = outcomes.record(
-        conn,
-        row["id"],
-        str(names.job_lease_fingerprint(job["metadata"].get("annotations"))),
-        job=job,
-        pods=functools.partial(list, pods),
-        deleted=False,
-        logger=run_log,
+        said = f"Job {where} says"
+    if recorded is not None:
+        result.recorded[row["id"]] = recorded.reason or recorded.status
+        run_log.warning(
+            "run %s: its end may have been lost with the database's last commits; %s %s %s",
+            row["id"],
+            said,
+            recorded.status,
+            recorded.reason or "",
+        )
+
+
+def _take_back_claim(
+    conn: Connection,
+    kube: api.KubeApi,
+    row: Obj,
+    job: Obj,
+    result: RevalidationResult,
+    run_log: logging.Logger | logs.ContextAdapter,
+) -> bool:
+    """Re-establish the lost claim of a QUEUED run whose Job holds a genuine lease of it,
+    and record the Job as its launch; False if the lease is not genuine, or no room."""
+    held = launcher.held_lease(kube, job)
+    if held is None or not lease.reestablish(conn, lease.Lease(row["id"], held)):
+        return False
+    conn.execute(
+        queries.get("record_launches"),
+        {"ids": [row["id"]], "lease_tokens": [held], "handles": [job["metadata"]["name"]]},
     )
-    if outcome is not None:
-        result.recorded[row["id"]] = outcome.status
-        run_log.warning(
-            "run %s: its end was lost with the database's last commits; Job %s says %s %s",
-            row["id"],
-            where,
-            outcome.status,
-            outcome.reason or "",
-        )
+    result.reestablished.append(row["id"])
+    run_log.warning(
+        "run %s: its claim was lost with the database's last commits; Job %s/%s holds a"
+        " genuine lease of it, so the run is RUNNING under that lease again",
+        row["id"],
+        row["namespace"],
+        job["metadata"]["name"],
+    )
+    return True

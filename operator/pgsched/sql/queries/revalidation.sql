@@ -18,7 +18,8 @@ RETURNING t.timeline, t.after_id;
 -- The next batch after the cursor: RUNNING runs, and due QUEUED runs (a claim could have
 -- been lost), with ids of the timelines before this one (ids of this one start at
 -- (timeline - base) << 40 + 1, migration 0007: those runs were created after the loss).
-SELECT r.id, r.status, r.attempt, r.lease_token, r.k8s_job_name, d.namespace, d.name
+SELECT r.id, r.status, r.attempt, r.lease_token, r.k8s_job_name, r.cancel_requested,
+       r.cancel_requested_at, r.workload_ended_at, d.namespace, d.name
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.id > %(after_id)s
