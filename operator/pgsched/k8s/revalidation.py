@@ -19,8 +19,13 @@ timer would:
   as the run's, and a finished Job's outcome recorded as above. The dispatcher does not
   claim the run again and the launcher has nothing to adopt: the workload ran once.
   A lease that is not genuine (a Job and Secret a tenant made up) restores nothing;
-- anything else (a Job still running under the run's lease, no Job) is left as it is: the
-  heartbeats, the Job watch, the verdicts and the resync go on as usual.
+- a RUNNING run that was launched (its Job's name recorded) and whose Job is gone: the
+  clean-up may have deleted that Job after an end the database lost (history limits), so
+  the resync's ``JobDeleted`` (retried by default) could run a succeeded workload again.
+  Nobody can tell: it ends as a silent run whose Job is gone does (``verdicts.decide``,
+  ``FAILED/OutcomeUnknown``, not retried unless ``retryOn`` lists it);
+- anything else (a Job still running under the run's lease, a QUEUED run without a Job)
+  is left as it is: the heartbeats, the Job watch, the verdicts and the resync go on.
 
 The pass is recorded in ``pgsched.timeline_revalidations`` (migration 0034): a timeline
 without a row is owed one, replicas take it one batch at a time (a hold of
@@ -32,14 +37,14 @@ state a round costs one insert that conflicts and changes nothing. The API serve
 fails the round (the loop logs it); the batch is not advanced and is done again later.
 
 What it does not do: a run whose row was lost entirely (created, claimed and launched in
-the lost WAL) has nothing to compare; see docs/operations.md, "The residual window".
+the lost WAL) has nothing to compare; see docs/operations.md, "The residual window for a
+lost outcome or a lost run".
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,15 +61,13 @@ log = logging.getLogger(__name__)
 # How long one replica holds the pass for a batch (its API lists and fenced writes take
 # well under a second per 100 runs on a healthy API server).
 HOLD_SECONDS = 60.0
-# Runs whose Jobs one request selects by label: a short URL (as the resync's).
-_RUNS_PER_REQUEST = 100
 
 
 @dataclass
 class RevalidationResult:
     timeline: int | None = None  # the timeline whose pass this round worked on, if any
     compared: int = 0
-    recorded: dict[int, str] = field(default_factory=dict)  # run id → status
+    recorded: dict[int, str] = field(default_factory=dict)  # run id → reason (or status)
     reestablished: list[int] = field(default_factory=list)
     finished: bool = False  # this round finished the pass
 
@@ -130,21 +133,13 @@ def run_once(
 
 def _with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:
     """Each run that has a Job (by its recorded name, else the deterministic one), with the
-    Job and its pods, and each RUNNING run whose recorded Job is gone (None), read with two
-    lists per namespace and ``_RUNS_PER_REQUEST`` runs."""
-    by_namespace: dict[str, list[Obj]] = defaultdict(list)
-    for row in rows:
-        by_namespace[row["namespace"]].append(row)
-    for namespace, these in by_namespace.items():
-        for start in range(0, len(these), _RUNS_PER_REQUEST):
-            chunk = these[start : start + _RUNS_PER_REQUEST]
-            jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in chunk])
-            for row in chunk:
-                job = jobs.get(row["k8s_job_name"] or names.job_name(row["name"], row["id"]))
-                if job is not None:
-                    yield row, job, pods.get(job["metadata"]["name"], [])
-                elif row["status"] == "RUNNING" and row["k8s_job_name"] is not None:
-                    yield row, None, []
+    Job and its pods, and each RUNNING run whose recorded Job is gone (None)."""
+    for row, jobs, pods in api.jobs_of_rows(kube, rows):
+        job = jobs.get(row["k8s_job_name"] or names.job_name(row["name"], row["id"]))
+        if job is not None:
+            yield row, job, pods.get(job["metadata"]["name"], [])
+        elif row["status"] == "RUNNING" and row["k8s_job_name"] is not None:
+            yield row, None, []
 
 
 def _compare(
@@ -159,10 +154,7 @@ def _compare(
         log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
     )
     if job is None:
-        # Launched, and its Job gone: the clean-up may have deleted it after an end the
-        # database lost (history limits), and the resync's JobDeleted (retried by default)
-        # would run a succeeded workload again. Nobody can tell: the verdict of a silent
-        # run whose Job is gone (I8), OutcomeUnknown.
+        # Launched, its Job gone: perhaps cleaned up after a lost end (the docstring).
         outcome = verdicts.decide(row, None, []).outcome
         assert outcome is not None
         run_lease = lease.Lease(row["id"], row["lease_token"])
