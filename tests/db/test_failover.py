@@ -413,3 +413,35 @@ def test_a_lost_end_frees_its_slot_before_a_lost_claim_of_the_same_job_is_taken_
             assert dispatch.run_once(conn, RecordingLauncher()).claimed == []
     finally:
         standby.cleanup()
+
+
+def test_a_pass_the_api_server_interrupts_is_released_and_done_when_it_answers(primary):
+    """The API server away fails the round and releases the pass at once, not after its
+    hold: the next round, with the API back, does it and records it."""
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            job = define(conn, "waiting")
+            runs.run_now(conn, job.id, token="go")
+            [run] = dispatch.run_once(conn, RecordingLauncher()).claimed
+        wait_caught_up(primary, standby)
+        primary.stop(mode="immediate")
+        promote(standby)
+
+        with connection.connect(standby.dsn()) as conn:
+            with pytest.raises(api.ApiError):
+                revalidation.run_once(conn, verdicts_api.Api(down=True))
+            [record] = conn.execute(
+                "SELECT * FROM pgsched.timeline_revalidations WHERE timeline = 2"
+            ).fetchall()
+            assert (record["claimed_until"], record["after_id"], record["finished_at"]) == (
+                None,
+                0,
+                None,
+            )
+            finished = job_of("waiting", run.id, run.lease_token, "Complete")
+            result = revalidation.run_once(conn, ApiWithSecrets({f"waiting-{run.id}": finished}))
+            assert result.finished and result.recorded == {run.id: "COMPLETED"}
+            assert revalidation.run_once(conn, ApiWithSecrets({})).timeline is None
+    finally:
+        standby.cleanup()

@@ -34,7 +34,7 @@ moves by run id, and a finished pass is never repeated. Run ids are never reused
 timeline has its own block, migration 0007), so the pass ends at the last id of the
 timelines before: runs created after the failover are not the lost WAL's. In the steady
 state a round costs one insert that conflicts and changes nothing. The API server away
-fails the round (the loop logs it); the batch is not advanced and is done again later.
+fails the round (the loop logs it): the hold is released and the batch done again later.
 
 What it does not do: a run whose row was lost entirely (created, claimed and launched in
 the lost WAL) has nothing to compare; see docs/operations.md, "The residual window for a
@@ -101,25 +101,21 @@ def run_once(
             result.timeline,
             f"{len(rows)}+" if len(rows) == limit else len(rows),
         )
-    # Ends first: a run whose end was lost holds the slot a lost claim of the same
-    # definition needs to be re-established (stable: by id within each kind).
-    for row, job, pods in sorted(
-        _with_jobs(kube, rows), key=lambda found: found[0]["status"] != "RUNNING"
-    ):
-        _compare(conn, kube, row, job, pods, result)
+    try:
+        # Ends first: a run whose end was lost holds the slot a lost claim of the same
+        # definition needs to be re-established (stable: by id within each kind).
+        for row, job, pods in sorted(
+            _with_jobs(kube, rows), key=lambda found: found[0]["status"] != "RUNNING"
+        ):
+            _compare(conn, kube, row, job, pods, result)
+    except api.ApiError:
+        # Released, the cursor where it was: this replica or another does the batch again
+        # once the API answers, not only after the hold.
+        _advance(conn, result.timeline, claimed["after_id"], [], finished=False, now=now)
+        raise
     result.compared = len(rows)
     result.finished = len(rows) < limit
-    conn.execute(
-        queries.get("advance_revalidation"),
-        {
-            "timeline": result.timeline,
-            "from_id": claimed["after_id"],
-            "after_id": rows[-1]["id"] if rows else claimed["after_id"],
-            "compared": len(rows),
-            "finished": result.finished,
-            "now": now,
-        },
-    )
+    _advance(conn, result.timeline, claimed["after_id"], rows, finished=result.finished, now=now)
     if result.finished:
         log.info(
             "WAL timeline %s: every run from before it compared with its Job (%s outcomes"
@@ -129,6 +125,29 @@ def run_once(
             len(result.reestablished),
         )
     return result
+
+
+def _advance(
+    conn: Connection,
+    timeline: int,
+    from_id: int,
+    rows: list[Obj],
+    *,
+    finished: bool,
+    now: datetime | None,
+) -> None:
+    """Move the pass's cursor past ``rows`` (none: leave it) and release the hold."""
+    conn.execute(
+        queries.get("advance_revalidation"),
+        {
+            "timeline": timeline,
+            "from_id": from_id,
+            "after_id": rows[-1]["id"] if rows else from_id,
+            "compared": len(rows),
+            "finished": finished,
+            "now": now,
+        },
+    )
 
 
 def _with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:

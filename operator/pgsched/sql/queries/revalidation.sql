@@ -31,7 +31,7 @@ LIMIT %(limit)s;
 
 -- name: advance_revalidation
 -- The batch is done: the cursor moves on and the pass is released (finished when the batch
--- was the last). Fenced on the cursor it started from, so a replica whose hold expired
+-- was the last); or the batch failed (the API server away): released, the cursor kept. Fenced on the cursor it started from, so a replica whose hold expired
 -- mid-batch (and whose batch another replica redid) changes nothing.
 UPDATE pgsched.timeline_revalidations AS t
 SET after_id = %(after_id)s,
