@@ -10,20 +10,25 @@ call re-establishes it, or the launcher adopts its Job, and the run is not execu
 
 from __future__ import annotations
 
+import base64
 import time
+import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
+import psycopg
 import pytest
+import test_verdicts as verdicts_api
 
 from cli_runner import pgsched
 from factories import RecordingLauncher, define, job_login
 from invariants import launches_hold_their_claim, no_double_launch
 from pgsched.db import connection
-from pgsched.engine import dispatch, lease, runs
+from pgsched.engine import dispatch, lease, runs, settle
 from pgsched.engine.launcher import Adopted
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings
-from pgsched.k8s import names
+from pgsched.k8s import api, names, revalidation
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 
@@ -224,4 +229,219 @@ def test_a_former_primary_still_writable_after_the_failover_is_refused_by_the_ti
         assert ticker.run_once().leader
     finally:
         ticker.close()
+        standby.cleanup()
+
+
+class ApiWithSecrets(verdicts_api.Api):
+    """The verdicts' stand-in API (Jobs and pods by run id), and lease Secrets by name,
+    read as the operator reads them (a merge patch that changes nothing)."""
+
+    def __init__(self, jobs, pods=None, *, secrets=None):
+        super().__init__(jobs, pods)
+        self.secrets = secrets or {}
+
+    def merge_patch(self, path, body):
+        assert body == {}
+        name = path.rsplit("/", 1)[1]
+        if name not in self.secrets:
+            raise api.ApiError("PATCH", path, 404, {"reason": "NotFound"})
+        token = base64.b64encode(str(self.secrets[name]).encode()).decode()
+        return {"data": {names.LEASE_SECRET_KEY: token}}
+
+
+def job_of(name: str, run_id: int, token, *conditions: str) -> dict:
+    """A Job of run ``run_id`` launched with lease ``token`` (finished per ``conditions``)."""
+    metadata = {
+        "namespace": "default",
+        "labels": {names.LABEL_RUN_ID: str(run_id)},
+        "annotations": {names.ANNOTATION_LEASE_SHA256: names.lease_fingerprint(str(token))},
+    }
+    return {**verdicts_api.job(*conditions), "metadata": metadata}
+
+
+def test_after_a_failover_runs_whose_end_or_claim_was_lost_are_settled_from_their_jobs_once(
+    primary,
+):
+    """On the primary, after the standby stopped receiving: run `ended` finished, run
+    `cleaned` finished and its Job was cleaned up, run `claimed` was claimed and finished,
+    run `running` was claimed and still runs, and a tenant made up a Job and Secret for run
+    `forged`. After the promotion one pass compares them with their Jobs: `ended` and
+    `claimed` COMPLETED, `cleaned` OutcomeUnknown (not retried), `running` RUNNING under its
+    pod's lease, `forged` untouched; the pass is recorded, and no replica does it again."""
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            kinds = ("ended", "cleaned", "claimed", "running", "forged")
+            jobs = {name: define(conn, name) for name in kinds}
+            for job in jobs.values():
+                runs.run_now(conn, job.id, token="go")
+            started = dispatch.run_once(
+                conn, RecordingLauncher(), definition_ids=[jobs["ended"].id, jobs["cleaned"].id]
+            ).claimed
+            ended, cleaned = sorted(started, key=lambda run: run.id)
+        wait_caught_up(primary, standby)
+
+        standby.stop()  # from here on the standby misses everything
+        with connection.connect(primary.dsn()) as conn:
+            for run in (ended, cleaned):
+                assert lease.finish(conn, lease.Lease(run.id, run.lease_token), "COMPLETED")
+            later = {
+                run.definition_id: run
+                for run in dispatch.run_once(conn, RecordingLauncher()).claimed
+            }
+        claimed, running, forged = (
+            later[jobs[name].id] for name in ("claimed", "running", "forged")
+        )
+        primary.stop(mode="immediate")
+        standby.start()
+        promote(standby)
+
+        made_up = uuid.UUID(bytes=forged.lease_token.bytes[:8] + bytes(8))
+        cluster = ApiWithSecrets(
+            {
+                f"ended-{ended.id}": job_of("ended", ended.id, ended.lease_token, "Complete"),
+                f"claimed-{claimed.id}": job_of(
+                    "claimed", claimed.id, claimed.lease_token, "Complete"
+                ),
+                f"running-{running.id}": job_of("running", running.id, running.lease_token),
+                f"forged-{forged.id}": job_of("forged", forged.id, made_up, "Complete"),
+            },
+            secrets={
+                names.lease_secret_name(f"claimed-{claimed.id}"): claimed.lease_token,
+                names.lease_secret_name(f"running-{running.id}"): running.lease_token,
+                names.lease_secret_name(f"forged-{forged.id}"): made_up,
+            },
+        )
+        with connection.connect(standby.dsn()) as conn:
+            before = {
+                row["id"]: row["status"] for row in conn.execute("SELECT * FROM pgsched.job_runs")
+            }
+            assert before == {
+                ended.id: "RUNNING",
+                cleaned.id: "RUNNING",
+                claimed.id: "QUEUED",
+                running.id: "QUEUED",
+                forged.id: "QUEUED",
+            }
+            after_failover = runs.run_now(conn, jobs["ended"].id, token="after").run
+            assert after_failover.id > BLOCK  # a run of the new timeline: not compared
+
+            result = revalidation.run_once(conn, cluster)
+
+            assert result.timeline == 2 and result.finished
+            assert result.compared == 5
+            assert result.recorded == {
+                ended.id: "COMPLETED",
+                cleaned.id: "OutcomeUnknown",  # its Job gone: not JobDeleted, not retried
+                claimed.id: "COMPLETED",
+            }
+            assert sorted(result.reestablished) == sorted([claimed.id, running.id])
+            rows = {row["id"]: row for row in conn.execute("SELECT * FROM pgsched.job_runs")}
+            assert rows[ended.id]["status"] == "COMPLETED"
+            assert rows[claimed.id]["status"] == "COMPLETED"
+            assert (rows[running.id]["status"], rows[running.id]["lease_token"]) == (
+                "RUNNING",
+                running.lease_token,
+            )
+            assert rows[running.id]["k8s_job_name"] == f"running-{running.id}"
+            assert (rows[forged.id]["status"], rows[forged.id]["lease_token"]) == ("QUEUED", None)
+            # Recorded: neither this replica nor another compares again on this timeline.
+            assert revalidation.run_once(conn, cluster).timeline is None
+            with connection.connect(standby.dsn()) as other:
+                assert revalidation.run_once(other, cluster).timeline is None
+            assert settle.run_once(conn).retried == []
+            # Nothing is launched again: the dispatcher claims only the forged run's.
+            launched = dispatch.run_once(conn, RecordingLauncher()).claimed
+            assert sorted(run.id for run in launched) == sorted([forged.id, after_failover.id])
+    finally:
+        standby.cleanup()
+
+
+def test_a_pass_is_owed_only_on_a_timeline_no_pass_was_recorded_for(dsn, conn):
+    """The migration recorded the timeline it ran on: no pass there. The job login can
+    neither read nor write the record, nor re-establish a claim (the owner's alone)."""
+    assert revalidation.run_once(conn, ApiWithSecrets({})).timeline is None
+    _, job_dsn = job_login(conn, dsn)
+    with connection.connect(job_dsn) as pod:
+        for statement in (
+            "SELECT * FROM pgsched.timeline_revalidations",
+            "DELETE FROM pgsched.timeline_revalidations",
+            "SELECT pgsched.reestablish_claim(1, gen_random_uuid())",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                pod.execute(statement)
+
+
+def test_a_lost_end_frees_its_slot_before_a_lost_claim_of_the_same_job_is_taken_back(primary):
+    """maxConcurrentRuns 1: `later` (the higher id, due first) ran and ended, then `earlier`
+    was claimed and ended, all after the standby stopped receiving. On the new primary
+    `later` is RUNNING and holds the only slot that `earlier`, QUEUED, needs: the pass
+    records the end before it takes the claim back, whatever their ids' order."""
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            job = define(conn, "one", maxConcurrentRuns=1)
+            due = conn.execute("SELECT now() - interval '1 minute' AS t").fetchone()["t"]
+            earlier = runs.run_now(conn, job.id, token="earlier", scheduled_for=due).run
+            later = runs.run_now(
+                conn, job.id, token="later", scheduled_for=due - timedelta(minutes=1)
+            ).run
+            [first] = dispatch.run_once(conn, RecordingLauncher()).claimed
+            assert first.id == later.id > earlier.id
+        wait_caught_up(primary, standby)
+
+        standby.stop()  # from here on the standby misses everything
+        with connection.connect(primary.dsn()) as conn:
+            assert lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED")
+            [second] = dispatch.run_once(conn, RecordingLauncher()).claimed
+            assert lease.finish(conn, lease.Lease(second.id, second.lease_token), "COMPLETED")
+        primary.stop(mode="immediate")
+        standby.start()
+        promote(standby)
+
+        name_first, name_second = f"one-{first.id}", f"one-{second.id}"
+        cluster = ApiWithSecrets(
+            {
+                name_first: job_of("one", first.id, first.lease_token, "Complete"),
+                name_second: job_of("one", second.id, second.lease_token, "Complete"),
+            },
+            secrets={names.lease_secret_name(name_second): second.lease_token},
+        )
+        with connection.connect(standby.dsn()) as conn:
+            result = revalidation.run_once(conn, cluster)
+            assert result.recorded == {later.id: "COMPLETED", earlier.id: "COMPLETED"}
+            assert dispatch.run_once(conn, RecordingLauncher()).claimed == []
+    finally:
+        standby.cleanup()
+
+
+def test_a_pass_the_api_server_interrupts_is_released_and_done_when_it_answers(primary):
+    """The API server away fails the round and releases the pass at once, not after its
+    hold: the next round, with the API back, does it and records it."""
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            job = define(conn, "waiting")
+            runs.run_now(conn, job.id, token="go")
+            [run] = dispatch.run_once(conn, RecordingLauncher()).claimed
+        wait_caught_up(primary, standby)
+        primary.stop(mode="immediate")
+        promote(standby)
+
+        with connection.connect(standby.dsn()) as conn:
+            with pytest.raises(api.ApiError):
+                revalidation.run_once(conn, verdicts_api.Api(down=True))
+            [record] = conn.execute(
+                "SELECT * FROM pgsched.timeline_revalidations WHERE timeline = 2"
+            ).fetchall()
+            assert (record["claimed_until"], record["after_id"], record["finished_at"]) == (
+                None,
+                0,
+                None,
+            )
+            finished = job_of("waiting", run.id, run.lease_token, "Complete")
+            result = revalidation.run_once(conn, ApiWithSecrets({f"waiting-{run.id}": finished}))
+            assert result.finished and result.recorded == {run.id: "COMPLETED"}
+            assert revalidation.run_once(conn, ApiWithSecrets({})).timeline is None
+    finally:
         standby.cleanup()

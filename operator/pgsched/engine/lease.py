@@ -89,6 +89,16 @@ def adopt(conn: Connection, lease: Lease, earlier: UUID) -> bool:
     return bool(row and row["adopted"])
 
 
+def reestablish(conn: Connection, lease: Lease) -> bool:
+    """Take back a claim the database lost: the run, QUEUED, becomes RUNNING under
+    ``lease`` if that lease is genuine for it (migration 0032) and its definition and pool
+    have room, as the job side's own calls would do. False: nothing changed."""
+    row = conn.execute(
+        queries.get("reestablish_claim"), {"run_id": lease.run_id, "lease_token": lease.token}
+    ).fetchone()
+    return bool(row and row["reestablished"])
+
+
 def listen(conn: Connection, lease: Lease) -> LeaseState:
     """Subscribe ``conn`` (autocommit) to the run's cancel notifications; returns the state.
 

@@ -390,6 +390,27 @@ def jobs_of_runs(
     return jobs, pods
 
 
+# Runs whose Jobs one request selects by label (``run-id in (...)``): a short URL.
+RUNS_PER_REQUEST = 100
+
+
+def jobs_of_rows(
+    kube: KubeApi, rows: list[Obj]
+) -> Iterator[tuple[Obj, dict[str, Obj], dict[str, list[Obj]]]]:
+    """Each run row (its ``namespace`` and ``id``) with the Jobs and pods of its namespace's
+    runs that were read with it (``jobs_of_runs``): two requests per namespace and
+    ``RUNS_PER_REQUEST`` runs, never a list of a namespace's other Jobs."""
+    by_namespace: dict[str, list[Obj]] = defaultdict(list)
+    for row in rows:
+        by_namespace[row["namespace"]].append(row)
+    for namespace, these in by_namespace.items():
+        for start in range(0, len(these), RUNS_PER_REQUEST):
+            chunk = these[start : start + RUNS_PER_REQUEST]
+            jobs, pods = jobs_of_runs(kube, namespace, [row["id"] for row in chunk])
+            for row in chunk:
+                yield row, jobs, pods
+
+
 def scheduled_job_path(namespace: str, name: str, subresource: str | None = None) -> str:
     """The API path of a ScheduledJob (or of its ``status`` subresource)."""
     return path_of(

@@ -128,7 +128,7 @@ class KubernetesLauncher:
         try:
             secret_version = self._create_secret(secrets, secret)
             if secret_version is None:  # left by an earlier claim of this run
-                adopted = self._adopt(run, secret_path, f"{collection}/{name}", name, run_log)
+                adopted = self._adopt(run, f"{collection}/{name}", name, run_log)
                 if adopted is not None:
                     return adopted
                 secret_version = self._take_over_secret(secret_path, secret)
@@ -179,7 +179,6 @@ class KubernetesLauncher:
     def _adopt(
         self,
         run: Run,
-        secret_path: str,
         job_path: str,
         name: str,
         run_log: logging.Logger | logs.ContextAdapter,
@@ -187,10 +186,6 @@ class KubernetesLauncher:
         """The run's Job of an earlier claim, kept: if it carries the lease the Secret holds
         and the database takes that lease as genuine for this run (see the module's
         docstring). None: nothing adopted, nothing changed."""
-        # The operator may not get Secrets (RBAC: create, patch and delete, narrowed to its
-        # lease Secrets by the chart's admission policy): a merge patch that changes
-        # nothing is not written, and answers with the Secret as it is.
-        earlier = _token_of(self._kube.merge_patch(secret_path, {}))
         try:
             job = self._kube.get(job_path)
         except api.ApiError as error:
@@ -198,13 +193,10 @@ class KubernetesLauncher:
                 return None
             raise
         metadata = job.get("metadata") or {}
-        if (
-            earlier is None
-            or earlier == run.lease_token
-            or (metadata.get("labels") or {}).get(names.LABEL_RUN_ID) != str(run.id)
-            or names.job_lease_fingerprint(metadata.get("annotations"))
-            != names.lease_fingerprint(str(earlier))
-        ):
+        if (metadata.get("labels") or {}).get(names.LABEL_RUN_ID) != str(run.id):
+            return None
+        earlier = held_lease(self._kube, job)
+        if earlier is None or earlier == run.lease_token:
             return None
         assert run.lease_token is not None
         try:
@@ -324,13 +316,33 @@ class KubernetesLauncher:
                 log.warning("could not delete %s: %s", path, error)
 
 
-def _token_of(secret: Obj) -> UUID | None:
-    """The lease token a lease Secret carries; None if it carries none that parses."""
+def held_lease(kube: api.KubeApi, job: Obj) -> UUID | None:
+    """The lease the pod of ``job`` holds: the token in the Job's lease Secret, if the Job
+    carries that token's fingerprint (then the Secret is the one it was launched with);
+    None if there is no such Secret or token. Whether the lease is genuine for the Job's
+    run only the database can tell (migration 0032)."""
+    metadata = job.get("metadata") or {}
+    path = api.path_of(
+        namespace=metadata.get("namespace"),
+        plural="secrets",
+        name=names.lease_secret_name(str(metadata.get("name"))),
+    )
+    # The operator may not get Secrets (RBAC: create, patch and delete, narrowed to its
+    # lease Secrets by the chart's admission policy): a merge patch that changes nothing
+    # is not written, and answers with the Secret as it is.
+    try:
+        secret = kube.merge_patch(path, {})
+    except api.ApiError as error:
+        if error.not_found:
+            return None
+        raise
     encoded = (secret.get("data") or {}).get(names.LEASE_SECRET_KEY)
     try:
-        return UUID(base64.b64decode(encoded, validate=True).decode()) if encoded else None
+        token = UUID(base64.b64decode(encoded, validate=True).decode()) if encoded else None
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
+    carried = names.job_lease_fingerprint(metadata.get("annotations"))
+    return token if token is not None and carried == names.lease_fingerprint(str(token)) else None
 
 
 def _failure(error: api.ApiError, doing: str) -> LaunchError | LaunchDeferred:

@@ -13,7 +13,8 @@ schedule safely. Then, on every replica:
 - the tick thread runs the engine loop; one replica leads each tick (``engine.leader``);
 - the publisher thread runs the operator's services (``engine.loop``): the run-events
   outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of
-  silent runs, history partitions, the resync;
+  silent runs, history partitions, the resync, and after a failover the revalidation of
+  the runs from before it (``revalidation``);
 - ``/healthz`` (``health``) fails when a thread is dead or the tick loop stopped making
   progress; Prometheus metrics are served on their own port;
 - with ``PGSCHED_WEBHOOK_BIND``, the validating admission webhook (``webhook``: kopf,
@@ -67,6 +68,7 @@ from pgsched.k8s import (
     notifier,
     pool_status,
     resync,
+    revalidation,
     scheduledjobs,
     starts,
     verdicts,
@@ -171,6 +173,13 @@ class EngineThreads:
                 "verdicts",
                 lambda: judge.run_once(session.connection(), now=self.clock()),
                 settings.verdict_interval_seconds,
+            ),
+            # After a failover: every run from before it compared with its Job, once.
+            loop.Service(
+                "failover revalidation",
+                lambda: revalidation.run_once(session.connection(), kube, now=self.clock()),
+                settings.verdict_interval_seconds,
+                again=lambda result: result.more,
             ),
             loop.Service(
                 "finish-by deadlines",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -27,10 +26,6 @@ from pgsched.k8s import api, names, outcomes
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
-
-# Runs whose Jobs one request selects by label (``run-id in (...)``): a short URL, and a
-# resync after a stampede never lists the namespace's thousands of other Jobs.
-_RUNS_PER_REQUEST = 100
 
 
 @dataclass
@@ -58,47 +53,41 @@ def run_once(
             queries.get("running_runs_with_jobs"),
             {"min_age_seconds": min_age_seconds, "limit": limit, "now": now},
         ).fetchall()
-        by_namespace: dict[str, list[Obj]] = defaultdict(list)
-        for row in rows:
-            by_namespace[row["namespace"]].append(row)
-        for namespace, running in by_namespace.items():
-            _resync_namespace(conn, kube, namespace, running, result)
+        # After a stampede a namespace holds thousands of other Jobs: only these runs' are read.
+        for row, jobs, pods in api.jobs_of_rows(kube, rows):
+            _resync_run(conn, row, jobs.get(row["k8s_job_name"]), pods, result)
         result.checked = len(rows)
     finally:
         conn.execute(queries.get("release_resync_lock"))
     return result
 
 
-def _resync_namespace(
-    conn: Connection, kube: api.KubeApi, namespace: str, running: list[Obj], result: ResyncResult
+def _resync_run(
+    conn: Connection, row: Obj, job: Obj | None, pods: dict[str, list[Obj]], result: ResyncResult
 ) -> None:
-    for start in range(0, len(running), _RUNS_PER_REQUEST):
-        chunk = running[start : start + _RUNS_PER_REQUEST]
-        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in chunk])
-        for row in chunk:
-            job = jobs.get(row["k8s_job_name"])
-            if job is not None and not outcomes.finished(job):
-                continue
-            log_run = logs.for_labels(
-                log, run_id=row["id"], namespace=namespace, name=row["name"], attempt=row["attempt"]
-            )
-            found: list[Obj] = pods.get(row["k8s_job_name"], []) if job is not None else []
-            outcome = outcomes.record(
-                conn,
-                row["id"],
-                names.lease_fingerprint(str(row["lease_token"])),
-                job=job or {},
-                pods=functools.partial(list, found),
-                deleted=job is None,
-                logger=log_run,
-            )
-            if outcome is not None:
-                result.recorded[row["id"]] = outcome.status
-                log_run.warning(
-                    "run %s: the outcome watch missed Job %s/%s; resync recorded %s %s",
-                    row["id"],
-                    namespace,
-                    row["k8s_job_name"],
-                    outcome.status,
-                    outcome.reason or "",
-                )
+    if job is not None and not outcomes.finished(job):
+        return
+    namespace = row["namespace"]
+    log_run = logs.for_labels(
+        log, run_id=row["id"], namespace=namespace, name=row["name"], attempt=row["attempt"]
+    )
+    found: list[Obj] = pods.get(row["k8s_job_name"], []) if job is not None else []
+    outcome = outcomes.record(
+        conn,
+        row["id"],
+        names.lease_fingerprint(str(row["lease_token"])),
+        job=job or {},
+        pods=functools.partial(list, found),
+        deleted=job is None,
+        logger=log_run,
+    )
+    if outcome is not None:
+        result.recorded[row["id"]] = outcome.status
+        log_run.warning(
+            "run %s: the outcome watch missed Job %s/%s; resync recorded %s %s",
+            row["id"],
+            namespace,
+            row["k8s_job_name"],
+            outcome.status,
+            outcome.reason or "",
+        )

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -188,16 +187,10 @@ def run_once(
 
 
 def with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:
-    """Each run row with its Job (None: gone) and that Job's pods, read with one list of
-    each per namespace (``api.jobs_of_runs``)."""
-    by_namespace: dict[str, list[Obj]] = defaultdict(list)
-    for row in rows:
-        by_namespace[row["namespace"]].append(row)
-    for namespace, these in by_namespace.items():
-        jobs, pods = api.jobs_of_runs(kube, namespace, [row["id"] for row in these])
-        for row in these:
-            job = _job_of(row, jobs)
-            yield row, job, pods.get(job["metadata"]["name"], []) if job else []
+    """Each run row with its Job (None: gone) and that Job's pods (``api.jobs_of_rows``)."""
+    for row, jobs, pods in api.jobs_of_rows(kube, rows):
+        job = _job_of(row, jobs)
+        yield row, job, pods.get(job["metadata"]["name"], []) if job else []
 
 
 def _job_of(row: Obj, jobs: dict[str, Obj]) -> Obj | None:

@@ -1852,6 +1852,19 @@ CREATE TABLE pgsched.suspend_reasons (
 );
 
 --
+-- Name: timeline_revalidations; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.timeline_revalidations (
+    timeline bigint NOT NULL,
+    after_id bigint DEFAULT 0 NOT NULL,
+    compared bigint DEFAULT 0 NOT NULL,
+    claimed_until timestamp with time zone,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone
+);
+
+--
 -- Name: job_runs_default; Type: TABLE ATTACH; Schema: pgsched; Owner: -
 --
 
@@ -2024,6 +2037,13 @@ ALTER TABLE ONLY pgsched.schema_migrations
 
 ALTER TABLE ONLY pgsched.suspend_reasons
     ADD CONSTRAINT suspend_reasons_pkey PRIMARY KEY (definition_id);
+
+--
+-- Name: timeline_revalidations timeline_revalidations_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.timeline_revalidations
+    ADD CONSTRAINT timeline_revalidations_pkey PRIMARY KEY (timeline);
 
 --
 -- Name: chain_arrivals_waiting; Type: INDEX; Schema: pgsched; Owner: -

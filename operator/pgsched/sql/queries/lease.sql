@@ -34,3 +34,8 @@ SELECT pgsched.listen_for_cancel(%(run_id)s, %(lease_token)s) AS state;
 -- The owner's: the run takes `adopted`, a genuine earlier lease of it that its Job's pod
 -- holds, fenced on the lease it was claimed with (migration 0032).
 SELECT pgsched.adopt_lease(%(run_id)s, %(lease_token)s, %(adopted)s) AS adopted;
+
+-- name: reestablish_claim
+-- The owner's: a QUEUED run takes back a genuine lease of a claim the database lost, as
+-- the job side's calls would (migration 0032), within its limits.
+SELECT pgsched.reestablish_claim(%(run_id)s, %(lease_token)s) AS reestablished;

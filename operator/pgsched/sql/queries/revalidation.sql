@@ -1,0 +1,42 @@
+-- The pass over the runs a failover's lost WAL could have touched (pgsched/k8s/revalidation.py,
+-- migration 0034).
+
+-- name: claim_revalidation
+-- The current timeline's pass, for one batch, if it is owed and no other replica holds it:
+-- its cursor. A timeline without a row is owed one (the row is written here); a finished
+-- pass, or one held by another replica, returns nothing. In the steady state this is one
+-- conflicting insert that changes nothing.
+INSERT INTO pgsched.timeline_revalidations AS t (timeline, claimed_until)
+VALUES (pgsched.current_timeline(),
+        coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(hold_seconds)s))
+ON CONFLICT (timeline) DO UPDATE SET claimed_until = excluded.claimed_until
+WHERE t.finished_at IS NULL
+  AND (t.claimed_until IS NULL OR t.claimed_until <= coalesce(%(now)s::timestamptz, now()))
+RETURNING t.timeline, t.after_id;
+
+-- name: runs_to_revalidate
+-- The next batch after the cursor: RUNNING runs, and due QUEUED runs (a claim could have
+-- been lost), with ids of the timelines before this one (ids of this one start at
+-- (timeline - base) << 40 + 1, migration 0007: those runs were created after the loss).
+SELECT r.id, r.status, r.attempt, r.lease_token, r.k8s_job_name, r.cancel_requested,
+       r.cancel_requested_at, r.workload_ended_at, d.namespace, d.name
+FROM pgsched.job_runs AS r
+JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
+WHERE r.id > %(after_id)s
+  AND r.id <= (pgsched.current_timeline() - (SELECT b.timeline_id FROM pgsched.run_id_base AS b)) << 40
+  AND (r.status = 'RUNNING'
+       OR (r.status = 'QUEUED' AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())))
+ORDER BY r.id
+LIMIT %(limit)s;
+
+-- name: advance_revalidation
+-- The batch is done: the cursor moves on and the pass is released (finished when the batch
+-- was the last); or the batch failed (the API server away): released, the cursor kept. Fenced on the cursor it started from, so a replica whose hold expired
+-- mid-batch (and whose batch another replica redid) changes nothing.
+UPDATE pgsched.timeline_revalidations AS t
+SET after_id = %(after_id)s,
+    compared = t.compared + %(compared)s,
+    claimed_until = NULL,
+    finished_at = CASE WHEN %(finished)s THEN coalesce(%(now)s::timestamptz, now()) END
+WHERE t.timeline = %(timeline)s AND t.after_id = %(from_id)s AND t.finished_at IS NULL
+RETURNING t.timeline;
