@@ -27,7 +27,7 @@ timer would:
 - anything else (a Job still running under the run's lease, a QUEUED run without a Job)
   is left as it is: the heartbeats, the Job watch, the verdicts and the resync go on.
 
-The pass is recorded in ``pgsched.timeline_revalidations`` (migration 0034): a timeline
+The pass is recorded in ``pgsched.timeline_revalidations`` (migration 0033): a timeline
 without a row is owed one, replicas take it one batch at a time (a hold of
 ``HOLD_SECONDS``, so a replica that dies mid-batch leaves it to the others), the cursor
 moves by run id, and a finished pass is never repeated. Run ids are never reused (each

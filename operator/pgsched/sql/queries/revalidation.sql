@@ -1,5 +1,5 @@
 -- The pass over the runs a failover's lost WAL could have touched (pgsched/k8s/revalidation.py,
--- migration 0034).
+-- migration 0033).
 
 -- name: claim_revalidation
 -- The current timeline's pass, for one batch, if it is owed and no other replica holds it:
