@@ -115,3 +115,24 @@ def test_job_pods_get_no_api_token_unless_the_template_asks_for_one():
     pod_spec["automountServiceAccountToken"] = True
     built = jobs.build(asking, run(), SETTINGS)
     assert built["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+
+
+def shared(pod_extra):
+    template = json.loads(json.dumps(TEMPLATE))
+    template["spec"]["template"]["spec"].update(pod_extra)
+    pod = jobs.build(definition(spec={"jobTemplate": template}), run(), SETTINGS)
+    return env_of(pod["spec"]["template"]["spec"]["initContainers"][-1])
+
+
+def test_the_sidecar_watches_the_workload_exit_only_in_a_pod_sharing_its_processes():
+    """It then notes the workload's end at once, not at kubelet's SIGTERM (Replace starts
+    the next run sooner); not with a native sidecar of the pod's own, whose restart would
+    look like the workload ending."""
+    assert "PGSCHED_SHARED_PROCESS_NAMESPACE" not in shared({})
+    assert shared({"shareProcessNamespace": True})["PGSCHED_SHARED_PROCESS_NAMESPACE"] == "true"
+    own_sidecar = {"name": "proxy", "image": "busybox", "restartPolicy": "Always"}
+    with_own = shared({"shareProcessNamespace": True, "initContainers": [own_sidecar]})
+    assert "PGSCHED_SHARED_PROCESS_NAMESPACE" not in with_own
+    plain_init = {"name": "setup", "image": "busybox"}
+    with_init = shared({"shareProcessNamespace": True, "initContainers": [plain_init]})
+    assert with_init["PGSCHED_SHARED_PROCESS_NAMESPACE"] == "true"

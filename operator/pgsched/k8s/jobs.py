@@ -106,7 +106,7 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
     else:
         pod_spec["initContainers"] = [
             *(pod_spec.get("initContainers") or []),
-            _sidecar(definition, run, settings),
+            _sidecar(definition, run, settings, _sees_workload_exit(pod_spec)),
         ]
 
     return {
@@ -239,7 +239,25 @@ _WAIT_UNTIL_LISTENING = [
 ]
 
 
-def _sidecar(definition: Definition, run: Run, settings: JobSettings) -> Obj:
+def _sees_workload_exit(pod_spec: Obj) -> bool:
+    """Whether the sidecar can tell the workload's end by its processes: the pod shares its
+    process namespace and has no native sidecar of its own, whose restart would look like a
+    workload that started and ended (runner/workload_exit.py)."""
+    return pod_spec.get("shareProcessNamespace") is True and not any(
+        container.get("restartPolicy") == "Always"
+        for container in pod_spec.get("initContainers") or []
+    )
+
+
+def _sidecar(
+    definition: Definition, run: Run, settings: JobSettings, shared_processes: bool
+) -> Obj:
+    """The heartbeat sidecar. In a pod that shares its process namespace it is told so: it
+    then sees the workload end at once, not at kubelet's SIGTERM about a second later
+    (runner/workload_exit.py)."""
+    told = (
+        [{"name": "PGSCHED_SHARED_PROCESS_NAMESPACE", "value": "true"}] if shared_processes else []
+    )
     return {
         "name": names.SIDECAR_NAME,
         "image": settings.image,
@@ -247,7 +265,11 @@ def _sidecar(definition: Definition, run: Run, settings: JobSettings) -> Obj:
         "restartPolicy": "Always",
         "command": ["pgsched", "heartbeat"],
         "lifecycle": {"postStart": {"exec": {"command": _WAIT_UNTIL_LISTENING}}},
-        "env": [*_workload_env(run), *_lease_env(definition, run, settings)],
+        "env": [
+            *_workload_env(run),
+            *_lease_env(definition, run, settings),
+            *told,
+        ],
         "volumeMounts": [{"name": names.SHARED_VOLUME, "mountPath": names.SHARED_MOUNT}],
         "resources": {
             "requests": {"cpu": "10m", "memory": "32Mi"},

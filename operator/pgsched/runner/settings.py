@@ -66,6 +66,13 @@ CANCEL_FILE = Variable(
     f"file the sidecar writes when the run must stop (default {DEFAULT_CANCEL_FILE})",
     str(DEFAULT_CANCEL_FILE),
 )
+SHARED_PROCESS_NAMESPACE = Variable(
+    "PGSCHED_SHARED_PROCESS_NAMESPACE",
+    "--shared-process-namespace",
+    "'true' when the pod shares its process namespace: the sidecar then sees the"
+    " workload's processes end (default false)",
+    "true",
+)
 ATTEMPT = Variable("PGSCHED_ATTEMPT", "--attempt", "the run's attempt number (1, 2, ...)", "1")
 JOB_KIND = Variable("PGSCHED_JOB_KIND", "--kind", "the job kind to run", "nightly-report")
 JOB_ARGS = Variable(
@@ -89,7 +96,7 @@ FINISH_TIMEOUT = Variable(
 )
 
 _LEASE = (RUN_ID, LEASE_TOKEN, DSN, HEARTBEAT_INTERVAL)
-SIDECAR_VARIABLES = (*_LEASE, CANCEL_FILE)  # pgsched heartbeat
+SIDECAR_VARIABLES = (*_LEASE, CANCEL_FILE, SHARED_PROCESS_NAMESPACE)  # pgsched heartbeat
 RUNNER_VARIABLES = (
     *_LEASE,
     ATTEMPT,
@@ -141,6 +148,7 @@ class RunnerSettings:
     dsn: str = field(repr=False)  # may carry a password
     heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
     cancel_file: Path = DEFAULT_CANCEL_FILE
+    shared_process_namespace: bool = False
     attempt: int = 1
     finish_timeout_seconds: float = DEFAULT_FINISH_TIMEOUT_SECONDS
     job: JobSelection | None = None
@@ -203,6 +211,7 @@ def from_environment(
     dsn = reader.required(DSN)
     interval = reader.number(HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_INTERVAL_SECONDS)
     cancel_file = Path(values.get(CANCEL_FILE.env) or DEFAULT_CANCEL_FILE)
+    shared = reader.boolean(SHARED_PROCESS_NAMESPACE)
     attempt, finish_timeout, selection = 1, DEFAULT_FINISH_TIMEOUT_SECONDS, None
     if job:
         given_attempt = reader.integer(ATTEMPT)
@@ -224,6 +233,7 @@ def from_environment(
         dsn=dsn,
         heartbeat_interval_seconds=interval,
         cancel_file=cancel_file,
+        shared_process_namespace=shared,
         attempt=attempt,
         finish_timeout_seconds=finish_timeout,
         job=selection,
@@ -266,6 +276,15 @@ class _Reader:
         except ValueError:
             self.problems.errors.append(_bad(variable, text, "is not a number"))
             return default
+
+    def boolean(self, variable: Variable) -> bool:
+        text = self.values.get(variable.env, "").strip().lower()
+        if text in ("", "false"):
+            return False
+        if text == "true":
+            return True
+        self.problems.errors.append(_bad(variable, text, "must be true or false"))
+        return False
 
     def uuid(self, variable: Variable) -> UUID | None:
         text = self.required(variable)

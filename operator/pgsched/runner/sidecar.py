@@ -28,7 +28,9 @@ then cannot read the outcome (the API server is down) the run is "ended, outcome
 which it waits for, rather than "vanished" (see ``pgsched.k8s.verdicts``). One outcome
 needs nothing more: a run asked to stop before its workload ended is CANCELLED however the
 pod exited, so the database ends it at this note (migration 0029) — ``concurrencyPolicy:
-Replace`` starts the next run without waiting for the Job watch.
+Replace`` starts the next run without waiting for the Job watch. In a pod that shares its
+process namespace the sidecar sees the workload's processes end and notes it then, without
+waiting for kubelet's SIGTERM (:mod:`pgsched.runner.workload_exit`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pgsched.db import clock
 from pgsched.db.session import Session
 from pgsched.engine import lease
 from pgsched.engine.lease import LeaseState
+from pgsched.runner import workload_exit
 from pgsched.runner.heartbeat import HeartbeatLoop
 from pgsched.runner.settings import RunnerSettings
 
@@ -66,12 +69,15 @@ def run(settings: RunnerSettings, stop: threading.Event) -> int:
         settings.heartbeat_interval_seconds,
         settings.cancel_file,
     )
+    ended = _EndNote(settings)
+    if settings.shared_process_namespace:
+        workload_exit.start(ended.note, stop)
     stop.wait()
     # Note the end first, only then wait for the loop: its wait for notifications checks
     # for stop every 0.5 s, and a run asked to stop ends CANCELLED at this note (migration
     # 0029) — a Replace's next run waits for it. No beat starts after the flag is set.
     loop.stop(timeout=0)
-    mark_ended(settings)
+    ended.note()
     loop.stop(timeout=settings.heartbeat_interval_seconds + 10)
     log.info("run %s: sidecar stopped", settings.run_id)
     return 0
@@ -94,6 +100,23 @@ def announce_listening(settings: RunnerSettings) -> None:
 
 def _session(settings: RunnerSettings) -> Session:
     return Session.for_dsn(settings.dsn, application_name=f"pgsched-sidecar-{settings.run_id}")
+
+
+class _EndNote:
+    """The workload's end, noted once: when the sidecar sees its processes end (a shared
+    process namespace, :mod:`pgsched.runner.workload_exit`) or at SIGTERM, whichever
+    comes first."""
+
+    def __init__(self, settings: RunnerSettings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._noted = False
+
+    def note(self) -> None:
+        with self._lock:
+            if not self._noted:
+                self._noted = True
+                mark_ended(self._settings)
 
 
 def mark_ended(settings: RunnerSettings) -> None:
