@@ -53,7 +53,9 @@ def replaced(runs: list[dict], created: dict[int, datetime]) -> list[tuple[dict,
 # process namespace the sidecar sees the workload's processes end (runner/workload_exit.py).
 SHAPES = {
     "default pod": ({}, (REQUEST_BOUND_SECONDS, REQUEST_BOUND_SECONDS + 1)),
-    "shared process namespace": ({"shareProcessNamespace": True}, (1.0, 1.0)),
+    # p50 within a second; the max was 0.45 s and 1.31 s in two runs on the shared
+    # machine (docs/operations.md, "Replace latency"), so one stall is not a verdict.
+    "shared process namespace": ({"shareProcessNamespace": True}, (1.0, 2.0)),
 }
 
 
