@@ -51,7 +51,7 @@ def a_proc(tmp_path: Path) -> Path:
 
 def test_the_end_is_noted_once_the_workloads_processes_are_all_gone(tmp_path):
     proc = a_proc(tmp_path)
-    ended, stop, thread = watching(proc)
+    ended, _stop, thread = watching(proc)
     add(proc, 20, "0::/../workload\n")
     add(proc, 21, "0::/../workload\n")
     time.sleep(0.05)
