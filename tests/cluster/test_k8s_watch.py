@@ -14,12 +14,11 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from bench import kube as bench_kube
-from bench.kube import CRDS
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.k8s import api
 from pgsched.k8s.watch import Event, Watch
-from plugins.cluster import require_binaries
+from plugins.cluster import host_only_cluster
 
 pytestmark = pytest.mark.own_cluster
 
@@ -29,9 +28,7 @@ PATH = f"/apis/pgsched.dev/v1alpha1/namespaces/{NAMESPACE}/scheduledjobs"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ControlPlane]:
-    with ControlPlane(binaries=require_binaries(), host_only=True) as control_plane:
-        control_plane.apply_crds(CRDS)
-        control_plane.kubectl("create", "namespace", NAMESPACE)
+    with host_only_cluster(NAMESPACE) as control_plane:
         yield control_plane
 
 

@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 
 from bench import fleet, footprint
-from bench.kube import CRDS
 from devenv.adminclient import AdminClient
 from devenv.controlplane import ControlPlane
 from devenv.operators import OperatorProcess, start_operator
 from devenv.waiting import wait_for
 from pgsched.db import connection
-from plugins.cluster import require_binaries
+from plugins.cluster import host_only_cluster
 
 pytestmark = pytest.mark.own_cluster
 
@@ -35,8 +34,7 @@ MEMORY_ALLOWANCE_MIB = 60
 
 @pytest.fixture(scope="module")
 def host_cluster() -> Iterator[ControlPlane]:
-    with ControlPlane(binaries=require_binaries(), host_only=True) as control_plane:
-        control_plane.apply_crds(CRDS)
+    with host_only_cluster() as control_plane:
         yield control_plane
 
 

@@ -22,14 +22,13 @@ from dataclasses import replace
 
 import pytest
 
-from bench.kube import CRDS
 from cli_runner import pgsched
 from devenv.controlplane import ControlPlane
 from devenv.postgres import PostgresServer
 from pgsched.db import connection
 from pgsched.k8s import api, names, scheduledjobs
 from pgsched.k8s.publisher import Publisher
-from plugins.cluster import require_binaries
+from plugins.cluster import host_only_cluster
 from plugins.operator import busybox
 from plugins.postgres import migrated_server
 from standby import promote, receiver_paused, standby_of, wait_caught_up
@@ -57,9 +56,7 @@ def standby(primary: PostgresServer) -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ControlPlane]:
-    with ControlPlane(binaries=require_binaries(), host_only=True) as control_plane:
-        control_plane.apply_crds(CRDS)
-        control_plane.kubectl("create", "namespace", NAMESPACE)
+    with host_only_cluster(NAMESPACE) as control_plane:
         yield control_plane
 
 

@@ -26,16 +26,28 @@ import re
 import secrets
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import pytest
 
 from devenv.adminclient import ApiError
-from devenv.binaries import Binaries, MissingBinariesError, image_index
+from devenv.binaries import REPO_ROOT, Binaries, MissingBinariesError, image_index
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 
 Command = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@contextmanager
+def host_only_cluster(*namespaces: str) -> Iterator[ControlPlane]:
+    """A control plane without the node (for tests of the API alone: watches, requests,
+    an operator fleet's memory), with pgsched's CRDs and these namespaces."""
+    with ControlPlane(binaries=require_binaries(), host_only=True) as control_plane:
+        control_plane.apply_crds(REPO_ROOT / "crds")
+        for namespace in namespaces:
+            control_plane.kubectl("create", "namespace", namespace)
+        yield control_plane
 
 
 def require_binaries() -> Binaries:
