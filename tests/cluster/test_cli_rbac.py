@@ -265,6 +265,13 @@ def test_the_api_server_refuses_a_requester_who_is_not_the_user_writing_it(
     operators.start()
     [run] = sj.wait_runs("forged", lambda rows: len(rows) == 1, 30)
     assert run["request_token"] == "annotation:y" and requester_of(sj, run["id"]) == alice.name
+    # The run is queued before the request is removed (once the standbys have the commit,
+    # if any): until then alice's request is on the object, and mallory cannot touch it.
+    wait_for(
+        lambda: request_annotations(sj, "forged") == {},
+        30,
+        describe=lambda: f"the request removed: {request_annotations(sj, 'forged')}",
+    )
 
     by_hand = annotate(mallory, "pgsched.dev/run-now=z")  # no requester: recorded as unknown
     assert by_hand.returncode == 0, by_hand.stderr

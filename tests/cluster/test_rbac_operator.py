@@ -381,8 +381,15 @@ def test_as_the_service_account_the_operator_reads_a_lease_secret_only_by_a_patc
             "stringData": {names.LEASE_SECRET_KEY: str(token)},
         },
     )
+    job = {
+        "metadata": {
+            "name": "adopted-1",
+            "namespace": namespaced.watched,
+            "annotations": {names.ANNOTATION_LEASE_SHA256: names.lease_fingerprint(str(token))},
+        }
+    }
+    assert launcher.held_lease(as_operator, job) == token
     read = as_operator.merge_patch(f"{secrets_path}/adopted-1-lease", {})
-    assert launcher._token_of(read) == token
     assert read["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
     with pytest.raises(operator_api.ApiError) as refused:
         as_operator.get(f"{secrets_path}/adopted-1-lease")

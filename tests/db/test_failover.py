@@ -361,15 +361,19 @@ def test_a_pass_is_owed_only_on_a_timeline_no_pass_was_recorded_for(dsn, conn):
     """The migration recorded the timeline it ran on: no pass there. The job login can
     neither read nor write the record, nor re-establish a claim (the owner's alone)."""
     assert revalidation.run_once(conn, ApiWithSecrets({})).timeline is None
-    _, job_dsn = job_login(conn, dsn)
-    with connection.connect(job_dsn) as pod:
-        for statement in (
-            "SELECT * FROM pgsched.timeline_revalidations",
-            "DELETE FROM pgsched.timeline_revalidations",
-            "SELECT pgsched.reestablish_claim(1, gen_random_uuid())",
-        ):
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                pod.execute(statement)
+    user, job_dsn = job_login(conn, dsn)
+    try:
+        with connection.connect(job_dsn) as pod:
+            for statement in (
+                "SELECT * FROM pgsched.timeline_revalidations",
+                "DELETE FROM pgsched.timeline_revalidations",
+                "SELECT pgsched.reestablish_claim(1, gen_random_uuid())",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    pod.execute(statement)
+    finally:  # roles are the whole server's: a login left behind is another test's gap
+        conn.execute(f"DROP OWNED BY {user}")
+        conn.execute(f"DROP ROLE {user}")
 
 
 def test_a_lost_end_frees_its_slot_before_a_lost_claim_of_the_same_job_is_taken_back(primary):
