@@ -49,23 +49,26 @@ OPERATOR_ENV = {
 }
 
 
-def scheduled_job_spec(rng: random.Random, index: int) -> dict[str, Any]:
+def scheduled_job_spec(
+    rng: random.Random, index: int, *, start_timeout_seconds: int | None
+) -> dict[str, Any]:
+    """``start_timeout_seconds`` None: the product's default."""
     spec: dict[str, Any] = (
         {"schedule": "* * * * *"}
         if index % 4 == 0
         else {"rrule": f"FREQ=MINUTELY;INTERVAL=2;BYSECOND={rng.randrange(60)}"}
     )
-    return spec | {
+    spec |= {
         "maxConcurrentRuns": rng.randint(1, 3),
         "concurrencyPolicy": rng.choices(["Queue", "Skip", "Replace"], weights=[8, 1, 1])[0],
         "cancelGraceSeconds": 10,
         "heartbeat": HEARTBEAT,
-        # A run whose workload has not started is bounded by this, not by the orphan
-        # timeout (the reaper leaves a run it sees launching alone): the same 45 s.
-        "startTimeoutSeconds": HEARTBEAT["orphanTimeoutSeconds"],
         "retryPolicy": workload.RETRY_POLICY,
         "jobTemplate": busybox("sleep $(( PGSCHED_RUN_ID % 10 + 1 ))"),
     }
+    if start_timeout_seconds is not None:
+        spec["startTimeoutSeconds"] = start_timeout_seconds
+    return spec
 
 
 class JobRecorder:
@@ -163,12 +166,17 @@ class ClusterChaos(ChaosDriver):
         namespace: str,
         scheduled_jobs: int = 24,
         requests_per_second: float = 0.3,
+        start_timeout_seconds: int | None = HEARTBEAT["orphanTimeoutSeconds"],
     ) -> None:
+        """``start_timeout_seconds``: the ScheduledJobs' bound on a launching run (a run
+        whose workload has not started is bounded by it, not by the orphan timeout; None:
+        the product's default)."""
         super().__init__(config, server, work_dir)
         self.cluster = cluster
         self.namespace = namespace
         self._count = scheduled_jobs
         self._per_second = requests_per_second
+        self._start_timeout = start_timeout_seconds
         self.operators = Operators(cluster, self.dsn, namespace, work_dir)
         self.handles: dict[int, OperatorProcess] = {}
         self._collection = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.PLURAL}"
@@ -201,7 +209,7 @@ class ClusterChaos(ChaosDriver):
                 "apiVersion": names.API_VERSION,
                 "kind": names.KIND,
                 "metadata": {"name": name, "namespace": self.namespace},
-                "spec": scheduled_job_spec(rng, index),
+                "spec": scheduled_job_spec(rng, index, start_timeout_seconds=self._start_timeout),
             }
             self.cluster.api.create(self._collection, manifest)
             self._paths.append(f"{self._collection}/{name}")

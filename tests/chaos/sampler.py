@@ -10,7 +10,9 @@ database restarts) and reports each violation once:
   QUEUED run waiting longer than the queue bound plus the time the API server was down
   meanwhile, or — if longer — the time its job's cap was held by runs that went silent and
   awaited their verdicts (they keep their places until the API answers and the Job
-  controller has caught up; the rules for those runs bound that time);
+  controller has caught up) or by runs launching (claimed, their workload not started:
+  after a long API outage the node starts a backlog of pods at once); the rules for those
+  runs bound that time;
 - I3 live, runs awaiting a verdict (``outcome_pending_at``, container runs: the reaper
   asks the API instead of calling silence death, I8): such a run may stay RUNNING as long
   as its Job has not recorded an outcome — the Job controller decides, and after an API
@@ -72,6 +74,7 @@ SELECT id, definition_id,
        extract(epoch FROM now() - CASE WHEN launching THEN started_at
                                        ELSE coalesce(heartbeat_at, started_at) END) AS silent,
        extract(epoch FROM coalesce(heartbeat_at, started_at)) AS silent_since,
+       launching, extract(epoch FROM started_at) AS claimed_at,
        CASE WHEN launching THEN ceil(extract(epoch FROM bound_at - started_at))::integer
             WHEN heartbeat_at IS NULL THEN orphan_timeout_seconds
             ELSE heartbeat_timeout_seconds END AS allowed,
@@ -131,8 +134,9 @@ class Sampler(threading.Thread):
         self._verdict_interval = verdict_interval
         self._stop_event = threading.Event()
         self._seen: set[str] = set()
-        # run id → (definition id, silent since, last seen awaiting its verdict), epoch s.
-        self._verdict_holds: dict[int, tuple[object, float, float]] = {}
+        # (run id, why) → (definition id, held since, last seen holding), epoch s: runs
+        # holding a place under their job's cap while awaiting a verdict or launching.
+        self._holds: dict[tuple[int, str], tuple[object, float, float]] = {}
         self._since: object = None
         self.result = Sampled()
 
@@ -178,14 +182,13 @@ class Sampler(threading.Thread):
             )
         result.peak_running = max(result.peak_running, len(silent))
         for row in silent:
+            # Silent, then awaiting its verdict: it holds a place under its job's cap from
+            # its last sign of life. Launching: from its claim. Both phases are bounded by
+            # the rules below, so the wait they cause is bounded too.
             if row["pending_at"] is not None:
-                # Silent, then awaiting its verdict: it holds a place under its job's cap
-                # from its last sign of life; both phases are bounded by the rules below.
-                self._verdict_holds[row["id"]] = (
-                    row["definition_id"],
-                    float(row["silent_since"]),
-                    float(row["now"]),
-                )
+                self._hold(row, "verdict", float(row["silent_since"]))
+            if row["launching"]:
+                self._hold(row, "launching", float(row["claimed_at"]))
         evidence = self._evidence() if any(r["pending_at"] for r in silent) else {}
         for row in silent:
             if row["pending_at"] is None:
@@ -199,14 +202,15 @@ class Sampler(threading.Thread):
             # (RUNNING until their Job's outcome can be read), so a capped run waits too.
             due_at, now = float(row["due_at"]), float(row["now"])
             down = self._api_down(due_at, now)
-            held = self._held_by_verdicts(row["definition_id"], due_at, now)
+            held = self._held(row["definition_id"], due_at, now)
             if waited > self._queue_bound + max(down, held):
                 self._report(
                     "I3",
                     f"queued:{row['id']}",
                     f"live: run {row['id']} due and QUEUED for {waited:.0f}s"
                     f" (bound {self._queue_bound:g}s + API server down {down:.0f}s or its"
-                    f" job's cap held by runs awaiting verdicts {held:.0f}s meanwhile)",
+                    f" job's cap held by runs awaiting verdicts or launching {held:.0f}s"
+                    " meanwhile)",
                 )
         for row in terminal:
             self._remember(row, when="later sample")
@@ -214,12 +218,15 @@ class Sampler(threading.Thread):
                 self._since = row["finished_at"]
         result.samples += 1
 
-    def _held_by_verdicts(self, definition_id: object, since: float, until: float) -> float:
-        """How long, between two epoch times, a run of this definition that went silent and
-        then awaited its verdict held a place under the cap (the union of those spans)."""
+    def _hold(self, row: dict[str, Any], why: str, since: float) -> None:
+        self._holds[(row["id"], why)] = (row["definition_id"], since, float(row["now"]))
+
+    def _held(self, definition_id: object, since: float, until: float) -> float:
+        """How long, between two epoch times, runs of this definition awaiting a verdict or
+        launching held a place under the cap (the union of those spans)."""
         spans = sorted(
             (max(start, since), min(end, until))
-            for held_for, start, end in self._verdict_holds.values()
+            for held_for, start, end in self._holds.values()
             if held_for == definition_id and end > since and start < until
         )
         total, reached = 0.0, since

@@ -44,14 +44,26 @@ def test_three_operators_keep_every_invariant_while_faults_are_injected(
     cluster, crd, namespace, chaos_postgres, tmp_path
 ):
     seconds = chaos_seconds(CI_SECONDS)
+    long = seconds >= LONG_SECONDS
     config = ChaosConfig(
         "cluster",
         seconds=seconds,
         fault_gap=(2.0, 5.0),
         drain_timeout=300,
-        api_outage_seconds=(60.0, 300.0) if seconds >= LONG_SECONDS else (15.0, 30.0),
+        api_outage_seconds=(60.0, 300.0) if long else (15.0, 30.0),
     )
-    chaos = ClusterChaos(config, chaos_postgres, tmp_path, cluster=cluster, namespace=namespace)
+    # After an outage of minutes the 2-core node starts the backlog's pods at once and
+    # some take minutes to start: the product's default start bound (300 s) lets them, a
+    # 45 s bound fails them (seed 1164224170: 82 runs StartTimeout). CI's short outages
+    # leave no such backlog, and the short bound there exercises start timeouts.
+    chaos = ClusterChaos(
+        config,
+        chaos_postgres,
+        tmp_path,
+        cluster=cluster,
+        namespace=namespace,
+        start_timeout_seconds=None if long else 45,
+    )
 
     report = chaos.run()
 
@@ -59,6 +71,13 @@ def test_three_operators_keep_every_invariant_while_faults_are_injected(
     assert report.ok, report.summary()
     assert set(report.faults) == FAULT_KINDS, "every kind of fault must have been injected"
     assert report.runs["completed"] >= report.chaos_seconds / 4, report.summary()
+    # The API server's absence is not the job's failure: a launch it interrupts waits
+    # QUEUED (the templates here are all valid, so no launch may fail), and after a long
+    # outage the backlog's pods start within the default start bound.
+    failed = report.runs["by_reason"]
+    assert failed.get("FAILED/LaunchFailed", 0) == 0, report.summary()
+    if long:
+        assert failed.get("FAILED/StartTimeout", 0) == 0, report.summary()
     # The Job watch saw the Jobs (a relist after an API restart may miss one that came and
     # went meanwhile; most must be there, or the one-Job-per-run check proves nothing).
     assert report.launches >= 0.8 * report.runs["completed"], report.summary()

@@ -26,6 +26,20 @@ def claimed(conn, name: str) -> int:
     return run.id
 
 
+def queued_behind(conn, run_id: int, *, due_ago: float) -> int:
+    """A second run of ``run_id``'s job (cap 1), due ``due_ago`` s ago and still QUEUED."""
+    definition_id = conn.execute(
+        "SELECT definition_id FROM pgsched.job_runs WHERE id = %s", [run_id]
+    ).fetchone()["definition_id"]
+    queued = runs.run_now(conn, definition_id, token="b").run
+    conn.execute(
+        "UPDATE pgsched.job_runs SET scheduled_for = now() - make_interval(secs => %s)"
+        " WHERE id = %s",
+        [due_ago, queued.id],
+    )
+    return queued.id
+
+
 def launching(conn, run_id: int, *, started_ago: float, bound_after: float) -> None:
     """Claimed ``started_ago`` s ago, never heartbeated, observed launching just now, to
     start by ``bound_after`` s after its claim."""
@@ -42,11 +56,11 @@ def launching(conn, run_id: int, *, started_ago: float, bound_after: float) -> N
     )
 
 
-def silent_runs(conn) -> list[str]:
+def silent_runs(conn, *, queue_bound: float = 600) -> list[str]:
     sampler = Sampler(
         conn.info.dsn,
         stall_slack_seconds=SLACK,
-        queue_bound_seconds=600,
+        queue_bound_seconds=queue_bound,
         evidence=dict,
         api_down=lambda since, until: 0.0,
         verdict_interval=2.0,
@@ -70,6 +84,23 @@ def test_a_run_launching_past_its_start_bound_is_reported(conn):
     [found] = silent_runs(conn)
 
     assert f"run {run_id} RUNNING and silent for 100s (timeout 60s" in found
+
+
+def test_a_run_queued_behind_a_launching_run_waits_as_long_as_it_launches(conn):
+    """After a long API outage the node starts a backlog of pods at once: a launching run
+    keeps its job's only place, bounded by its start bound, and the run queued behind it
+    waits that long. Without the launching run holding the place, the same wait is lost."""
+    holder = claimed(conn, "holder")
+    launching(conn, holder, started_ago=200, bound_after=300)
+    queued = queued_behind(conn, holder, due_ago=150)
+
+    assert silent_runs(conn, queue_bound=60) == []
+
+    conn.execute("DELETE FROM pgsched.run_starts WHERE run_id = %s", [holder])
+    conn.execute("UPDATE pgsched.job_runs SET heartbeat_at = now() WHERE id = %s", [holder])
+    [found] = silent_runs(conn, queue_bound=60)
+
+    assert found.startswith(f"live: run {queued} due and QUEUED for 150s (bound 60s")
 
 
 def test_a_deferred_launch_back_to_queued_is_legal_and_any_other_way_back_is_not(conn):
