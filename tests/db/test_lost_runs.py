@@ -13,17 +13,21 @@ tests/cluster/test_failover_lost_runs.py.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+import test_verdicts as verdicts_api
 
 from factories import RecordingLauncher, define
 from pgsched.db import connection, queries
 from pgsched.engine import dispatch, materialize, runs
 from pgsched.engine.models import Run
+from pgsched.engine.tick import Ticker, TickSettings
+from pgsched.k8s import revalidation
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 
@@ -169,3 +173,46 @@ def test_the_job_role_cannot_restore_a_run(conn, job_dsn):
             "SELECT * FROM pgsched.restore_lost_run(1, gen_random_uuid(), 'default', 'x',"
             " gen_random_uuid(), 'manual', now(), 1, NULL, NULL, 'token')"
         )
+
+
+def test_after_a_failover_the_tick_claims_nothing_until_the_timelines_pass_has_finished(primary):
+    """The duplicate of a lost run must still be unclaimed when the pass restores the run:
+    the Kubernetes operator's tick (failover_pass_wait_seconds set) does not claim on a
+    new timeline before its pass has finished, for at most that bound."""
+    standby = standby_of(primary)
+    held = RecordingLauncher()
+    waiting = Ticker(
+        lambda: connection.connect(standby.dsn()),
+        held,
+        TickSettings(failover_pass_wait_seconds=300),
+    )
+    bounded = Ticker(
+        lambda: connection.connect(standby.dsn()),
+        RecordingLauncher(),
+        TickSettings(failover_pass_wait_seconds=0.5),
+    )
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            manual = define(conn, "manual", schedule="0 0 1 1 *", now=T0, maxConcurrentRuns=5)
+        wait_caught_up(primary, standby)
+        primary.stop(mode="immediate")
+        promote(standby)
+        with connection.connect(standby.dsn()) as conn:
+            first = runs.run_now(conn, manual.id, token="first").run
+            result = waiting.run_once()
+            assert result.leader and result.dispatched is None and held.launched == []
+
+            # The bound: a tick that has waited long enough claims anyway (and says so).
+            assert bounded.run_once().dispatched is None
+            time.sleep(0.6)
+            assert [run.id for run in bounded.run_once().dispatched.claimed] == [first.id]
+
+            # The pass finishes (nothing was lost here): the waiting tick claims at once.
+            second = runs.run_now(conn, manual.id, token="second").run
+            assert waiting.run_once().dispatched is None
+            assert revalidation.run_once(conn, verdicts_api.Api({})).finished
+            assert [run.id for run in waiting.run_once().dispatched.claimed] == [second.id]
+    finally:
+        waiting.close()
+        bounded.close()
+        standby.cleanup()
