@@ -16,8 +16,6 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -26,9 +24,8 @@ from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.k8s import names
-from plugins.operator import Operators, ScheduledJobs, busybox, create_job_dsn_secret, now_plus
-from plugins.postgres import migrated_server
-from standby import promote, standby_of, wait_caught_up
+from plugins.operator import Failover, ScheduledJobs, busybox, now_plus
+from standby import promote, wait_caught_up
 
 pytestmark = pytest.mark.cluster
 
@@ -36,11 +33,6 @@ HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 300}
 WITHIN_SECONDS = 60
 FORGED_RUN_ID = 1000  # an id of the first timeline's block the primary never reached
 FORGED_JOB = names.job_name("manual", FORGED_RUN_ID)
-
-
-@pytest.fixture
-def primary() -> Iterator:
-    yield from migrated_server()
 
 
 def completed(found: list[dict]) -> bool:
@@ -105,92 +97,72 @@ def forge(cluster: ControlPlane, sj: ScheduledJobs, owner: dict) -> None:
 
 
 def test_runs_whose_rows_a_failover_lost_are_restored_from_their_jobs_and_run_once(
-    cluster: ControlPlane,
-    crd: None,
-    namespace: str,
-    primary,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
+    cluster: ControlPlane, namespace: str, operators_over_standby: Failover
 ) -> None:
-    standby = standby_of(primary)
-    dsn = (
-        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres"
-        " dbname=postgres target_session_attrs=read-write"
-    )
-    create_job_dsn_secret(cluster, namespace, primary.dsn())
-    group = Operators(cluster, dsn, namespace, tmp_path)
-    try:
-        group.start(PGSCHED_RESYNC_INTERVAL_SECONDS="600")
-        with connection.connect(primary.dsn()) as conn:
-            sj = ScheduledJobs(cluster, namespace, conn)
-            work = {"heartbeat": HEARTBEAT, "jobTemplate": busybox("sleep 5")}
-            sj.apply("once", {"runAt": now_plus(20), **work})
-            manual = sj.apply("manual", {"schedule": "0 0 1 1 *", **work})
-            wait_for(
-                lambda: (
-                    conn.execute(
-                        "SELECT count(*) AS n FROM pgsched.job_definitions WHERE namespace = %s",
-                        [namespace],
-                    ).fetchone()["n"]
-                    == 2
-                ),
-                30,
-                describe="both definitions stored",
-            )
-            wait_caught_up(primary, standby)
-            standby.stop()  # from here on the standby misses everything
-            sj.annotate("manual", names.ANNOTATION_RUN_NOW, "once")
-            # Created, claimed, launched and ended: all in the WAL the failover loses.
-            [occurrence] = sj.wait_runs("once", completed, 90, "the one-shot completed")
-            [requested] = sj.wait_runs("manual", completed, 90, "the run-now run completed")
-            forge(cluster, sj, manual)
-        primary.kill()
-        standby.start()
-        promote(standby)
-        promoted = time.monotonic()
-
-        with connection.connect(standby.dsn()) as conn:
-            sj = ScheduledJobs(cluster, namespace, conn)
-            for name, run in (("once", occurrence), ("manual", requested)):
-                sj.wait_runs(name, restored(run["id"]), WITHIN_SECONDS, f"{name} restored")
-            seconds = time.monotonic() - promoted
-            print(f"\nboth lost runs restored and COMPLETED {seconds:.1f}s after the promotion")
-            time.sleep(5)  # time for a second execution, if anything were to start one
-            for name, run in (("once", occurrence), ("manual", requested)):
-                runs = sj.runs(name)
-                assert restored(run["id"])(runs), runs
-                row = next(found for found in runs if found["id"] == run["id"])
-                assert (row["trigger"], row["scheduled_for"], row["lease_token"]) == (
-                    run["trigger"],
-                    run["scheduled_for"],
-                    run["lease_token"],
-                )
-                [job] = [job for job in sj.jobs(name) if job["metadata"]["name"] != FORGED_JOB]
-                assert job["metadata"]["name"] == names.job_name(name, run["id"])
-                assert job["status"].get("succeeded") == 1  # one pod, ran once
-                assert not job["status"].get("failed")
-            duplicates = [
-                found["id"]
-                for name in ("once", "manual")
-                for found in sj.runs(name)
-                if found["reason"] == "DuplicateOfRestoredRun"
-            ]
-            print(f"duplicates the new primary queued and the restore skipped: {duplicates}")
-            forged = conn.execute(
-                "SELECT count(*) AS n FROM pgsched.job_runs"
-                " WHERE id = %s OR request_token = 'forged'",
-                [FORGED_RUN_ID],
-            ).fetchone()
-            assert forged["n"] == 0
+    primary, standby, group = operators_over_standby
+    group.start(PGSCHED_RESYNC_INTERVAL_SECONDS="600")
+    with connection.connect(primary.dsn()) as conn:
+        sj = ScheduledJobs(cluster, namespace, conn)
+        work = {"heartbeat": HEARTBEAT, "jobTemplate": busybox("sleep 5")}
+        sj.apply("once", {"runAt": now_plus(20), **work})
+        manual = sj.apply("manual", {"schedule": "0 0 1 1 *", **work})
         wait_for(
-            lambda: any("restored from Job" in handle.log() for handle in group.started),
-            10,
-            describe="the operator's log line about the restored runs",
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) AS n FROM pgsched.job_definitions WHERE namespace = %s",
+                    [namespace],
+                ).fetchone()["n"]
+                == 2
+            ),
+            30,
+            describe="both definitions stored",
         )
-    finally:
-        group.stop_all()
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            for index, handle in enumerate(group.started):
-                print(f"\n----- operator {index} log (tail) -----\n{handle.log()[-8000:]}")
-        standby.cleanup()
+        wait_caught_up(primary, standby)
+        standby.stop()  # from here on the standby misses everything
+        sj.annotate("manual", names.ANNOTATION_RUN_NOW, "once")
+        # Created, claimed, launched and ended: all in the WAL the failover loses.
+        [occurrence] = sj.wait_runs("once", completed, 90, "the one-shot completed")
+        [requested] = sj.wait_runs("manual", completed, 90, "the run-now run completed")
+        forge(cluster, sj, manual)
+    primary.kill()
+    standby.start()
+    promote(standby)
+    promoted = time.monotonic()
+
+    with connection.connect(standby.dsn()) as conn:
+        sj = ScheduledJobs(cluster, namespace, conn)
+        for name, run in (("once", occurrence), ("manual", requested)):
+            sj.wait_runs(name, restored(run["id"]), WITHIN_SECONDS, f"{name} restored")
+        seconds = time.monotonic() - promoted
+        print(f"\nboth lost runs restored and COMPLETED {seconds:.1f}s after the promotion")
+        time.sleep(5)  # time for a second execution, if anything were to start one
+        for name, run in (("once", occurrence), ("manual", requested)):
+            runs = sj.runs(name)
+            assert restored(run["id"])(runs), runs
+            row = next(found for found in runs if found["id"] == run["id"])
+            assert (row["trigger"], row["scheduled_for"], row["lease_token"]) == (
+                run["trigger"],
+                run["scheduled_for"],
+                run["lease_token"],
+            )
+            [job] = [job for job in sj.jobs(name) if job["metadata"]["name"] != FORGED_JOB]
+            assert job["metadata"]["name"] == names.job_name(name, run["id"])
+            assert job["status"].get("succeeded") == 1  # one pod, ran once
+            assert not job["status"].get("failed")
+        duplicates = [
+            found["id"]
+            for name in ("once", "manual")
+            for found in sj.runs(name)
+            if found["reason"] == "DuplicateOfRestoredRun"
+        ]
+        print(f"duplicates the new primary queued and the restore skipped: {duplicates}")
+        forged = conn.execute(
+            "SELECT count(*) AS n FROM pgsched.job_runs WHERE id = %s OR request_token = 'forged'",
+            [FORGED_RUN_ID],
+        ).fetchone()
+        assert forged["n"] == 0
+    wait_for(
+        lambda: any("restored from Job" in handle.log() for handle in group.started),
+        10,
+        describe="the operator's log line about the restored runs",
+    )
