@@ -48,7 +48,9 @@ PAGE = 500  # Jobs per list request
 @dataclass(frozen=True)
 class Restored:
     run_id: int
-    outcome: str  # restored | forged | exists | current | no_definition | duplicate_ran
+    # restore_lost_run's (restored, forged, exists, current, no_definition, duplicate_ran),
+    # or incomplete: the Job lacks what a restore needs (a Job of a release before 0034)
+    outcome: str
     duplicate_id: int | None = None
     duplicate_status: str | None = None
 
@@ -102,7 +104,7 @@ def _restore(conn: Connection, kube: api.KubeApi, run_id: int, job: Obj) -> Rest
             where,
             run_id,
         )
-        return Restored(run_id, "forged")
+        return Restored(run_id, "incomplete")
     found = conn.execute(
         queries.get("restore_lost_run"),
         {
