@@ -43,7 +43,8 @@ INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
 SELECT d.ids[1 + floor(random() * d.n)::int], 'QUEUED', 'schedule',
        now() - interval '1 minute' - (%(count)s::int - g) * interval '1 millisecond'
 FROM d, generate_series(1, %(count)s::int) AS g
-ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
+ON CONFLICT (definition_id, scheduled_for, trigger)
+    WHERE trigger IN ('schedule', 'backfill') AND reason IS DISTINCT FROM 'DuplicateOfRestoredRun'
 DO NOTHING;
 
 -- name: seed_history
@@ -87,7 +88,8 @@ INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
 SELECT id, 'QUEUED', 'schedule', next_run_at
 FROM pgsched.job_definitions
 WHERE deleted_at IS NULL AND next_run_at <= %(now)s
-ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
+ON CONFLICT (definition_id, scheduled_for, trigger)
+    WHERE trigger IN ('schedule', 'backfill') AND reason IS DISTINCT FROM 'DuplicateOfRestoredRun'
 DO NOTHING;
 
 -- name: advance_sql_only

@@ -41,6 +41,12 @@ class Api:
             self.on_get()
         if self.down:
             raise api.ApiError("GET", path, 0, {"reason": "ConnectionError", "message": "down"})
+        if params["labelSelector"] == names.LABEL_RUN_ID:  # every run's Job (restoration)
+            items = [
+                {**item, "metadata": {"name": name, **item.get("metadata", {})}}
+                for name, item in self.jobs.items()
+            ]
+            return {"items": items}
         wanted = selected_run_ids(params["labelSelector"])
         if path.endswith("/pods"):
             assert params["labelSelector"].endswith(f",{JOB_NAME}")

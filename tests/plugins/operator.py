@@ -8,6 +8,8 @@
   each with its own health and metrics ports; stopped (and their logs printed on failure)
   at the end of the test.
 - ``sj``: helpers to apply ScheduledJobs and read runs.
+- ``operators_over_standby``: a primary with a streaming standby and operators that follow
+  its promotion (the failover tests).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import yaml
 
 from devenv.controlplane import ControlPlane
 from devenv.operators import OperatorProcess, start_operator
+from devenv.postgres import PostgresServer
 from devenv.waiting import wait_for
 from pgsched.db import connection
+from standby import standby_of
 
 ROOT = Path(__file__).parents[2]
 CRDS = ROOT / "crds"
@@ -107,11 +111,56 @@ def operators(
 ) -> Iterator[Operators]:
     group = Operators(cluster, dsn, namespace, tmp_path)
     yield group
+    _stop_and_tell(group, request, 6000)
+
+
+def _stop_and_tell(group: Operators, request: pytest.FixtureRequest, tail: int) -> None:
+    """Stop the operators; print the tail of each one's log if the test failed."""
     group.stop_all()
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         for index, handle in enumerate(group.started):
-            print(f"\n----- operator {index} log (tail) -----\n{handle.log()[-6000:]}")
+            print(f"\n----- operator {index} log (tail) -----\n{handle.log()[-tail:]}")
+
+
+@dataclass
+class Failover:
+    """A primary, its streaming standby, and operators that follow a promotion."""
+
+    primary: PostgresServer
+    standby: PostgresServer
+    operators: Operators
+
+    def __iter__(self) -> Iterator[Any]:
+        """``primary, standby, operators = failover``."""
+        return iter((self.primary, self.standby, self.operators))
+
+
+@pytest.fixture
+def operators_over_standby(
+    cluster: ControlPlane,
+    crd: None,
+    namespace: str,
+    private_postgres: PostgresServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Failover]:
+    """A migrated primary with a streaming standby, the job DSN Secret (the primary's), and
+    operators (not started) on a multi-host read-write DSN, the primary first: once the
+    standby is promoted they find it. Stopped and removed after the test."""
+    primary = private_postgres
+    standby = standby_of(primary)
+    dsn = (
+        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres"
+        " dbname=postgres target_session_attrs=read-write"
+    )
+    create_job_dsn_secret(cluster, namespace, primary.dsn())
+    group = Operators(cluster, dsn, namespace, tmp_path)
+    try:
+        yield Failover(primary, standby, group)
+    finally:
+        _stop_and_tell(group, request, 8000)
+        standby.cleanup()
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from k8sfixtures import TEMPLATE, definition, run
+from k8sfixtures import T0, TEMPLATE, definition, run
 from pgsched.k8s import jobs, names
 
 TOKEN = "99999999-8888-7777-6666-555555555555"
@@ -37,6 +37,23 @@ def test_job_is_named_labelled_owned_and_never_retried_by_kubernetes():
     assert job["spec"]["backoffLimit"] == 0
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert job["spec"]["template"]["metadata"]["labels"][names.LABEL_RUN_ID] == "42"
+
+
+def test_a_job_carries_what_its_run_row_needs_to_be_restored_after_a_failover():
+    """trigger, retry-of, upstream run and run-now token: with the labels, scheduled-for
+    and the owner, a row a failover lost can be rebuilt from the Job (k8s/restoration.py)."""
+    scheduled = jobs.build(definition(), run(), SETTINGS)["metadata"]["annotations"]
+    assert scheduled[names.ANNOTATION_TRIGGER] == "schedule"
+    assert scheduled[names.ANNOTATION_SCHEDULED_FOR] == T0.isoformat()
+    assert not {names.ANNOTATION_RETRY_OF, names.ANNOTATION_REQUEST_TOKEN} & scheduled.keys()
+    manual = jobs.build(definition(), run(trigger="manual", request_token="t-1"), SETTINGS)
+    assert manual["metadata"]["annotations"][names.ANNOTATION_REQUEST_TOKEN] == "t-1"
+    retry = jobs.build(
+        definition(), run(trigger="retry", attempt=2, retry_of=41, upstream_run_id=7), SETTINGS
+    )["metadata"]
+    assert retry["annotations"][names.ANNOTATION_RETRY_OF] == "41"
+    assert retry["annotations"][names.ANNOTATION_UPSTREAM_RUN] == "7"
+    assert retry["labels"][names.LABEL_ATTEMPT] == "2"
 
 
 def test_heartbeat_runs_as_a_native_sidecar_with_the_lease_and_the_job_dsn_secret():

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from pgsched.db import clock, connection
+from pgsched.db import clock, connection, queries
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
 from pgsched.engine import dispatch, leader, loop, materialize, reap, settle
@@ -57,6 +57,12 @@ class TickSettings:
     # How long the tick session may sit idle before the server ends it (see Ticker._bounded);
     # None: max(30 s, 10 x the tick interval).
     leader_stall_seconds: float | None = None
+    # After a failover (a new WAL timeline), how long dispatch waits for the timeline's
+    # failover pass (pgsched.timeline_revalidations, k8s/revalidation.py) before claiming:
+    # the pass restores runs whose rows were lost, and skips the duplicates the new primary
+    # queued for them, which a claim before it would run. None: no wait (engine-only
+    # deployments have no pass); the Kubernetes operator sets it.
+    failover_pass_wait_seconds: float | None = None
 
     @property
     def stall_seconds(self) -> float:
@@ -89,6 +95,12 @@ class TickSettings:
                 f"{self.leader_stall_seconds} must be at least twice the tick interval"
                 f" {self.interval_seconds}",
                 "30",
+            )
+        if self.failover_pass_wait_seconds is not None and self.failover_pass_wait_seconds < 0:
+            problems.add(
+                "failover_pass_wait_seconds",
+                f"{self.failover_pass_wait_seconds} must not be negative",
+                "300",
             )
         if not self.lock_name:
             problems.add("lock_name", "must not be empty", "pgsched:tick-leader")
@@ -131,6 +143,8 @@ class Ticker:
         self._timeline = 0  # the newest WAL timeline this replica ticked on (_check_timeline)
         self._owners = dispatch.Owners()  # launched definitions, kept between ticks
         self._materialized_at: datetime | None = None  # the previous round's "now"
+        self._passed_timeline = 0  # the newest timeline whose failover pass ended (_held)
+        self._held_since: tuple[int, float] | None = None  # timeline, monotonic start
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -242,6 +256,8 @@ class Ticker:
             )
         with _timed(result, "settle"):
             result.settled = settle.run_once(conn, now=now)
+        if self._held(conn):
+            return
         with _timed(result, "dispatch"):
             result.dispatched = dispatch.run_once(
                 conn,
@@ -254,6 +270,45 @@ class Ticker:
                 # The first tick's window, before any materialization: two intervals.
                 on_time_seconds=2 * self.settings.interval_seconds,
             )
+
+    def _held(self, conn: Connection) -> bool:
+        """Whether dispatch waits for the current timeline's failover pass.
+
+        A run created, claimed and launched in the WAL a failover lost has no row on the
+        new primary, which queues the same occurrence (or run-now request) again; the pass
+        restores the lost run from its Job and skips that duplicate, if it was not claimed
+        yet. So on a timeline whose pass has not finished, dispatch claims nothing, for at
+        most ``failover_pass_wait_seconds`` from when this replica first saw it waiting.
+        One query per tick only then: a finished pass is remembered by timeline.
+        """
+        wait = self.settings.failover_pass_wait_seconds
+        if wait is None or self._timeline <= self._passed_timeline:
+            return False
+        row = conn.execute(queries.get("failover_pass_finished")).fetchone()
+        timeline = int(row["timeline"]) if row is not None else self._timeline
+        if row is None or row["finished"]:
+            self._passed_timeline, self._held_since = timeline, None
+            return False
+        if self._held_since is None or self._held_since[0] != timeline:
+            self._held_since = (timeline, time.monotonic())
+            log.warning(
+                "WAL timeline %s: not claiming runs until its failover pass has compared the"
+                " runs from before it with their Jobs (at most %.0f s; see docs/operations.md,"
+                " What a failover can lose)",
+                timeline,
+                wait,
+            )
+        if time.monotonic() - self._held_since[1] < wait:
+            return True
+        log.error(
+            "WAL timeline %s: its failover pass has not finished after %.0f s (is the API"
+            " server reachable?); claiming runs again: a run whose row the failover lost may"
+            " now run twice",
+            timeline,
+            wait,
+        )
+        self._passed_timeline, self._held_since = timeline, None
+        return False
 
     def _engine_time(self) -> float:
         """The engine's "now" as a UNIX time: the pinned clock, or the database's (measured

@@ -120,6 +120,7 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
                 **(metadata.get("annotations") or {}),
                 names.ANNOTATION_LEASE_SHA256: names.lease_fingerprint(str(run.lease_token)),
                 names.ANNOTATION_SCHEDULED_FOR: run.scheduled_for.isoformat(),
+                **_row_annotations(run),
             },
             "ownerReferences": [
                 owner(names.API_VERSION, names.KIND, definition.name, definition.id)
@@ -127,6 +128,19 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
         },
         "spec": job_spec,
     }
+
+
+def _row_annotations(run: Run) -> dict[str, str]:
+    """What the run's row holds beyond its labels, for a restore of a row a failover lost
+    (k8s/restoration.py). The run-now token is the requester's own text, already on the
+    ScheduledJob for anyone who may read it: no secret."""
+    carried = {
+        names.ANNOTATION_TRIGGER: run.trigger,
+        names.ANNOTATION_RETRY_OF: run.retry_of,
+        names.ANNOTATION_UPSTREAM_RUN: run.upstream_run_id,
+        names.ANNOTATION_REQUEST_TOKEN: run.request_token,
+    }
+    return {key: str(value) for key, value in carried.items() if value is not None}
 
 
 def lease_secret(definition: Definition, run: Run) -> Obj:

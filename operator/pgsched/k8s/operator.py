@@ -39,6 +39,7 @@ its session closing would release it anyway).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -123,7 +124,11 @@ class EngineThreads:
         self.leader_window = metrics.leader_window_seconds(settings.tick.interval_seconds)
         connect = self._connector("pgsched-tick")
         launcher = KubernetesLauncher(kube, settings.jobs, connect=self._connector("pgsched-adopt"))
-        self.ticker = Ticker(connect, launcher, settings.tick, clock=clock)
+        # Dispatch waits for a new timeline's failover pass (k8s/revalidation.py).
+        tick = dataclasses.replace(
+            settings.tick, failover_pass_wait_seconds=revalidation.DISPATCH_WAIT_SECONDS
+        )
+        self.ticker = Ticker(connect, launcher, tick, clock=clock)
         self.tick_thread = threading.Thread(
             target=self.ticker.run_forever,
             args=(self.stop,),

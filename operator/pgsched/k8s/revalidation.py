@@ -36,8 +36,12 @@ timelines before: runs created after the failover are not the lost WAL's. In the
 state a round costs one insert that conflicts and changes nothing. The API server away
 fails the round (the loop logs it): the hold is released and the batch done again later.
 
-What it does not do: a run whose row was lost entirely (created, claimed and launched in
-the lost WAL) has nothing to compare; see docs/operations.md, "The residual window for a
+Before its first batch the pass restores the runs whose row was lost entirely (created,
+claimed and launched in the lost WAL) from their Jobs (k8s/restoration.py): they come back
+RUNNING under their old ids and are compared like the others, and the new primary's
+unclaimed duplicate of each is skipped. The tick's dispatcher claims nothing on a new
+timeline until its pass has finished (or ``DISPATCH_WAIT_SECONDS`` have passed), so that
+duplicate is still unclaimed. What is left: docs/operations.md, "The residual window for a
 lost outcome or a lost run".
 """
 
@@ -53,7 +57,7 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import lease
-from pgsched.k8s import api, launcher, names, outcomes, verdicts
+from pgsched.k8s import api, launcher, names, outcomes, restoration, verdicts
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
@@ -62,6 +66,11 @@ log = logging.getLogger(__name__)
 # well under a second per 100 runs on a healthy API server).
 HOLD_SECONDS = 60.0
 
+# How long the tick's dispatcher waits on a new timeline for its pass before claiming
+# anyway (engine/tick.py): the pass takes seconds with the API server up; while the API
+# server is away no Job could be launched anyway. Past it, a lost run's duplicate can run.
+DISPATCH_WAIT_SECONDS = 300.0
+
 
 @dataclass
 class RevalidationResult:
@@ -69,6 +78,7 @@ class RevalidationResult:
     compared: int = 0
     recorded: dict[int, str] = field(default_factory=dict)  # run id → reason (or status)
     reestablished: list[int] = field(default_factory=list)
+    restored: list[restoration.Restored] = field(default_factory=list)  # lost rows tried
     finished: bool = False  # this round finished the pass
 
     @property
@@ -89,19 +99,12 @@ def run_once(
     if claimed is None:
         return result
     result.timeline = int(claimed["timeline"])
-    rows = conn.execute(
-        queries.get("runs_to_revalidate"),
-        {"after_id": claimed["after_id"], "limit": limit, "now": now},
-    ).fetchall()
-    if claimed["after_id"] == 0 and rows:
-        log.warning(
-            "WAL timeline %s: a failover (or restore) happened; comparing %s runs from before"
-            " it with their Jobs (with asynchronous replication its last commits may be lost,"
-            " see docs/operations.md, What a failover can lose)",
-            result.timeline,
-            f"{len(rows)}+" if len(rows) == limit else len(rows),
-        )
     try:
+        if claimed["after_id"] == 0:
+            # First: rows lost entirely come back (RUNNING), so the walk below compares
+            # them with their Jobs too (their ids are ahead of the cursor).
+            result.restored = restoration.run_once(conn, kube, last_id=claimed["last_id"])
+        rows = _batch(conn, claimed["after_id"], limit=limit, now=now, timeline=result.timeline)
         # Ends first: a run whose end was lost holds the slot a lost claim of the same
         # definition needs to be re-established (stable: by id within each kind).
         for row, job, pods in sorted(
@@ -125,6 +128,24 @@ def run_once(
             len(result.reestablished),
         )
     return result
+
+
+def _batch(
+    conn: Connection, after_id: int, *, limit: int, now: datetime | None, timeline: int
+) -> list[Obj]:
+    """The runs to compare after ``after_id``; the first batch says why in the log."""
+    rows = conn.execute(
+        queries.get("runs_to_revalidate"), {"after_id": after_id, "limit": limit, "now": now}
+    ).fetchall()
+    if after_id == 0 and rows:
+        log.warning(
+            "WAL timeline %s: a failover (or restore) happened; comparing %s runs from before"
+            " it with their Jobs (with asynchronous replication its last commits may be lost,"
+            " see docs/operations.md, What a failover can lose)",
+            timeline,
+            f"{len(rows)}+" if len(rows) == limit else len(rows),
+        )
+    return rows
 
 
 def _advance(

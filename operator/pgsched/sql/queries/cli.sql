@@ -71,7 +71,8 @@ WITH run AS (
     CROSS JOIN unnest(%(scheduled_for)s::timestamptz[]) AS o(at)
     WHERE d.id = %(definition_id)s AND d.deleted_at IS NULL
     ORDER BY o.at
-    ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
+    ON CONFLICT (definition_id, scheduled_for, trigger)
+        WHERE trigger IN ('schedule', 'backfill') AND reason IS DISTINCT FROM 'DuplicateOfRestoredRun'
     DO NOTHING
     RETURNING id, definition_id, scheduled_for
 ), requester AS (

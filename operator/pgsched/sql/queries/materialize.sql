@@ -48,7 +48,8 @@ SELECT o.definition_id, o.status, 'schedule', o.scheduled_for, o.deadline_at, o.
 FROM unnest(%(definition_ids)s::uuid[], %(statuses)s::text[], %(scheduled_for)s::timestamptz[],
             %(deadlines)s::timestamptz[], %(reasons)s::text[], %(errors)s::text[])
      AS o(definition_id, status, scheduled_for, deadline_at, reason, error)
-ON CONFLICT (definition_id, scheduled_for, trigger) WHERE trigger IN ('schedule', 'backfill')
+ON CONFLICT (definition_id, scheduled_for, trigger)
+    WHERE trigger IN ('schedule', 'backfill') AND reason IS DISTINCT FROM 'DuplicateOfRestoredRun'
 DO NOTHING;
 
 -- name: set_jittered_starts

@@ -12,7 +12,9 @@ VALUES (pgsched.current_timeline(),
 ON CONFLICT (timeline) DO UPDATE SET claimed_until = excluded.claimed_until
 WHERE t.finished_at IS NULL
   AND (t.claimed_until IS NULL OR t.claimed_until <= coalesce(%(now)s::timestamptz, now()))
-RETURNING t.timeline, t.after_id;
+RETURNING t.timeline, t.after_id,
+          -- The last id of the timelines before (migration 0007): the pass's end.
+          (t.timeline - (SELECT b.timeline_id FROM pgsched.run_id_base AS b)) << 40 AS last_id;
 
 -- name: runs_to_revalidate
 -- The next batch after the cursor: RUNNING runs, and due QUEUED runs (a claim could have
@@ -40,3 +42,28 @@ SET after_id = %(after_id)s,
     finished_at = CASE WHEN %(finished)s THEN coalesce(%(now)s::timestamptz, now()) END
 WHERE t.timeline = %(timeline)s AND t.after_id = %(from_id)s AND t.finished_at IS NULL
 RETURNING t.timeline;
+
+-- name: namespaces_of_definitions
+-- Where the operator's Jobs can be: the namespaces of live ScheduledJobs.
+SELECT DISTINCT d.namespace FROM pgsched.job_definitions AS d WHERE d.deleted_at IS NULL
+ORDER BY d.namespace;
+
+-- name: runs_present
+-- Which of these run ids the database has.
+SELECT r.id FROM pgsched.job_runs AS r WHERE r.id = ANY(%(ids)s::bigint[]);
+
+-- name: restore_lost_run
+-- A run whose row the failover lost, restored from its Job (migration 0034).
+SELECT l.outcome, l.duplicate_id, l.duplicate_status
+FROM pgsched.restore_lost_run(
+    %(run_id)s::bigint, %(lease)s::uuid, %(namespace)s::text, %(job_name)s::text,
+    %(definition_id)s::uuid, %(trigger)s::text, %(scheduled_for)s::timestamptz,
+    %(attempt)s::integer, %(retry_of)s::bigint, %(upstream_run_id)s::bigint,
+    %(request_token)s::text
+) AS l;
+
+-- name: failover_pass_finished
+-- Whether the current timeline's pass has finished (no row: it is owed, not finished).
+SELECT pgsched.current_timeline() AS timeline,
+       coalesce((SELECT t.finished_at IS NOT NULL FROM pgsched.timeline_revalidations AS t
+                 WHERE t.timeline = pgsched.current_timeline()), false) AS finished;
