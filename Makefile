@@ -6,7 +6,7 @@
 #   make docs   the documentation site (MkDocs, strict) into .cache/site
 #   make bench  the benchmarks in bench/ (not part of the test run)
 #   make chaos  the chaos suite alone, CI length (it also runs inside `make test`)
-#   make chaos-long MINUTES=10   both chaos variants for MINUTES each (docs/chaos.md)
+#   make chaos-long MINUTES=10   the chaos variants for MINUTES each (docs/chaos.md)
 #   make fuzz   the schedule/spec/CLI fuzzing with the long hypothesis profile (20x CI)
 
 PYTHON ?= python3
@@ -74,9 +74,9 @@ test-cluster: venv k8s kueue images
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -m cluster
 
 # Chaos (docs/chaos.md). Reports: .cache/chaos/*.json. PGSCHED_CHAOS_SEED=<seed> replays.
-# VARIANTS=db or VARIANTS=cluster runs one variant of chaos-long only.
+# VARIANTS=db, cluster or cluster_failover runs one variant of chaos-long only.
 MINUTES  ?= 10
-VARIANTS ?= db cluster
+VARIANTS ?= db cluster cluster_failover
 
 chaos: venv k8s images
 	PGSCHED_REQUIRE_CLUSTER=1 $(BIN)/pytest -s tests/chaos

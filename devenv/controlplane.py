@@ -425,20 +425,30 @@ class ControlPlane:
 
     def in_cluster_dsn(self, dsn: str) -> str:
         """The same database as ``dsn`` (a Postgres on this host), as pods must reach it:
-        through :meth:`expose_postgres`, at the Service's ClusterIP and port 5432."""
+        through :meth:`expose_postgres`, at the Service's ClusterIP and port 5432. A DSN
+        naming several servers (``host=a,b port=p,q``, a primary and its standby) becomes
+        one naming each server's Service, in the same order, so pods follow a failover
+        as the host's clients do (``target_session_attrs`` is kept)."""
         import psycopg
 
-        # Where the server's socket is: only a superuser may read that setting, and the
-        # throwaway servers (devenv.postgres) trust local connections as `postgres`.
-        superuser = re.sub(r"\buser=\S+", "user=postgres", dsn)
-        with psycopg.connect(superuser, connect_timeout=10) as conn:
-            socket_dir = str(conn.execute("SHOW unix_socket_directories").fetchone()[0])  # type: ignore[index]
-            port = int(conn.execute("SHOW port").fetchone()[0])  # type: ignore[index]
-        cluster_ip = self.expose_postgres(
-            Path(socket_dir.split(",")[0].strip()), port, name=f"postgres-{port}"
-        )
-        rewritten = re.sub(r"\bhost=\S+", f"host={cluster_ip}", dsn)
-        return re.sub(r"\bport=\d+", "port=5432", rewritten)
+        ports = re.search(r"\bport=(\S+)", dsn)
+        cluster_ips = []
+        for port in (ports.group(1) if ports else "5432").split(","):
+            # Where the server's socket is: only a superuser may read that setting, and the
+            # throwaway servers (devenv.postgres) trust local connections as `postgres`.
+            one = re.sub(r"\bhost=\S+", "host=127.0.0.1", dsn)
+            one = re.sub(r"\bport=\S+", f"port={port}", one)
+            one = re.sub(r"\btarget_session_attrs=\S+", "", one)
+            superuser = re.sub(r"\buser=\S+", "user=postgres", one)
+            with psycopg.connect(superuser, connect_timeout=10) as conn:
+                socket_dir = str(conn.execute("SHOW unix_socket_directories").fetchone()[0])  # type: ignore[index]
+            cluster_ips.append(
+                self.expose_postgres(
+                    Path(socket_dir.split(",")[0].strip()), int(port), name=f"postgres-{port}"
+                )
+            )
+        rewritten = re.sub(r"\bhost=\S+", f"host={','.join(cluster_ips)}", dsn)
+        return re.sub(r"\bport=\S+", "port=" + ",".join("5432" for _ in cluster_ips), rewritten)
 
     def pod_logs(
         self, namespace: str, name: str, container: str | None = None, *, previous: bool = False

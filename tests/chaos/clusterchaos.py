@@ -26,14 +26,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import invariants
-from chaos import faults, workload
+from chaos import faults, jobside, workload
 from chaos.config import ChaosConfig
 from chaos.driver import ChaosDriver, Fault
+from chaos.replicated import ReplicatedPostgres
 from devenv.adminclient import AdminClient, ApiError, Obj
 from devenv.controlplane import ControlPlane
 from devenv.operators import OperatorProcess
 from devenv.postgres import PostgresServer
-from devenv.watching import run_reflector
 from pgsched.db import connection
 from pgsched.db.connection import Connection
 from pgsched.k8s import names, verdicts
@@ -41,6 +41,15 @@ from plugins.operator import Operators, busybox, create_job_dsn_secret
 
 log = logging.getLogger(__name__)
 
+# Planted bugs (self-tests only), ``config.planted``:
+# - ``no-adoption``: no lease is genuine (``pgsched.lease_is_genuine`` answers false), so
+#   nothing a failover lost is taken back from Kubernetes: no claim re-established, no Job
+#   adopted, no lost run restored. With failovers the job side's record must show it.
+PLANTED = ("no-adoption",)
+_NO_LEASE_IS_GENUINE = (
+    "CREATE OR REPLACE FUNCTION pgsched.lease_is_genuine(run_id bigint, lease uuid)"
+    " RETURNS boolean LANGUAGE sql STABLE AS 'SELECT false'"
+)
 HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 10, "orphanTimeoutSeconds": 45}
 VERDICT_INTERVAL_SECONDS = 2.0
 OPERATOR_ENV = {
@@ -71,48 +80,11 @@ def scheduled_job_spec(
     return spec
 
 
-class JobRecorder:
-    """Every Job of the namespace ever seen: uid → (run id, lease token annotation), the
-    runs whose Job was seen to succeed, and when each run's Job was first seen finished
-    (or deleted): from then on the outcome is on record in the API."""
-
-    def __init__(self, api: AdminClient, namespace: str) -> None:
-        self.jobs: dict[str, tuple[int, str]] = {}
-        self.succeeded: set[int] = set()
-        self.recorded: dict[int, float] = {}  # run id → epoch seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=run_reflector,
-            args=(api, f"/apis/batch/v1/namespaces/{namespace}/jobs"),
-            kwargs={
-                "handler": self._seen,
-                "stop": self._stop,
-                "query": {"labelSelector": names.LABEL_RUN_ID},
-            },
-            name="chaos-jobs",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def _seen(self, event_type: str, job: Obj) -> None:
-        metadata = job["metadata"]
-        run_id = int(metadata["labels"][names.LABEL_RUN_ID])
-        lease = names.job_lease_fingerprint(metadata.get("annotations")) or ""
-        self.jobs.setdefault(metadata["uid"], (run_id, lease))
-        conditions = (job.get("status") or {}).get("conditions") or []
-        done = {c.get("type") for c in conditions if c.get("status") == "True"}
-        if "Complete" in done:
-            self.succeeded.add(run_id)
-        if event_type == "DELETED" or done & {"Complete", "Failed"}:
-            self.recorded.setdefault(run_id, time.time())
-
-    def stop(self) -> None:
-        self._stop.set()  # the watch thread is a daemon; it ends with its stream
-
-
 class Annotations(threading.Thread):
     """Run-now requests as annotations (half to a few hot ScheduledJobs), each token
-    retried until the API server accepted it."""
+    retried until the API server accepted it. A ScheduledJob whose last request is still
+    there (not yet carried out) gets none: overwriting it would drop that request, so
+    every request accepted here is one the operator owes a run."""
 
     def __init__(
         self, api: AdminClient, paths: list[str], rng: random.Random, *, per_second: float
@@ -125,6 +97,7 @@ class Annotations(threading.Thread):
         self._per_second = per_second
         self._stop_event = threading.Event()
         self.requested = 0
+        self.accepted: list[tuple[str, str]] = []  # (path, token)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -138,13 +111,34 @@ class Annotations(threading.Thread):
                 pending = (self._rng.choice(targets), f"chaos-{self.requested + 1}")
             path, token = pending
             try:
+                if names.ANNOTATION_RUN_NOW in _annotations(self._api.get(path)):
+                    pending = None  # its last request is still being carried out
+                    continue
                 body = {"metadata": {"annotations": {names.ANNOTATION_RUN_NOW: token}}}
                 self._api.patch(path, body)
             except (ApiError, OSError) as error:
                 log.debug("run-now annotation not accepted (API server away?): %s", error)
                 continue
             self.requested += 1
+            self.accepted.append((path, token))
             pending = None
+
+    def acknowledged(self) -> list[tuple[str, str]]:
+        """(ScheduledJob name, token) of every request the operator carried out: its
+        annotation removed (what ``pgsched run-now`` waits for)."""
+        waiting = {
+            (path, _annotations(self._api.get(path)).get(names.ANNOTATION_RUN_NOW))
+            for path in {path for path, _ in self.accepted}
+        }
+        return [
+            (path.rsplit("/", 1)[1], token)
+            for path, token in self.accepted
+            if (path, token) not in waiting
+        ]
+
+
+def _annotations(obj: Obj) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
 
 
 class ClusterChaos(ChaosDriver):
@@ -159,7 +153,7 @@ class ClusterChaos(ChaosDriver):
     def __init__(
         self,
         config: ChaosConfig,
-        server: PostgresServer,
+        server: PostgresServer | ReplicatedPostgres,
         work_dir: Any,
         *,
         cluster: ControlPlane,
@@ -171,7 +165,9 @@ class ClusterChaos(ChaosDriver):
         """``start_timeout_seconds``: the ScheduledJobs' bound on a launching run (a run
         whose workload has not started is bounded by it, not by the orphan timeout; None:
         the product's default)."""
-        super().__init__(config, server, work_dir)
+        super().__init__(config, server, work_dir)  # type: ignore[arg-type]
+        if config.planted not in (None, *PLANTED):
+            raise ValueError(f"unknown planted bug {config.planted!r} (one of {PLANTED})")
         self.cluster = cluster
         self.namespace = namespace
         self._count = scheduled_jobs
@@ -181,15 +177,20 @@ class ClusterChaos(ChaosDriver):
         self.handles: dict[int, OperatorProcess] = {}
         self._collection = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.PLURAL}"
         self._paths: list[str] = []
-        self._recorder: JobRecorder | None = None
+        self._recorder: jobside.JobRecorder | None = None
         self._annotations: Annotations | None = None
+        self._pods: jobside.PodRecorder | None = None
         self.outages: list[dict[str, Any]] = []  # the long API server outages injected
 
     def prepare(self) -> None:
         with connection.connect(self.dsn, application_name="chaos-setup") as conn:
             invariants.install_run_audit(conn)
+            if self.config.planted == "no-adoption":
+                conn.execute(_NO_LEASE_IS_GENUINE)
         create_job_dsn_secret(self.cluster, self.namespace, self.dsn)
-        self._recorder = JobRecorder(self.cluster.api, self.namespace)
+        self._recorder = jobside.JobRecorder(self.cluster.api, self.namespace)
+        if isinstance(self.server, ReplicatedPostgres):
+            self._pods = jobside.PodRecorder(self.cluster.api, self.namespace)
 
     def start_replica(self, index: int) -> subprocess.Popen[bytes]:
         handle = self.operators.start(wait=False, **OPERATOR_ENV)
@@ -245,10 +246,27 @@ class ClusterChaos(ChaosDriver):
         return dict(self._recorder.recorded) if self._recorder else {}
 
     def variant_faults(self) -> dict[str, tuple[float, Fault]]:
-        return {
+        found: dict[str, tuple[float, Fault]] = {
             "apiserver_restart": (1.0, self.restart_apiserver),
             "apiserver_outage": (0.6, self.stop_apiserver_while_jobs_run),
         }
+        if isinstance(self.server, ReplicatedPostgres):
+            pair = self.server
+            found["failover"] = (3.0, lambda rng: pair.failover(hold=self._a_workload_starts))
+        return found
+
+    def _a_workload_starts(self, timeout: float = 20.0) -> bool:
+        """Wait (while the standby receives nothing) until a Job created from now on has
+        its workload started: each failover then loses a launch whose workload runs, not
+        only whatever the lag happened to catch."""
+        assert self._recorder is not None and self._pods is not None
+        before = set(self._recorder.launched)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (self._recorder.launched.keys() - before) & self._pods.started.keys():
+                return True
+            time.sleep(0.05)
+        return False
 
     def restart_apiserver(self, rng: random.Random) -> str | None:
         downtime = rng.uniform(1.0, 4.0)
@@ -299,8 +317,19 @@ class ClusterChaos(ChaosDriver):
         while True:
             leftovers = self._still_running(conn)
             if not leftovers or time.monotonic() > deadline:
-                return {"I3": leftovers, "I8": self.succeeded_work_kept(conn)}
+                found = {"I3": leftovers, "I8": self.succeeded_work_kept(conn)}
+                break
             time.sleep(2)
+        if self._pods is not None and self._recorder is not None:
+            after_failovers = jobside.failover_violations(
+                conn,
+                dict(self._recorder.launched),
+                dict(self._pods.started),
+                self._annotations.acknowledged() if self._annotations else [],
+            )
+            for invariant, problems in after_failovers.items():
+                found[invariant] = found.get(invariant, []) + problems
+        return found
 
     def succeeded_work_kept(self, conn: Connection) -> list[str]:
         """I8 from the Jobs' side (:func:`succeeded_work_violations`)."""
@@ -366,6 +395,12 @@ class ClusterChaos(ChaosDriver):
             "runs reaped HeartbeatLost although their Job succeeded": [row["id"] for row in reaped],
             "run-now annotations": self._annotations.requested if self._annotations else 0,
             "Jobs seen": len(self._recorder.jobs) if self._recorder else 0,
+            "ends lost in a failover and recorded again (same outcome)": len(
+                sampled.recorded_again
+            ),
+            "Jobs whose workload started (failover runs)": (
+                len(self._pods.started) if self._pods else "not recorded"
+            ),
             "operator processes started": len(self.operators.started),
         }
 
@@ -392,6 +427,8 @@ class ClusterChaos(ChaosDriver):
     def teardown(self) -> None:
         if self._recorder is not None:
             self._recorder.stop()
+        if self._pods is not None:
+            self._pods.stop()
 
 
 def succeeded_work_violations(

@@ -11,8 +11,8 @@ so they follow the primary by themselves. ``synchronous=True`` keeps
 Patroni's non-strict synchronous mode, it is lifted while the standby is being rebuilt,
 or every commit would wait for a standby that is not there). ``synchronous=False`` is
 asynchronous replication; ``lag_seconds`` freezes the standby's WAL receiver that long
-before the primary dies, so the commits of the last ``lag_seconds`` are lost — the
-window an asynchronous failover under load really has.
+before the primary dies, and kills it with the primary, so the commits of the last
+``lag_seconds`` are lost — the window an asynchronous failover under load really has.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import signal
 import time
+from collections.abc import Callable
 
 import psycopg
 
@@ -60,16 +61,25 @@ class ReplicatedPostgres:
         self.standby.cleanup()
         self.primary.cleanup()
 
-    def failover(self) -> str:
-        """Kill the primary, promote the standby, rebuild the old primary as its standby."""
+    def failover(self, *, hold: Callable[[], object] | None = None) -> str:
+        """Kill the primary, promote the standby, rebuild the old primary as its standby.
+        ``hold``: called while the standby's WAL receiver is frozen, after the lag, to
+        make the lost window last until something worth losing happened in it."""
         if self.lag_seconds:
             receiver = self._wal_receiver_pid()
+            frozen = time.monotonic()
             faults.send(receiver, signal.SIGSTOP)
             time.sleep(self.lag_seconds)
+            if hold is not None:
+                hold()
+            lost = time.monotonic() - frozen
         killed = time.monotonic()
         self.primary.kill()
         if self.lag_seconds:
-            faults.send(receiver, signal.SIGCONT)
+            # Woken, the receiver would still read what the primary had sent into its
+            # socket before dying (seconds of WAL fit in the buffers, so little was lost).
+            # Killed, that is lost with the primary, as when the network failed first.
+            faults.send(receiver, signal.SIGKILL)
         promote(self.standby)
         old, self.primary, self.standby = self.primary, self.standby, self.primary
         if self.synchronous:
@@ -82,8 +92,10 @@ class ReplicatedPostgres:
         self.failovers += 1
         return (
             f"{'synchronous' if self.synchronous else 'asynchronous'} failover to port"
-            f" {self.primary.port}: writable {writable:.1f}s after the kill, old primary"
-            f" rebuilt as standby in {time.monotonic() - started:.1f}s"
+            f" {self.primary.port}"
+            + (f" ({lost:.1f}s of WAL lost)" if self.lag_seconds else "")
+            + f": writable {writable:.1f}s after the kill, old primary rebuilt as standby in"
+            f" {time.monotonic() - started:.1f}s"
         )
 
     def _rebuild(self, old: PostgresServer) -> None:

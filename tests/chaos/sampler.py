@@ -24,7 +24,9 @@ database restarts) and reports each violation once:
   every run to end and fails the run if one does not;
 - I4 live: every terminal row it sees is remembered (status, reason, error, finished_at);
   seeing it again with anything changed — in a later sample, or in the final state — is an
-  overwritten terminal status.
+  overwritten terminal status. One exception, across a failover only (the database's WAL
+  timeline changed between the two sightings): an end the failover lost and recorded again
+  with the same status and reason (from the run's Job) has a new ``finished_at``.
 """
 
 from __future__ import annotations
@@ -98,6 +100,12 @@ def _outcome(row: dict[str, Any]) -> tuple[object, ...]:
     return (row["status"], row["reason"], row["error"], row["finished_at"])
 
 
+def _timeline(conn: Connection) -> int:
+    row = conn.execute("SELECT pgsched.current_timeline() AS timeline").fetchone()
+    assert row is not None
+    return int(row["timeline"])
+
+
 @dataclass
 class Sampled:
     samples: int = 0
@@ -110,6 +118,8 @@ class Sampled:
     max_verdict_late_seconds: float = 0.0  # … after its Job had recorded the outcome
     max_queue_wait_seconds: float = 0.0
     peak_running: int = 0
+    # Ends seen, lost in a failover and recorded again with the same status and reason.
+    recorded_again: list[int] = field(default_factory=list)
 
 
 class Sampler(threading.Thread):
@@ -138,6 +148,9 @@ class Sampler(threading.Thread):
         # holding a place under their job's cap while awaiting a verdict or launching.
         self._holds: dict[tuple[int, str], tuple[object, float, float]] = {}
         self._since: object = None
+        # The database's WAL timeline at this sample, and at each terminal row's first sight.
+        self._timeline: int | None = None
+        self._seen_on: dict[int, int | None] = {}
         self.result = Sampled()
 
     def stop(self) -> Sampled:
@@ -161,6 +174,7 @@ class Sampler(threading.Thread):
 
     def sample(self, conn: Connection) -> None:
         result = self.result
+        self._timeline = _timeline(conn)
         over_cap = conn.execute(_OVER_CAP).fetchall()
         over_pool_limit = conn.execute(_OVER_POOL_LIMIT).fetchall()
         silent = conn.execute(_SILENT).fetchall()
@@ -270,7 +284,14 @@ class Sampler(threading.Thread):
 
     def _remember(self, row: dict[str, Any], *, when: str) -> None:
         known = self.result.terminal.setdefault(row["id"], _outcome(row))
-        if known != _outcome(row):
+        seen_on = self._seen_on.setdefault(row["id"], self._timeline)
+        if known[:2] == _outcome(row)[:2] and seen_on != self._timeline:
+            # Lost with a failover's last commits and recorded again, the same outcome.
+            self.result.terminal[row["id"]] = _outcome(row)
+            self._seen_on[row["id"]] = self._timeline
+            if known != _outcome(row):
+                self.result.recorded_again.append(row["id"])
+        elif known != _outcome(row):
             self._report(
                 "I4",
                 f"changed:{row['id']}:{_outcome(row)}",
@@ -280,6 +301,7 @@ class Sampler(threading.Thread):
 
     def compare_final(self, conn: Connection) -> None:
         """I4 after the run: every terminal row sampled is still exactly as it was seen."""
+        self._timeline = _timeline(conn)
         rows = conn.execute(
             "SELECT id, status, reason, error, finished_at FROM pgsched.job_runs"
             " WHERE id = ANY(%s)",
