@@ -36,10 +36,12 @@ timelines before: runs created after the failover are not the lost WAL's. In the
 state a round costs one insert that conflicts and changes nothing. The API server away
 fails the round (the loop logs it): the hold is released and the batch done again later.
 
-Before its first batch the pass restores the runs whose row was lost entirely (created,
+After its last batch the pass restores the runs whose row was lost entirely (created,
 claimed and launched in the lost WAL) from their Jobs (k8s/restoration.py): they come back
 RUNNING under their old ids and are compared like the others, and the new primary's
-unclaimed duplicate of each is skipped. The tick's dispatcher claims nothing on a new
+unclaimed duplicate of each is skipped. Last, because by then every lost end is recorded:
+restored before, a lost run would be RUNNING beside a run of its job whose end was lost,
+over its cap for a moment. The tick's dispatcher claims nothing on a new
 timeline until its pass has finished (or ``DISPATCH_WAIT_SECONDS`` have passed), so that
 duplicate is still unclaimed. What is left: docs/operations.md, "The residual window for a
 lost outcome or a lost run".
@@ -100,17 +102,21 @@ def run_once(
         return result
     result.timeline = int(claimed["timeline"])
     try:
-        if claimed["after_id"] == 0:
-            # First: rows lost entirely come back (RUNNING), so the walk below compares
-            # them with their Jobs too (their ids are ahead of the cursor).
-            result.restored = restoration.run_once(conn, kube, last_id=claimed["last_id"])
         rows = _batch(conn, claimed["after_id"], limit=limit, now=now, timeline=result.timeline)
-        # Ends first: a run whose end was lost holds the slot a lost claim of the same
-        # definition needs to be re-established (stable: by id within each kind).
-        for row, job, pods in sorted(
-            _with_jobs(kube, rows), key=lambda found: found[0]["status"] != "RUNNING"
-        ):
-            _compare(conn, kube, row, job, pods, result)
+        _compare_all(conn, kube, rows, result)
+        if len(rows) < limit:
+            # Last, with every lost end recorded (so the places under the caps that those
+            # runs held are free): rows lost entirely come back RUNNING, and are compared
+            # with their Jobs in turn. Restored first, they would overlap for a moment
+            # with a run of theirs whose end was lost (2 RUNNING under a cap of 1).
+            result.restored = restoration.run_once(conn, kube, last_id=claimed["last_id"])
+            back = [item.run_id for item in result.restored if item.outcome == "restored"]
+            if back:
+                restored_rows = conn.execute(
+                    queries.get("runs_to_revalidate"),
+                    {"after_id": 0, "limit": len(back), "now": now, "ids": back},
+                ).fetchall()
+                _compare_all(conn, kube, restored_rows, result)
     except api.ApiError:
         # Released, the cursor where it was: this replica or another does the batch again
         # once the API answers, not only after the hold.
@@ -130,12 +136,24 @@ def run_once(
     return result
 
 
+def _compare_all(
+    conn: Connection, kube: api.KubeApi, rows: list[Obj], result: RevalidationResult
+) -> None:
+    # Ends first: a run whose end was lost holds the slot a lost claim of the same
+    # definition needs to be re-established (stable: by id within each kind).
+    for row, job, pods in sorted(
+        _with_jobs(kube, rows), key=lambda found: found[0]["status"] != "RUNNING"
+    ):
+        _compare(conn, kube, row, job, pods, result)
+
+
 def _batch(
     conn: Connection, after_id: int, *, limit: int, now: datetime | None, timeline: int
 ) -> list[Obj]:
     """The runs to compare after ``after_id``; the first batch says why in the log."""
     rows = conn.execute(
-        queries.get("runs_to_revalidate"), {"after_id": after_id, "limit": limit, "now": now}
+        queries.get("runs_to_revalidate"),
+        {"after_id": after_id, "limit": limit, "now": now, "ids": None},
     ).fetchall()
     if after_id == 0 and rows:
         log.warning(

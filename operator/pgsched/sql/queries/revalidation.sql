@@ -20,11 +20,13 @@ RETURNING t.timeline, t.after_id,
 -- The next batch after the cursor: RUNNING runs, and due QUEUED runs (a claim could have
 -- been lost), with ids of the timelines before this one (ids of this one start at
 -- (timeline - base) << 40 + 1, migration 0007: those runs were created after the loss).
+-- ids: only these (the runs the pass restored), or NULL.
 SELECT r.id, r.status, r.attempt, r.lease_token, r.k8s_job_name, r.cancel_requested,
        r.cancel_requested_at, r.workload_ended_at, d.namespace, d.name
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
 WHERE r.id > %(after_id)s
+  AND (%(ids)s::bigint[] IS NULL OR r.id = ANY(%(ids)s::bigint[]))
   AND r.id <= (pgsched.current_timeline() - (SELECT b.timeline_id FROM pgsched.run_id_base AS b)) << 40
   AND (r.status = 'RUNNING'
        OR (r.status = 'QUEUED' AND r.scheduled_for <= coalesce(%(now)s::timestamptz, now())))
