@@ -63,6 +63,20 @@ def leader_window_seconds(tick_interval_seconds: float) -> float:
     return max(LEADER_WINDOW_SECONDS, 3 * tick_interval_seconds)
 
 
+# After a failover, dispatch waits for the new WAL timeline's failover pass (at most 300 s):
+# 1 on a replica whose last led tick claimed nothing for that reason.
+DISPATCH_HELD = Gauge(
+    "pgsched_dispatch_held_for_failover_pass",
+    "1 if this replica's last led tick claimed nothing because the database's new WAL"
+    " timeline (a failover) has not been compared with the Jobs yet, else 0.",
+)
+RESTORATIONS = Counter(
+    "pgsched_failover_lost_runs_total",
+    "Runs a failover lost with their rows, found through their Jobs by the failover pass, by"
+    " what was done: restored, duplicate_ran (the new primary ran the same work already),"
+    " forged (lease not genuine), no_definition, incomplete (a Job of an older release).",
+    ["outcome"],
+)
 TICKS = Counter("pgsched_ticks_total", "Ticks attempted by this replica, by result.", ["result"])
 REAPED = Counter(
     "pgsched_reaped_runs_total", "Runs ended by the reaper, by signature.", ["signature"]

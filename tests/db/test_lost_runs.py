@@ -201,6 +201,7 @@ def test_after_a_failover_the_tick_claims_nothing_until_the_timelines_pass_has_f
             first = runs.run_now(conn, manual.id, token="first").run
             result = waiting.run_once()
             assert result.leader and result.dispatched is None and held.launched == []
+            assert result.dispatch_held  # what pgsched_dispatch_held_for_failover_pass shows
 
             # The bound: a tick that has waited long enough claims anyway (and says so).
             assert bounded.run_once().dispatched is None
@@ -211,7 +212,9 @@ def test_after_a_failover_the_tick_claims_nothing_until_the_timelines_pass_has_f
             second = runs.run_now(conn, manual.id, token="second").run
             assert waiting.run_once().dispatched is None
             assert revalidation.run_once(conn, verdicts_api.Api({})).finished
-            assert [run.id for run in waiting.run_once().dispatched.claimed] == [second.id]
+            claimed = waiting.run_once()
+            assert [run.id for run in claimed.dispatched.claimed] == [second.id]
+            assert not claimed.dispatch_held
     finally:
         waiting.close()
         bounded.close()

@@ -114,6 +114,8 @@ class TickResult:
     reaped: reap.ReapResult | None = None
     settled: settle.SettleResult | None = None
     dispatched: dispatch.DispatchResult | None = None
+    # Dispatch claimed nothing: the new WAL timeline's failover pass has not finished.
+    dispatch_held: bool = False
     durations: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     database_error: bool = False
@@ -257,6 +259,7 @@ class Ticker:
         with _timed(result, "settle"):
             result.settled = settle.run_once(conn, now=now)
         if self._held(conn):
+            result.dispatch_held = True
             return
         with _timed(result, "dispatch"):
             result.dispatched = dispatch.run_once(

@@ -256,6 +256,7 @@ class EngineThreads:
         if result.database_error:
             metrics.DB_ERRORS.labels("tick").inc()
         if result.leader:
+            metrics.DISPATCH_HELD.set(1 if result.dispatch_held else 0)
             for phase, seconds in result.durations.items():
                 metrics.TICK_DURATION.labels(phase).observe(seconds)
         if result.dispatched and result.dispatched.deferred:

@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from pgsched import metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.k8s import api, launcher, names
@@ -105,6 +106,7 @@ def _restore(conn: Connection, kube: api.KubeApi, run_id: int, job: Obj) -> Rest
             where,
             run_id,
         )
+        metrics.RESTORATIONS.labels("incomplete").inc()
         return Restored(run_id, "incomplete")
     found = conn.execute(
         queries.get("restore_lost_run"),
@@ -119,6 +121,7 @@ def _restore(conn: Connection, kube: api.KubeApi, run_id: int, job: Obj) -> Rest
     assert found is not None
     restored = Restored(run_id, found["outcome"], found["duplicate_id"], found["duplicate_status"])
     _say(restored, where)
+    metrics.RESTORATIONS.labels(restored.outcome).inc()
     return restored
 
 
