@@ -6,8 +6,10 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 
 from devenv.postgres import PostgresServer
@@ -35,6 +37,30 @@ def test_eight_replicas_migrating_at_once_apply_each_migration_exactly_once(post
     assert applied == [migration.version for migration in migrate.available()]
     with connection.connect(dsn) as conn:
         assert migrate.current_version(conn) == migrate.latest_version()
+
+
+def test_a_long_transaction_in_another_database_does_not_hold_up_a_fresh_install(postgres):
+    """Migration 0030 waits for old transactions of roles that may claim: only in its own
+    database. Before, a superuser's transaction open in any other database of the server
+    (a shared server, another application) failed a fresh install after 60 s."""
+    dsn = fresh_database(postgres, "migrate_shared_server")
+    with psycopg.connect(postgres.dsn()) as elsewhere:  # not autocommit
+        elsewhere.execute("SELECT 1")  # a transaction open in the database "postgres"
+        started = time.monotonic()
+        assert _migrate(dsn) == [migration.version for migration in migrate.available()]
+        assert time.monotonic() - started < 30
+        elsewhere.rollback()
+
+
+def test_a_database_migrated_with_a_revised_migrations_earlier_text_is_accepted(dsn, conn):
+    """0030's text was revised after release (its wait narrowed to this database); a
+    database that applied the earlier text is as current as one that applied the new."""
+    [earlier] = migrate.REVISED[30]
+    conn.execute("UPDATE pgsched.schema_migrations SET checksum = %s WHERE version = 30", [earlier])
+    assert migrate.migrate(conn).applied == []
+    conn.execute("UPDATE pgsched.schema_migrations SET checksum = 'x' WHERE version = 30")
+    with pytest.raises(migrate.MigrationError, match="0030_claim_locks_rows_only was applied"):
+        migrate.migrate(conn)
 
 
 def test_an_edited_applied_migration_stops_the_run(dsn, conn):

@@ -5,8 +5,11 @@
 -- transaction that began before this one (which began after 0027 committed) has ended,
 -- no call runs a body older than 0027's, and the rows alone exclude every claimer. Only
 -- the sessions of roles that may call the claim or the chain lock are waited for (a job
--- login's transaction, however long, cannot hold up the upgrade), each one at most
--- 60 s: a transaction open that long is not a claim, and the error names it.
+-- login's transaction, however long, cannot hold up the upgrade), and only in this
+-- database (a session of another database on the same server cannot call pgsched's
+-- functions here), each one at most 60 s: a transaction open that long is not a claim,
+-- and the error names it. (Revised after release to add "only in this database": the
+-- schema it leaves is the same, and pgsched/db/migrate.py accepts the earlier text.)
 DO $$
 DECLARE
     began timestamptz := now();
@@ -21,6 +24,7 @@ BEGIN
         FROM pg_stat_activity AS a
         WHERE a.pid <> pg_backend_pid()
           AND a.backend_type = 'client backend'
+          AND a.datname = current_database()
           AND a.xact_start < began
           AND (has_function_privilege(a.usesysid,
                    'pgsched.claim_for_dispatch(integer, integer, timestamptz, uuid[], text)',
