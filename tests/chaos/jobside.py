@@ -43,6 +43,7 @@ class Launched:
     scheduled_job: str
     scheduled_for: str
     attempt: str
+    request_token: str = ""  # the run-now request it was queued for, if any
 
 
 class JobRecorder:
@@ -83,6 +84,7 @@ class JobRecorder:
                 scheduled_job=labels.get(names.LABEL_SCHEDULED_JOB, ""),
                 scheduled_for=annotations.get(names.ANNOTATION_SCHEDULED_FOR, ""),
                 attempt=labels.get(names.LABEL_ATTEMPT, ""),
+                request_token=annotations.get(names.ANNOTATION_REQUEST_TOKEN, ""),
             ),
         )
         conditions = (job.get("status") or {}).get("conditions") or []
@@ -166,6 +168,7 @@ def failover_violations(
 def duplicate_executions(jobs: dict[str, Launched], started: dict[str, float]) -> list[str]:
     by_run: dict[int, list[str]] = {}
     by_occurrence: dict[tuple[str, str, str], set[int]] = {}
+    by_request: dict[tuple[str, str, str], set[int]] = {}
     for uid in started:
         job = jobs.get(uid)
         if job is None:
@@ -173,6 +176,11 @@ def duplicate_executions(jobs: dict[str, Launched], started: dict[str, float]) -
         by_run.setdefault(job.run_id, []).append(job.name)
         key = (job.scheduled_job, job.scheduled_for, job.attempt)
         by_occurrence.setdefault(key, set()).add(job.run_id)
+        if job.request_token:
+            # A run-now request's run and the new primary's redo of it (the kept
+            # annotation) have different times: the token is what they share.
+            request = (job.scheduled_job, job.request_token, job.attempt)
+            by_request.setdefault(request, set()).add(job.run_id)
     problems = [
         f"run {run_id}: its workload was started by {len(names)} Jobs ({', '.join(names)})"
         for run_id, names in sorted(by_run.items())
@@ -182,6 +190,12 @@ def duplicate_executions(jobs: dict[str, Launched], started: dict[str, float]) -
         f"{scheduled_job} at {scheduled_for} (attempt {attempt}) was executed by"
         f" {len(run_ids)} runs: {sorted(run_ids)}"
         for (scheduled_job, scheduled_for, attempt), run_ids in sorted(by_occurrence.items())
+        if len(run_ids) > 1
+    ]
+    problems += [
+        f"{scheduled_job}'s run-now request {token} (attempt {attempt}) was executed by"
+        f" {len(run_ids)} runs: {sorted(run_ids)}"
+        for (scheduled_job, token, attempt), run_ids in sorted(by_request.items())
         if len(run_ids) > 1
     ]
     return problems

@@ -1,5 +1,5 @@
 """The chaos checker across failovers: an end recorded again is not an overwrite, and it
-still catches one.
+still catches one; the job side finds every kind of duplicate execution.
 
 An asynchronous failover loses an end the sampler may already have seen; the failover
 pass records it again from the run's Job, with the same status and reason and a new
@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from chaos import sampler as sampler_module
+from chaos.jobside import Launched, duplicate_executions
 from chaos.sampler import Sampler
 from factories import define
 from pgsched.engine import runs
@@ -60,3 +61,30 @@ def test_an_end_recorded_again_across_a_failover_passes_and_any_other_change_is_
     sampler.sample(conn)
 
     assert len(violations) == 2 and "is FAILED/OutcomeUnknown" in violations[1]
+
+
+def test_the_job_side_finds_each_kind_of_duplicate_execution_and_nothing_else():
+    def job(run_id, name, when="2026-12-05T00:00:00+00:00", token="", attempt="1"):
+        return Launched(run_id, name, "sj", when, attempt, token)
+
+    jobs = {
+        "a": job(1, "sj-1"),  # a lost claim's Job, replaced: the same run twice
+        "b": job(1, "sj-1"),
+        "c": job(2, "sj-2", when="T1"),  # a lost run's occurrence queued again
+        "d": job(3, "sj-3", when="T1"),
+        "e": job(4, "sj-4", when="T2", token="annotation:r1"),  # a request re-done
+        "f": job(5, "sj-5", when="T3", token="annotation:r1"),
+        "g": job(6, "sj-6", when="T1", attempt="2"),  # a retry: another attempt
+        "h": job(7, "sj-7", when="T4", token="annotation:r2"),
+    }
+    started = dict.fromkeys(jobs, 0.0)
+
+    found = duplicate_executions(jobs, started)
+
+    assert found == [
+        "run 1: its workload was started by 2 Jobs (sj-1, sj-1)",
+        "sj at T1 (attempt 1) was executed by 2 runs: [2, 3]",
+        "sj's run-now request annotation:r1 (attempt 1) was executed by 2 runs: [4, 5]",
+    ]
+    del started["d"], started["f"], started["b"]  # never started: nothing ran twice
+    assert duplicate_executions(jobs, started) == []
