@@ -63,3 +63,24 @@ def run_reflector(
             log.exception("handler failed on %s; relisting in %.1fs", path, backoff)
         stop.wait(backoff)
         backoff = min(backoff * 2, 2.0)
+
+
+def reflect_in_background(
+    api: AdminClient,
+    path: str,
+    *,
+    handler: Handler,
+    name: str,
+    query: Mapping[str, str] | None = None,
+) -> threading.Event:
+    """:func:`run_reflector` on a daemon thread (it ends with its stream when the process
+    does); set the returned event to stop it."""
+    stop = threading.Event()
+    threading.Thread(
+        target=run_reflector,
+        args=(api, path),
+        kwargs={"handler": handler, "stop": stop, "query": query},
+        name=name,
+        daemon=True,
+    ).start()
+    return stop

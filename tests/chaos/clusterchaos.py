@@ -308,7 +308,7 @@ class ClusterChaos(ChaosDriver):
 
     def launches(self, conn: Connection) -> list[tuple[int, str]]:
         assert self._recorder is not None
-        return list(self._recorder.jobs.values())
+        return self._recorder.launches()
 
     def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
         """I3 on the cluster: after the drain nothing of an ended run is still running.
@@ -394,7 +394,7 @@ class ClusterChaos(ChaosDriver):
             # still active is HeartbeatLost by design, and may finish before it is stopped.
             "runs reaped HeartbeatLost although their Job succeeded": [row["id"] for row in reaped],
             "run-now annotations": self._annotations.requested if self._annotations else 0,
-            "Jobs seen": len(self._recorder.jobs) if self._recorder else 0,
+            "Jobs seen": len(self._recorder.launched) if self._recorder else 0,
             "ends lost in a failover and recorded again (same outcome)": len(
                 sampled.recorded_again
             ),

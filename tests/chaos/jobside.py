@@ -21,12 +21,11 @@ run (I3).
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
 from devenv.adminclient import AdminClient, Obj
-from devenv.watching import run_reflector
+from devenv.watching import reflect_in_background
 from pgsched.db.connection import Connection
 from pgsched.k8s import names
 
@@ -43,38 +42,35 @@ class Launched:
     scheduled_job: str
     scheduled_for: str
     attempt: str
+    lease: str  # the fingerprint of the lease it was launched with
     request_token: str = ""  # the run-now request it was queued for, if any
 
 
 class JobRecorder:
-    """Every Job of the namespace ever seen: uid → (run id, lease token annotation), the
-    runs whose Job was seen to succeed, and when each run's Job was first seen finished
-    (or deleted): from then on the outcome is on record in the API."""
+    """Every Job of the namespace ever seen: uid → what it was launched for (run id,
+    lease fingerprint, occurrence…), the runs whose Job was seen to succeed, and when each
+    run's Job was first seen finished (or deleted): from then on the outcome is on record
+    in the API."""
 
     def __init__(self, api: AdminClient, namespace: str) -> None:
-        self.jobs: dict[str, tuple[int, str]] = {}
         self.launched: dict[str, Launched] = {}  # uid → what it was created for
         self.succeeded: set[int] = set()
         self.recorded: dict[int, float] = {}  # run id → epoch seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=run_reflector,
-            args=(api, f"/apis/batch/v1/namespaces/{namespace}/jobs"),
-            kwargs={
-                "handler": self._seen,
-                "stop": self._stop,
-                "query": {"labelSelector": names.LABEL_RUN_ID},
-            },
+        self._stop = reflect_in_background(
+            api,
+            f"/apis/batch/v1/namespaces/{namespace}/jobs",
+            handler=self._seen,
             name="chaos-jobs",
-            daemon=True,
+            query={"labelSelector": names.LABEL_RUN_ID},
         )
-        self._thread.start()
+
+    def launches(self) -> list[tuple[int, str]]:
+        """(run id, lease fingerprint) of every Job seen."""
+        return [(job.run_id, job.lease) for job in self.launched.values()]
 
     def _seen(self, event_type: str, job: Obj) -> None:
         metadata = job["metadata"]
         run_id = int(metadata["labels"][names.LABEL_RUN_ID])
-        lease = names.job_lease_fingerprint(metadata.get("annotations")) or ""
-        self.jobs.setdefault(metadata["uid"], (run_id, lease))
         labels, annotations = metadata["labels"], metadata.get("annotations") or {}
         self.launched.setdefault(
             metadata["uid"],
@@ -84,6 +80,7 @@ class JobRecorder:
                 scheduled_job=labels.get(names.LABEL_SCHEDULED_JOB, ""),
                 scheduled_for=annotations.get(names.ANNOTATION_SCHEDULED_FOR, ""),
                 attempt=labels.get(names.LABEL_ATTEMPT, ""),
+                lease=names.job_lease_fingerprint(annotations) or "",
                 request_token=annotations.get(names.ANNOTATION_REQUEST_TOKEN, ""),
             ),
         )
@@ -104,19 +101,13 @@ class PodRecorder:
     def __init__(self, api: AdminClient, namespace: str, *, container: str = "main") -> None:
         self.started: dict[str, float] = {}
         self._container = container
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=run_reflector,
-            args=(api, f"/api/v1/namespaces/{namespace}/pods"),
-            kwargs={
-                "handler": self._seen,
-                "stop": self._stop,
-                "query": {"labelSelector": _CONTROLLER_UID},
-            },
+        self._stop = reflect_in_background(
+            api,
+            f"/api/v1/namespaces/{namespace}/pods",
+            handler=self._seen,
             name="chaos-pods",
-            daemon=True,
+            query={"labelSelector": _CONTROLLER_UID},
         )
-        self._thread.start()
 
     def _seen(self, event_type: str, pod: Obj) -> None:
         job_uid = (pod["metadata"].get("labels") or {}).get(_CONTROLLER_UID)

@@ -65,7 +65,7 @@ def test_an_end_recorded_again_across_a_failover_passes_and_any_other_change_is_
 
 def test_the_job_side_finds_each_kind_of_duplicate_execution_and_nothing_else():
     def job(run_id, name, when="2026-12-05T00:00:00+00:00", token="", attempt="1"):
-        return Launched(run_id, name, "sj", when, attempt, token)
+        return Launched(run_id, name, "sj", when, attempt, f"lease-{run_id}", token)
 
     jobs = {
         "a": job(1, "sj-1"),  # a lost claim's Job, replaced: the same run twice

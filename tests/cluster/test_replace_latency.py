@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import threading
 from datetime import UTC, datetime
 
 import pytest
 
-from devenv.watching import run_reflector
+from devenv.watching import reflect_in_background
 from pgsched.k8s import names
 from plugins.operator import busybox
 
@@ -71,14 +70,9 @@ def test_replace_starts_the_new_job_within_a_second_of_the_old_runs_end(
         if kind == "ADDED" and run_id:
             created.setdefault(int(run_id), datetime.now(UTC))
 
-    stop = threading.Event()
-    watcher = threading.Thread(
-        target=run_reflector,
-        args=(cluster.api, f"/apis/batch/v1/namespaces/{namespace}/jobs"),
-        kwargs={"handler": seen, "stop": stop},
-        daemon=True,
+    stop = reflect_in_background(
+        cluster.api, f"/apis/batch/v1/namespaces/{namespace}/jobs", handler=seen, name="jobs"
     )
-    watcher.start()
     operators.start()
     spec = {
         "rrule": "FREQ=SECONDLY;INTERVAL=4",

@@ -288,8 +288,9 @@ class Ticker:
         if wait is None or self._timeline <= self._passed_timeline:
             return False
         row = conn.execute(queries.get("failover_pass_finished")).fetchone()
-        timeline = int(row["timeline"]) if row is not None else self._timeline
-        if row is None or row["finished"]:
+        assert row is not None  # a SELECT without FROM: always one row
+        timeline = int(row["timeline"])
+        if row["finished"]:
             self._passed_timeline, self._held_since = timeline, None
             return False
         if self._held_since is None or self._held_since[0] != timeline:
