@@ -235,6 +235,46 @@ def test_even_a_short_api_server_absence_gives_launching_runs_the_catch_up(conn)
     assert pod_starts.run_once(conn, kube, now=at(102)).ended == {run_lease.run_id: "StartTimeout"}
 
 
+class SlowReads:
+    """A monotonic clock for the starts round that jumps ``seconds`` at the next API read:
+    a read that waited that long for the API server."""
+
+    def __init__(self) -> None:
+        self.elapsed = 0.0
+        self.next_wait = 0.0
+
+    def __call__(self) -> float:
+        return self.elapsed
+
+    def read(self) -> None:
+        self.elapsed += self.next_wait
+        self.next_wait = 0.0
+
+
+def test_a_round_that_waited_for_the_api_server_judges_nothing_and_gives_the_catch_up(conn):
+    """A stopped API server makes a read wait rather than fail. The round that began at
+    41 s (start bound 45 s) was answered 25 s later, with the pod as it was before the
+    absence; the next round, at 68 s, found the run observed 27 s earlier, under the 30 s
+    that counts as out of sight, and used to end it StartTimeout although the Job
+    controller had not yet created pods again (seed 959735939 of the cluster chaos). The
+    wait is time out of sight: the slow round judges nothing and gives the run CATCH_UP
+    (60 s) from when it was answered; a start reported within it is recorded."""
+    _, run_lease, job_name = claimed(conn, startTimeoutSeconds=45, heartbeat=FAST)
+    clock = SlowReads()
+    kube = Api({job_name: {}}, {job_name: [pod_waiting("ContainerCreating")]}, on_get=clock.read)
+    for second in range(1, 40, 5):
+        pod_starts.run_once(conn, kube, now=at(second), monotonic=clock)
+    clock.next_wait = 25.0
+    assert pod_starts.run_once(conn, kube, now=at(41), monotonic=clock).ended == {}
+    assert starts.of_run(conn, run_lease.run_id).bound_at == at(41 + 25 + 60)
+    for second in range(68, 126, 5):
+        assert pod_starts.run_once(conn, kube, now=at(second), monotonic=clock).ended == {}
+    kube.pods[job_name] = [pod_started("2026-06-01T12:02:00Z")]
+    assert pod_starts.run_once(conn, kube, now=at(125), monotonic=clock).started == [
+        run_lease.run_id
+    ]
+
+
 def test_a_run_whose_sidecar_saw_its_workload_end_never_times_out_starting(conn):
     """The sidecar noted the workload's end (it ran), while the pod's status in the API is
     still the old PodInitializing (kubelet has not caught up): the run started, whatever

@@ -33,7 +33,10 @@ operator running) moves its bound by that time, and gives kubelet and the Job co
 the API server's return can be minutes old). A round that finds the API server unreachable
 (or failing: 5xx, 429) gives the runs it meant to look at that catch-up too, however short
 the absence: the Job controller lists everything again before it creates pods (up to a
-minute after an API server restart, measured on the real node). The moved bound is stored
+minute after an API server restart, measured on the real node). So does a round whose
+reads were answered only after more than :data:`SLOW_READ`: a stopped API server makes a
+read wait (up to the client's timeout) rather than fail, and the answer that finally
+comes is the first read after an absence; the time it waited is time out of sight. The moved bound is stored
 (``bound_at``), so it holds for every replica and across restarts; the message of a run
 that ends says how far it was moved.
 """
@@ -41,6 +44,8 @@ that ends says how far it was moved.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -148,29 +153,43 @@ UNOBSERVED = timedelta(seconds=30)
 # After a time out of sight a bound does not expire before this: kubelet and the Job
 # controller report what happened meanwhile only once they reach the API server again.
 CATCH_UP = timedelta(seconds=60)
+# A round whose reads took longer than this waited for an API server that was away (a
+# healthy list answers in milliseconds): it judges no bound, and gives its runs CATCH_UP.
+# Seen in a chaos run (seed 959735939): a round blocked through a 25 s outage, then read
+# pods as they were before it, and ended runs whose pods had started meanwhile.
+SLOW_READ = timedelta(seconds=10)
 
 
 def run_once(
-    conn: Connection, kube: api.KubeApi, *, limit: int = 100, now: datetime | None = None
+    conn: Connection,
+    kube: api.KubeApi,
+    *,
+    limit: int = 100,
+    now: datetime | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> StartsResult:
-    """Observe up to ``limit`` launching runs; an unreachable API raises ``api.ApiError``."""
+    """Observe up to ``limit`` launching runs; an unreachable API raises ``api.ApiError``.
+    ``monotonic`` times the round's reads (the database clock says when, not how long)."""
     result = StartsResult()
     rows = starts.launching(conn, limit=limit)
     result.launching = len(rows)
     if not rows:
         return result
     at = clock.now(conn, now)
+    began = monotonic()
     try:
-        for row, job, pods in verdicts.with_jobs(kube, rows):
-            found = seen(job, pods) if job else None
-            if found is not None:
-                _apply(conn, row, found, at, result)
+        observed = list(verdicts.with_jobs(kube, rows))
     except api.ApiError as error:
         if error.unavailable:
             # Even a short absence makes the Job controller and kubelet list everything
             # again before they create pods or report starts: give these runs the catch-up.
             starts.defer_bounds(conn, [row["id"] for row in rows], until=at + CATCH_UP)
         raise
+    waited = timedelta(seconds=monotonic() - began)
+    for row, job, pods in observed:
+        found = seen(job, pods) if job else None
+        if found is not None:
+            _apply(conn, row, found, at, result, waited=waited)
     return result
 
 
@@ -185,7 +204,15 @@ class Bound:
     judged: bool  # False in the round that finds the run back after a time out of sight
 
 
-def bound_of(row: Obj, found: Seen, admitted_at: datetime | None, at: datetime) -> Bound:
+def bound_of(
+    row: Obj,
+    found: Seen,
+    admitted_at: datetime | None,
+    at: datetime,
+    *,
+    waited: timedelta,
+) -> Bound:
+    """The bound as of a round at ``at`` whose reads took ``waited``."""
     if found.awaiting_admission:
         setting, seconds = "admissionTimeoutSeconds", starts.admission_timeout(row["spec"])
         counted_from = row["started_at"]
@@ -197,14 +224,25 @@ def bound_of(row: Obj, found: Seen, admitted_at: datetime | None, at: datetime) 
     # A bound moved before, in the same phase (admission's and the start's are apart).
     if row["bound_at"] is not None and bool(row["awaiting_admission"]) == found.awaiting_admission:
         bound = max(bound, row["bound_at"])
-    unobserved = at - (row["observed_at"] or row["started_at"])
-    judged = unobserved <= UNOBSERVED
+    # A slow round read the pod as of when its reads were answered; a fast one's are instant.
+    slow = waited > SLOW_READ
+    read_at = at + waited if slow else at
+    unobserved = read_at - (row["observed_at"] or row["started_at"])
+    judged = unobserved <= UNOBSERVED and not slow
     if not judged:
-        bound = max(bound + unobserved, at + CATCH_UP)
+        bound = max(bound + unobserved, read_at + CATCH_UP)
     return Bound(setting, seconds, bound, bound - plain, judged)
 
 
-def _apply(conn: Connection, row: Obj, found: Seen, at: datetime, result: StartsResult) -> None:
+def _apply(
+    conn: Connection,
+    row: Obj,
+    found: Seen,
+    at: datetime,
+    result: StartsResult,
+    *,
+    waited: timedelta,
+) -> None:
     log_run = logs.for_labels(
         log, run_id=row["id"], namespace=row["namespace"], name=row["name"], attempt=row["attempt"]
     )
@@ -225,7 +263,7 @@ def _apply(conn: Connection, row: Obj, found: Seen, at: datetime, result: Starts
         return
     if row["workload_ended_at"] is not None:
         return  # it ran: the Job watch and the verdicts record how it ended
-    bound = bound_of(row, found, admitted_at, at)
+    bound = bound_of(row, found, admitted_at, at, waited=waited)
     if found.hopeless or (bound.judged and at >= bound.at):
         reason = _ENDS_AS.get(str(found.reason), starts.START_TIMEOUT)
         why = (
