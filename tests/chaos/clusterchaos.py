@@ -37,6 +37,7 @@ from devenv.postgres import PostgresServer
 from pgsched.db import connection
 from pgsched.db.connection import Connection
 from pgsched.k8s import names, verdicts
+from pgsched.k8s.outcomes import POD_END_MARGIN
 from plugins.operator import Operators, busybox, create_job_dsn_secret
 
 log = logging.getLogger(__name__)
@@ -189,8 +190,7 @@ class ClusterChaos(ChaosDriver):
                 conn.execute(_NO_LEASE_IS_GENUINE)
         create_job_dsn_secret(self.cluster, self.namespace, self.dsn)
         self._recorder = jobside.JobRecorder(self.cluster.api, self.namespace)
-        if isinstance(self.server, ReplicatedPostgres):
-            self._pods = jobside.PodRecorder(self.cluster.api, self.namespace)
+        self._pods = jobside.PodRecorder(self.cluster.api, self.namespace)
 
     def start_replica(self, index: int) -> subprocess.Popen[bytes]:
         handle = self.operators.start(wait=False, **OPERATOR_ENV)
@@ -333,9 +333,15 @@ class ClusterChaos(ChaosDriver):
 
     def succeeded_work_kept(self, conn: Connection) -> list[str]:
         """I8 from the Jobs' side (:func:`succeeded_work_violations`)."""
-        assert self._recorder is not None
+        assert self._recorder is not None and self._pods is not None
+        ended = dict(self._pods.ended)
+        pod_ended = {
+            launched.run_id: ended[uid]
+            for uid, launched in self._recorder.launched.items()
+            if uid in ended
+        }
         return succeeded_work_violations(
-            conn, sorted(self._recorder.succeeded), dict(self._recorder.recorded)
+            conn, sorted(self._recorder.succeeded), dict(self._recorder.recorded), pod_ended
         )
 
     def _still_running(self, conn: Connection) -> list[str]:
@@ -398,11 +404,29 @@ class ClusterChaos(ChaosDriver):
             "ends lost in a failover and recorded again (same outcome)": len(
                 sampled.recorded_again
             ),
-            "Jobs whose workload started (failover runs)": (
-                len(self._pods.started) if self._pods else "not recorded"
+            "Jobs whose workload started; ended (as their pods report)": (
+                f"{len(self._pods.started)}; {len(self._pods.ended)}"
+                if self._pods
+                else "not recorded"
             ),
             "operator processes started": len(self.operators.started),
+            # So that a failed CI run says why each of them ended, without its database.
+            "runs FAILED or CANCELLED (first 12)": self._unsuccessful(conn),
         }
+
+    def _unsuccessful(self, conn: Connection) -> list[str]:
+        rows = conn.execute(
+            "SELECT id, status, reason, left(error, 240) AS error,"
+            " pgsched.iso_utc(cancel_requested_at) AS asked,"
+            " pgsched.iso_utc(workload_ended_at) AS ended,"
+            " pgsched.iso_utc(finished_at) AS finished"
+            " FROM pgsched.job_runs WHERE status IN ('FAILED', 'CANCELLED') ORDER BY id LIMIT 12"
+        ).fetchall()
+        return [
+            f"run {row['id']} {row['status']}/{row['reason']} at {row['finished']}"
+            f" (cancel asked {row['asked']}, workload ended {row['ended']}): {row['error']}"
+            for row in rows
+        ]
 
     def _settled(self, conn: Connection, outage: dict[str, Any]) -> tuple[int, float]:
         """How many runs awaited a verdict when the API server came back, and how long
@@ -432,7 +456,10 @@ class ClusterChaos(ChaosDriver):
 
 
 def succeeded_work_violations(
-    conn: Connection, succeeded: list[int], recorded: dict[int, float]
+    conn: Connection,
+    succeeded: list[int],
+    recorded: dict[int, float],
+    pod_ended: dict[int, datetime] | None = None,
 ) -> list[str]:
     """I8 from the Jobs' side: a run whose Job succeeded (``succeeded``; ``recorded``: when
     the Job watch's evidence saw each outcome, UNIX time) ends COMPLETED — unless the API
@@ -446,7 +473,11 @@ def succeeded_work_violations(
     One exit from the rule, by design (README, Cancellation): a cancel requested while the
     workload still ran makes the run CANCELLED even if its container then exits 0, since
     exiting 0 after reading the cancel file is how a cooperative container stops; exit 0
-    cannot tell that from finishing anyway. Such a run is not retried."""
+    cannot tell that from finishing anyway. Such a run is not retried. The workload's end
+    is its sidecar's note or, without one, the end its pod reported (``pod_ended``: run id
+    → kubelet's ``finishedAt``, to the second; the product allows
+    ``outcomes.POD_END_MARGIN`` for that)."""
+    pod_ended = pod_ended or {}
     rows = conn.execute(
         "SELECT r.id, r.status, r.reason, r.finished_at, r.workload_ended_at,"
         " r.cancel_requested_at,"
@@ -460,24 +491,29 @@ def succeeded_work_violations(
         finished = row["finished_at"].timestamp() if row["finished_at"] else None
         ended = row["workload_ended_at"]
         asked = row["cancel_requested_at"]
-        if (
-            row["status"] == "CANCELLED"
-            and row["retried_as"] is None
-            and asked is not None
-            and ended is not None
-            and asked < ended
-        ):
-            continue  # cancelled while it ran: CANCELLED by design, not run again
+        reported = pod_ended.get(row["id"])
+        if row["status"] == "CANCELLED" and row["retried_as"] is None and asked is not None:
+            if ended is not None and asked < ended:
+                continue  # cancelled while it ran: CANCELLED by design, not run again
+            if ended is None and reported is not None and asked < reported + POD_END_MARGIN:
+                continue  # the same, by the end its pod reported
         known = []
         if seen is not None and finished is not None and seen <= finished:
             known.append(f"its Job's success was seen at {datetime.fromtimestamp(seen, UTC)}")
         if ended is not None and finished is not None and ended <= row["finished_at"]:
             known.append(f"its sidecar reported the workload ended at {ended}")
+        if (
+            ended is None
+            and reported is not None
+            and reported + POD_END_MARGIN <= row["finished_at"]
+        ):
+            known.append(f"its pod reported the workload ended at {reported}")
         if known:
             again = f", and was executed again as run {row['retried_as']}"
             problems.append(
                 f"run {row['id']}: {' and '.join(known)}, yet it ended"
                 f" {row['status']}/{row['reason']} at {row['finished_at']}"
+                + (f" (cancel requested at {asked})" if asked is not None else "")
                 + (again if row["retried_as"] else "")
             )
     return problems

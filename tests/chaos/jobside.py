@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from devenv.adminclient import AdminClient, Obj
 from devenv.watching import reflect_in_background
@@ -96,10 +97,12 @@ class JobRecorder:
 
 
 class PodRecorder:
-    """Job uid → when its pod's ``container`` was first seen started (epoch seconds)."""
+    """Job uid → when its pod's ``container`` was first seen started (epoch seconds), and
+    when it ended as kubelet reported it (``finishedAt``, to the second)."""
 
     def __init__(self, api: AdminClient, namespace: str, *, container: str = "main") -> None:
         self.started: dict[str, float] = {}
+        self.ended: dict[str, datetime] = {}
         self._container = container
         self._stop = reflect_in_background(
             api,
@@ -121,6 +124,9 @@ class PodRecorder:
                 for found in (state.get("running"), state.get("terminated"), last.get("terminated"))
             ):
                 self.started.setdefault(str(job_uid), time.time())
+            finished = (state.get("terminated") or {}).get("finishedAt")
+            if finished:
+                self.ended[str(job_uid)] = datetime.fromisoformat(finished.replace("Z", "+00:00"))
 
     def stop(self) -> None:
         self._stop.set()  # a daemon thread: it ends with its stream

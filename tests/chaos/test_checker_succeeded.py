@@ -6,6 +6,8 @@ test side, the row a broken Job watch or verdict would leave; a short database t
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from chaos.clusterchaos import succeeded_work_violations
@@ -70,3 +72,31 @@ def test_a_succeeded_run_failed_after_its_workload_ended_is_reported(conn, run_i
     end(conn, run_id, status="FAILED", reason="HeartbeatLost", workload_ended_ago=60)
     [problem] = succeeded_work_violations(conn, [run_id], {})
     assert "FAILED/HeartbeatLost" in problem
+
+
+def cancelled_without_a_note(conn, run_id, *, cancel_asked_ago, pod_ended_ago):
+    """The run ended CANCELLED just now without its sidecar's note of the workload's end;
+    the checker's pod recorder has the end its pod reported (kubelet's ``finishedAt``, to
+    the second) ``pod_ended_ago`` seconds ago. Its violations."""
+    end(
+        conn,
+        run_id,
+        status="CANCELLED",
+        reason="Cancelled",
+        workload_ended_ago=None,
+        cancel_asked_ago=cancel_asked_ago,
+    )
+    now = conn.execute("SELECT now() AS now").fetchone()["now"]
+    reported = (now - timedelta(seconds=pod_ended_ago)).replace(microsecond=0)
+    return succeeded_work_violations(conn, [run_id], {}, {run_id: reported})
+
+
+def test_without_the_sidecars_note_a_cancel_after_the_pods_reported_end_is_reported(conn, run_id):
+    # seed 331244074: the note missing, Replace's cancel 8 s after the pod's end.
+    [problem] = cancelled_without_a_note(conn, run_id, cancel_asked_ago=22, pod_ended_ago=30)
+    assert f"run {run_id}: its pod reported the workload ended at" in problem
+    assert "CANCELLED/Cancelled" in problem
+
+
+def test_without_the_sidecars_note_a_cancel_close_to_the_pods_reported_end_may_cancel(conn, run_id):
+    assert cancelled_without_a_note(conn, run_id, cancel_asked_ago=29, pod_ended_ago=30) == []

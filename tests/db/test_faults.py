@@ -20,6 +20,8 @@ from factories import RecordingLauncher, define, runs_of
 from pgsched.db import connection
 from pgsched.engine import dispatch, lease, reap, runs, settle
 from pgsched.engine.tick import Ticker, TickSettings
+from pgsched.runner import sidecar
+from pgsched.runner.settings import RunnerSettings
 from plugins.postgres import terminate_backends
 
 pytestmark = pytest.mark.timeout(120)
@@ -249,3 +251,27 @@ def test_heartbeats_fail_during_a_database_outage_and_the_work_continues(private
         assert lease.finish(conn, run_lease, "COMPLETED")
         assert reap.run_once(conn, now=None).total == 0
         assert runs_of(conn, job)[0]["status"] == "COMPLETED"
+
+
+def test_the_sidecar_notes_the_workloads_end_through_a_database_restart(private_postgres):
+    """Kubelet's SIGTERM (the workload ended) comes while the database restarts: the
+    sidecar keeps trying within the pod's termination grace, so the note lands once the
+    server is back. Without it a cancellation that came after the end could be told from
+    one that stopped the work only by the end the pod reports, to the second (seed
+    331244074 of the cluster chaos ended such a run CANCELLED)."""
+    dsn = private_postgres.dsn()
+    with connection.connect(dsn) as conn:
+        job = define(conn, heartbeat={"intervalSeconds": 5, "timeoutSeconds": 60})
+        runs.run_now(conn, job.id, token="once")
+        [run] = dispatch.run_once(conn, RecordingLauncher()).claimed
+    settings = RunnerSettings(run_id=run.id, lease_token=run.lease_token, dsn=dsn)
+    private_postgres.stop()
+    noting = threading.Thread(target=sidecar.mark_ended, args=(settings,))
+    noting.start()
+    time.sleep(2.0)
+    assert noting.is_alive(), "the sidecar gave up while the database was away"
+    private_postgres.start()
+    noting.join(timeout=sidecar.END_NOTE_TIMEOUT_SECONDS)
+    assert not noting.is_alive()
+    with connection.connect(dsn) as conn:
+        assert runs_of(conn, job)[0]["workload_ended_at"] is not None

@@ -401,8 +401,18 @@ def test_a_run_not_asked_to_stop_still_waits_for_its_jobs_verdict_when_its_workl
     assert row(conn, run_lease)["status"] == "RUNNING"
 
 
-def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_cancel(conn):
-    run_lease, served = ended_then_cancelled(conn, cancel_after_end=True)
+@pytest.mark.parametrize(
+    "ended_before_the_cancel",
+    [
+        lambda conn: ended_then_cancelled(conn, cancel_after_end=True),
+        lambda conn: cancelled_without_the_sidecars_note(conn, cancel_after=20),
+    ],
+    ids=["by-the-sidecars-note", "by-the-pods-reported-end"],
+)
+def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_cancel(
+    conn, ended_before_the_cancel
+):
+    run_lease, served = ended_before_the_cancel(conn)
     name = job_name(conn, run_lease)
 
     outcome = outcomes.record(
@@ -416,6 +426,49 @@ def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_canc
 
     assert outcome is not None and outcome.status == "COMPLETED"
     assert row(conn, run_lease)["status"] == "COMPLETED"
+
+
+def cancelled_without_the_sidecars_note(conn, *, cancel_after: int):
+    """A silent run whose pod reports its workload ended at T0 + 12 s (kubelet's
+    ``finishedAt``, to the second), whose sidecar could not note that end (the database
+    was away as the pod stopped), and whose cancellation came ``cancel_after`` seconds
+    after T0; its Job Complete."""
+    _, run_lease = silent_run(conn)
+    runs.cancel_run(
+        conn, run_lease.run_id, by=runs.BY_REPLACE, now=T0 + timedelta(seconds=cancel_after)
+    )
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    ended = pod(
+        terminated={
+            "exitCode": 0,
+            "reason": "Completed",
+            "startedAt": "2026-06-01T12:00:02Z",
+            "finishedAt": "2026-06-01T12:00:12Z",
+        },
+        phase="Succeeded",
+    )
+    return run_lease, Api({name: job("Complete")}, {name: [ended]})
+
+
+def test_without_the_sidecars_note_the_pods_reported_end_tells_a_cancel_that_came_later(conn):
+    """A cluster chaos run (seed 331244074): a Job finished during an API outage, Replace
+    asked its run to stop meanwhile, the sidecar's note of the end was missing, and the
+    verdict said CANCELLED for work that had run to its end. The end the pod reports
+    decides instead: the cancel came 8 s after it."""
+    run_lease, served = cancelled_without_the_sidecars_note(conn, cancel_after=20)
+
+    assert verdicts.run_once(conn, served).recorded == {run_lease.run_id: "COMPLETED"}
+
+
+@pytest.mark.parametrize("cancel_after", [11, 13])
+def test_a_cancel_before_or_close_to_the_pods_reported_end_decides(conn, cancel_after):
+    """The pod reports its end to the second, on the node's clock: a cancellation within
+    ``POD_END_MARGIN`` of it may have come first, and a cooperative workload exits 0 when
+    told to stop, so the run is CANCELLED (not COMPLETED, which would trigger what follows)."""
+    run_lease, served = cancelled_without_the_sidecars_note(conn, cancel_after=cancel_after)
+
+    assert verdicts.run_once(conn, served).recorded == {run_lease.run_id: "Cancelled"}
 
 
 def test_a_round_reads_only_its_runs_jobs_and_pods_however_many_the_namespace_holds(conn):

@@ -2,8 +2,8 @@
 
 Reading order, most specific first: a cancelled run ends ``CANCELLED`` however its pod
 exited — if the cancellation came while its workload ran (``cancel_stopped``: one requested
-after the heartbeat sidecar reported the workload's end found nothing to stop, and the
-Job's own outcome stands); a Job failed by its ``activeDeadlineSeconds`` is ``DeadlineExceeded``; an evicted
+after the heartbeat sidecar reported the workload's end, or after the end its pod reports,
+found nothing to stop, and the Job's own outcome stands); a Job failed by its ``activeDeadlineSeconds`` is ``DeadlineExceeded``; an evicted
 pod is ``Evicted``; a main container killed for memory is ``OOMKilled``; any other non-zero
 exit is ``NonZeroExit`` with the exit code; a Job deleted while its run was still running
 is ``JobDeleted``. These are the reasons ``retryOn``/``neverRetryOn`` match.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pgsched.db.connection import Connection
 from pgsched.engine import lease, runs
@@ -44,19 +44,56 @@ def finished(job: Obj) -> bool:
     )
 
 
+# kubelet reports a container's end to the second (truncated), on the node's clock: a
+# cancellation counts as later than such an end only from this long after the reported
+# second (the second itself, and a second of clock difference between node and database).
+POD_END_MARGIN = timedelta(seconds=2)
+
+
 def cancel_stopped(
-    cancel_requested: bool, cancel_requested_at: datetime | None, workload_ended_at: datetime | None
+    cancel_requested: bool,
+    cancel_requested_at: datetime | None,
+    workload_ended_at: datetime | None,
+    pods: list[Obj],
 ) -> bool:
     """Whether a run's cancellation decides its outcome: it was requested before the
     workload ended. A request that came later — ``concurrencyPolicy: Replace``'s next
     occurrence, or ``pgsched cancel``, while an API outage kept the finished Job from being
     read — found the work done; calling that run CANCELLED would report work that ran to
-    its end as stopped. Both times are the database's clock."""
+    its end as stopped.
+
+    The end is the heartbeat sidecar's note (``workload_ended_at``, the database's clock,
+    like the request). Without one — the sidecar could not reach the database as the pod
+    stopped — the end its ``pods`` report stands in (:data:`POD_END_MARGIN`). With neither,
+    the cancellation decides: a cooperative workload exits 0 when told to stop, and
+    reporting COMPLETED for work that was stopped would trigger what follows it."""
     if not cancel_requested:
         return False
-    if cancel_requested_at is None or workload_ended_at is None:
+    if cancel_requested_at is None:
         return True
-    return cancel_requested_at < workload_ended_at
+    if workload_ended_at is not None:
+        return cancel_requested_at < workload_ended_at
+    reported = _reported_end(pods)
+    if reported is None:
+        return True
+    return cancel_requested_at < reported + POD_END_MARGIN
+
+
+def _reported_end(pods: list[Obj]) -> datetime | None:
+    """When the newest pod's containers had all ended (the latest ``finishedAt``), or None
+    while one has not ended or reports no time."""
+    newest = max(
+        pods,
+        key=lambda item: item.get("metadata", {}).get("creationTimestamp", ""),
+        default=None,
+    )
+    statuses = ((newest or {}).get("status") or {}).get("containerStatuses") or []
+    ends = [
+        ((item.get("state") or {}).get("terminated") or {}).get("finishedAt") for item in statuses
+    ]
+    if not ends or not all(ends):
+        return None
+    return max(datetime.fromisoformat(str(end).replace("Z", "+00:00")) for end in ends)
 
 
 def of_job(job: Obj, pods: list[Obj], *, deleted: bool, cancel_requested: bool) -> Outcome | None:
@@ -163,10 +200,13 @@ def record(
         or names.lease_fingerprint(str(run.lease_token)) != lease_fingerprint
     ):
         return None
-    cancelled = cancel_stopped(run.cancel_requested, run.cancel_requested_at, run.workload_ended_at)
     if not (deleted or finished(job)):
         return None
-    outcome = of_job(job, pods(), deleted=deleted, cancel_requested=cancelled)
+    read = pods()
+    cancelled = cancel_stopped(
+        run.cancel_requested, run.cancel_requested_at, run.workload_ended_at, read
+    )
+    outcome = of_job(job, read, deleted=deleted, cancel_requested=cancelled)
     if outcome is None:
         return None
     assert run.lease_token is not None

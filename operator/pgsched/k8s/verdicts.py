@@ -108,7 +108,7 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
         )
     if outcomes.finished(job):
         cancelled = outcomes.cancel_stopped(
-            row["cancel_requested"], row["cancel_requested_at"], row["workload_ended_at"]
+            row["cancel_requested"], row["cancel_requested_at"], row["workload_ended_at"], pods
         )
         outcome = outcomes.of_job(job, pods, deleted=False, cancel_requested=cancelled)
         return Verdict(outcome)

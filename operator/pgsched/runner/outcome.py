@@ -5,9 +5,8 @@ is still ``RUNNING`` under our lease token. So a runner that was reaped while it
 zombie) changes nothing, and learns it: :func:`record` returns ``lease-lost``.
 
 The database may be briefly away exactly when the job ends (a restart, a failover). The
-write is then retried with a fresh connection and a growing pause, for up to
-``PGSCHED_FINISH_TIMEOUT_SECONDS``; only connection-level errors are retried, since any
-other error (a missing grant, say) would fail the same way every time. If the outcome
+write is then retried (``pgsched.runner.patience``) for up to
+``PGSCHED_FINISH_TIMEOUT_SECONDS``. If the outcome
 cannot be written the runner still exits with the code that states it (see
 ``exit_codes``), so the operator's Job watch can record it instead.
 """
@@ -21,11 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import psycopg
-
 from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
 from pgsched.engine.lease import FinalStatus, Lease
+from pgsched.runner import patience
 from pgsched.runner.exit_codes import ExitCode
 from pgsched.sdk.kinds import RetryHint
 
@@ -67,74 +65,61 @@ def record(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Recorded:
-    deadline = clock() + timeout_seconds
-    pause = 0.5
-    attempt = 0
-    # A write that failed on a connection error may have committed all the same (the
-    # answer was lost, not the commit). A retry then finds the run ended — by us.
-    uncertain = False
-    while True:
-        attempt += 1
-        try:
-            finished = session.run(
-                lambda conn: lease.finish(
-                    conn,
-                    run_lease,
-                    outcome.status,
-                    reason=outcome.reason,
-                    error=outcome.error,
-                    exit_code=int(outcome.exit_code),
-                    retry_hint=outcome.retry_hint,
-                )
-            )
-        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            if clock() + pause > deadline:
-                log.error(
-                    "run %s: could not record %s after %s attempts (%s); the exit code %s"
-                    " states the outcome",
-                    run_lease.run_id,
-                    outcome.status,
-                    attempt,
-                    describe_error(error),
-                    int(outcome.exit_code),
-                )
-                return "unrecorded"
-            log.warning(
-                "run %s: recording %s failed (%s), retrying in %.1fs",
+    tried = patience.write(
+        session,
+        lambda conn: lease.finish(
+            conn,
+            run_lease,
+            outcome.status,
+            reason=outcome.reason,
+            error=outcome.error,
+            exit_code=int(outcome.exit_code),
+            retry_hint=outcome.retry_hint,
+        ),
+        what=f"recording {outcome.status}",
+        run_id=run_lease.run_id,
+        timeout_seconds=timeout_seconds,
+        clock=clock,
+        sleep=sleep,
+    )
+    if tried.error is not None:
+        if tried.transient:
+            log.error(
+                "run %s: could not record %s after %s attempts (%s); the exit code %s"
+                " states the outcome",
                 run_lease.run_id,
                 outcome.status,
-                describe_error(error),
-                pause,
+                tried.attempts,
+                describe_error(tried.error),
+                int(outcome.exit_code),
             )
-            sleep(pause)
-            pause = min(pause * 2, 5.0)
-            uncertain = True
-            continue
-        except psycopg.Error as error:
+        else:
             log.error(
                 "run %s: recording %s failed and will not succeed by retrying: %s",
                 run_lease.run_id,
                 outcome.status,
-                describe_error(error),
+                describe_error(tried.error),
             )
-            return "unrecorded"
-        if finished:
-            log.info(
-                "run %s: recorded %s%s",
-                run_lease.run_id,
-                outcome.status,
-                f" ({outcome.reason})" if outcome.reason else "",
-            )
-            return "recorded"
-        if uncertain:
-            # Exiting LEASE_LOST would make the Job say "failed" where our own write may
-            # have said COMPLETED; should that write be lost (an asynchronous failover),
-            # the operator reads the Job. So the exit code keeps stating the outcome.
-            log.warning(
-                "run %s: the run had already ended when %s was retried: most likely by the"
-                " earlier attempt, whose answer was lost",
-                run_lease.run_id,
-                outcome.status,
-            )
-            return "recorded"
-        return "lease-lost"
+        return "unrecorded"
+    if tried.value:
+        log.info(
+            "run %s: recorded %s%s",
+            run_lease.run_id,
+            outcome.status,
+            f" ({outcome.reason})" if outcome.reason else "",
+        )
+        return "recorded"
+    if tried.attempts > 1:
+        # A write that failed on a connection error may have committed all the same (the
+        # answer was lost, not the commit): the retry then finds the run ended — by us.
+        # Exiting LEASE_LOST would make the Job say "failed" where our own write may
+        # have said COMPLETED; should that write be lost (an asynchronous failover),
+        # the operator reads the Job. So the exit code keeps stating the outcome.
+        log.warning(
+            "run %s: the run had already ended when %s was retried: most likely by the"
+            " earlier attempt, whose answer was lost",
+            run_lease.run_id,
+            outcome.status,
+        )
+        return "recorded"
+    return "lease-lost"

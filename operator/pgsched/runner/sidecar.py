@@ -38,15 +38,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 from pgsched import names
 from pgsched.db import clock
-from pgsched.db.session import Session
+from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
 from pgsched.engine.lease import LeaseState
-from pgsched.runner import workload_exit
+from pgsched.runner import patience, workload_exit
 from pgsched.runner.heartbeat import HeartbeatLoop
 from pgsched.runner.settings import RunnerSettings
 
@@ -119,20 +121,46 @@ class _EndNote:
                 mark_ended(self._settings)
 
 
-def mark_ended(settings: RunnerSettings) -> None:
+# How long the sidecar keeps trying to note the workload's end while the database is
+# away: inside the pod's default termination grace (30 s), after which kubelet kills it.
+END_NOTE_TIMEOUT_SECONDS = 15.0
+
+
+def mark_ended(
+    settings: RunnerSettings,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Tell the engine the workload ended, on a session of its own (the loop's thread may
-    still hold its session); a failure is logged (the operator still reads the Job, only
-    with less to go on while the API server is away)."""
+    still hold its session), patiently (``pgsched.runner.patience``): without the note, a
+    cancellation that came after the end can be told from one that stopped the work only
+    by the end its pod reports, to the second. A failure is logged (the operator still
+    reads the Job, only with less to go on while the API server is away)."""
     session = _session(settings)
     try:
-        marked = session.run(lambda conn: lease.workload_ended(conn, settings.lease))
-    except Exception as error:
+        tried = patience.write(
+            session,
+            lambda conn: lease.workload_ended(conn, settings.lease),
+            what="noting that the workload ended",
+            run_id=settings.run_id,
+            timeout_seconds=END_NOTE_TIMEOUT_SECONDS,
+            clock=clock,
+            sleep=sleep,
+        )
+    except Exception as error:  # logged: the sidecar exits 0 whatever happens
         log.warning("run %s: could not note that the workload ended: %s", settings.run_id, error)
-    else:
-        if marked:
-            log.info("run %s: noted that the workload ended", settings.run_id)
+        return
     finally:
         session.close()
+    if tried.error is not None:
+        log.warning(
+            "run %s: could not note that the workload ended: %s",
+            settings.run_id,
+            describe_error(tried.error),
+        )
+    elif tried.value:
+        log.info("run %s: noted that the workload ended", settings.run_id)
 
 
 def signal_workload(path: Path, state: LeaseState, *, now: datetime | None = None) -> None:
