@@ -235,6 +235,23 @@ def test_even_a_short_api_server_absence_gives_launching_runs_the_catch_up(conn)
     assert pod_starts.run_once(conn, kube, now=at(102)).ended == {run_lease.run_id: "StartTimeout"}
 
 
+def test_a_run_claimed_just_before_an_api_server_absence_gets_the_catch_up_too(conn):
+    """Launched at 0 s, never observed: the API server went away at once. The rounds
+    that failed gave the catch-up only to runs observed before; this one was first seen at
+    28 s (under the 30 s out of sight), with its pod not yet created again, and ended
+    StartTimeout at its 45 s bound (cluster chaos seed 1882430614: 8 runs)."""
+    _, run_lease, job_name = claimed(conn, startTimeoutSeconds=45, heartbeat=FAST)
+    kube = Api({job_name: {}}, down=True)
+    for second in range(2, 27, 4):
+        with pytest.raises(api.ApiError):
+            pod_starts.run_once(conn, kube, now=at(second))
+    kube.down = False
+    assert starts.of_run(conn, run_lease.run_id).bound_at == at(26 + 60)
+    for second in range(28, 86, 4):
+        assert pod_starts.run_once(conn, kube, now=at(second)).ended == {}
+    assert pod_starts.run_once(conn, kube, now=at(86)).ended == {run_lease.run_id: "StartTimeout"}
+
+
 class SlowReads:
     """A monotonic clock for the starts round that jumps ``seconds`` at the next API read:
     a read that waited that long for the API server."""

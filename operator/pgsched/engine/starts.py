@@ -104,8 +104,7 @@ def launching(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
 
 def defer_bounds(conn: Connection, run_ids: list[int], *, until: datetime) -> None:
     """Move the bounds of these launching runs to no earlier than ``until`` (the API server
-    could not be reached: ``pgsched.k8s.starts``). Runs never observed yet have no bound
-    stored and keep the one their claim gives."""
+    could not be reached: ``pgsched.k8s.starts``), runs never observed yet included."""
     conn.execute(queries.get("defer_start_bounds"), {"ids": run_ids, "until": until})
 
 

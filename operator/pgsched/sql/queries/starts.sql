@@ -15,10 +15,16 @@ LIMIT %(limit)s;
 
 -- name: defer_start_bounds
 -- The API server could not be reached: these launching runs' bounds move to no earlier
--- than %(until)s (their next observation keeps the later of this and its own bound).
-UPDATE pgsched.run_starts
-SET bound_at = greatest(bound_at, %(until)s)
-WHERE run_id = ANY(%(ids)s::bigint[]) AND workload_started_at IS NULL;
+-- than %(until)s (their next observation keeps the later of this and its own bound). A run
+-- never observed yet (claimed just before the absence) gets its row here, observed at its
+-- claim: as unobserved as before, with the moved bound.
+INSERT INTO pgsched.run_starts AS s (run_id, bound_at, observed_at)
+SELECT r.id, %(until)s, r.started_at
+FROM pgsched.job_runs AS r
+WHERE r.id = ANY(%(ids)s::bigint[]) AND r.status = 'RUNNING' AND r.started_at IS NOT NULL
+ON CONFLICT (run_id) DO UPDATE
+SET bound_at = greatest(s.bound_at, EXCLUDED.bound_at)
+WHERE s.workload_started_at IS NULL;
 
 -- name: record_start_observation
 -- Fenced on the run still RUNNING with this lease. A start, or a change to a wait worth
