@@ -4,10 +4,14 @@ database as an older release left it."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import psycopg
 
 from pgsched import spec as spec_module
 from pgsched.db import connection, migrate
@@ -102,6 +106,27 @@ def job_login(admin: Connection, dsn: str) -> tuple[str, str]:
     admin.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
     admin.execute(f"GRANT CONNECT ON DATABASE {admin.info.dbname} TO {user}")
     return user, dsn.replace("user=postgres", f"user={user}")
+
+
+def refused_to(dsn: str, statements: Iterable[str]) -> None:
+    """Each statement, run by the login of ``dsn``, fails for want of a privilege."""
+    with connection.connect(dsn) as login:
+        for statement in statements:
+            try:
+                login.execute(statement)
+            except psycopg.errors.InsufficientPrivilege:
+                continue
+            raise AssertionError(f"{statement!r} was allowed")
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll ``predicate`` every 10 ms until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def database_at(postgres: Any, name: str, version: int) -> str:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import invariants
-from factories import RecordingLauncher, define, runs_of
+from factories import RecordingLauncher, define, runs_of, wait_for
 from pgsched.db import connection
 from pgsched.engine import dispatch, lease, reap, runs, settle
 from pgsched.engine.tick import Ticker, TickSettings
@@ -36,15 +36,6 @@ def _block_dispatch(dsn: str) -> None:
 def hold_dispatch_lock(conn, definition_id):
     conn.execute("BEGIN")
     conn.execute("SELECT pgsched.lock_definitions_for_dispatch(%s::uuid[])", [[definition_id]])
-
-
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def victim_waiting(conn):

@@ -11,7 +11,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from factories import RecordingLauncher, database_at, define, job_login, runs_of
+from factories import RecordingLauncher, database_at, define, job_login, refused_to, runs_of
 from pgsched.db import boundary, connection, migrate
 from pgsched.db.session import Session
 from pgsched.engine import dispatch, lease, pools, runs, settle
@@ -171,6 +171,20 @@ def test_the_job_role_can_execute_exactly_the_intended_functions(conn, job):
         [user],
     ).fetchall()
     assert {found["signature"] for found in executable} == INTENDED
+
+
+def test_a_job_cannot_name_or_listen_on_the_channel_that_wakes_the_ticks(conn, job):
+    """A run's end wakes every replica's tick through a channel (migration 0035). Any role
+    may NOTIFY a channel it can name: a job login that could name this one would keep every
+    tick busy. The name comes from the lease key, which the job role cannot read."""
+    refused_to(
+        job[1],
+        [
+            "SELECT pgsched.dispatch_channel()",
+            "SELECT pgsched.listen_for_dispatch()",
+            "SELECT key FROM pgsched.lease_key",
+        ],
+    )
 
 
 def test_a_function_the_owner_creates_later_is_nobodys_until_granted(conn, job):

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from factories import RecordingLauncher, define, runs_of
+from factories import RecordingLauncher, define, runs_of, wait_for
 from pgsched.db import connection
-from pgsched.engine import leader, runs
+from pgsched.engine import dispatch, leader, lease, runs
 from pgsched.engine.tick import Ticker, TickSettings
 from pgsched.validation import SettingsError
 
@@ -171,3 +171,61 @@ def test_ticks_start_just_after_whole_seconds_so_runs_start_on_time(dsn, conn):
     assert all(seconds >= 0 for seconds in late), late
     on_time = [seconds for seconds in late if seconds < 0.2]
     assert len(on_time) >= 3, f"started {late} s after they were due (ticks every 1 s)"
+
+
+def claimed_ids(launcher):
+    return [run.id for run in launcher.launched]
+
+
+def test_a_runs_end_wakes_the_tick_to_claim_the_run_waiting_for_it(dsn, conn):
+    """``Replace`` and ``Queue`` keep the next run QUEUED until the running one ended; the
+    end comes between ticks, and the next tick used to come up to an interval later (issue
+    26: Replace started over a second late). With a 30 s interval, the waiting run is
+    claimed within a second of the end: the database woke the tick (migration 0035)."""
+    job = define(conn, "queued", schedule="0 0 1 1 *", maxConcurrentRuns=1)
+    for token in ("first", "second"):
+        runs.run_now(conn, job.id, token=token)
+    launcher = RecordingLauncher()
+    replica = ticker(dsn, launcher, interval_seconds=30)
+    stop = threading.Event()
+    thread = threading.Thread(target=replica.run_forever, args=(stop,))
+    thread.start()
+    try:
+        wait_for(lambda: len(launcher.launched) == 1, 10, "the first run's claim")
+        time.sleep(0.5)  # the tick is waiting now: its next is up to 30 s away
+        [first] = launcher.launched
+        ended = time.monotonic()
+        assert lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED")
+        wait_for(lambda: len(launcher.launched) == 2, 5, "the waiting run's claim")
+        woken_after = time.monotonic() - ended
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert woken_after < 1.0, woken_after
+
+
+def notified(listener):
+    return [n.channel for n in listener.notifies(timeout=0.5, stop_after=1)]
+
+
+def test_only_an_end_that_a_waiting_run_needs_wakes_the_dispatchers(dsn, conn):
+    """The wakeup goes to an unguessable channel (job logins cannot name it), and only
+    when the ended run's job has a QUEUED run: ends of jobs with nothing waiting (nearly
+    every end) wake nobody."""
+    alone = define(conn, "alone", schedule="0 0 1 1 *", maxConcurrentRuns=1)
+    waited = define(conn, "waited", schedule="0 0 1 1 *", maxConcurrentRuns=1)
+    runs.run_now(conn, alone.id, token="only")
+    for token in ("first", "second"):
+        runs.run_now(conn, waited.id, token=token)
+    [lonely, first] = [
+        dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id]).claimed[0]
+        for job in (alone, waited)
+    ]
+    with connection.connect(dsn) as listener:
+        listener.execute("SELECT pgsched.listen_for_dispatch()")
+        assert lease.finish(conn, lease.Lease(lonely.id, lonely.lease_token), "COMPLETED")
+        assert notified(listener) == []
+        assert lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED")
+        [channel] = notified(listener)
+    assert channel.startswith("pgsched_dispatch_") and len(channel) == 57

@@ -14,7 +14,9 @@ operator the outbox publisher, the gauges, the verdicts of silent runs and the r
   again after its interval. The loop itself never dies of a service's error (I7).
 
 A service whose result says more is waiting (``again``) runs again at once instead of
-sleeping, as the tick does after a full dispatch batch.
+sleeping, as the tick does after a full dispatch batch. A loop given its own ``wait`` may be
+woken early: the tick's waits on a database notification (a run's end that a waiting run
+needs, migration 0035).
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ def run(
     *,
     on_error: Callable[[Service, Exception], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    wait: Callable[[float], bool] | None = None,
 ) -> None:
-    """Run ``services`` until ``stop`` is set; never raises."""
+    """Run ``services`` until ``stop`` is set; never raises. ``wait(seconds)`` waits between
+    rounds (default ``stop.wait``); when it says it was woken (True), every service is due."""
     failures = {service.name: FailureLog(log, service.name) for service in services}
     due = dict.fromkeys((service.name for service in services), clock())
     while not stop.is_set():
@@ -69,9 +73,14 @@ def run(
             # whole seconds) is computed then, and counted from the round's start it would
             # come early by the round's length (seen: ticks starting just before the whole
             # second, so a run due on it waited a whole interval).
-            wait = _round(service, failures[service.name], on_error)
-            due[service.name] = clock() + wait
-        stop.wait(max(0.0, min(due.values()) - clock()))
+            after = _round(service, failures[service.name], on_error)
+            due[service.name] = clock() + after
+        pause = max(0.0, min(due.values()) - clock())
+        if wait is None:
+            stop.wait(pause)
+            continue
+        if wait(pause):
+            due = dict.fromkeys(due, clock())
 
 
 def _round(

@@ -6,7 +6,8 @@ due runs; release the row. Each phase is its own transaction on the tick's dedic
 session, which holds the leader row across all of them. A tick that left more to do (a full
 materialization or dispatch batch) is followed by the next at once, so a stampede's first
 runs are launched after one materialization batch, and the rest is materialized between
-its dispatch batches.
+its dispatch batches. Between ticks the session listens: a run's end that a waiting run of
+its job needs (``Replace``, ``Queue``) wakes the tick at once (``Ticker._wait``).
 
 The loop fails open. A database error, a bug in one phase, a launcher exception: the tick
 logs it, drops its session (which frees the leader row if the explicit release could not run)
@@ -25,7 +26,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from pgsched.db import clock, connection, queries
+from pgsched.db import clock, connection, notices, queries
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session
 from pgsched.engine import dispatch, leader, loop, materialize, reap, settle
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 # How long after a whole interval on the database clock a tick starts: enough for the
 # clock measurement's error (half a round trip), so runs due at the boundary are due.
 TICK_MARGIN_SECONDS = 0.02
+# A tick woken by a run's end (migration 0035) comes at least this long after the previous
+# one ended: a burst of ends is then one tick, and the wakeups cannot keep the tick busy.
+WAKE_GAP_SECONDS = 0.05
 
 
 class StalePrimaryError(RuntimeError):
@@ -147,6 +151,7 @@ class Ticker:
         self._materialized_at: datetime | None = None  # the previous round's "now"
         self._passed_timeline = 0  # the newest timeline whose failover pass ended (_held)
         self._held_since: tuple[int, float] | None = None  # timeline, monotonic start
+        self._listening: Connection | None = None  # the connection woken by runs' ends
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -172,6 +177,8 @@ class Ticker:
         if row is not None:
             self._database_offset = row["database_time"] - (before + clock.local().timestamp()) / 2
             self._check_timeline(conn, int(row["timeline"]))
+        conn.execute(queries.get("listen_for_dispatch"))
+        self._listening = conn
         return conn
 
     def _check_timeline(self, conn: Connection, timeline: int) -> None:
@@ -341,9 +348,31 @@ class Ticker:
             )
 
         try:
-            loop.run([loop.Service("tick", tick, self._pause, again=busy)], stop)
+            loop.run(
+                [loop.Service("tick", tick, self._pause, again=busy)],
+                stop,
+                wait=lambda seconds: self._wait(seconds, stop),
+            )
         finally:
             self.close()
+
+    def _wait(self, seconds: float, stop: threading.Event) -> bool:
+        """Until the next tick, or until a run's end that a waiting run of its job needs
+        (``concurrencyPolicy: Replace``, or ``Queue`` at ``maxConcurrentRuns``) wakes the
+        dispatchers: the database notifies every tick session (migration 0035), so the
+        waiting run is claimed at once rather than up to an interval later. True if woken."""
+        began = time.monotonic()
+        conn = self._session.connected()
+        woken = False
+        if conn is not None and conn is self._listening:
+            try:
+                woken = notices.wait(conn, seconds, stop)
+            except psycopg.Error as error:
+                log.debug("waiting for wakeups failed: %s", error)
+                self.close()  # the next tick connects (and listens) again
+        left = (WAKE_GAP_SECONDS if woken else seconds) - (time.monotonic() - began)
+        stop.wait(max(0.0, left))
+        return woken
 
     def _pause(self) -> float:
         """Seconds to the next tick: the next whole multiple of the interval on the engine's
@@ -357,6 +386,7 @@ class Ticker:
         return interval - self._engine_time() % interval + TICK_MARGIN_SECONDS
 
     def close(self) -> None:
+        self._listening = None
         self._session.close()
 
 

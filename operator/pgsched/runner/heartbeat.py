@@ -41,6 +41,7 @@ from typing import Self
 
 import psycopg
 
+from pgsched.db import notices
 from pgsched.db.connection import Connection
 from pgsched.db.session import Session, describe_error
 from pgsched.engine import lease
@@ -51,8 +52,6 @@ log = logging.getLogger(__name__)
 _RANK: dict[LeaseState, int] = {"active": 0, "cancel_requested": 1, "lost": 2}
 # After a failed beat, try again after at most this long (never later than the interval).
 RETRY_SECONDS = 1.0
-# While waiting for a notification, look at the stop flag this often.
-STOP_CHECK_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -182,12 +181,7 @@ class HeartbeatLoop:
                     self._listening = conn
                     if state != "active":
                         return  # asked to stop before we listened: beat (and tell) now
-                while not self._stop.is_set():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    for _ in conn.notifies(timeout=min(left, STOP_CHECK_SECONDS), stop_after=1):
-                        return
+                notices.wait(conn, deadline - time.monotonic(), self._stop)
                 return
             except psycopg.Error as error:
                 self._listening = None

@@ -678,6 +678,19 @@ END;
 $_$;
 
 --
+-- Name: dispatch_channel(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.dispatch_channel() RETURNS text
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    -- 17 + 40 characters, within the 63 an identifier may have.
+    SELECT 'pgsched_dispatch_' || left(encode(sha256(convert_to('dispatch:', 'UTF8') || k.key), 'hex'), 40)
+    FROM pgsched.lease_key AS k;
+$$;
+
+--
 -- Name: dispatch_counts(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1081,6 +1094,19 @@ END;
 $$;
 
 --
+-- Name: listen_for_dispatch(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.listen_for_dispatch() RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    EXECUTE format('LISTEN %I', pgsched.dispatch_channel());
+END;
+$$;
+
+--
 -- Name: lock_and_count_for_dispatch(uuid[]); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1472,6 +1498,25 @@ CREATE FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) R
 BEGIN
     RETURN QUERY SELECT * FROM pgsched.dispatch_counts(
         pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'try')::uuid[]);
+END;
+$$;
+
+--
+-- Name: wake_dispatchers(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.wake_dispatchers() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM pgsched.job_runs AS q
+        WHERE q.definition_id = NEW.definition_id AND q.status = 'QUEUED'
+    ) THEN
+        PERFORM pg_notify(pgsched.dispatch_channel(), '');
+    END IF;
+    RETURN NULL;
 END;
 $$;
 
@@ -2442,6 +2487,12 @@ CREATE TRIGGER job_runs_place_id BEFORE INSERT ON pgsched.job_runs FOR EACH ROW 
 CREATE TRIGGER job_runs_status_changed AFTER UPDATE ON pgsched.job_runs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_run_status_changes();
 
 --
+-- Name: job_runs job_runs_wake_dispatchers; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER job_runs_wake_dispatchers AFTER UPDATE OF status ON pgsched.job_runs FOR EACH ROW WHEN (((old.status = 'RUNNING'::text) AND (new.status <> 'RUNNING'::text))) EXECUTE FUNCTION pgsched.wake_dispatchers();
+
+--
 -- Name: run_events run_events_notify; Type: TRIGGER; Schema: pgsched; Owner: -
 --
 
@@ -2684,6 +2735,12 @@ REVOKE ALL ON FUNCTION pgsched.derive_notifications() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgsched.detach_run_partition(partition_name text, lock_wait interval) FROM PUBLIC;
 
 --
+-- Name: FUNCTION dispatch_channel(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.dispatch_channel() FROM PUBLIC;
+
+--
 -- Name: FUNCTION dispatch_counts(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2810,6 +2867,12 @@ REVOKE ALL ON FUNCTION pgsched.listen_for_cancel(run_id bigint, lease uuid) FROM
 GRANT ALL ON FUNCTION pgsched.listen_for_cancel(run_id bigint, lease uuid) TO pgsched_job;
 
 --
+-- Name: FUNCTION listen_for_dispatch(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.listen_for_dispatch() FROM PUBLIC;
+
+--
 -- Name: FUNCTION lock_and_count_for_dispatch(definition_ids uuid[]); Type: ACL; Schema: pgsched; Owner: -
 --
 
@@ -2916,6 +2979,12 @@ REVOKE ALL ON FUNCTION pgsched.try_lead(lock_name text, hold_seconds double prec
 --
 
 REVOKE ALL ON FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION wake_dispatchers(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.wake_dispatchers() FROM PUBLIC;
 
 --
 -- Name: FUNCTION workload_ended(run_id bigint, lease uuid); Type: ACL; Schema: pgsched; Owner: -

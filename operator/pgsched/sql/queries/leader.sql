@@ -8,3 +8,7 @@ UPDATE pgsched.leader_locks
 SET holder_pid = NULL, holder_started = NULL, held_until = NULL
 WHERE name = %(lock_name)s AND holder_pid = pg_catalog.pg_backend_pid()
 RETURNING true AS released;
+
+-- name: listen_for_dispatch
+-- Every tick session: a run's end whose job has a run waiting wakes the tick (0035).
+SELECT pgsched.listen_for_dispatch();
