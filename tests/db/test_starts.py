@@ -28,11 +28,12 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def claimed(conn, name="job", **spec):
+def claimed(conn, name="job", *, second=0, **spec):
+    """A run of a new job ``name``, claimed ``second`` seconds after T0."""
     definition = define(conn, name, now=T0, **spec)
-    runs.run_now(conn, definition.id, token="go", scheduled_for=T0)
+    runs.run_now(conn, definition.id, token="go", scheduled_for=at(second))
     [run] = dispatch.run_once(
-        conn, RecordingLauncher(), definition_ids=[definition.id], now=T0
+        conn, RecordingLauncher(), definition_ids=[definition.id], now=at(second)
     ).claimed
     return definition, lease.Lease(run.id, run.lease_token), f"{name}-{run.id}"
 
@@ -250,6 +251,38 @@ def test_a_run_claimed_just_before_an_api_server_absence_gets_the_catch_up_too(c
     for second in range(28, 86, 4):
         assert pod_starts.run_once(conn, kube, now=at(second)).ended == {}
     assert pod_starts.run_once(conn, kube, now=at(86)).ended == {run_lease.run_id: "StartTimeout"}
+
+
+def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(conn):
+    """The API server away from 2 s to 26 s; a run launched at 29 s, just after its return.
+    The Job controller lists everything again before it creates pods, for Jobs created
+    after the return too (cluster chaos seed 2124390831: pods created 38 s after such a
+    launch, the runs ended at their 45 s bound). No bound ends before CATCH_UP (60 s) after
+    the return, as this replica saw it; later launches keep their own bound."""
+    _, _, first_job = claimed(conn, "before", startTimeoutSeconds=300, heartbeat=FAST)
+    recovery = pod_starts.Recovery()
+    kube = Api({first_job: {}}, down=True)
+    for second in range(2, 27, 4):
+        with pytest.raises(api.ApiError):
+            pod_starts.run_once(conn, kube, now=at(second), recovery=recovery)
+    kube.down = False
+    pod_starts.run_once(conn, kube, now=at(28), recovery=recovery)
+    _, run_lease, job_name = claimed(
+        conn, "after", second=29, startTimeoutSeconds=45, heartbeat=FAST
+    )
+    kube.jobs[job_name] = {}  # its Job, no pod yet
+    for second in range(30, 88, 4):
+        assert pod_starts.run_once(conn, kube, now=at(second), recovery=recovery).ended == {}
+    assert pod_starts.run_once(conn, kube, now=at(88), recovery=recovery).ended == {
+        run_lease.run_id: "StartTimeout"
+    }
+    _, later, later_job = claimed(conn, "later", second=90, startTimeoutSeconds=45, heartbeat=FAST)
+    kube.jobs[later_job] = {}
+    for second in range(92, 135, 4):
+        pod_starts.run_once(conn, kube, now=at(second), recovery=recovery)
+    assert pod_starts.run_once(conn, kube, now=at(135), recovery=recovery).ended == {
+        later.run_id: "StartTimeout"
+    }
 
 
 class SlowReads:

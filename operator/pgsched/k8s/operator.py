@@ -151,6 +151,7 @@ class EngineThreads:
         settings = self.settings
         pools_seen = pool_status.PoolStatus(kube)
         judge = verdicts.Verdicts(kube)
+        recovery = starts.Recovery()
         notify = notifier.Notifier(notifier.KubeSecrets(kube))
         services = [
             loop.Service(
@@ -171,7 +172,9 @@ class EngineThreads:
             ),
             loop.Service(
                 "starts",
-                lambda: starts.run_once(session.connection(), kube, now=self.clock()),
+                lambda: starts.run_once(
+                    session.connection(), kube, now=self.clock(), recovery=recovery
+                ),
                 settings.verdict_interval_seconds,
             ),
             loop.Service(
