@@ -13,6 +13,7 @@ from pgsched.db import connection
 from pgsched.engine import dispatch, leader, lease, runs
 from pgsched.engine.tick import Ticker, TickSettings
 from pgsched.validation import SettingsError
+from plugins.postgres import terminate_backends
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -229,3 +230,27 @@ def test_only_an_end_that_a_waiting_run_needs_wakes_the_dispatchers(dsn, conn):
         assert lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED")
         [channel] = notified(listener)
     assert channel.startswith("pgsched_dispatch_") and len(channel) == 57
+
+
+def test_a_session_killed_while_the_tick_waits_is_a_failed_tick_then_a_new_session(dsn, conn):
+    """Between ticks the session listens for runs' ends; killed then, it breaks in the
+    wait. That is still a database error of the tick, reported by the next tick as it was
+    before the tick listened (the operator counts ``pgsched_database_errors_total``), and
+    the tick after it leads on a new session."""
+    ticks: list = []
+    replica = ticker(dsn, interval_seconds=1)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=replica.run_forever, args=(stop,), kwargs={"on_tick": ticks.append}
+    )
+    thread.start()
+    try:
+        wait_for(lambda: ticks, 10, "a first tick")
+        assert terminate_backends(dsn, application_name="pgsched-tick-test") == 1
+        wait_for(lambda: any(tick.database_error for tick in ticks), 5, "the failed tick")
+        failed = next(index for index, tick in enumerate(ticks) if tick.database_error)
+        wait_for(lambda: any(tick.leader for tick in ticks[failed:]), 5, "a tick after it")
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()

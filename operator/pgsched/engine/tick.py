@@ -152,6 +152,7 @@ class Ticker:
         self._passed_timeline = 0  # the newest timeline whose failover pass ended (_held)
         self._held_since: tuple[int, float] | None = None  # timeline, monotonic start
         self._listening: Connection | None = None  # the connection woken by runs' ends
+        self._broken: psycopg.Error | None = None  # how the session broke while it waited
 
     def _bounded(self, conn: Connection) -> Connection:
         """Let the server end this session if its process stops responding.
@@ -215,6 +216,11 @@ class Ticker:
         result = TickResult()
         started = time.perf_counter()
         try:
+            if self._broken is not None:
+                # The session broke between ticks, while it listened: this tick fails as it
+                # would have on its first statement (counted, logged; the next reconnects).
+                broken, self._broken = self._broken, None
+                raise broken
             conn = self._session.connection()
             if not self._lead(conn):
                 return result
@@ -368,8 +374,8 @@ class Ticker:
             try:
                 woken = notices.wait(conn, seconds, stop)
             except psycopg.Error as error:
-                log.debug("waiting for wakeups failed: %s", error)
-                self.close()  # the next tick connects (and listens) again
+                self._broken = error  # the next tick, at once, reports it
+                return True
         left = (WAKE_GAP_SECONDS if woken else seconds) - (time.monotonic() - began)
         stop.wait(max(0.0, left))
         return woken
