@@ -1495,9 +1495,11 @@ CREATE FUNCTION pgsched.try_lock_and_count_for_dispatch(definition_ids uuid[]) R
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+    granted uuid[] := pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'try')::uuid[];
 BEGIN
-    RETURN QUERY SELECT * FROM pgsched.dispatch_counts(
-        pgsched.lock_claim_keys('dispatch', definition_ids::text[], 'try')::uuid[]);
+    -- A new statement, so a new snapshot: it sees every claim committed before the locks.
+    RETURN QUERY SELECT * FROM pgsched.dispatch_counts(granted);
 END;
 $$;
 
