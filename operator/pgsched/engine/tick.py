@@ -151,7 +151,6 @@ class Ticker:
         self._materialized_at: datetime | None = None  # the previous round's "now"
         self._passed_timeline = 0  # the newest timeline whose failover pass ended (_held)
         self._held_since: tuple[int, float] | None = None  # timeline, monotonic start
-        self._listening: Connection | None = None  # the connection woken by runs' ends
         self._broken: psycopg.Error | None = None  # how the session broke while it waited
 
     def _bounded(self, conn: Connection) -> Connection:
@@ -178,8 +177,7 @@ class Ticker:
         if row is not None:
             self._database_offset = row["database_time"] - (before + clock.local().timestamp()) / 2
             self._check_timeline(conn, int(row["timeline"]))
-        conn.execute(queries.get("listen_for_dispatch"))
-        self._listening = conn
+        conn.execute(queries.get("listen_for_dispatch"))  # every session listens (_wait)
         return conn
 
     def _check_timeline(self, conn: Connection, timeline: int) -> None:
@@ -370,7 +368,7 @@ class Ticker:
         began = time.monotonic()
         conn = self._session.connected()
         woken = False
-        if conn is not None and conn is self._listening:
+        if conn is not None:  # opened by _bounded, so listening
             try:
                 woken = notices.wait(conn, seconds, stop)
             except psycopg.Error as error:
@@ -392,7 +390,6 @@ class Ticker:
         return interval - self._engine_time() % interval + TICK_MARGIN_SECONDS
 
     def close(self) -> None:
-        self._listening = None
         self._session.close()
 
 

@@ -82,11 +82,7 @@ def cancel_stopped(
 def _reported_end(pods: list[Obj]) -> datetime | None:
     """When the newest pod's containers had all ended (the latest ``finishedAt``), or None
     while one has not ended or reports no time."""
-    newest = max(
-        pods,
-        key=lambda item: item.get("metadata", {}).get("creationTimestamp", ""),
-        default=None,
-    )
+    newest = max(pods, key=_created, default=None)
     statuses = ((newest or {}).get("status") or {}).get("containerStatuses") or []
     ends = [
         ((item.get("state") or {}).get("terminated") or {}).get("finishedAt") for item in statuses
@@ -161,12 +157,15 @@ def _condition_reason(job: Obj, types: set[str]) -> str | None:
     return None
 
 
+def _created(pod: Obj) -> str:
+    """The pod's creationTimestamp (RFC 3339 in UTC: its order is the time order)."""
+    return str(pod.get("metadata", {}).get("creationTimestamp", ""))
+
+
 def _main_termination(pods: list[Obj]) -> Obj | None:
     """The first non-zero (else any) termination of a main container, newest pod first."""
     found: list[Obj] = []
-    for pod in sorted(
-        pods, key=lambda item: item.get("metadata", {}).get("creationTimestamp", ""), reverse=True
-    ):
+    for pod in sorted(pods, key=_created, reverse=True):
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (status.get("state") or {}).get("terminated")
             if terminated:

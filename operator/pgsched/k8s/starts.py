@@ -214,10 +214,11 @@ def run_once(
         raise
     waited = timedelta(seconds=monotonic() - began)
     recovery.answered(at)
+    floor = recovery.floor()
     for row, job, pods in observed:
         found = seen(job, pods) if job else None
         if found is not None:
-            _apply(conn, row, found, at, result, waited=waited, floor=recovery.floor())
+            _apply(conn, row, found, at, result, waited=waited, floor=floor)
     return result
 
 
