@@ -38,6 +38,24 @@ def claimed(conn, name="job", *, second=0, **spec):
     return definition, lease.Lease(run.id, run.lease_token), f"{name}-{run.id}"
 
 
+def api_away(conn, kube, seconds, **round_args):
+    """The API server unreachable for the rounds at ``seconds`` (each fails), then back."""
+    kube.down = True
+    for second in seconds:
+        with pytest.raises(api.ApiError):
+            pod_starts.run_once(conn, kube, now=at(second), **round_args)
+    kube.down = False
+
+
+def ends_at(conn, kube, run_id, seconds, last, **round_args):
+    """The rounds at ``seconds`` end nothing; the round at ``last`` ends the run
+    StartTimeout."""
+    for second in seconds:
+        assert pod_starts.run_once(conn, kube, now=at(second), **round_args).ended == {}
+    ended = pod_starts.run_once(conn, kube, now=at(last), **round_args).ended
+    assert ended == {run_id: "StartTimeout"}
+
+
 def pod_waiting(reason, message="", *, sidecar_running=True):
     """A pod whose heartbeat sidecar runs (it beats) and whose main container waits."""
     init = [{"name": "pgsched-heartbeat", "state": {"running": {}}}] if sidecar_running else []
@@ -187,16 +205,10 @@ def test_the_start_bound_does_not_run_while_the_pod_cannot_be_observed(conn):
     _, run_lease, job_name = claimed(conn, heartbeat=FAST)
     kube = Api({job_name: {}}, {job_name: [pod_waiting("ContainerCreating")]})
     pod_starts.run_once(conn, kube, now=at(5))
-    kube.down = True
-    for second in range(10, 100, 10):
-        with pytest.raises(api.ApiError):
-            pod_starts.run_once(conn, kube, now=at(second))
-    kube.down = False
+    api_away(conn, kube, range(10, 100, 10))
     assert pod_starts.run_once(conn, kube, now=at(100)).ended == {}
     assert starts.of_run(conn, run_lease.run_id).bound_at == at(300 + 95)
-    for second in range(110, 395, 10):
-        assert pod_starts.run_once(conn, kube, now=at(second)).ended == {}
-    assert pod_starts.run_once(conn, kube, now=at(395)).ended == {run_lease.run_id: "StartTimeout"}
+    ends_at(conn, kube, run_lease.run_id, range(110, 395, 10), 395)
     error = run_row(conn, run_lease)["error"]
     assert "did not start within startTimeoutSeconds (300)" in error
     assert "its bound moved 95 s later for time its pod could not be observed" in error
@@ -226,14 +238,9 @@ def test_even_a_short_api_server_absence_gives_launching_runs_the_catch_up(conn)
     kube = Api({job_name: {}})  # the Job, no pod yet
     for second in range(1, 41, 5):
         pod_starts.run_once(conn, kube, now=at(second))
-    kube.down = True
-    with pytest.raises(api.ApiError):
-        pod_starts.run_once(conn, kube, now=at(42))
-    kube.down = False
+    api_away(conn, kube, [42])
     assert starts.of_run(conn, run_lease.run_id).bound_at == at(42 + 60)
-    for second in range(44, 102, 5):
-        assert pod_starts.run_once(conn, kube, now=at(second)).ended == {}
-    assert pod_starts.run_once(conn, kube, now=at(102)).ended == {run_lease.run_id: "StartTimeout"}
+    ends_at(conn, kube, run_lease.run_id, range(44, 102, 5), 102)
 
 
 def test_a_run_claimed_just_before_an_api_server_absence_gets_the_catch_up_too(conn):
@@ -242,15 +249,10 @@ def test_a_run_claimed_just_before_an_api_server_absence_gets_the_catch_up_too(c
     28 s (under the 30 s out of sight), with its pod not yet created again, and ended
     StartTimeout at its 45 s bound (cluster chaos seed 1882430614: 8 runs)."""
     _, run_lease, job_name = claimed(conn, startTimeoutSeconds=45, heartbeat=FAST)
-    kube = Api({job_name: {}}, down=True)
-    for second in range(2, 27, 4):
-        with pytest.raises(api.ApiError):
-            pod_starts.run_once(conn, kube, now=at(second))
-    kube.down = False
+    kube = Api({job_name: {}})
+    api_away(conn, kube, range(2, 27, 4))
     assert starts.of_run(conn, run_lease.run_id).bound_at == at(26 + 60)
-    for second in range(28, 86, 4):
-        assert pod_starts.run_once(conn, kube, now=at(second)).ended == {}
-    assert pod_starts.run_once(conn, kube, now=at(86)).ended == {run_lease.run_id: "StartTimeout"}
+    ends_at(conn, kube, run_lease.run_id, range(28, 86, 4), 86)
 
 
 def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(conn):
@@ -261,28 +263,17 @@ def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(
     the return, as this replica saw it; later launches keep their own bound."""
     _, _, first_job = claimed(conn, "before", startTimeoutSeconds=300, heartbeat=FAST)
     recovery = pod_starts.Recovery()
-    kube = Api({first_job: {}}, down=True)
-    for second in range(2, 27, 4):
-        with pytest.raises(api.ApiError):
-            pod_starts.run_once(conn, kube, now=at(second), recovery=recovery)
-    kube.down = False
+    kube = Api({first_job: {}})
+    api_away(conn, kube, range(2, 27, 4), recovery=recovery)
     pod_starts.run_once(conn, kube, now=at(28), recovery=recovery)
     _, run_lease, job_name = claimed(
         conn, "after", second=29, startTimeoutSeconds=45, heartbeat=FAST
     )
     kube.jobs[job_name] = {}  # its Job, no pod yet
-    for second in range(30, 88, 4):
-        assert pod_starts.run_once(conn, kube, now=at(second), recovery=recovery).ended == {}
-    assert pod_starts.run_once(conn, kube, now=at(88), recovery=recovery).ended == {
-        run_lease.run_id: "StartTimeout"
-    }
+    ends_at(conn, kube, run_lease.run_id, range(30, 88, 4), 88, recovery=recovery)
     _, later, later_job = claimed(conn, "later", second=90, startTimeoutSeconds=45, heartbeat=FAST)
     kube.jobs[later_job] = {}
-    for second in range(92, 135, 4):
-        pod_starts.run_once(conn, kube, now=at(second), recovery=recovery)
-    assert pod_starts.run_once(conn, kube, now=at(135), recovery=recovery).ended == {
-        later.run_id: "StartTimeout"
-    }
+    ends_at(conn, kube, later.run_id, range(92, 135, 4), 135, recovery=recovery)
 
 
 class SlowReads:
