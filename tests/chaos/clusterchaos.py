@@ -312,7 +312,9 @@ class ClusterChaos(ChaosDriver):
 
     def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
         """I3 on the cluster: after the drain nothing of an ended run is still running.
-        I8: succeeded work is not run again (``succeeded_work_kept``)."""
+        I8: succeeded work is not run again (``succeeded_work_kept``). And the job side's
+        I1 and I3 (``jobside.failover_violations``), in every variant: the pod watch runs
+        in each (it gives I8 the ends pods report)."""
         deadline = time.monotonic() + 90
         while True:
             leftovers = self._still_running(conn)
@@ -405,9 +407,7 @@ class ClusterChaos(ChaosDriver):
                 sampled.recorded_again
             ),
             "Jobs whose workload started; ended (as their pods report)": (
-                f"{len(self._pods.started)}; {len(self._pods.ended)}"
-                if self._pods
-                else "not recorded"
+                f"{len(self._pods.started)}; {len(self._pods.ended)}" if self._pods else 0
             ),
             "operator processes started": len(self.operators.started),
             # So that a failed CI run says why each of them ended, without its database.
