@@ -140,12 +140,14 @@ def test_a_job_with_its_own_targets_replaces_the_policy_inherits_it_or_opts_out(
     # own: its target only. both: the policy's oncall and its own shared, each attempt
     # (failedOn: EachAttempt, its own). quiet: nothing.
     assert by_target == [("mine", "failed"), ("oncall", "failed"), ("shared", "failed")]
-    assert received_runs(receivers["own"]) == [
-        (runs["own"].id, "failed"),
-        (runs["both"].id, "failed"),
-    ]
+    # Two targets of two jobs share this receiver; across targets and jobs delivery has
+    # no order (docs/notifications.md, "Ordering"), so compare without it.
+    assert sorted(received_runs(receivers["own"])) == sorted(
+        [(runs["own"].id, "failed"), (runs["both"].id, "failed")]
+    )
     assert received_runs(receivers["policy"]) == [(runs["both"].id, "failed")]
-    assert [r.json["scheduledJob"]["name"] for r in receivers["own"].received()] == ["own", "both"]
+    names = sorted(r.json["scheduledJob"]["name"] for r in receivers["own"].received())
+    assert names == ["both", "own"]
 
 
 def test_a_policy_change_applies_to_the_next_change_and_a_deleted_policy_sends_nothing(
