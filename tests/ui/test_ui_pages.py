@@ -18,7 +18,7 @@ from conftest import SOFIA, History, Served
 from factories import RecordingLauncher, define
 from pgsched.db import connection
 from pgsched.engine import definitions, dispatch, runs, starts
-from pgsched.ui import access, pages
+from pgsched.ui import access, pages, pieces
 
 
 def text_of(page: str) -> str:
@@ -100,7 +100,7 @@ def test_job_page_marks_dst_transitions(conn: connection.Connection) -> None:
         schedule="0 * * * *",
         timeZone="Europe/Sofia",
     )
-    ctx = pages.Context(conn=conn, access=access.OpenAccess(), user=access.User("test"), now=now)
+    ctx = pieces.Context(conn=conn, access=access.OpenAccess(), user=access.User("test"), now=now)
     body = pages.job(ctx, "team-a", "hourly", {"days": "3"}).body
     assert "DST transition: UTC offset +0300 → +0200" in text_of(body)
     assert body.count("class='dst'") == 1

@@ -27,7 +27,7 @@ from pgsched import names
 from pgsched.db import connection
 from pgsched.k8s import api
 from pgsched.k8s import names as kube_names
-from pgsched.ui import access, pages, server
+from pgsched.ui import access, run_page, server
 from plugins.cluster import container, job_manifest
 
 pytestmark = pytest.mark.cluster
@@ -201,7 +201,7 @@ def test_a_huge_pod_log_is_read_at_most_log_bytes(
 
     page = wait_for(logged, 90, describe="the run page showing the finished pod's log")
     log = page.split("<pre id='log'>")[1].split("</pre>")[0]
-    assert 2000 < len(log) <= pages.LOG_BYTES and set(log) <= {"x", "\n"}
+    assert 2000 < len(log) <= run_page.LOG_BYTES and set(log) <= {"x", "\n"}
     assert "Cut at 64 KiB" in page
 
 

@@ -1,33 +1,21 @@
-"""The pages: read the database (and, for a run, Kubernetes) and render HTML.
-
-Each page is a plain function of a :class:`Context` and the request's parameters that
-returns the page body or raises :class:`PageError` (a 4xx with a message saying what was
-wrong and what would be right). Pages only read: nothing a visitor sends changes anything.
-Access is checked before anything is looked up, so a 403 says nothing about what exists:
-a namespace's pages answer 403 to a visitor who may not ``get scheduledjobs`` there, also
-for a job that does not exist; a run (whose URL names no namespace) that does not exist and
-one in a namespace the visitor may not see get the same 404, byte for byte. A run's Job
-and pods are shown only to who may ``get jobs`` and ``list pods`` in its namespace, its log
-only to who may ``get pods/log``, and at most LOG_LINES lines and LOG_BYTES bytes of it.
+"""The overview of ScheduledJobs and one ScheduledJob's page: its timeline, next
+occurrences, runs and spec in force (the shared pieces are in :mod:`pgsched.ui.pieces`, the
+"why didn't it run" page in :mod:`pgsched.ui.why_page`, a run's page in
+:mod:`pgsched.ui.run_page`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from pgsched import wording
-from pgsched.db.connection import Connection
-from pgsched.engine import calendars, definitions, pools, run_facts, runs, starts, waits
-from pgsched.engine.models import Definition, Run, Start
-from pgsched.k8s import api, names
+from pgsched.engine import calendars, definitions, runs
+from pgsched.engine.models import Definition, Run
 from pgsched.schedule import ScheduleError, zones
 from pgsched.schedule.calendars import Calendars
-from pgsched.ui import access as acl
-from pgsched.ui import html, store, why, words
+from pgsched.ui import html, pieces, store, why_page
 from pgsched.ui.html import e, link
 
 PAGE_SIZE = 50
@@ -35,169 +23,34 @@ STRIP = 20
 TIMELINE_RUNS = 500
 NEXT_COUNT = 10
 MAX_DAYS = 31
-LOG_LINES = 200
-LOG_BYTES = 64 * 1024  # the kubelet stops reading there (limitBytes): a huge line stays cheap
 HEALTHS = ("ready", "suspended", "failing", "rejected")
-_MAX_TEXT = 253  # a Kubernetes name is at most 253 characters
-
-
-class PageError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Context:
-    conn: Connection
-    access: acl.Access
-    user: acl.User
-    now: datetime
-
-
-@dataclass(frozen=True)
-class Page:
-    title: str
-    body: str
-
-
-# --- parameters -------------------------------------------------------------------------
-
-
-def _only(query: Mapping[str, str], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(query) - set(allowed))
-    if unknown:
-        known = ", ".join(allowed) or "none"
-        raise PageError(400, f"unknown parameter {unknown[0]!r}; this page takes: {known}")
-
-
-def _text(query: Mapping[str, str], key: str) -> str | None:
-    value = query.get(key, "").strip()
-    if len(value) > _MAX_TEXT or "\x00" in value:
-        raise PageError(400, f"{key}: at most {_MAX_TEXT} printable characters")
-    return value or None
-
-
-def _number(
-    query: Mapping[str, str], key: str, *, default: int | None, low: int, high: int
-) -> int | None:
-    text = query.get(key, "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise PageError(
-            400,
-            f"{key}={text[:40]!r} is not a whole number from {low} to {high} (example: {key}={low})",
-        )
-    return int(text)
-
-
-def _allowed(ctx: Context, namespace: str) -> None:
-    if not ctx.access.allows(ctx.user, namespace):
-        raise PageError(403, f"you may not get scheduledjobs in namespace {namespace!r}")
-
-
-def _definition(ctx: Context, namespace: str, name: str) -> Definition:
-    _allowed(ctx, namespace)
-    found = definitions.find(ctx.conn, namespace, name)
-    if found is None:
-        raise PageError(
-            404,
-            f"no ScheduledJob {namespace}/{name} in the pgsched database (check the name, or go back to the overview)",
-        )
-    return found
-
-
-# --- shared pieces ----------------------------------------------------------------------
-
-
-def job_url(definition: Definition) -> str:
-    return f"/ns/{definition.namespace}/{definition.name}"
-
-
-def run_url(run_id: int) -> str:
-    return f"/runs/{run_id}"
-
-
-def _zone(definition: Definition) -> ZoneInfo:
-    try:
-        return zones.load_zone(definition.time_zone)
-    except ScheduleError:
-        return ZoneInfo("UTC")
-
-
-def _health(definition: Definition, health: str) -> str:
-    reason = ""
-    if health == "suspended":
-        reason = definition.suspended_why
-    elif health == "failing":
-        reason = wording.plural(definition.consecutive_failures, "consecutive failure")
-    elif health == "rejected":
-        reason = definition.rejection or ""
-    label = {
-        "ready": "Ready",
-        "suspended": "Suspended",
-        "failing": "Failing",
-        "rejected": "Rejected",
-    }[health]
-    return f"<span class='badge {health}'>{label}</span> {e(reason) if reason else ''}"
-
-
-def _health_of(definition: Definition) -> str:
-    """The overview query's ``health`` column (ui.sql), for one definition."""
-    if definition.rejected_generation is not None:
-        return "rejected"
-    if definition.is_suspended:
-        return "suspended"
-    return "failing" if definition.consecutive_failures > 0 else "ready"
-
-
-def _trigger(trigger: str) -> str:
-    return f"<span class='trigger trigger-{e(trigger)}'>{e(trigger)}</span>"
-
-
-def _status(run: Run, start: Start | None = None) -> str:
-    reason = f"/{run.reason}" if run.reason else ""
-    shown = starts.shown_status(run, start)
-    return f"<span class='cell {e(run.status)}'></span> {e(shown)}{e(reason) if reason else ''}"
-
-
-def _duration(run: Run, now: datetime) -> str:
-    if run.started_at is None:
-        return html.NOTHING
-    return html.duration((run.finished_at or now) - run.started_at)
-
-
-def _schedule_words(definition: Definition) -> str:
-    return words.describe(definition.schedule_kind, definition.schedule, definition.time_zone)
 
 
 # --- overview ---------------------------------------------------------------------------
 
 
-def overview(ctx: Context, query: Mapping[str, str]) -> Page:
-    _only(query, ("namespace", "status", "name", "after"))
-    namespace = _text(query, "namespace")
-    name = _text(query, "name")
-    health = _text(query, "status")
+def overview(ctx: pieces.Context, query: Mapping[str, str]) -> pieces.Page:
+    pieces.only(query, ("namespace", "status", "name", "after"))
+    namespace = pieces.text(query, "namespace")
+    name = pieces.text(query, "name")
+    health = pieces.text(query, "status")
     if health is not None and health not in HEALTHS:
-        raise PageError(
+        raise pieces.PageError(
             400,
             f"status={health[:40]!r} is not one of {', '.join(HEALTHS)} (example: status=suspended)",
         )
     after = ("", "")
-    cursor = _text(query, "after")
+    cursor = pieces.text(query, "after")
     if cursor is not None:
         first, slash, second = cursor.partition("/")
         if not slash or not first or not second:
-            raise PageError(
+            raise pieces.PageError(
                 400,
                 "after= is a NAMESPACE/NAME cursor from a next-page link (example: after=team-a/nightly)",
             )
         after = (first, second)
     if namespace is not None:
-        _allowed(ctx, namespace)
+        pieces.allowed(ctx, namespace)
         visible = [namespace]
     else:
         visible = [ns for ns in store.namespaces(ctx.conn) if ctx.access.allows(ctx.user, ns)]
@@ -218,10 +71,10 @@ def overview(ctx: Context, query: Mapping[str, str]) -> Page:
     table_rows = []
     for row in rows:
         d = row.definition
-        zone = _zone(d)
+        zone = pieces.zone_of(d)
         cells = "".join(
             link(
-                run_url(cell.id),
+                pieces.run_url(cell.id),
                 "",
                 **{
                     "class": f"cell {cell.status}",
@@ -234,9 +87,9 @@ def overview(ctx: Context, query: Mapping[str, str]) -> Page:
         table_rows.append(
             [
                 e(d.namespace),
-                link(job_url(d), d.name),
-                e(_schedule_words(d)),
-                _health(d, row.health),
+                link(pieces.job_url(d), d.name),
+                e(pieces.schedule_words(d)),
+                pieces.health_badge(d, row.health),
                 e(html.local(d.next_run_at, zone)) if not d.is_suspended else "suspended",
                 f"<span class='strip'>{cells}</span>",
                 e(row.queued),
@@ -269,7 +122,7 @@ def overview(ctx: Context, query: Mapping[str, str]) -> Page:
             "after": f"{last.namespace}/{last.name}",
         }
         body.append(f"<p>{link(html.url('/', params), 'next page →', rel='next')}</p>")
-    return Page("ScheduledJobs", "".join(body))
+    return pieces.Page("ScheduledJobs", "".join(body))
 
 
 def _filters(
@@ -293,13 +146,13 @@ def _filters(
 # --- one ScheduledJob -------------------------------------------------------------------
 
 
-def job(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Page:
-    _only(query, ("days", "before"))
-    days = _number(query, "days", default=7, low=1, high=MAX_DAYS)
-    before = _number(query, "before", default=None, low=1, high=2**63 - 1)
+def job(ctx: pieces.Context, namespace: str, name: str, query: Mapping[str, str]) -> pieces.Page:
+    pieces.only(query, ("days", "before"))
+    days = pieces.number(query, "days", default=7, low=1, high=MAX_DAYS)
+    before = pieces.number(query, "before", default=None, low=1, high=2**63 - 1)
     assert days is not None
-    d = _definition(ctx, namespace, name)
-    zone = _zone(d)
+    d = pieces.definition(ctx, namespace, name)
+    zone = pieces.zone_of(d)
     first_day = ctx.now.astimezone(zone).date() - timedelta(days=days)
     since = datetime.combine(first_day, datetime.min.time(), zone).astimezone(UTC)
     recent = [
@@ -314,9 +167,9 @@ def job(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Pa
                 ("ScheduledJob", e(d.key)),
                 (
                     "Schedule",
-                    f"{e(_schedule_words(d))} <code>{e(d.schedule_kind)}: {e(d.schedule)}</code>",
+                    f"{e(pieces.schedule_words(d))} <code>{e(d.schedule_kind)}: {e(d.schedule)}</code>",
                 ),
-                ("Health", _health(d, _health_of(d))),
+                ("Health", pieces.health_badge(d, pieces.health_of(d))),
                 ("Next run", e(html.local(d.next_run_at, zone))),
                 (
                     "Concurrency",
@@ -325,10 +178,12 @@ def job(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Pa
                 ("Catch-up", e(f"{d.catch_up} (limit {d.catch_up_limit})")),
             ]
         ),
-        _why_form(d, ""),
+        why_page.form(d, ""),
         f"<h2>Timeline, last {days} days</h2>",
         "<p>"
-        + " ".join(link(html.url(job_url(d), {"days": n}), f"{n} days") for n in (1, 3, 7, 14, 31))
+        + " ".join(
+            link(html.url(pieces.job_url(d), {"days": n}), f"{n} days") for n in (1, 3, 7, 14, 31)
+        )
         + "</p>",
         _timeline(d, zone, recent, since=since, now=ctx.now),
         f"<h2>Next {NEXT_COUNT} occurrences</h2>",
@@ -339,7 +194,7 @@ def job(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Pa
         f"<p>generation {e(d.generation)}, updated {e(html.local(d.updated_at, zone))}</p>",
         f"<pre id='spec'>{e(json.dumps(d.spec, indent=2, sort_keys=True))}</pre>",
     ]
-    return Page(d.key, "".join(body))
+    return pieces.Page(d.key, "".join(body))
 
 
 def _offset(offset: timedelta) -> str:
@@ -379,12 +234,12 @@ def _timeline(
             if run.started_at is not None:
                 width = max(0.2, left(run.finished_at or now) - left(run.started_at))
                 marks.append(
-                    f"<a href='{run_url(run.id)}' class='bar {e(run.status)}' title='{title}'"
+                    f"<a href='{pieces.run_url(run.id)}' class='bar {e(run.status)}' title='{title}'"
                     f" style='left:{left(run.started_at):.3f}%;width:{width:.3f}%'></a>"
                 )
             else:
                 marks.append(
-                    f"<a href='{run_url(run.id)}' class='mark {e(run.status)}' title='{title}'"
+                    f"<a href='{pieces.run_url(run.id)}' class='mark {e(run.status)}' title='{title}'"
                     f" style='left:{left(run.scheduled_for):.3f}%'></a>"
                 )
         for at, old, new in shifts:
@@ -402,17 +257,21 @@ def _timeline(
     )
     events: list[tuple[datetime, list[str], str]] = []
     for run in recent:
-        retry = link(run_url(run.retry_of), f"retry of run {run.retry_of}") if run.retry_of else ""
+        retry = (
+            link(pieces.run_url(run.retry_of), f"retry of run {run.retry_of}")
+            if run.retry_of
+            else ""
+        )
         cells = [
             e(html.local(run.scheduled_for, zone)),
-            link(run_url(run.id), run.id),
-            _trigger(run.trigger),
+            link(pieces.run_url(run.id), run.id),
+            pieces.trigger_badge(run.trigger),
             e(run.attempt),
-            _status(run),
+            pieces.status_cell(run),
             retry,
             e(html.local(run.started_at, zone)),
             e(html.local(run.finished_at, zone)),
-            _duration(run, now),
+            pieces.duration(run, now),
             e(run.error),
         ]
         events.append((run.scheduled_for, cells, "skipped" if run.status == "SKIPPED" else ""))
@@ -485,20 +344,20 @@ def _upcoming(d: Definition, zone: ZoneInfo, now: datetime, excluding: Calendars
     return overdue + note + html.table(["#", "local time", "UTC"], rows, id="upcoming")
 
 
-def _runs_table(ctx: Context, d: Definition, zone: ZoneInfo, before: int | None) -> str:
+def _runs_table(ctx: pieces.Context, d: Definition, zone: ZoneInfo, before: int | None) -> str:
     page = store.runs_before(ctx.conn, d.id, before=before, limit=PAGE_SIZE + 1)
     more = len(page) > PAGE_SIZE
     page = page[:PAGE_SIZE]
     rows = [
         [
-            link(run_url(run.id), run.id),
-            _status(run),
-            _trigger(run.trigger),
+            link(pieces.run_url(run.id), run.id),
+            pieces.status_cell(run),
+            pieces.trigger_badge(run.trigger),
             e(run.attempt),
             e(html.local(run.scheduled_for, zone)),
             e(html.local(run.started_at, zone)),
             e(html.local(run.finished_at, zone)),
-            _duration(run, ctx.now),
+            pieces.duration(run, ctx.now),
         ]
         for run in page
     ]
@@ -510,305 +369,5 @@ def _runs_table(ctx: Context, d: Definition, zone: ZoneInfo, before: int | None)
         id="runs",
     )
     if more:
-        out += f"<p>{link(html.url(job_url(d), {'before': page[-1].id}), 'older runs →', rel='next')}</p>"
+        out += f"<p>{link(html.url(pieces.job_url(d), {'before': page[-1].id}), 'older runs →', rel='next')}</p>"
     return out
-
-
-# --- why didn't it run ------------------------------------------------------------------
-
-
-def _why_form(d: Definition, value: str) -> str:
-    return (
-        f"<form class='filters' method='get' action='{e(job_url(d))}/why'>"
-        f"<label>Why didn't it run at … (local time in {e(d.time_zone)})<br>"
-        f"<input name='at' placeholder='2026-06-01 09:00' value='{e(value)}'></label>"
-        "<button>explain</button></form>"
-    )
-
-
-def parse_local(text: str, zone: ZoneInfo) -> tuple[datetime, str]:
-    """A local time typed by a user (``2026-06-01 09:00``, ISO 8601, an offset allowed), as
-    an instant, and a note when that wall-clock time does not exist or happens twice."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace(" ", "T", 1))
-    except ValueError:
-        raise PageError(
-            400,
-            f"at={text[:40]!r} is not a date and time (examples: 2026-06-01 09:00, 2026-06-01T09:00+03:00)",
-        ) from None
-    note = ""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=zone)
-    try:
-        instant = moment.astimezone(UTC)
-        if moment.tzinfo is zone:
-            note = _dst_note(moment, zone)
-    except OverflowError:
-        raise PageError(400, f"at={text[:40]!r} is out of range") from None
-    return instant, note
-
-
-def _dst_note(moment: datetime, zone: ZoneInfo) -> str:
-    wall = moment.replace(tzinfo=None)
-    typed = f"{wall:%Y-%m-%d %H:%M}"
-    if zones.to_wall(moment.astimezone(UTC), zone) != wall:
-        return (
-            f"{typed} does not exist in {zone.key}: the clocks jump forward over it"
-            f" (spec.dstPolicy.gap decides what a schedule does there); read as"
-            f" {html.local(moment, zone)}."
-        )
-    later = moment.replace(fold=1)
-    if later.utcoffset() != moment.utcoffset():
-        return (
-            f"{typed} happens twice in {zone.key}; this is the first ({moment:%Z}). For the"
-            f" second, give its offset: {wall:%Y-%m-%dT%H:%M}{later:%z}."
-        )
-    return ""
-
-
-def why_page(ctx: Context, namespace: str, name: str, query: Mapping[str, str]) -> Page:
-    _only(query, ("at",))
-    d = _definition(ctx, namespace, name)
-    zone = _zone(d)
-    text = _text(query, "at")
-    body = [_why_form(d, text or ""), f"<p>{link(job_url(d), '← ' + d.key)}</p>"]
-    if text is None:
-        return Page(f"{d.key}: why didn't it run?", "".join(body))
-    asked, dst_note = parse_local(text, zone)
-    if dst_note:
-        body.append(f"<p class='error' id='dst-note'>{e(dst_note)}</p>")
-    if asked.year < 1971 or asked.year > 9000:
-        raise PageError(400, f"at={text[:40]!r} is out of range (years 1971 to 9000)")
-    answer = why.explain(
-        d,
-        asked,
-        runs_at=lambda instants: store.occurrence_runs(ctx.conn, d.id, instants),
-        now=why.Now(
-            ctx.now,
-            waits_of=lambda ids: waits.of_runs(ctx.conn, ids, now=ctx.now),
-            pool_found=pools.found_for(ctx.conn, d),
-            calendars=calendars.load(ctx.conn, d),
-        ),
-    )
-    if answer.matched is not None:
-        fate = answer.matched
-        head = f"{html.local(fate.at, zone)} is an occurrence of {_schedule_words(d)}: {fate.note}."
-        body.append(
-            f"<div class='answer' id='answer' data-verdict='{e(answer.verdict)}'><p>{e(head)}</p>{_fate_runs(fate, zone, ctx.now)}</div>"
-        )
-    else:
-        lead = (
-            f"Never scheduled: {_schedule_words(d)} has no occurrence at {html.local(asked, zone)}."
-        )
-        if answer.excluded_by is not None:
-            lead = (
-                f"Excluded: the rule's EXDATE {answer.excluded_by:%Y-%m-%dT%H:%M:%S}"
-                f" ({d.time_zone}) removes the occurrence at {html.local(asked, zone)}."
-            )
-        parts = [f"<p>{e(lead)} Nearest matches:</p><ul>"]
-        for label, near in (("before", answer.before), ("after", answer.after)):
-            if near is None:
-                parts.append(f"<li>{label}: none</li>")
-            else:
-                parts.append(
-                    f"<li>{label}: {e(html.local(near.at, zone))} — {e(near.note)}{_fate_runs(near, zone, ctx.now)}</li>"
-                )
-        parts.append("</ul>")
-        body.append(
-            f"<div class='answer' id='answer' data-verdict='{e(answer.verdict)}'>{''.join(parts)}</div>"
-        )
-    body.append(
-        "<p>Occurrences are those of the spec in force now; an earlier spec may have had others.</p>"
-    )
-    return Page(f"{d.key}: why didn't it run?", "".join(body))
-
-
-def _fate_runs(fate: why.Fate, zone: ZoneInfo, now: datetime) -> str:
-    if not fate.runs:
-        return ""
-    rows = [
-        [
-            link(run_url(run.id), run.id),
-            e(run.attempt),
-            _trigger(run.trigger),
-            _status(run),
-            e(run.error),
-            _duration(run, now),
-        ]
-        for run in fate.runs
-    ]
-    return html.table(["run", "attempt", "trigger", "status", "error", "duration"], rows)
-
-
-# --- one run ----------------------------------------------------------------------------
-
-
-def run_page(ctx: Context, run_id: str, query: Mapping[str, str]) -> Page:
-    _only(query, ())
-    if not run_id.isdigit() or not 1 <= int(run_id) < 2**63:
-        raise PageError(
-            400,
-            f"{run_id[:40]!r} is not a run id: run ids are positive integers (example: /runs/4711)",
-        )
-    found = runs.get(ctx.conn, int(run_id))
-    d = definitions.get(ctx.conn, found.definition_id) if found is not None else None
-    if found is None or d is None or not ctx.access.allows(ctx.user, d.namespace):
-        # One answer for "no such run" and "not yours": an id says nothing about others'.
-        raise PageError(404, "no such run in a namespace you may see (check the run id)")
-    zone = _zone(d)
-    facts = run_facts.of_run(ctx.conn, found, d, now=ctx.now, zone=zone)
-    chain = facts.attempts
-
-    def shown(label: str, value: run_facts.Value) -> str:
-        if label == "Status":
-            return f"<span class='cell {e(found.status)}'></span> {e(value)}"
-        if label == "ScheduledJob":
-            return link(job_url(d), value)
-        if isinstance(value, tuple):
-            return "".join(
-                link(run_url(part.run_id), part.text)
-                if isinstance(part, run_facts.RunLink)
-                else e(part)
-                for part in value
-            )
-        if isinstance(value, datetime):
-            return e(html.local(value, zone))
-        if isinstance(value, timedelta):
-            return e(wording.duration(value))
-        return e(value)
-
-    body = [html.fields([(label, shown(label, value)) for label, value in facts.lines])]
-    if len(chain) > 1:
-        rows = [
-            [
-                e(item.attempt),
-                link(run_url(item.id), item.id) + (" ◀" if item.id == found.id else ""),
-                _status(item),
-                e(html.local(item.scheduled_for, zone)),
-                e(html.local(item.finished_at, zone)),
-                e(item.k8s_job_name),
-            ]
-            for item in chain
-        ]
-        body.append(
-            "<h2>Retry chain</h2>"
-            + html.table(
-                ["attempt", "run", "status", "scheduled", "finished", "job"], rows, id="chain"
-            )
-        )
-    body.append(_kubernetes(ctx, d, found))
-    return Page(f"run {found.id} of {d.key}", "".join(body))
-
-
-def _kubernetes(ctx: Context, d: Definition, run: Run) -> str:
-    kube = ctx.access.kube
-    if kube is None:
-        return "<h2>Kubernetes</h2><p>Not shown: this is a database-only view (--no-auth).</p>"
-    if run.k8s_job_name is None:
-        return "<h2>Kubernetes</h2><p>No Job was created for this run.</p>"
-    parts = ["<h2>Kubernetes Job</h2>"]
-    if not ctx.access.allows(ctx.user, d.namespace, acl.JOBS):
-        return "".join(parts) + _hidden("Job", "get jobs", d.namespace)
-    try:
-        job_object = kube.get(
-            api.path_of(group="batch", namespace=d.namespace, plural="jobs", name=run.k8s_job_name)
-        )
-    except api.ApiError as error:
-        if error.not_found:
-            return (
-                "".join(parts)
-                + f"<p>Job {e(run.k8s_job_name)} no longer exists (history limits or TTL removed it).</p>"
-            )
-        return "".join(parts) + f"<p class='error'>cannot read the Job: {e(error.message)}</p>"
-    status = job_object.get("status") or {}
-    conditions = ", ".join(
-        f"{c.get('type')}={c.get('status')} {c.get('reason') or ''}".strip()
-        for c in status.get("conditions") or []
-    )
-    parts.append(
-        html.fields(
-            [
-                ("Name", e(run.k8s_job_name)),
-                (
-                    "Active / succeeded / failed",
-                    e(
-                        f"{status.get('active', 0)} / {status.get('succeeded', 0)} / {status.get('failed', 0)}"
-                    ),
-                ),
-                ("Conditions", e(conditions or None)),
-            ]
-        )
-    )
-    if not ctx.access.allows(ctx.user, d.namespace, acl.PODS):
-        return "".join(parts) + "<h2>Pods</h2>" + _hidden("pods and log", "list pods", d.namespace)
-    try:
-        pods = (
-            kube.get(
-                api.path_of(namespace=d.namespace, plural="pods"),
-                labelSelector=f"{names.LABEL_RUN_ID}={run.id}",
-            ).get("items")
-            or []
-        )
-    except api.ApiError as error:
-        return (
-            "".join(parts) + f"<p class='error'>cannot list the Job's pods: {e(error.message)}</p>"
-        )
-    parts.append("<h2>Pods</h2>")
-    if not pods:
-        parts.append("<p>No pod exists for this run any more.</p>")
-    rows = []
-    for pod in pods:
-        states = []
-        for item in (pod.get("status") or {}).get("containerStatuses") or []:
-            state = item.get("state") or {}
-            kind = next(iter(state), "unknown")
-            detail = state.get(kind) or {}
-            states.append(
-                f"{item.get('name')}: {kind} {detail.get('reason') or ''} {detail.get('exitCode', '')}".strip()
-            )
-        rows.append(
-            [
-                e(pod["metadata"]["name"]),
-                e((pod.get("status") or {}).get("phase")),
-                e("; ".join(states) or None),
-            ]
-        )
-    if rows:
-        parts.append(html.table(["pod", "phase", "containers"], rows, id="pods"))
-        parts.append(_log(ctx, kube, d, pods[0]))
-    return "".join(parts)
-
-
-def _hidden(what: str, verb: str, namespace: str) -> str:
-    return f"<p class='hidden'>{e(what)} not shown: you may not {e(verb)} in {e(namespace)}.</p>"
-
-
-def _log(ctx: Context, kube: api.KubeApi, d: Definition, pod: dict[str, object]) -> str:
-    if not ctx.access.allows(ctx.user, d.namespace, acl.POD_LOGS):
-        return _hidden("Log", "get pods/log", d.namespace)
-    metadata = pod["metadata"]
-    spec = pod.get("spec")
-    assert isinstance(metadata, dict) and isinstance(spec, dict)
-    containers = [
-        item["name"] for item in spec.get("containers") or [] if item["name"] != names.SIDECAR_NAME
-    ]
-    if not containers:
-        return ""
-    path = api.path_of(
-        namespace=d.namespace, plural="pods", name=str(metadata["name"]), subresource="log"
-    )
-    try:
-        text = kube.get_text(
-            path, container=containers[0], tailLines=LOG_LINES, limitBytes=LOG_BYTES
-        )
-    except api.ApiError as error:
-        return f"<p class='error'>cannot read the log: {e(error.message)}</p>"
-    cut = (
-        f"<p id='log-cut'>Cut at {LOG_BYTES // 1024} KiB: <code>kubectl logs</code> has the rest.</p>"
-        if len(text.encode()) >= LOG_BYTES
-        else ""
-    )
-    return (
-        f"<h2>Log of {e(containers[0])} (last {LOG_LINES} lines, at most {LOG_BYTES // 1024} KiB)</h2>"
-        f"<pre id='log'>{e(text)}</pre>{cut}"
-    )

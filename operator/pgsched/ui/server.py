@@ -2,7 +2,7 @@
 
 Pages are rendered in a small thread pool (psycopg and the Kubernetes client block), each
 with a pooled connection and the database clock as "now". Every answer is HTML: a
-:class:`~pgsched.ui.pages.PageError` becomes its 4xx page, a broken database a 503, and
+:class:`~pgsched.ui.pieces.PageError` becomes its 4xx page, a broken database a 503, and
 anything unexpected a 500 that says it was logged — never a traceback. Nothing a request
 sends is written anywhere; the only state is the sign-in sessions in memory (``signin``).
 
@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool
 
 from pgsched import metrics, names
 from pgsched.db import clock, connection
-from pgsched.ui import access, html, pages, signin
+from pgsched.ui import access, html, pages, pieces, run_page, signin, why_page
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ _COOKIE_SECURE = web.AppKey("cookie_secure", str)
 _EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
 _VISITOR = web.RequestKey("visitor", signin.Visitor)
 # A page: the context, the URL's path segments and its query parameters.
-Render = Callable[[pages.Context, Mapping[str, str], Mapping[str, str]], pages.Page]
+Render = Callable[[pieces.Context, Mapping[str, str], Mapping[str, str]], pieces.Page]
 
 
 def build_app(
@@ -98,12 +98,12 @@ def build_app(
     )
     app.router.add_get(
         "/ns/{namespace}/{name}/why",
-        page(lambda ctx, path, q: pages.why_page(ctx, path["namespace"], path["name"], q)),
+        page(lambda ctx, path, q: why_page.page(ctx, path["namespace"], path["name"], q)),
         name="why",
     )
     app.router.add_get(
         "/runs/{run_id}",
-        page(lambda ctx, path, q: pages.run_page(ctx, path["run_id"], q)),
+        page(lambda ctx, path, q: run_page.page(ctx, path["run_id"], q)),
         name="run",
     )
     app.router.add_get("/login", _login_form, name="login")
@@ -147,18 +147,18 @@ async def _render(request: web.Request, render: Render) -> web.StreamResponse:
     pool = request.app[_POOL]
     bearer, session_id, client = _bearer(request), request.cookies.get(COOKIE), _client(request)
 
-    def work() -> pages.Page:
+    def work() -> pieces.Page:
         visitor = sign_in.identify(bearer=bearer, session_id=session_id, client=client)
         request[_VISITOR] = visitor  # for the page's header, this one's or an error's
         with pool.connection() as conn:
-            ctx = pages.Context(
+            ctx = pieces.Context(
                 conn=conn, access=sign_in.access, user=visitor.user, now=clock.now(conn)
             )
             return render(ctx, path, query)
 
     try:
-        result: pages.Page = await _blocking(request, work)
-    except pages.PageError as error:
+        result: pieces.Page = await _blocking(request, work)
+    except pieces.PageError as error:
         return _error(request, error.status, error.message)
     except access.Unauthenticated as error:
         return _sign_in_page(request, 401, f"{error}: sign in with a Kubernetes token")
