@@ -26,7 +26,7 @@ from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.k8s import api, commands, scheduledjobs
+from pgsched.k8s import api, commands, scheduledjob_writer, scheduledjobs
 from pgsched.k8s.publisher import Publisher
 from plugins.operator import busybox
 
@@ -355,5 +355,5 @@ def test_a_request_replaced_before_the_operator_removes_it_stays_for_its_own_tur
         )
         handled = commands.Request("pgsched.dev/run-now", "older", "alice")
         writes = replace(scheduledjobs.Writes.of(sj.get("replaced")), remove=(handled,))
-        assert scheduledjobs.write(context, writes) is None  # done: nothing to retry
+        assert scheduledjob_writer.write(context, writes) is None  # done: nothing to retry
     assert request_annotations(sj, "replaced") == {"pgsched.dev/run-now": "newer"}

@@ -15,7 +15,7 @@ import yaml
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.k8s import api as operator_api
-from pgsched.k8s import concurrencypools, scheduledjobs
+from pgsched.k8s import concurrencypools, scheduledjob_writer, scheduledjobs
 from pgsched.k8s.publisher import Publisher
 from pgsched.k8s.watch import Event
 from plugins.operator import busybox
@@ -324,7 +324,7 @@ def test_a_spec_change_synced_while_the_pool_is_deleted_ends_with_the_pool_gone(
     )
     synced = scheduledjobs.sync(context, job.kube.get(job.sj_path), revalidate=False)
     assert synced.writes is not None and synced.writes.status
-    assert scheduledjobs.write(context, synced.writes) is None
+    assert scheduledjob_writer.write(context, synced.writes) is None
 
     body = job.kube.get(job.sj_path)
     found = condition(sj, "member", "PoolReady")

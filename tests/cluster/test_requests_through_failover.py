@@ -26,7 +26,7 @@ from cli_runner import pgsched
 from devenv.controlplane import ControlPlane
 from devenv.postgres import PostgresServer
 from pgsched.db import connection
-from pgsched.k8s import api, names, scheduledjobs
+from pgsched.k8s import api, names, scheduledjob_writer, scheduledjobs
 from pgsched.k8s.publisher import Publisher
 from plugins.cluster import host_only_cluster
 from plugins.operator import busybox
@@ -99,7 +99,7 @@ def handle(context: scheduledjobs.Context, path: str) -> scheduledjobs.Synced:
     workers do them."""
     synced = scheduledjobs.sync(context, context.kube.get(path), revalidate=False)
     if synced.writes is not None:
-        assert scheduledjobs.write(context, synced.writes) is None
+        assert scheduledjob_writer.write(context, synced.writes) is None
     return synced
 
 

@@ -70,6 +70,7 @@ from pgsched.k8s import (
     pool_status,
     resync,
     revalidation,
+    scheduledjob_writer,
     scheduledjobs,
     starts,
     verdicts,
@@ -367,7 +368,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         WorkQueue[UUID, scheduledjobs.Writes](
             capacity=WRITES_CAPACITY, merge=scheduledjobs.Writes.merge
         ),
-        lambda _uid, record: scheduledjobs.write(context, record),
+        lambda _uid, record: scheduledjob_writer.write(context, record),
         count=WRITE_WORKERS,
     )
     pools = concurrencypools.Pools(pool, kube.background(), publisher, clock=clock)
