@@ -297,3 +297,15 @@ def test_doctor_reads_the_connection_string_from_the_file_the_chart_mounts(dsn, 
     assert missing.code == 2
     assert f"PGSCHED_DSN_FILE: cannot read '{tmp_path / 'absent'}'" in missing.err
     assert "Traceback" not in missing.err
+
+
+def test_a_role_the_database_refuses_gets_one_line_saying_so_not_a_traceback(dsn, conn):
+    conn.execute("CREATE ROLE stranger LOGIN")
+    stranger = connection.connect(dsn).info  # the test server's host and port
+    url = f"postgresql://stranger@{stranger.host}:{stranger.port}/{stranger.dbname}"
+    for argv in (("doctor",), ("runs", "nightly"), ("describe", "4711")):
+        result = pgsched(*argv, dsn=url)
+        assert result.code == 1, result.out + result.err
+        assert "Traceback" not in result.err
+        assert result.err.startswith(f"pgsched {argv[0]}: the database refused: permission denied")
+        assert result.err.strip().endswith("(SQLSTATE 42501)")

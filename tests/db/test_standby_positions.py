@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from cli_runner import pgsched
 from devenv.postgres import PostgresServer
 from pgsched.db import connection, replication
 from plugins.postgres import migrated_server
@@ -63,3 +64,36 @@ def test_a_role_that_cannot_see_the_standbys_positions_is_told_what_to_grant(pri
                 assert replication.progress(conn).least_flushed is not None
         finally:
             standby.cleanup()
+
+
+def test_doctor_run_as_a_role_blind_to_the_standbys_says_what_to_grant(primary):
+    with connection.connect(primary.dsn()) as admin:
+        admin.execute("CREATE ROLE watcher LOGIN")
+        admin.execute("GRANT USAGE ON SCHEMA pgsched TO watcher")
+        admin.execute("GRANT SELECT ON ALL TABLES IN SCHEMA pgsched TO watcher")
+        admin.execute("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pgsched TO watcher")
+        standby = standby_of(primary)
+        try:
+            wait_caught_up(primary, standby)
+            found = doctor_checks(primary.dsn(user="watcher"))
+            # Not the operator's role: the session check says so instead of a traceback.
+            status, detail = found["session"]
+            assert (
+                status == "FAIL" and "permission denied for function pg_try_advisory_lock" in detail
+            )
+            assert detail.endswith("connect as the role that ran `pgsched migrate`")
+            status, detail = found["replication"]
+            assert status == "warn"
+            assert "1 streaming standby(s) connected whose flushed position" in detail
+            assert detail.endswith("GRANT pg_read_all_stats TO watcher")
+            admin.execute("GRANT pg_read_all_stats TO watcher")
+            status, detail = doctor_checks(primary.dsn(user="watcher"))["replication"]
+            assert "pg_read_all_stats" not in detail
+        finally:
+            standby.cleanup()
+
+
+def doctor_checks(dsn: str) -> dict[str, tuple[str, str]]:
+    result = pgsched("doctor", "-o", "json", dsn=dsn)
+    assert result.out.startswith("{"), result.out + result.err
+    return {item["check"]: (item["status"], item["detail"]) for item in result.json()["checks"]}

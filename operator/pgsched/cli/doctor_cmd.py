@@ -185,6 +185,11 @@ def _clock(conn: Connection) -> Finding:
 
 def _replication(conn: Connection) -> Finding:
     found = replication.inspect(conn)
+    # Whoever the doctor connects as is asked: run as the operator's role, it tells whether
+    # the operator can keep a request annotation until every standby has its commit.
+    blind = replication.blind_to_standbys(conn)
+    if blind is not None:
+        return Finding("replication", "warn", f"{found.detail}; {blind}")
     lossless = found.mode in ("synchronous", "single")
     return Finding("replication", "ok" if lossless else "warn", found.detail)
 

@@ -127,8 +127,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as error:
         print(f"{parser.prog} {args.command}: {error}", file=sys.stderr)
         return error.code
+    except Exception as error:
+        refusal = _database_refusal(error)
+        if refusal is None:
+            raise
+        print(f"{parser.prog} {args.command}: {refusal}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _database_refusal(error: Exception) -> str | None:
+    """A database error in words (None for any other error: a bug, with its traceback).
+    psycopg is imported only by the commands that use a database (start-up time), so an
+    error can be one of its only once it is loaded."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(error, psycopg.Error):
+        return None
+    code = f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
+    return f"the database refused: {str(error).strip()}{code}"
 
 
 if __name__ == "__main__":

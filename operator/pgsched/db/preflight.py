@@ -76,7 +76,18 @@ _NOT_A_SESSION = (
 def _session(conn: Connection, connect: Callable[[], Connection] | None) -> Check:
     # A random key per check: replicas starting together never contend for it.
     key = secrets.randbits(62)
-    first = conn.execute(_TAKE, {"key": key}).fetchone()
+    try:
+        first = conn.execute(_TAKE, {"key": key}).fetchone()
+    except psycopg.errors.InsufficientPrivilege as error:
+        # pgsched's migrations revoke the advisory lock functions from PUBLIC where they
+        # can (docs/security-database.md): only the role that ran them may take one.
+        return Check(
+            "session",
+            False,
+            f"cannot check: {error.diag.message_primary or error}; this role"
+            f" ({conn.info.user}) is not pgsched's operator role: connect as the role that"
+            " ran `pgsched migrate`",
+        )
     assert first is not None
     try:
         problem = _same_session(conn, first["pid"], key)
