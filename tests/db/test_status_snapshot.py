@@ -59,7 +59,7 @@ def torn_readings(dsn: str, definition_id: UUID, read: Reader) -> list[str]:
 
 def two_reads(conn: Connection, definition_id: UUID) -> tuple[runs.Counts, Run | None]:
     """The planted bug: the counts, a pause as a busy server would make, then the last run."""
-    counts = runs.counts(conn, definition_id)
+    counts, _ = runs.for_status(conn, definition_id)
     conn.execute("SELECT pg_sleep(0.002)")
     row = conn.execute(
         "SELECT * FROM pgsched.job_runs WHERE definition_id = %s AND started_at IS NOT NULL"

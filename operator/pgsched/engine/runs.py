@@ -159,11 +159,6 @@ class Counts:
     queued: int
 
 
-def counts(conn: Connection, definition_id: UUID) -> Counts:
-    row = conn.execute(queries.get("run_counts"), {"definition_id": definition_id}).fetchone()
-    return Counts(int(row["running"]), int(row["queued"])) if row else Counts(0, 0)
-
-
 def for_status(conn: Connection, definition_id: UUID) -> tuple[Counts, Run | None]:
     """The running and queued counts and the newest run that has started, any trigger
     (what ``status.lastRun`` shows), read in one snapshot: ACTIVE, QUEUED and LAST STATUS

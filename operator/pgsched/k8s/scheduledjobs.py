@@ -487,7 +487,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
     context.unflushed.pop(definition_id, None)
     with context.pool.connection() as conn:
         stopping = definitions.delete(conn, definition_id)
-        running = runs.counts(conn, definition_id).running
+        running = runs.for_status(conn, definition_id)[0].running
         stored = definitions.get(conn, definition_id)
         downstreams = chain.downstream_ids(conn, namespace=meta["namespace"], name=meta["name"])
     writes = replace(Writes.of(body), downstreams=tuple(downstreams))

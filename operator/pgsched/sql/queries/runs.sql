@@ -92,12 +92,6 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS last ON true;
 
--- name: run_counts
-SELECT count(*) FILTER (WHERE status = 'RUNNING') AS running,
-       count(*) FILTER (WHERE status = 'QUEUED') AS queued
-FROM pgsched.job_runs
-WHERE definition_id = %(definition_id)s AND status IN ('RUNNING', 'QUEUED');
-
 -- name: run_endings
 SELECT id, status, reason, finished_at, cancel_requested_at,
        coalesce(%(now)s::timestamptz, now()) AS checked_at
