@@ -10,7 +10,7 @@ import pytest
 
 from factories import RecordingLauncher, define, runs_of, wait_for
 from pgsched.db import connection
-from pgsched.engine import dispatch, leader, lease, runs
+from pgsched.engine import dispatch, leader, lease, pools, runs
 from pgsched.engine.tick import Ticker, TickSettings
 from pgsched.validation import SettingsError
 from plugins.postgres import terminate_backends
@@ -230,6 +230,37 @@ def test_only_an_end_that_a_waiting_run_needs_wakes_the_dispatchers(dsn, conn):
         assert lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED")
         [channel] = notified(listener)
     assert channel.startswith("pgsched_dispatch_") and len(channel) == 57
+
+
+def test_an_end_that_frees_a_pool_slot_another_job_waits_for_wakes_the_dispatchers(dsn, conn):
+    """A ConcurrencyPool's freed slot is often another job's to take (migration 0037): the
+    end of a run in a pool wakes the dispatchers when any member has a QUEUED run, and
+    only then."""
+    pools.upsert(conn, "default", "warehouse", 2)
+    loader = define(conn, "loader", pool="warehouse", maxConcurrentRuns=5)
+    report = define(conn, "report", pool="warehouse", maxConcurrentRuns=5)
+    outsider = define(conn, "outsider", maxConcurrentRuns=5)
+    for job, token in ((loader, "first"), (loader, "again"), (outsider, "own")):
+        runs.run_now(conn, job.id, token=token)
+    [first, again] = dispatch.run_once(
+        conn, RecordingLauncher(), definition_ids=[loader.id]
+    ).claimed
+    [own] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[outsider.id]).claimed
+    runs.run_now(conn, report.id, token="waits")  # the pool is full: it stays QUEUED
+    assert not dispatch.run_once(conn, RecordingLauncher(), definition_ids=[report.id]).claimed
+    with connection.connect(dsn) as listener:
+        listener.execute("SELECT pgsched.listen_for_dispatch()")
+        # Not in the pool: nothing waits for its end.
+        assert lease.finish(conn, lease.Lease(own.id, own.lease_token), "COMPLETED")
+        assert notified(listener) == []
+        # The loader's end frees the slot the report's run waits for.
+        assert lease.finish(conn, lease.Lease(first.id, first.lease_token), "COMPLETED")
+        assert len(notified(listener)) == 1
+        [claimed] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[report.id]).claimed
+        # Nothing queued in the pool any more: the next end wakes nobody.
+        assert lease.finish(conn, lease.Lease(again.id, again.lease_token), "COMPLETED")
+        assert notified(listener) == []
+    assert claimed.definition_id == report.id
 
 
 def test_a_session_killed_while_the_tick_waits_is_a_failed_tick_then_a_new_session(dsn, conn):
