@@ -397,43 +397,13 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             workers=JOB_WORKERS,
             capacity=JOB_CAPACITY,
         ),
-        Controller(
-            names.POOL_PLURAL,
-            _watches(
-                kube, settings, group=names.GROUP, version=names.VERSION, plural=names.POOL_PLURAL
-            ),
-            select=by_uid,
-            handle=pools.handle,
-            workers=1,
-            capacity=SYNC_CAPACITY,
-        ),
-        Controller(
-            names.CALENDAR_PLURAL,
-            _watches(
-                kube,
-                settings,
-                group=names.GROUP,
-                version=names.VERSION,
-                plural=names.CALENDAR_PLURAL,
-            ),
-            select=by_uid,
-            handle=calendar_handler.handle,
-            workers=1,
-            capacity=SYNC_CAPACITY,
-        ),
-        Controller(
-            names.NOTIFICATION_POLICY_PLURAL,
-            _watches(
-                kube,
-                settings,
-                group=names.GROUP,
-                version=names.VERSION,
-                plural=names.NOTIFICATION_POLICY_PLURAL,
-            ),
-            select=by_uid,
-            handle=policies.handle,
-            workers=1,
-            capacity=SYNC_CAPACITY,
+        *(
+            _settings_controller(kube, settings, plural, handle)
+            for plural, handle in (
+                (names.POOL_PLURAL, pools.handle),
+                (names.CALENDAR_PLURAL, calendar_handler.handle),
+                (names.NOTIFICATION_POLICY_PLURAL, policies.handle),
+            )
         ),
     ]
 
@@ -478,6 +448,24 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         writes.stop(SHUTDOWN_SECONDS)
         threads.shutdown()
         pool.close()
+
+
+def _settings_controller(
+    kube: api.KubeApi,
+    settings: OperatorSettings,
+    plural: str,
+    handle: Callable[[str, Event], float | None],
+) -> Controller[str, Event]:
+    """A controller of one of pgsched's other kinds (pools, calendars, notification
+    policies): few objects that change rarely, so one worker serves each."""
+    return Controller(
+        plural,
+        _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=plural),
+        select=by_uid,
+        handle=handle,
+        workers=1,
+        capacity=SYNC_CAPACITY,
+    )
 
 
 def _webhook(settings: OperatorSettings) -> webhook.Webhook | None:
