@@ -13,6 +13,7 @@ tests/cluster/test_failover_lost_runs.py.
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,10 +25,10 @@ import test_verdicts as verdicts_api
 
 from factories import RecordingLauncher, define
 from pgsched.db import connection, queries
-from pgsched.engine import dispatch, materialize, runs
+from pgsched.engine import definitions, dispatch, materialize, runs
 from pgsched.engine.models import Run
 from pgsched.engine.tick import Ticker, TickSettings
-from pgsched.k8s import revalidation
+from pgsched.k8s import jobs, names, restoration, revalidation
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 
@@ -54,6 +55,7 @@ def restore(conn, run: Run, lease, *, namespace: str = "default", **changes) -> 
         "retry_of": run.retry_of,
         "upstream_run_id": run.upstream_run_id,
         "request_token": run.request_token,
+        "parameters": None,
         **changes,
     }
     found = conn.execute(queries.get("restore_lost_run"), facts).fetchone()
@@ -219,3 +221,77 @@ def test_after_a_failover_the_tick_claims_nothing_until_the_timelines_pass_has_f
         waiting.close()
         bounded.close()
         standby.cleanup()
+
+
+SETTINGS = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:0.1.0", dsn_secret="job-dsn")
+
+
+class JobsAndLeases:
+    """The API server as restoration reads it: the operator's Jobs, listed by their run-id
+    label, and each one's lease Secret (answered to the empty merge patch it sends)."""
+
+    def __init__(self, jobs: list[dict], leases: dict[str, uuid.UUID]):
+        self.jobs, self.leases = jobs, leases
+
+    def get(self, path, **params):
+        assert path.endswith("/jobs") and params["labelSelector"] == names.LABEL_RUN_ID
+        return {"items": [job for job in self.jobs if f"/{job['metadata']['namespace']}/" in path]}
+
+    def merge_patch(self, path, patch):
+        assert patch == {} and "/secrets/" in path
+        name = path.rsplit("/", 1)[1]
+        token = str(self.leases[name]).encode()
+        return {"data": {names.LEASE_SECRET_KEY: base64.b64encode(token).decode()}}
+
+
+def test_a_restored_run_keeps_the_parameters_it_was_given_unless_its_job_was_edited_past_them(
+    primary, caplog
+):
+    """A run-now's parameters live beside its row (pgsched.run_parameters) and its retries
+    copy them: a run restored without them would be retried with the defaults. The Job
+    carries them; an edit of the Job that the declarations refuse restores none."""
+    declared = [{"name": "region", "default": "eu", "pattern": "[a-z]{2}"}]
+    standby = standby_of(primary)
+    try:
+        with connection.connect(primary.dsn()) as conn:
+            job = define(
+                conn,
+                "manual",
+                schedule="0 0 1 1 *",
+                now=T0,
+                maxConcurrentRuns=2,
+                parameters=declared,
+            )
+        wait_caught_up(primary, standby)
+        standby.stop()
+        with connection.connect(primary.dsn()) as conn:
+            for token in ("honest", "edited"):
+                runs.run_now(conn, job.id, token=token, parameters={"region": "us"})
+            claimed = dispatch.run_once(conn, RecordingLauncher()).claimed
+            definition = definitions.get(conn, job.id)
+        primary.stop(mode="immediate")
+        standby.start()
+        promote(standby)
+
+        lost = {run.request_token: run for run in claimed}
+        assert all(run.parameters == {"region": "us"} for run in lost.values())
+        built = {token: jobs.build(definition, run, SETTINGS) for token, run in lost.items()}
+        built["edited"]["metadata"]["annotations"][names.ANNOTATION_PARAMETERS] = (
+            '{"region": "US-EAST"}'
+        )
+        kube = JobsAndLeases(
+            list(built.values()),
+            {
+                names.lease_secret_name(built[token]["metadata"]["name"]): run.lease_token
+                for token, run in lost.items()
+            },
+        )
+        with connection.connect(standby.dsn()) as conn:
+            done = restoration.run_once(conn, kube, last_id=max(run.id for run in claimed))
+            assert [item.outcome for item in done] == ["restored", "restored"]
+            assert runs.get(conn, lost["honest"].id).parameters == {"region": "us"}
+            assert runs.get(conn, lost["edited"].id).parameters is None
+    finally:
+        standby.cleanup()
+    [warning] = [r.getMessage() for r in caplog.records if "parameters" in r.getMessage()]
+    assert "its parameters are not restored with its run (region:" in warning

@@ -40,7 +40,7 @@ def test_job_is_named_labelled_owned_and_never_retried_by_kubernetes():
 
 
 def test_a_job_carries_what_its_run_row_needs_to_be_restored_after_a_failover():
-    """trigger, retry-of, upstream run and run-now token: with the labels, scheduled-for
+    """trigger, retry-of, upstream run, run-now token and parameters: with the labels, scheduled-for
     and the owner, a row a failover lost can be rebuilt from the Job (k8s/restoration.py)."""
     scheduled = jobs.build(definition(), run(), SETTINGS)["metadata"]["annotations"]
     assert scheduled[names.ANNOTATION_TRIGGER] == "schedule"
@@ -48,6 +48,10 @@ def test_a_job_carries_what_its_run_row_needs_to_be_restored_after_a_failover():
     assert not {names.ANNOTATION_RETRY_OF, names.ANNOTATION_REQUEST_TOKEN} & scheduled.keys()
     manual = jobs.build(definition(), run(trigger="manual", request_token="t-1"), SETTINGS)
     assert manual["metadata"]["annotations"][names.ANNOTATION_REQUEST_TOKEN] == "t-1"
+    assert names.ANNOTATION_PARAMETERS not in manual["metadata"]["annotations"]
+    given = run(trigger="manual", request_token="t-2", parameters={"region": "us", "day": "1"})
+    carried = jobs.build(definition(), given, SETTINGS)["metadata"]["annotations"]
+    assert json.loads(carried[names.ANNOTATION_PARAMETERS]) == {"region": "us", "day": "1"}
     retry = jobs.build(
         definition(), run(trigger="retry", attempt=2, retry_of=41, upstream_run_id=7), SETTINGS
     )["metadata"]

@@ -132,13 +132,16 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
 
 def _row_annotations(run: Run) -> dict[str, str]:
     """What the run's row holds beyond its labels, for a restore of a row a failover lost
-    (k8s/restoration.py). The run-now token is the requester's own text, already on the
-    ScheduledJob for anyone who may read it: no secret."""
+    (k8s/restoration.py). The run-now token and the parameters are the requester's own
+    text, already on the ScheduledJob (and the parameters in the pod's environment) for
+    anyone who may read it: no secret."""
+    given = json.dumps(run.parameters, sort_keys=True) if run.parameters else None
     carried = {
         names.ANNOTATION_TRIGGER: run.trigger,
         names.ANNOTATION_RETRY_OF: run.retry_of,
         names.ANNOTATION_UPSTREAM_RUN: run.upstream_run_id,
         names.ANNOTATION_REQUEST_TOKEN: run.request_token,
+        names.ANNOTATION_PARAMETERS: given,
     }
     return {key: str(value) for key, value in carried.items() if value is not None}
 

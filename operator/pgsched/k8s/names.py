@@ -42,6 +42,9 @@ ANNOTATION_TRIGGER = f"{GROUP}/trigger"
 ANNOTATION_RETRY_OF = f"{GROUP}/retry-of"
 ANNOTATION_UPSTREAM_RUN = f"{GROUP}/upstream-run-id"
 ANNOTATION_REQUEST_TOKEN = f"{GROUP}/run-now-token"
+# The values of spec.parameters the run was given (JSON, names to strings), as its row's
+# pgsched.run_parameters held them: a restored run's retries run with them too.
+ANNOTATION_PARAMETERS = f"{GROUP}/parameters"
 # Requests to the operator, written on a ScheduledJob by `pgsched` or kubectl (so that
 # Kubernetes RBAC and the API server's audit log apply); k8s/commands.py reads them.
 ANNOTATION_RUN_NOW = f"{GROUP}/run-now"

@@ -23,12 +23,15 @@ was not. One claimed already ran twice: that is logged, not undone.
 
 A Job and Secret a tenant made up restore nothing (their lease is not genuine for the run
 id), nor does a Job of the current timeline's block (created after the failover). What a
-Job does not carry is not restored: the run's parameters as queued (its pod has them in
-its environment), its requester, its starting deadline (it did start).
+Job does not carry is not restored: its requester, its starting deadline (it did start).
+Its parameters are (annotation ``pgsched.dev/parameters``), if they pass the checks of the
+ScheduledJob's declarations as a run-now's would: a Job's annotations can be edited by who
+may patch Jobs, who must not get values past a pattern that way.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +42,7 @@ from uuid import UUID
 from pgsched import metrics
 from pgsched.db import queries
 from pgsched.db.connection import Connection
+from pgsched.engine import definitions, parameters
 from pgsched.k8s import api, launcher, names
 from pgsched.k8s.names import Obj
 
@@ -115,6 +119,7 @@ def _restore(conn: Connection, kube: api.KubeApi, run_id: int, job: Obj) -> Rest
             "lease": held,
             "namespace": metadata["namespace"],
             "job_name": metadata["name"],
+            "parameters": _parameters(conn, job, facts["definition_id"], where),
             **facts,
         },
     ).fetchone()
@@ -148,6 +153,33 @@ def _row_of(job: Obj) -> dict[str, Any] | None:
         }
     except (IndexError, KeyError, ValueError):
         return None  # a Job of a release before 0034 (no trigger annotation), or edited
+
+
+def _parameters(conn: Connection, job: Obj, definition_id: UUID, where: str) -> str | None:
+    """The parameters the Job's run was given (JSON), if its ScheduledJob's declarations
+    accept them; None if it was given none, or (said) if they do not pass."""
+    text = (job["metadata"].get("annotations") or {}).get(names.ANNOTATION_PARAMETERS)
+    definition = definitions.get(conn, definition_id)
+    if text is None or definition is None:
+        return None  # none given; or no definition, and then nothing is restored at all
+    try:
+        given = json.loads(text)
+    except ValueError:
+        given = None
+    if not isinstance(given, dict) or not all(isinstance(v, str) for v in given.values()):
+        problems = ["not a JSON object of names to strings"]
+    else:
+        declared = parameters.declared(definition.spec)
+        problems = [f"{p.name}: {p.message}" for p in parameters.check(declared, given)]
+    if problems:
+        log.warning(
+            "Job %s: its parameters are not restored with its run (%s); its retries get the"
+            " declared defaults",
+            where,
+            "; ".join(problems),
+        )
+        return None
+    return json.dumps(given, sort_keys=True)
 
 
 def _number(text: str | None) -> int | None:

@@ -55,14 +55,23 @@ ORDER BY d.namespace;
 SELECT r.id FROM pgsched.job_runs AS r WHERE r.id = ANY(%(ids)s::bigint[]);
 
 -- name: restore_lost_run
--- A run whose row the failover lost, restored from its Job (migration 0034).
-SELECT l.outcome, l.duplicate_id, l.duplicate_status
-FROM pgsched.restore_lost_run(
-    %(run_id)s::bigint, %(lease)s::uuid, %(namespace)s::text, %(job_name)s::text,
-    %(definition_id)s::uuid, %(trigger)s::text, %(scheduled_for)s::timestamptz,
-    %(attempt)s::integer, %(retry_of)s::bigint, %(upstream_run_id)s::bigint,
-    %(request_token)s::text
-) AS l;
+-- A run whose row the failover lost, restored from its Job (migration 0034), with the
+-- parameters it was given (NULL: none) in the same statement, so a restored run never
+-- lacks them: its retries copy them (settle.sql).
+WITH l AS (
+    SELECT * FROM pgsched.restore_lost_run(
+        %(run_id)s::bigint, %(lease)s::uuid, %(namespace)s::text, %(job_name)s::text,
+        %(definition_id)s::uuid, %(trigger)s::text, %(scheduled_for)s::timestamptz,
+        %(attempt)s::integer, %(retry_of)s::bigint, %(upstream_run_id)s::bigint,
+        %(request_token)s::text
+    )
+), given AS (
+    INSERT INTO pgsched.run_parameters (run_id, definition_id, parameters)
+    SELECT %(run_id)s::bigint, %(definition_id)s::uuid, %(parameters)s::jsonb
+    FROM l
+    WHERE l.outcome = 'restored' AND %(parameters)s::jsonb IS NOT NULL
+)
+SELECT l.outcome, l.duplicate_id, l.duplicate_status FROM l;
 
 -- name: failover_pass_finished
 -- Whether the current timeline's pass has finished (no row: it is owed, not finished).
