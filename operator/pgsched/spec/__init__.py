@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
@@ -28,54 +27,16 @@ from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import ANY_REASON, REASONS, Backoff, RetryPolicy
 from pgsched.schedule import budget, calendars, timeline, union, zones
 from pgsched.schedule import window as windows
+from pgsched.spec import fields
+from pgsched.spec.checker import MAX_INT32, Checker, describe
 from pgsched.validation import FieldError, Problems, SpecError
 
-MAX_INT32 = 2**31 - 1
 VALIDATION_STEPS = budget.MAX_STEPS // 4
 
 
-_SCHEDULE_FIELDS = {"schedule": "cron", "rrule": "rrule", "runAt": "once"}
-_ENGINE_FIELDS = {
-    *_SCHEDULE_FIELDS,
-    "schedules",
-    "timeZone",
-    "dstPolicy",
-    "suspend",
-    "maxConcurrentRuns",
-    "concurrencyPolicy",
-    "maxQueuedRuns",
-    "startingDeadlineSeconds",
-    "catchUp",
-    "catchUpLimit",
-    "activeDeadlineSeconds",
-    "retryPolicy",
-    "heartbeat",
-    "cancelGraceSeconds",
-    "failureSuspendThreshold",
-    "after",
-    "afterMode",
-    "runAtInPast",
-}
 MAX_UPSTREAMS = 20
-_EXTRA_FIELDS = {
-    "jobTemplate",
-    "startTimeoutSeconds",
-    "admissionTimeoutSeconds",
-    "job",
-    "successfulRunsHistoryLimit",
-    "failedRunsHistoryLimit",
-    "pool",
-    "notify",
-    "deadline",
-    "calendars",
-    jitter.FIELD,
-    windows.FROM,
-    windows.UNTIL,
-    parameters.FIELD,
-}
-
-
 __all__ = [
+    "MAX_INT32",
     "FieldError",
     "SpecError",
     "calendar",
@@ -84,117 +45,6 @@ __all__ = [
     "pool_limit",
 ]  # the errors are validation's, named here too
 _DEFAULTS = DefinitionSpec  # every default of a spec field is stated once, there
-
-
-class _Checker:
-    """Reads values out of the spec mapping, collecting a problem per bad field."""
-
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.spec = spec
-        self.problems = Problems()
-
-    def fail(self, path: str, message: str, example: str | None = None) -> None:
-        self.problems.add(f"spec.{path}" if path else "spec", message, example)
-
-    def section(self, name: str) -> Mapping[str, Any]:
-        value = self.spec.get(name)
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.fail(name, f"must be an object, got {_describe(value)}")
-            return {}
-        return value
-
-    def integer(
-        self,
-        source: Mapping[str, Any],
-        key: str,
-        *,
-        path: str,
-        default: int | None,
-        minimum: int,
-        example: str,
-    ) -> int | None:
-        value = source.get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"must be an integer, got {_describe(value)}", example)
-            return default
-        if not minimum <= value <= MAX_INT32:
-            self.fail(path, f"{value} is out of range {minimum}..{MAX_INT32}", example)
-            return default
-        return value
-
-    def number(
-        self,
-        source: Mapping[str, Any],
-        key: str,
-        *,
-        path: str,
-        default: float,
-        minimum: float,
-        maximum: float,
-        example: str,
-    ) -> float:
-        value = source.get(key)
-        if value is None:
-            return default
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            self.fail(path, f"must be a number, got {_describe(value)}", example)
-            return default
-        if not minimum <= value <= maximum:
-            self.fail(path, f"{value} is out of range {minimum:g}..{maximum:g}", example)
-            return default
-        return float(value)
-
-    def choice(
-        self, source: Mapping[str, Any], key: str, *, path: str, options: tuple[str, ...]
-    ) -> str:
-        value = source.get(key)
-        if value is None:
-            return options[0]
-        if value not in options:
-            self.fail(
-                path,
-                f"{value!r} is not one of {', '.join(options)}",
-                f"{key}: {options[-1]}",
-            )
-            return options[0]
-        return cast(str, value)
-
-    def boolean(self, key: str) -> bool:
-        value = self.spec.get(key)
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            self.fail(key, f"must be true or false, got {_describe(value)}", f"{key}: true")
-            return False
-        return value
-
-    def zone(self, value: Any, *, path: str) -> bool:
-        """Whether ``value`` is an IANA time zone name (else a problem at ``path``)."""
-        if not isinstance(value, str):
-            self.fail(path, f"must be a string, got {_describe(value)}", "Europe/Sofia")
-            return False
-        try:
-            zones.load_zone(value)
-        except schedule.ScheduleError as error:
-            self.fail(path, error.message, error.example)
-            return False
-        return True
-
-    def unknown(self, source: Mapping[str, Any], known: set[str], prefix: str) -> None:
-        for key in source:
-            if key not in known:
-                self.fail(
-                    f"{prefix}{key}",
-                    f"unknown field; known fields are {', '.join(sorted(known))}",
-                )
 
 
 # A runAt this much before "now" is still taken as meant (an apply that took a while).
@@ -219,9 +69,9 @@ def parse(
     before, and None for one it has: a one-shot accepted yesterday is not an error today.
     """
     if not isinstance(spec, Mapping):
-        raise SpecError([FieldError("spec", f"must be an object, got {_describe(spec)}")])
-    check = _Checker(spec)
-    check.unknown(spec, _ENGINE_FIELDS | _EXTRA_FIELDS, "")
+        raise SpecError([FieldError("spec", f"must be an object, got {describe(spec)}")])
+    check = Checker(spec)
+    check.unknown(spec, fields.ENGINE_FIELDS | fields.EXTRA_FIELDS, "")
 
     after = _after(check)
     mode = check.choice(spec, "afterMode", path="afterMode", options=chain.MODES)
@@ -334,7 +184,7 @@ def parse(
         after=after,
         after_mode=cast(chain.Mode, mode),
         window=window,
-        extra={key: spec[key] for key in _EXTRA_FIELDS if key in spec},
+        extra={key: spec[key] for key in fields.EXTRA_FIELDS if key in spec},
     )
     if kind == "none":
         return parsed
@@ -374,7 +224,7 @@ def pool_limit(spec: Any) -> int:
             [
                 FieldError(
                     "spec.limit",
-                    f"must be an integer of at least 1, got {_describe(limit)}",
+                    f"must be an integer of at least 1, got {describe(limit)}",
                     "limit: 2",
                 )
             ]
@@ -410,9 +260,11 @@ def _how_long(span: timedelta) -> str:
 
 
 def _schedule_choice(
-    check: _Checker, *, chained: bool
+    check: Checker, *, chained: bool
 ) -> tuple[schedule.ScheduleKind | None, str | None]:
-    given = [name for name in (*_SCHEDULE_FIELDS, "schedules") if check.spec.get(name) is not None]
+    given = [
+        name for name in (*fields.SCHEDULE_FIELDS, "schedules") if check.spec.get(name) is not None
+    ]
     if not given and chained:
         return "none", ""  # runs only after its upstreams (or by hand)
     if len(given) != 1:
@@ -429,22 +281,22 @@ def _schedule_choice(
         return _schedules(check)
     text = check.spec[name]
     if not isinstance(text, str) or not text.strip():
-        check.fail(name, f"must be a non-empty string, got {_describe(text)}", "'0 8 * * *'")
+        check.fail(name, f"must be a non-empty string, got {describe(text)}", "'0 8 * * *'")
         return None, None
-    return cast(schedule.ScheduleKind, _SCHEDULE_FIELDS[name]), text.strip()
+    return cast(schedule.ScheduleKind, fields.SCHEDULE_FIELDS[name]), text.strip()
 
 
 _ENTRY_EXAMPLE = "schedules: [{schedule: '30 8 * * 1-5'}, {schedule: '0 10 * * 6'}]"
 
 
-def _schedules(check: _Checker) -> tuple[schedule.ScheduleKind | None, str | None]:
+def _schedules(check: Checker) -> tuple[schedule.ScheduleKind | None, str | None]:
     """``spec.schedules``: each entry a cron (``schedule``) or an ``rrule``, with an
     optional ``timeZone`` of its own; stored as one ``union`` schedule."""
     value = check.spec["schedules"]
     if not isinstance(value, list) or not 1 <= len(value) <= union.MAX_ENTRIES:
         check.fail(
             "schedules",
-            f"must be a list of 1..{union.MAX_ENTRIES} entries, got {_describe(value)}"
+            f"must be a list of 1..{union.MAX_ENTRIES} entries, got {describe(value)}"
             + (f" of {len(value)}" if isinstance(value, list) else ""),
             _ENTRY_EXAMPLE,
         )
@@ -453,7 +305,7 @@ def _schedules(check: _Checker) -> tuple[schedule.ScheduleKind | None, str | Non
     for index, item in enumerate(value):
         path = f"schedules[{index}]"
         if not isinstance(item, Mapping):
-            check.fail(path, f"must be an object, got {_describe(item)}", _ENTRY_EXAMPLE)
+            check.fail(path, f"must be an object, got {describe(item)}", _ENTRY_EXAMPLE)
             continue
         check.unknown(item, {"schedule", "rrule", "timeZone"}, f"{path}.")
         kinds = [name for name in ("schedule", "rrule") if item.get(name) is not None]
@@ -464,12 +316,12 @@ def _schedules(check: _Checker) -> tuple[schedule.ScheduleKind | None, str | Non
             continue
         text = item[kinds[0]]
         if not isinstance(text, str) or not text.strip():
-            check.fail(f"{path}.{kinds[0]}", f"must be a non-empty string, got {_describe(text)}")
+            check.fail(f"{path}.{kinds[0]}", f"must be a non-empty string, got {describe(text)}")
             continue
         zone = item.get("timeZone")
         if zone is not None and not check.zone(zone, path=f"{path}.timeZone"):
             continue
-        kind = cast(schedule.ScheduleKind, _SCHEDULE_FIELDS[kinds[0]])
+        kind = cast(schedule.ScheduleKind, fields.SCHEDULE_FIELDS[kinds[0]])
         entries.append((kind, text.strip(), zone))
     if len(entries) != len(value):
         return None, None
@@ -499,7 +351,7 @@ def _schedule_field_error(
 
     kind = parsed.schedule_kind
     if kind != "union":
-        field_name = next(name for name, value in _SCHEDULE_FIELDS.items() if value == kind)
+        field_name = next(name for name, value in fields.SCHEDULE_FIELDS.items() if value == kind)
         return SpecError([FieldError(f"spec.{field_name}", said(error.message), error.example)])
     entries = json.loads(parsed.schedule)
     for index, entry in enumerate(entries):
@@ -528,7 +380,7 @@ def _schedule_field_error(
 MAX_CALENDARS = 10
 
 
-def _calendars(check: _Checker) -> None:
+def _calendars(check: Checker) -> None:
     section = check.section("calendars")
     check.unknown(section, {"exclude"}, "calendars.")
     value = section.get("exclude", [])
@@ -571,13 +423,13 @@ def notification_policy(name: Any, spec: Any) -> dict[str, Any]:
     return dict(spec)
 
 
-def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
+def _after(check: Checker) -> tuple[chain.Upstream, ...]:
     value = check.spec.get("after")
     example = "after: [{scheduledJob: extract, outcome: Succeeded}]"
     if value is None:
         return ()
     if not isinstance(value, list):
-        check.fail("after", f"must be a list of upstreams, got {_describe(value)}", example)
+        check.fail("after", f"must be a list of upstreams, got {describe(value)}", example)
         return ()
     if len(value) > MAX_UPSTREAMS:
         check.fail("after", f"names {len(value)} upstreams, at most {MAX_UPSTREAMS}", example)
@@ -586,7 +438,7 @@ def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
     for index, item in enumerate(value):
         path = f"after[{index}]"
         if not isinstance(item, Mapping):
-            check.fail(path, f"must be an object, got {_describe(item)}", example)
+            check.fail(path, f"must be an object, got {describe(item)}", example)
             continue
         if True in item or "true" in item:
             # YAML 1.1 (kubectl, PyYAML) reads an unquoted `on:` key as the boolean true.
@@ -611,7 +463,7 @@ def _after(check: _Checker) -> tuple[chain.Upstream, ...]:
     return tuple(found)
 
 
-def _window(check: _Checker) -> windows.Window | None:
+def _window(check: Checker) -> windows.Window | None:
     bounds: dict[str, datetime] = {}
     for key in (windows.FROM, windows.UNTIL):
         if check.spec.get(key) is None:
@@ -619,7 +471,7 @@ def _window(check: _Checker) -> windows.Window | None:
         value = check.spec[key]
         try:
             if not isinstance(value, str):
-                raise ValueError(f"must be an RFC 3339 timestamp string, got {_describe(value)}")
+                raise ValueError(f"must be an RFC 3339 timestamp string, got {describe(value)}")
             bounds[key] = timeline.utc(windows.parse_instant(value))
         except ValueError as error:
             check.fail(key, str(error), f"{key}: '2027-01-01T00:00:00Z'")
@@ -635,7 +487,7 @@ def _window(check: _Checker) -> windows.Window | None:
     return windows.Window(start, end)
 
 
-def _retry_policy(check: _Checker) -> RetryPolicy:
+def _retry_policy(check: Checker) -> RetryPolicy:
     section = check.section("retryPolicy")
     check.unknown(section, {"maxAttempts", "backoff", "retryOn", "neverRetryOn"}, "retryPolicy.")
     defaults = RetryPolicy()
@@ -651,7 +503,7 @@ def _retry_policy(check: _Checker) -> RetryPolicy:
     if not isinstance(backoff_section, Mapping):
         check.fail(
             "retryPolicy.backoff",
-            f"must be an object, got {_describe(backoff_section)}",
+            f"must be an object, got {describe(backoff_section)}",
             "backoff: {initialSeconds: 10, maxSeconds: 600}",
         )
         backoff_section = {}
@@ -714,7 +566,7 @@ def _retry_policy(check: _Checker) -> RetryPolicy:
 
 
 def _reasons(
-    check: _Checker, section: Mapping[str, Any], key: str, *, default: tuple[str, ...]
+    check: Checker, section: Mapping[str, Any], key: str, *, default: tuple[str, ...]
 ) -> tuple[str, ...]:
     path = f"retryPolicy.{key}"
     value = section.get(key)
@@ -722,7 +574,7 @@ def _reasons(
         return default
     example = f"{key}: [NonZeroExit, HeartbeatLost]"
     if not isinstance(value, list):
-        check.fail(path, f"must be a list of failure reasons, got {_describe(value)}", example)
+        check.fail(path, f"must be a list of failure reasons, got {describe(value)}", example)
         return default
     for index, reason in enumerate(value):
         if not isinstance(reason, str) or not (
@@ -737,7 +589,7 @@ def _reasons(
     return tuple(str(reason) for reason in value)
 
 
-def _heartbeat(check: _Checker) -> tuple[int, int, int]:
+def _heartbeat(check: Checker) -> tuple[int, int, int]:
     section = check.section("heartbeat")
     check.unknown(
         section, {"intervalSeconds", "timeoutSeconds", "orphanTimeoutSeconds"}, "heartbeat."
@@ -786,7 +638,7 @@ def _heartbeat(check: _Checker) -> tuple[int, int, int]:
     return interval, timeout, orphan
 
 
-def _extra_fields(check: _Checker) -> None:
+def _extra_fields(check: Checker) -> None:
     notifications.parse(check.spec.get("notify"), check.problems)
     deadlines.parse(check.spec.get("deadline"), check.problems)
     for key in ("successfulRunsHistoryLimit", "failedRunsHistoryLimit"):
@@ -825,12 +677,12 @@ def _extra_fields(check: _Checker) -> None:
         )
     template = check.spec.get("jobTemplate")
     if template is not None and not isinstance(template, Mapping):
-        check.fail("jobTemplate", f"must be an object, got {_describe(template)}")
+        check.fail("jobTemplate", f"must be an object, got {describe(template)}")
     job = check.spec.get("job")
     if job is None:
         return
     if not isinstance(job, Mapping):
-        check.fail("job", f"must be an object, got {_describe(job)}", "job: {kind: report}")
+        check.fail("job", f"must be an object, got {describe(job)}", "job: {kind: report}")
         return
     check.unknown(job, {"kind", "args", "modules"}, "job.")
     kind = job.get("kind")
@@ -842,7 +694,7 @@ def _extra_fields(check: _Checker) -> None:
         )
     args = job.get("args", {})
     if not isinstance(args, Mapping):
-        check.fail("job.args", f"must be an object, got {_describe(args)}", "args: {days: 7}")
+        check.fail("job.args", f"must be an object, got {describe(args)}", "args: {days: 7}")
     modules = job.get("modules", [])
     if not isinstance(modules, list) or not all(
         isinstance(module, str) and names.DOTTED_NAME.match(module) for module in modules
@@ -852,17 +704,3 @@ def _extra_fields(check: _Checker) -> None:
             f"must be a list of importable Python module names, got {modules!r}",
             "modules: [myapp.jobs]",
         )
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, int | float):
-        return f"number {value}"
-    if isinstance(value, str):
-        return f"string {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    return "an object" if isinstance(value, Mapping) else type(value).__name__
