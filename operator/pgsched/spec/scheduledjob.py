@@ -35,9 +35,10 @@ def parse(
     ``anchor`` is the resource's creation time (the RRULE's default DTSTART day) and
     ``now`` is where the next occurrence is looked for, within the budget; a rule with
     none ahead (all in the past) is accepted and simply never runs again.
-    ``run_at_not_before``: reject a ``runAt`` earlier than this (less :data:`~run_at.RUN_AT_SLACK`)
-    unless ``runAtInPast: Run``. The operator passes "now" for a runAt it has not accepted
-    before, and None for one it has: a one-shot accepted yesterday is not an error today.
+    ``run_at_not_before``: reject a ``runAt`` earlier than this (less
+    :data:`run_at.RUN_AT_SLACK`) unless ``runAtInPast: Run``. The operator passes "now" for a
+    runAt it has not accepted before, and None for one it has: a one-shot accepted yesterday
+    is not an error today.
     """
     if not isinstance(spec, Mapping):
         raise SpecError([FieldError("spec", f"must be an object, got {describe(spec)}")])
