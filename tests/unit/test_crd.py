@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from pgsched import spec
+from pgsched.spec.fields import ENGINE_FIELDS, EXTRA_FIELDS
 
 CRD = Path(__file__).parents[2] / "crds" / "scheduledjobs.pgsched.dev.yaml"
 
@@ -54,7 +55,7 @@ def test_crd_names_match_the_design():
 def test_crd_spec_fields_are_exactly_the_fields_the_validator_knows():
     _, version = schema()
     properties = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-    assert set(properties) == spec._ENGINE_FIELDS | spec._EXTRA_FIELDS
+    assert set(properties) == ENGINE_FIELDS | EXTRA_FIELDS
 
 
 def test_crd_defaults_match_the_validator_defaults():

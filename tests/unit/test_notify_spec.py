@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from pgsched import spec
+from pgsched.engine import notifications
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 CRD = Path(__file__).parents[2] / "crds" / "scheduledjobs.pgsched.dev.yaml"
@@ -135,7 +136,7 @@ def test_the_crd_schema_knows_the_same_notify_fields():
     ]
     target = fields["notify"]["properties"]["targets"]["items"]["properties"]
     assert set(target) == {"name", "type", "url", "urlSecretRef", "signingSecretRef", "events"}
-    assert target["events"]["items"]["enum"] == list(spec.notifications.EVENTS)
+    assert target["events"]["items"]["enum"] == list(notifications.EVENTS)
     assert fields["deadline"]["type"] == "string"
 
 

@@ -84,7 +84,7 @@ def rrule_texts(draw: st.DrawFn) -> tuple[str, str]:
     return "\n".join(lines), zone
 
 
-def _validate(fields: dict[str, object]) -> spec.DefinitionSpec | None:
+def _validate(fields: dict[str, object]) -> definitions.DefinitionSpec | None:
     began = time.monotonic()
     try:
         return spec.parse(fields, hash_seed="ns/job", anchor=NOW, now=NOW)

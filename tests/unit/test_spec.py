@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pgsched import spec
 from pgsched.engine import definitions
 from pgsched.engine.retry import RetryPolicy
+from pgsched.spec.fields import ENGINE_FIELDS, EXTRA_FIELDS
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -236,7 +237,7 @@ _json = st.recursive(
     ),
     max_leaves=12,
 )
-_keys = st.sampled_from([*sorted(spec._ENGINE_FIELDS | spec._EXTRA_FIELDS), "bogus"])
+_keys = st.sampled_from([*sorted(ENGINE_FIELDS | EXTRA_FIELDS), "bogus"])
 _values = st.one_of(
     _json,
     st.sampled_from(
