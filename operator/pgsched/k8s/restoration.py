@@ -159,9 +159,11 @@ def _parameters(conn: Connection, job: Obj, definition_id: UUID, where: str) -> 
     """The parameters the Job's run was given (JSON), if its ScheduledJob's declarations
     accept them; None if it was given none, or (said) if they do not pass."""
     text = (job["metadata"].get("annotations") or {}).get(names.ANNOTATION_PARAMETERS)
+    if text is None:
+        return None  # given none
     definition = definitions.get(conn, definition_id)
-    if text is None or definition is None:
-        return None  # none given; or no definition, and then nothing is restored at all
+    if definition is None:
+        return None  # and then nothing is restored at all (no_definition)
     try:
         given = json.loads(text)
     except ValueError:
@@ -176,7 +178,7 @@ def _parameters(conn: Connection, job: Obj, definition_id: UUID, where: str) -> 
             "Job %s: its parameters are not restored with its run (%s); its retries get the"
             " declared defaults",
             where,
-            "; ".join(problems),
+            "; ".join(problems[:3]) + ("; …" if len(problems) > 3 else ""),
         )
         return None
     return json.dumps(given, sort_keys=True)
