@@ -20,6 +20,8 @@ from pgsched.engine.launcher import LaunchError
 from pgsched.k8s import api
 from pgsched.k8s import starts as pod_starts
 
+CATCH_UP = int(pod_starts.CATCH_UP.total_seconds())
+
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 FAST = {"intervalSeconds": 1, "timeoutSeconds": 3, "orphanTimeoutSeconds": 5}
 
@@ -217,14 +219,14 @@ def test_the_start_bound_does_not_run_while_the_pod_cannot_be_observed(conn):
 def test_a_pod_status_read_just_after_the_api_servers_return_is_given_time_to_catch_up(conn):
     """The run's bound passed while the API server was away (59 s of 60 seen, then 40 s
     out of sight): the first status read after the return still says PodInitializing,
-    though the workload may have started meanwhile. The run gets CATCH_UP (60 s) from
+    though the workload may have started meanwhile. The run gets CATCH_UP from
     that round before its bound is judged; a start reported within it is recorded."""
     _, run_lease, job_name = claimed(conn, startTimeoutSeconds=60, heartbeat=FAST)
     kube = Api({job_name: {}}, {job_name: [pod_waiting("PodInitializing")]})
     for second in range(1, 60, 5):
         pod_starts.run_once(conn, kube, now=at(second))
     assert pod_starts.run_once(conn, kube, now=at(96)).ended == {}  # last look at 56: 40 s
-    assert starts.of_run(conn, run_lease.run_id).bound_at == at(96 + 60)
+    assert starts.of_run(conn, run_lease.run_id).bound_at == at(96 + CATCH_UP)
     assert pod_starts.run_once(conn, kube, now=at(120)).ended == {}
     kube.pods[job_name] = [pod_started("2026-06-01T12:01:30Z")]
     assert pod_starts.run_once(conn, kube, now=at(125)).started == [run_lease.run_id]
@@ -233,14 +235,14 @@ def test_a_pod_status_read_just_after_the_api_servers_return_is_given_time_to_ca
 def test_even_a_short_api_server_absence_gives_launching_runs_the_catch_up(conn):
     """One failed round (an API server restart of a few seconds): the Job controller lists
     everything again before it creates the pod, which can take a minute. The runs the
-    round meant to look at get CATCH_UP (60 s) from it; the bound is stored with them."""
+    round meant to look at get CATCH_UP from it; the bound is stored with them."""
     _, run_lease, job_name = claimed(conn, startTimeoutSeconds=45, heartbeat=FAST)
     kube = Api({job_name: {}})  # the Job, no pod yet
     for second in range(1, 41, 5):
         pod_starts.run_once(conn, kube, now=at(second))
     api_away(conn, kube, [42])
-    assert starts.of_run(conn, run_lease.run_id).bound_at == at(42 + 60)
-    ends_at(conn, kube, run_lease.run_id, range(44, 102, 5), 102)
+    assert starts.of_run(conn, run_lease.run_id).bound_at == at(42 + CATCH_UP)
+    ends_at(conn, kube, run_lease.run_id, range(44, 42 + CATCH_UP, 5), 42 + CATCH_UP)
 
 
 def test_a_run_claimed_just_before_an_api_server_absence_gets_the_catch_up_too(conn):
@@ -251,16 +253,17 @@ def test_a_run_claimed_just_before_an_api_server_absence_gets_the_catch_up_too(c
     _, run_lease, job_name = claimed(conn, startTimeoutSeconds=45, heartbeat=FAST)
     kube = Api({job_name: {}})
     api_away(conn, kube, range(2, 27, 4))
-    assert starts.of_run(conn, run_lease.run_id).bound_at == at(26 + 60)
-    ends_at(conn, kube, run_lease.run_id, range(28, 86, 4), 86)
+    assert starts.of_run(conn, run_lease.run_id).bound_at == at(26 + CATCH_UP)
+    ends_at(conn, kube, run_lease.run_id, range(28, 26 + CATCH_UP, 4), 26 + CATCH_UP)
 
 
 def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(conn):
     """The API server away from 2 s to 26 s; a run launched at 29 s, just after its return.
     The Job controller lists everything again before it creates pods, for Jobs created
-    after the return too (cluster chaos seed 2124390831: pods created 38 s after such a
-    launch, the runs ended at their 45 s bound). No bound ends before CATCH_UP (60 s) after
-    the return, as this replica saw it; later launches keep their own bound."""
+    after the return too (cluster chaos seeds 2124390831 and 1731164321: pods created 38 s
+    and 60 s after such a launch, the runs ended at their 45 s bound). No bound ends before
+    CATCH_UP after the return, as this replica saw it; later launches keep their own
+    bound."""
     _, _, first_job = claimed(conn, "before", startTimeoutSeconds=300, heartbeat=FAST)
     recovery = pod_starts.Recovery()
     kube = Api({first_job: {}})
@@ -270,10 +273,44 @@ def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(
         conn, "after", second=29, startTimeoutSeconds=45, heartbeat=FAST
     )
     kube.jobs[job_name] = {}  # its Job, no pod yet
-    ends_at(conn, kube, run_lease.run_id, range(30, 88, 4), 88, recovery=recovery)
-    _, later, later_job = claimed(conn, "later", second=90, startTimeoutSeconds=45, heartbeat=FAST)
+    back = 28 + CATCH_UP  # the first round answered after the absence, and its catch-up
+    ends_at(conn, kube, run_lease.run_id, range(30, back, 4), back, recovery=recovery)
+    launched = back + 2
+    _, later, later_job = claimed(
+        conn, "later", second=launched, startTimeoutSeconds=45, heartbeat=FAST
+    )
     kube.jobs[later_job] = {}
-    ends_at(conn, kube, later.run_id, range(92, 135, 4), 135, recovery=recovery)
+    ends_at(
+        conn,
+        kube,
+        later.run_id,
+        range(launched + 2, launched + 45, 4),
+        launched + 45,
+        recovery=recovery,
+    )
+
+
+def test_pods_the_job_controller_creates_a_minute_after_the_return_still_start(conn):
+    """Cluster chaos seed 1731164321: runs launched as a 29 s API server outage ended got
+    their pods from the Job controller 60 s later, PodInitializing for 3 s more; with a
+    60 s catch-up they ended StartTimeout 2 s before they would have started."""
+    _, _, first_job = claimed(conn, "before", startTimeoutSeconds=300, heartbeat=FAST)
+    recovery = pod_starts.Recovery()
+    kube = Api({first_job: {}})
+    api_away(conn, kube, range(2, 27, 4), recovery=recovery)
+    pod_starts.run_once(conn, kube, now=at(28), recovery=recovery)
+    _, run_lease, job_name = claimed(
+        conn, "after", second=29, startTimeoutSeconds=45, heartbeat=FAST
+    )
+    kube.jobs[job_name] = {}  # its Job; the Job controller has not created the pod yet
+    for second in range(30, 89, 4):
+        assert pod_starts.run_once(conn, kube, now=at(second), recovery=recovery).ended == {}
+    kube.pods[job_name] = [pod_waiting("PodInitializing")]
+    for second in (89, 91):
+        assert pod_starts.run_once(conn, kube, now=at(second), recovery=recovery).ended == {}
+    kube.pods[job_name] = [pod_started("2026-06-01T12:01:32Z")]
+    started = pod_starts.run_once(conn, kube, now=at(93), recovery=recovery).started
+    assert started == [run_lease.run_id]
 
 
 class SlowReads:
@@ -299,7 +336,7 @@ def test_a_round_that_waited_for_the_api_server_judges_nothing_and_gives_the_cat
     that counts as out of sight, and used to end it StartTimeout although the Job
     controller had not yet created pods again (seed 959735939 of the cluster chaos). The
     wait is time out of sight: the slow round judges nothing and gives the run CATCH_UP
-    (60 s) from when it was answered; a start reported within it is recorded."""
+    from when it was answered; a start reported within it is recorded."""
     _, run_lease, job_name = claimed(conn, startTimeoutSeconds=45, heartbeat=FAST)
     clock = SlowReads()
     kube = Api({job_name: {}}, {job_name: [pod_waiting("ContainerCreating")]}, on_get=clock.read)
@@ -307,7 +344,7 @@ def test_a_round_that_waited_for_the_api_server_judges_nothing_and_gives_the_cat
         pod_starts.run_once(conn, kube, now=at(second), monotonic=clock)
     clock.next_wait = 25.0
     assert pod_starts.run_once(conn, kube, now=at(41), monotonic=clock).ended == {}
-    assert starts.of_run(conn, run_lease.run_id).bound_at == at(41 + 25 + 60)
+    assert starts.of_run(conn, run_lease.run_id).bound_at == at(41 + 25 + CATCH_UP)
     for second in range(68, 126, 5):
         assert pod_starts.run_once(conn, kube, now=at(second), monotonic=clock).ended == {}
     kube.pods[job_name] = [pod_started("2026-06-01T12:02:00Z")]
