@@ -313,6 +313,40 @@ def test_pods_the_job_controller_creates_a_minute_after_the_return_still_start(c
     assert started == [run_lease.run_id]
 
 
+class Seconds:
+    """A monotonic clock that follows the tests' simulated seconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_absence_only_the_clients_other_requests_saw_still_gives_the_catch_up(conn):
+    """Chaos seed 1731164321, replayed: no run was launching during a 28 s outage, so no
+    starts round read anything, and none failed; runs launched 15 s after the return ended
+    at their 45 s bound, their pods created 40 s after the launch. The operator's watches
+    saw the outage: the client records the return (``api.Reachability``), and no bound
+    ends within CATCH_UP of it."""
+    seconds = Seconds()
+    kube = Api()
+    kube.reachability = api.Reachability(monotonic=seconds)
+    recovery = pod_starts.Recovery()
+    kube.reachability.lost()  # a watch's reconnection refused at 2 s ...
+    seconds.now = 30.0
+    kube.reachability.answered()  # ... and answered at 30 s
+    _, run_lease, job_name = claimed(conn, second=45, startTimeoutSeconds=45, heartbeat=FAST)
+    kube.jobs[job_name] = {}  # its Job, no pod yet
+    back = 30 + CATCH_UP
+    for second in range(46, back, 4):
+        seconds.now = float(second)
+        assert pod_starts.run_once(conn, kube, now=at(second), recovery=recovery).ended == {}
+    seconds.now = float(back)
+    ended = pod_starts.run_once(conn, kube, now=at(back), recovery=recovery).ended
+    assert ended == {run_lease.run_id: "StartTimeout"}
+
+
 class SlowReads:
     """A monotonic clock for the starts round that jumps ``seconds`` at the next API read:
     a read that waited that long for the API server."""

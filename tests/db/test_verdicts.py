@@ -34,6 +34,7 @@ class Api:
         self.down = down
         self.on_get = on_get
         self.served = 0
+        self.reachability = api.Reachability()  # never away, unless a test says so
 
     def get(self, path, **params):
         """Lists, as the verdicts read them: the pending runs' Jobs, and those Jobs' pods."""

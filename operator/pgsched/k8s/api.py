@@ -21,9 +21,10 @@ import logging
 import os
 import random
 import re
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -71,6 +72,35 @@ class ApiError(Exception):
         return self.status == 0 or self.status == 429 or self.status >= 500
 
 
+class Reachability:
+    """Whether the API server answered this client, and when it came back after it last
+    did not (a connection refused or broken, 5xx, 429). Shared by every view of one client
+    (``background``), so every request the operator makes — its watches reconnect all the
+    time — tells whether the server was away, also while no launching run needs a look
+    (``k8s.starts``: the Job controller and kubelet catch up only after the return)."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._away = False
+        self._back_at: float | None = None
+
+    def lost(self) -> None:
+        with self._lock:
+            self._away = True
+
+    def answered(self) -> None:
+        with self._lock:
+            if self._away:
+                self._away, self._back_at = False, self._monotonic()
+
+    def seconds_since_return(self) -> float | None:
+        """Seconds since the server answered again after an absence (None: it never was
+        away, as this client saw it)."""
+        with self._lock:
+            return None if self._back_at is None else self._monotonic() - self._back_at
+
+
 @dataclass(frozen=True)
 class RetrySettings:
     attempts: int = 6
@@ -107,6 +137,7 @@ class KubeApi:
         self._retry = retry or RetrySettings()
         self._timeout = timeout
         self._urgent = True
+        self.reachability = Reachability()
         # Connections kept per API server: the watches hold one each for minutes, and the
         # writers, Job workers and launches each have one in flight; past maxsize urllib3
         # opens and closes a TLS connection per request (a handshake both sides pay for).
@@ -180,10 +211,12 @@ class KubeApi:
             )
         except urllib3.exceptions.HTTPError as error:
             metrics.KUBE_REQUESTS.labels("WATCH", "connection-error").inc()
+            self.reachability.lost()
             raise ApiError(
                 "GET", path, 0, {"reason": "ConnectionError", "message": str(error)}
             ) from None
         metrics.KUBE_REQUESTS.labels("WATCH", str(response.status)).inc()
+        self._heard(response.status)
         if response.status >= 300:
             answer = _decode(response.read())
             response.release_conn()
@@ -234,6 +267,7 @@ class KubeApi:
                 )
             except urllib3.exceptions.HTTPError as error:
                 metrics.KUBE_REQUESTS.labels(method, "connection-error").inc()
+                self.reachability.lost()
                 if attempt >= self._retry.attempts:
                     raise ApiError(
                         method, path, 0, {"reason": "ConnectionError", "message": str(error)}
@@ -241,6 +275,7 @@ class KubeApi:
                 self._backoff(attempt, f"{method} {path}: {error}")
                 continue
             metrics.KUBE_REQUESTS.labels(method, str(response.status)).inc()
+            self._heard(response.status)
             if response.status < 300:
                 return response
             answer = _decode(response.data)
@@ -260,6 +295,12 @@ class KubeApi:
                 self._backoff(attempt, f"{method} {path}: {response.status}")
                 continue
             raise ApiError(method, path, response.status, answer)
+
+    def _heard(self, status: int) -> None:
+        if status == 429 or status >= 500:
+            self.reachability.lost()
+        else:
+            self.reachability.answered()
 
     def _headers(self, content_type: str) -> dict[str, str]:
         headers = {
