@@ -93,3 +93,45 @@ def test_the_client_side_limiter_paces_a_burst(server):
         kube.create("/x", {})
     # 5 at once, then 20 more at 20 per second.
     assert time.monotonic() - started >= 0.9
+
+
+def test_the_client_records_when_the_api_server_came_back_after_an_absence(server):
+    """Every request tells whether the server was away (k8s/starts.py bounds runs from
+    its return): a failing answer, then a good one, is a return; good ones alone are not."""
+    kube = client(server, attempts=1)
+    kube.create("/x", {})
+    assert kube.reachability.seconds_since_return() is None
+    Overloaded.script = [(503, {})]
+    with pytest.raises(api.ApiError):
+        kube.create("/x", {})
+    assert kube.reachability.seconds_since_return() is None  # away, not back yet
+    kube.background().create("/x", {})  # a view of the same client shares what it saw
+    since = kube.reachability.seconds_since_return()
+    assert since is not None and 0 <= since < 5
+
+
+def test_a_refused_connection_then_an_answer_is_a_return():
+    """The API server stopped (connection refused) and started again on its port."""
+
+    def serve(port):
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), Overloaded)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd
+
+    Overloaded.script, Overloaded.seen = [], []
+    first = serve(0)
+    port = first.server_address[1]
+    kube = client(f"http://127.0.0.1:{port}", attempts=1)
+    kube.create("/x", {})
+    first.shutdown()
+    first.server_close()
+    with pytest.raises(api.ApiError) as failed:
+        kube.create("/x", {})
+    assert failed.value.unavailable and kube.reachability.seconds_since_return() is None
+    again = serve(port)
+    try:
+        kube.create("/x", {})
+    finally:
+        again.shutdown()
+        again.server_close()
+    assert kube.reachability.seconds_since_return() is not None
