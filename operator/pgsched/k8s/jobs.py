@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from pgsched.engine import parameters
 from pgsched.engine.models import Definition, Run
-from pgsched.k8s import jobpolicy, names
+from pgsched.k8s import commands, jobpolicy, names
 from pgsched.k8s.names import Obj
 
 # Restricted Pod Security for what pgsched adds to a pod.
@@ -135,7 +135,7 @@ def _row_annotations(run: Run) -> dict[str, str]:
     (k8s/restoration.py). The run-now token and the parameters are the requester's own
     text, already on the ScheduledJob (and the parameters in the pod's environment) for
     anyone who may read it: no secret."""
-    given = json.dumps(run.parameters, sort_keys=True) if run.parameters else None
+    given = commands.parameters_value(run.parameters) if run.parameters else None
     carried = {
         names.ANNOTATION_TRIGGER: run.trigger,
         names.ANNOTATION_RETRY_OF: run.retry_of,
