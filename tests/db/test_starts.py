@@ -49,11 +49,16 @@ def api_away(conn, kube, seconds, **round_args):
     kube.down = False
 
 
+def ends_nothing(conn, kube, seconds, **round_args):
+    """The rounds at ``seconds`` end no run."""
+    for second in seconds:
+        assert pod_starts.run_once(conn, kube, now=at(second), **round_args).ended == {}
+
+
 def ends_at(conn, kube, run_id, seconds, last, **round_args):
     """The rounds at ``seconds`` end nothing; the round at ``last`` ends the run
     StartTimeout."""
-    for second in seconds:
-        assert pod_starts.run_once(conn, kube, now=at(second), **round_args).ended == {}
+    ends_nothing(conn, kube, seconds, **round_args)
     ended = pod_starts.run_once(conn, kube, now=at(last), **round_args).ended
     assert ended == {run_id: "StartTimeout"}
 
@@ -257,13 +262,10 @@ def test_a_run_claimed_just_before_an_api_server_absence_gets_the_catch_up_too(c
     ends_at(conn, kube, run_lease.run_id, range(28, 26 + CATCH_UP, 4), 26 + CATCH_UP)
 
 
-def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(conn):
-    """The API server away from 2 s to 26 s; a run launched at 29 s, just after its return.
-    The Job controller lists everything again before it creates pods, for Jobs created
-    after the return too (cluster chaos seeds 2124390831 and 1731164321: pods created 38 s
-    and 60 s after such a launch, the runs ended at their 45 s bound). No bound ends before
-    CATCH_UP after the return, as this replica saw it; later launches keep their own
-    bound."""
+def launched_after_a_return(conn):
+    """The API server away from 2 s to 26 s, as the rounds of one replica saw it (the
+    round at 28 s is answered); a run with a 45 s start bound launched at 29 s, its Job
+    there and no pod yet. The fake API, the replica's memory, and the run."""
     _, _, first_job = claimed(conn, "before", startTimeoutSeconds=300, heartbeat=FAST)
     recovery = pod_starts.Recovery()
     kube = Api({first_job: {}})
@@ -272,7 +274,18 @@ def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(
     _, run_lease, job_name = claimed(
         conn, "after", second=29, startTimeoutSeconds=45, heartbeat=FAST
     )
-    kube.jobs[job_name] = {}  # its Job, no pod yet
+    kube.jobs[job_name] = {}
+    return kube, recovery, run_lease, job_name
+
+
+def test_a_run_launched_just_after_the_api_servers_return_gets_the_catch_up_too(conn):
+    """The API server away from 2 s to 26 s; a run launched at 29 s, just after its return.
+    The Job controller lists everything again before it creates pods, for Jobs created
+    after the return too (cluster chaos seeds 2124390831 and 1731164321: pods created 38 s
+    and 60 s after such a launch, the runs ended at their 45 s bound). No bound ends before
+    CATCH_UP after the return, as this replica saw it; later launches keep their own
+    bound."""
+    kube, recovery, run_lease, _ = launched_after_a_return(conn)
     back = 28 + CATCH_UP  # the first round answered after the absence, and its catch-up
     ends_at(conn, kube, run_lease.run_id, range(30, back, 4), back, recovery=recovery)
     launched = back + 2
@@ -294,20 +307,10 @@ def test_pods_the_job_controller_creates_a_minute_after_the_return_still_start(c
     """Cluster chaos seed 1731164321: runs launched as a 29 s API server outage ended got
     their pods from the Job controller 60 s later, PodInitializing for 3 s more; with a
     60 s catch-up they ended StartTimeout 2 s before they would have started."""
-    _, _, first_job = claimed(conn, "before", startTimeoutSeconds=300, heartbeat=FAST)
-    recovery = pod_starts.Recovery()
-    kube = Api({first_job: {}})
-    api_away(conn, kube, range(2, 27, 4), recovery=recovery)
-    pod_starts.run_once(conn, kube, now=at(28), recovery=recovery)
-    _, run_lease, job_name = claimed(
-        conn, "after", second=29, startTimeoutSeconds=45, heartbeat=FAST
-    )
-    kube.jobs[job_name] = {}  # its Job; the Job controller has not created the pod yet
-    for second in range(30, 89, 4):
-        assert pod_starts.run_once(conn, kube, now=at(second), recovery=recovery).ended == {}
+    kube, recovery, run_lease, job_name = launched_after_a_return(conn)
+    ends_nothing(conn, kube, range(30, 89, 4), recovery=recovery)  # no pod yet
     kube.pods[job_name] = [pod_waiting("PodInitializing")]
-    for second in (89, 91):
-        assert pod_starts.run_once(conn, kube, now=at(second), recovery=recovery).ended == {}
+    ends_nothing(conn, kube, (89, 91), recovery=recovery)
     kube.pods[job_name] = [pod_started("2026-06-01T12:01:32Z")]
     started = pod_starts.run_once(conn, kube, now=at(93), recovery=recovery).started
     assert started == [run_lease.run_id]
@@ -347,19 +350,16 @@ def test_an_absence_only_the_clients_other_requests_saw_still_gives_the_catch_up
     assert ended == {run_lease.run_id: "StartTimeout"}
 
 
-class SlowReads:
-    """A monotonic clock for the starts round that jumps ``seconds`` at the next API read:
-    a read that waited that long for the API server."""
+class SlowReads(Seconds):
+    """A monotonic clock for the starts round that jumps ``next_wait`` at the next API
+    read: a read that waited that long for the API server."""
 
     def __init__(self) -> None:
-        self.elapsed = 0.0
+        super().__init__()
         self.next_wait = 0.0
 
-    def __call__(self) -> float:
-        return self.elapsed
-
     def read(self) -> None:
-        self.elapsed += self.next_wait
+        self.now += self.next_wait
         self.next_wait = 0.0
 
 
@@ -379,8 +379,7 @@ def test_a_round_that_waited_for_the_api_server_judges_nothing_and_gives_the_cat
     clock.next_wait = 25.0
     assert pod_starts.run_once(conn, kube, now=at(41), monotonic=clock).ended == {}
     assert starts.of_run(conn, run_lease.run_id).bound_at == at(41 + 25 + CATCH_UP)
-    for second in range(68, 126, 5):
-        assert pod_starts.run_once(conn, kube, now=at(second), monotonic=clock).ended == {}
+    ends_nothing(conn, kube, range(68, 126, 5), monotonic=clock)
     kube.pods[job_name] = [pod_started("2026-06-01T12:02:00Z")]
     assert pod_starts.run_once(conn, kube, now=at(125), monotonic=clock).started == [
         run_lease.run_id
@@ -396,8 +395,7 @@ def test_a_run_whose_sidecar_saw_its_workload_end_never_times_out_starting(conn)
     for second in range(1, 20, 5):
         pod_starts.run_once(conn, kube, now=at(second))
     assert lease.workload_ended(conn, run_lease, now=at(19))
-    for second in range(21, 60, 5):
-        assert pod_starts.run_once(conn, kube, now=at(second)).ended == {}
+    ends_nothing(conn, kube, range(21, 60, 5))
     assert run_row(conn, run_lease)["status"] == "RUNNING"
 
 
@@ -442,8 +440,7 @@ def test_a_job_whose_workload_starts_at_once_when_admitted_records_both(conn):
 def test_a_job_never_admitted_ends_admission_timeout(conn):
     _, run_lease, job_name = claimed(conn, admissionTimeoutSeconds=50)
     kube = Api({job_name: {"spec": {"suspend": True}}})
-    for second in (1, 25, 49):  # observed all along (a round every few seconds)
-        assert pod_starts.run_once(conn, kube, now=at(second)).ended == {}
+    ends_nothing(conn, kube, (1, 25, 49))  # observed all along (a round every few seconds)
     assert pod_starts.run_once(conn, kube, now=at(50)).ended == {
         run_lease.run_id: "AdmissionTimeout"
     }
