@@ -20,6 +20,7 @@ cluster — the fault the chaos tests inject.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import shutil
@@ -73,6 +74,10 @@ CONTROLLERS = (
 NODE_MONITOR_GRACE = "20s"
 
 
+class SharedClusterError(RuntimeError):
+    """What a test process attached to a shared cluster may not do (``ControlPlane.attach``)."""
+
+
 class ControlPlane:
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler (+ the real node, with
     ``add_node``) in the node's network namespace; a context manager."""
@@ -106,13 +111,50 @@ class ControlPlane:
         self._lock = node.MachineLock()
         self._netns = False
         self._relays: list[processes.ManagedProcess] = []
-        self._postgres_relays: dict[str, tuple[processes.ManagedProcess, str]] = {}
+        # name -> (relay, the Service's ClusterIP, the server's socket it relays to)
+        self._postgres_relays: dict[str, tuple[processes.ManagedProcess, str, Path]] = {}
         self._etcd: processes.ManagedProcess | None = None
         self._apiserver: processes.ManagedProcess | None = None
         self._controller_manager: processes.ManagedProcess | None = None
         self._scheduler: processes.ManagedProcess | None = None
         self._pki: pki.ControlPlanePKI | None = None
         self._api: AdminClient | None = None
+        self._attached = False
+
+    # -- one cluster, several test processes ----------------------------------------------
+
+    def write_state(self, path: Path) -> None:
+        """Write what another process needs to use this running cluster (:meth:`attach`)."""
+        state = {
+            "work_dir": str(self.work_dir),
+            "apiserver_port": self.apiserver_port,
+            "etcd_client_port": self._etcd_client_port,
+        }
+        path.write_text(json.dumps(state) + "\n")
+
+    @classmethod
+    def attach(cls, state: Path, *, binaries: Binaries | None = None) -> ControlPlane:
+        """The running cluster whose :meth:`write_state` wrote ``state``, for the parallel
+        test workers that share one real node. It reads and writes through the same API,
+        kubectl and helm, and keeps relays into the node of its own (stopped with it); what
+        would change the cluster under the other workers' tests (restarting the API server
+        or the node) is refused with :class:`SharedClusterError`."""
+        data = json.loads(state.read_text())
+        plane = cls(work_dir=Path(data["work_dir"]), binaries=binaries)
+        plane.apiserver_port = int(data["apiserver_port"])
+        plane.server = f"https://127.0.0.1:{plane.apiserver_port}"
+        plane.node_server = f"https://{NODE_IP}:{plane.apiserver_port}"
+        plane._etcd_client_port = int(data["etcd_client_port"])
+        plane._pki = pki.load(plane.work_dir / "pki")
+        plane._attached = True
+        return plane
+
+    def _alone(self, what: str) -> None:
+        if self._attached:
+            raise SharedClusterError(
+                f"{what} would change the cluster under the tests other workers run on it:"
+                " mark the test `exclusive` (it then runs after the parallel ones, alone)"
+            )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -130,6 +172,7 @@ class ControlPlane:
 
     def start(self, *, timeout: float = 60.0) -> None:
         """Start everything and return once the API server is ready and controllers run."""
+        self._alone("starting a control plane")
         processes.install_signal_handlers()
         if self.host_only:
             self._start_host_only(timeout=timeout)
@@ -173,6 +216,9 @@ class ControlPlane:
     def stop(self) -> None:
         """Stop the node (and its containers), the control plane and the relays, and leave
         nothing behind on the machine (mounts, cgroups, the namespace), then drop the lock."""
+        if self._attached:
+            self._stop_relays()
+            return
         try:
             for real_node in list(self.nodes.values()):
                 real_node.stop()
@@ -183,10 +229,7 @@ class ControlPlane:
             self.stop_apiserver()
             if self._etcd is not None:
                 self._etcd.stop()
-            for relay, _ in self._postgres_relays.values():
-                relay.stop(grace=1.0)
-            for relay in self._relays:
-                relay.stop(grace=1.0)
+            self._stop_relays()
             if self._netns:
                 node.clean_host()
                 self._netns = False
@@ -194,6 +237,14 @@ class ControlPlane:
             self._lock.release()
         if self._owns_work_dir and not self.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _stop_relays(self) -> None:
+        for relay, _, _ in self._postgres_relays.values():
+            relay.stop(grace=1.0)
+        self._postgres_relays.clear()
+        for relay in self._relays:
+            relay.stop(grace=1.0)
+        self._relays.clear()
 
     @property
     def ca_file(self) -> Path:
@@ -209,6 +260,7 @@ class ControlPlane:
     # -- the API server, restartable -------------------------------------------------------
 
     def start_apiserver(self, *, timeout: float = 60.0) -> None:
+        self._alone("starting the API server")
         keys = self._require_pki()
         etcd_url = f"http://127.0.0.1:{self._etcd_client_port}"
         self._apiserver = processes.ManagedProcess(
@@ -262,6 +314,7 @@ class ControlPlane:
         self._wait_ready(self._apiserver, "/readyz", timeout=timeout)
 
     def stop_apiserver(self) -> None:
+        self._alone("stopping the API server")
         if self._apiserver is not None:
             self._apiserver.stop(grace=APISERVER_STOP_GRACE)
 
@@ -288,6 +341,7 @@ class ControlPlane:
 
     def add_node(self, name: str = "node-1", *, timeout: float = 60.0) -> RealNode:
         """Start the real node (one per machine) and wait until it is Ready and schedulable."""
+        self._alone("adding a node")
         if self.nodes:
             raise ValueError(
                 f"the local cluster has one real node ({', '.join(self.nodes)}); "
@@ -319,6 +373,7 @@ class ControlPlane:
 
     def start_node(self, name: str = "node-1", *, timeout: float = 60.0) -> None:
         """(Re)start the node's daemons and wait until the Node is Ready and untainted."""
+        self._alone("starting the node")
         real_node = self.nodes[name]
         real_node.start()
         deadline = time.monotonic() + timeout
@@ -344,53 +399,67 @@ class ControlPlane:
         """Kill the node: kubelet, kube-proxy and containerd stopped, every container killed.
         The Node object and its pods stay in the API, as when a machine loses power; the
         node-lifecycle controller marks it NotReady after NODE_MONITOR_GRACE."""
+        self._alone("stopping the node")
         self.nodes[name].stop()
 
     def expose_postgres(self, socket_dir: Path, port: int, *, name: str = "postgres") -> str:
         """Make a Postgres on the host reachable from pods as ``<ClusterIP>:5432``: a relay in
         the node's namespace to its UNIX socket, behind a selector-less Service and an
-        EndpointSlice in ``default``. Returns the Service's ClusterIP (idempotent)."""
-        if name in self._postgres_relays:
-            return self._postgres_relays[name][1]
-        relay_port = 15432 + len(self._postgres_relays)
+        EndpointSlice in ``default``. Returns the Service's ClusterIP (idempotent).
+
+        The relay listens on the server's own port number, which no other test process
+        draws (``processes.free_port``); a later server on a port this process used before
+        gets the relay re-pointed at its socket, behind the same Service."""
+        socket = socket_dir / f".s.PGSQL.{port}"
+        known = self._postgres_relays.get(name)
+        if known is not None and known[2] == socket:
+            return known[1]
+        if known is not None:
+            known[0].stop(grace=1.0)
         relay = processes.ManagedProcess(
             f"postgres relay {name}",
             in_netns(
                 [
                     "socat",
-                    f"TCP-LISTEN:{relay_port},bind={NODE_IP},fork,reuseaddr",
-                    f"UNIX-CONNECT:{socket_dir}/.s.PGSQL.{port}",
+                    f"TCP-LISTEN:{port},bind={NODE_IP},fork,reuseaddr",
+                    f"UNIX-CONNECT:{socket}",
                 ]
             ),
             log_path=self.work_dir / "logs" / f"relay-{name}.log",
         )
         relay.start()
-        service = self.api.create(
-            "/api/v1/namespaces/default/services",
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name},
-                "spec": {"ports": [{"name": "postgres", "port": 5432, "targetPort": relay_port}]},
-            },
-        )
-        self.api.create(
-            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-            {
-                "apiVersion": "discovery.k8s.io/v1",
-                "kind": "EndpointSlice",
-                "metadata": {
-                    "name": f"{name}-relay",
-                    "labels": {"kubernetes.io/service-name": name},
-                },
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
-                "ports": [{"name": "postgres", "port": relay_port, "protocol": "TCP"}],
-            },
-        )
-        cluster_ip = str(service["spec"]["clusterIP"])
-        self._postgres_relays[name] = (relay, cluster_ip)
+        cluster_ip = known[1] if known is not None else self._relay_service(name, port)
+        self._postgres_relays[name] = (relay, cluster_ip, socket)
         return cluster_ip
+
+    def _relay_service(self, name: str, port: int) -> str:
+        """The Service (and its EndpointSlice) in ``default`` that sends ``name:5432`` to the
+        relay on the node's ``port``; created, or found made by an earlier test process."""
+        service: Obj = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"ports": [{"name": "postgres", "port": 5432, "targetPort": port}]},
+        }
+        endpoints: Obj = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": f"{name}-relay", "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+            "ports": [{"name": "postgres", "port": port, "protocol": "TCP"}],
+        }
+        for path, body in (
+            ("/api/v1/namespaces/default/services", service),
+            ("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", endpoints),
+        ):
+            try:
+                self.api.create(path, body)
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+        found = self.api.get(f"/api/v1/namespaces/default/services/{name}")
+        return str(found["spec"]["clusterIP"])
 
     def reach_host_port(self, port: int) -> None:
         """Let the API server reach a server of this host at ``127.0.0.1:port`` by that same
@@ -485,6 +554,7 @@ class ControlPlane:
 
     def memory(self) -> dict[str, int]:
         """Resident set size in bytes of every process this control plane runs."""
+        self._alone("measuring the control plane's memory")
         running = [self._etcd, self._apiserver, self._controller_manager]
         rss = {p.name: p.rss_bytes() for p in running if p is not None and p.running()}
         if self._scheduler is not None and self._scheduler.running():
@@ -698,6 +768,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=["up"])
     parser.add_argument("--work-dir", type=Path, help="keep state here (default: a temp dir)")
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        help="once ready, write here what other processes need to attach (ControlPlane.attach);"
+        " removed on the way out",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     started = time.monotonic()
@@ -709,7 +785,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"logs: {cp.work_dir / 'logs'}", file=sys.stderr)
         print(f"export KUBECONFIG={cp.kubeconfig}", file=sys.stderr)
         print(cp.kubeconfig, flush=True)
-        _wait_for_interrupt()
+        if args.state_file is not None:
+            cp.write_state(args.state_file)
+        try:
+            _wait_for_interrupt()
+        finally:
+            if args.state_file is not None:
+                args.state_file.unlink(missing_ok=True)
     return 0
 
 

@@ -44,6 +44,39 @@ class ControlPlanePKI:
     service_account_pub: Path
 
 
+_NAMES = (
+    "ca",
+    "apiserver",
+    "admin",
+    "controller-manager",
+    "front-proxy-client",
+    "scheduler",
+    "kubelet",
+    "kube-proxy",
+)
+
+
+def load(directory: Path) -> ControlPlanePKI:
+    """The key pairs :func:`create` wrote into ``directory`` (another process's cluster)."""
+    pairs = [KeyPair(directory / f"{name}.crt", directory / f"{name}.key") for name in _NAMES]
+    missing = [str(pair.cert) for pair in pairs if not pair.cert.is_file()]
+    if missing:
+        raise FileNotFoundError(f"no control-plane certificates at {', '.join(missing)}")
+    ca, apiserver, admin, controller_manager, front_proxy, scheduler, kubelet, proxy = pairs
+    return ControlPlanePKI(
+        ca,
+        apiserver,
+        admin,
+        controller_manager,
+        front_proxy,
+        scheduler,
+        kubelet,
+        proxy,
+        directory / "sa.key",
+        directory / "sa.pub",
+    )
+
+
 def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) -> ControlPlanePKI:
     """Write a CA, serving and client certificates and the service-account key pair."""
     ca = _ca(directory, "pgsched-devenv-ca")

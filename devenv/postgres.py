@@ -20,9 +20,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
+
 from devenv.processes import free_port
 
 DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
+# How long a start or a promotion may take before it is an error: minutes, not the tools'
+# 60 s default, because a 2-core machine running the test suite's two halves and a cluster
+# has taken longer than that (a failed wait must mean a broken server, not a busy machine).
+PATIENCE_SECONDS = 300.0
 
 
 @dataclass
@@ -85,6 +91,27 @@ class PostgresServer:
         if (self.data_dir / "postmaster.pid").exists():
             self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop", check=False)
 
+    def promote(self, *, timeout: float = PATIENCE_SECONDS) -> None:
+        """Promote this hot standby and return once it accepts writes. ``pg_ctl``'s own
+        default wait is 60 s, which a loaded 2-core machine has exceeded (a promotion
+        replays what the standby holds, then checkpoints); on a give-up the error says
+        whether the server still thought itself in recovery, with its log's tail."""
+        try:
+            self._run("pg_ctl", "-D", str(self.data_dir), "-w", "-t", f"{timeout:.0f}", "promote")
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"promoting the standby on port {self.port} did not finish within"
+                f" {timeout:.0f}s ({self._recovery_state()}): {error}"
+            ) from error
+
+    def _recovery_state(self) -> str:
+        try:
+            with psycopg.connect(self.dsn(), connect_timeout=5, autocommit=True) as conn:
+                row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        except psycopg.Error as error:
+            return f"not answering: {error}".strip()
+        return "still in recovery" if row and row[0] else "out of recovery"
+
     def restart(self) -> None:
         """Stop (fast: terminates every session) and start again on the same port."""
         self.stop()
@@ -132,7 +159,7 @@ class PostgresServer:
             str(self.log_file),
             "-w",
             "-t",
-            "60",
+            f"{PATIENCE_SECONDS:.0f}",
             "-o",
             opts,
             "start",

@@ -132,10 +132,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     also where every outgoing connection takes its source port: between this call and the
     component's own bind, a client connecting anywhere could take it (seen in CI, two
     suites at once: kube-controller-manager "bind: address already in use"). A port below
-    the range is only ever taken by a listener."""
+    the range is only ever taken by a listener.
+
+    Parallel test workers (pytest-xdist) each draw from their own residue class of ports,
+    so a port one worker used and gave back is never another's: relays into the shared
+    cluster's node are keyed by port (``ControlPlane.expose_postgres``), and one worker's
+    relay may outlive the server it was made for."""
     low = _ephemeral_low()
+    share, shares = _worker_share()
     for _ in range(200):
         port = random.randrange(max(1024, low - 12000), low)
+        port -= (port - share) % shares
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((host, port))
@@ -143,6 +150,15 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
             return port
     raise RuntimeError(f"no free TCP port on {host} below {low} in 200 tries")
+
+
+def _worker_share() -> tuple[int, int]:
+    """(this pytest-xdist worker's index, the number of workers), or (0, 1) outside one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0:
+        return int(worker[2:]) % int(count), int(count)
+    return 0, 1
 
 
 def _ephemeral_low() -> int:

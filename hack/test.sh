@@ -1,35 +1,90 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite as two pytest processes at once, because the two halves want
-# different things of a 2-core machine. The tests that need the machine's one Kubernetes
-# node (markers `cluster`, `own_cluster`: chart, operator, real node, chaos on the cluster)
-# mostly wait — for pods, timeouts, minute boundaries; the others (unit, database, UI, the
-# database chaos) mostly compute. Run one after the other, the waiting leaves a core idle.
+# `make test`: the whole suite in three pytest runs, two of them at once, because the tests
+# want different things of a 2-core machine:
 #
-# The cluster half prints as it goes; the other half's output follows when both are done.
-# The exit status is the first non-zero one (5, "no tests collected", counts as success:
-# arguments may select tests of one half only). Arguments go to both pytest processes.
+# - the others (unit, database, UI, the database chaos) mostly compute: one process, in the
+#   background from the start;
+# - the tests on the machine's one Kubernetes node (marker `cluster`) and those with an API
+#   server of their own (`api_only`) mostly wait, for pods, timeouts and minute boundaries:
+#   PGSCHED_TEST_WORKERS pytest-xdist workers (default 3) attached to one shared cluster
+#   (`python -m devenv.controlplane up --state-file`), each test in a namespace of its own;
+# - then, alone on the node, the tests that need the cluster to themselves (`exclusive`:
+#   API server and node restarts, cluster-wide admission, latency) and those that start a
+#   cluster of their own (`own_cluster`).
+#
+# Every run writes a JUnit report to .cache/test-reports/ (hack/test_durations.py makes
+# docs/development.md's table of the slowest tests from them). The cluster runs print as
+# they go; the others' output follows when all are done. The exit status is the first
+# non-zero one (5, "no tests collected", counts as success: arguments may select tests of
+# one group only). Arguments go to every pytest run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export PGSCHED_REQUIRE_CLUSTER=1
+workers=${PGSCHED_TEST_WORKERS:-3}
+reports=.cache/test-reports
+mkdir -p "$reports"
+rm -f "$reports"/*.xml
 log=$(mktemp /tmp/pgsched-test-rest.XXXXXX)
-trap 'rm -f "$log"' EXIT
+state=$(mktemp -u /tmp/pgsched-shared-cluster.XXXXXX)
+cluster_pid=
+rest=
+
+stop_shared_cluster() {
+    if [ -n "$cluster_pid" ]; then
+        kill -TERM "$cluster_pid" 2>/dev/null
+        wait "$cluster_pid" 2>/dev/null
+        cluster_pid=
+    fi
+}
+cleanup() {
+    stop_shared_cluster
+    [ -n "$rest" ] && kill "$rest" 2>/dev/null
+    rm -f "$log" "$state"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 started=$(date +%s)
-.venv/bin/pytest -m "not cluster and not own_cluster" "$@" >"$log" 2>&1 &
+.venv/bin/pytest -m "not cluster and not own_cluster and not api_only" \
+    --junitxml="$reports/rest.xml" "$@" >"$log" 2>&1 &
 rest=$!
-trap 'kill "$rest" 2>/dev/null; rm -f "$log"' EXIT INT TERM
 
-.venv/bin/pytest -m "cluster or own_cluster" "$@"
-cluster_status=$?
-echo "test: the cluster half ended after $(($(date +%s) - started))s (status $cluster_status)"
+# The parallel phase: one shared cluster, started once and stopped after.
+.venv/bin/python -m devenv.controlplane up --state-file "$state" >/dev/null &
+cluster_pid=$!
+while [ ! -s "$state" ]; do
+    if ! kill -0 "$cluster_pid" 2>/dev/null; then
+        echo "test: the shared cluster did not start (python -m devenv.controlplane up)" >&2
+        exit 1
+    fi
+    if [ $(($(date +%s) - started)) -gt 300 ]; then
+        echo "test: the shared cluster was not ready within 300 s" >&2
+        exit 1
+    fi
+    sleep 0.5
+done
+echo "test: shared cluster ready after $(($(date +%s) - started))s"
+PGSCHED_SHARED_CLUSTER="$state" .venv/bin/pytest -n "$workers" --dist loadscope \
+    -m "(cluster or api_only) and not exclusive and not own_cluster" \
+    --junitxml="$reports/parallel.xml" "$@"
+parallel_status=$?
+stop_shared_cluster
+echo "test: the parallel cluster tests ended after $(($(date +%s) - started))s (status $parallel_status)"
+
+.venv/bin/pytest -m "exclusive or own_cluster" --junitxml="$reports/alone.xml" "$@"
+alone_status=$?
+echo "test: the cluster tests that run alone ended after $(($(date +%s) - started))s (status $alone_status)"
+
 wait "$rest"
 rest_status=$?
-echo "----- the tests without the cluster (pytest -m 'not cluster and not own_cluster') -----"
+rest=
+echo "----- the tests without the cluster (pytest -m 'not cluster and not own_cluster and not api_only') -----"
 cat "$log"
-echo "test: both halves done in $(($(date +%s) - started))s (status $cluster_status, $rest_status)"
+echo "test: all done in $(($(date +%s) - started))s (status $parallel_status, $alone_status, $rest_status)"
+.venv/bin/python hack/test_durations.py
 
-for status in "$cluster_status" "$rest_status"; do
+for status in "$parallel_status" "$alone_status" "$rest_status"; do
     if [ "$status" -ne 0 ] && [ "$status" -ne 5 ]; then
         exit "$status"
     fi

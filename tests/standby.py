@@ -65,7 +65,7 @@ def standby_of(
 
 
 def promote(standby: PostgresServer) -> None:
-    _as_postgres([str(standby.bin_dir / "pg_ctl"), "-D", str(standby.data_dir), "-w", "promote"])
+    standby.promote()
 
 
 def wait_caught_up(primary: PostgresServer, standby: PostgresServer, timeout: float = 30) -> None:

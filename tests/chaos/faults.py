@@ -36,6 +36,13 @@ from pgsched.engine import leader
 _PROC = Path("/proc")
 
 
+class HarnessError(Exception):
+    """A fault that broke the system under test and could not finish injecting itself
+    (a primary killed whose standby would not promote). What follows would judge the
+    harness, not pgsched, so the run stops here with this error instead of a verdict.
+    Deliberately not a RuntimeError: the driver retries those as faults not injected."""
+
+
 def send(pid: int, signum: int) -> bool:
     """Signal a process; False if it is already gone."""
     try:

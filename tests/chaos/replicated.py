@@ -80,7 +80,12 @@ class ReplicatedPostgres:
             # socket before dying (seconds of WAL fit in the buffers, so little was lost).
             # Killed, that is lost with the primary, as when the network failed first.
             faults.send(receiver, signal.SIGKILL)
-        promote(self.standby)
+        try:
+            promote(self.standby)
+        except RuntimeError as error:
+            raise faults.HarnessError(
+                f"the failover could not be injected: the primary was killed, then {error}"
+            ) from error
         old, self.primary, self.standby = self.primary, self.standby, self.primary
         if self.synchronous:
             self._require_standby(self.primary, False)  # nothing to wait for until rebuilt

@@ -22,6 +22,8 @@ LONG_SECONDS = 600.0
 
 pytestmark = [
     pytest.mark.cluster,
+    # Alone on the cluster: it restarts the API server, and its deadlines judge timings.
+    pytest.mark.exclusive,
     pytest.mark.slow,
     # (an API server outage that starts near the end runs its course: up to 5 minutes more)
     pytest.mark.timeout(chaos_seconds(CI_SECONDS) + 1200),

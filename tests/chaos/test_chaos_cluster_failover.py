@@ -34,6 +34,8 @@ LONG_SECONDS = 600.0
 
 pytestmark = [
     pytest.mark.cluster,
+    # Alone on the cluster: it restarts the API server, and its deadlines judge timings.
+    pytest.mark.exclusive,
     pytest.mark.slow,
     pytest.mark.timeout(chaos_seconds(CI_SECONDS) + 900),
 ]

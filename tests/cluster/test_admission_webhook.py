@@ -29,7 +29,9 @@ from devenv.waiting import wait_for
 from pgsched import spec as spec_module
 from plugins.operator import busybox
 
-pytestmark = pytest.mark.cluster
+# Alone on the cluster: the webhook configuration kopf manages is cluster-wide, and it
+# would refuse other tests' deliberately invalid ScheduledJobs at apply.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 CRON = {"schedule": "0 8 * * *"}
 

@@ -30,7 +30,8 @@ from pgsched.k8s import api, commands, scheduledjob_writer, scheduledjobs
 from pgsched.k8s.publisher import Publisher
 from plugins.operator import busybox
 
-pytestmark = pytest.mark.cluster
+# Alone on the cluster: the chart's requester policy is a cluster-wide admission policy.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "pgsched"
 NEVER = "0 0 1 1 *"

@@ -86,6 +86,7 @@ def test_deleting_a_job_garbage_collects_its_pod(cluster: ControlPlane, namespac
     )
 
 
+@pytest.mark.exclusive  # restarts the API server under every test
 def test_jobs_keep_completing_across_an_api_server_restart(
     cluster: ControlPlane, namespace: str
 ) -> None:

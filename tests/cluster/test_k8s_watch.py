@@ -20,7 +20,7 @@ from pgsched.k8s import api
 from pgsched.k8s.watch import Event, Watch
 from plugins.cluster import host_only_cluster
 
-pytestmark = pytest.mark.own_cluster
+pytestmark = pytest.mark.api_only
 
 NAMESPACE = "watched"
 PATH = f"/apis/pgsched.dev/v1alpha1/namespaces/{NAMESPACE}/scheduledjobs"

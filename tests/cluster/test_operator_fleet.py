@@ -24,7 +24,7 @@ from devenv.waiting import wait_for
 from pgsched.db import connection
 from plugins.cluster import host_only_cluster
 
-pytestmark = pytest.mark.own_cluster
+pytestmark = pytest.mark.api_only
 
 FLEET = 600
 # What a bounded sync may add, whatever the fleet: one listed chunk, the sync queue's

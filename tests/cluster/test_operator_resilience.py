@@ -82,6 +82,7 @@ def test_a_database_outage_mid_run_loses_and_duplicates_nothing(
         group.stop_all()
 
 
+@pytest.mark.exclusive  # restarts the API server under every test
 def test_an_api_server_restart_mid_run_loses_and_duplicates_nothing(cluster, operators, sj):
     replica = operators.start(PGSCHED_RESYNC_INTERVAL_SECONDS="2")
     sj.apply(
@@ -117,6 +118,7 @@ def test_an_api_server_restart_mid_run_loses_and_duplicates_nothing(cluster, ope
     wait_for(lambda: replica.healthy(), 30, describe="the operator to report healthy again")
 
 
+@pytest.mark.exclusive  # stops the API server under every test
 def test_a_job_that_succeeds_while_the_api_server_is_down_completes_and_is_never_retried(
     cluster, operators, sj
 ):

@@ -32,7 +32,8 @@ from devenv.postgres import PostgresServer
 from devenv.waiting import wait_for
 from pgsched.db import connection
 
-pytestmark = pytest.mark.cluster
+# Alone on the cluster: a release named as the docs write it, with its cluster-wide policies.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pgsched"

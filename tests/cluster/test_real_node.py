@@ -265,6 +265,7 @@ def test_kubectl_logs_shows_a_runs_output_and_describe_says_how_to_get_it(
     assert f"run {run['id']}" in output.splitlines()
 
 
+@pytest.mark.exclusive  # kills the node every test's pods run on
 def test_a_dead_node_fails_its_runs_and_they_are_retried_once_it_is_back(
     operators, sj, cluster, namespace
 ):

@@ -24,7 +24,8 @@ from devenv.watching import reflect_in_background
 from pgsched.k8s import names
 from plugins.operator import busybox
 
-pytestmark = pytest.mark.cluster
+# Alone on the cluster: it measures latency, which other tests' load would only blur.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 REPLACED = 10  # runs measured
 BOUND_SECONDS = 1.0

@@ -33,7 +33,7 @@ from plugins.operator import busybox
 from plugins.postgres import migrated_server
 from standby import promote, receiver_paused, standby_of, wait_caught_up
 
-pytestmark = pytest.mark.own_cluster
+pytestmark = pytest.mark.api_only
 
 NAMESPACE = "requests"
 RUN_NOW = "pgsched.dev/run-now"

@@ -39,7 +39,8 @@ from pgsched.engine.launcher import LaunchError
 from pgsched.k8s import api, jobpolicy, jobs, launcher, names
 from plugins.operator import busybox
 
-pytestmark = pytest.mark.cluster
+# Alone on the cluster: the chart's admission policies are cluster-wide.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "pgsched"
 POD = "spec.jobTemplate.spec.template.spec"

@@ -6,7 +6,13 @@
   is ``kubectl logs``; ``restart_apiserver()`` injects an API server restart;
   ``stop_node()``/``start_node()`` kill and revive the node; ``in_cluster_dsn(dsn)`` is how
   pods reach a Postgres on the host.
-- Tests that start a cluster of their own are marked ``own_cluster`` and run first.
+- Tests that start a cluster with the node of their own are marked ``own_cluster`` and run
+  first; tests that start an API server of their own without the node are ``api_only``;
+  tests that need the session's cluster to themselves (they restart the API server or the
+  node, install cluster-wide admission, or measure latency) are ``exclusive``.
+- ``hack/test.sh`` runs the ``cluster`` and ``api_only`` tests in parallel workers that
+  attach to one shared cluster (``PGSCHED_SHARED_CLUSTER``), then the ``exclusive`` and
+  ``own_cluster`` ones alone; run directly, pytest starts the session's cluster itself.
 - ``namespace`` (per test): a fresh namespace whose ``default`` ServiceAccount exists,
   deleted afterwards (which also stops its pods).
 - ``kubectl`` / ``helm`` (session): ``kubectl("get", "pods", "-n", ns)`` → CompletedProcess;
@@ -27,6 +33,7 @@ import secrets
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -76,9 +83,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("own_cluster") is None)
 
 
+# Set by hack/test.sh for its parallel phase: the state file of the one cluster (with the
+# machine's one node) that every pytest-xdist worker of that phase attaches to.
+SHARED_CLUSTER = "PGSCHED_SHARED_CLUSTER"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that needs the cluster to itself never runs on the shared one."""
+    if os.environ.get(SHARED_CLUSTER) and (
+        item.get_closest_marker("exclusive") or item.get_closest_marker("own_cluster")
+    ):
+        pytest.fail(
+            f"{item.nodeid} needs the machine's cluster to itself (marker exclusive or"
+            " own_cluster) and cannot run beside the tests sharing it: select it with"
+            " -m 'exclusive or own_cluster', as hack/test.sh's serial phase does"
+        )
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[ControlPlane]:
     binaries = require_binaries()
+    shared = os.environ.get(SHARED_CLUSTER)
+    if shared:
+        attached = ControlPlane.attach(Path(shared), binaries=binaries)
+        try:
+            yield attached
+        finally:
+            attached.stop()
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail(
+            "parallel workers share one cluster (there is one real node per machine): run"
+            " them through hack/test.sh, or start one with `python -m devenv.controlplane up"
+            f" --state-file FILE` and set {SHARED_CLUSTER}=FILE"
+        )
     keep = bool(os.environ.get("PGSCHED_KEEP_CLUSTER"))
     with ControlPlane(binaries=binaries, keep_work_dir=keep) as control_plane:
         control_plane.add_node("node-1")
