@@ -38,8 +38,8 @@ from bench.report import Report, emit, plot_path, pyplot
 from devenv.adminclient import AdminClient, Credentials
 from devenv.operators import OperatorProcess
 from devenv.waiting import wait_for
-from pgsched.k8s import api as pgsched_api
-from pgsched.k8s.finalizers import FINALIZER
+from pgsched.k8s.client import api as pgsched_api
+from pgsched.k8s.client.finalizers import FINALIZER
 
 NAME = "fleet"
 TITLE = "a fleet of idle ScheduledJobs: sync time, RSS, idle API requests, tick (issue 17 #2)"

@@ -30,7 +30,8 @@ from devenv.operators import OperatorProcess, start_operator
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.engine.models import Run
-from pgsched.k8s import api, jobs
+from pgsched.k8s.client import api
+from pgsched.k8s.jobside import jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"  # ScheduledJob and ConcurrencyPool: the operator needs both

@@ -41,7 +41,8 @@ from bench.stats import median, percentile, ratio
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.engine import definitions
-from pgsched.k8s import api, names
+from pgsched.k8s import names
+from pgsched.k8s.client import api
 
 NAME = "stampede"
 TITLE = "5,000 ScheduledJobs due at the same second vs a plain client (issue 17 #3)"
@@ -195,7 +196,7 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
                 600,
                 describe=lambda: f"the other jobs' statuses ({len(statuses.times)} seen)",
             )
-            # The other jobs go first (k8s/publisher.py, "Fair turns"): the stampede's own
+            # The other jobs go first (k8s/reporting/publisher.py, "Fair turns"): the stampede's own
             # Events come after theirs; wait for all of them to time the whole outbox.
             wait_for(
                 lambda: len(events.times) >= count + others,

@@ -7,7 +7,7 @@ the wheel or the image, and ``make lint`` (import-linter) forbids ``pgsched`` to
   kube-scheduler and the node (also ``python -m devenv.controlplane up``).
 - ``node`` is the real node: containerd + runc + kubelet + kube-proxy in a network
   namespace of its own, running the images ``make images`` built.
-- ``adminclient`` is the small admin HTTP client (not the operator's ``pgsched.k8s.api``);
+- ``adminclient`` is the small admin HTTP client (not the operator's ``pgsched.k8s.client.api``);
   ``waiting`` holds ``wait_for``.
 
 See docs/local-cluster.md for how it works and what it cannot do.

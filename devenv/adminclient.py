@@ -2,7 +2,7 @@
 
 Plain JSON dicts over urllib3 (with watches that survive API server restarts) keep every
 request of a test visible. Product code talks to the API through its own layer
-(``pgsched.k8s.api``), never this one.
+(``pgsched.k8s.client.api``), never this one.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 -- Argo CD health check for pgsched.dev/ConcurrencyPool (docs/argocd.md). The operator
 -- writes status.running, status.queued and status.jobs every few seconds
--- (operator/pgsched/k8s/pool_status.py); a pool is Healthy once it has, full or not: runs
+-- (operator/pgsched/k8s/kinds/pool_status.py); a pool is Healthy once it has, full or not: runs
 -- waiting for room is what a pool is for. Until the operator has seen it, Progressing.
 -- Runs in Argo CD's Lua 5.1 (gopher-lua) and in Lua 5.4 (the tests).
 local hs = {}

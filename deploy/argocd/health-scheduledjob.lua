@@ -1,6 +1,6 @@
 -- Argo CD health check for pgsched.dev/ScheduledJob (docs/argocd.md: what each outcome
 -- means, and the argocd-cm key that installs it). It reads only what the operator writes
--- (operator/pgsched/k8s/status.py): status.observedGeneration, the conditions Ready,
+-- (operator/pgsched/k8s/reporting/status.py): status.observedGeneration, the conditions Ready,
 -- Suspended, PoolReady, UpstreamsFound and Completed, and status.lastRun.
 --
 -- A valid job is Healthy whether or not it has run, and while a run is going: `argocd app

@@ -2,7 +2,7 @@
 database's.
 
 An operator process started with this directory first on ``PYTHONPATH`` imports this module
-before anything else (Python's ``site`` does). It hands ``pgsched.k8s.operator.run`` a clock
+before anything else (Python's ``site`` does). It hands ``pgsched.k8s.serve.operator.run`` a clock
 that far from the local time, the way a test pins "now" for the tick, without the product
 having a setting for it:
 
@@ -21,7 +21,7 @@ if os.environ.get("SHIFTED_CLOCK_SECONDS") or os.environ.get("SHIFTED_CLOCK_FILE
     import functools
     from datetime import UTC, datetime, timedelta
 
-    from pgsched.k8s import operator
+    from pgsched.k8s.serve import operator
 
     _FILE = os.environ.get("SHIFTED_CLOCK_FILE")
     _offset = {"seconds": float(os.environ.get("SHIFTED_CLOCK_SECONDS") or 0), "mtime": 0.0}

@@ -13,7 +13,7 @@ Four sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
   comment block above it (``# -- text`` or plain ``# text``) — once the chart exists.
 
 The operator's environment variables are a hand-written table (they need prose); the test
-``tests/unit/test_docs_configuration.py`` checks that table against ``k8s/settings.py``.
+``tests/unit/test_docs_configuration.py`` checks that table against ``k8s/serve/settings.py``.
 
     python hack/docs/reference.py          # rewrite docs/configuration.md
     python hack/docs/reference.py --check  # exit 1 if it is out of date (what the test does)

@@ -84,7 +84,7 @@ REAPED = Counter(
 RETRIES = Counter(
     "pgsched_retries_total", "Retry attempts queued, by the failure reason.", ["reason"]
 )
-# Gauges read from the database by each replica (k8s/gauges.py, every PGSCHED_GAUGE_INTERVAL_SECONDS): every
+# Gauges read from the database by each replica (k8s/serve/gauges.py, every PGSCHED_GAUGE_INTERVAL_SECONDS): every
 # replica reports the same global value, so aggregate them with max(), not sum().
 QUEUE_DEPTH = Gauge(
     "pgsched_queue_depth", "QUEUED runs that are due now, by namespace.", ["namespace"]
@@ -136,7 +136,7 @@ UI_REQUEST_SECONDS = Histogram(
     ["page", "code"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10),
 )
-# Notifications (issue 28, k8s/notifier.py) and finish-by deadlines (engine/deadlines.py).
+# Notifications (issue 28, k8s/notifications/notifier.py) and finish-by deadlines (engine/deadlines.py).
 DEADLINES_MISSED = Counter(
     "pgsched_deadlines_missed_total",
     "Runs not finished by their spec.deadline (they keep running), counted by the publisher.",

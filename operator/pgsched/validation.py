@@ -1,7 +1,7 @@
 """One way to report invalid input: every problem, each with its field, what is wrong and
 a right example.
 
-The ScheduledJob spec (``spec``), the operator's settings (``k8s.settings``), the tick's
+The ScheduledJob spec (``spec``), the operator's settings (``k8s.serve.settings``), the tick's
 (``engine.tick``) and the job pods' contract (``runner.settings``) are all validated the
 same way: a ``Problems`` collector gathers a ``FieldError`` per problem while the input is
 read, so a user fixes everything in one go instead of one error per attempt, and at the

@@ -36,8 +36,9 @@ from devenv.operators import OperatorProcess
 from devenv.postgres import PostgresServer
 from pgsched.db import connection
 from pgsched.db.connection import Connection
-from pgsched.k8s import names, verdicts
-from pgsched.k8s.outcomes import POD_END_MARGIN
+from pgsched.k8s import names
+from pgsched.k8s.jobside import verdicts
+from pgsched.k8s.jobside.outcomes import POD_END_MARGIN
 from plugins.operator import Operators, busybox, create_job_dsn_secret
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,9 @@ from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.k8s import api, commands, scheduledjob_writer, scheduledjobs
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.client import api
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import commands, scheduledjob_writer, scheduledjobs
 from plugins.operator import busybox
 
 # Alone on the cluster: the chart's requester policy is a cluster-wide admission policy.

@@ -6,7 +6,7 @@ killed and the standby promoted: the new primary has no row for either. It queue
 work again (the one-shot's ``next_run_at`` was rolled back; the run-now annotation, kept
 until the request is durable, is carried out again), but its dispatcher waits for the
 timeline's failover pass, which restores both runs from their Jobs under their old ids
-and skips the duplicates (k8s/restoration.py, migration 0034). Each run ends with its
+and skips the duplicates (k8s/failover/restoration.py, migration 0034). Each run ends with its
 Job's outcome, and each ScheduledJob has one Job, whose pod ran once. A Job and lease
 Secret a tenant made up for a run id the database lost restore nothing.
 """

@@ -5,7 +5,7 @@ go on on the primary — claimed, launched on the real node, finished, their end
 — then the primary is killed and the standby promoted. On the new primary those runs are
 as the standby last saw them: one RUNNING whose Job has finished, one QUEUED whose claim
 and Job came after. The operator, seeing the new WAL timeline, compares them with their
-Jobs once (k8s/revalidation.py): both end COMPLETED from their Jobs within seconds, long
+Jobs once (k8s/failover/revalidation.py): both end COMPLETED from their Jobs within seconds, long
 before ``heartbeat.timeoutSeconds`` (300 s) or the resync (600 s here) would, and neither
 workload runs again.
 """

@@ -1,4 +1,4 @@
-"""The operator's list-then-watch against a real API server (``pgsched.k8s.watch``).
+"""The operator's list-then-watch against a real API server (``pgsched.k8s.client.watch``).
 
 A host-only control plane of its own (no node): what is tested is the API's list, watch
 and 410 behaviour, including a resourceVersion compacted away while the API server was
@@ -16,8 +16,8 @@ import pytest
 from bench import kube as bench_kube
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
-from pgsched.k8s import api
-from pgsched.k8s.watch import Event, Watch
+from pgsched.k8s.client import api
+from pgsched.k8s.client.watch import Event, Watch
 from plugins.cluster import host_only_cluster
 
 pytestmark = pytest.mark.api_only

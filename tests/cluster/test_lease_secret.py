@@ -16,7 +16,9 @@ from factories import RecordingLauncher, define, lose_claim
 from pgsched.db import connection
 from pgsched.engine import dispatch, runs
 from pgsched.engine.launcher import Adopted
-from pgsched.k8s import api, jobs, launcher, names
+from pgsched.k8s import names
+from pgsched.k8s.client import api
+from pgsched.k8s.jobside import jobs, launcher
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster

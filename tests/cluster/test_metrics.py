@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devenv.waiting import wait_for
-from pgsched.k8s.finalizers import FINALIZER
+from pgsched.k8s.client.finalizers import FINALIZER
 from plugins.operator import busybox
 from plugins.postgres import terminate_backends
 

@@ -14,10 +14,11 @@ import yaml
 
 from devenv.waiting import wait_for
 from pgsched.db import connection
-from pgsched.k8s import api as operator_api
-from pgsched.k8s import concurrencypools, scheduledjob_writer, scheduledjobs
-from pgsched.k8s.publisher import Publisher
-from pgsched.k8s.watch import Event
+from pgsched.k8s.client import api as operator_api
+from pgsched.k8s.client.watch import Event
+from pgsched.k8s.kinds import concurrencypools
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster

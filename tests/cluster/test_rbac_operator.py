@@ -23,9 +23,10 @@ import yaml
 from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
-from pgsched.k8s import api as operator_api
-from pgsched.k8s import launcher, names
-from pgsched.k8s.operator import StartupError, require_served
+from pgsched.k8s import names
+from pgsched.k8s.client import api as operator_api
+from pgsched.k8s.jobside import launcher
+from pgsched.k8s.serve.operator import StartupError, require_served
 
 pytestmark = pytest.mark.cluster
 
@@ -107,7 +108,7 @@ FORBIDDEN_EVERYWHERE = [
     ("patch", "events", ""),
 ]
 
-# Cluster-scoped: never, in either mode (the operator watches only its namespaces' resources; see k8s/operator.py).
+# Cluster-scoped: never, in either mode (the operator watches only its namespaces' resources; see k8s/serve/operator.py).
 FORBIDDEN_CLUSTER_SCOPED = [
     ("list", "namespaces", ""),
     ("watch", "namespaces", ""),
@@ -368,7 +369,7 @@ def test_as_the_service_account_the_operator_reads_a_lease_secret_only_by_a_patc
     namespaced, as_operator, crd
 ):
     """The launcher adopting the Job of an earlier claim reads that claim's lease Secret
-    (k8s/launcher.py) without `get` on Secrets, never granted: a merge patch that changes
+    (k8s/jobside/launcher.py) without `get` on Secrets, never granted: a merge patch that changes
     nothing is not written and answers with the Secret as it is."""
     secrets_path = operator_api.path_of(namespace=namespaced.watched, plural="secrets")
     token = uuid.uuid4()

@@ -26,8 +26,10 @@ from cli_runner import pgsched
 from devenv.controlplane import ControlPlane
 from devenv.postgres import PostgresServer
 from pgsched.db import connection
-from pgsched.k8s import api, names, scheduledjob_writer, scheduledjobs
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s import names
+from pgsched.k8s.client import api
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
 from plugins.cluster import host_only_cluster
 from plugins.operator import busybox
 from plugins.postgres import migrated_server

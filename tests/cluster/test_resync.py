@@ -7,7 +7,8 @@ import pytest
 from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, runs
-from pgsched.k8s import api, jobs, resync
+from pgsched.k8s.client import api
+from pgsched.k8s.jobside import jobs, resync
 
 pytestmark = pytest.mark.cluster
 

@@ -36,7 +36,9 @@ from devenv.waiting import wait_for
 from factories import RecordingLauncher, define, no_database
 from pgsched.engine import dispatch, runs
 from pgsched.engine.launcher import LaunchError
-from pgsched.k8s import api, jobpolicy, jobs, launcher, names
+from pgsched.k8s import names
+from pgsched.k8s.client import api
+from pgsched.k8s.jobside import jobpolicy, jobs, launcher
 from plugins.operator import busybox
 
 # Alone on the cluster: the chart's admission policies are cluster-wide.

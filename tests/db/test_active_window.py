@@ -10,7 +10,7 @@ import pytest
 from cli_runner import pgsched
 from factories import define, reload, runs_of
 from pgsched.engine import materialize
-from pgsched.k8s import status
+from pgsched.k8s.reporting import status
 from pgsched.spec import SpecError
 
 T0 = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)

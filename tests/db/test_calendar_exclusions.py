@@ -10,7 +10,7 @@ from factories import define, reload, runs_of
 from holidays import UK_2027, uk_2027_ics
 from pgsched import spec
 from pgsched.engine import calendars, materialize
-from pgsched.k8s import status
+from pgsched.k8s.reporting import status
 
 T0 = datetime(2027, 3, 24, 12, 0, tzinfo=UTC)  # Wednesday before Good Friday
 

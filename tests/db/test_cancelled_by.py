@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from cli_runner import pgsched
 from factories import RecordingLauncher, define
 from pgsched.engine import definitions, dispatch, materialize, runs
-from pgsched.k8s import publisher
+from pgsched.k8s.reporting import publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -27,7 +27,9 @@ from pgsched.engine import dispatch, lease, runs, settle
 from pgsched.engine.launcher import Adopted
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import Ticker, TickSettings
-from pgsched.k8s import api, names, revalidation
+from pgsched.k8s import names
+from pgsched.k8s.client import api
+from pgsched.k8s.failover import revalidation
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 

@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 from factories import RecordingLauncher, define, no_database, runs_of
 from pgsched.engine import dispatch, reap, runs, settle
 from pgsched.engine.launcher import LaunchDeferred
-from pgsched.k8s import api, jobs
-from pgsched.k8s.launcher import KubernetesLauncher, _failure
+from pgsched.k8s.client import api
+from pgsched.k8s.jobside import jobs
+from pgsched.k8s.jobside.launcher import KubernetesLauncher, _failure
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -28,7 +28,9 @@ from pgsched.db import connection, queries
 from pgsched.engine import definitions, dispatch, materialize, runs
 from pgsched.engine.models import Run
 from pgsched.engine.tick import Ticker, TickSettings
-from pgsched.k8s import jobs, names, restoration, revalidation
+from pgsched.k8s import names
+from pgsched.k8s.failover import restoration, revalidation
+from pgsched.k8s.jobside import jobs
 from plugins.postgres import migrated_server
 from standby import promote, standby_of, wait_caught_up
 

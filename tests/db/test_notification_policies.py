@@ -33,9 +33,11 @@ from devenv.receiver import Receiver
 from factories import define
 from pgsched.db import connection
 from pgsched.engine import notifications
-from pgsched.k8s import finalizers, notificationpolicies, notifier
-from pgsched.k8s.publisher import Publisher
-from pgsched.k8s.watch import Event
+from pgsched.k8s.client import finalizers
+from pgsched.k8s.client.watch import Event
+from pgsched.k8s.kinds import notificationpolicies
+from pgsched.k8s.notifications import notifier
+from pgsched.k8s.reporting.publisher import Publisher
 
 KEY_B = b"team-b-signing-key"
 

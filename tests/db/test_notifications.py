@@ -25,8 +25,8 @@ from factories import RecordingLauncher, define
 from pgsched import metrics
 from pgsched.db import connection
 from pgsched.engine import deadlines, dispatch, lease, materialize, notifications, runs, settle
-from pgsched.k8s import notifier
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.notifications import notifier
+from pgsched.k8s.reporting.publisher import Publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 KEY = b"team-a-signing-key"

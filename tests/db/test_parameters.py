@@ -18,9 +18,10 @@ from k8sfixtures import definition as fixture_definition
 from k8sfixtures import run as fixture_run
 from pgsched.db import connection
 from pgsched.engine import definitions, parameters, runs, settle
-from pgsched.k8s import jobs, scheduledjobs
-from pgsched.k8s.finalizers import FINALIZER
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.client.finalizers import FINALIZER
+from pgsched.k8s.jobside import jobs
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import scheduledjobs
 from pgsched.spec import SpecError
 
 DECLARED = [

@@ -123,7 +123,7 @@ def test_pools_are_per_namespace_and_stats_count_running_and_queued(conn):
 
 def test_a_member_refresh_is_forgotten_only_for_the_request_it_served(conn):
     # A refresh that began before the pool changed again must not forget the newer request:
-    # that change's refresh is still to come (k8s/concurrencypools.py).
+    # that change's refresh is still to come (k8s/kinds/concurrencypools.py).
     assert pools.member_refresh_requested(conn, "team-a", "licence") is None
     pools.request_member_refresh(conn, "team-a", "licence")
     first = pools.member_refresh_requested(conn, "team-a", "licence")

@@ -1,7 +1,7 @@
 """The run-events outbox during a stampede: the statuses and Events of a run outside the
 burst are published in its turn, not after the burst's; each ScheduledJob's pending changes
 cost one status refresh; a batch publishes for about a second, so a change that arrives
-meanwhile is not queued behind the whole batch (k8s/publisher.py, "Fair turns")."""
+meanwhile is not queued behind the whole batch (k8s/reporting/publisher.py, "Fair turns")."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from factories import RecordingLauncher, database_at, define
 from pgsched.db import connection, migrate, queries
 from pgsched.engine import dispatch, lease, materialize, runs, settle
-from pgsched.k8s import publisher
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.reporting import publisher
+from pgsched.k8s.reporting.publisher import Publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 SET_UP = T0 - timedelta(minutes=30)

@@ -1,4 +1,4 @@
-"""Request annotations on a ScheduledJob (``pgsched.k8s.commands``), as the sync handles
+"""Request annotations on a ScheduledJob (``pgsched.k8s.scheduledjobs.commands``), as the sync handles
 them against the real database: carried out with the requester recorded, or refused with
 a Warning naming the accepted values and nothing else changed. That the API server vouches
 for the requester, and the CLI and the Events end to end, are proven on the real API server
@@ -16,9 +16,9 @@ import pytest
 from cli_runner import pgsched
 from pgsched.db import connection
 from pgsched.engine import definitions, runs
-from pgsched.k8s import scheduledjobs
-from pgsched.k8s.finalizers import FINALIZER
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.client.finalizers import FINALIZER
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import scheduledjobs
 
 
 @pytest.fixture

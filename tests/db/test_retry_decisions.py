@@ -12,7 +12,7 @@ from cli_runner import pgsched
 from factories import RecordingLauncher, define
 from pgsched.db import queries
 from pgsched.engine import dispatch, lease, runs, settle
-from pgsched.k8s import publisher
+from pgsched.k8s.reporting import publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
 """Syncing a ScheduledJob into its definition, and what it asks Kubernetes to be told
-(``pgsched.k8s.scheduledjobs.sync``), against the real database. The writes themselves
+(``pgsched.k8s.scheduledjobs.scheduledjobs.sync``), against the real database. The writes themselves
 are exercised on a real API server (tests/cluster/test_operator_fleet.py)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from psycopg.types.json import Jsonb
 
 from pgsched.db import connection
 from pgsched.engine import definitions, runs
-from pgsched.k8s import scheduledjobs
-from pgsched.k8s.finalizers import FINALIZER
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.client.finalizers import FINALIZER
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import scheduledjobs
 
 
 @pytest.fixture

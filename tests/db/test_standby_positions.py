@@ -1,5 +1,5 @@
 """How far the standbys have flushed, as the operator sees it (``db/replication.py``): what
-decides when a request annotation may be removed (``k8s/commands.py``)."""
+decides when a request annotation may be removed (``k8s/scheduledjobs/commands.py``)."""
 
 from __future__ import annotations
 

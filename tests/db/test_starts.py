@@ -1,6 +1,6 @@
 """A run is running only once its workload started; until then it is launching, bounded.
 
-The starts service (``pgsched.k8s.starts``) reads what the API shows of launching runs'
+The starts service (``pgsched.k8s.jobside.starts``) reads what the API shows of launching runs'
 Jobs and pods (a stand-in serving them from dicts, as in test_verdicts) and records it in
 the real database: the workload's start, or the pod's reason for waiting; at the bound the
 run ends with that reason, not retried by default; a launching run it observes is not
@@ -17,8 +17,8 @@ from db.test_verdicts import Api
 from factories import RecordingLauncher, define, runs_of
 from pgsched.engine import dispatch, lease, reap, runs, settle, starts
 from pgsched.engine.launcher import LaunchError
-from pgsched.k8s import api
-from pgsched.k8s import starts as pod_starts
+from pgsched.k8s.client import api
+from pgsched.k8s.jobside import starts as pod_starts
 
 CATCH_UP = int(pod_starts.CATCH_UP.total_seconds())
 

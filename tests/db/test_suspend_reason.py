@@ -13,9 +13,10 @@ import pytest
 from cli_runner import pgsched
 from pgsched.db import connection
 from pgsched.engine import definitions, materialize
-from pgsched.k8s import scheduledjobs, status, suspension
-from pgsched.k8s.finalizers import FINALIZER
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.client.finalizers import FINALIZER
+from pgsched.k8s.reporting import status
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import scheduledjobs, suspension
 
 REASON = "pgsched.dev/suspend-reason"
 

@@ -16,7 +16,9 @@ import pytest
 from factories import RecordingLauncher, define, runs_of
 from pgsched.db import connection
 from pgsched.engine import dispatch, lease, reap, runs, settle
-from pgsched.k8s import api, names, outcomes, verdicts
+from pgsched.k8s import names
+from pgsched.k8s.client import api
+from pgsched.k8s.jobside import outcomes, verdicts
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 JOB_NAME = "batch.kubernetes.io/job-name"

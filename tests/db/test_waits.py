@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from cli_runner import pgsched
 from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, pools, runs, starts, waits
-from pgsched.k8s.publisher import Publisher
+from pgsched.k8s.reporting.publisher import Publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -29,7 +29,7 @@ from factories import define
 from pgsched import names
 from pgsched.db import connection
 from pgsched.engine.models import Definition
-from pgsched.k8s import api
+from pgsched.k8s.client import api
 from pgsched.ui import access, server
 
 SOFIA = ZoneInfo("Europe/Sofia")

@@ -15,7 +15,8 @@ from conftest import READ_JOBS, Served, Tenants, grant, serve, token_for
 from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
-from pgsched.k8s import api, names
+from pgsched.k8s import names
+from pgsched.k8s.client import api
 from pgsched.ui import access
 from plugins.cluster import container, job_manifest
 

@@ -25,8 +25,8 @@ from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched import names
 from pgsched.db import connection
-from pgsched.k8s import api
 from pgsched.k8s import names as kube_names
+from pgsched.k8s.client import api
 from pgsched.ui import access, run_page, server
 from plugins.cluster import container, job_manifest
 

@@ -1,5 +1,5 @@
 """What the admission webhook refuses: exactly what the controller would, with its words,
-and never an unchanged spec or a runAt that was accepted before (k8s/admission.py)."""
+and never an unchanged spec or a runAt that was accepted before (k8s/serve/admission.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import kopf
 import pytest
 
 from pgsched import spec as spec_module
-from pgsched.k8s import admission, webhook
+from pgsched.k8s.serve import admission, webhook
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 TEMPLATE = {"spec": {"template": {"spec": {"containers": []}}}}

@@ -1,5 +1,5 @@
 """The Argo CD health checks (deploy/argocd/*.lua) in real Lua, on statuses rendered by the
-operator's own renderer (pgsched.k8s.status); tests/cluster/test_argocd_health_live.py runs
+operator's own renderer (pgsched.k8s.reporting.status); tests/cluster/test_argocd_health_live.py runs
 them on statuses a running operator wrote."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 from argocd_health import CHECKS, health
 from k8sfixtures import T0, definition, run
-from pgsched.k8s import status
+from pgsched.k8s.reporting import status
 
 
 def scheduled_job(rendered: dict[str, Any] | None, *, generation: int = 1) -> dict[str, Any]:

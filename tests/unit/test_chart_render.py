@@ -20,7 +20,7 @@ import yaml
 
 import pgsched
 from devenv.binaries import bin_dir
-from pgsched.k8s.settings import OperatorSettings
+from pgsched.k8s.serve.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pgsched"
@@ -28,7 +28,8 @@ CRDS = ROOT / "crds"
 CHART_CRDS = CHART / "files" / "crds"
 # Where `pgsched operator` reads its environment: the settings and the log level.
 SETTINGS_SOURCES = [
-    ROOT / "operator" / "pgsched" / path for path in ("k8s/settings.py", "cli/main.py", "db/dsn.py")
+    ROOT / "operator" / "pgsched" / path
+    for path in ("k8s/serve/settings.py", "cli/main.py", "db/dsn.py")
 ]
 
 Obj = dict[str, Any]

@@ -283,7 +283,7 @@ def test_the_image_carries_kopf_for_the_admission_webhook(image_venv):
     )
     assert shown.returncode == 0, shown.stderr
     assert "Name: kopf" in shown.stdout
-    loaded = installed(venv, "python", "-c", "import pgsched.k8s.webhook")
+    loaded = installed(venv, "python", "-c", "import pgsched.k8s.serve.webhook")
     assert loaded.returncode == 0, loaded.stderr
 
 

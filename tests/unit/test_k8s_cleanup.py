@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from k8sfixtures import T0, definition
 from pgsched.engine.runs import Ending
-from pgsched.k8s.cleanup import must_stop
+from pgsched.k8s.jobside.cleanup import must_stop
 
 
 def ending(status, reason=None, *, finished=0, cancel_requested=None, checked=1):

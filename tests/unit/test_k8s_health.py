@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from pgsched.k8s import health
+from pgsched.k8s.serve import health
 
 
 def free_port() -> int:

@@ -1,5 +1,5 @@
 """The jobTemplate policy: which ServiceAccounts and Secrets a ScheduledJob may name, and
-where jobs may run (pgsched.k8s.jobpolicy)."""
+where jobs may run (pgsched.k8s.jobside.jobpolicy)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pgsched.k8s.jobpolicy import (
+from pgsched.k8s.jobside.jobpolicy import (
     ANNOTATION_SECRETS,
     ANNOTATION_SERVICE_ACCOUNTS,
     JobPolicy,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from k8sfixtures import T0, TEMPLATE, definition, run
-from pgsched.k8s import jobs, names
+from pgsched.k8s import names
+from pgsched.k8s.jobside import jobs
 
 TOKEN = "99999999-8888-7777-6666-555555555555"
 LEASE_REF = {"secretKeyRef": {"name": "nightly-report-42-lease", "key": "lease-token"}}
@@ -41,7 +42,7 @@ def test_job_is_named_labelled_owned_and_never_retried_by_kubernetes():
 
 def test_a_job_carries_what_its_run_row_needs_to_be_restored_after_a_failover():
     """trigger, retry-of, upstream run, run-now token and parameters: with the labels, scheduled-for
-    and the owner, a row a failover lost can be rebuilt from the Job (k8s/restoration.py)."""
+    and the owner, a row a failover lost can be rebuilt from the Job (k8s/failover/restoration.py)."""
     scheduled = jobs.build(definition(), run(), SETTINGS)["metadata"]["annotations"]
     assert scheduled[names.ANNOTATION_TRIGGER] == "schedule"
     assert scheduled[names.ANNOTATION_SCHEDULED_FOR] == T0.isoformat()

@@ -15,8 +15,9 @@ from kubernetes.client import Configuration
 from devenv.waiting import wait_for
 from factories import no_database
 from k8sfixtures import definition, run
-from pgsched.k8s import api, jobs, launcher
-from pgsched.k8s.ratelimit import TokenBucket
+from pgsched.k8s.client import api
+from pgsched.k8s.client.ratelimit import TokenBucket
+from pgsched.k8s.jobside import jobs, launcher
 
 PATCH_SECONDS = 0.5
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgsched.k8s import outcomes
+from pgsched.k8s.jobside import outcomes
 
 
 def job(*conditions):

@@ -5,8 +5,8 @@ these pin the parsing of the header and the level/version rule."""
 
 from __future__ import annotations
 
-from pgsched.k8s.api import warning_texts
-from pgsched.k8s.podsecurity import Violation, enforced, violation_in
+from pgsched.k8s.client.api import warning_texts
+from pgsched.k8s.jobside.podsecurity import Violation, enforced, violation_in
 
 # As kube-apiserver 1.37 sends it (one header per warning, the text a quoted-string).
 HEADER = (

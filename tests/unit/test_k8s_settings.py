@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from pgsched.k8s.ratelimit import TokenBucket
-from pgsched.k8s.settings import OperatorSettings
+from pgsched.k8s.client.ratelimit import TokenBucket
+from pgsched.k8s.serve.settings import OperatorSettings
 from pgsched.validation import SettingsError
 
 BASE = {

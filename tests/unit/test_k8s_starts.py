@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgsched.k8s import starts
+from pgsched.k8s.jobside import starts
 
 JOB = {"metadata": {"name": "job-1"}, "status": {}}
 

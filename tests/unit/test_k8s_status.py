@@ -9,7 +9,7 @@ import pytest
 from k8sfixtures import T0, definition, run
 from pgsched.engine import chain
 from pgsched.engine.models import Start
-from pgsched.k8s import status
+from pgsched.k8s.reporting import status
 
 
 def conditions(rendered):

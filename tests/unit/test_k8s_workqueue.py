@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pgsched.k8s.workqueue import WorkQueue
+from pgsched.k8s.client.workqueue import WorkQueue
 
 
 def test_a_newer_value_replaces_the_waiting_one_and_keeps_its_place():

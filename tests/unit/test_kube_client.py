@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes.client import Configuration
 
-from pgsched.k8s import api
-from pgsched.k8s.ratelimit import TokenBucket
+from pgsched.k8s.client import api
+from pgsched.k8s.client.ratelimit import TokenBucket
 
 
 class Overloaded(BaseHTTPRequestHandler):
@@ -96,7 +96,7 @@ def test_the_client_side_limiter_paces_a_burst(server):
 
 
 def test_the_client_records_when_the_api_server_came_back_after_an_absence(server):
-    """Every request tells whether the server was away (k8s/starts.py bounds runs from
+    """Every request tells whether the server was away (k8s/jobside/starts.py bounds runs from
     its return): a failing answer, then a good one, is a return; good ones alone are not."""
     kube = client(server, attempts=1)
     kube.create("/x", {})

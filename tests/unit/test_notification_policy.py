@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hostile_specs import HOSTILE_POLICIES
 from pgsched import spec
-from pgsched.k8s import admission
+from pgsched.k8s.serve import admission
 from unit.test_schedule_fuzz import FUZZ
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

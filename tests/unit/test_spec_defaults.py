@@ -1,6 +1,6 @@
 """Each spec default is stated once in Python (``engine.definitions.DefinitionSpec`` and
 ``engine.retry.RetryPolicy``, which ``spec.parse`` reads its defaults from; the history
-limits in ``k8s.cleanup``) and must be the CRD's, which the API server applies and
+limits in ``k8s.jobside.cleanup``) and must be the CRD's, which the API server applies and
 docs/configuration.md renders."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import yaml
 from pgsched.engine import starts
 from pgsched.engine.definitions import DefinitionSpec
 from pgsched.engine.retry import RetryPolicy
-from pgsched.k8s import cleanup
+from pgsched.k8s.jobside import cleanup
 
 CRD = Path(__file__).parents[2] / "crds" / "scheduledjobs.pgsched.dev.yaml"
 FIELDS = {

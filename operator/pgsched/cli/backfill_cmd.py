@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
             " (administrators); without them the operator queues the whole range at once",
             code=2,
         )
-    from pgsched.k8s import commands, names
+    from pgsched.k8s import names
+    from pgsched.k8s.scheduledjobs import commands
 
     kube = target.kube(args)
     obj = requests.scheduled_job(kube, target.namespace(args), args.name)

@@ -376,7 +376,8 @@ def _dead_letters(conn: Connection) -> Finding:
 
 
 def _kubernetes(args: argparse.Namespace) -> list[Finding]:
-    from pgsched.k8s import api, names
+    from pgsched.k8s import names
+    from pgsched.k8s.client import api
 
     if not target.has_kubeconfig(args.kubeconfig):
         return [Finding("kubernetes", "skip", "no kubeconfig (pass --kubeconfig to check)")]
@@ -427,7 +428,8 @@ def _kubernetes(args: argparse.Namespace) -> list[Finding]:
 def _scheduled_jobs(kube: Any, *, unserved_after: int) -> list[Finding]:
     """Ready=False and unserved ScheduledJobs, as the API server sees them (all namespaces
     the kubeconfig may list)."""
-    from pgsched.k8s import api, names
+    from pgsched.k8s import names
+    from pgsched.k8s.client import api
 
     try:
         items = kube.get(f"/apis/{names.GROUP}/{names.VERSION}/{names.PLURAL}").get("items") or []

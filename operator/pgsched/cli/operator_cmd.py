@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pgsched.cli import common
 
 if TYPE_CHECKING:
-    from pgsched.k8s.settings import OperatorSettings
+    from pgsched.k8s.serve.settings import OperatorSettings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,8 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pgsched.db import migrate
-    from pgsched.k8s import operator
-    from pgsched.k8s.settings import OperatorSettings
+    from pgsched.k8s.serve import operator
+    from pgsched.k8s.serve.settings import OperatorSettings
     from pgsched.validation import SettingsError
 
     environ = dict(os.environ)
@@ -68,7 +68,7 @@ def _start_ui(settings: OperatorSettings) -> Any:
     """The web UI on its own port and thread, token-authenticated (PGSCHED_UI_*)."""
     if not settings.ui_bind:
         return None
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
     from pgsched.ui import access, server
 
     tls = None

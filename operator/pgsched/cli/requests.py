@@ -2,7 +2,7 @@
 ``cancel``, ``backfill``, ``suspend`` and ``resume``.
 
 The CLI writes a request annotation on the ScheduledJob (``pgsched.dev/run-now``, ...;
-``pgsched.k8s.commands`` lists them and their accepted values) with its requester, the
+``pgsched.k8s.scheduledjobs.commands`` lists them and their accepted values) with its requester, the
 user the API server says this kubeconfig is (a SelfSubjectReview, what ``kubectl auth
 whoami`` asks). So the request is subject to Kubernetes RBAC (``get`` and ``patch`` on
 ``scheduledjobs.pgsched.dev`` in the namespace), lands in the API server's audit log, and
@@ -11,7 +11,7 @@ database credentials are needed.
 
 Then it waits (``--timeout``) for the operator to take the request — the operator removes
 a request once it has handled it and every standby of its database has received that
-(``k8s/commands.py``) — and reports a refusal if there was one: the Warning
+(``k8s/scheduledjobs/commands.py``) — and reports a refusal if there was one: the Warning
 Event the operator posts for a refused request has a name the CLI can predict (the
 ScheduledJob's, the request's, and the resourceVersion the CLI's write produced). A
 request of someone else's still waiting on the object is never overwritten: the CLI waits
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from pgsched.cli.common import CommandError
 
 if TYPE_CHECKING:
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
 BYPASS = (
     "--database: acting on the database directly with the schema owner's DSN; Kubernetes"
@@ -149,7 +149,7 @@ class Sent:
 
 def scheduled_job(kube: api.KubeApi, namespace: str, name: str) -> dict[str, Any]:
     """The ScheduledJob, or a CommandError saying why not (missing, or not allowed)."""
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
     try:
         return kube.get(api.scheduled_job_path(namespace, name))
@@ -171,7 +171,7 @@ def patch_spec(
 ) -> dict[str, Any]:
     """Merge-patch the ScheduledJob's spec (and ``annotations``: None removes one), naming
     the resourceVersion read."""
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
     meta = obj["metadata"]
     path = api.scheduled_job_path(meta["namespace"], meta["name"])
@@ -198,7 +198,9 @@ def send(
     for run-now and backfill, its ``parameters``, or the removal of stale ones), wait for
     the operator to take it; CommandError if refused (by RBAC, admission or the
     operator)."""
-    from pgsched.k8s import api, commands, names
+    from pgsched.k8s import names
+    from pgsched.k8s.client import api
+    from pgsched.k8s.scheduledjobs import commands
 
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -248,7 +250,7 @@ def send(
 def whoami(kube: api.KubeApi) -> str | None:
     """The user name the API server authenticates this kubeconfig as (SelfSubjectReview,
     Kubernetes 1.28+); None where the API server does not say."""
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
     try:
         review = kube.create(
@@ -275,7 +277,8 @@ def _raise_if_refused(
 ) -> None:
     """The operator's Warning Event for this very write, if it refused it (reading Events
     needs ``get events``: without it, a refusal shows in ``kubectl describe sj``)."""
-    from pgsched.k8s import commands, names
+    from pgsched.k8s import names
+    from pgsched.k8s.scheduledjobs import commands
 
     for field in (
         annotation,
@@ -289,7 +292,7 @@ def _raise_if_refused(
 
 def _event(kube: api.KubeApi, namespace: str, name: str) -> dict[str, Any] | None:
     """The Event ``name``; None if there is none (or this user may not read Events)."""
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
     try:
         return kube.get(api.path_of(namespace=namespace, plural="events", name=name))

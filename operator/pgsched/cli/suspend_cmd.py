@@ -19,7 +19,7 @@ Occurrences that fell due while suspended were recorded as ``SKIPPED/Suspended``
 not replayed (use ``backfill`` for that).
 
 ``suspend --reason "..."`` says why: the ``pgsched.dev/suspend-reason`` annotation, written
-in the same patch as ``spec.suspend`` (``k8s/suspension.py``); the ``Suspended`` condition,
+in the same patch as ``spec.suspend`` (``k8s/scheduledjobs/suspension.py``); the ``Suspended`` condition,
 ``pgsched next``, the UI and the skipped rows show it. ``resume`` removes it in its patch.
 """
 
@@ -36,7 +36,7 @@ from pgsched.engine import definitions
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
     from pgsched.engine.models import Definition
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _reason(text: str) -> str:
-    from pgsched.k8s import suspension
+    from pgsched.k8s.scheduledjobs import suspension
 
     if not text.strip() or len(text) > suspension.MAX_REASON or not text.isprintable():
         raise argparse.ArgumentTypeError(
@@ -135,7 +135,7 @@ def _auto_suspension(obj: dict[str, Any]) -> str | None:
 
 
 def _through_database(args: argparse.Namespace) -> int:
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
     suspend = args.command == "suspend"
     requests.announce_bypass()
@@ -195,7 +195,7 @@ def _through_database(args: argparse.Namespace) -> int:
 
 
 def _resource(kube: api.KubeApi, definition: Definition) -> dict[str, Any]:
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
     try:
         current = kube.get(target.resource_path(definition))
@@ -219,8 +219,8 @@ def _refresh_status(
     kube: api.KubeApi, conn: Connection, stored: Definition, current: dict[str, Any]
 ) -> str | None:
     """Re-render the status from the database (as any operator replica would)."""
-    from pgsched.k8s import api
-    from pgsched.k8s.publisher import Publisher
+    from pgsched.k8s.client import api
+    from pgsched.k8s.reporting.publisher import Publisher
 
     try:
         Publisher(kube).patch_status(conn, stored, current)

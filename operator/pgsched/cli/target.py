@@ -5,7 +5,7 @@ kubeconfig's current context, else ``default``), as with kubectl. It is resolved
 database, not in Kubernetes: the database holds the definition and every run, so history,
 ``next`` and ``run-now`` work even while the API server is unreachable. Only commands that
 change the resource (``suspend``, ``resume``) or check it (``doctor``) talk to Kubernetes,
-through the same rate-limited client as the operator (``pgsched.k8s.api``).
+through the same rate-limited client as the operator (``pgsched.k8s.client.api``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pgsched.engine import definitions
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
     from pgsched.engine.models import Definition
-    from pgsched.k8s import api
+    from pgsched.k8s.client import api
 
 # The Kubernetes client library takes about half a second to import: only the commands
 # that talk to Kubernetes pay for it (imports inside the functions below).
@@ -120,8 +120,8 @@ def kube(args: argparse.Namespace, *, attempts: int = 3) -> api.KubeApi:
     """A Kubernetes client from the kubeconfig flags; CommandError without credentials."""
     from kubernetes import config as kube_config
 
-    from pgsched.k8s import api
-    from pgsched.k8s.ratelimit import TokenBucket
+    from pgsched.k8s.client import api
+    from pgsched.k8s.client.ratelimit import TokenBucket
 
     try:
         configuration = api.load_configuration(args.kubeconfig, args.context)
@@ -138,7 +138,8 @@ def kube(args: argparse.Namespace, *, attempts: int = 3) -> api.KubeApi:
 
 
 def resource_path(definition: Definition, *, subresource: str | None = None) -> str:
-    from pgsched.k8s import api, names
+    from pgsched.k8s import names
+    from pgsched.k8s.client import api
 
     return api.path_of(
         group=names.GROUP,

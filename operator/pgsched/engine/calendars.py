@@ -1,6 +1,6 @@
 """Calendars in the database: their resolved forms, and which jobs exclude them.
 
-A Calendar resource is stored by its controller (``k8s/calendars.py``) in its resolved
+A Calendar resource is stored by its controller (``k8s/kinds/calendars.py``) in its resolved
 form (``schedule.calendars.resolve``); this module keeps it in ``pgsched.calendars`` and
 loads, for a job, the calendars its ``spec.calendars.exclude`` names — those found, and
 the names of those missing (a condition on the job, never a silent no-op). A missing

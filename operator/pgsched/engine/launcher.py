@@ -1,6 +1,6 @@
 """What dispatch hands claimed runs to. The engine knows only this protocol.
 
-The Kubernetes launcher (``pgsched.k8s.launcher``) creates a Job per run; tests use a
+The Kubernetes launcher (``pgsched.k8s.jobside.launcher``) creates a Job per run; tests use a
 recording launcher; benchmarks use :class:`NullLauncher`. ``launch`` is called after the
 claim committed and outside any transaction or lock, so a slow API server delays launches
 but never holds up other claimers.

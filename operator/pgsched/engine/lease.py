@@ -69,7 +69,7 @@ def workload_ended(conn: Connection, lease: Lease, *, now: datetime | None = Non
     sidecar, on SIGTERM: the outcome is the Job's to tell). False: the lease was lost.
 
     A run that stops heartbeating after this is "ended, outcome pending", not "vanished"
-    (see ``pgsched.k8s.verdicts``)."""
+    (see ``pgsched.k8s.jobside.verdicts``)."""
     row = conn.execute(
         queries.get(_variant("workload_ended", now)),
         {"run_id": lease.run_id, "lease_token": lease.token, "now": now},

@@ -20,7 +20,7 @@ its Job finished, and its sidecar ended with the pod. Failing it ``HeartbeatLost
 retry succeeded work. So the two silence signatures, for runs with a launched workload,
 only mark the run ``outcome_pending_at`` (signature ``outcome_pending``; the run stays
 ``RUNNING``, and so keeps counting against its caps) and the launcher's side settles it
-from the workload's own record (``pgsched.k8s.verdicts``). A pending run whose heartbeat
+from the workload's own record (``pgsched.k8s.jobside.verdicts``). A pending run whose heartbeat
 comes back is no longer pending (``heartbeat_resumed``).
 """
 

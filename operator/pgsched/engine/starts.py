@@ -18,7 +18,7 @@ would meet the same wall — so the default retry list does not name them. Beats
 sidecar before the workload started do not extend the bound.
 
 This module is the database side; the Kubernetes side reads the pods
-(``pgsched.k8s.starts``). Every write is fenced on the run still ``RUNNING`` with the lease
+(``pgsched.k8s.jobside.starts``). Every write is fenced on the run still ``RUNNING`` with the lease
 it was launched with.
 """
 
@@ -104,7 +104,7 @@ def launching(conn: Connection, *, limit: int = 100) -> list[dict[str, Any]]:
 
 def defer_bounds(conn: Connection, run_ids: list[int], *, until: datetime) -> None:
     """Move the bounds of these launching runs to no earlier than ``until`` (the API server
-    could not be reached: ``pgsched.k8s.starts``), runs never observed yet included."""
+    could not be reached: ``pgsched.k8s.jobside.starts``), runs never observed yet included."""
     conn.execute(queries.get("defer_start_bounds"), {"ids": run_ids, "until": until})
 
 

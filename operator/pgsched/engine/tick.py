@@ -62,7 +62,7 @@ class TickSettings:
     # None: max(30 s, 10 x the tick interval).
     leader_stall_seconds: float | None = None
     # After a failover (a new WAL timeline), how long dispatch waits for the timeline's
-    # failover pass (pgsched.timeline_revalidations, k8s/revalidation.py) before claiming:
+    # failover pass (pgsched.timeline_revalidations, k8s/failover/revalidation.py) before claiming:
     # the pass restores runs whose rows were lost, and skips the duplicates the new primary
     # queued for them, which a claim before it would run. None: no wait (engine-only
     # deployments have no pass); the Kubernetes operator sets it.

@@ -30,12 +30,12 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"
 # run's credential. The token reaches the pod through the per-run Secret below.
 ANNOTATION_LEASE_SHA256 = f"{GROUP}/lease-sha256"
 # Jobs launched by releases before 0.2 carry the token itself here; still understood, and
-# the resync removes it from Jobs that still run (see k8s/resync.py).
+# the resync removes it from Jobs that still run (see k8s/jobside/resync.py).
 LEGACY_ANNOTATION_LEASE = f"{GROUP}/lease-token"
 LEASE_SECRET_KEY = "lease-token"
 ANNOTATION_SCHEDULED_FOR = f"{GROUP}/scheduled-for"
 # What else a run's row holds that its Job must carry, so that a run whose row a failover
-# lost entirely can be restored from its Job (k8s/restoration.py, migration 0034); with the
+# lost entirely can be restored from its Job (k8s/failover/restoration.py, migration 0034); with the
 # run-id and attempt labels, scheduled-for, the namespace and the owner's uid (the
 # definition's id). Absent when the run has none (a scheduled run has no retry-of).
 ANNOTATION_TRIGGER = f"{GROUP}/trigger"
@@ -46,7 +46,7 @@ ANNOTATION_REQUEST_TOKEN = f"{GROUP}/run-now-token"
 # pgsched.run_parameters held them: a restored run's retries run with them too.
 ANNOTATION_PARAMETERS = f"{GROUP}/parameters"
 # Requests to the operator, written on a ScheduledJob by `pgsched` or kubectl (so that
-# Kubernetes RBAC and the API server's audit log apply); k8s/commands.py reads them.
+# Kubernetes RBAC and the API server's audit log apply); k8s/scheduledjobs/commands.py reads them.
 ANNOTATION_RUN_NOW = f"{GROUP}/run-now"
 ANNOTATION_CANCEL = f"{GROUP}/cancel"
 ANNOTATION_BACKFILL = f"{GROUP}/backfill"
@@ -69,7 +69,7 @@ def requested_by_annotation(command: str) -> str:
 
 
 # The values of spec.parameters a run-now or backfill request gives: a JSON object beside
-# the request, written with it (k8s/commands.py).
+# the request, written with it (k8s/scheduledjobs/commands.py).
 PARAMETERS_SUFFIX = "-parameters"
 PARAMETERIZED_COMMANDS = (ANNOTATION_RUN_NOW, ANNOTATION_BACKFILL)
 
@@ -79,7 +79,7 @@ def parameters_annotation(command: str) -> str:
     return command + PARAMETERS_SUFFIX
 
 
-# An admission queue's label on a Job (Kueue): the queue that admits it (k8s.starts).
+# An admission queue's label on a Job (Kueue): the queue that admits it (k8s.jobside.starts).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Why spec.suspend is true, written by `pgsched suspend --reason` (or kubectl annotate);
 # shown in the Suspended condition, describe and the UI while the job is suspended.

@@ -25,7 +25,7 @@ container workloads.
 What it does record on SIGTERM is the one fact it knows: the workload ended
 (``pgsched.workload_ended``, fenced by the lease like the heartbeat). When the operator
 then cannot read the outcome (the API server is down) the run is "ended, outcome pending",
-which it waits for, rather than "vanished" (see ``pgsched.k8s.verdicts``). One outcome
+which it waits for, rather than "vanished" (see ``pgsched.k8s.jobside.verdicts``). One outcome
 needs nothing more: a run asked to stop before its workload ended is CANCELLED however the
 pod exited, so the database ends it at this note (migration 0029) — ``concurrencyPolicy:
 Replace`` starts the next run without waiting for the Job watch. In a pod that shares its

@@ -62,7 +62,7 @@ class Window:
 def parse_instant(text: str) -> datetime:
     """An RFC 3339 instant with an offset (kept as written); ValueError saying what is
     wrong, the text quoted as JSON and cut at 80 characters (it may reach an Event). Also
-    the ``pgsched.dev/backfill`` range's parser (``k8s/commands.py``)."""
+    the ``pgsched.dev/backfill`` range's parser (``k8s/scheduledjobs/commands.py``)."""
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pgsched.k8s import api, names
+from pgsched.k8s import names
+from pgsched.k8s.client import api
 
 AUTHENTICATION = "/apis/authentication.k8s.io/v1/tokenreviews"
 SUBJECT_REVIEW = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from pgsched import wording
 from pgsched.engine import definitions, run_facts, runs
 from pgsched.engine.models import Definition, Run
-from pgsched.k8s import api, names
+from pgsched.k8s import names
+from pgsched.k8s.client import api
 from pgsched.ui import access as acl
 from pgsched.ui import html, pieces
 from pgsched.ui.html import e, link

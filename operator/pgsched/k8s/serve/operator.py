@@ -1,0 +1,512 @@
+"""``pgsched operator``: watches for the resources, two threads for the engine.
+
+On start-up the operator checks the database (version, schema, that session advisory
+locks work — see ``db.preflight``) and refuses to start with an explanation if it cannot
+schedule safely. Then, on every replica:
+
+- controllers (``controller``: a list-then-watch per namespace feeding a bounded work
+  queue, served by worker threads) follow ScheduledJobs (``scheduledjobs``: synced into
+  the database, then finalizer, status and Event written by their own workers), our Jobs
+  (``jobevents``: outcomes), ConcurrencyPools (``concurrencypools``), Calendars
+  (``calendars``) and NotificationPolicies (``notificationpolicies``). Every replica
+  handles every event; each handling is idempotent;
+- the tick thread runs the engine loop; one replica leads each tick (``engine.leader``);
+- the publisher thread runs the operator's services (``engine.loop``): the run-events
+  outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of
+  silent runs, history partitions, the resync, and after a failover the revalidation of
+  the runs from before it (``revalidation``);
+- ``/healthz`` (``health``) fails when a thread is dead or the tick loop stopped making
+  progress; Prometheus metrics are served on their own port;
+- with ``PGSCHED_WEBHOOK_BIND``, the validating admission webhook (``webhook``: kopf,
+  admission handlers only) refuses at ``kubectl apply`` what the controller would refuse.
+
+Why pgsched watches for itself instead of using an operator framework: memory. A
+framework that queues every listed object with its parsed body until a handler takes it
+holds a whole fleet at once on start-up (kopf, which this operator used before 0.3: ~13 KiB
+per ScheduledJob that the allocator then keeps, ~1.3 GB at 100,000); here a watch holds one
+list chunk, the sync queue a bounded number of bodies, and the write queue small records
+(bench/README.md, ``fleet``). kopf still serves the admission webhook, where it watches
+nothing (docs/architecture.md, "Why kopf serves admission only").
+
+Least privilege: nothing cluster-scoped is listed or watched in namespaced mode — the
+namespaces are exact names, and the ScheduledJob CRD must be served before the watches
+start (``require_served``).
+
+SIGTERM or SIGINT stops the watches, lets the workers finish what they hold, then stops
+both threads (the tick thread finishes its tick and releases the leader lock explicitly;
+its session closing would release it anyway).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import prometheus_client
+import psycopg
+
+from pgsched import metrics
+from pgsched.db import boundary, connection, preflight, primaries, replication
+from pgsched.db.session import Session
+from pgsched.engine import deadlines, history, loop
+from pgsched.engine.tick import Ticker, TickResult
+from pgsched.k8s import names
+from pgsched.k8s.client import api
+from pgsched.k8s.client.controller import Controller, Workers, by_uid
+from pgsched.k8s.client.watch import Event, Watch
+from pgsched.k8s.client.workqueue import WorkQueue
+from pgsched.k8s.failover import revalidation
+from pgsched.k8s.jobside import jobevents, resync, starts, verdicts
+from pgsched.k8s.jobside.launcher import KubernetesLauncher
+from pgsched.k8s.kinds import calendars, concurrencypools, notificationpolicies, pool_status
+from pgsched.k8s.notifications import notifier
+from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
+from pgsched.k8s.serve import gauges, health
+from pgsched.k8s.serve.settings import OperatorSettings
+
+if TYPE_CHECKING:
+    from pgsched.k8s.serve import webhook
+
+log = logging.getLogger(__name__)
+
+# ScheduledJob bodies waiting to be synced: one list chunk, so a fleet's list is paced by
+# the database (the sync), never held whole.
+SYNC_CAPACITY = 500
+SYNC_WORKERS = 2
+# Write records waiting for the API budget: 100,000 new ScheduledJobs fit (a few hundred
+# bytes each); past that, syncing waits for writes. Writers mostly wait for the API server
+# (a request takes 10-50 ms on a busy one): enough of them that the budget, not their
+# number, sets the pace (16 x 3 writes per 30-60 ms ~ 1,000 requests a second).
+WRITES_CAPACITY = 250_000
+WRITE_WORKERS = 16
+JOB_CAPACITY = 1_000
+JOB_WORKERS = 4
+SHUTDOWN_SECONDS = 30.0
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+class EngineThreads:
+    """The tick and publisher threads, with what the liveness probe needs to know."""
+
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        kube: api.KubeApi,
+        publisher: Publisher,
+        *,
+        clock: Callable[[], datetime | None],
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.stop = threading.Event()
+        self.last_tick = time.monotonic()
+        self.last_led: float | None = None
+        self.leader_window = metrics.leader_window_seconds(settings.tick.interval_seconds)
+        connect = self._connector("pgsched-tick")
+        launcher = KubernetesLauncher(kube, settings.jobs, connect=self._connector("pgsched-adopt"))
+        # Dispatch waits for a new timeline's failover pass (k8s/failover/revalidation.py).
+        tick = dataclasses.replace(
+            settings.tick, failover_pass_wait_seconds=revalidation.DISPATCH_WAIT_SECONDS
+        )
+        self.ticker = Ticker(connect, launcher, tick, clock=clock)
+        self.tick_thread = threading.Thread(
+            target=self.ticker.run_forever,
+            args=(self.stop,),
+            kwargs={"on_tick": self._observe},
+            name="pgsched-tick",
+            daemon=True,
+        )
+        self.publish_thread = threading.Thread(
+            target=self._publish,
+            args=(publisher,),
+            name="pgsched-publisher",
+            daemon=True,
+        )
+
+    def _publish(self, publisher: Publisher) -> None:
+        """The publisher thread: the operator's services on one session, each on its
+        interval (``engine.loop``: interruptible, fail-open)."""
+        session = Session(self._connector("pgsched-publisher"))
+        kube = publisher.kube  # the background share of the API tokens
+        settings = self.settings
+        pools_seen = pool_status.PoolStatus(kube)
+        judge = verdicts.Verdicts(kube)
+        recovery = starts.Recovery()
+        notify = notifier.Notifier(notifier.KubeSecrets(kube))
+        services = [
+            loop.Service(
+                "publishing run events",
+                lambda: publisher.run_once(session.connection()),
+                settings.publish_interval_seconds,
+                again=lambda published: bool(published.events or published.statuses),
+            ),
+            loop.Service(
+                "gauges",
+                lambda: gauges.run_once(session.connection(), now=self.clock()),
+                settings.gauge_interval_seconds,
+            ),
+            loop.Service(
+                "pool status",
+                lambda: pools_seen.run_once(session.connection()),
+                settings.gauge_interval_seconds,
+            ),
+            loop.Service(
+                "starts",
+                lambda: starts.run_once(
+                    session.connection(), kube, now=self.clock(), recovery=recovery
+                ),
+                settings.verdict_interval_seconds,
+            ),
+            loop.Service(
+                "verdicts",
+                lambda: judge.run_once(session.connection(), now=self.clock()),
+                settings.verdict_interval_seconds,
+            ),
+            # After a failover: every run from before it compared with its Job, once.
+            loop.Service(
+                "failover revalidation",
+                lambda: revalidation.run_once(session.connection(), kube, now=self.clock()),
+                settings.verdict_interval_seconds,
+                again=lambda result: result.more,
+            ),
+            loop.Service(
+                "finish-by deadlines",
+                lambda: deadlines.run_once(session.connection(), now=self.clock()),
+                deadlines.INTERVAL_SECONDS,
+            ),
+            # Never waits for a receiver: deliveries run on the notifier's own workers.
+            loop.Service(
+                "notifications",
+                lambda: notify.run_once(session.connection(), now=self.clock()),
+                settings.publish_interval_seconds,
+            ),
+            loop.Service(
+                "history partitions",
+                lambda: history.run_once(
+                    session.connection(), retention=settings.history_retention, now=self.clock()
+                ),
+                history.INTERVAL_SECONDS,
+            ),
+            loop.Service(
+                "resync",
+                lambda: resync.run_once(session.connection(), kube, now=self.clock()),
+                settings.resync_interval_seconds,
+            ),
+        ]
+
+        def on_error(service: loop.Service, error: Exception) -> None:
+            if isinstance(error, psycopg.Error):
+                metrics.DB_ERRORS.labels("publisher").inc()
+                session.close()  # reconnect on the next round
+
+        try:
+            loop.run(services, self.stop, on_error=on_error)
+        finally:
+            try:  # record what receivers took, so a restart does not send it again
+                notify.close(session.connection())
+            except psycopg.Error:
+                notify.close()  # unrecorded: delivered again once their leases run out
+            session.close()
+
+    def _connector(self, application_name: str) -> Any:
+        # A frozen server costs the tick and the publisher this bound, not the freeze; a
+        # former primary of a multi-host DSN is passed over on connect (db.primaries).
+        bound = self.settings.tick.stall_seconds
+        return lambda: primaries.connect(
+            self.settings.dsn, application_name=application_name, answer_timeout=bound
+        )
+
+    def start(self) -> None:
+        self.tick_thread.start()
+        self.publish_thread.start()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self.stop.set()
+        for thread in (self.tick_thread, self.publish_thread):
+            thread.join(timeout=timeout)
+
+    def _observe(self, result: TickResult) -> None:
+        self.last_tick = time.monotonic()
+        if result.leader:
+            self.last_led = self.last_tick
+        # Leadership is taken per tick and moves freely between replicas: "led the latest
+        # tick" would flap with every tick. "Led one within the window" stays put.
+        led = self.last_led is not None and self.last_tick - self.last_led <= self.leader_window
+        metrics.LEADER.set(1 if led else 0)
+        metrics.TICKS.labels(
+            "error" if result.error else "leader" if result.leader else "follower"
+        ).inc()
+        if result.database_error:
+            metrics.DB_ERRORS.labels("tick").inc()
+        if result.leader:
+            metrics.DISPATCH_HELD.set(1 if result.dispatch_held else 0)
+            for phase, seconds in result.durations.items():
+                metrics.TICK_DURATION.labels(phase).observe(seconds)
+        if result.dispatched and result.dispatched.deferred:
+            metrics.LAUNCHES_DEFERRED.inc(len(result.dispatched.deferred))
+        if result.reaped:
+            for signature, ids in result.reaped.run_ids.items():
+                if ids:
+                    metrics.REAPED.labels(signature).inc(len(ids))
+
+    def health(self) -> dict[str, Any]:
+        stalled_after = max(60.0, 20 * self.settings.tick.interval_seconds)
+        since = time.monotonic() - self.last_tick
+        problems = []
+        if not self.tick_thread.is_alive():
+            problems.append("the tick thread died")
+        if not self.publish_thread.is_alive():
+            problems.append("the publisher thread died")
+        if since > stalled_after:
+            problems.append(f"no tick finished for {since:.0f}s")
+        if problems:
+            raise health.Unhealthy("; ".join(problems))
+        return {"seconds_since_tick": round(since, 3)}
+
+
+def check_database(settings: OperatorSettings) -> None:
+    def connect() -> connection.Connection:
+        return connection.connect(settings.dsn, application_name="pgsched-preflight")
+
+    try:
+        with connect() as conn:
+            failed = [check for check in preflight.run(conn, connect=connect) if not check.ok]
+            if not failed:
+                found = replication.inspect(conn)
+                log.log(
+                    logging.INFO if found.mode in ("synchronous", "single") else logging.WARNING,
+                    "database replication: %s",
+                    found.detail,
+                )
+                blind = replication.blind_to_standbys(conn)
+                if blind is not None:
+                    log.warning("database replication: %s", blind)
+                for problem in boundary.problems(conn):
+                    log.warning("tenant boundary: %s", problem)
+    except (psycopg.OperationalError, preflight.PreflightError) as error:
+        raise StartupError(f"database: {str(error).strip()}") from None
+    if failed:
+        raise StartupError("; ".join(f"{check.name}: {check.detail}" for check in failed))
+
+
+def require_served(
+    kube: api.KubeApi, *, group: str, version: str, plural: str, timeout: float = 60.0
+) -> None:
+    """Wait until the API server serves ``plural`` (a watch of a resource not served would
+    only fail and retry)."""
+    path = f"/apis/{group}/{version}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            served = {item.get("name") for item in kube.get(path).get("resources") or []}
+        except api.ApiError as error:
+            if not error.not_found:
+                raise StartupError(f"cannot read API discovery {path}: {error}") from None
+            served = set()
+        if plural in served:
+            return
+        if time.monotonic() >= deadline:
+            raise StartupError(
+                f"the API server does not serve {plural}.{group}/{version} (waited {timeout:g}s):"
+                f" install the CRD (kubectl apply -f crds/{plural}.{group}.yaml, or the Helm"
+                " chart with crds.install=true)"
+            )
+        time.sleep(1.0)
+
+
+def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = lambda: None) -> None:
+    """Run the operator until SIGTERM/SIGINT (blocks; call from the main thread).
+
+    ``clock`` is the engine's "now" (the tick's and the handlers'): None, the default,
+    means the database clock, as in production; a test may pass a pinned or shifted one.
+    """
+    check_database(settings)
+    host, _, port = settings.metrics_bind.rpartition(":")
+    prometheus_client.start_http_server(int(port), addr=host)
+    kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
+    for plural in (
+        names.PLURAL,
+        names.POOL_PLURAL,
+        names.CALENDAR_PLURAL,
+        names.NOTIFICATION_POLICY_PLURAL,
+    ):
+        require_served(kube, group=names.GROUP, version=names.VERSION, plural=plural)
+    # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
+    publisher = Publisher(kube.background(), clock=clock)
+    pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
+    threads = EngineThreads(settings, kube, publisher, clock=clock)
+    context = scheduledjobs.Context(
+        pool=pool,
+        kube=kube.background(),
+        publisher=publisher,
+        clock=clock,
+        job_policy=settings.jobs.policy,
+    )
+    writes = Workers(
+        "scheduledjob-writes",
+        WorkQueue[UUID, scheduledjobs.Writes](
+            capacity=WRITES_CAPACITY, merge=scheduledjobs.Writes.merge
+        ),
+        lambda _uid, record: scheduledjob_writer.write(context, record),
+        count=WRITE_WORKERS,
+    )
+    pools = concurrencypools.Pools(pool, kube.background(), publisher, clock=clock)
+    calendar_handler = calendars.Calendars(pool, kube.background(), publisher, clock=clock)
+    policies = notificationpolicies.NotificationPolicies(
+        pool, kube.background(), publisher, clock=clock
+    )
+    admission = _webhook(settings)
+    controllers = [
+        Controller(
+            names.PLURAL,
+            _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=names.PLURAL),
+            select=by_uid,
+            handle=lambda _uid, event: _sync(context, writes.queue, event),
+            workers=SYNC_WORKERS,
+            capacity=SYNC_CAPACITY,
+            merge=_newest_listed,
+        ),
+        Controller(
+            "jobs",
+            _watches(
+                kube, settings, group="batch", plural="jobs", label_selector=names.LABEL_RUN_ID
+            ),
+            select=jobevents.select,
+            handle=lambda _uid, event: jobevents.record(pool, kube, event),
+            workers=JOB_WORKERS,
+            capacity=JOB_CAPACITY,
+        ),
+        *(
+            _settings_controller(kube, settings, plural, handle)
+            for plural, handle in (
+                (names.POOL_PLURAL, pools.handle),
+                (names.CALENDAR_PLURAL, calendar_handler.handle),
+                (names.NOTIFICATION_POLICY_PLURAL, policies.handle),
+            )
+        ),
+    ]
+
+    def check() -> dict[str, Any]:
+        found = threads.health()
+        dead = [item.name for item in controllers if not item.alive()]
+        if not writes.alive():
+            dead.append(writes.name)
+        if admission is not None and not admission.alive():
+            dead.append("pgsched-webhook")
+        if dead:
+            raise health.Unhealthy(f"threads died: {', '.join(dead)}")
+        found["listed"] = all(item.listed() for item in controllers)
+        return found
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    log.info(
+        "pgsched operator starting: namespaces=%s, tick every %ss, API %s qps (burst %s)",
+        "all" if settings.all_namespaces else ",".join(settings.namespaces),
+        settings.tick.interval_seconds,
+        settings.api_qps,
+        settings.api_burst,
+    )
+    threads.start()
+    writes.start()
+    if admission is not None:
+        admission.start()
+    for controller in controllers:
+        controller.start()
+    server = health.serve(settings.health_bind, check)
+    try:
+        stop.wait()
+        log.info("pgsched operator stopping")
+    finally:
+        server.shutdown()
+        if admission is not None:
+            admission.stop(SHUTDOWN_SECONDS)
+        for controller in controllers:
+            controller.stop(SHUTDOWN_SECONDS)
+        writes.stop(SHUTDOWN_SECONDS)
+        threads.shutdown()
+        pool.close()
+
+
+def _settings_controller(
+    kube: api.KubeApi,
+    settings: OperatorSettings,
+    plural: str,
+    handle: Callable[[str, Event], float | None],
+) -> Controller[str, Event]:
+    """A controller of one of pgsched's other kinds (pools, calendars, notification
+    policies): few objects that change rarely, so one worker serves each."""
+    return Controller(
+        plural,
+        _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=plural),
+        select=by_uid,
+        handle=handle,
+        workers=1,
+        capacity=SYNC_CAPACITY,
+    )
+
+
+def _webhook(settings: OperatorSettings) -> webhook.Webhook | None:
+    """The admission webhook, if configured; a missing certificate stops the start. kopf is
+    imported only then: an operator without the webhook does not carry it in memory."""
+    if not settings.webhook.bind:
+        return None
+    from pgsched.k8s.serve import webhook
+
+    try:
+        return webhook.Webhook(settings.webhook)
+    except webhook.WebhookError as error:
+        raise StartupError(str(error)) from None
+
+
+def _sync(
+    context: scheduledjobs.Context,
+    writes: WorkQueue[UUID, scheduledjobs.Writes],
+    event: Event,
+) -> float | None:
+    if event.type == "DELETED":
+        synced = scheduledjobs.gone(context, event.object)
+    else:
+        synced = scheduledjobs.sync(context, event.object, revalidate=event.listed)
+    if synced.writes is not None:
+        writes.put(synced.writes.uid, synced.writes)
+    return synced.retry_in
+
+
+def _newest_listed(older: Event, newer: Event) -> Event:
+    """The newest state of a ScheduledJob, validated afresh if either was listed."""
+    return Event(newer.type, newer.object, listed=older.listed or newer.listed)
+
+
+def _watches(
+    kube: api.KubeApi,
+    settings: OperatorSettings,
+    *,
+    group: str,
+    plural: str,
+    version: str = "v1",
+    label_selector: str | None = None,
+) -> list[Watch]:
+    """One watch per watched namespace, or one for all."""
+    namespaces: list[str | None] = [None] if settings.all_namespaces else list(settings.namespaces)
+    return [
+        Watch(
+            kube,
+            api.path_of(group=group, version=version, namespace=namespace, plural=plural),
+            name=f"{plural}@{namespace or '*'}",
+            label_selector=label_selector,
+        )
+        for namespace in namespaces
+    ]
