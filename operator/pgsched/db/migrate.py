@@ -149,17 +149,13 @@ def migrate(conn: Connection) -> MigrateResult:
 def changed_functions(conn: Connection) -> list[FunctionFile]:
     """The function files whose checksum differs from the ledger's (all of them before the
     ledger exists)."""
-    row = conn.execute(
+    ledger = conn.execute(
         "SELECT to_regclass('pgsched.schema_functions') IS NOT NULL AS ok"
     ).fetchone()
-    recorded = (
-        {
-            row["name"]: row["checksum"]
-            for row in conn.execute("SELECT name, checksum FROM pgsched.schema_functions")
-        }
-        if row and row["ok"]
-        else {}
-    )
+    recorded = {}
+    if ledger and ledger["ok"]:
+        rows = conn.execute("SELECT name, checksum FROM pgsched.schema_functions")
+        recorded = {row["name"]: row["checksum"] for row in rows}
     return [
         function
         for function in function_files()
@@ -224,7 +220,7 @@ def apply_functions(conn: Connection) -> list[str]:
     numbered migrations; the names applied (none when another process applied them first)."""
     if not changed_functions(conn):
         return []  # every start of every replica asks; only a change takes the lock
-    current = None
+    current: FunctionFile | None = None
     try:
         with conn.transaction():
             conn.execute(_LOCK)
