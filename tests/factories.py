@@ -3,12 +3,15 @@ database as an older release left it."""
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import psycopg
@@ -127,6 +130,16 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def schema_tool() -> ModuleType:
+    """``hack/schema.py``, which writes schema.sql: its dump is what tests compare schemas by."""
+    path = Path(__file__).resolve().parents[1] / "hack" / "schema.py"
+    spec = importlib.util.spec_from_file_location("schema_tool", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def database_at(postgres: Any, name: str, version: int) -> str:

@@ -8,8 +8,10 @@ same fenced ``lease.finish`` a job pod uses.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,9 +19,10 @@ from typing import Any
 
 import psycopg
 
+import invariants
 import previous_dispatch
 from bench import planted
-from pgsched.db import connection, queries
+from pgsched.db import connection, migrate, queries
 from pgsched.engine import dispatch, lease, runs
 from pgsched.engine.models import Definition, Run
 from pgsched.engine.tick import TickSettings
@@ -285,3 +288,68 @@ def run_now_requester(
                 errors.append(f"month {index}: {type(error).__name__}: {error}")
             requests += 1
     results.put((requests, errors))
+
+
+# -- a rolling upgrade: dispatchers of the previous release race the new one's migrate -------
+
+
+def seed_queue(conn: connection.Connection, *, definitions: int, runs_each: int) -> None:
+    """``definitions`` jobs (caps 1 to 3), each with ``runs_each`` runs QUEUED and due."""
+    ids = [uuid.uuid4() for _ in range(definitions)]
+    conn.execute(
+        "INSERT INTO pgsched.job_definitions (id, namespace, name, schedule_kind, schedule,"
+        " anchor, max_concurrent_runs)"
+        " SELECT id, 'up', 'def-' || n, 'cron', '0 0 1 1 *', now(), 1 + n %% 3"
+        " FROM unnest(%s::uuid[]) WITH ORDINALITY AS t(id, n)",
+        [ids],
+    )
+    conn.execute(
+        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)"
+        " SELECT d, 'QUEUED', 'manual', now() - random() * interval '10 seconds', 'seed-' || g"
+        " FROM unnest(%s::uuid[]) d, generate_series(1, %s) g",
+        [ids, runs_each],
+    )
+
+
+def count_runs(conn: connection.Connection, where: str = "true") -> int:
+    row = conn.execute(f"SELECT count(*) AS n FROM pgsched.job_runs WHERE {where}").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def race_the_migration(
+    dsn: str,
+    *,
+    version: int,
+    dispatcher: Callable[[str, int, int, float], list[int]],
+    seed: int,
+    total: int,
+) -> migrate.MigrateResult:
+    """Four ``dispatcher`` processes claim and finish the ``total`` seeded runs while the
+    migrations after ``version`` (and the function files) are applied under them,
+    mid-race; then no run was lost or launched twice, every one completed, and no cap was
+    exceeded. Returns what the migration applied."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        racing = pool.starmap_async(
+            dispatcher, [(dsn, worker, seed + worker, 240) for worker in range(4)]
+        )
+        with connection.connect(dsn) as conn:
+            deadline = time.monotonic() + 60
+            while count_runs(conn, "status = 'COMPLETED'") < total / 10:
+                assert time.monotonic() < deadline, "the dispatchers never got going"
+                time.sleep(0.05)
+            result = migrate.migrate(conn)
+            assert result.applied == [m.version for m in migrate.available() if m.version > version]
+            done_before = count_runs(conn, "status = 'COMPLETED'")
+        launched = [run_id for batch in racing.get(timeout=300) for run_id in batch]
+
+    assert 0 < done_before < total, "the migration must land mid-race"
+    assert invariants.no_double_launch(launched) == []
+    assert len(launched) == total
+    with connection.connect(dsn) as conn:
+        assert count_runs(conn) == total
+        assert count_runs(conn, "status = 'COMPLETED'") == total
+        assert invariants.never_over_cap(conn) == []
+        assert invariants.every_attempt_terminal(conn) == []
+    return result

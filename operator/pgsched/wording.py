@@ -1,9 +1,9 @@
 """Words every screen shares: counts with the right plural, lists of runs, instants.
 
 Status, Events, ``pgsched describe``, the UI and the database's own messages (the SQL
-functions ``pgsched.plural`` and ``pgsched.iso_utc``, migration 0028, which say the same)
-put numbers and times into sentences; doing it here, once, keeps "1 consecutive failure"
-and "2026-12-03T06:28:20Z" the same on every screen instead of right in some.
+functions ``pgsched.plural`` and ``pgsched.iso_utc`` in ``sql/functions/``, which say the
+same) put numbers and times into sentences; doing it here, once, keeps "1 consecutive
+failure" and "2026-12-03T06:28:20Z" the same on every screen instead of right in some.
 """
 
 from __future__ import annotations

@@ -3,73 +3,18 @@ existing installation, a rolling upgrade across it, months created ahead, retent
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
-import invariants
 import racers
 from factories import database_at
 from pgsched.db import connection, migrate
 from pgsched.engine import dispatch, history, runs
 
 NOW = datetime(2026, 12, 15, 12, 0, tzinfo=UTC)
-
-
-def _seed(conn, *, definitions: int, runs_each: int) -> None:
-    ids = [uuid.uuid4() for _ in range(definitions)]
-    conn.execute(
-        "INSERT INTO pgsched.job_definitions (id, namespace, name, schedule_kind, schedule,"
-        " anchor, max_concurrent_runs)"
-        " SELECT id, 'up', 'def-' || n, 'cron', '0 0 1 1 *', now(), 1 + n %% 3"
-        " FROM unnest(%s::uuid[]) WITH ORDINALITY AS t(id, n)",
-        [ids],
-    )
-    conn.execute(
-        "INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)"
-        " SELECT d, 'QUEUED', 'manual', now() - random() * interval '10 seconds', 'seed-' || g"
-        " FROM unnest(%s::uuid[]) d, generate_series(1, %s) g",
-        [ids, runs_each],
-    )
-
-
-def _count(conn, where: str = "true") -> int:
-    row = conn.execute(f"SELECT count(*) AS n FROM pgsched.job_runs WHERE {where}").fetchone()
-    return int(row["n"])
-
-
-def _race_the_migration(dsn: str, *, version: int, dispatcher, seed: int, total: int) -> None:
-    """Four ``dispatcher`` processes claim and finish the ``total`` seeded runs while the
-    migrations after ``version`` are applied under them, mid-race; then no run was lost or
-    launched twice, every one completed, and no cap was exceeded."""
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(4) as pool:
-        racing = pool.starmap_async(
-            dispatcher, [(dsn, worker, seed + worker, 240) for worker in range(4)]
-        )
-        with connection.connect(dsn) as conn:
-            deadline = time.monotonic() + 60
-            while _count(conn, "status = 'COMPLETED'") < total / 10:
-                assert time.monotonic() < deadline, "the dispatchers never got going"
-                time.sleep(0.05)
-            assert migrate.migrate(conn).applied == [
-                m.version for m in migrate.available() if m.version > version
-            ]
-            done_before = _count(conn, "status = 'COMPLETED'")
-        launched = [run_id for batch in racing.get(timeout=300) for run_id in batch]
-
-    assert 0 < done_before < total, "the migration must land mid-race"
-    assert invariants.no_double_launch(launched) == []
-    assert len(launched) == total
-    with connection.connect(dsn) as conn:
-        assert _count(conn) == total
-        assert _count(conn, "status = 'COMPLETED'") == total
-        assert invariants.never_over_cap(conn) == []
-        assert invariants.every_attempt_terminal(conn) == []
 
 
 def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(postgres):
@@ -79,9 +24,9 @@ def test_rolling_upgrade_dispatchers_of_the_previous_release_race_the_migration(
     after it."""
     dsn = database_at(postgres, "history_upgrade", 11)
     with connection.connect(dsn) as conn:
-        _seed(conn, definitions=100, runs_each=20)
+        racers.seed_queue(conn, definitions=100, runs_each=20)
 
-    _race_the_migration(
+    racers.race_the_migration(
         dsn, version=11, dispatcher=racers.release_0011_dispatcher, seed=2000, total=100 * 20
     )
 
@@ -104,15 +49,17 @@ def test_rolling_upgrade_dispatchers_race_the_claim_pruning_migration(postgres):
         for _ in range(12):
             month = history.add_months(month, -1)
             conn.execute("SELECT pgsched.create_run_partition(%s)", [month])
-        _seed(conn, definitions=100, runs_each=20)
+        racers.seed_queue(conn, definitions=100, runs_each=20)
 
-    _race_the_migration(dsn, version=14, dispatcher=racers.dispatcher, seed=3000, total=100 * 20)
+    racers.race_the_migration(
+        dsn, version=14, dispatcher=racers.dispatcher, seed=3000, total=100 * 20
+    )
 
 
 def test_the_migration_keeps_every_row_id_and_lease_and_new_ids_continue(postgres):
     dsn = database_at(postgres, "history_move", 11)
     with connection.connect(dsn) as conn:
-        _seed(conn, definitions=3, runs_each=4)
+        racers.seed_queue(conn, definitions=3, runs_each=4)
         conn.execute(
             "UPDATE pgsched.job_runs SET status = 'RUNNING', lease_token = gen_random_uuid(),"
             " started_at = now() WHERE id % 3 = 0"
@@ -135,7 +82,7 @@ def test_the_migration_keeps_every_row_id_and_lease_and_new_ids_continue(postgre
 
 
 def test_months_are_created_ahead_and_take_their_rows_out_of_the_default(conn):
-    _seed(conn, definitions=1, runs_each=0)
+    racers.seed_queue(conn, definitions=1, runs_each=0)
     definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
     queued = runs.run_now(conn, definition, token="t1", scheduled_for=NOW + timedelta(days=40))
     assert _partition_of(conn, queued.run.id) == "job_runs_default"
@@ -151,7 +98,7 @@ def test_months_are_created_ahead_and_take_their_rows_out_of_the_default(conn):
 
 
 def test_retention_drops_expired_months_whole_and_keeps_one_with_a_live_run(conn):
-    _seed(conn, definitions=1, runs_each=0)
+    racers.seed_queue(conn, definitions=1, runs_each=0)
     definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
     for month in ("2026-05-01", "2026-06-01", "2026-07-01", "2026-11-01"):
         conn.execute("SELECT pgsched.create_run_partition(%s::timestamptz)", [month])
@@ -181,8 +128,8 @@ def test_retention_drops_expired_months_whole_and_keeps_one_with_a_live_run(conn
     assert result.dropped == ["job_runs_y2026m05", "job_runs_y2026m07"]
     assert result.kept == ["job_runs_y2026m06"]
     assert result.pruned == 50  # January's runs, in the default partition
-    assert _count(conn) == 50 + 50 + 1  # June's and November's
-    assert _count(conn, f"id = {live.run.id} AND status = 'QUEUED'") == 1
+    assert racers.count_runs(conn) == 50 + 50 + 1  # June's and November's
+    assert racers.count_runs(conn, f"id = {live.run.id} AND status = 'QUEUED'") == 1
     arrivals = conn.execute("SELECT count(*) AS n FROM pgsched.chain_arrivals").fetchone()
     assert arrivals["n"] == 0
 
@@ -204,7 +151,7 @@ def test_a_drop_that_cannot_get_its_lock_soon_gives_way_and_is_retried(dsn, conn
     """A long query on job_runs holds off the drop and the creation of months: each
     waits at most LOCK_WAIT (so no claim queues behind it for longer), and the next round
     does what this one could not."""
-    _seed(conn, definitions=1, runs_each=0)
+    racers.seed_queue(conn, definitions=1, runs_each=0)
     conn.execute("SELECT pgsched.create_run_partition('2026-05-01'::timestamptz)")
     with connection.connect(dsn) as reader, reader.transaction():
         reader.execute("SELECT count(*) FROM pgsched.job_runs").fetchone()
@@ -221,7 +168,7 @@ def test_a_drop_that_cannot_get_its_lock_soon_gives_way_and_is_retried(dsn, conn
 
 def _expired_may(conn) -> None:
     """One definition and May 2026 as a month of 50 settled runs (expired at NOW, 90 days)."""
-    _seed(conn, definitions=1, runs_each=0)
+    racers.seed_queue(conn, definitions=1, runs_each=0)
     definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
     conn.execute("SELECT pgsched.create_run_partition('2026-05-01'::timestamptz)")
     conn.execute(
@@ -250,7 +197,7 @@ def test_an_expired_month_s_files_are_removed_without_holding_up_job_runs(dsn, c
         "SELECT pgsched.detach_run_partition('job_runs_y2026m05', '200 ms') AS outcome"
     ).fetchone()
     assert detached["outcome"] == "detached"
-    assert _count(conn) == 0  # May's runs are out of job_runs, in their own table
+    assert racers.count_runs(conn) == 0  # May's runs are out of job_runs, in their own table
     assert _table(conn, "expired_job_runs_y2026m05") is not None
     with connection.connect(dsn) as dropper, dropper.transaction():
         dropped = dropper.execute(
@@ -263,7 +210,7 @@ def test_an_expired_month_s_files_are_removed_without_holding_up_job_runs(dsn, c
             queued = runs.run_now(claimer, definition, token="during-the-drop")
             [claimed] = dispatch.claim(claimer).claimed
             assert claimed.id == queued.run.id
-            assert _count(claimer, f"id = {queued.run.id} AND status = 'RUNNING'") == 1
+            assert racers.count_runs(claimer, f"id = {queued.run.id} AND status = 'RUNNING'") == 1
     assert _table(conn, "expired_job_runs_y2026m05") is None
 
 
@@ -315,7 +262,7 @@ def test_the_previous_release_s_drop_still_drops_a_month_in_one_call(conn):
     assert dropped["outcome"] == "dropped"
     assert _table(conn, "job_runs_y2026m05") is None
     assert _table(conn, "expired_job_runs_y2026m05") is None
-    assert _count(conn) == 0
+    assert racers.count_runs(conn) == 0
     again = conn.execute(
         "SELECT pgsched.drop_run_partition('job_runs_y2026m05', '200 ms') AS outcome"
     ).fetchone()
@@ -323,7 +270,7 @@ def test_the_previous_release_s_drop_still_drops_a_month_in_one_call(conn):
 
 
 def test_finish_by_marks_of_dropped_months_go_with_them(conn):
-    _seed(conn, definitions=1, runs_each=0)
+    racers.seed_queue(conn, definitions=1, runs_each=0)
     definition = conn.execute("SELECT id FROM pgsched.job_definitions").fetchone()["id"]
     for month in ("2026-05-01", "2026-11-01"):
         conn.execute("SELECT pgsched.create_run_partition(%s::timestamptz)", [month])

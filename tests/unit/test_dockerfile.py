@@ -296,11 +296,11 @@ def test_image_virtualenv_has_no_pip_and_ships_compiled_bytecode(image_venv):
     assert list((site / "pgsched" / "cli" / "__pycache__").glob("main.*.pyc"))
 
 
-def test_the_wheel_carries_every_migration_and_query_file(image_venv):
+def test_the_wheel_carries_every_migration_function_and_query_file(image_venv):
     [wheel] = list(image_venv["WHEELS"].glob(f"pgsched-{__version__}-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    for folder in ("migrations", "queries"):
+    for folder in ("migrations", "functions", "queries"):
         expected = {
             f"pgsched/sql/{folder}/{path.name}" for path in (PACKAGE / "sql" / folder).glob("*.sql")
         }

@@ -1,14 +1,21 @@
-"""Versioned schema migrations: plain SQL files applied in order, recorded in a ledger.
+"""Schema migrations: numbered SQL files applied once, then function files re-applied when changed.
 
-``pgsched/sql/migrations/NNNN_name.sql`` are applied in version order, each in its own
-transaction together with its ledger row (``pgsched.schema_migrations``), so a migration is
-either fully applied and recorded or not at all.
+``pgsched/sql/migrations/NNNN_name.sql`` hold tables, types and data changes. They are
+applied in version order, each in its own transaction together with its ledger row
+(``pgsched.schema_migrations``), so a migration is either fully applied and recorded or not
+at all. A migration file that changed after it was applied, or a database newer than this
+code, stops the run with an explanation instead of guessing.
 
-Several operator replicas start at once and all try to migrate: each migration's transaction
-first locks the ledger table, so a second replica waits, then finds that migration applied
-and goes on to the next.
-A migration file that changed after it was applied, or a database newer than this code,
-stops the run with an explanation instead of guessing.
+``pgsched/sql/functions/<name>.sql`` hold every function whole, with its grants, as
+Flyway's repeatable migrations do: after the numbered migrations, every file whose
+checksum differs from the one in ``pgsched.schema_functions`` is applied, all in one
+transaction, so a reader finds a function's live body in one place and ``git blame``
+shows its history. A function whose contract changes gets a new name instead, so the
+previous release's replicas keep calling the old one during a rollout
+(docs/architecture.md, "Migrations").
+
+Several operator replicas start at once and all try to migrate: every transaction here
+first locks the migrations ledger, so a second replica waits, then finds the work done.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import LiteralString
 
 import psycopg
 
@@ -26,6 +34,8 @@ from pgsched.db.connection import Connection
 log = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_FUNCTION_FILE = re.compile(r"^([a-z0-9_]+)\.sql$")
+_LOCK = "LOCK TABLE pgsched.schema_migrations IN SHARE ROW EXCLUSIVE MODE"
 # Migrations whose text was revised after release without changing the schema they leave
 # (a guard narrowed): version → checksums of their earlier texts, still accepted as applied.
 # 0030's wait for old transactions counted sessions of every database on the server, so a
@@ -47,13 +57,30 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        return _checksum(self.sql)
+
+
+@dataclass(frozen=True)
+class FunctionFile:
+    """``sql/functions/<name>.sql``: the function ``pgsched.<name>`` (all its overloads)."""
+
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return _checksum(self.sql)
 
 
 @dataclass(frozen=True)
 class MigrateResult:
     applied: list[int]
     current: int
+    functions: list[str]  # the function files applied (new or changed), by name
+
+
+def _checksum(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
 
 
 def available() -> list[Migration]:
@@ -72,6 +99,16 @@ def available() -> list[Migration]:
     if len(set(versions)) != len(versions) or 0 in versions:
         raise MigrationError(f"migration versions must be unique and from 1 up, found {versions}")
     return found
+
+
+def function_files() -> list[FunctionFile]:
+    folder = resources.files("pgsched") / "sql" / "functions"
+    found = [
+        FunctionFile(match.group(1), entry.read_text(encoding="utf-8"))
+        for entry in folder.iterdir()
+        if (match := _FUNCTION_FILE.match(entry.name))
+    ]
+    return sorted(found, key=lambda function: function.name)
 
 
 def latest_version() -> int:
@@ -104,7 +141,26 @@ def migrate(conn: Connection) -> MigrateResult:
     for migration in migrations:
         if migration.version not in applied and apply(conn, migration):
             done.append(migration.version)
-    return MigrateResult(applied=done, current=migrations[-1].version)
+    return MigrateResult(
+        applied=done, current=migrations[-1].version, functions=apply_functions(conn)
+    )
+
+
+def changed_functions(conn: Connection) -> list[FunctionFile]:
+    """The function files whose checksum differs from the ledger's (all of them before the
+    ledger exists)."""
+    ledger = conn.execute(
+        "SELECT to_regclass('pgsched.schema_functions') IS NOT NULL AS ok"
+    ).fetchone()
+    recorded = {}
+    if ledger and ledger["ok"]:
+        rows = conn.execute("SELECT name, checksum FROM pgsched.schema_functions")
+        recorded = {row["name"]: row["checksum"] for row in rows}
+    return [
+        function
+        for function in function_files()
+        if recorded.get(function.name) != function.checksum
+    ]
 
 
 def create_ledger(conn: Connection) -> None:
@@ -139,7 +195,7 @@ def apply(conn: Connection, migration: Migration) -> bool:
             # Migrating processes queue on the ledger's table lock, which only roles with
             # privileges on the ledger can take: an advisory lock, any login could hold
             # (docs/architecture.md, "Locks no tenant can take").
-            conn.execute("LOCK TABLE pgsched.schema_migrations IN SHARE ROW EXCLUSIVE MODE")
+            conn.execute(_LOCK)
             if conn.execute(
                 "SELECT 1 FROM pgsched.schema_migrations WHERE version = %s", [migration.version]
             ).fetchone():
@@ -157,6 +213,52 @@ def apply(conn: Connection, migration: Migration) -> bool:
             f"migration {migration.version:04d}_{migration.name} failed and was rolled"
             f" back: {error}"
         ) from error
+
+
+def apply_functions(conn: Connection) -> list[str]:
+    """Every new or changed function file and its ledger row, in one transaction after the
+    numbered migrations; the names applied (none when another process applied them first)."""
+    if not changed_functions(conn):
+        return []  # every start of every replica asks; only a change takes the lock
+    current: FunctionFile | None = None
+    try:
+        with conn.transaction():
+            conn.execute(_LOCK)
+            changed = changed_functions(conn)
+            # As pg_restore does: SQL-language bodies are checked once every file is in,
+            # so a file may call a function whose file sorts after it or is new too.
+            conn.execute("SET LOCAL check_function_bodies = off")
+            for current in changed:
+                log.info("applying function file %s.sql", current.name)
+                conn.execute(current.sql)
+                conn.execute(
+                    "INSERT INTO pgsched.schema_functions (name, checksum) VALUES (%s, %s)"
+                    " ON CONFLICT (name) DO UPDATE"
+                    " SET checksum = excluded.checksum, applied_at = now()",
+                    [current.name, current.checksum],
+                )
+            current = None
+            conn.execute("SET LOCAL check_function_bodies = on")
+            conn.execute(_VALIDATE, {"names": [function.name for function in changed]})
+    except psycopg.Error as error:
+        where = f"function file {current.name}.sql" if current else "the function files"
+        raise MigrationError(
+            f"{where} failed and every function file of this run was rolled back: {error}"
+        ) from error
+    return [function.name for function in changed]
+
+
+# The languages' own validators, called as CREATE FUNCTION calls them when
+# check_function_bodies is on: an SQL body naming a missing table or function fails here.
+_VALIDATE: LiteralString = """
+SELECT CASE l.lanname
+           WHEN 'sql' THEN pg_catalog.fmgr_sql_validator(p.oid)
+           WHEN 'plpgsql' THEN pg_catalog.plpgsql_validator(p.oid)
+       END
+FROM pg_catalog.pg_proc AS p
+JOIN pg_catalog.pg_language AS l ON l.oid = p.prolang
+WHERE p.pronamespace = 'pgsched'::regnamespace AND p.proname = ANY(%(names)s)
+"""
 
 
 def _check_ledger(applied: dict[int, str], migrations: list[Migration]) -> None:

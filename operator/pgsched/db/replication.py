@@ -19,7 +19,7 @@ API server: a request annotation (``run-now``, ``cancel``, ...) is removed only 
 commit that carried it out is flushed by every connected streaming standby
 (:func:`progress`, :meth:`Progress.flushed`), so a failover that loses the commit finds the
 request still on the ScheduledJob and it is carried out again, once, on the new primary
-(``pgsched/k8s/commands.py``). The standbys' positions are shown only to members of
+(``pgsched/k8s/scheduledjobs/commands.py``). The standbys' positions are shown only to members of
 ``pg_read_all_stats`` (or ``pg_monitor``): without it the operator cannot tell, removes
 requests as soon as they are carried out, and says so at start-up.
 """

@@ -21,7 +21,9 @@ Modes, per downstream (``spec.afterMode``):
   once every upstream has an arrival not consumed yet, and that run consumes all of them
   (several arrivals of one upstream in between count once). The run carries the upstream
   run that completed the set. Settlers of one downstream serialize on a row lock
-  (``pgsched.lock_chains``: a row of ``pgsched.claim_locks``, migration 0027), so the count is read after every earlier arrival committed.
+  (``pgsched.lock_chains``: a row of ``pgsched.claim_locks``,
+  ``sql/functions/lock_chains.sql``), so the count is read after every earlier arrival
+  committed.
 
 Cycles (A after B after A) are rejected when a definition is applied (:func:`check`),
 under a per-namespace advisory lock, so two concurrent applies cannot each close half of

@@ -1,9 +1,9 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
 One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
-``pgsched.claim_for_dispatch`` (migration 0018) so that it is one round trip and the
-definitions' locks are held for a few milliseconds of server time, not across several
-network round trips:
+``pgsched.claim_for_dispatch`` (``sql/functions/claim_for_dispatch.sql``) so that it is one
+round trip and the definitions' locks are held for a few milliseconds of server time, not
+across several network round trips:
 
 1. select up to ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
    rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
@@ -11,12 +11,13 @@ network round trips:
    crowding out the others before caps are applied (the first batch is selected first,
    the rest only when, after steps 2-3, the first batch leaves them something to decide);
 2. lock each definition's row of ``pgsched.claim_locks`` (``FOR UPDATE``; a row no job
-   login can lock, migration 0027) for the definitions of the first ``batch`` candidates, in one sorted order, so dispatchers
-   claiming runs of the same definition serialize and never deadlock; if caps leave the
-   batch short, *try* the locks of the further candidates' definitions (never waiting, so
-   order cannot matter) and use those granted. ``try_locks=True`` tries round one too,
-   and waits (sorted) only if nothing was granted: for embedders running several
-   dispatchers at once (the operator has one, the tick leader, and uses the default);
+   login can lock: ``sql/functions/lock_claim_keys.sql``) for the definitions of the first
+   ``batch`` candidates, in one sorted order, so dispatchers claiming runs of the same
+   definition serialize and never deadlock; if caps leave the batch short, *try* the locks
+   of the further candidates' definitions (never waiting, so order cannot matter) and use
+   those granted. ``try_locks=True`` tries round one too, and waits (sorted) only if
+   nothing was granted: for embedders running several dispatchers at once (the operator has
+   one, the tick leader, and uses the default);
 3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: each
    statement of the function takes a fresh snapshot, which includes every claim committed
    before our locks were granted);

@@ -5,16 +5,17 @@
 
 - creates the current month's partition and ``MONTHS_AHEAD`` more, so runs land in their
   month; a month's rows already waiting in the default partition move into it, under
-  job_runs' lock, so no statement looks for them in flight (migration 0027);
+  job_runs' lock, so no statement looks for them in flight
+  (``sql/functions/create_run_partition.sql``);
 - with a retention (``PGSCHED_HISTORY_RETENTION``, chart value ``history.retention``),
   drops every month that ended more than the retention ago whole (no DELETE, no vacuum
   debt): detached under job_runs' lock (a catalog change, milliseconds whatever its size),
   then dropped in a transaction of its own, so the seconds it takes to remove a large
-  month's files hold up no claim (migration 0019). A month still holding a QUEUED or
-  RUNNING run, or a finished run not settled yet, is kept (``kept``) and retried next
-  round; so is one whose lock did not come within ``LOCK_WAIT`` (a long query on
-  job_runs). A month detached but not dropped (a crash between the two) is dropped next
-  round, also if the retention has been turned off since;
+  month's files hold up no claim (``sql/functions/detach_run_partition.sql``). A month
+  still holding a QUEUED or RUNNING run, or a finished run not settled yet, is kept
+  (``kept``) and retried next round; so is one whose lock did not come within ``LOCK_WAIT``
+  (a long query on job_runs). A month detached but not dropped (a crash between the two) is
+  dropped next round, also if the retention has been turned off since;
 - never waits more than ``LOCK_WAIT`` for a lock (creating or detaching a month locks
   job_runs), so claims never queue behind it for longer; what
   could not be done this round (``busy``, ``kept``) is tried again the next;

@@ -6,11 +6,11 @@ cancelled or otherwise ended, its (possibly still alive) worker updates zero row
 it lost the lease and can stop, and it can never overwrite a terminal status (I4).
 
 A lease carries a MAC over the run id under a key only the schema owner can read
-(migration 0032), so the database recognises a genuine lease without the row that stored
-it: a claim lost with a failover's commits is re-established by the job side's next call
-(the run is QUEUED again: it becomes RUNNING with that lease, within its limits), and the
-launcher that finds the run's Job under such a lease adopts it (:func:`adopt`). A run
-RUNNING under another lease, or ended, is never taken over.
+(``sql/functions/lease_for.sql``), so the database recognises a genuine lease without the
+row that stored it: a claim lost with a failover's commits is re-established by the job
+side's next call (the run is QUEUED again: it becomes RUNNING with that lease, within its
+limits), and the launcher that finds the run's Job under such a lease adopts it
+(:func:`adopt`). A run RUNNING under another lease, or ended, is never taken over.
 
 These calls go through SQL functions (``pgsched.heartbeat`` & co.), the same ones a job pod
 calls with its narrow database role. Those take no time from the caller (a job could forge
@@ -81,7 +81,8 @@ def adopt(conn: Connection, lease: Lease, earlier: UUID) -> bool:
     """Give the run ``earlier``, a lease of an earlier claim of it whose workload is still
     there (its Job), instead of ``lease``, the one it holds now. True when the database
     found ``earlier`` genuine for this run (it carries a MAC only the database can make,
-    migration 0032) and the run still RUNNING under ``lease``; otherwise nothing changes."""
+    ``sql/functions/adopt_lease.sql``) and the run still RUNNING under ``lease``; otherwise
+    nothing changes."""
     row = conn.execute(
         queries.get("adopt_lease"),
         {"run_id": lease.run_id, "lease_token": lease.token, "adopted": earlier},
@@ -91,8 +92,9 @@ def adopt(conn: Connection, lease: Lease, earlier: UUID) -> bool:
 
 def reestablish(conn: Connection, lease: Lease) -> bool:
     """Take back a claim the database lost: the run, QUEUED, becomes RUNNING under
-    ``lease`` if that lease is genuine for it (migration 0032) and its definition and pool
-    have room, as the job side's own calls would do. False: nothing changed."""
+    ``lease`` if that lease is genuine for it (``sql/functions/reestablish_claim.sql``) and
+    its definition and pool have room, as the job side's own calls would do. False: nothing
+    changed."""
     row = conn.execute(
         queries.get("reestablish_claim"), {"run_id": lease.run_id, "lease_token": lease.token}
     ).fetchone()

@@ -16,7 +16,7 @@ operator the outbox publisher, the gauges, the verdicts of silent runs and the r
 A service whose result says more is waiting (``again``) runs again at once instead of
 sleeping, as the tick does after a full dispatch batch. A loop given its own ``wait`` may be
 woken early: the tick's waits on a database notification (a run's end that a waiting run
-needs, migration 0035).
+needs: ``sql/functions/wake_dispatchers.sql``).
 """
 
 from __future__ import annotations

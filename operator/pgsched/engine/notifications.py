@@ -7,10 +7,11 @@ incoming webhook, a CloudEvents 1.0 HTTP receiver — and the events each wants:
 
 Nothing here sends anything. The database derives one notification row per matching
 target from the run-events outbox, in the transaction of the change that causes it (the
-trigger of migration 0024 explains why there); this module validates the spec the trigger
-reads and gives the delivery service (``pgsched.k8s.notifications.notifier``) its claims and verdicts.
-Every write is fenced on the row still ``PENDING`` under the claim's lease token: a
-delivery whose lease ran out (and was claimed again elsewhere) changes nothing.
+trigger function in ``sql/functions/derive_notifications.sql``); this module validates
+the spec the trigger reads and gives the delivery service
+(``pgsched.k8s.notifications.notifier``) its claims and verdicts. Every write is fenced on
+the row still ``PENDING`` under the claim's lease token: a delivery whose lease ran out
+(and was claimed again elsewhere) changes nothing.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Concurrency pools: a limit on RUNNING runs shared by every job that names the pool.
 
-The limit itself is enforced by the claim (``pgsched.claim_for_dispatch``, migration 0010,
+The limit itself is enforced by the claim (``sql/functions/claim_for_dispatch.sql``
 and ``engine/dispatch.py``); this module keeps the pools' limits in ``job_pools`` and reads
 what a pool is doing, for its status and metrics. A job may name a pool that does not
 exist (yet, or any more): its runs wait until the pool is created.

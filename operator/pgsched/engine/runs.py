@@ -7,7 +7,9 @@ operator retry an annotation event or a replica see it twice without doubling th
 
 Cancellation is cooperative. A QUEUED run is cancelled at once (nothing is running); a
 RUNNING one gets ``cancel_requested``; the database notifies the worker's heartbeat
-(migration 0006), so it sees it at once rather than at its next heartbeat or checkpoint. A worker that ignores it past ``cancelGraceSeconds`` is stopped by the reaper.
+(``sql/functions/notify_lease_holder.sql``), so it sees it at once rather than at its next
+heartbeat or checkpoint. A worker that ignores it past ``cancelGraceSeconds`` is stopped by
+the reaper.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
 
 # Who asked a run to stop (job_runs.cancelled_by, shown by `pgsched describe`/`runs`, the
 # RunCancelled Event and status.lastRun.cancelledBy). "Replace" is filled in by a trigger
-# for the claim's concurrencyPolicy: Replace (migration 0006); the others by the callers.
+# for the claim's concurrencyPolicy: Replace
+# (sql/functions/name_replace_cancellations.sql); the others by the callers.
 BY_REPLACE = "Replace"
 BY_ANNOTATION = "Annotation"
 BY_CLI = "CLI"

@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 # How long after a whole interval on the database clock a tick starts: enough for the
 # clock measurement's error (half a round trip), so runs due at the boundary are due.
 TICK_MARGIN_SECONDS = 0.02
-# A tick woken by a run's end (migration 0035) comes at least this long after the previous
-# one ended: a burst of ends is then one tick, and the wakeups cannot keep the tick busy.
+# A tick woken by a run's end (sql/functions/wake_dispatchers.sql) comes at least this long
+# after the previous one ended: a burst of ends is then one tick, and the wakeups cannot
+# keep the tick busy.
 WAKE_GAP_SECONDS = 0.05
 
 
@@ -363,8 +364,9 @@ class Ticker:
     def _wait(self, seconds: float, stop: threading.Event) -> bool:
         """Until the next tick, or until a run's end that a waiting run of its job needs
         (``concurrencyPolicy: Replace``, or ``Queue`` at ``maxConcurrentRuns``) wakes the
-        dispatchers: the database notifies every tick session (migration 0035), so the
-        waiting run is claimed at once rather than up to an interval later. True if woken."""
+        dispatchers: the database notifies every tick session (``wake_dispatchers.sql``),
+        so the waiting run is claimed at once rather than up to an interval later. True if
+        woken."""
         began = time.monotonic()
         conn = self._session.connected()
         woken = False

@@ -27,10 +27,11 @@ What it does record on SIGTERM is the one fact it knows: the workload ended
 then cannot read the outcome (the API server is down) the run is "ended, outcome pending",
 which it waits for, rather than "vanished" (see ``pgsched.k8s.jobside.verdicts``). One outcome
 needs nothing more: a run asked to stop before its workload ended is CANCELLED however the
-pod exited, so the database ends it at this note (migration 0029) — ``concurrencyPolicy:
-Replace`` starts the next run without waiting for the Job watch. In a pod that shares its
-process namespace the sidecar sees the workload's processes end and notes it then, without
-waiting for kubelet's SIGTERM (:mod:`pgsched.runner.workload_exit`).
+pod exited, so the database ends it at this note
+(``sql/functions/workload_ended_pinned.sql``) — ``concurrencyPolicy: Replace`` starts the
+next run without waiting for the Job watch. In a pod that shares its process namespace the
+sidecar sees the workload's processes end and notes it then, without waiting for kubelet's
+SIGTERM (:mod:`pgsched.runner.workload_exit`).
 """
 
 from __future__ import annotations

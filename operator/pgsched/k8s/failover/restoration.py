@@ -10,14 +10,15 @@ ScheduledJob (k8s/scheduledjobs/commands.py) is carried out again.
 A Job carries what the row needs (k8s/jobside/jobs.py: run id, attempt, trigger, scheduled-for,
 retry-of, upstream run, run-now token; its namespace and its owner's uid, the definition),
 and its Secret the lease, which the database recognises as genuine for that run id by its
-MAC (migration 0032) without the row. So the failover pass (k8s/failover/revalidation.py), after
-comparing every run the new primary has from before (lost ends recorded first), lists the
-operator's Jobs (label ``pgsched.dev/run-id``) in the namespaces of its ScheduledJobs and,
-for each whose run id is of a timeline before and absent from the database, calls
-``pgsched.restore_lost_run`` (migration 0034, the owner's alone): the row comes back under
-its old id, RUNNING with the Job's lease, and the pass's comparison then records a
-finished Job's outcome. The new primary's run for the same occurrence or request, if it
-was not claimed yet, ends ``SKIPPED/DuplicateOfRestoredRun`` in the same transaction; the
+MAC (``sql/functions/lease_for.sql``) without the row. So the failover pass
+(k8s/failover/revalidation.py), after comparing every run the new primary has from before
+(lost ends recorded first), lists the operator's Jobs (label ``pgsched.dev/run-id``) in the
+namespaces of its ScheduledJobs and, for each whose run id is of a timeline before and
+absent from the database, calls ``pgsched.restore_lost_run``
+(``sql/functions/restore_lost_run.sql``, the owner's alone): the row comes back under its
+old id, RUNNING with the Job's lease, and the pass's comparison then records a finished
+Job's outcome. The new primary's run for the same occurrence or request, if it was not
+claimed yet, ends ``SKIPPED/DuplicateOfRestoredRun`` in the same transaction; the
 dispatcher does not claim before the pass has finished (engine/tick.py), so it normally
 was not. One claimed already ran twice: that is logged, not undone.
 

@@ -14,11 +14,12 @@ timer would:
   cleaned up meanwhile left it ``OutcomeUnknown``;
 - a due QUEUED run whose Job exists (its claim was lost): if the Job's lease Secret holds
   a lease the Job was launched with, and the database finds it genuine for this run (its
-  MAC, migration 0032), the claim is re-established (``pgsched.reestablish_claim``, within
-  the definition's cap and pool limit, as the pod's own next call would), the Job recorded
-  as the run's, and a finished Job's outcome recorded as above. The dispatcher does not
-  claim the run again and the launcher has nothing to adopt: the workload ran once.
-  A lease that is not genuine (a Job and Secret a tenant made up) restores nothing;
+  MAC, ``sql/functions/lease_for.sql``), the claim is re-established
+  (``pgsched.reestablish_claim``, within the definition's cap and pool limit, as the pod's
+  own next call would), the Job recorded as the run's, and a finished Job's outcome
+  recorded as above. The dispatcher does not claim the run again and the launcher has
+  nothing to adopt: the workload ran once. A lease that is not genuine (a Job and Secret a
+  tenant made up) restores nothing;
 - a RUNNING run that was launched (its Job's name recorded) and whose Job is gone: the
   clean-up may have deleted that Job after an end the database lost (history limits), so
   the resync's ``JobDeleted`` (retried by default) could run a succeeded workload again.

@@ -26,12 +26,13 @@ A lease Secret already there (``409``) means an earlier claim of this run launch
 that claim was lost: a database failed over (or restored) to a point before it, or a launch
 deferred after the API server did create the Job. If the run's Job carries that Secret's
 lease, its pod is running this run under it. The database is asked whether that lease is
-genuine for this run (it carries a MAC only the database can make, migration 0032) and, if
-so, gives the run that lease instead of the current one, fenced on the current one
-(``lease.adopt``, on a short connection of the launcher's own): the Job is kept, its pod's
-heartbeats count again, and dispatch records the Job under the adopted lease
-(``Adopted``). The workload runs once. The database unreachable for that question defers
-the launch (the run waits QUEUED and is claimed again), rather than risk a second run.
+genuine for this run (it carries a MAC only the database can make,
+``sql/functions/lease_for.sql``) and, if so, gives the run that lease instead of the
+current one, fenced on the current one (``lease.adopt``, on a short connection of the
+launcher's own): the Job is kept, its pod's heartbeats count again, and dispatch records
+the Job under the adopted lease (``Adopted``). The workload runs once. The database
+unreachable for that question defers the launch (the run waits QUEUED and is claimed
+again), rather than risk a second run.
 
 A Job with this run id and any other lease (not genuine, or not the Secret's) is the
 leftover of a claim that cannot be adopted: its pod holds a dead lease and would only be
@@ -322,7 +323,7 @@ def held_lease(kube: api.KubeApi, job: Obj) -> UUID | None:
     """The lease the pod of ``job`` holds: the token in the Job's lease Secret, if the Job
     carries that token's fingerprint (then the Secret is the one it was launched with);
     None if there is no such Secret or token. Whether the lease is genuine for the Job's
-    run only the database can tell (migration 0032)."""
+    run only the database can tell (``sql/functions/lease_is_genuine.sql``)."""
     metadata = job.get("metadata") or {}
     path = api.path_of(
         namespace=metadata.get("namespace"),

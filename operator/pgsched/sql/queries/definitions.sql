@@ -107,7 +107,7 @@ WHERE id = %(id)s AND deleted_at IS NULL
 RETURNING *;
 
 -- name: set_suspend_reason
--- The pgsched.dev/suspend-reason annotation (k8s/suspension.py); NULL removes it.
+-- The pgsched.dev/suspend-reason annotation (k8s/scheduledjobs/suspension.py); NULL removes it.
 -- Not a change of the definition: its version (0014) stays.
 WITH removed AS (
     DELETE FROM pgsched.suspend_reasons

@@ -1,5 +1,5 @@
 -- name: claim_run_events
--- Up to %(limit)s pending changes in fair turns (k8s/publisher.py, "Fair turns"). Each
+-- Up to %(limit)s pending changes in fair turns (k8s/reporting/publisher.py, "Fair turns"). Each
 -- ScheduledJob with pending changes waits in the line of the earliest due instant among
 -- them, at the place of its oldest change; the lines take turns: every line's first
 -- ScheduledJob goes before any line's second. So a run due a second after a stampede is
@@ -53,7 +53,7 @@ GROUP BY d.namespace;
 
 -- name: running_runs_with_jobs
 -- Runs the outcome watch should have settled by now: running for a while, with a Job.
--- Runs awaiting a verdict are the verdict loop's (pgsched/k8s/verdicts.py).
+-- Runs awaiting a verdict are the verdict loop's (pgsched/k8s/jobside/verdicts.py).
 SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.started_at, d.namespace, d.name
 FROM pgsched.job_runs AS r
 JOIN pgsched.job_definitions AS d ON d.id = r.definition_id

@@ -1,4 +1,4 @@
--- The pass over the runs a failover's lost WAL could have touched (pgsched/k8s/revalidation.py,
+-- The pass over the runs a failover's lost WAL could have touched (pgsched/k8s/failover/revalidation.py,
 -- migration 0033).
 
 -- name: claim_revalidation

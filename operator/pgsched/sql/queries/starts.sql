@@ -1,4 +1,4 @@
--- Starts of runs' workloads (pgsched/engine/starts.py, pgsched/k8s/starts.py).
+-- Starts of runs' workloads (pgsched/engine/starts.py, pgsched/k8s/jobside/starts.py).
 
 -- name: launching_runs
 -- Running runs without a recorded workload start, the least recently observed first.

@@ -1,4 +1,4 @@
--- Verdicts for silent container runs (pgsched/k8s/verdicts.py).
+-- Verdicts for silent container runs (pgsched/k8s/jobside/verdicts.py).
 
 -- name: runs_awaiting_verdict
 SELECT r.id, r.attempt, r.lease_token, r.k8s_job_name, r.heartbeat_at, r.started_at,
