@@ -23,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import LiteralString
+from typing import LiteralString, TypeVar
 
 import psycopg
 
@@ -35,7 +36,12 @@ log = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _FUNCTION_FILE = re.compile(r"^([a-z0-9_]+)\.sql$")
+T = TypeVar("T")
+
 _LOCK = "LOCK TABLE pgsched.schema_migrations IN SHARE ROW EXCLUSIVE MODE"
+# How long one wait for the ledger's lock lasts before it starts again in a new transaction
+# (_under_ledger_lock).
+_LEDGER_LOCK_WAIT: LiteralString = "SET LOCAL lock_timeout = '2s'"
 # Migrations whose text was revised after release without changing the schema they leave
 # (a guard narrowed): version → checksums of their earlier texts, still accepted as applied.
 # 0030's wait for old transactions counted sessions of every database on the server, so a
@@ -190,24 +196,22 @@ def create_ledger(conn: Connection) -> None:
 def apply(conn: Connection, migration: Migration) -> bool:
     """One migration and its ledger row, in one transaction; False when another process
     applied it first."""
-    try:
-        with conn.transaction():
-            # Migrating processes queue on the ledger's table lock, which only roles with
-            # privileges on the ledger can take: an advisory lock, any login could hold
-            # (docs/architecture.md, "Locks no tenant can take").
-            conn.execute(_LOCK)
-            if conn.execute(
-                "SELECT 1 FROM pgsched.schema_migrations WHERE version = %s", [migration.version]
-            ).fetchone():
-                return False
-            log.info("applying migration %04d_%s", migration.version, migration.name)
-            conn.execute(migration.sql)
-            conn.execute(
-                "INSERT INTO pgsched.schema_migrations (version, name, checksum)"
-                " VALUES (%s, %s, %s)",
-                [migration.version, migration.name, migration.checksum],
-            )
+
+    def body() -> bool:
+        if conn.execute(
+            "SELECT 1 FROM pgsched.schema_migrations WHERE version = %s", [migration.version]
+        ).fetchone():
+            return False
+        log.info("applying migration %04d_%s", migration.version, migration.name)
+        conn.execute(migration.sql)
+        conn.execute(
+            "INSERT INTO pgsched.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+            [migration.version, migration.name, migration.checksum],
+        )
         return True
+
+    try:
+        return _under_ledger_lock(conn, body)
     except psycopg.Error as error:
         raise MigrationError(
             f"migration {migration.version:04d}_{migration.name} failed and was rolled"
@@ -215,37 +219,68 @@ def apply(conn: Connection, migration: Migration) -> bool:
         ) from error
 
 
+def _under_ledger_lock(conn: Connection, body: Callable[[], T]) -> T:
+    """``body`` in a transaction that holds the ledger's table lock, on which migrating
+    processes queue. Only roles with privileges on the ledger can take it: an advisory
+    lock, any login could hold (docs/architecture.md, "Locks no tenant can take").
+
+    The wait for the lock is bounded and retried in a new transaction. A process's
+    transaction begins a round trip before its lock request; another process that takes the
+    lock in between and applies migration 0030 waits for every transaction older than its
+    own, this one's included, while this one waits for the lock: each would wait for the
+    other until 0030 gave up after 60 s (seen with eight replicas migrating at once). A
+    transaction begun after the retry is younger than 0030's, which does not wait for it."""
+    while True:
+        locked = False
+        try:
+            with conn.transaction():
+                row = conn.execute("SELECT current_setting('lock_timeout') AS value").fetchone()
+                conn.execute(_LEDGER_LOCK_WAIT)
+                conn.execute(_LOCK)
+                locked = True
+                # The body waits for its own locks as the session would have.
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", [row and row["value"]])
+                return body()
+        except psycopg.errors.LockNotAvailable:
+            if locked:
+                raise
+            log.info("the migration ledger is locked by another process; waiting for it")
+
+
 def apply_functions(conn: Connection) -> list[str]:
     """Every new or changed function file and its ledger row, in one transaction after the
     numbered migrations; the names applied (none when another process applied them first)."""
     if not changed_functions(conn):
         return []  # every start of every replica asks; only a change takes the lock
-    current: FunctionFile | None = None
+    in_flight: list[FunctionFile] = []
+
+    def body() -> list[str]:
+        changed = changed_functions(conn)
+        # As pg_restore does: SQL-language bodies are checked once every file is in,
+        # so a file may call a function whose file sorts after it or is new too.
+        conn.execute("SET LOCAL check_function_bodies = off")
+        for function in changed:
+            in_flight[:] = [function]
+            log.info("applying function file %s.sql", function.name)
+            conn.execute(function.sql)
+            conn.execute(
+                "INSERT INTO pgsched.schema_functions (name, checksum) VALUES (%s, %s)"
+                " ON CONFLICT (name) DO UPDATE"
+                " SET checksum = excluded.checksum, applied_at = now()",
+                [function.name, function.checksum],
+            )
+        in_flight.clear()
+        conn.execute("SET LOCAL check_function_bodies = on")
+        conn.execute(_VALIDATE, {"names": [function.name for function in changed]})
+        return [function.name for function in changed]
+
     try:
-        with conn.transaction():
-            conn.execute(_LOCK)
-            changed = changed_functions(conn)
-            # As pg_restore does: SQL-language bodies are checked once every file is in,
-            # so a file may call a function whose file sorts after it or is new too.
-            conn.execute("SET LOCAL check_function_bodies = off")
-            for current in changed:
-                log.info("applying function file %s.sql", current.name)
-                conn.execute(current.sql)
-                conn.execute(
-                    "INSERT INTO pgsched.schema_functions (name, checksum) VALUES (%s, %s)"
-                    " ON CONFLICT (name) DO UPDATE"
-                    " SET checksum = excluded.checksum, applied_at = now()",
-                    [current.name, current.checksum],
-                )
-            current = None
-            conn.execute("SET LOCAL check_function_bodies = on")
-            conn.execute(_VALIDATE, {"names": [function.name for function in changed]})
+        return _under_ledger_lock(conn, body)
     except psycopg.Error as error:
-        where = f"function file {current.name}.sql" if current else "the function files"
+        where = f"function file {in_flight[0].name}.sql" if in_flight else "the function files"
         raise MigrationError(
             f"{where} failed and every function file of this run was rolled back: {error}"
         ) from error
-    return [function.name for function in changed]
 
 
 # The languages' own validators, called as CREATE FUNCTION calls them when
