@@ -130,7 +130,9 @@ class ControlPlane:
             "apiserver_port": self.apiserver_port,
             "etcd_client_port": self._etcd_client_port,
         }
-        path.write_text(json.dumps(state) + "\n")
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(state) + "\n")
+        partial.replace(path)  # whoever waits for the file never reads half of it
 
     @classmethod
     def attach(cls, state: Path, *, binaries: Binaries | None = None) -> ControlPlane:
@@ -774,6 +776,12 @@ def main(argv: list[str] | None = None) -> int:
         help="once ready, write here what other processes need to attach (ControlPlane.attach);"
         " removed on the way out",
     )
+    parser.add_argument(
+        "--crds",
+        type=Path,
+        help="apply the CRDs of this folder once ready (before the state file is written, so"
+        " processes attaching at once do not all race to create them)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     started = time.monotonic()
@@ -785,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"logs: {cp.work_dir / 'logs'}", file=sys.stderr)
         print(f"export KUBECONFIG={cp.kubeconfig}", file=sys.stderr)
         print(cp.kubeconfig, flush=True)
+        if args.crds is not None:
+            cp.apply_crds(args.crds)
         if args.state_file is not None:
             cp.write_state(args.state_file)
         try:

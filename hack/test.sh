@@ -51,7 +51,7 @@ started=$(date +%s)
 rest=$!
 
 # The parallel phase: one shared cluster, started once and stopped after.
-.venv/bin/python -m devenv.controlplane up --state-file "$state" >/dev/null &
+.venv/bin/python -m devenv.controlplane up --state-file "$state" --crds crds >/dev/null &
 cluster_pid=$!
 while [ ! -s "$state" ]; do
     if ! kill -0 "$cluster_pid" 2>/dev/null; then

@@ -22,7 +22,9 @@ from benchsmoke import quick_context
 from devenv.postgres import PostgresServer
 from plugins.cluster import require_binaries
 
-pytestmark = pytest.mark.own_cluster
+# skew, notify_skew and footprint run pods: a cluster with the machine's node of their own
+# (own_cluster, alone). fleet and stampede run none: a host-only control plane each, beside
+# anything (api_only).
 
 
 @pytest.fixture
@@ -35,6 +37,7 @@ def finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value >= 0
 
 
+@pytest.mark.own_cluster
 def test_skew_times_pgsched_and_cronjob_jobs_and_a_burst_against_a_plain_client(
     ctx: Context,
 ) -> None:
@@ -48,6 +51,7 @@ def test_skew_times_pgsched_and_cronjob_jobs_and_a_burst_against_a_plain_client(
     assert json.loads((ctx.out_dir / "skew.json").read_text())["floors"]
 
 
+@pytest.mark.own_cluster
 def test_notify_skew_times_the_same_jobs_with_the_receiver_answering_then_hanging(
     ctx: Context,
 ) -> None:
@@ -63,6 +67,7 @@ def test_notify_skew_times_the_same_jobs_with_the_receiver_answering_then_hangin
     assert (ctx.out_dir / "notify_skew.png").is_file() and report.floors
 
 
+@pytest.mark.own_cluster
 def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(ctx: Context) -> None:
     report = cli.run_one("footprint", ctx)
     assert len(report.rows) == 2
@@ -72,6 +77,7 @@ def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(ctx: Con
     assert "300 ScheduledJobs accepted" in report.notes[0]
 
 
+@pytest.mark.api_only
 def test_fleet_measures_sync_memory_and_idle_requests_per_fleet_size(ctx: Context) -> None:
     report = cli.run_one("fleet", dataclasses.replace(ctx, sizes=(20, 60)))
     assert [row["ScheduledJobs"] for row in report.rows] == [0, 20, 60]
@@ -82,6 +88,7 @@ def test_fleet_measures_sync_memory_and_idle_requests_per_fleet_size(ctx: Contex
     assert (ctx.out_dir / "fleet.png").is_file() and report.floors
 
 
+@pytest.mark.api_only
 def test_stampede_times_the_due_instant_to_each_job_against_a_plain_client(ctx: Context) -> None:
     report = cli.run_one("stampede", ctx)
     data = report.data
