@@ -79,8 +79,24 @@ def missing(error: MissingBinariesError, what: str) -> NoReturn:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start a cluster of their own (``own_cluster``) run first: there is one real
-    node per machine, so they could not start while the session's ``cluster`` is up."""
+    node per machine, so they could not start while the session's ``cluster`` is up. A test
+    whose markers would put it in two of hack/test.sh's runs, or none, is an error."""
+    for item in items:
+        marked = {name for name in MARKERS if item.get_closest_marker(name)}
+        if "exclusive" in marked and "cluster" not in marked:
+            raise pytest.UsageError(
+                f"{item.nodeid}: `exclusive` means the session's cluster to itself: mark it"
+                " `cluster` too"
+            )
+        if "api_only" in marked and marked & {"cluster", "own_cluster"}:
+            raise pytest.UsageError(
+                f"{item.nodeid}: `api_only` (an API server of its own, without the node) does"
+                f" not go with {sorted(marked & {'cluster', 'own_cluster'})}"
+            )
     items.sort(key=lambda item: item.get_closest_marker("own_cluster") is None)
+
+
+MARKERS = ("cluster", "own_cluster", "api_only", "exclusive")
 
 
 # Set by hack/test.sh for its parallel phase: the state file of the one cluster (with the
