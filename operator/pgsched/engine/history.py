@@ -145,7 +145,7 @@ def _drop_detached(conn: Connection, result: HistoryResult) -> bool:
 
 
 def _forget_rows_of_dropped_runs(conn: Connection) -> None:
-    """Their runs' starts (migration 0023) and finish-by marks (0024) go with them."""
+    """Their runs' starts (``run_starts``) and finish-by marks (``run_deadlines``) go with them."""
     for query in ("forget_starts_of_dropped_runs", "forget_deadlines_of_dropped_runs"):
         conn.execute(queries.get(query))
 

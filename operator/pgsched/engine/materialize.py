@@ -141,7 +141,7 @@ def _materialize_batch(
                 conn.execute(queries.get("queued_counts"), {"ids": bounded}) if bounded else []
             )
         }
-        # Why the suspended ones are (migration 0026), for their SKIPPED rows' note.
+        # Why the suspended ones are (suspend_reasons), for their SKIPPED rows' note.
         suspended = [row["id"] for row in rows if row["suspended"]]
         reasons = {
             item["definition_id"]: item["reason"]

@@ -5,7 +5,7 @@ on), but its workload may never start: an image that cannot be pulled, a missing
 ConfigMap, a pod no node can take, a Job an admission queue (Kueue) keeps suspended. The
 heartbeat sidecar starts before the workload and beats either way, so a heartbeat says the
 pod lives, not that the workload does. Until the workload container's start is recorded
-here (``workload_started_at``, migration 0023) the run is *launching*: status, describe,
+here (``pgsched.run_starts.workload_started_at``) the run is *launching*: status, describe,
 the UI and the metrics say so, with the pod's own reason for waiting.
 
 The launching state is bounded: ``startTimeoutSeconds`` after the claim (or after the Job

@@ -57,8 +57,9 @@ def run(settings: RunnerSettings, stop: threading.Event) -> int:
         workload_exit.start(ended.note, stop)
     stop.wait()
     # Note the end first, only then wait for the loop: its wait for notifications checks
-    # for stop every 0.5 s, and a run asked to stop ends CANCELLED at this note (migration
-    # 0029) — a Replace's next run waits for it. No beat starts after the flag is set.
+    # for stop every 0.5 s, and a run asked to stop ends CANCELLED at this note
+    # (sql/functions/workload_ended_pinned.sql) — a Replace's next run waits for it. No
+    # beat starts after the flag is set.
     loop.stop(timeout=0)
     ended.note()
     loop.stop(timeout=settings.heartbeat_interval_seconds + 10)

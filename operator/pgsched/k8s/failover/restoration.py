@@ -42,7 +42,8 @@ PAGE = 500  # Jobs per list request
 class Restored:
     run_id: int
     # restore_lost_run's (restored, forged, exists, current, no_definition, duplicate_ran),
-    # or incomplete: the Job lacks what a restore needs (a Job of a release before 0034)
+    # or incomplete: the Job lacks what a restore needs (a Job from a release that did not
+    # annotate its Jobs for restoring, k8s.names.ANNOTATION_TRIGGER)
     outcome: str
     duplicate_id: int | None = None
     duplicate_status: str | None = None
@@ -139,7 +140,7 @@ def _row_of(job: Obj) -> dict[str, Any] | None:
             "request_token": notes.get(names.ANNOTATION_REQUEST_TOKEN),
         }
     except (IndexError, KeyError, ValueError):
-        return None  # a Job of a release before 0034 (no trigger annotation), or edited
+        return None  # a Job without the trigger annotation (an older release's), or edited
 
 
 def _parameters(conn: Connection, job: Obj, definition_id: UUID, where: str) -> str | None:

@@ -396,7 +396,7 @@ def _recheck_in(unflushed: dict[commands.Request, Unflushed]) -> float:
 def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
     """The generation's status and Event are written: the status shows it, or the writer
     recorded it — then this body is the echo of a write made before it (the finalizer's,
-    whose MODIFIED event still shows the old status: migration 0017)."""
+    whose MODIFIED event still shows the old status: ``pgsched.published_generations``)."""
     return observed or (stored is not None and stored.published_generation == generation)
 
 
