@@ -1,4 +1,4 @@
-"""History and bloat: claiming while an old snapshot pins dead rows (issue 7 #3).
+"""History and bloat: claiming while an old snapshot pins dead rows.
 
 A steady, paced workload runs against a table holding 1,000,000 finished runs: ten times
 a second, 25 runs are queued (materialization's stand-in), ``dispatch.run_once`` claims
@@ -41,7 +41,7 @@ from pgsched.db import queries as engine_queries
 from pgsched.engine import dispatch, launcher, lease, settle
 
 NAME = "bloat"
-TITLE = "claim latency, dead tuples and size under a long-held snapshot (issue 7 #3)"
+TITLE = "claim latency, dead tuples and size under a long-held snapshot"
 DEFINITIONS = 1_000
 BACKLOG = 2_000
 TICK = 0.1  # seconds between workload ticks

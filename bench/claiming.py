@@ -1,6 +1,6 @@
 """Measuring claim throughput: one table state, N worker processes, one arm at a time.
 
-Shared by ``throughput`` (issue 2), ``scaling`` (issue 7 #1) and ``locks`` (issue 7 #4).
+Shared by ``throughput``, ``scaling`` and ``locks``.
 Before every measurement the runs table is emptied, refilled with due QUEUED runs spread
 over the definitions and VACUUM ANALYZEd, so every arm of a cell starts from the same
 state. Inside a round the arms of a cell run back to back, in an order rotated from round

@@ -1,6 +1,6 @@
 """``python -m bench.cli_startup [--rounds 10]``: how long a ``pgsched`` command takes to answer.
 
-Not a benchmark with a baseline: an absolute goal (issue 27: well under half a second for
+Not a benchmark with a baseline: an absolute goal (well under half a second for
 ``--help``, ``next`` and ``runs``) and the evidence for lazy imports in ``pgsched.cli.main``.
 Each command runs ``--rounds`` times as a fresh process, as a person would start it
 (``python -m pgsched.cli.main``, what the ``pgsched`` script runs); the table gives the median

@@ -1,4 +1,4 @@
-"""A fleet of ScheduledJobs: the operator starts, syncs them and keeps up (issue 17 #2).
+"""A fleet of ScheduledJobs: the operator starts, syncs them and keeps up.
 
 For each fleet size (1,000, 10,000 and 100,000 by default; ``--sizes``) the benchmark
 creates that many idle ScheduledJobs (yearly) in a namespace of their own, straight on the
@@ -42,10 +42,10 @@ from pgsched.k8s.client import api as pgsched_api
 from pgsched.k8s.client.finalizers import FINALIZER
 
 NAME = "fleet"
-TITLE = "a fleet of idle ScheduledJobs: sync time, RSS, idle API requests, tick (issue 17 #2)"
+TITLE = "a fleet of idle ScheduledJobs: sync time, RSS, idle API requests, tick"
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (50, 300)
-GOAL_RSS_MIB = 400.0  # at 100,000 ScheduledJobs (issue 17)
+GOAL_RSS_MIB = 400.0  # at 100,000 ScheduledJobs (bench/README.md, "Floors at a glance")
 # The resources the operator reads and writes; other clients of the API server (the
 # controller manager, this benchmark) are left out of the idle count by resource and verb.
 RESOURCES = {"scheduledjobs", "concurrencypools", "events", "jobs", "pods"}

@@ -1,4 +1,4 @@
-"""Operator footprint with 10,000 ScheduledJobs, idle and at 20 due a minute (issue 7 #6).
+"""Operator footprint with 10,000 ScheduledJobs, idle and at 20 due a minute.
 
 One operator replica watches a namespace with 10,000 ScheduledJobs (yearly, so idle) and,
 in a second window, 20 more that are due every minute. Its resident memory and CPU time
@@ -21,7 +21,7 @@ from devenv.operators import OperatorProcess
 from pgsched.db import connection
 
 NAME = "footprint"
-TITLE = "operator RSS and CPU with 10,000 ScheduledJobs, idle and 20 due/min (issue 7 #6)"
+TITLE = "operator RSS and CPU with 10,000 ScheduledJobs, idle and 20 due/min"
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 

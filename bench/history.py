@@ -1,4 +1,4 @@
-"""Claim latency as run history grows, and retention by dropping a month (issue 17 #1).
+"""Claim latency as run history grows, and retention by dropping a month.
 
 Four databases on one server, each with 1,000 definitions and a level backlog of 2,000 due
 QUEUED runs: ``empty`` (a fresh install: no finished run is ever kept), ``parts`` (empty
@@ -41,7 +41,7 @@ from pgsched.db import queries as engine_queries
 from pgsched.engine import history
 
 NAME = "history"
-TITLE = "claim latency vs history rows, and dropping a month (issue 17 #1)"
+TITLE = "claim latency vs history rows, and dropping a month"
 DEFINITIONS = 1_000
 BACKLOG = 2_000
 SPAN_DAYS = 120

@@ -1,4 +1,4 @@
-"""An idle tick as definitions grow: 1k, 10k, 100k, 1M, none due (issues 2 #3 and 17).
+"""An idle tick as definitions grow: 1k, 10k, 100k, 1M, none due.
 
 A whole ``Ticker.run_once`` — leader election, materialize (two kinds), reap, settle,
 dispatch, release — on its own session, exactly as every replica runs it once a second
@@ -23,9 +23,9 @@ from pgsched.engine import launcher
 from pgsched.engine.tick import Ticker, TickSettings
 
 NAME = "idle_tick"
-TITLE = "idle tick vs definitions (1k-1M), none due (issues 2 #3, 17)"
-FLOOR_MS = 20.0  # issue 2: the median idle tick with 100,000 definitions
-GOAL_MS = 5.0  # issue 17: the same, tighter
+TITLE = "idle tick vs definitions (1k-1M), none due"
+FLOOR_MS = 20.0  # the floor: the median idle tick with 100,000 definitions
+GOAL_MS = 5.0  # the goal: the same, tighter
 GOAL_AT = 100_000
 PHASES = ("tick", "materialize", "reap", "settle", "dispatch")
 SIZES = (1_000, 10_000, 100_000, 1_000_000)

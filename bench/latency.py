@@ -1,4 +1,4 @@
-"""Claim latency with a million finished runs retained vs an empty table (issue 2, issue 7 #3).
+"""Claim latency with a million finished runs retained vs an empty table.
 
 Two databases on the same server, identical but for history: both have 1,000 definitions
 and a backlog of 2,000 due QUEUED runs; one also holds 1,000,000 finished runs (settled,
@@ -30,7 +30,7 @@ from pgsched.db import queries as engine_queries
 from pgsched.engine import dispatch, launcher
 
 NAME = "latency"
-TITLE = "claim latency, 1M finished runs retained vs empty (issue 2 #2, issue 7 #3)"
+TITLE = "claim latency, 1M finished runs retained vs empty"
 DEFINITIONS = 1_000
 BACKLOG = 2_000
 BATCH = 50

@@ -1,7 +1,7 @@
-"""What the per-definition locks cost a claim (issue 7 #4).
+"""What the per-definition locks cost a claim.
 
 The same claim transaction (``dispatch.claim``) with its sorted lock per definition (a
-row of ``pgsched.claim_locks`` since migration 0027, ``pg_advisory_xact_lock`` before),
+row of ``pgsched.claim_locks``; ``pg_advisory_xact_lock`` in older releases),
 and without them
 (``bench/planted.py``: a copy of the claim function minus its locks, created in the
 benchmark's database, the planted bug of the chaos self-test), on the same data: runs
@@ -29,7 +29,7 @@ from pgsched.db import connection
 from pgsched.engine import dispatch
 
 NAME = "locks"
-TITLE = "claim-lock cost per claim with 1, 10, 1,000 definitions (issue 7 #4)"
+TITLE = "claim-lock cost per claim with 1, 10, 1,000 definitions"
 UNCAPPED = 100_000
 LOCKED = Arm("locked", "claim", complete="bulk")
 UNLOCKED = Arm("unlocked", "claim", complete="bulk", unlocked=True)
@@ -115,7 +115,7 @@ def run(ctx: Context) -> Report:
     report.notes.append(
         f"dispatch.claim + one-statement completion, caps {UNCAPPED} (never bind); {rounds} "
         f"rounds x {ctx.seconds:g}s; medians; ratio = median of per-round ratios; locks per "
-        "call = claim locks (rows, migration 0027) one claim on a full queue holds at its commit"
+        "call = claim_locks rows one claim on a full queue holds at its commit"
     )
     report.data = {
         "rates": {str(key): value for key, value in series.rates.items()},

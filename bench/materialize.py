@@ -1,4 +1,4 @@
-"""Materializing 10,000 due definitions (issue 2 #4).
+"""Materializing 10,000 due definitions.
 
 Every definition has exactly one due occurrence; ``materialize.run_once`` turns each into
 a QUEUED run and advances ``next_run_at`` — recurrence evaluated in Python, batches of 500
@@ -27,7 +27,7 @@ from pgsched.db import connection
 from pgsched.engine import materialize
 
 NAME = "materialize"
-TITLE = "materialization of 10,000 due definitions (issue 2 #4)"
+TITLE = "materialization of 10,000 due definitions"
 
 
 @dataclass(frozen=True)

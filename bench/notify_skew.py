@@ -1,5 +1,5 @@
 """Schedule-to-Job skew while every job's notifications go to a receiver that hangs
-(issue 28: "a slow or hostile receiver cannot slow the tick").
+(the goal: "a slow or hostile receiver cannot slow the tick").
 
 One control plane with a node, one database, one operator, the same ScheduledJobs
 throughout: ``idle`` yearly ones and ``due`` every minute whose pods fail (``exit 3``, no
@@ -35,7 +35,7 @@ from devenv.waiting import wait_for
 from pgsched.db import connection
 
 NAME = "notify_skew"
-TITLE = "schedule-to-Job skew with every job notifying a hanging receiver (issue 28)"
+TITLE = "schedule-to-Job skew with every job notifying a hanging receiver"
 SECRET = "pgsched-notify"
 HANG_SECONDS = 3600.0  # longer than the benchmark: "never answers"
 

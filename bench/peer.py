@@ -1,4 +1,4 @@
-"""The same burn-down with a peer: procrastinate vs pgsched (issue 7 #2).
+"""The same burn-down with a peer: procrastinate vs pgsched.
 
 One database holds both: pgsched's schema (``pgsched``) and procrastinate's (``public``,
 applied through its App API, i.e. what ``procrastinate schema --apply`` runs). Each round
@@ -31,7 +31,7 @@ from bench.workers import START_LEAD, Crew, CrewLost, Outcome, Task, clock
 from pgsched.db import connection
 
 NAME = "peer"
-TITLE = "burn-down vs procrastinate: claim + complete a no-op (issue 7 #2)"
+TITLE = "burn-down vs procrastinate: claim + complete a no-op"
 DEFINITIONS = 1_000
 UNCAPPED = 100_000
 QUEUE = "bench"

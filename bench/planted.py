@@ -47,7 +47,7 @@ _POOL_CHECK = {
     "AND (eligible.pool IS NULL OR eligible.pool_n <= eligible.pool_room)": "",
 }
 
-# What makes the claim's "room to spare" verdict (migration 0018: when it holds, every
+# What makes the claim's "room to spare" verdict (pgsched.claim_for_dispatch: when it holds, every
 # candidate is claimed as it is, without the choice) judge every candidate, and what it
 # becomes: a verdict on the candidates whose definitions it locked and counted only. A
 # candidate whose definition another dispatcher holds (try mode) is then claimed unlocked

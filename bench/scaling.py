@@ -1,5 +1,4 @@
-"""Claim scaling with workers: raw SKIP LOCKED (Python and pgbench) vs the dispatcher
-(issue 7 #1).
+"""Claim scaling with workers: raw SKIP LOCKED (Python and pgbench) vs the dispatcher.
 
 1 to 16 workers, batches 1, 10 and 50, 1,000 definitions with caps far above any
 definition's queue (the cap check runs in full, it just never binds), claim only. Arms:
@@ -30,7 +29,7 @@ from bench.workers import Crew
 from pgsched.db import connection
 
 NAME = "scaling"
-TITLE = "claim scaling 1-16 workers: raw, pgbench, dispatcher (issue 7 #1)"
+TITLE = "claim scaling 1-16 workers: raw, pgbench, dispatcher"
 DEFINITIONS = 1_000
 UNCAPPED = 100_000
 FLOOR = 0.25

@@ -1,4 +1,4 @@
-"""Schedule-to-Job skew next to built-in CronJobs, and a burst of due runs (issue 7 #5).
+"""Schedule-to-Job skew next to built-in CronJobs, and a burst of due runs.
 
 **Skew.** 1,000 idle ScheduledJobs (yearly) plus 20 due every minute, and 20 CronJobs with
 the same schedule and template in the same cluster, for a few minute boundaries. For each
@@ -33,7 +33,7 @@ from pgsched.engine import definitions
 from pgsched.k8s import names
 
 NAME = "skew"
-TITLE = "schedule-to-Job skew vs CronJob, and a burst of 1,000 due runs (issue 7 #5)"
+TITLE = "schedule-to-Job skew vs CronJob, and a burst of 1,000 due runs"
 SCHEDULED_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 BURST_QPS = "200"
 BURST_BURST = "400"

@@ -1,4 +1,4 @@
-"""A stampede: 5,000 ScheduledJobs on ``0 * * * *`` due at the same second (issue 17 #3).
+"""A stampede: 5,000 ScheduledJobs on ``0 * * * *`` due at the same second.
 
 5,000 ScheduledJobs on ``0 * * * *`` (no ``H``: every one due at the top of the hour) and
 20 unrelated one-shot jobs (``runAt``) due one after another while the stampede drains.
@@ -45,7 +45,7 @@ from pgsched.k8s import names
 from pgsched.k8s.client import api
 
 NAME = "stampede"
-TITLE = "5,000 ScheduledJobs due at the same second vs a plain client (issue 17 #3)"
+TITLE = "5,000 ScheduledJobs due at the same second vs a plain client"
 QPS = 200.0
 BURST = 400
 PLAIN_NAMESPACE = "bench-plain"

@@ -1,4 +1,4 @@
-"""Claim throughput: the seed's raw SKIP LOCKED query vs pgsched's dispatcher (issue 2).
+"""Claim throughput: the seed's raw SKIP LOCKED query vs pgsched's dispatcher.
 
 Same database, same 1,000 definitions, same freshly queued runs for every measurement.
 
@@ -30,13 +30,13 @@ from bench.workers import Crew
 from pgsched.db import connection
 
 NAME = "throughput"
-TITLE = "claim throughput, raw SKIP LOCKED vs dispatcher (issue 2)"
+TITLE = "claim throughput, raw SKIP LOCKED vs dispatcher"
 DEFINITIONS = 1_000
 UNCAPPED = 100_000
 CAPPED = 1
 POOLS = 10
-FLOOR = 0.25  # issue 2
-GOAL = 0.5  # issue 17: one dispatcher at batch 50
+FLOOR = 0.25  # the floor (bench/README.md, "Floors at a glance")
+GOAL = 0.5  # the goal: one dispatcher at batch 50
 
 RAW = Arm("raw", "raw")
 DISPATCHER = Arm("dispatcher", "dispatch")

@@ -1,4 +1,4 @@
-"""Web UI page latency on a database with 1M runs (issue 18): ``python -m bench.ui``.
+"""Web UI page latency on a database with 1M runs: ``python -m bench.ui``.
 
 1,000 ScheduledJobs (bench.seed's mix of cron, RRULE and one-shot schedules in several
 zones), 800,000 finished runs spread over them and 200,000 more on one busy job that ran
@@ -13,7 +13,7 @@ fetched over HTTP, one request at a time, timing from request to last byte:
   page of runs) and an ordinary one; an older page of the busy job's runs (keyset);
 - one run, and a why-didn't-it-run answer.
 
-Goal (issue 18): p99 <= 200 ms for the overview and one-job pages.
+Goal: p99 <= 200 ms for the overview and one-job pages.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 -- name: table_stats
 -- Tuple counts from the statistics system (updated within about a second) and sizes,
--- summed over job_runs' partitions (migration 0012; the parent itself holds no rows).
+-- summed over job_runs' partitions (the parent itself holds no rows).
 WITH parts AS (
     SELECT relid, isleaf FROM pg_partition_tree('pgsched.job_runs')
 )
@@ -80,6 +80,6 @@ SELECT c.subject_run FROM pgsched.claim_for_dispatch(%(batch)s, %(overshoot)s, N
 WHERE c.outcome = 'claimed';
 
 -- name: claim_locks_held
--- The claim lock rows (migration 0027) this transaction holds: a row it locked carries its
+-- The claim lock rows (pgsched.claim_locks) this transaction holds: a row it locked carries its
 -- id (the claim takes them in no subtransaction). A row lock is not in pg_locks.
 SELECT count(*) AS n FROM pgsched.claim_locks WHERE xmax = pg_current_xact_id()::xid;

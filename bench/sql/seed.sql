@@ -76,7 +76,7 @@ SET status = 'COMPLETED', finished_at = clock_timestamp(), settled_at = clock_ti
 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'RUNNING';
 
 -- name: truncate_runs
--- Chain arrivals name runs without a foreign key since migration 0012: named here.
+-- Chain arrivals name runs without a foreign key (job_runs is partitioned): named here.
 TRUNCATE pgsched.job_runs, pgsched.chain_arrivals RESTART IDENTITY CASCADE;
 
 -- name: truncate_definitions

@@ -136,7 +136,7 @@ UI_REQUEST_SECONDS = Histogram(
     ["page", "code"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10),
 )
-# Notifications (issue 28, k8s/notifications/notifier.py) and finish-by deadlines (engine/deadlines.py).
+# Notifications (k8s/notifications/notifier.py) and finish-by deadlines (engine/deadlines.py).
 DEADLINES_MISSED = Counter(
     "pgsched_deadlines_missed_total",
     "Runs not finished by their spec.deadline (they keep running), counted by the publisher.",

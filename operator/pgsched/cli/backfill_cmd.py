@@ -1,26 +1,18 @@
 """``pgsched backfill <sj> --from --to``: run the occurrences of a past range again.
 
 Occurrences of the ScheduledJob's schedule between ``--from`` and ``--to`` (both
-inclusive; a bare date means the whole day, local to the ScheduledJob's zone) each become
-one QUEUED run with trigger ``backfill``, oldest first, queued once however often the
-command runs (``engine/backfill.py`` says how).
+inclusive) each become one QUEUED run with trigger ``backfill``, oldest first, queued once
+however often the command runs (``engine/backfill.py`` says how).
 
-By default the request goes through the Kubernetes API server: the range, resolved to UTC,
-is written as the ``pgsched.dev/backfill=<from>/<to>`` annotation with its requester
-(``cli/requests.py``), so RBAC and the audit log apply; the operator checks it again and
-queues the runs, recording who asked. ``--dry-run`` lists the occurrences from the
-ScheduledJob's spec as read from the API server. With ``--database`` (administrators) the
-CLI queues the runs itself with the schema owner's DSN, and can stay attached:
+By default the request goes through the Kubernetes API server as the
+``pgsched.dev/backfill=<from>/<to>`` annotation with its requester (``cli/requests.py``),
+so RBAC and the audit log apply. With ``--database`` (administrators) the CLI queues the
+runs itself and can stay attached: ``--parallelism N`` keeps at most N of them queued or
+running, so a long backfill cannot crowd out the job's scheduled runs, and ``--wait``
+follows it to its end. Backfill runs are dispatched like any other, under
+``maxConcurrentRuns``.
 
-backfill runs are dispatched like any other run, so ``maxConcurrentRuns`` always holds (shared with the job's scheduled and manual runs). Without
-``--parallelism`` the whole range is queued at once and runs as fast as that cap allows.
-With ``--parallelism N`` the command stays attached and keeps at most N occurrences of
-this backfill queued or running, queueing the next as earlier ones finish (so a backfill
-of a year cannot crowd out the job's scheduled runs for hours); interrupting it stops the
-feeding, and the same command resumes it. ``--wait`` (implied by ``--parallelism``)
-follows the backfill to its end and exits 1 if any occurrence did not complete.
-Progress goes to stderr. Both follow the runs in the database, so they need
-``--database``.
+In full: docs/cli.md, "backfill".
 """
 
 from __future__ import annotations

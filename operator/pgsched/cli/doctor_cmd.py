@@ -2,28 +2,15 @@
 
 Each check prints ``ok``, ``warn`` or ``FAIL`` with a detail a person can act on; the exit
 code is 1 when any check failed. The database checks run ``db.preflight`` — the same
-checks that stop the operator from starting (server version, schema version, and whether
-connections are real sessions, which a transaction-pooling PgBouncer breaks) — then look
-at what the operator is doing:
+checks that stop the operator from starting — then look at what the operator is doing:
+the leader (replicas are the sessions named ``pgsched-tick``; the lock is held only while a
+tick runs, so each replica's last statement tells whether it led the latest tick), stuck
+runs, the publisher's backlog, suspensions, dead notifications, the clock and the
+replication. With credentials it asks Kubernetes too: the CRD, ScheduledJobs that are not
+Ready, and ScheduledJobs no operator serves, which the operator cannot report itself (it
+may not read namespaces it does not watch).
 
-- leader: operator replicas are the sessions named ``pgsched-tick``; the leader lock is
-  held only while a tick runs, so besides the current holder (if any) the check reads each
-  replica's last statement — the explicit unlock means it led its latest tick;
-- stuck runs: RUNNING past their heartbeat or orphan timeout (the reaper ends those within
-  a tick, so any here means no tick is leading), QUEUED long past due while their
-  ScheduledJob has free slots (waiting at ``maxConcurrentRuns`` is backpressure, reported
-  but not a failure), definitions whose next occurrence was never materialized;
-- the publisher's backlog (statuses and Events lagging), automatic suspensions,
-  notifications that ended as dead letters (``engine.notifications``), the
-  clock difference between this machine and the database, and the replication the
-  database runs on (what a failover would lose, and the settings that make it lossless);
-- Kubernetes, when credentials are at hand: the API server answers and the ScheduledJob
-  CRD is installed and established;
-- ScheduledJobs that are not Ready (a rejected spec; from the API server when it can be
-  asked, which also sees those never valid, else from the database), and ScheduledJobs no
-  operator serves: without any status ``--unserved-after`` seconds after they were created,
-  which means their namespace is not watched (``watchNamespaces``) or no operator runs.
-  The operator cannot say so itself: it may not even read namespaces it does not watch.
+Every check: docs/cli.md, "doctor".
 """
 
 from __future__ import annotations

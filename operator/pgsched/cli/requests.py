@@ -2,26 +2,17 @@
 ``cancel``, ``backfill``, ``suspend`` and ``resume``.
 
 The CLI writes a request annotation on the ScheduledJob (``pgsched.dev/run-now``, ...;
-``pgsched.k8s.scheduledjobs.commands`` lists them and their accepted values) with its requester, the
-user the API server says this kubeconfig is (a SelfSubjectReview, what ``kubectl auth
-whoami`` asks). So the request is subject to Kubernetes RBAC (``get`` and ``patch`` on
-``scheduledjobs.pgsched.dev`` in the namespace), lands in the API server's audit log, and
-the chart's ValidatingAdmissionPolicy refuses a requester that is not that user. No
-database credentials are needed.
+``pgsched.k8s.scheduledjobs.commands`` carries them out) with its requester, the user the
+API server says this kubeconfig is (a SelfSubjectReview). So the request is subject to
+Kubernetes RBAC, lands in the API server's audit log, and needs no database credentials.
 
-Then it waits (``--timeout``) for the operator to take the request — the operator removes
-a request once it has handled it and every standby of its database has received that
-(``k8s/scheduledjobs/commands.py``) — and reports a refusal if there was one: the Warning
-Event the operator posts for a refused request has a name the CLI can predict (the
-ScheduledJob's, the request's, and the resourceVersion the CLI's write produced). A
-request of someone else's still waiting on the object is never overwritten: the CLI waits
-for the operator to take it first, and writes naming the resourceVersion it read. A wait
-that ends with the request still there says whether the operator carried it out and keeps
-it for a standby that lags (its ``WaitingForStandby`` Event, named like the refusal's) or
-has not taken it at all.
+Then it waits (``--timeout``) for the operator to take the request, and reports a refusal
+(the operator's Warning Event, whose name the CLI can predict) or a wait for a lagging
+standby (``WaitingForStandby``). A request of someone else's still on the object is never
+overwritten. ``--database`` is the administrator's path instead: straight to the database,
+outside RBAC and the audit log; it says so on stderr every time.
 
-``--database`` is the administrator's path instead: the schema owner's DSN, straight to
-the database, outside RBAC and the audit log; it says so on stderr every time.
+In full: docs/cli.md, "Requests through the API server".
 """
 
 from __future__ import annotations

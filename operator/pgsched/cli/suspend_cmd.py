@@ -1,26 +1,18 @@
 """``pgsched suspend <sj>`` / ``pgsched resume <sj>``.
 
 The ScheduledJob stays the source of truth: both commands patch its ``spec.suspend``
-through the Kubernetes API, as the user the kubeconfig names (RBAC: ``patch
-scheduledjobs``; the audit log records it), and the operator syncs the definition from it
-(``kubectl get sj`` shows it). With ``--database`` (administrators, the schema owner's DSN)
-they also write the same value to the definition at once, so the very next tick obeys it
-even if the operator has not handled the update yet. If the API server refuses the patch,
-nothing is changed anywhere.
+through the Kubernetes API, as the user the kubeconfig names (RBAC and the audit log
+apply), and the operator syncs the definition from it. With ``--database``
+(administrators) they also write the definition at once, so the next tick obeys. If the
+API server refuses the patch, nothing is changed anywhere.
 
-``resume`` also clears an automatic suspension (``failureSuspendThreshold`` reached) and
-its failure streak. That suspension lives only in the database — ``spec.suspend`` is still
-false — so resuming an auto-suspended job patches no spec at all (a GitOps tool owning
-the spec sees no drift): through the API server it is the ``pgsched.dev/resume=true``
-request annotation (``cli/requests.py``), which the operator carries out and answers by
-rendering the status again; with ``--database`` the CLI clears it and re-renders the
-status itself. Either way the ``Suspended`` condition flips without waiting for a run.
-Occurrences that fell due while suspended were recorded as ``SKIPPED/Suspended`` and are
-not replayed (use ``backfill`` for that).
+``resume`` also clears an automatic suspension (``failureSuspendThreshold``), which lives
+only in the database, so it patches no spec (a GitOps tool sees no drift): the
+``pgsched.dev/resume=true`` request (``cli/requests.py``), or with ``--database`` the CLI
+itself. ``suspend --reason`` writes the ``pgsched.dev/suspend-reason`` annotation in the
+same patch (``k8s/scheduledjobs/suspension.py``).
 
-``suspend --reason "..."`` says why: the ``pgsched.dev/suspend-reason`` annotation, written
-in the same patch as ``spec.suspend`` (``k8s/scheduledjobs/suspension.py``); the ``Suspended`` condition,
-``pgsched next``, the UI and the skipped rows show it. ``resume`` removes it in its patch.
+In full: docs/cli.md, "suspend, resume".
 """
 
 from __future__ import annotations

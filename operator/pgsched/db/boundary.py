@@ -1,16 +1,16 @@
 """What a job pod's database login could reach beyond its own run, as advice an admin can act on.
 
-pgsched itself keeps the job role to its lease functions (migrations 0003, 0021). What it
-cannot set is the database around it, so ``pgsched doctor`` and the operator's start-up
-say when:
+pgsched itself keeps the job role to its lease functions (the grants to ``pgsched_job``;
+docs/security-database.md). What it cannot set is the database around it, so ``pgsched
+doctor`` and the operator's start-up say when:
 
 - ``public`` is writable by others (PostgreSQL 14's default, and databases upgraded from
   it): pgsched's own sessions never look there (their search_path is pinned), but any other
   application in the database would run what a tenant planted;
-- the job role may call the advisory lock functions (managed services, where migration
-  0021 could not revoke them): a job login could hold a key a run-now request, an apply
+- the job role may call the advisory lock functions (managed services, where migrating
+  could not revoke them): a job login could hold a key a run-now request, an apply
   with ``after`` or the history and resync rounds wait for or skip on (claims, pools and
-  chaining lock rows since migration 0027);
+  chaining lock rows of ``pgsched.claim_locks`` instead);
 - a job login has no ``CONNECTION LIMIT``, ``statement_timeout`` or
   ``idle_in_transaction_session_timeout``: settings on the NOLOGIN group role are not
   inherited by its members' sessions, so they belong on each login.

@@ -1,27 +1,19 @@
 """What replication the database runs on, and what a failover of it would lose.
 
-pgsched keeps every promise in the commits of one primary. Whether those commits survive
-a failover is the replication's business:
+pgsched keeps every promise in the commits of one primary. Whether those commits survive a
+failover is the replication's business: with a **synchronous** standby
+(``synchronous_standby_names``, ``synchronous_commit`` at least ``on``) nothing acknowledged
+is lost; with **asynchronous** standbys a failover loses the commits they had not received,
+acknowledged requests included; a single server has nothing to fail over to. ``pgsched
+doctor`` reports which, with the settings to change; the operator warns at start-up.
 
-- **synchronous** (``synchronous_standby_names`` set and ``synchronous_commit`` at least
-  ``on`` for pgsched's sessions): a commit is acknowledged only once a standby has it, so
-  a promoted standby has every acknowledged claim, outcome, run-now request and cancel.
-  ``remote_apply`` adds nothing pgsched needs: it never reads from a standby, and a
-  promotion replays everything the standby flushed before it accepts writes;
-- **asynchronous** (standbys, no synchronous names): a failover loses the commits the
-  standby had not received yet — acknowledged run-now requests and cancels included;
-- a single server (no standby connected): nothing to fail over to.
+With asynchronous replication the operator still keeps what it was asked through the API
+server: a request annotation is removed only once every connected streaming standby has
+flushed the commit that carried it out (:func:`progress`, :meth:`Progress.flushed`). Seeing
+the standbys' positions takes ``pg_read_all_stats`` (or ``pg_monitor``).
 
-``pgsched doctor`` reports this with the settings to change; the operator warns at start-up.
-
-With asynchronous replication the operator still keeps what it was *asked* through the
-API server: a request annotation (``run-now``, ``cancel``, ...) is removed only once the
-commit that carried it out is flushed by every connected streaming standby
-(:func:`progress`, :meth:`Progress.flushed`), so a failover that loses the commit finds the
-request still on the ScheduledJob and it is carried out again, once, on the new primary
-(``pgsched/k8s/scheduledjobs/commands.py``). The standbys' positions are shown only to members of
-``pg_read_all_stats`` (or ``pg_monitor``): without it the operator cannot tell, removes
-requests as soon as they are carried out, and says so at start-up.
+Why and what it costs: docs/operations.md, "What a failover can lose" and "Requests are
+kept until the standbys have them".
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """Chaining: a ScheduledJob that runs after others (``spec.after``).
 
 An edge says "run D after upstream U reaches outcome O" (``Succeeded``, ``Failed`` or
-``Finished``, which is either). Only a *final* outcome counts: a success, or a failure
-that will not be retried (retries exhausted, reason not retryable, definition deleted).
-A failed attempt that settle retries triggers nothing; its retry, once final, does. A
-``CANCELLED`` run triggers nothing: a user stopped it, and so the chain.
+``Finished``). Only a *final* outcome counts: a success, or a failure that will not be
+retried; a ``CANCELLED`` run triggers nothing.
 
 :func:`fire` is called by ``settle`` with the batch's final runs, inside the transaction
-that settles them, and is the only place downstream runs are inserted. Every path that
-makes a run terminal (the job side, the Job watch, the reaper, the verdicts for silent
-runs, a failed launch) leaves ``settled_at`` empty, so every final outcome passes through
-here exactly once per settle — and a replayed settle (a crash after the insert but before
-``settled_at`` could not commit: both or neither; a second leader: SKIP LOCKED) is a
-no-op because of the unique key on (downstream definition, upstream run).
+that settles them, and is the only place downstream runs are inserted, so every final
+outcome passes through it once, and a replayed settle is a no-op (a unique key on
+downstream definition and upstream run). ``spec.afterMode`` ``All`` waits for an arrival
+from every upstream (fan-in). Cycles are rejected when a definition is applied
+(:func:`check`).
 
-Modes, per downstream (``spec.afterMode``):
-
-- ``Any`` (default): each final matching run of any upstream queues one downstream run;
-- ``All`` (fan-in): a final matching upstream run is an *arrival*; the downstream runs
-  once every upstream has an arrival not consumed yet, and that run consumes all of them
-  (several arrivals of one upstream in between count once). The run carries the upstream
-  run that completed the set. Settlers of one downstream serialize on a row lock
-  (``pgsched.lock_chains``: a row of ``pgsched.claim_locks``,
-  ``sql/functions/lock_chains.sql``), so the count is read after every earlier arrival
-  committed.
-
-Cycles (A after B after A) are rejected when a definition is applied (:func:`check`),
-under a per-namespace advisory lock, so two concurrent applies cannot each close half of
-one.
+The modes, the locks and why settle is the place: docs/architecture.md, "Chaining".
 """
 
 from __future__ import annotations

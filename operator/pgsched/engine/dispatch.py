@@ -1,73 +1,19 @@
 """Dispatch: claim due runs under per-definition caps, then launch them.
 
-One claim transaction (docs/architecture.md, "The mechanism"), run inside the server by
-``pgsched.claim_for_dispatch`` (``sql/functions/claim_for_dispatch.sql``) so that it is one
-round trip and the definitions' locks are held for a few milliseconds of server time, not
-across several network round trips:
+A claim is one transaction run inside the server by ``pgsched.claim_for_dispatch``
+(``sql/functions/claim_for_dispatch.sql``): one round trip, with the definitions' and
+pools' locks held for milliseconds of server time, never across the network. It skips rows
+another claimer holds (``SKIP LOCKED``), counts live RUNNING runs only after taking its
+sorted locks, claims up to each definition's cap and pool's limit, and takes runs due
+on time before the backlog. ``concurrencyPolicy`` (``Skip``, ``Replace``) refines what
+happens to a run at its cap.
 
-1. select up to ``overshoot x batch`` due QUEUED candidates ``FOR UPDATE SKIP LOCKED`` —
-   rows another claimer holds are skipped, not waited on, so concurrent dispatchers get
-   disjoint slices; the overshoot keeps one definition with hundreds of queued runs from
-   crowding out the others before caps are applied (the first batch is selected first,
-   the rest only when, after steps 2-3, the first batch leaves them something to decide);
-2. lock each definition's row of ``pgsched.claim_locks`` (``FOR UPDATE``; a row no job
-   login can lock: ``sql/functions/lock_claim_keys.sql``) for the definitions of the first
-   ``batch`` candidates, in one sorted order, so dispatchers claiming runs of the same
-   definition serialize and never deadlock; if caps leave the batch short, *try* the locks
-   of the further candidates' definitions (never waiting, so order cannot matter) and use
-   those granted. ``try_locks=True`` tries round one too, and waits (sorted) only if
-   nothing was granted: for embedders running several dispatchers at once (the operator has
-   one, the tick leader, and uses the default);
-3. *after* the locks, read the live RUNNING count per definition (READ COMMITTED: each
-   statement of the function takes a fresh snapshot, which includes every claim committed
-   before our locks were granted);
-4. claim up to ``cap - running`` per definition and ``batch`` in all; definitions at their
-   cap are skipped, not failed: their rows stay QUEUED for a later tick (backpressure).
-   When every candidate of the first batch is claimable with room to spare (the usual
-   case), that is every one of them, and the claim takes them as they are, without the
-   rest of the overshoot or the walk over the candidates that decides the other cases.
+Launching happens after the commit, outside any lock, with each run's definition kept
+between ticks (:class:`Owners`). A failed launch ends the run ``FAILED/LaunchFailed`` for
+settle's retry policy; a deferred one (``LaunchDeferred``, the API server away) puts it
+back to QUEUED with its attempt unspent.
 
-Concurrency pools (``spec.pool``) add one limit shared by every job that joins the pool:
-after step 3, the claim locks the ``claim_locks`` row of each pool (``namespace/name``) for the
-pools of the candidates within their definition's room (as the definitions join them
-after their locks) and no others, in ascending key order — definitions first, pools
-second, for every claimer, so no deadlock; then counts each locked pool's live RUNNING
-runs; step 4 claims a run only while its pool has room too (an unlocked pool has none).
-Within a pool the oldest ``scheduled_for`` goes first, whichever job it belongs to; a pool
-that does not exist has no room, so its jobs' runs wait.
-
-The commit releases every lock. Launching happens afterwards, outside the transaction,
-with each claimed run's definition from :class:`Owners`: the dispatcher keeps the
-definitions it launched between ticks and re-reads only those whose ``version`` (returned
-by the claim with every run, bumped by the database on every change but materialize's
-bookkeeping, migration 0014) is newer than the kept one. A launch failure ends the run
-``FAILED/LaunchFailed`` (fenced by its lease) and ``settle`` applies the retry policy to it
-like to any other failure. A launch *deferred* (``LaunchDeferred``: the API server away,
-not the run's fault) undoes the claim instead: the run is QUEUED again, its attempt
-unspent, and is claimed at a later tick (its starting deadline, if any, still applies).
-
-**On time first, then the backlog, oldest first.** When more is due than one tick can
-launch (5,000 ScheduledJobs on ``0 * * * *``), the claim's order alone would make a run
-that falls due a few seconds later wait until the whole backlog is launched: late only
-because others are. So a tick first claims for the definitions with a run due in its
-window (``on_time_since``: since the previous tick's materialization, so the windows of
-successive ticks leave no gap and a run is on time at the tick that materialized it,
-however long ticks take), then fills the batch from the backlog in the claim's order
-(``scheduled_for``, then id); the punctual runs launch first, the newest due first, then
-the backlog in its order. A backlog cannot starve: a run is "on time" at one tick (two at
-most, where a dispatch overlaps the next materialization). Within the window the newest
-due go first because a window can hold more than a batch: a tick that starts late (its
-predecessor launched a batch at the API budget's pace) sees a stampede *and* a run of
-another job due a moment later. The stampede cannot be on time whatever is chosen; oldest
-first would give the other run's one chance to 50 of it, and it would wait behind the
-whole backlog. (Materialization takes its batches in the same order,
-``engine/materialize.py``.)
-Jobs in a pool keep the pool's order (oldest first across its jobs): they are never "on time".
-
-``concurrencyPolicy`` refines step 4 for runs started by the schedule: ``Skip`` records a
-due run of a definition at its cap (or its pool at its limit, named in the error) as
-``SKIPPED/ConcurrencyPolicy``; ``Replace`` asks the
-oldest running runs to stop (cooperatively) and leaves the new run queued until they have.
+Why it is safe: docs/architecture.md, "The mechanism"; the steps: "The claim, step by step".
 """
 
 from __future__ import annotations

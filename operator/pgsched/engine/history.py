@@ -1,30 +1,15 @@
 """Run history partitions: months created ahead, expired months dropped whole.
 
-``job_runs`` is partitioned by UTC month of ``scheduled_for`` (migration 0012). Each round
-(one replica at a time, under an advisory lock) this service:
+``job_runs`` is partitioned by UTC month of ``scheduled_for``. Each round (one replica at
+a time, under an advisory lock) this service creates the coming months' partitions,
+drops the months that ended more than the retention ago (``PGSCHED_HISTORY_RETENTION``)
+whole, and prunes the default partition, so history expires without DELETE or vacuum
+debt. A month still holding an unsettled run is kept, and no lock on ``job_runs`` is
+waited for longer than ``LOCK_WAIT``, so claims never queue behind it; what could not be
+done is tried again next round.
 
-- creates the current month's partition and ``MONTHS_AHEAD`` more, so runs land in their
-  month; a month's rows already waiting in the default partition move into it, under
-  job_runs' lock, so no statement looks for them in flight
-  (``sql/functions/create_run_partition.sql``);
-- with a retention (``PGSCHED_HISTORY_RETENTION``, chart value ``history.retention``),
-  drops every month that ended more than the retention ago whole (no DELETE, no vacuum
-  debt): detached under job_runs' lock (a catalog change, milliseconds whatever its size),
-  then dropped in a transaction of its own, so the seconds it takes to remove a large
-  month's files hold up no claim (``sql/functions/detach_run_partition.sql``). A month
-  still holding a QUEUED or RUNNING run, or a finished run not settled yet, is kept
-  (``kept``) and retried next round; so is one whose lock did not come within ``LOCK_WAIT``
-  (a long query on job_runs). A month detached but not dropped (a crash between the two) is
-  dropped next round, also if the retention has been turned off since;
-- never waits more than ``LOCK_WAIT`` for a lock (creating or detaching a month locks
-  job_runs), so claims never queue behind it for longer; what
-  could not be done this round (``busy``, ``kept``) is tried again the next;
-- prunes the default partition (runs outside every month) of settled runs older than the
-  retention, ``PRUNE_BATCH`` a round.
-
-Runs of other tables that name a dropped run (a retry's ``retry_of``, a chained run's
-``upstream_run_id``) keep the id; readers treat the run as gone. Chain arrivals the
-dropped runs consumed are deleted with them, and so are their starts (``engine.starts``).
+What each step locks, and what happens to rows that name a dropped run:
+docs/architecture.md, "History partitions".
 """
 
 from __future__ import annotations
@@ -160,7 +145,7 @@ def _drop_detached(conn: Connection, result: HistoryResult) -> bool:
 
 
 def _forget_rows_of_dropped_runs(conn: Connection) -> None:
-    """Their runs' starts (migration 0023) and finish-by marks (0024) go with them."""
+    """Their runs' starts (``run_starts``) and finish-by marks (``run_deadlines``) go with them."""
     for query in ("forget_starts_of_dropped_runs", "forget_deadlines_of_dropped_runs"):
         conn.execute(queries.get(query))
 

@@ -1,52 +1,17 @@
 """Materialization: due definitions become run rows.
 
-For each definition whose ``next_run_at`` has passed, the occurrences between it and now
-are turned into rows and ``next_run_at`` is advanced to the first occurrence after now —
-in the same transaction. The advance is the idempotency marker: a crash before the commit
-loses both, a crash after keeps both, and the unique occurrence key turns any repeat (two
-leaders) into a no-op.
+For each definition whose ``next_run_at`` has passed, the occurrences up to now become rows
+and ``next_run_at`` advances past now in the same transaction. The advance is the
+idempotency marker: a crash keeps both or neither, and the unique occurrence key turns a
+repeat by a second leader into a no-op.
 
-What happens to more than one due occurrence (the scheduler was down, or the definition is
-suspended) is the definition's ``catchUp`` policy; every occurrence that will not run is
-still written, as ``SKIPPED`` with a reason, so "why didn't it run at 09:00?" has an answer:
+Every occurrence that will not run is still written, as ``SKIPPED`` with a reason
+(``catchUp``, ``maxQueuedRuns``, excluding Calendars, suspension, a missed starting
+deadline, a DST gap), so "why didn't it run at 09:00?" has an answer. A round
+materializes at most one batch of each kind, definitions on time first, so a stampede's
+first runs are claimed after one batch rather than after all of it.
 
-- ``latest`` (default): run the most recent missed occurrence, skip the older ones;
-- ``all``: run them all, oldest first, but at most ``catchUpLimit`` (the most recent ones);
-- ``none``: skip every occurrence that is more than ``late_after`` late.
-
-An occurrence due while the definition already has ``maxQueuedRuns`` runs QUEUED is
-recorded as ``SKIPPED/QueueFull``: the backlog keeps its order and its bound, the newest
-occurrence is the one dropped (manual runs, retries and backfills are never dropped here,
-but they count).
-
-An occurrence on a day that a Calendar the definition excludes (``spec.calendars``)
-covers is recorded as ``SKIPPED/CalendarExcluded``, the calendar named in its error; the
-day is the occurrence's wall-clock date in its schedule's zone. Calendars are read at
-materialization, so a changed calendar applies to every occurrence not yet materialized.
-
-Occurrences of a suspended definition are recorded as ``SKIPPED/Suspended``, so resuming
-never replays what suspension skipped. An occurrence already past its starting deadline is
-recorded as ``SKIPPED/DeadlineMissed``; a DST-gap occurrence under ``gap: skip`` as
-``SKIPPED/DSTGap``.
-
-With ``spec.jitterSeconds``, a QUEUED occurrence also gets its jittered start
-(``not_before``, ``engine.jitter``): dispatch claims it no earlier, and its starting
-deadline counts from it.
-
-**A bounded amount per round, on time first.** One round (one tick) materializes at most one
-batch of each kind and says whether more is due (``MaterializeResult.more``): the tick
-dispatches what it materialized and goes again at once. So the first runs of a stampede
-(5,000 ScheduledJobs on ``0 * * * *``) are claimed after one batch is materialized, not
-after all 5,000 (about a second), and the stampede's materialization proceeds between its
-dispatch batches, ahead of them (with the default batches, 500 definitions per 50 Jobs
-launched). Which definitions a round takes mirrors dispatch's "on time first": those that
-fell due since the previous round (``on_time_since``, that round's "now"), the newest due
-first, then the backlog, oldest due first. Otherwise a definition due a second after a
-stampede would wait behind the stampede's remaining materialization and, no longer on
-time when its run appears, behind its whole dispatch backlog too. Lateness
-(``catchUp: none``, ``startingDeadlineSeconds``) is measured against the "now" of the round
-that materializes an occurrence: while materialization stays ahead of dispatch, a
-backlogged definition is judged before its run could have been launched anyway.
+The policies and the order of a round: docs/architecture.md, "Materializing occurrences".
 """
 
 from __future__ import annotations
@@ -176,7 +141,7 @@ def _materialize_batch(
                 conn.execute(queries.get("queued_counts"), {"ids": bounded}) if bounded else []
             )
         }
-        # Why the suspended ones are (migration 0026), for their SKIPPED rows' note.
+        # Why the suspended ones are (suspend_reasons), for their SKIPPED rows' note.
         suspended = [row["id"] for row in rows if row["suspended"]]
         reasons = {
             item["definition_id"]: item["reason"]

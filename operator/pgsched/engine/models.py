@@ -99,12 +99,14 @@ class Definition(_Row):
     rejection: str | None = None
     after_mode: Literal["Any", "All"] = "Any"
     # Bumped by the database on every change but materialize's bookkeeping (next_run_at,
-    # last_scheduled_for): migration 0014. What the dispatcher's Owners cache is keyed by.
+    # last_scheduled_for): trigger job_definitions_version. What the dispatcher's Owners cache
+    # is keyed by.
     version: int = 1
-    # The ScheduledJob generation whose status and Event the operator wrote (migration
-    # 0017's table; read with the definition by ``definitions.get``, else None).
+    # The ScheduledJob generation whose status and Event the operator wrote
+    # (pgsched.published_generations; read with the definition by ``definitions.get``, else
+    # None).
     published_generation: int | None = None
-    # Why spec.suspend is true: the pgsched.dev/suspend-reason annotation (migration 0026).
+    # Why spec.suspend is true: the pgsched.dev/suspend-reason annotation (suspend_reasons).
     suspend_reason: str | None = None
 
     @property
@@ -154,12 +156,12 @@ class Run(_Row):
     k8s_job_name: str | None
     settled_at: datetime | None
     created_at: datetime
-    cancelled_by: str | None  # who asked it to stop: runs.BY_* (migration 0006)
-    retry_decision: str | None  # what settling decided, and why (migration 0006)
+    cancelled_by: str | None  # who asked it to stop: runs.BY_*
+    retry_decision: str | None  # what settling decided, and why
     upstream_run_id: int | None = None  # the upstream run whose final outcome queued it
-    workload_ended_at: datetime | None = None  # the sidecar saw the workload end (0007)
-    not_before: datetime | None = None  # the jittered start, if later (0026, engine.jitter)
-    parameters: dict[str, str] | None = None  # values it was queued with (0026)
+    workload_ended_at: datetime | None = None  # the sidecar saw the workload end
+    not_before: datetime | None = None  # the jittered start, if later (run_delays, engine.jitter)
+    parameters: dict[str, str] | None = None  # values it was queued with (run_parameters)
 
     @property
     def is_terminal(self) -> bool:
@@ -168,7 +170,7 @@ class Run(_Row):
 
 @dataclass(frozen=True)
 class Start(_Row):
-    """What is known of a run's start (migration 0023, ``engine.starts``): its workload's
+    """What is known of a run's start (``pgsched.run_starts``, ``engine.starts``): its workload's
     start, or why it has not started yet."""
 
     run_id: int

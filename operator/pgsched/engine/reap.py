@@ -1,27 +1,17 @@
 """The reaper: runs whose worker is gone, and runs that can no longer start in time.
 
-Each signature is one set-based UPDATE (see ``sql/queries/reap.sql``), fenced on the status
-it expects, so reaping a thousand orphans is five statements, not a thousand round trips:
+Each signature (stale heartbeat, never heartbeated, cancellation ignored, active deadline
+passed, starting deadline missed) is one set-based UPDATE (``sql/queries/reap.sql``),
+fenced on the status it expects, so reaping a thousand orphans is a handful of statements,
+not a thousand round trips. Failed runs are then retried (or not) by ``settle``, in the
+same tick.
 
-- stale heartbeat: ``heartbeat_at`` older than ``heartbeat.timeoutSeconds`` → ``FAILED/HeartbeatLost``;
-- never heartbeated: no heartbeat ``heartbeat.orphanTimeoutSeconds`` after the claim →
-  ``FAILED/Orphaned`` (the worker died before its first beat; this window is generous on
-  purpose, a slow image pull looks exactly like a dead pod from here);
-- cancellation ignored for ``cancelGraceSeconds`` → ``CANCELLED``;
-- running longer than ``activeDeadlineSeconds`` → ``FAILED/DeadlineExceeded``;
-- still QUEUED at its starting deadline → ``SKIPPED/DeadlineMissed``.
+Silence is not death (I8): when the launcher keeps outcomes outside the database (the
+Kubernetes launcher, ``await_verdicts``), a silent run may have succeeded unseen, so the
+silence signatures only mark it ``outcome_pending_at`` and the launcher's side settles it
+from its Job (``pgsched.k8s.jobside.verdicts``).
 
-Failed runs are then retried (or not) by ``settle``, in the same tick.
-
-Silence is not death (I8). When the launcher keeps outcomes outside the database
-(``await_verdicts``: the Kubernetes launcher, whose Jobs record how their pods ended), a
-silent run may have *succeeded* while nobody could see it — the API server was down when
-its Job finished, and its sidecar ended with the pod. Failing it ``HeartbeatLost`` would
-retry succeeded work. So the two silence signatures, for runs with a launched workload,
-only mark the run ``outcome_pending_at`` (signature ``outcome_pending``; the run stays
-``RUNNING``, and so keeps counting against its caps) and the launcher's side settles it
-from the workload's own record (``pgsched.k8s.jobside.verdicts``). A pending run whose heartbeat
-comes back is no longer pending (``heartbeat_resumed``).
+The signatures: docs/architecture.md, "The reaper's signatures".
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Both screens render the same :class:`Facts` (I13): a list of labelled values, in order,
 whose parts may refer to other runs (the UI links them, describe prints their ids). A
-line added here appears on both, so the run page cannot show less than describe (issue 26:
-it lacked "by Replace" and the retry decision). Times stay ``datetime`` for each screen to
-print in the ScheduledJob's zone its own way; durations stay ``timedelta``.
+line added here appears on both, so the run page cannot show less than describe (a run
+page kept apart once lacked "by Replace" and the retry decision). Times stay ``datetime``
+for each screen to print in the ScheduledJob's zone its own way; durations stay
+``timedelta``.
 """
 
 from __future__ import annotations

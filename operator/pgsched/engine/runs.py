@@ -62,7 +62,7 @@ def requested_by(conn: Connection, run: Run) -> str | None:
     """Who asked for this run, as ``pgsched describe`` and the UI show it: the Kubernetes
     user the API server vouched for, ``CLI (user@host)`` for an administrator's
     ``--database``, or :data:`UNKNOWN_REQUESTER`; None for runs nobody asks for (the
-    schedule's, retries, chained runs). Migration 0022."""
+    schedule's, retries, chained runs). Stored in ``pgsched.run_requesters``."""
     if run.trigger not in REQUESTED_TRIGGERS:
         return None
     row = conn.execute(queries.get("run_requester"), {"id": run.id}).fetchone()

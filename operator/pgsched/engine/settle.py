@@ -1,27 +1,17 @@
 """Settling terminal runs: retries as new rows, failure streaks, auto-suspension.
 
-A run can end in many places — its own worker (job pod, SDK runner), the reaper, a failed
-launch, the Kubernetes outcome watch — but its consequences are applied in exactly one:
-this phase, which picks up terminal runs not yet settled. That keeps the retry rule in one
-place and makes it crash-safe: the retry row, the streak update and ``settled_at`` commit
-together, and a unique key on ``retry_of`` means a failed attempt is retried at most once
-even if two leaders settle at the same time.
+A run can end in many places — its own worker, the reaper, a failed launch, the Kubernetes
+outcome watch — but its consequences are applied in exactly one: this phase, which picks up
+terminal runs not yet settled. That keeps the retry rule in one place and makes it
+crash-safe: the retry row, the streak update and ``settled_at`` commit together, and a
+failed attempt is retried at most once even with two leaders.
 
-A run's outcome becomes *final* here too — a success, or a failure no retry follows —
-and only here: the downstream runs it triggers (``spec.after``, see ``chain``) are queued
-in the same transaction, so a settled run has its downstream runs and an unsettled one
-has none.
+A run's outcome becomes *final* here, and only here, so the downstream runs it triggers
+(``chain``) are queued in the same transaction. A retry is a new QUEUED row scheduled after
+its backoff; every decision, and why, is written on the terminal run (``retry_decision``)
+for ``pgsched describe`` and the Events.
 
-A retry is a new QUEUED row (``trigger = 'retry'``, ``attempt = n + 1``,
-``scheduled_for = now + backoff``, ``retry_of`` = the failed run); the failed row keeps
-its own status, reason and error. The backoff needs no timer: dispatch only claims rows
-whose ``scheduled_for`` has passed.
-
-Every decision is written on the terminal run (``retry_decision``: retried as which run,
-when and why, or why not — attempts used up, a reason on ``neverRetryOn``, one not on
-``retryOn``, cancelled, deleted), for ``pgsched describe`` and the Events: a retry's
-RunRetrying says why, and a failure that is not retried gets a RunNotRetried Event
-(through the outbox, as a ``NOT_RETRIED`` note).
+In full: docs/architecture.md, "Settling".
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Starts: a run is running, as users see it, only once its workload started (I13).
 
-A claimed run is ``RUNNING`` in ``job_runs`` from its claim (it holds its slot from then
-on), but its workload may never start: an image that cannot be pulled, a missing Secret or
-ConfigMap, a pod no node can take, a Job an admission queue (Kueue) keeps suspended. The
-heartbeat sidecar starts before the workload and beats either way, so a heartbeat says the
-pod lives, not that the workload does. Until the workload container's start is recorded
-here (``workload_started_at``, migration 0023) the run is *launching*: status, describe,
-the UI and the metrics say so, with the pod's own reason for waiting.
-
-The launching state is bounded: ``startTimeoutSeconds`` after the claim (or after the Job
-was admitted, for a Job that waited suspended), ``admissionTimeoutSeconds`` while an
-admission queue keeps the Job suspended. A run still launching at its bound ends ``FAILED``
-with the reason its pod gave (``ImagePullFailed``, ``ContainerConfigError``,
-``Unschedulable``, ``AdmissionTimeout``, else ``StartTimeout``); an image that can never be
-pulled (an invalid name) ends at once. These reasons are deterministic — the next attempt
-would meet the same wall — so the default retry list does not name them. Beats of the
-sidecar before the workload started do not extend the bound.
+A claimed run is ``RUNNING`` from its claim (it holds its slot from then on), but its
+workload may never start: an image that cannot be pulled, a missing Secret, a pod no node
+can take, a Job an admission queue keeps suspended; and a heartbeat says only that the pod
+lives. Until the workload's start is recorded here (``pgsched.run_starts``) the run is
+*launching*, with the pod's own reason for waiting. The launching state is bounded
+(``startTimeoutSeconds``, ``admissionTimeoutSeconds``); a run still launching at its bound
+ends ``FAILED`` with the reason its pod gave, which the default retry list does not name.
 
 This module is the database side; the Kubernetes side reads the pods
-(``pgsched.k8s.jobside.starts``). Every write is fenced on the run still ``RUNNING`` with the lease
-it was launched with.
+(``pgsched.k8s.jobside.starts``). Every write is fenced on the run's lease.
+
+The states and bounds: docs/architecture.md, "Workload starts and their bounds".
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ LEGACY_ANNOTATION_LEASE = f"{GROUP}/lease-token"
 LEASE_SECRET_KEY = "lease-token"
 ANNOTATION_SCHEDULED_FOR = f"{GROUP}/scheduled-for"
 # What else a run's row holds that its Job must carry, so that a run whose row a failover
-# lost entirely can be restored from its Job (k8s/failover/restoration.py, migration 0034); with the
-# run-id and attempt labels, scheduled-for, the namespace and the owner's uid (the
-# definition's id). Absent when the run has none (a scheduled run has no retry-of).
+# lost entirely can be restored from its Job (k8s/failover/restoration.py,
+# pgsched.restore_lost_run); with the run-id and attempt labels, scheduled-for, the
+# namespace and the owner's uid (the definition's id). Absent when the run has none (a
+# scheduled run has no retry-of).
 ANNOTATION_TRIGGER = f"{GROUP}/trigger"
 ANNOTATION_RETRY_OF = f"{GROUP}/retry-of"
 ANNOTATION_UPSTREAM_RUN = f"{GROUP}/upstream-run-id"

@@ -4,30 +4,13 @@ One implementation serves both in-pod programs: the SDK runner (``pgsched run``)
 sidecar next to arbitrary containers (``pgsched heartbeat``).
 
 Every ``interval`` the loop calls ``pgsched.heartbeat(run_id, lease_token)`` on a session
-of its own. The answer is the lease state, and the loop keeps the latest one for the work
-to read (thread-safe), and calls ``on_change`` when it moves:
+of its own and keeps the answer, the lease state (``active``, ``cancel_requested``,
+``lost``; it only moves forward), for the work to read. Between beats its session LISTENs
+on the run's lease channel, so a cancel reaches the work within a round trip or two, not at
+the next beat. A failed heartbeat is logged and retried on a fresh connection; it never
+stops or fails the work (I6).
 
-- ``active`` — keep going;
-- ``cancel_requested`` — stop at the next checkpoint. The loop keeps beating: the run is
-  still alive while it stops (and compensates), and a silent one would be reaped as
-  ``HeartbeatLost`` instead of ending ``CANCELLED``;
-- ``lost`` — the run is no longer ours (reaped, ended elsewhere). Beating is pointless, so
-  the loop ends; the work must stop, and whatever it writes now is fenced away.
-
-States only move forward (active → cancel_requested → lost): no answer un-cancels a run or
-gives back a lost lease.
-
-Between beats the loop does not just sleep: its session LISTENs on the run's lease channel
-(``pgsched.listen_for_cancel``), and the database NOTIFYs it the moment the run is asked to
-stop or stops running, so a cancel reaches the work in a round trip or two (well under a
-second), not at the next beat. The notification carries nothing; the loop beats at once
-and learns the state from the fenced answer, as always. Without a working connection it
-falls back to plain sleeping: a notification is a shortcut, never the only way.
-
-A failed heartbeat — database down, connection dropped, a timeout — is logged and retried
-with a fresh connection, sooner than the normal interval; it never stops or fails the work
-(invariant I6). If the database stays away long enough the reaper fails the run as
-``HeartbeatLost``, and the loop learns it lost the lease on its first successful beat.
+The states, the listening and the failures: docs/architecture.md, "The heartbeat loop".
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """``pgsched run``: execute one run of an SDK job kind inside the user's image.
 
-The order matters:
+It heartbeats *before* importing user code, so a slow import does not look like a dead pod
+(``Orphaned``); then imports the job modules and checks the arguments against the kind's
+signature, failing fast with ``retry_hint = never`` on a mistake another attempt would
+repeat; calls the kind, whose ``ctx.checkpoint()`` raises :class:`~pgsched.sdk.Cancelled`
+when the run must stop (a mutating kind's compensation then runs); and records the
+outcome, fenced by the lease, and exits with the code that states it.
 
-1. start heartbeating *before* importing user code — a slow import (a big application, a
-   warm-up) must not look like a pod that died before its first beat (``Orphaned``);
-2. import the job modules, find the kind, check the arguments against its signature. A
-   mistake here fails fast and is recorded as ``FAILED`` with a precise message and
-   ``retry_hint = never``, because another attempt would fail identically;
-3. call the kind. ``ctx.checkpoint()`` raises :class:`~pgsched.sdk.Cancelled` when the run
-   was cancelled, the lease was lost or SIGTERM arrived; a mutating kind's compensation
-   hook then runs (best effort: its failure is logged and recorded, never raised over the
-   cancellation);
-4. stop the heartbeat and record the outcome, fenced by the lease (``outcome.record``), and
-   exit with the code that states it (``exit_codes``).
+SIGTERM does not interrupt the job: it is one more reason for the next checkpoint to stop.
+The run ends ``CANCELLED`` if a cancellation was requested too, else ``FAILED/Terminated``
+(retried only with ``retryOn: [Terminated]``).
 
-SIGTERM does not interrupt the job: it is one more reason for the next checkpoint to
-stop. If cancellation was requested in the database too (the operator deletes the Job
-after the cancel grace) the run ends ``CANCELLED``; otherwise the pod is being stopped for
-reasons of its own (drain, eviction, ``kubectl delete job``) and the run ends
-``FAILED/Terminated``, which ``retryOn: [Terminated]`` can opt into retrying.
+The steps and why their order matters: docs/architecture.md, "Running an SDK job".
 """
 
 from __future__ import annotations

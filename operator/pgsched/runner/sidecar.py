@@ -2,36 +2,16 @@
 
 The operator injects it next to workloads that are not SDK jobs (an init container with
 ``restartPolicy: Always``). It heartbeats the run with the shared loop and, when the run
-must stop, tells the workload the only way that needs nothing from the workload's image:
-a file on a shared ``emptyDir`` (``PGSCHED_CANCEL_FILE``, default ``/pgsched/cancel``).
-Its content is one line, ``cancelled <UTC time>`` or ``lease-lost <UTC time>``, written
-atomically (temporary file + rename), so a poller never reads half a line. A workload that
-does not poll is stopped by the operator, which deletes the Job after the cancel grace.
+must stop, tells the workload with a file on a shared ``emptyDir``
+(``PGSCHED_CANCEL_FILE``), the only way that needs nothing from the workload's image.
 
-After ``lost`` there is nothing left to keep alive, but the sidecar does not exit: kubelet
-restarts a native sidecar that exits. It waits for SIGTERM — sent by kubelet once the main
-containers ended — and exits 0. It is PID 1 of its container, and the kernel drops signals a
-PID 1 has no handler for, so it announces when its handler is installed (a file beside the
-cancel file) and the Job's postStart hook holds the workload back until then
-(:func:`announce_listening`).
+It never writes a terminal status: the outcome is visible to the operator's Job watch, not
+inside the pod, and terminal statuses are final (I4). It records the one fact it knows,
+that the workload ended (``pgsched.workload_ended``). It does not exit on its own, because
+kubelet restarts a native sidecar that exits; it waits for SIGTERM, and announces when its
+handler is installed (:func:`announce_listening`) so the workload waits for it.
 
-It never writes a terminal status. It cannot know the outcome: the workload's exit code,
-an OOM kill or an eviction are visible to the operator's Job watch, not inside the pod,
-and when SIGTERM arrives it cannot tell "the main container finished" from "the pod is
-being deleted". Recording a guess would put a wrong status beyond correction, since
-terminal statuses are final (I4). The operator is the single writer of outcomes for
-container workloads.
-
-What it does record on SIGTERM is the one fact it knows: the workload ended
-(``pgsched.workload_ended``, fenced by the lease like the heartbeat). When the operator
-then cannot read the outcome (the API server is down) the run is "ended, outcome pending",
-which it waits for, rather than "vanished" (see ``pgsched.k8s.jobside.verdicts``). One outcome
-needs nothing more: a run asked to stop before its workload ended is CANCELLED however the
-pod exited, so the database ends it at this note
-(``sql/functions/workload_ended_pinned.sql``) — ``concurrencyPolicy: Replace`` starts the
-next run without waiting for the Job watch. In a pod that shares its process namespace the
-sidecar sees the workload's processes end and notes it then, without waiting for kubelet's
-SIGTERM (:mod:`pgsched.runner.workload_exit`).
+Why each of these: docs/architecture.md, "The heartbeat sidecar".
 """
 
 from __future__ import annotations
@@ -77,8 +57,9 @@ def run(settings: RunnerSettings, stop: threading.Event) -> int:
         workload_exit.start(ended.note, stop)
     stop.wait()
     # Note the end first, only then wait for the loop: its wait for notifications checks
-    # for stop every 0.5 s, and a run asked to stop ends CANCELLED at this note (migration
-    # 0029) — a Replace's next run waits for it. No beat starts after the flag is set.
+    # for stop every 0.5 s, and a run asked to stop ends CANCELLED at this note
+    # (sql/functions/workload_ended_pinned.sql) — a Replace's next run waits for it. No
+    # beat starts after the flag is set.
     loop.stop(timeout=0)
     ended.note()
     loop.stop(timeout=settings.heartbeat_interval_seconds + 10)

@@ -1,25 +1,17 @@
 """Seeing the workload end from the heartbeat sidecar, in a pod that shares its process
 namespace (``shareProcessNamespace: true`` in the jobTemplate).
 
-Without it the sidecar learns of the workload's end from kubelet's SIGTERM, which comes
-only after kubelet noticed the main container's exit: it looks for container events once a
-second, so a run asked to stop ends about a second after its workload did, and
-``concurrencyPolicy: Replace`` starts the next run that much later. With a shared process
-namespace the workload's processes are visible in ``/proc``, and the sidecar notes the end
-within :data:`POLL_SECONDS` of the last one's exit.
+Without it the sidecar learns of the workload's end from kubelet's SIGTERM, about a second
+late, and ``concurrencyPolicy: Replace`` starts the next run that much later. With a shared
+process namespace the workload's processes are visible in ``/proc``, and the sidecar notes
+the end within :data:`POLL_SECONDS` of the last one's exit. The workload's processes are
+those of containers (cgroups) that started after the sidecar.
 
-Which processes are the workload's: those of containers that started after the sidecar.
-A process's container is its cgroup (``/proc/<pid>/cgroup``: one line per hierarchy, the
-same for every process of a container). Processes running when the sidecar starts are not
-the workload's (kubelet starts the main containers after the sidecar's postStart hook), so
-their cgroups are ignored; PID 1 is the pod's pause process. The workload has ended once
-processes of some new cgroup were seen and none is left (a zombie counts as gone).
+The operator turns this on (``PGSCHED_SHARED_PROCESS_NAMESPACE``) only when the jobTemplate
+has no native sidecar of its own; whatever this cannot see ending, kubelet's SIGTERM still
+notes.
 
-The operator tells the sidecar to watch (``PGSCHED_SHARED_PROCESS_NAMESPACE``) only when the
-jobTemplate has no native sidecar of its own: one that restarted would look like a workload
-that started and ended. A sidecar that a webhook adds to the pod, or a workload that starts
-and ends between two looks, is never seen to end here: kubelet's SIGTERM notes the end then,
-as without a shared namespace.
+How the processes are told apart: docs/architecture.md, "Seeing the workload end".
 """
 
 from __future__ import annotations

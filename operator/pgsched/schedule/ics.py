@@ -2,23 +2,16 @@
 
 A Calendar may import a public-holiday feed saved into a ConfigMap. pgsched needs only
 which *days* each event covers, so this reader takes from every VEVENT its DTSTART, its
-end (DTEND or a DURATION in days or weeks), and an optional RRULE with EXDATE and RDATE
-lines; every other property (SUMMARY, UID, ...) and every other component (VTIMEZONE,
-VALARM, ...) is skipped. ``STATUS:CANCELLED`` events cover nothing.
+end (DTEND or a DURATION in days or weeks) and an optional RRULE with EXDATE and RDATE,
+and skips everything else. Dates are taken as written; DTEND is exclusive.
 
-Dates are taken as written: a DATE value is that day; a DATE-TIME (floating, UTC or with
-a TZID) is the day of its wall-clock time as written. An event covers the days from its
-start's day up to, not including, its end's day (RFC 5545: DTEND is exclusive), and at
-least its start's day; a DATE-TIME end after midnight covers its own day too.
+The input is a tenant's text, so the reader is bounded before anything else is done
+(:data:`MAX_BYTES`, :data:`MAX_LINE`, :data:`MAX_DEPTH`, :data:`MAX_EVENTS`) and reads it
+once, line by line, with no backtracking expression. Every error names the line and what is
+wrong but never quotes the text: the operator reads a ConfigMap its Calendar's author may
+not be allowed to read, and the error lands in the Calendar's status.
 
-The input is a tenant's text, so the reader is bounded before anything else is done:
-:data:`MAX_BYTES` of text, :data:`MAX_LINE` characters per unfolded content line (deep
-folding cannot build an unbounded line), :data:`MAX_DEPTH` nested components and
-:data:`MAX_EVENTS` events. It reads the text once, line by line, with no backtracking
-expression, so any input is answered in time proportional to its (bounded) size. Every
-error names the line and what is wrong (``line 12: DTSTART is not a date like 20270101``)
-but never quotes the text: the operator reads a ConfigMap its Calendar's author may not
-be allowed to read, and the error lands in the Calendar's status.
+What is read and the bounds: docs/scheduling.md, "Calendars: days a job does not run".
 """
 
 from __future__ import annotations

@@ -4,22 +4,12 @@ Recurrences produce *wall-clock* times ("08:00 every day in Europe/Sofia"); the 
 stores *instants*. Twice a year a wall-clock time has no instant (the spring-forward gap) or
 two (the autumn repeat). Libraries disagree on what to do there (dateutil 2.9 and 4.0 and
 zoneinfo each resolve a nonexistent time differently), so pgsched resolves them itself, by
-one documented rule:
+one documented rule: fixed-time schedules follow the wall clock and run once per wall-clock
+occurrence, as the ``gap`` (``shift``, ``skip``) and ``repeat`` (``first``, ``last``,
+``both``) policies say; interval schedules follow elapsed time and run at every instant
+whose local time matches, so the policies do not apply to them.
 
-Fixed-time schedules (a cron hour field with explicit hours, an RRULE of FREQ=DAILY or
-coarser) follow the wall clock and run once per wall-clock occurrence:
-
-- gap, policy ``shift`` (default): run at the first valid instant after the gap, i.e. the
-  transition itself (02:30 on the New York spring-forward day runs at 03:00 EDT);
-- gap, policy ``skip``: do not run; the occurrence is recorded as ``SKIPPED/DSTGap``;
-- repeat, policy ``first`` (default): run at the first of the two instants (01:30 EDT);
-  ``last``: the second (01:30 EST); ``both``: at both.
-
-Interval schedules (a cron hour field of ``*`` or ``*/n``, an RRULE of FREQ=HOURLY or
-finer) follow elapsed time: they run at every instant whose local wall-clock time matches.
-A gap hour simply has no such instants (``0 * * * *`` runs 01:00 EST then 03:00 EDT, one
-hour apart); a repeated hour has two (01:00 EDT and 01:00 EST). The gap and repeat
-policies do not apply to them.
+The rule with examples: docs/scheduling.md, "Daylight saving time".
 """
 
 from __future__ import annotations

@@ -2,25 +2,17 @@
 
 The UI shows a namespace's ScheduledJobs, runs and pod logs only to someone who may
 ``get scheduledjobs`` there — the same question ``kubectl get sj -n NS`` asks — so a
-multi-tenant cluster's RBAC carries over unchanged. Three modes:
-
-- ``token`` (the operator's UI, and ``pgsched ui --auth token``): every request carries a
-  Kubernetes bearer token (``Authorization: Bearer ...``, or a session the sign-in form
-  opened, see ``sessions``). The API server says whose it is (TokenReview) and whether
-  that user may get scheduledjobs in a namespace (SubjectAccessReview). No token, no page.
-  Tokens must be issued for the UI's own audience (``pgsched-ui`` by default, ``kubectl
-  create token NAME --audience pgsched-ui``): a token a visitor hands the UI is then
-  worthless against the API server, so neither the UI nor anyone who reads its memory can
-  act as the visitor there. ``audience=None`` accepts the API server's own tokens instead
-  (an explicit, documented opt-in).
-- ``kubeconfig`` (``pgsched ui`` by default): whoever can reach the local port acts as the
-  kubeconfig's identity; access per namespace is that identity's (SelfSubjectAccessReview).
-  The server binds to 127.0.0.1 for that reason.
-- ``none`` (``pgsched ui --no-auth``): a database-only view of every namespace, no
-  Kubernetes at all (no Jobs, pods or logs). Meant for a developer's own database.
+multi-tenant cluster's RBAC carries over unchanged. Three modes: ``token`` (the
+operator's UI: a bearer token for the UI's own audience, ``pgsched-ui``, checked with a
+TokenReview and a SubjectAccessReview per namespace, so a token handed to the UI is
+worthless against the API server), ``kubeconfig`` (``pgsched ui``: the kubeconfig's
+identity, SelfSubjectAccessReview, bound to 127.0.0.1) and ``none`` (a database-only view,
+no Kubernetes at all).
 
 Answers are cached for ``ttl`` seconds (a revoked RoleBinding takes that long to bite);
 when the API server cannot answer, access is refused (fail closed).
+
+For users: docs/ui.md, "Who sees what".
 """
 
 from __future__ import annotations

@@ -5,20 +5,13 @@ The Python Kubernetes client has no client-side rate limiter (client-go's defaul
 thousand simultaneous Job creations. Every request pgsched makes goes through one bucket
 per process: ``qps`` tokens per second refill it, up to ``burst``.
 
-Requests come in two priorities. *Urgent* ones (creating Jobs, reading the outcome of a
-finished one) take a token or reserve the next one, in arrival order. *Background* ones
-(Events, status patches, cleanup, handing a lease Secret to its Job: what can wait) get
-what urgent requests leave, and a guaranteed share:
+Requests come in two priorities: *urgent* ones (creating Jobs, reading a finished Job's
+outcome) take tokens in arrival order; *background* ones (Events, status patches, cleanup)
+get spare tokens above half the burst and a guaranteed share (``background_share``), so
+statuses keep moving during a stampede at a small cost to the Job creation rate.
 
-- a *spare* token: one that is there now, that no urgent request is waiting for, and above
-  half the burst, which is kept for urgent requests. Between two dispatch batches of a
-  stampede (the tick is in the database) the bucket refills, and those tokens go to the
-  next batch's Jobs instead of to the Events about the last one;
-- their *share* (``background_share`` of ``qps``, default 1/40): while urgent requests
-  hold the bucket empty, a background request still gets a token that often, in line with
-  the urgent ones. Statuses and Events keep moving while 5,000 runs due at the same second
-  are launched (bench/README.md, the stampede benchmark), at a cost of 2.5% of the Job
-  creation rate.
+How the tokens are shared: docs/architecture.md, "The API budget: urgent and background
+requests".
 """
 
 from __future__ import annotations

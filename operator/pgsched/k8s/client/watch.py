@@ -2,23 +2,14 @@
 
 The operator's memory must not grow with the number of objects it watches (100,000
 ScheduledJobs in a few hundred MB), so nothing here keeps an object once it is handed over:
+the first list comes in chunks, each handed to the consumer before the next is asked for;
+then a watch from the list's ``resourceVersion``, with bookmarks, resumes after a reconnect
+without listing again. ``410 Gone`` starts over with a fresh list (consumers are
+idempotent); any other error backs off and the loop goes on: a watch never dies of the API
+server (I7). Deletions need no bookkeeping: the objects whose deletion matters carry
+pgsched's finalizer.
 
-- the first list comes in chunks (``limit`` and ``continue``), and each chunk is handed to
-  the consumer before the next one is asked for, so at most one chunk of bodies is alive
-  here. The consumer decides what it keeps; the operator keeps keys and small records,
-  never a body it has handled;
-- then a watch from the list's ``resourceVersion``, with bookmarks, so that a reconnect
-  (the server ends every watch after ``timeoutSeconds``; a connection breaks) resumes
-  where it was without listing again;
-- ``410 Gone`` — the resourceVersion was compacted away after a long outage, or a chunked
-  list took longer than etcd's compaction interval — starts over with a fresh list, and
-  every object is handed over again: consumers are idempotent, as they must be anyway
-  (every replica sees every event);
-- any other error backs off (0.5 s, doubling to 5 s) and the loop goes on: a watch never
-  dies of the API server (I7).
-
-Deletions need no bookkeeping of known objects: the objects whose deletion matters carry
-pgsched's finalizer, so the API server keeps them, marked, until the operator lets go.
+In full: docs/architecture.md, "List, then watch".
 """
 
 from __future__ import annotations

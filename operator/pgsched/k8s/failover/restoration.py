@@ -1,33 +1,17 @@
 """After a failover: runs whose row was lost entirely, restored from their Jobs.
 
 With asynchronous replication a failover can lose a run that was created, claimed and
-launched in the commits the standby never received. The new primary has no row for it;
-the API server has its Job and lease Secret, and its pod runs. Left alone, the new primary
-would do the work again under a new id: the materializer re-creates the occurrence
-(``next_run_at`` was rolled back with the row), and a run-now request kept on its
-ScheduledJob (k8s/scheduledjobs/commands.py) is carried out again.
+launched in the commits the standby never received; its Job and lease Secret are still in
+the API server and its pod runs. Left alone, the new primary would do the work again under
+a new id. A Job carries what the row needs (``k8s.jobside.jobs``) and its Secret a lease
+the database recognises as genuine for the run id, so the failover pass
+(``k8s.failover.revalidation``) calls ``pgsched.restore_lost_run``
+(``sql/functions/restore_lost_run.sql``) for each Job whose run is missing: the run comes
+back under its old id, RUNNING, and the new primary's unclaimed duplicate is skipped.
+A Job and Secret a tenant made up restore nothing.
 
-A Job carries what the row needs (k8s/jobside/jobs.py: run id, attempt, trigger, scheduled-for,
-retry-of, upstream run, run-now token; its namespace and its owner's uid, the definition),
-and its Secret the lease, which the database recognises as genuine for that run id by its
-MAC (``sql/functions/lease_for.sql``) without the row. So the failover pass
-(k8s/failover/revalidation.py), after comparing every run the new primary has from before
-(lost ends recorded first), lists the operator's Jobs (label ``pgsched.dev/run-id``) in the
-namespaces of its ScheduledJobs and, for each whose run id is of a timeline before and
-absent from the database, calls ``pgsched.restore_lost_run``
-(``sql/functions/restore_lost_run.sql``, the owner's alone): the row comes back under its
-old id, RUNNING with the Job's lease, and the pass's comparison then records a finished
-Job's outcome. The new primary's run for the same occurrence or request, if it was not
-claimed yet, ends ``SKIPPED/DuplicateOfRestoredRun`` in the same transaction; the
-dispatcher does not claim before the pass has finished (engine/tick.py), so it normally
-was not. One claimed already ran twice: that is logged, not undone.
-
-A Job and Secret a tenant made up restore nothing (their lease is not genuine for the run
-id), nor does a Job of the current timeline's block (created after the failover). What a
-Job does not carry is not restored: its requester, its starting deadline (it did start).
-Its parameters are (annotation ``pgsched.dev/parameters``), if they pass the checks of the
-ScheduledJob's declarations as a run-now's would: a Job's annotations can be edited by who
-may patch Jobs, who must not get values past a pattern that way.
+What is restored and what is not: docs/architecture.md, "Restoring runs lost in a
+failover".
 """
 
 from __future__ import annotations
@@ -58,7 +42,8 @@ PAGE = 500  # Jobs per list request
 class Restored:
     run_id: int
     # restore_lost_run's (restored, forged, exists, current, no_definition, duplicate_ran),
-    # or incomplete: the Job lacks what a restore needs (a Job of a release before 0034)
+    # or incomplete: the Job lacks what a restore needs (a Job from a release that did not
+    # annotate its Jobs for restoring, k8s.names.ANNOTATION_TRIGGER)
     outcome: str
     duplicate_id: int | None = None
     duplicate_status: str | None = None
@@ -155,7 +140,7 @@ def _row_of(job: Obj) -> dict[str, Any] | None:
             "request_token": notes.get(names.ANNOTATION_REQUEST_TOKEN),
         }
     except (IndexError, KeyError, ValueError):
-        return None  # a Job of a release before 0034 (no trigger annotation), or edited
+        return None  # a Job without the trigger annotation (an older release's), or edited
 
 
 def _parameters(conn: Connection, job: Obj, definition_id: UUID, where: str) -> str | None:

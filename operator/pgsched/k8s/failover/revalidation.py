@@ -1,51 +1,17 @@
 """After a failover: every run the lost WAL could have touched, compared with its Job.
 
 With asynchronous replication a failover loses the commits the standby had not received
-(docs/operations.md, "What a failover can lose"). The API server kept what the database
+(docs/operations.md, "What a failover can lose"); the API server kept what the database
 lost: a Job that finished, and the lease its pod was started with. So once per new WAL
-timeline (a promoted standby writes on a new one, and so does a restore) one replica walks
-the runs created before it and asks their Jobs, at once instead of when each run's own
-timer would:
+timeline one replica walks the runs created before it, a batch at a time, and asks their
+Jobs at once instead of waiting for each run's own timer: a lost end is recorded, a lost
+claim whose lease the database finds genuine is re-established, a launched run whose Job is
+gone ends ``OutcomeUnknown``. The pass is recorded in ``pgsched.timeline_revalidations`` and
+never repeated; its last step restores the runs whose rows were lost entirely
+(``k8s.failover.restoration``). The tick's dispatcher waits for it.
 
-- a RUNNING run whose Job finished (its end was lost): the Job's outcome is recorded, by
-  the same fenced code as the Job watch and the resync (``outcomes.record``), for the
-  claim the Job was launched for only. Before, such a run waited for the resync's next
-  round or its heartbeat timeout; until then it counted against its caps, and a Job
-  cleaned up meanwhile left it ``OutcomeUnknown``;
-- a due QUEUED run whose Job exists (its claim was lost): if the Job's lease Secret holds
-  a lease the Job was launched with, and the database finds it genuine for this run (its
-  MAC, ``sql/functions/lease_for.sql``), the claim is re-established
-  (``pgsched.reestablish_claim``, within the definition's cap and pool limit, as the pod's
-  own next call would), the Job recorded as the run's, and a finished Job's outcome
-  recorded as above. The dispatcher does not claim the run again and the launcher has
-  nothing to adopt: the workload ran once. A lease that is not genuine (a Job and Secret a
-  tenant made up) restores nothing;
-- a RUNNING run that was launched (its Job's name recorded) and whose Job is gone: the
-  clean-up may have deleted that Job after an end the database lost (history limits), so
-  the resync's ``JobDeleted`` (retried by default) could run a succeeded workload again.
-  Nobody can tell: it ends as a silent run whose Job is gone does (``verdicts.decide``,
-  ``FAILED/OutcomeUnknown``, not retried unless ``retryOn`` lists it);
-- anything else (a Job still running under the run's lease, a QUEUED run without a Job)
-  is left as it is: the heartbeats, the Job watch, the verdicts and the resync go on.
-
-The pass is recorded in ``pgsched.timeline_revalidations`` (migration 0033): a timeline
-without a row is owed one, replicas take it one batch at a time (a hold of
-``HOLD_SECONDS``, so a replica that dies mid-batch leaves it to the others), the cursor
-moves by run id, and a finished pass is never repeated. Run ids are never reused (each
-timeline has its own block, migration 0007), so the pass ends at the last id of the
-timelines before: runs created after the failover are not the lost WAL's. In the steady
-state a round costs one insert that conflicts and changes nothing. The API server away
-fails the round (the loop logs it): the hold is released and the batch done again later.
-
-After its last batch the pass restores the runs whose row was lost entirely (created,
-claimed and launched in the lost WAL) from their Jobs (k8s/failover/restoration.py): they come back
-RUNNING under their old ids and are compared like the others, and the new primary's
-unclaimed duplicate of each is skipped. Last, because by then every lost end is recorded:
-restored before, a lost run would be RUNNING beside a run of its job whose end was lost,
-over its cap for a moment. The tick's dispatcher claims nothing on a new
-timeline until its pass has finished (or ``DISPATCH_WAIT_SECONDS`` have passed), so that
-duplicate is still unclaimed. What is left: docs/operations.md, "The residual window for a
-lost outcome or a lost run".
+The cases, the batches and why restoring comes last: docs/architecture.md,
+"Revalidation after a failover".
 """
 
 from __future__ import annotations

@@ -2,37 +2,17 @@
 
 As with a CronJob, whoever may create a ScheduledJob in a namespace may make pods there, as
 any ServiceAccount of that namespace and with any of its Secrets. This module lets an
-administrator narrow that, and keeps two things out of every jobTemplate whatever the
-settings:
+administrator narrow that (the operator's settings and the namespace's own
+``pgsched.dev/allowed-*`` annotations; a name must pass both), and always keeps out of a
+jobTemplate the operator's own namespace (unless allowed) and the per-run lease Secrets.
 
-- the operator's own namespace, unless the administrator allows it
-  (``PGSCHED_ALLOW_OPERATOR_NAMESPACE``); even then the operator's ServiceAccount and its
-  database Secrets stay forbidden there;
-- the per-run lease Secrets (``<job>-lease``, k8s.names): another run's lease token would
-  let a job act as that run.
+The same check runs when a generation is synced (with the operator's lists) and before
+every launch (with the namespace's too), so it holds where the chart's admission policy is
+not installed and for objects older than it. Secrets are found wherever a pod spec names
+one; ConfigMaps are not policed.
 
-The lists come from two places, and a name must pass both: the operator's settings (the
-chart's ``jobTemplatePolicy``, one list for every namespace) and the namespace's own
-annotations ``pgsched.dev/allowed-service-accounts`` and ``pgsched.dev/allowed-secrets``
-(comma-separated names, ``*`` for any). A Namespace is cluster-scoped: the usual tenant
-roles (``admin``, ``edit`` bound in the namespace) cannot change its annotations, so a
-ScheduledJob author can narrow nothing and widen nothing.
-
-The check runs twice, with the same code: when a generation is synced, with the operator's
-lists (a refused one gets ``Ready=False`` and an ``InvalidSpec`` Event naming the field, and
-the last allowed generation stays in force; syncing never calls the API, so a fleet costs
-the database's pace), and before every launch, with the namespace's lists too (read with
-the namespace, cached for a few seconds): ``LaunchFailed`` with the same message, for a
-namespace that narrows its lists or a generation accepted before the policy was narrowed.
-The chart's ValidatingAdmissionPolicy refuses the same ScheduledJobs at ``kubectl apply``
-already (charts/pgsched/templates/admission.yaml); these checks are what holds where that
-policy is not installed, or for objects older than it.
-
-Secrets are found wherever a pod spec names one: ``imagePullSecrets``, a volume's
-``secret.secretName`` (and ``secretName``/``secretRef``/``nodePublishSecretRef`` of other
-volume types), projected ``secret`` sources, ``env[].valueFrom.secretKeyRef`` and
-``envFrom[].secretRef`` of every container and init container. ConfigMaps are not policed:
-they hold no credentials by convention, and any pod of the namespace may mount them.
+The lists, the two checks and where Secrets are found: docs/architecture.md, "The
+jobTemplate policy".
 """
 
 from __future__ import annotations

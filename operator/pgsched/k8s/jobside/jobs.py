@@ -1,26 +1,16 @@
 """The batch/v1 Job for a claimed run (pure: no API calls).
 
-The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs:
+The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs: a deterministic name
+(``<scheduledjob>-<run-id>``, so launching twice is one Job), the ScheduledJob as owner, the
+run's labels and annotations, no pod restarts (a retry is a new run and a new Job), the
+shared ``/pgsched`` volume, the heartbeat sidecar or the SDK runner, and the run's
+parameters as ``PGSCHED_PARAM_<NAME>``.
 
-- name ``<scheduledjob>-<run-id>`` (deterministic, so launching twice is one Job), owned
-  by the ScheduledJob (garbage-collected with it), labelled with the run id and the
-  ScheduledJob, annotated with the run's lease token (the outcome watch fences with it);
-- ``automountServiceAccountToken: false`` unless the jobTemplate says otherwise;
-- ``backoffLimit: 0`` and ``restartPolicy: Never``: a retry is a new run row and a new Job,
-  never a pod restart that would hide an attempt from the audit trail;
-- a shared ``emptyDir`` at ``/pgsched`` in every container, where the heartbeat sidecar
-  writes ``/pgsched/cancel`` when the run is cancelled (the workload may poll it);
-- either the heartbeat sidecar (a native sidecar: an init container with
-  ``restartPolicy: Always``, running ``pgsched heartbeat``), or, for SDK jobs
-  (``spec.job``), the SDK runner as the first container's command, which heartbeats itself.
-- the run's parameters (``spec.parameters``: given with run-now or backfill, else the
-  defaults) as ``PGSCHED_PARAM_<NAME>`` on the first (main) container, and as keyword
-  arguments of an SDK job kind.
+The run's database credentials come from a Secret of the narrow job role in the job's
+namespace, and its lease token from a per-run Secret (:func:`lease_secret`), so neither the
+ScheduledJob nor the Job shows a credential to someone who may only read them.
 
-The run's database credentials come from a Secret in the job's namespace (the narrow
-job role, never the operator's), so a ScheduledJob never carries a DSN. The lease token,
-the run's own credential, comes from a per-run Secret (:func:`lease_secret`), so neither
-the Job nor its pod shows it to someone who may only ``get jobs`` or ``get pods``.
+Each addition and why: docs/architecture.md, "The Job of a run".
 """
 
 from __future__ import annotations

@@ -1,59 +1,18 @@
 """The engine's Launcher on Kubernetes: a lease Secret and one batch/v1 Job per claimed run.
 
-First the jobTemplate policy (k8s.jobside.jobpolicy) is checked again: a definition accepted before
-the policy was narrowed (or before its namespace's annotations were) fails ``LaunchFailed``
-saying which field names what, and nothing is created.
+The jobTemplate policy (``k8s.jobside.jobpolicy``) is checked again first. Then the run's
+lease Secret is created (so the pod never starts before its credential exists), then the
+Job, and the Secret is handed to the Job as its owner by a background request, so a launch
+costs two requests from the launch threads.
 
-Order: the run's lease Secret first (so the pod never starts before its credential
-exists), then the Job, then the Secret is handed to the Job as its owner (so it is
-garbage-collected with the Job). A Secret left from an earlier claim of the same run
-(``409``) is overwritten with the current token and given back to the ScheduledJob.
+Every step is idempotent, because a launch can be repeated by a crash or by a claim that a
+failover lost: a Job already there with this claim's lease is adopted; one whose lease the
+database finds genuine for the run (``lease.adopt``) is kept under that lease, so the
+workload runs once; any other leftover is replaced. A refusal that is the request's fault
+fails the launch (``LaunchFailed``, ``PodSecurityRejected``); the API server away defers it
+(``LaunchDeferred``): not the run's fault, so its attempt is not spent.
 
-The hand-over waits in a queue for one thread that sends it as a background request
-(``KubeApi.background``): a launch costs the two requests a plain client would make (the
-Secret, the Job), and the launch threads never wait for the background share of the API
-budget during a stampede. The patch names the Secret's ``resourceVersion`` as the launch
-left it, so a hand-over that comes after a later claim of the same run rewrote the Secret
-is refused (``409``) instead of giving that claim's Secret to the old Job. Until it is
-sent (or if the operator stops first) the Secret belongs to the ScheduledJob and goes with
-it.
-
-Creating the Job is idempotent: the name is deterministic, and ``409 AlreadyExists`` for a
-Job that carries this run id *and* this claim's lease fingerprint means an earlier attempt
-to launch this very claim got through (a crash between create and record): it is adopted.
-
-A lease Secret already there (``409``) means an earlier claim of this run launched, and
-that claim was lost: a database failed over (or restored) to a point before it, or a launch
-deferred after the API server did create the Job. If the run's Job carries that Secret's
-lease, its pod is running this run under it. The database is asked whether that lease is
-genuine for this run (it carries a MAC only the database can make,
-``sql/functions/lease_for.sql``) and, if so, gives the run that lease instead of the
-current one, fenced on the current one (``lease.adopt``, on a short connection of the
-launcher's own): the Job is kept, its pod's heartbeats count again, and dispatch records
-the Job under the adopted lease (``Adopted``). The workload runs once. The database
-unreachable for that question defers the launch (the run waits QUEUED and is claimed
-again), rather than risk a second run.
-
-A Job with this run id and any other lease (not genuine, or not the Secret's) is the
-leftover of a claim that cannot be adopted: its pod holds a dead lease and would only be
-fenced away, so it is deleted and the Job is created anew; if the old one is still being
-deleted, the launch fails (``LaunchFailed``, retry policy applies) saying so. A same-named
-Job of another run is a real conflict and
-fails the launch, as does any answer of the API server that is the request's fault
-(4xx), and a Job whose pod template the namespace's Pod
-Security level refuses (the API server's warning on the create, see k8s.jobside.podsecurity): the
-Job controller could never make its pod, so the launch fails ``PodSecurityRejected`` (not
-retried by default: every attempt would be refused alike) and, once the engine has
-recorded it, the clean-up deletes the Job (k8s.jobside.cleanup). Not here: deleting it
-before the run is ended let the Job watch see the deletion first and record ``JobDeleted``.
-
-The API server unreachable, or still answering 5xx or 429 after the client's own retries,
-is not the run's fault: the launch is *deferred* (``LaunchDeferred``), and dispatch puts
-the run back to QUEUED, its attempt unspent (an API outage used to end every due run
-``LaunchFailed`` and burn its retries against the same wall). If the create did reach the
-server before the connection broke, the next claim finds that Job under the old lease
-and adopts it if its lease Secret is still there (the failed launch deletes it when it
-can: then the Job's pod cannot start, and the Job is replaced), as above.
+The cases one by one: docs/architecture.md, "Launching a Job".
 """
 
 from __future__ import annotations

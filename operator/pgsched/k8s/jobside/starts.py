@@ -1,44 +1,16 @@
 """Starts of runs' workloads, read from their pods (the database side: ``engine.starts``).
 
 Each round reads the Jobs and pods of running runs without a recorded workload start (one
-list of each per namespace, selected by run id, as the verdicts do) and records, fenced on
-the run's lease, what they show:
+list of each per namespace, selected by run id) and records, fenced on the run's lease,
+what they show: the workload started, the Job awaits admission, or the pod's own reason for
+waiting. A run still launching at its bound (``startTimeoutSeconds``,
+``admissionTimeoutSeconds``) ends ``FAILED`` with the reason its pod gave.
 
-- a main container running or terminated → the workload started (its ``startedAt``): the
-  run is running as users see it, and ``RunStarted`` is announced;
-- the Job suspended (an admission queue such as Kueue holds it; label
-  ``kueue.x-k8s.io/queue-name`` names the queue) → *awaiting admission*, bounded by
-  ``admissionTimeoutSeconds`` from the claim; once un-suspended, ``startTimeoutSeconds``
-  counts from then;
-- otherwise the pod's own reason for waiting, most telling first: a container (the
-  heartbeat sidecar included) that cannot pull its image or lacks its Secret or ConfigMap,
-  the pod unschedulable, then the ordinary ones (``ContainerCreating``,
-  ``PodInitializing``, no pod yet).
+The bound does not run while the run's pod cannot be observed (the API server away, or
+answering slowly): that time is not the run's, so the bound is moved by it, stored, and
+given a catch-up for the kubelet and the Job controller.
 
-A run still launching at its bound ends ``FAILED`` with the reason its pod gave
-(``engine.starts`` lists them); an image name the kubelet cannot even parse, or a pull
-policy ``Never`` for an image the node lacks, ends it at once. A Job that finished or is
-gone is left to the Job watch and the verdicts, and so is a run whose heartbeat sidecar
-noted that its workload ended (``workload_ended_at``): the workload ran, whatever a pod
-status not yet brought up to date says. The API server unreachable → the round raises
-``api.ApiError`` and nothing is decided (the reaper then judges the runs as before, once
-they have not been observed for their heartbeat timeout).
-
-**The bound does not run while the run's pod cannot be observed.** With the API server
-away no pod can be created and no kubelet can report a start, so that time is not the
-run's. Every round records when it observed each run (``run_starts.observed_at``); a round
-that finds a run unobserved for more than :data:`UNOBSERVED` (the API server away, no
-operator running) moves its bound by that time, and gives kubelet and the Job controller
-:data:`CATCH_UP` after it to report what happened meanwhile (a pod status read just after
-the API server's return can be minutes old). A round that finds the API server unreachable
-(or failing: 5xx, 429) gives the runs it meant to look at that catch-up too, however short
-the absence: the Job controller lists everything again before it creates pods (up to a
-minute after an API server restart, measured on the real node). So does a round whose
-reads were answered only after more than :data:`SLOW_READ`: a stopped API server makes a
-read wait (up to the client's timeout) rather than fail, and the answer that finally
-comes is the first read after an absence; the time it waited is time out of sight. The moved bound is stored
-(``bound_at``), so it holds for every replica and across restarts; the message of a run
-that ends says how far it was moved.
+The cases and the moved bound: docs/architecture.md, "Workload starts and their bounds".
 """
 
 from __future__ import annotations

@@ -1,50 +1,15 @@
 """Verdicts for silent container runs: ask the API before calling a run dead (I8).
 
-A run whose heartbeats stopped is not necessarily dead. Its pod may have finished — the
-heartbeat sidecar ends with it — while the operator could not see the Job: the API server
-was down, or the watch missed it. Failing such a run ``HeartbeatLost`` would retry work
-that succeeded. So the reaper (``engine.reap``, with the Kubernetes launcher) only marks
-a silent run ``outcome_pending_at``, and this module settles it from the Job:
+A run whose heartbeats stopped is not necessarily dead: its pod may have finished while the
+operator could not see the Job, and failing it ``HeartbeatLost`` would retry work that
+succeeded. So the reaper only marks a silent run ``outcome_pending_at`` and this module
+settles it from its Job: the Job's outcome if it finished, ``OutcomeUnknown`` if it is
+gone, ``HeartbeatLost`` if the API confirms the silence, ``Evicted`` if an admission queue
+took it back; and waits while the API server is away or its view may still be stale.
+Every write is fenced on the run's lease. A round reads each namespace's Jobs and pods
+with one list each, selected by run id.
 
-- the Job finished → its outcome, exactly as the Job watch reads it (``COMPLETED``, or the
-  real failure reason: ``NonZeroExit``, ``OOMKilled``, ``Evicted``, ...; ``CANCELLED`` only
-  if the cancellation came before the workload ended, ``outcomes.cancel_stopped``);
-- the Job is gone without a verdict → ``FAILED/OutcomeUnknown``: nobody can tell whether
-  the work ran to success, so by default it is *not* retried (opt in with ``retryOn``);
-  a run whose cancellation was requested ends ``CANCELLED`` instead;
-- the Job is still active, and neither the sidecar (``workload_ended_at``) nor the pod
-  status says the workload ended → the API confirms the silence: ``FAILED/HeartbeatLost``
-  (``Orphaned`` if it never beat), retried by the policy as before;
-- the Job is still active but the workload ended → wait: the kubelet or the Job
-  controller has not caught up yet;
-- the Job is suspended (an admission queue holds it: it has no pod to beat) → wait; the
-  starts service (``k8s.jobside.starts``) bounds that wait with ``admissionTimeoutSeconds``;
-- the Job is suspended but its run beat (or its workload ended): the admission queue
-  admitted it and then took it back (Kueue's preemption or a deactivated Workload: the
-  pod goes, the Job waits to start the workload over) → ``FAILED/Evicted``, and the
-  clean-up deletes the Job, so the workload never runs twice under one run; a retry
-  (``Evicted`` is on the default list) queues anew;
-- the API server cannot be reached → wait, and ask again next round. A verdict is late
-  while the API is away, never wrong (fail open);
-- the API server was unreachable less than ``STALE_VIEW_SECONDS`` ago (or this replica
-  just started) → silence is not confirmed yet: right after an outage the API still shows
-  the pods as the kubelet last reported them, before the outage — "running" for a pod
-  whose workload has finished since. The kubelet re-posts their status within seconds of
-  reconnecting (``Verdicts``). Outcomes already on record are taken at once.
-
-Every write is fenced on the run's lease (and, for the silence, on the run still pending),
-so the Job watch, a resync or another replica racing this one changes nothing twice.
-
-One round reads each namespace's Jobs and pods with one list each, not two requests per
-run: after a long API outage a hundred runs may await their verdicts at once, and the
-operator's API rate limit would otherwise stretch the round over most of a minute. Each list
-selects the round's runs by their run-id label (``pgsched.dev/run-id in (...)``), so a round
-costs what its at most ``limit`` runs' objects weigh, not the namespace's: after a stampede
-one namespace may hold thousands of Jobs, and listing them all every round would hold the
-publisher thread (which the verdicts share with statuses and Events) for seconds. A run
-whose launch record was lost (the database went away between the Job's creation and the
-record) has no ``k8s_job_name``; its Job has the deterministic name and must carry the
-run's lease fingerprint to count as its Job.
+Each case and its reason: docs/architecture.md, "Verdicts for silent runs".
 """
 
 from __future__ import annotations

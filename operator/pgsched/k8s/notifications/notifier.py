@@ -1,32 +1,16 @@
-"""Delivery of notifications from the outbox (``engine.notifications``, migration 0024).
+"""Delivery of notifications from the outbox (``engine.notifications``, ``pgsched.notifications``).
 
 A service of the publisher thread's loop, never of the tick: ``run_once`` records what
 finished since its last round, claims as many due notifications as it has idle workers,
 and hands them to a small pool of worker threads. It never waits for a receiver, so a
 receiver that hangs costs a worker, not the loop, the tick or any other receiver.
 
-The bounds, each per receiver host (``host:port``), so one slow or hostile receiver
-cannot take the others' share:
+Concurrency, rate and request size are bounded per receiver host, so one slow or hostile
+receiver cannot take the others' share. Failed attempts are retried with backoff until the
+row is a dead letter. Delivery is at least once: receivers de-duplicate on
+``Idempotency-Key``. Secrets are read when sending, from the ScheduledJob's own namespace.
 
-- at most ``per_host_concurrency`` requests in flight and ``per_host_rate`` a second
-  (burst ``2 x rate``); a notification over a bound is put back in line (``deferred``,
-  not an attempt);
-- each request: ``timeout`` to connect and for each read, ``deadline`` in all, no
-  redirects, at most 4 KiB of the answer read (``receivers.post``);
-- a failed attempt (refused, timed out, 5xx, 408, 429, a redirect) is retried with
-  exponential backoff and jitter; after ``max_attempts``, or at once for an answer that
-  says "never" (another 4xx), the row is DEAD: a dead letter, shown by ``pgsched doctor``
-  and the ``pgsched_notifications_dead`` gauge.
-
-Delivery is at least once, not exactly once. Claims are leases (``lease_seconds``) taken
-with SKIP LOCKED, so replicas never deliver the same row at the same time; but a replica
-that dies (or stalls past its lease) after the receiver took a request and before it
-recorded the answer leaves a row another replica delivers again. The idempotency key of
-the second delivery is the same: receivers de-duplicate on ``Idempotency-Key`` (or the
-CloudEvents ``id``).
-
-Secrets — the signing key, a URL kept secret — are read when sending, by name, from the
-ScheduledJob's own namespace (the row's, never the spec's: a reference has no namespace).
+The bounds, retries and leases: docs/architecture.md, "Delivering notifications".
 """
 
 from __future__ import annotations

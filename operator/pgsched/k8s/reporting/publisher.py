@@ -1,41 +1,17 @@
 """The publisher: run status changes become what users see in Kubernetes.
 
-It drains the ``pgsched.run_events`` outbox (filled by triggers on every run status
-change, wherever it happened) in batches claimed with ``FOR UPDATE SKIP LOCKED``, so every
-replica can publish and each change is published by one of them. For each batch:
+It drains the ``pgsched.run_events`` outbox (filled by triggers on every run status change)
+in batches claimed with ``FOR UPDATE SKIP LOCKED``, so every replica can publish and each
+change is published by one of them: Kubernetes Events, one status patch per ScheduledJob
+touched, Job clean-up for ended runs, and run metrics. The rows are deleted in the same
+transaction after the API calls succeeded, so a failure publishes them again (at least
+once); Events have deterministic names, so a repeat posts nothing twice.
 
-- a Kubernetes Event per change users care about (started, succeeded, failed with its
-  reason, retried, cancelled, skipped), named deterministically so a batch published twice
-  after a crash posts each Event once (409 is success);
-- one status patch per ScheduledJob touched (``lastRun``, ``active``, ``nextRuns``, ...),
-  plus an Event when a condition flips (auto-suspension);
-- Job clean-up (``cleanup``) for ScheduledJobs whose runs ended;
-- run metrics (``pgsched_runs_total``, skew and duration histograms).
+``run_once`` is one batch, run in the shared service loop (``engine.loop``). Due instants
+take turns in the claim (``claim_run_events``) so a run outside a stampede is not published
+after all of it.
 
-``run_once`` is one batch; the operator runs it every ``PGSCHED_PUBLISH_INTERVAL_SECONDS``
-in the shared service loop (``engine.loop``), next to the gauges (``gauges``), the
-verdicts of silent runs (``verdicts``) and the resync (``resync``), and again at once
-while it publishes something.
-
-The outbox rows are deleted in the same transaction, after the API calls succeeded; an
-API failure rolls the batch back and it is published again later (at least once).
-
-**Fair turns.** A stampede (5,000 ScheduledJobs due at one second) puts two changes per run
-on the outbox (QUEUED, then RUNNING), and while its Jobs are created the publisher gets only
-the background share of the API budget (``ratelimit``, a few requests a second). Drained
-oldest first, a run due a second later had its status and Events published after all of
-them: 2.5 minutes in the stampede benchmark. So the claim (``claim_run_events``) lets due
-instants take turns: a ScheduledJob with pending changes waits in the line of the earliest
-due instant among them, and every line's first ScheduledJob goes before any line's second.
-A run outside a burst waits for one turn of each other line, not for the burst. A
-ScheduledJob's pending changes are claimed together and published as one unit: their
-Events, then one status refresh (a GET and a merge patch) for all of them, so a stampede's
-QUEUED and RUNNING changes cost each ScheduledJob one refresh, not two. A batch publishes
-for at most ``BATCH_SECONDS``, then commits what it published and leaves the rest it
-claimed for the next batch, whose claim ranks again: at the background share a batch holds
-a couple of ScheduledJobs, so a change that arrives during a burst waits about a second for
-its turn, not for the whole batch (200 changes took a minute at that rate). Every Event is
-still posted, one per change, as before.
+Why and how: docs/architecture.md, "Publishing run changes".
 """
 
 from __future__ import annotations

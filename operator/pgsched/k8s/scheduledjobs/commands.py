@@ -3,76 +3,16 @@
 Annotations are how anyone asks the operator to act on a ScheduledJob through the
 Kubernetes API server, so that Kubernetes RBAC (``patch scheduledjobs`` in its namespace)
 and the API server's audit log apply. ``pgsched run-now``, ``cancel``, ``backfill`` and
-``resume`` write them by default; ``kubectl annotate`` does the same.
+``resume`` write them by default; ``kubectl annotate`` does the same. Each request may
+carry parameters (``<annotation>-parameters``) and who asked (``<annotation>-requested-by``).
 
-==========================  ==============================================================
-annotation                  accepted values
-==========================  ==============================================================
-``pgsched.dev/run-now``     a token: 1 to 200 characters, no control characters
-                            (``deploy-1234``); one manual run per distinct token, ever
-``pgsched.dev/cancel``      a run id of this ScheduledJob, or ``all``
-``pgsched.dev/backfill``    ``<from>/<to>``: two RFC 3339 instants with an offset, both
-                            inclusive, in the past
-                            (``2026-06-01T00:00:00Z/2026-06-07T23:59:59Z``)
-``pgsched.dev/resume``      ``true``: clear an automatic suspension
-                            (``failureSuspendThreshold``)
-==========================  ==============================================================
+A request is removed once handled, and only once every connected standby has flushed the
+commit that carried it out, so a failover cannot lose it; carrying one out twice is
+harmless. A value that is not accepted changes nothing and is answered with an
+``InvalidAnnotation`` Warning Event.
 
-Parameters: ``pgsched.dev/run-now`` and ``pgsched.dev/backfill`` may come with
-``<annotation>-parameters`` (``pgsched.dev/run-now-parameters``), a JSON object of
-``spec.parameters`` names to string values (``{"region": "us-east-1"}``, at most
-:data:`MAX_PARAMETERS_JSON` characters), written in the same write as the request. They
-are checked against the spec's declarations (``engine/parameters.py``): one undeclared
-name or bad value refuses the whole request, and nothing is queued. The chart's requester
-policy treats a write of the parameters as a write of the request.
-
-Every request is removed once handled (with a JSON patch that tests its value, so a newer
-request written meanwhile stays for its own sync): a later sync or an operator restart
-never, say, cancels runs that started after a cancel request, and a writer that finds a
-request still on the object knows the operator has not taken it yet (``pgsched`` waits for
-it rather than overwrite it). A run-now token seen again queues nothing (the token is kept
-with the run), so a removal that failed and a request handled twice are harmless.
-
-**Removed once a failover cannot lose it.** The API server (etcd, a Raft log) keeps the
-request; the database may not keep what carried it out: with asynchronous replication a
-failover loses the commits its standby had not received. So a request is removed only once
-every streaming standby connected to the primary has flushed the commit that carried it
-out (``pg_stat_replication.flush_lsn`` at or past the WAL position taken after the commit:
-``pgsched/db/replication.py``). Until then it stays, and the ScheduledJob is looked at
-again after a quarter of the time the request has waited, 0.1 s to 5 s
-(``scheduledjobs.DURABILITY_RECHECK_SECONDS``: the work queue's delayed retry, not a
-loop), without carrying it out again; after 5 s waiting it is announced with a Normal
-Event (:data:`WAITING_REASON`, :func:`waiting_event_name`) that the CLI reads when its
-wait ends. If a failover comes
-first (the primary's timeline changed), the request is carried out again on the new
-primary: once, if the commit was lost; and if it survived, again harmlessly — a run-now
-token queues nothing twice, a cancel of a run id finds it cancelled, a backfill's
-occurrences are queued already, a resume finds no suspension. With no standby connected the
-commit is as durable as it can be, and the request is removed at once (so a standby that
-is down when the request is handled does not hold it back; one that loses its connection
-just then is not waited for either). The operator's role must see the standbys' positions
-(a member of ``pg_read_all_stats`` or ``pg_monitor``); without it, it cannot tell and
-removes requests at once, as before, and says so at start-up.
-
-Two requests of the same kind cannot be told apart: an operator restarted (or a second
-replica) while a request waits for the standbys carries it out once more. For
-``cancel=all`` that also cancels runs queued since the first time; for ``resume``, clears
-an automatic suspension that came since. Both are within a standby's lag of the request.
-
-Who asked: each request may come with ``<annotation>-requested-by`` (e.g.
-``pgsched.dev/run-now-requested-by``), the Kubernetes user who wrote it — one per request,
-so two people's requests handled in one sync never borrow each other's name. The operator
-cannot see who wrote an annotation; the API server can: the chart's
-ValidatingAdmissionPolicy (``templates/requester-policy.yaml``) refuses any write that sets
-a request or a requester unless the requester is ``request.userInfo.username``. The
-operator records the requester with the runs it queues (``pgsched describe``, the UI) and
-in ``cancelledBy``. A request written without one (by hand, ``kubectl annotate``) is
-carried out and its requester recorded as unknown — the audit log still names the user.
-
-A value that is not accepted (a request, or a requester that is not a user name) changes
-nothing: the request is removed and answered with a ``Warning`` Event on the ScheduledJob
-(reason ``InvalidAnnotation``) that names the accepted values, and one log line. Messages
-are :class:`pgsched.validation.FieldError`, as for specs and settings.
+The accepted values, the durability wait and who may write what:
+docs/architecture.md, "Requests by annotation".
 """
 
 from __future__ import annotations

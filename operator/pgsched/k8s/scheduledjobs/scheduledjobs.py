@@ -1,27 +1,18 @@
 """ScheduledJobs: what users apply becomes a definition in the database, and back.
 
-Two halves, so that a fleet costs the database's pace, not the API server's:
+Two halves, so that a fleet costs the database's pace, not the API server's: :func:`sync`
+(the ScheduledJob watch's workers) turns one ScheduledJob into its definition — validated,
+upserted or its rejection recorded, a deletion marked, its request annotations carried out
+(:mod:`pgsched.k8s.scheduledjobs.commands`) — and returns what Kubernetes must be told as a
+small :class:`Writes` record, which :func:`scheduledjob_writer.write` (the writer threads)
+carries out: finalizer, status, Events, answers to requests. A job is scheduled from the
+moment ``sync`` stored it; records are small, so a fleet waiting for the API budget costs
+megabytes.
 
-- :func:`sync` (the ScheduledJob watch's workers) turns one ScheduledJob into its
-  definition — validate, upsert or record the rejection (an invalid spec, or ``spec.after``
-  closing a cycle, keeping the last valid generation in force), mark a deleted one and stop
-  its runs, the request annotations (``run-now``, ``cancel``, ``backfill``, ``resume``:
-  :mod:`pgsched.k8s.scheduledjobs.commands`) — and returns what Kubernetes must be told as a small
-  :class:`Writes` record. A job is scheduled from the moment ``sync``
-  stored it;
-- :func:`scheduledjob_writer.write` (the writer threads) tells it: pgsched's finalizer, the status, the
-  Scheduled or InvalidSpec Event, the finalizer's release once a deleted job's runs have
-  stopped, the statuses of downstream jobs naming it, the answers to requests (a Warning
-  Event for a refused one, the removal of one-shot ones). The status is rendered from the
-  database when it is written, so a record that waited carries nothing stale; and records
-  are small, so 100,000 of them waiting for the API budget (a new fleet at 20 requests a
-  second) cost megabytes, not a copy of every object.
+Every replica syncs every ScheduledJob; each sync is idempotent, and an unchanged,
+published one writes nothing.
 
-Every replica syncs every ScheduledJob (each is idempotent: two replicas do the same
-harmless thing twice). An unchanged, published ScheduledJob costs nothing when the watch
-hands it over again (every status change the publisher itself causes); listed, on an
-operator's start, it is read from the database and validated again; either way nothing is
-written.
+The two halves in full: docs/architecture.md, "ScheduledJob sync".
 """
 
 from __future__ import annotations
@@ -396,7 +387,7 @@ def _recheck_in(unflushed: dict[commands.Request, Unflushed]) -> float:
 def _published(stored: Definition | None, generation: int, *, observed: bool) -> bool:
     """The generation's status and Event are written: the status shows it, or the writer
     recorded it — then this body is the echo of a write made before it (the finalizer's,
-    whose MODIFIED event still shows the old status: migration 0017)."""
+    whose MODIFIED event still shows the old status: ``pgsched.published_generations``)."""
     return observed or (stored is not None and stored.published_generation == generation)
 
 

@@ -1,40 +1,18 @@
 """``pgsched operator``: watches for the resources, two threads for the engine.
 
-On start-up the operator checks the database (version, schema, that session advisory
-locks work — see ``db.preflight``) and refuses to start with an explanation if it cannot
-schedule safely. Then, on every replica:
+On start-up the operator checks the database (``db.preflight``) and refuses to start, with
+an explanation, if it cannot schedule safely. Then every replica runs the controllers (a
+list-then-watch per namespace feeding a bounded work queue) for ScheduledJobs, our Jobs,
+ConcurrencyPools, Calendars and NotificationPolicies; the tick thread (the engine loop, one
+leader per tick); the publisher thread (the operator's services); ``/healthz`` and
+metrics; and, with ``PGSCHED_WEBHOOK_BIND``, the admission webhook.
 
-- controllers (``controller``: a list-then-watch per namespace feeding a bounded work
-  queue, served by worker threads) follow ScheduledJobs (``scheduledjobs``: synced into
-  the database, then finalizer, status and Event written by their own workers), our Jobs
-  (``jobevents``: outcomes), ConcurrencyPools (``concurrencypools``), Calendars
-  (``calendars``) and NotificationPolicies (``notificationpolicies``). Every replica
-  handles every event; each handling is idempotent;
-- the tick thread runs the engine loop; one replica leads each tick (``engine.leader``);
-- the publisher thread runs the operator's services (``engine.loop``): the run-events
-  outbox into Events and statuses, the gauges, ConcurrencyPool statuses, the verdicts of
-  silent runs, history partitions, the resync, and after a failover the revalidation of
-  the runs from before it (``revalidation``);
-- ``/healthz`` (``health``) fails when a thread is dead or the tick loop stopped making
-  progress; Prometheus metrics are served on their own port;
-- with ``PGSCHED_WEBHOOK_BIND``, the validating admission webhook (``webhook``: kopf,
-  admission handlers only) refuses at ``kubectl apply`` what the controller would refuse.
+pgsched watches for itself rather than through an operator framework to keep memory
+bounded by the work, not the fleet. In namespaced mode nothing cluster-scoped is listed or
+watched. SIGTERM or SIGINT stops the watches, lets the workers finish, then stops both
+threads.
 
-Why pgsched watches for itself instead of using an operator framework: memory. A
-framework that queues every listed object with its parsed body until a handler takes it
-holds a whole fleet at once on start-up (kopf, which this operator used before 0.3: ~13 KiB
-per ScheduledJob that the allocator then keeps, ~1.3 GB at 100,000); here a watch holds one
-list chunk, the sync queue a bounded number of bodies, and the write queue small records
-(bench/README.md, ``fleet``). kopf still serves the admission webhook, where it watches
-nothing (docs/architecture.md, "Why kopf serves admission only").
-
-Least privilege: nothing cluster-scoped is listed or watched in namespaced mode — the
-namespaces are exact names, and the ScheduledJob CRD must be served before the watches
-start (``require_served``).
-
-SIGTERM or SIGINT stops the watches, lets the workers finish what they hold, then stops
-both threads (the tick thread finishes its tick and releases the leader lock explicitly;
-its session closing would release it anyway).
+What runs where, and why not a framework: docs/architecture.md, "The operator process".
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 -- Chaining (engine/chain.py): downstream runs for final upstream outcomes, queued in the
 -- transaction that settles the upstream run, exactly once: the inserts run under the
 -- downstream's chain lock (lock_chains), so insert_chained_runs' NOT EXISTS sees every
--- chained run committed before (migration 0012), and chain_arrivals' primary key for fan-in.
+-- chained run committed before (no unique key can span job_runs' partitions), and
+-- chain_arrivals' primary key for fan-in.
 
 -- name: chain_edges
 -- The live downstream definitions a batch of final upstream runs matches: an edge names

@@ -63,7 +63,7 @@ ORDER BY attempt, id;
 -- One QUEUED run per occurrence, oldest first. The occurrence key (definition,
 -- scheduled_for, trigger) makes a repeated backfill of the same range insert nothing new.
 -- No starting deadline: a backfill is late by definition.
--- The requester, when known, is recorded with each run queued (migration 0022).
+-- The requester, when known, is recorded with each run queued (run_requesters).
 WITH run AS (
     INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for)
     SELECT d.id, 'QUEUED', 'backfill', o.at
@@ -80,7 +80,7 @@ WITH run AS (
     SELECT run.id, run.definition_id, %(requested_by)s::text FROM run
     WHERE %(requested_by)s::text IS NOT NULL
 ), given AS (
-    -- Its spec.parameters values, when given (migration 0026).
+    -- Its spec.parameters values, when given (run_parameters).
     INSERT INTO pgsched.run_parameters (run_id, definition_id, parameters)
     SELECT run.id, run.definition_id, %(parameters)s::jsonb FROM run
     WHERE %(parameters)s::jsonb IS NOT NULL

@@ -2,8 +2,8 @@
 SELECT * FROM pgsched.job_definitions WHERE id = %(id)s FOR UPDATE;
 
 -- name: definition_by_id
--- With the generation the operator published (migration 0017; NULL: none yet).
--- With the reason of its suspension, if one was given (migration 0026).
+-- With the generation the operator published (published_generations; NULL: none yet).
+-- With the reason of its suspension, if one was given (suspend_reasons).
 SELECT d.*, p.generation AS published_generation, s.reason AS suspend_reason
 FROM pgsched.job_definitions AS d
 LEFT JOIN pgsched.published_generations AS p ON p.definition_id = d.id
@@ -108,7 +108,7 @@ RETURNING *;
 
 -- name: set_suspend_reason
 -- The pgsched.dev/suspend-reason annotation (k8s/scheduledjobs/suspension.py); NULL removes it.
--- Not a change of the definition: its version (0014) stays.
+-- Not a change of the definition: its version (trigger job_definitions_version) stays.
 WITH removed AS (
     DELETE FROM pgsched.suspend_reasons
     WHERE definition_id = %(id)s AND %(reason)s::text IS NULL

@@ -1,6 +1,7 @@
 -- name: claim_for_dispatch
 -- The whole claim transaction (candidates, definition and pool locks, live counts, claim,
--- Skip and Replace) in one call; see migrations/0018_claim_fast_path.sql (0010 for pools).
+-- Skip and Replace) in one call: sql/functions/claim_for_dispatch.sql; docs/architecture.md,
+-- "The claim, step by step".
 -- definition_version: the claimed run's definition's version, for the dispatcher's Owners.
 SELECT c.outcome, c.subject_run, c.subject_definition, c.definition_version, (c.run).*
 FROM pgsched.claim_for_dispatch(

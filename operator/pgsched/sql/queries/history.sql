@@ -1,4 +1,4 @@
--- History partitions (engine/history.py; migration 0012): months created ahead, expired
+-- History partitions (engine/history.py): months created ahead, expired
 -- months dropped whole, the default partition pruned of what retention lets go.
 
 -- name: lock_history
@@ -6,7 +6,7 @@
 SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('pgsched:history', 0)) AS locked;
 
 -- name: limit_lock_wait
--- For the rest of this transaction (migration 0019's detach_run_partition does the same).
+-- For the rest of this transaction (pgsched.detach_run_partition does the same).
 SELECT set_config('lock_timeout', (extract(epoch FROM %(lock_wait)s::interval) * 1000)::bigint || 'ms', true);
 
 -- name: run_partitions
@@ -22,12 +22,13 @@ ORDER BY c.relname;
 SELECT pgsched.create_run_partition(%(month)s::timestamptz) AS moved;
 
 -- name: detach_run_partition
--- 'detached' (now pgsched.expired_<name>), 'kept', 'busy' or 'gone' (migration 0019).
+-- 'detached' (now pgsched.expired_<name>), 'kept', 'busy' or 'gone'
+-- (sql/functions/detach_run_partition.sql).
 SELECT pgsched.detach_run_partition(%(name)s, %(lock_wait)s::interval) AS outcome;
 
 -- name: expired_run_months
 -- Months detached and not dropped yet: this round's, or one a crash left between the two;
--- month is the partition's name (migration 0019 prefixed it with expired_).
+-- month is the partition's name (pgsched.detach_run_partition prefixed it with expired_).
 SELECT c.relname AS name, substr(c.relname, length('expired_') + 1) AS month
 FROM pg_class AS c
 WHERE c.relnamespace = 'pgsched'::regnamespace

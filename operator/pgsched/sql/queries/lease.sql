@@ -2,7 +2,7 @@
 -- operator and job pods (with their narrow role) run exactly the same fenced statements.
 -- The job role's variants take no time: the database clock stamps it. The *_pinned
 -- variants, for a caller that pins "now" (tests, the engine's pinned clock), are the
--- owner's alone (0021).
+-- owner's alone (docs/security-database.md).
 
 -- name: heartbeat
 SELECT pgsched.heartbeat(%(run_id)s, %(lease_token)s) AS state;
@@ -32,10 +32,10 @@ SELECT pgsched.listen_for_cancel(%(run_id)s, %(lease_token)s) AS state;
 
 -- name: adopt_lease
 -- The owner's: the run takes `adopted`, a genuine earlier lease of it that its Job's pod
--- holds, fenced on the lease it was claimed with (migration 0032).
+-- holds, fenced on the lease it was claimed with (sql/functions/adopt_lease.sql).
 SELECT pgsched.adopt_lease(%(run_id)s, %(lease_token)s, %(adopted)s) AS adopted;
 
 -- name: reestablish_claim
 -- The owner's: a QUEUED run takes back a genuine lease of a claim the database lost, as
--- the job side's calls would (migration 0032), within its limits.
+-- the job side's calls would (sql/functions/reestablish_claim.sql), within its limits.
 SELECT pgsched.reestablish_claim(%(run_id)s, %(lease_token)s) AS reestablished;

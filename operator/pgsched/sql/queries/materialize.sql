@@ -32,7 +32,7 @@ WHERE status = 'QUEUED' AND definition_id = ANY(%(ids)s::uuid[])
 GROUP BY definition_id;
 
 -- name: suspend_reasons_of
--- Why these suspended definitions are (migration 0026), for their SKIPPED rows' note.
+-- Why these suspended definitions are (suspend_reasons), for their SKIPPED rows' note.
 SELECT definition_id, reason FROM pgsched.suspend_reasons
 WHERE definition_id = ANY(%(ids)s::uuid[]);
 
@@ -54,7 +54,7 @@ DO NOTHING;
 
 -- name: set_jittered_starts
 -- The jittered start of the runs just inserted with spec.jitterSeconds (engine/jitter.py),
--- in the same transaction (migration 0026). A repeat (its insert did nothing) finds the
+-- in the same transaction (run_delays). A repeat (its insert did nothing) finds the
 -- row there already.
 INSERT INTO pgsched.run_delays (run_id, definition_id, not_before)
 SELECT r.id, r.definition_id, j.not_before

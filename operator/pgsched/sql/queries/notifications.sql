@@ -1,5 +1,6 @@
--- Notifications (pgsched/engine/notifications.py): the outbox is filled by the trigger of
--- migration 0024; these claim, settle and show its rows.
+-- Notifications (pgsched/engine/notifications.py): the outbox, pgsched.notifications, is
+-- filled by the trigger run_events_notify (pgsched.derive_notifications); these claim,
+-- settle and show its rows.
 
 -- name: claim_notifications
 -- Up to %(limit)s due notifications, each the head of its (ScheduledJob, target) line, so
@@ -130,7 +131,7 @@ DELETE FROM pgsched.run_deadlines AS m
 WHERE NOT EXISTS (SELECT FROM pgsched.job_runs AS r WHERE r.id = m.run_id);
 
 -- name: upsert_notification_policy
--- A namespace's NotificationPolicy `default` (migration 0031), its validated spec.
+-- A namespace's NotificationPolicy `default` (notification_policies), its validated spec.
 -- Returns nothing when the stored form is already this one, else the form it replaced
 -- (NULL for a new policy): the statuses to render again depend on what changed.
 WITH previous AS (

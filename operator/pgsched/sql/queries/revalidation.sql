@@ -1,5 +1,5 @@
 -- The pass over the runs a failover's lost WAL could have touched (pgsched/k8s/failover/revalidation.py,
--- migration 0033).
+-- pgsched.timeline_revalidations).
 
 -- name: claim_revalidation
 -- The current timeline's pass, for one batch, if it is owed and no other replica holds it:
@@ -13,13 +13,13 @@ ON CONFLICT (timeline) DO UPDATE SET claimed_until = excluded.claimed_until
 WHERE t.finished_at IS NULL
   AND (t.claimed_until IS NULL OR t.claimed_until <= coalesce(%(now)s::timestamptz, now()))
 RETURNING t.timeline, t.after_id,
-          -- The last id of the timelines before (migration 0007): the pass's end.
+          -- The last id of the timelines before (pgsched.place_run_id): the pass's end.
           (t.timeline - (SELECT b.timeline_id FROM pgsched.run_id_base AS b)) << 40 AS last_id;
 
 -- name: runs_to_revalidate
 -- The next batch after the cursor: RUNNING runs, and due QUEUED runs (a claim could have
 -- been lost), with ids of the timelines before this one (ids of this one start at
--- (timeline - base) << 40 + 1, migration 0007: those runs were created after the loss).
+-- (timeline - base) << 40 + 1, pgsched.place_run_id: those runs were created after the loss).
 -- ids: only these (the runs the pass restored), or NULL.
 SELECT r.id, r.status, r.attempt, r.lease_token, r.k8s_job_name, r.cancel_requested,
        r.cancel_requested_at, r.workload_ended_at, d.namespace, d.name
@@ -55,7 +55,7 @@ ORDER BY d.namespace;
 SELECT r.id FROM pgsched.job_runs AS r WHERE r.id = ANY(%(ids)s::bigint[]);
 
 -- name: restore_lost_run
--- A run whose row the failover lost, restored from its Job (migration 0034), with the
+-- A run whose row the failover lost, restored from its Job (pgsched.restore_lost_run), with the
 -- parameters it was given (NULL: none) in the same statement, so a restored run never
 -- lacks them: its retries copy them (settle.sql).
 WITH l AS (

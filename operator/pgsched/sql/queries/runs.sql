@@ -1,5 +1,5 @@
 -- name: run_by_id
--- With its jittered start and parameters, if any (migration 0026's tables).
+-- With its jittered start and parameters, if any (run_delays, run_parameters).
 SELECT r.*, j.not_before, p.parameters
 FROM pgsched.job_runs AS r
 LEFT JOIN pgsched.run_delays AS j ON j.run_id = r.id
@@ -14,8 +14,8 @@ SELECT pg_catalog.pg_advisory_xact_lock(
 -- name: enqueue_manual
 -- Idempotent per (definition, request token): the second request returns nothing. Run
 -- after lock_request in its transaction, so NOT EXISTS sees the first request's run
--- (migration 0012: the partitioned table cannot hold a unique key on the token alone).
--- The requester, when known, is recorded with the run (migration 0022).
+-- (the partitioned table cannot hold a unique key on the token alone).
+-- The requester, when known, is recorded with the run (run_requesters).
 WITH run AS (
     INSERT INTO pgsched.job_runs (definition_id, status, trigger, scheduled_for, request_token)
     SELECT d.id, 'QUEUED', %(trigger)s, coalesce(%(scheduled_for)s::timestamptz, now()),
@@ -30,7 +30,7 @@ WITH run AS (
     SELECT run.id, run.definition_id, %(requested_by)s::text FROM run
     WHERE %(requested_by)s::text IS NOT NULL
 ), given AS (
-    -- Its spec.parameters values, when given (migration 0026).
+    -- Its spec.parameters values, when given (run_parameters).
     INSERT INTO pgsched.run_parameters (run_id, definition_id, parameters)
     SELECT run.id, run.definition_id, %(parameters)s::jsonb FROM run
     WHERE %(parameters)s::jsonb IS NOT NULL
@@ -62,7 +62,7 @@ WHERE status = 'RUNNING' AND NOT cancel_requested
 RETURNING *;
 
 -- name: run_requester
--- Who asked for a manual or backfill run (migration 0022); no row: the schedule, a retry,
+-- Who asked for a manual or backfill run (run_requesters); no row: the schedule, a retry,
 -- a chain, or a request that named no requester.
 SELECT requested_by FROM pgsched.run_requesters WHERE run_id = %(id)s;
 

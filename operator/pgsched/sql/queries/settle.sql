@@ -17,10 +17,10 @@ SELECT * FROM pgsched.job_definitions WHERE id = ANY(%(ids)s::uuid[]) FOR NO KEY
 -- name: insert_retry
 -- One retry per failed attempt, even if two leaders settle concurrently: this transaction
 -- holds the failed run's row lock (unsettled_runs), so a retry another settler inserted
--- committed before it, and this statement's snapshot sees it (migration 0012: a unique
--- key on retry_of alone is not possible on the partitioned table).
+-- committed before it, and this statement's snapshot sees it (a unique key on retry_of
+-- alone is not possible on the partitioned table).
 -- A chained run's retry keeps its upstream run, so the chain shows through retries; every
--- retry keeps the parameters its first attempt was given (migration 0026).
+-- retry keeps the parameters its first attempt was given (run_parameters).
 WITH run AS (
     INSERT INTO pgsched.job_runs
         (definition_id, status, trigger, scheduled_for, deadline_at, attempt, retry_of,

@@ -35,7 +35,7 @@ WITH live AS (
 )
 SELECT p.*,
        (SELECT sr.reason FROM pgsched.suspend_reasons AS sr
-        WHERE sr.definition_id = p.id) AS suspend_reason,  -- migration 0026
+        WHERE sr.definition_id = p.id) AS suspend_reason,  -- suspend_reasons
        coalesce((SELECT n FROM queued WHERE queued.definition_id = p.id), 0) AS queued,
        (SELECT count(*) FROM pgsched.job_runs AS a
         WHERE a.definition_id = p.id AND a.status = 'RUNNING') AS active,

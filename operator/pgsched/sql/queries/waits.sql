@@ -2,7 +2,7 @@
 
 -- name: run_waits
 -- Each named run that waits — QUEUED, or RUNNING with its Job suspended for admission —
--- with what the claim (migrations 0010, 0018) would weigh: its definition's cap and the
+-- with what the claim (pgsched.claim_for_dispatch) would weigh: its definition's cap and the
 -- runs holding it, its pool's limit (NULL: no such pool) and the runs holding that, and
 -- the Kueue queue its jobTemplate names. Held runs are listed oldest first.
 SELECT r.id, r.status, r.scheduled_for, r.deadline_at, r.error,
