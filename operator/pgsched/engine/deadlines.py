@@ -16,58 +16,29 @@ deadline, once (``pgsched.run_deadlines``), with a ``DEADLINE_MISSED`` note on t
 run-events outbox in the same statement: the publisher posts a ``RunDeadlineMissed``
 Warning Event and counts the metric, and the notification trigger derives the
 ``deadlineMissed`` notifications. The SQL function ``pgsched.finish_by`` computes the
-instant, so the service and ``pgsched describe`` agree.
+instant, so the service and ``pgsched describe`` agree; ``spec.deadline`` is checked at
+apply by ``spec.deadline``, to the forms that function casts.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pgsched.db import queries
-from pgsched.validation import Problems
 
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
 
 INTERVAL_SECONDS = 10.0
 BATCH = 500
-MAX_SECONDS = 7 * 86400
-# Forms Postgres reads as an interval and as a time of day (the finish_by function casts).
-_DURATION = re.compile(r"^(?:(\d{1,3})h)?(?:(\d{1,5})m)?(?:(\d{1,6})s)?$")
-_WALL_CLOCK = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 
 
 @dataclass
 class DeadlineResult:
     missed: list[int] = field(default_factory=list)
-
-
-def parse(value: Any, problems: Problems) -> None:
-    """Check ``spec.deadline`` (read as is by ``pgsched.finish_by``)."""
-    if value is None:
-        return
-    example = "deadline: 2h (or '06:00', a wall-clock time in the schedule's zone)"
-    if not isinstance(value, str):
-        problems.add("spec.deadline", f"must be a string, got {value!r}", example)
-        return
-    if _WALL_CLOCK.match(value):
-        return
-    found = _DURATION.match(value)
-    if not value or found is None:
-        problems.add(
-            "spec.deadline",
-            f"{value!r} is neither a duration (2h, 90m, 1h30m) nor a time of day (HH:MM)",
-            example,
-        )
-        return
-    hours, minutes, seconds = (int(part or 0) for part in found.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if not 1 <= total <= MAX_SECONDS:
-        problems.add("spec.deadline", f"{value!r} must be between 1s and 7 days", example)
 
 
 def run_once(

@@ -10,9 +10,10 @@ A ScheduledJob declares them (``spec.parameters``)::
 
 ``pgsched run-now --param region=us-east-1`` (or the ``pgsched.dev/run-now-parameters``
 annotation, a JSON object, beside ``pgsched.dev/run-now``) and ``pgsched backfill
---param`` give values; they are checked here against the declarations — an undeclared
-name, a value that does not match its pattern, or one too long is refused with the
-field, the problem and an example, and nothing is queued — and recorded on the run
+--param`` give values; they are checked here against the declarations (which
+``spec.parameters`` checked at apply) — an undeclared name, a value that does not match
+its pattern, or one too long is refused with the field, the problem and an example, and
+nothing is queued — and recorded on the run
 (``job_runs.parameters``: the values given, not the defaults). At launch the workload's
 main container gets ``PGSCHED_PARAM_<NAME>`` (the name upper-cased) for every declared
 parameter that has a value, given or default; an SDK job kind also gets them as keyword
@@ -32,7 +33,6 @@ timeout, and a backtracking pattern can take exponential time).
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -47,15 +47,9 @@ if TYPE_CHECKING:
     from pgsched.db.connection import Connection
 
 FIELD = "parameters"
-MAX_PARAMETERS = 20
-MAX_NAME = 63
 MAX_VALUE = 1024
-MAX_PATTERN = 256
-MAX_DESCRIPTION = 1024
 ENV_PREFIX = "PGSCHED_PARAM_"
-NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_NAME - 1}}}")
 MATCH_SECONDS = 2.0
-EXAMPLE = "parameters: [{name: region, default: eu-west-1, pattern: '[a-z]{2}-[a-z]+-[0-9]'}]"
 
 
 @dataclass(frozen=True)
@@ -91,78 +85,6 @@ def declared(spec: Mapping[str, Any]) -> tuple[Declared, ...]:
     )
 
 
-def check_declarations(value: Any) -> tuple[list[Declared], list[tuple[str, str]]]:
-    """``spec.parameters`` read: the declarations and a (path, message) per problem, the
-    path relative to ``spec.`` (``parameters[1].pattern``)."""
-    if value is None:
-        return [], []
-    if not isinstance(value, list):
-        return [], [(FIELD, "must be a list of {name, default, pattern, description}")]
-    if len(value) > MAX_PARAMETERS:
-        return [], [(FIELD, f"declares {len(value)} parameters, at most {MAX_PARAMETERS}")]
-    found: list[Declared] = []
-    problems: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for index, item in enumerate(value):
-        path = f"{FIELD}[{index}]"
-        if not isinstance(item, Mapping):
-            problems.append((path, "must be an object {name, default, pattern, description}"))
-            continue
-        unknown = sorted(set(item) - {"name", "default", "pattern", "description"})
-        if unknown:
-            problems.append(
-                (
-                    f"{path}.{unknown[0]}",
-                    "unknown field; known fields are default, description, name, pattern",
-                )
-            )
-        name = item.get("name")
-        if not isinstance(name, str) or not NAME.fullmatch(name):
-            problems.append(
-                (
-                    f"{path}.name",
-                    f"{name!r} is not a parameter name: a letter or '_', then letters, digits or"
-                    f" '_', at most {MAX_NAME} characters (it becomes {ENV_PREFIX}<NAME>)",
-                )
-            )
-            continue
-        if name.upper() in seen:
-            problems.append((f"{path}.name", f"{name!r} is declared twice (names ignore case)"))
-            continue
-        seen.add(name.upper())
-        texts: dict[str, str | None] = {}
-        for key, limit in (
-            ("default", MAX_VALUE),
-            ("pattern", MAX_PATTERN),
-            ("description", MAX_DESCRIPTION),
-        ):
-            text = item.get(key)
-            if text is not None and (not isinstance(text, str) or len(text) > limit):
-                problems.append(
-                    (
-                        f"{path}.{key}",
-                        f"must be a string of at most {limit} characters, got {_shown(text)}",
-                    )
-                )
-                text = None
-            texts[key] = text
-        pattern = texts["pattern"]
-        if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                problems.append(
-                    (f"{path}.pattern", f"{_shown(pattern)} is not a regular expression: {error}")
-                )
-                pattern = None
-        entry = Declared(name, texts["default"], pattern, texts["description"])
-        if entry.default is not None:
-            wrong = check([entry], {name: entry.default})
-            problems += [(f"{path}.default", problem.message) for problem in wrong]
-        found.append(entry)
-    return found, problems
-
-
 def check(declarations: Sequence[Declared], given: Mapping[str, Any]) -> list[Problem]:
     """Every problem with the values ``given`` (names to strings) for ``declarations``."""
     known = {item.name: item for item in declarations}
@@ -176,13 +98,13 @@ def check(declarations: Sequence[Declared], given: Mapping[str, Any]) -> list[Pr
                 Problem(_cut(str(name)), f"is not a declared parameter; declared: {listed}")
             )
         elif not isinstance(value, str):
-            problems.append(Problem(name, f"must be a string, got {_shown(value)}"))
+            problems.append(Problem(name, f"must be a string, got {quoted(value)}"))
         elif len(value) > MAX_VALUE:
             problems.append(Problem(name, f"is {len(value)} characters long, at most {MAX_VALUE}"))
         elif not value.isprintable():
             problems.append(
                 Problem(
-                    name, f"{_shown(value)} has control characters (newlines, tabs): not allowed"
+                    name, f"{quoted(value)} has control characters (newlines, tabs): not allowed"
                 )
             )
         elif entry.pattern is not None:
@@ -193,7 +115,7 @@ def check(declarations: Sequence[Declared], given: Mapping[str, Any]) -> list[Pr
             problems.append(
                 Problem(
                     entry.name,
-                    f"pattern {_shown(entry.pattern)} took more than"
+                    f"pattern {quoted(entry.pattern)} took more than"
                     f" {MATCH_SECONDS:g} s to match: simplify it",
                 )
             )
@@ -201,7 +123,7 @@ def check(declarations: Sequence[Declared], given: Mapping[str, Any]) -> list[Pr
             problems.append(
                 Problem(
                     entry.name,
-                    f"{_shown(value)} does not match the pattern {_shown(entry.pattern)}",
+                    f"{quoted(value)} does not match the pattern {quoted(entry.pattern)}",
                 )
             )
     return problems
@@ -216,7 +138,7 @@ def shown(values: Mapping[str, str] | None) -> str | None:
     """A run's values for a person (describe, the UI): ``region="us-east-1", day="3"``."""
     if not values:
         return None
-    return ", ".join(f"{name}={_shown(value)}" for name, value in sorted(values.items()))
+    return ", ".join(f"{name}={quoted(value)}" for name, value in sorted(values.items()))
 
 
 def parse_assignments(items: Sequence[str]) -> dict[str, str]:
@@ -226,7 +148,7 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
         name, equals, value = item.partition("=")
         if not equals or not name:
             raise ValueError(
-                f"--param {_shown(item)} is not name=value (example: --param region=eu)"
+                f"--param {quoted(item)} is not name=value (example: --param region=eu)"
             )
         if name in values:
             raise ValueError(f"--param {name} is given twice")
@@ -297,5 +219,6 @@ def _cut(text: str) -> str:
     return text if len(text) <= 80 else text[:80] + "…"
 
 
-def _shown(value: Any) -> str:
+def quoted(value: Any) -> str:
+    """A value quoted in a message (JSON), cut at 80 characters."""
     return json.dumps(_cut(value) if isinstance(value, str) else value, ensure_ascii=False)

@@ -15,7 +15,8 @@ accepts is a spec the operator accepts.
 The package, one module a job: ``scheduledjob`` holds ``parse``, which reads the spec
 section by section through ``checker`` (the value reader) against ``fields`` (the
 top-level fields); the sections are ``schedules``, ``run_at``, ``upstreams``, ``bounds``,
-``retries``, ``heartbeat`` and ``extra``. ``other_kinds`` checks the specs of the
+``retries``, ``heartbeat`` and ``extra`` (which calls ``notify``, ``deadline`` and
+``parameters``). ``other_kinds`` checks the specs of the
 ConcurrencyPools, Calendars and NotificationPolicies.
 """
 

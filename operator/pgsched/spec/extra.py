@@ -3,7 +3,7 @@
 They are read later, where they are used (``engine.starts``, ``engine.jitter``,
 ``engine.notifications``, the Job built for a run), and a bad one found there would fail
 runs long after the apply that could have refused it. The active window and the calendars
-are ``bounds``'s.
+are ``bounds``'s; ``notify``, ``deadline`` and ``parameters`` have a module each.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pgsched import names
-from pgsched.engine import deadlines, jitter, notifications, parameters, starts
+from pgsched.engine import jitter, starts
+from pgsched.spec import deadline, notify, parameters
 from pgsched.spec.checker import Checker, describe
 
 
 def validate(check: Checker) -> None:
-    notifications.parse(check.spec.get("notify"), check.problems)
-    deadlines.parse(check.spec.get("deadline"), check.problems)
+    notify.validate(check)
+    deadline.validate(check)
     for key in ("successfulRunsHistoryLimit", "failedRunsHistoryLimit"):
         check.integer(check.spec, key, path=key, default=None, minimum=0, example=f"{key}: 3")
     # Read from the stored spec by engine.starts (with its defaults).
@@ -43,8 +44,7 @@ def validate(check: Checker) -> None:
             " different schedule, not jitter",
             "jitterSeconds: 300",
         )
-    for path, message in parameters.check_declarations(check.spec.get(parameters.FIELD))[1]:
-        check.fail(path, message, parameters.EXAMPLE)
+    parameters.validate(check)
     pool = check.spec.get("pool")
     if pool is not None and not (isinstance(pool, str) and names.OBJECT_NAME.match(pool)):
         check.fail(

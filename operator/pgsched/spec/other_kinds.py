@@ -12,6 +12,7 @@ from typing import Any
 
 from pgsched.engine import notifications
 from pgsched.schedule import calendars
+from pgsched.spec import notify
 from pgsched.spec.checker import MAX_INT32, describe
 from pgsched.validation import FieldError, Problems, SpecError
 
@@ -55,6 +56,6 @@ def notification_policy(name: Any, spec: Any) -> dict[str, Any]:
             f"{name!r}: a namespace has one NotificationPolicy, named {notifications.POLICY_NAME}",
             f"metadata: {{name: {notifications.POLICY_NAME}}}",
         )
-    notifications.parse_policy(spec, problems)
+    notify.validate_policy(spec, problems)
     problems.raise_if_any(SpecError)
     return dict(spec)

@@ -215,7 +215,7 @@ class Notifier:
         return url
 
     def _secret(self, namespace: str, ref: Any) -> bytes:
-        found = notifications.secret_ref(ref, "secretRef")
+        found = notifications.secret_ref(ref)
         if found is None:
             raise SecretError("the target's secret reference is not {name, key}")
         return self.secrets.read(namespace, found.name, found.key)
