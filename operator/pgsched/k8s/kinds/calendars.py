@@ -19,21 +19,13 @@ same reason); a re-render cut short by an API error is redone by the retry.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg_pool import ConnectionPool
-
 from pgsched import spec as spec_module
-from pgsched.db import clock
 from pgsched.engine import calendars
-from pgsched.k8s.client import api, controller, finalizers
-from pgsched.k8s.client.watch import Event
-from pgsched.k8s.kinds import ready as ready_condition
+from pgsched.k8s.client import api
+from pgsched.k8s.kinds.reconciler import SettingsReconciler
 from pgsched.k8s.names import Obj
-from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.schedule import calendars as calendar_days
 from pgsched.validation import Problems
 
@@ -42,54 +34,18 @@ log = logging.getLogger(__name__)
 REREAD_SECONDS = 300.0
 
 
-class Calendars:
-    def __init__(
-        self,
-        pool: ConnectionPool[Any],
-        kube: api.KubeApi,
-        publisher: Publisher,
-        *,
-        clock: Callable[[], datetime | None],
-    ) -> None:
-        self._pool = pool
-        self._kube = kube
-        self._publisher = publisher
-        self._clock = clock
-        # Calendars whose members' statuses are still to be rendered after a change.
-        self._unrendered: set[tuple[str, str]] = set()
-
-    def handle(self, _uid: str, event: Event) -> float | None:
-        """None when done, else seconds until the next try (or re-read)."""
-        meta = event.object["metadata"]
-        where = f"{meta['namespace']}/{meta['name']}"
-        try:
-            if event.type == "DELETED" or meta.get("deletionTimestamp"):
-                self._delete(event)
-                return None
-            return self._apply(event.object)
-        except (psycopg.Error, api.ApiError) as error:
-            return controller.retry_later(f"Calendar {where}", error, log)
-
-    def _apply(self, body: Obj) -> float | None:
+class Calendars(SettingsReconciler, kind="Calendar", path=api.calendar_path):
+    def apply(self, body: Obj) -> float | None:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         spec = body.get("spec") or {}
-        path = api.calendar_path(namespace, name)
-        if (
-            finalizers.add(
-                self._kube,
-                path,
-                finalizers=meta.get("finalizers") or (),
-                version=str(meta.get("resourceVersion") or ""),
-            )
-            is None
-        ):
-            return None  # gone, or being deleted: the deletion's event does the rest
+        if not self.hold(meta):
+            return None
         try:
             resolved = spec_module.calendar(spec, self._ics_texts(namespace, spec))
         except spec_module.SpecError as error:
             log.warning("Calendar %s/%s: %s; the stored form stays", namespace, name, error)
-            self._write_status(body, ready=False, reason="InvalidSpec", message=str(error))
+            self.write_ready(body, ready=False, reason="InvalidSpec", message=str(error))
             return self._reread(spec)
         with self._pool.connection() as conn:
             with conn.transaction():
@@ -97,8 +53,8 @@ class Calendars:
             if changed:
                 log.info("Calendar %s/%s stored", namespace, name)
                 self._unrendered.add((namespace, name))
-            self._render_members(conn, namespace, name)
-        self._write_status(body, ready=True, reason="Resolved", message=_summary(resolved))
+            self._render(conn, namespace, name)
+        self.write_ready(body, ready=True, reason="Resolved", message=_summary(resolved))
         return self._reread(spec)
 
     def _ics_texts(self, namespace: str, spec: Any) -> dict[str, str]:
@@ -131,44 +87,19 @@ class Calendars:
         problems.raise_if_any(spec_module.SpecError)
         return texts
 
-    def _delete(self, event: Event) -> None:
-        meta = event.object["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
+    def forget(self, namespace: str, name: str) -> None:
         with self._pool.connection() as conn:
             with conn.transaction():
                 removed = calendars.delete(conn, namespace, name)
             if removed:
                 log.info("Calendar %s/%s deleted: the jobs that name it say so", namespace, name)
                 self._unrendered.add((namespace, name))
-            self._render_members(conn, namespace, name)
-        if event.type != "DELETED":
-            finalizers.remove(
-                self._kube,
-                api.calendar_path(namespace, name),
-                finalizers=meta.get("finalizers") or (),
-                version=str(meta.get("resourceVersion") or ""),
-            )
+            self._render(conn, namespace, name)
 
-    def _render_members(self, conn: Any, namespace: str, name: str) -> None:
-        if (namespace, name) not in self._unrendered:
-            return
-        self._publisher.refresh_statuses(conn, calendars.members(conn, namespace, name))
-        self._unrendered.discard((namespace, name))
-
-    def _write_status(self, body: Obj, *, ready: bool, reason: str, message: str) -> None:
-        meta = body["metadata"]
-        ready_condition.write(
-            self._kube,
-            api.calendar_path(meta["namespace"], meta["name"], subresource="status"),
-            body,
-            ready=ready,
-            reason=reason,
-            message=message,
-            now=self._now(),
+    def _render(self, conn: Any, namespace: str, name: str) -> None:
+        self.render_members(
+            conn, (namespace, name), lambda: calendars.members(conn, namespace, name)
         )
-
-    def _now(self) -> datetime:
-        return self._clock() or clock.local()
 
     @staticmethod
     def _reread(spec: Any) -> float | None:

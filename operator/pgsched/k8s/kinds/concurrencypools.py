@@ -21,51 +21,19 @@ it is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
-
-import psycopg
-from psycopg_pool import ConnectionPool
 
 from pgsched import spec as spec_module
 from pgsched.engine import pools
-from pgsched.k8s.client import api, controller, finalizers
-from pgsched.k8s.client.watch import Event
+from pgsched.k8s.client import api
+from pgsched.k8s.kinds.reconciler import SettingsReconciler
 from pgsched.k8s.names import Obj
-from pgsched.k8s.reporting.publisher import Publisher
 
 log = logging.getLogger(__name__)
 
 
-class Pools:
-    def __init__(
-        self,
-        pool: ConnectionPool[Any],
-        kube: api.KubeApi,
-        publisher: Publisher,
-        *,
-        clock: Callable[[], datetime | None],
-    ) -> None:
-        self._pool = pool
-        self._kube = kube
-        self._publisher = publisher
-        self._clock = clock
-
-    def handle(self, _uid: str, event: Event) -> float | None:
-        """None when done, else seconds until a retry."""
-        meta = event.object["metadata"]
-        where = f"{meta['namespace']}/{meta['name']}"
-        try:
-            if event.type == "DELETED" or meta.get("deletionTimestamp"):
-                self._delete(event)
-            else:
-                self._apply(event.object)
-        except (psycopg.Error, api.ApiError) as error:
-            return controller.retry_later(f"ConcurrencyPool {where}", error, log)
-        return None
-
-    def _apply(self, body: Obj) -> None:
+class Pools(SettingsReconciler, kind="ConcurrencyPool", path=api.pool_path):
+    def apply(self, body: Obj) -> None:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         try:
@@ -75,17 +43,8 @@ class Pools:
             # applied without them is ignored (its jobs wait), never retried in a loop.
             log.warning("ConcurrencyPool %s/%s: %s; ignored", namespace, name, error)
             return
-        path = api.pool_path(namespace, name)
-        if (
-            finalizers.add(
-                self._kube,
-                path,
-                finalizers=meta.get("finalizers") or (),
-                version=str(meta.get("resourceVersion") or ""),
-            )
-            is None
-        ):
-            return  # gone, or being deleted: the deletion's event does the rest
+        if not self.hold(meta):
+            return
         with self._pool.connection() as conn:
             with conn.transaction():
                 stored = pools.limit_of(conn, namespace, name)
@@ -97,9 +56,7 @@ class Pools:
                 log.info("ConcurrencyPool %s/%s: limit %d", namespace, name, limit)
             self._refresh_members(conn, namespace, name)
 
-    def _delete(self, event: Event) -> None:
-        meta = event.object["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
+    def forget(self, namespace: str, name: str) -> None:
         with self._pool.connection() as conn:
             with conn.transaction():
                 stored = pools.limit_of(conn, namespace, name)
@@ -111,13 +68,6 @@ class Pools:
                     "ConcurrencyPool %s/%s deleted: the jobs that name it wait", namespace, name
                 )
             self._refresh_members(conn, namespace, name)
-        if event.type != "DELETED":
-            finalizers.remove(
-                self._kube,
-                api.pool_path(namespace, name),
-                finalizers=meta.get("finalizers") or (),
-                version=str(meta.get("resourceVersion") or ""),
-            )
 
     def _refresh_members(self, conn: Any, namespace: str, name: str) -> None:
         """Re-render the status (PoolReady) of every live job that names the pool, if the

@@ -20,55 +20,21 @@ reason); a re-render cut short by an API error is redone by the retry.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg_pool import ConnectionPool
-
 from pgsched import spec as spec_module
-from pgsched.db import clock
 from pgsched.engine import notifications
-from pgsched.k8s.client import api, controller, finalizers
-from pgsched.k8s.client.watch import Event
-from pgsched.k8s.kinds import ready as ready_condition
+from pgsched.k8s.client import api
+from pgsched.k8s.kinds.reconciler import SettingsReconciler
 from pgsched.k8s.names import Obj
-from pgsched.k8s.reporting.publisher import Publisher
 
 log = logging.getLogger(__name__)
 
 
-class NotificationPolicies:
-    def __init__(
-        self,
-        pool: ConnectionPool[Any],
-        kube: api.KubeApi,
-        publisher: Publisher,
-        *,
-        clock: Callable[[], datetime | None],
-    ) -> None:
-        self._pool = pool
-        self._kube = kube
-        self._publisher = publisher
-        self._clock = clock
-        # Namespaces whose members' statuses are still to be rendered after a change.
-        self._unrendered: set[str] = set()
-
-    def handle(self, _uid: str, event: Event) -> float | None:
-        """None when done, else seconds until the next try."""
-        meta = event.object["metadata"]
-        where = f"{meta['namespace']}/{meta['name']}"
-        try:
-            if event.type == "DELETED" or meta.get("deletionTimestamp"):
-                self._delete(event)
-            else:
-                self._apply(event.object)
-        except (psycopg.Error, api.ApiError) as error:
-            return controller.retry_later(f"NotificationPolicy {where}", error, log)
-        return None
-
-    def _apply(self, body: Obj) -> None:
+class NotificationPolicies(
+    SettingsReconciler, kind="NotificationPolicy", path=api.notification_policy_path
+):
+    def apply(self, body: Obj) -> None:
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         try:
@@ -77,65 +43,34 @@ class NotificationPolicies:
             log.warning(
                 "NotificationPolicy %s/%s: %s; the stored form stays", namespace, name, error
             )
-            self._write_status(body, ready=False, reason="InvalidSpec", message=str(error))
+            self.write_ready(body, ready=False, reason="InvalidSpec", message=str(error))
             return
-        if (
-            finalizers.add(
-                self._kube,
-                api.notification_policy_path(namespace, name),
-                finalizers=meta.get("finalizers") or (),
-                version=str(meta.get("resourceVersion") or ""),
-            )
-            is None
-        ):
-            return  # gone, or being deleted: the deletion's event does the rest
+        if not self.hold(meta):
+            return
         with self._pool.connection() as conn:
             with conn.transaction():
                 shown = notifications.upsert_policy(conn, namespace, notify, now=self._clock())
             if shown:
                 log.info("NotificationPolicy %s/%s stored", namespace, name)
                 self._unrendered.add(namespace)
-            self._render_members(conn, namespace)
-        self._write_status(body, ready=True, reason="InForce", message=_summary(notify))
+            self._render(conn, namespace)
+        self.write_ready(body, ready=True, reason="InForce", message=_summary(notify))
 
-    def _delete(self, event: Event) -> None:
-        meta = event.object["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        if name == notifications.POLICY_NAME:
-            with self._pool.connection() as conn:
-                with conn.transaction():
-                    removed = notifications.delete_policy(conn, namespace)
-                if removed:
-                    log.info(
-                        "NotificationPolicy %s/%s deleted: its notifications stop", namespace, name
-                    )
-                    self._unrendered.add(namespace)
-                self._render_members(conn, namespace)
-        if event.type != "DELETED":
-            finalizers.remove(
-                self._kube,
-                api.notification_policy_path(namespace, name),
-                finalizers=meta.get("finalizers") or (),
-                version=str(meta.get("resourceVersion") or ""),
-            )
+    def forget(self, namespace: str, name: str) -> None:
+        if name != notifications.POLICY_NAME:
+            return  # never stored
+        with self._pool.connection() as conn:
+            with conn.transaction():
+                removed = notifications.delete_policy(conn, namespace)
+            if removed:
+                log.info(
+                    "NotificationPolicy %s/%s deleted: its notifications stop", namespace, name
+                )
+                self._unrendered.add(namespace)
+            self._render(conn, namespace)
 
-    def _render_members(self, conn: Any, namespace: str) -> None:
-        if namespace not in self._unrendered:
-            return
-        self._publisher.refresh_statuses(conn, notifications.policy_members(conn, namespace))
-        self._unrendered.discard(namespace)
-
-    def _write_status(self, body: Obj, *, ready: bool, reason: str, message: str) -> None:
-        meta = body["metadata"]
-        ready_condition.write(
-            self._kube,
-            api.notification_policy_path(meta["namespace"], meta["name"], subresource="status"),
-            body,
-            ready=ready,
-            reason=reason,
-            message=message,
-            now=self._clock() or clock.local(),
-        )
+    def _render(self, conn: Any, namespace: str) -> None:
+        self.render_members(conn, namespace, lambda: notifications.policy_members(conn, namespace))
 
 
 def _summary(notify: dict[str, Any]) -> str:
