@@ -1,8 +1,10 @@
 """Generate the reference sections of ``docs/configuration.md`` from their sources.
 
-Four sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
+Five sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
 ``<!-- END GENERATED: name -->`` markers, so the prose around them stays hand-written:
 
+- ``environment``: every environment variable of the operator, from the table of variables
+  in ``operator/pgsched/k8s/serve/settings.py`` (``VARIABLES``: name, default, meaning);
 - ``crd``: every field of the ScheduledJob spec, from ``crds/scheduledjobs.pgsched.dev.yaml``
   (type, default, allowed values, description), stopping at ``jobTemplate`` (a batch/v1
   JobTemplateSpec, documented by Kubernetes);
@@ -12,8 +14,8 @@ Four sections are generated, between ``<!-- BEGIN GENERATED: name -->`` and
 - ``values``: every Helm value, from ``charts/pgsched/values.yaml`` — its default and the
   comment block above it (``# -- text`` or plain ``# text``) — once the chart exists.
 
-The operator's environment variables are a hand-written table (they need prose); the test
-``tests/unit/test_docs_configuration.py`` checks that table against ``k8s/serve/settings.py``.
+``tests/unit/test_docs_configuration.py`` checks that they are up to date, and that the
+variables the code reads are the table's.
 
     python hack/docs/reference.py          # rewrite docs/configuration.md
     python hack/docs/reference.py --check  # exit 1 if it is out of date (what the test does)
@@ -98,6 +100,17 @@ def _allowed(field: dict[str, Any]) -> str:
     return f"{low}..{high}"
 
 
+def environment_section() -> str:
+    from pgsched.k8s.serve import settings  # the operator's own table; imported only here
+
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for variable in settings.VARIABLES:
+        default = f" {variable.shown_default} " if variable.shown_default else " "
+        meaning = variable.meaning.replace("|", "\\|")
+        lines.append(f"| `{variable.name}` |{default}| {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
 def values_section(values_path: Path = VALUES) -> str:
     if not values_path.exists():
         return (
@@ -162,6 +175,7 @@ def _comments(text: str) -> dict[str, str]:
 
 def render(doc: str) -> str:
     generators = {
+        "environment": environment_section,
         "crd": crd_section,
         "pool": lambda: crd_section(POOL_CRD),
         "policy": lambda: crd_section(POLICY_CRD),

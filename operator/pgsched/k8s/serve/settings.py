@@ -1,17 +1,28 @@
 """Operator settings, read from the environment (and flags), validated at start-up.
 
-Every setting has an environment variable (what the Helm chart sets) and a default, stated
-once, as the dataclass field's; a bad value stops the operator with every problem listed
-(``validation``), each naming the variable, what is wrong and a valid example.
+Every variable ``pgsched operator`` reads is a row of :data:`VARIABLES`: its name, the
+setting it fills (a dotted path into :class:`OperatorSettings`), how its text is read, and
+what it means. The default is the setting's dataclass field's, stated once there, and
+docs/configuration.md's table of variables is generated from these rows
+(``hack/docs/reference.py``), so the code and the reference cannot disagree. A reader
+checks one value (a number and its minimum, a choice, ``host:port``); what involves two
+variables (the namespaces, the UI's TLS pair, the webhook's certificate) is checked after
+them, and a bad value stops the operator with every problem listed (``validation``), each
+naming the variable, what is wrong and a valid example.
+
+Four rows are read elsewhere and listed for the reference: the connection string
+(``db.dsn``, which every command shares) and the log settings (``cli.main``, for every
+command).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from pgsched import names
 from pgsched.db import dsn as dsn_source
@@ -37,10 +48,10 @@ class WebhookSettings:
 @dataclass(frozen=True)
 class OperatorSettings:
     dsn: str
-    namespaces: tuple[str, ...]
-    all_namespaces: bool
     jobs: JobSettings
     tick: TickSettings
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = False
     api_qps: float = 20.0
     api_burst: int = 40
     publish_interval_seconds: float = 0.5
@@ -66,170 +77,140 @@ class OperatorSettings:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
+        """The settings ``environ`` (by default the process's) gives: each variable of
+        :data:`VARIABLES` read into its setting; ``SettingsError`` listing every problem."""
         env = os.environ if environ is None else environ
         problems = Problems()
-
-        def text(name: str) -> str:
-            value = env.get(name)
-            if not value:
-                problems.add(name, "is required")
-                return ""
-            return value
-
-        def number(name: str, default: float, minimum: float, example: str) -> float:
-            raw = env.get(name)
-            if raw is None or raw == "":
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                problems.add(name, f"{raw!r} is not a number", f"{name}={example}")
-                return default
-            if value < minimum:
-                problems.add(name, f"{raw} must be at least {minimum:g}", f"{name}={example}")
-            return value
-
-        def name_list(name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-            if name not in env:
-                return default
-            return tuple(part.strip() for part in env[name].split(",") if part.strip())
-
         try:
             dsn = dsn_source.from_environment(env)
         except SettingsError as error:
             problems.extend(error)
             dsn = ""
-        namespaces = name_list("PGSCHED_NAMESPACES")
-        all_namespaces = _true(env.get("PGSCHED_ALL_NAMESPACES", "false"))
-        if not namespaces and not all_namespaces:
-            problems.add(
-                "PGSCHED_NAMESPACES",
-                "is empty and PGSCHED_ALL_NAMESPACES is not true: say which namespaces to watch",
-                "PGSCHED_NAMESPACES=jobs,reports",
+        values = {
+            variable.name: variable.read(
+                variable.name, env.get(variable.name), variable.default, problems
             )
-        if namespaces and all_namespaces:
-            problems.add("PGSCHED_NAMESPACES", "set it or PGSCHED_ALL_NAMESPACES=true, not both")
-        # Each default is the dataclass field's (TickSettings, JobSettings, this class).
+            for variable in VARIABLES
+            if variable.read is not None
+        }
+        _check_together(values, problems)
+        chosen = {  # by setting: "tick.interval_seconds" -> 0.5
+            variable.setting: values[variable.name] for variable in VARIABLES if variable.setting
+        }
+        if values["PGSCHED_UI_API_SERVER_TOKENS"]:
+            chosen["ui_audience"] = None
         try:
-            tick = TickSettings(
-                interval_seconds=number(
-                    "PGSCHED_TICK_INTERVAL_SECONDS", TickSettings.interval_seconds, 0.05, "1"
-                ),
-                dispatch_batch=int(
-                    number("PGSCHED_DISPATCH_BATCH", TickSettings.dispatch_batch, 1, "50")
-                ),
-                lock_name=env.get("PGSCHED_LEADER_LOCK", TickSettings.lock_name),
-            )
+            tick = TickSettings(**_section(chosen, "tick"))
         except SettingsError as error:
             for found in error.errors:  # name the variable, not the field
-                name = _TICK_VARIABLES.get(found.path, found.path)
+                name = _VARIABLE_OF.get(f"tick.{found.path}", found.path)
                 problems.add(name, found.message, f"{name}={found.example}")
             tick = TickSettings()
+        policy = JobPolicy(**_section(chosen, "jobs.policy"))
         settings = cls(
             dsn=dsn,
-            namespaces=namespaces,
-            all_namespaces=all_namespaces,
-            jobs=JobSettings(
-                image=text("PGSCHED_IMAGE"),
-                image_pull_policy=env.get(
-                    "PGSCHED_IMAGE_PULL_POLICY", JobSettings.image_pull_policy
-                ),
-                dsn_secret=env.get("PGSCHED_JOB_DSN_SECRET", JobSettings.dsn_secret),
-                dsn_secret_key=env.get("PGSCHED_JOB_DSN_SECRET_KEY", JobSettings.dsn_secret_key),
-                policy=JobPolicy(
-                    operator_namespace=env.get("PGSCHED_OPERATOR_NAMESPACE", ""),
-                    operator_service_account=env.get("PGSCHED_OPERATOR_SERVICE_ACCOUNT", ""),
-                    operator_secrets=name_list("PGSCHED_OPERATOR_SECRETS"),
-                    allow_operator_namespace=_true(
-                        env.get("PGSCHED_ALLOW_OPERATOR_NAMESPACE", "false")
-                    ),
-                    service_accounts=name_list(
-                        "PGSCHED_JOB_SERVICE_ACCOUNTS", JobPolicy.service_accounts
-                    ),
-                    secrets=name_list("PGSCHED_JOB_SECRETS", JobPolicy.secrets),
-                ),
-            ),
+            jobs=JobSettings(**_section(chosen, "jobs"), policy=policy),
             tick=tick,
-            api_qps=number("PGSCHED_API_QPS", cls.api_qps, 0.1, "20"),
-            api_burst=int(number("PGSCHED_API_BURST", cls.api_burst, 1, "40")),
-            publish_interval_seconds=number(
-                "PGSCHED_PUBLISH_INTERVAL_SECONDS", cls.publish_interval_seconds, 0.05, "0.5"
-            ),
-            resync_interval_seconds=number(
-                "PGSCHED_RESYNC_INTERVAL_SECONDS", cls.resync_interval_seconds, 1, "30"
-            ),
-            gauge_interval_seconds=number(
-                "PGSCHED_GAUGE_INTERVAL_SECONDS", cls.gauge_interval_seconds, 0.5, "5"
-            ),
-            verdict_interval_seconds=number(
-                "PGSCHED_VERDICT_INTERVAL_SECONDS", cls.verdict_interval_seconds, 0.1, "2"
-            ),
-            health_bind=env.get("PGSCHED_HEALTH_BIND", cls.health_bind),
-            metrics_bind=env.get("PGSCHED_METRICS_BIND", cls.metrics_bind),
-            ui_bind=env.get("PGSCHED_UI_BIND", cls.ui_bind),
-            ui_audience=None
-            if _true(env.get("PGSCHED_UI_API_SERVER_TOKENS", "false"))
-            else env.get("PGSCHED_UI_AUDIENCE") or cls.ui_audience,
-            ui_tls_cert_file=env.get("PGSCHED_UI_TLS_CERT_FILE", cls.ui_tls_cert_file),
-            ui_tls_key_file=env.get("PGSCHED_UI_TLS_KEY_FILE", cls.ui_tls_key_file),
-            ui_cookie_secure=env.get("PGSCHED_UI_COOKIE_SECURE", cls.ui_cookie_secure),
-            pool_size=int(number("PGSCHED_DB_POOL_SIZE", cls.pool_size, 2, "4")),
-            history_retention=_retention(env.get("PGSCHED_HISTORY_RETENTION", ""), problems),
-            webhook=WebhookSettings(
-                bind=env.get("PGSCHED_WEBHOOK_BIND", WebhookSettings.bind),
-                cert_dir=env.get("PGSCHED_WEBHOOK_CERT_DIR", WebhookSettings.cert_dir),
-                configuration=env.get(
-                    "PGSCHED_WEBHOOK_CONFIGURATION", WebhookSettings.configuration
-                ),
-            ),
+            webhook=WebhookSettings(**_section(chosen, "webhook")),
+            **_section(chosen, ""),
         )
-        if settings.jobs.image_pull_policy not in {"Always", "IfNotPresent", "Never"}:
-            problems.add(
-                "PGSCHED_IMAGE_PULL_POLICY",
-                f"{settings.jobs.image_pull_policy!r} must be Always, IfNotPresent or Never",
-                "PGSCHED_IMAGE_PULL_POLICY=IfNotPresent",
-            )
-        if settings.ui_cookie_secure not in names.UI_COOKIE_SECURE:
-            problems.add(
-                "PGSCHED_UI_COOKIE_SECURE",
-                f"{settings.ui_cookie_secure!r} must be one of {', '.join(names.UI_COOKIE_SECURE)}",
-                "PGSCHED_UI_COOKIE_SECURE=auto",
-            )
-        if bool(settings.ui_tls_cert_file) != bool(settings.ui_tls_key_file):
-            problems.add(
-                "PGSCHED_UI_TLS_CERT_FILE",
-                "and PGSCHED_UI_TLS_KEY_FILE must be set together (or neither)",
-                "PGSCHED_UI_TLS_CERT_FILE=/tls/tls.crt PGSCHED_UI_TLS_KEY_FILE=/tls/tls.key",
-            )
-        if settings.webhook.bind and not settings.webhook.cert_dir:
-            problems.add(
-                "PGSCHED_WEBHOOK_CERT_DIR",
-                "is required with PGSCHED_WEBHOOK_BIND: the folder of the webhook's TLS Secret",
-                "PGSCHED_WEBHOOK_CERT_DIR=/etc/pgsched/webhook",
-            )
-        for name in (
-            "PGSCHED_HEALTH_BIND",
-            "PGSCHED_METRICS_BIND",
-            "PGSCHED_UI_BIND",
-            "PGSCHED_WEBHOOK_BIND",
-        ):
-            value = env.get(name)
-            if value and not _is_bind(value):
-                problems.add(name, f"{value!r} must be host:port", f"{name}=0.0.0.0:8080")
         problems.raise_if_any(SettingsError, title="invalid operator settings:")
         return settings
 
 
-# The tick settings the environment sets, by field (to name the variable in a message).
-_TICK_VARIABLES = {
-    "interval_seconds": "PGSCHED_TICK_INTERVAL_SECONDS",
-    "dispatch_batch": "PGSCHED_DISPATCH_BATCH",
-    "lock_name": "PGSCHED_LEADER_LOCK",
-}
+# -- How a variable's text is read --------------------------------------------------------
+#
+# A reader gets the variable's name, its text (None: unset), the setting's default and the
+# problems found so far; it returns the value, adding a problem (and returning its best
+# guess) when the text is wrong.
+Reader = Callable[[str, str | None, Any, Problems], Any]
+# The default of a setting that has none: the variable must be set.
+REQUIRED = object()
 
 
-def _true(value: str) -> bool:
-    return value.lower() in {"1", "true", "yes"}
+def text(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """As given (set but empty: empty); unset: the default, or a problem if required."""
+    if default is REQUIRED:
+        if not raw:
+            problems.add(name, "is required")
+            return ""
+        return raw
+    return default if raw is None else raw
+
+
+def text_or_default(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """As given; unset or empty: the default."""
+    return raw or default
+
+
+def flag(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """``true``, ``yes`` or ``1`` (any case); anything else set is false."""
+    return default if raw is None else raw.lower() in {"1", "true", "yes"}
+
+
+def name_list(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """Comma-separated names, blanks dropped; set but empty: none."""
+    if raw is None:
+        return default
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def number(*, minimum: float, integer: bool = False) -> Reader:
+    """A number of at least ``minimum`` (truncated to an integer with ``integer``);
+    unset or empty: the default, which is also the example a message gives."""
+
+    def read(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+        if raw is None or raw == "":
+            return default
+        example = f"{name}={default:g}"
+        try:
+            value = float(raw)
+        except ValueError:
+            problems.add(name, f"{raw!r} is not a number", example)
+            return default
+        if value < minimum:
+            problems.add(name, f"{raw} must be at least {minimum:g}", example)
+        return int(value) if integer else value
+
+    return read
+
+
+def choice(allowed: tuple[str, ...], *, said: str) -> Reader:
+    """One of ``allowed`` (``said`` is how a message lists them); unset: the default."""
+
+    def read(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+        value = default if raw is None else raw
+        if value not in allowed:
+            problems.add(name, f"{value!r} must be {said}", f"{name}={default}")
+        return value
+
+    return read
+
+
+def bind(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """``host:port``; unset: the default; empty: none (the server is off)."""
+    if raw and not _is_bind(raw):
+        problems.add(name, f"{raw!r} must be host:port", f"{name}=0.0.0.0:8080")
+    return default if raw is None else raw
+
+
+def retention(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """``90d`` or ``36h``; unset or empty: forever (None)."""
+    if raw is None or not raw.strip():
+        return default
+    found = _RETENTION.fullmatch(raw.strip())
+    if not found or int(found.group(1)) == 0:
+        problems.add(
+            name,
+            f"{raw!r} must be a positive number of days or hours (or empty: keep forever)",
+            f"{name}=90d",
+        )
+        return default
+    count = int(found.group(1))
+    return timedelta(days=count) if found.group(2) == "d" else timedelta(hours=count)
+
+
+_RETENTION = re.compile(r"(\d+)([dh])")
 
 
 def _is_bind(value: str) -> bool:
@@ -237,20 +218,462 @@ def _is_bind(value: str) -> bool:
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
-_RETENTION = re.compile(r"(\d+)([dh])")
+# -- The variables ------------------------------------------------------------------------
+
+# Where a setting's default is stated: the dataclass of each section of the settings.
+_SECTIONS: dict[str, type] = {
+    "": OperatorSettings,
+    "jobs": JobSettings,
+    "jobs.policy": JobPolicy,
+    "tick": TickSettings,
+    "webhook": WebhookSettings,
+}
 
 
-def _retention(raw: str, problems: Problems) -> timedelta | None:
-    """``90d`` or ``36h``; empty keeps history forever."""
-    if not raw.strip():
-        return None
-    found = _RETENTION.fullmatch(raw.strip())
-    if not found or int(found.group(1)) == 0:
+@dataclass(frozen=True, kw_only=True)
+class Variable:
+    """One environment variable of the operator, a row of docs/configuration.md's table."""
+
+    name: str = field(kw_only=False)
+    # The setting it fills: a dotted path into OperatorSettings ("tick.interval_seconds");
+    # None for a variable that is read elsewhere or only changes another setting.
+    setting: str | None
+    # How its text is read; None: read elsewhere (then ``default`` is given here).
+    read: Reader | None
+    meaning: str
+    given_default: Any = None
+    # The default cell of the docs' table, where it is not the default itself: empty for a
+    # variable that is simply unset (a list of none, no namespace), not an empty string.
+    shown: str | None = None
+
+    @property
+    def default(self) -> Any:
+        """The setting's dataclass field's default (:data:`REQUIRED` if it has none)."""
+        if self.setting is None:
+            return self.given_default
+        section, _, attribute = self.setting.rpartition(".")
+        return getattr(_SECTIONS[section], attribute, REQUIRED)
+
+    @property
+    def shown_default(self) -> str:
+        """The default as docs/configuration.md shows it."""
+        if self.shown is not None:
+            return self.shown
+        value = self.default
+        if value is REQUIRED:
+            return "required"
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        elif isinstance(value, tuple):
+            value = ",".join(value)
+        return f"`{'' if value is None else value}`"
+
+
+# In the order of docs/configuration.md's table.
+VARIABLES: tuple[Variable, ...] = (
+    # read by db.dsn
+    Variable(
+        "PGSCHED_DSN",
+        setting=None,
+        read=None,
+        meaning=(
+            "libpq connection string of the scheduling database, e.g. `host=db user=pgsched "
+            "dbname=pgsched`, unless `PGSCHED_DSN_FILE` is set (this one wins when both "
+            "are). Must be a direct connection or a session-mode pooler (see "
+            "[operations](operations.md#poolers))."
+        ),
+        given_default=REQUIRED,
+    ),
+    # read by db.dsn
+    Variable(
+        "PGSCHED_DSN_FILE",
+        setting=None,
+        read=None,
+        meaning=(
+            "Path of a file holding that connection string (surrounding whitespace ignored), "
+            "read once at start-up by the operator, `pgsched migrate` and the other commands "
+            "that connect through `--dsn` (not yet `pgsched doctor` and `pgsched ui`, which "
+            "need `--dsn` or `PGSCHED_DSN`): how the chart passes it (the database Secret "
+            "mounted at `/etc/pgsched/database/dsn`), so it is in no environment variable. A "
+            "missing, unreadable or empty file stops the program with a message naming the "
+            "variable and the path."
+        ),
+        given_default="",
+        shown="",
+    ),
+    Variable(
+        "PGSCHED_NAMESPACES",
+        setting="namespaces",
+        read=name_list,
+        meaning=(
+            "Comma-separated namespaces whose ScheduledJobs this operator watches, e.g. "
+            "`jobs,reports`. One of this and `PGSCHED_ALL_NAMESPACES` is required."
+        ),
+        shown="",
+    ),
+    Variable(
+        "PGSCHED_ALL_NAMESPACES",
+        setting="all_namespaces",
+        read=flag,
+        meaning="`true` to watch ScheduledJobs in every namespace (needs cluster-wide RBAC).",
+    ),
+    Variable(
+        "PGSCHED_IMAGE",
+        setting="jobs.image",
+        read=text,
+        meaning=(
+            "The pgsched image injected as the heartbeat sidecar of every Job (and used by "
+            "SDK job pods)."
+        ),
+    ),
+    Variable(
+        "PGSCHED_IMAGE_PULL_POLICY",
+        setting="jobs.image_pull_policy",
+        read=choice(("Always", "IfNotPresent", "Never"), said="Always, IfNotPresent or Never"),
+        meaning="Pull policy of that sidecar: `Always`, `IfNotPresent` or `Never`.",
+    ),
+    Variable(
+        "PGSCHED_JOB_DSN_SECRET",
+        setting="jobs.dsn_secret",
+        read=text,
+        meaning=(
+            "Name of the Secret, in each ScheduledJob's namespace, holding the DSN job pods "
+            "use (a role that may only heartbeat/finish its own run)."
+        ),
+    ),
+    Variable(
+        "PGSCHED_JOB_DSN_SECRET_KEY",
+        setting="jobs.dsn_secret_key",
+        read=text,
+        meaning="Key of the DSN in that Secret.",
+    ),
+    Variable(
+        "PGSCHED_OPERATOR_NAMESPACE",
+        setting="jobs.policy.operator_namespace",
+        read=text,
+        meaning=(
+            "The namespace the operator runs in (the chart: the release namespace); empty "
+            "when it runs outside the cluster. ScheduledJobs there are refused "
+            "(`Ready=False`, `InvalidSpec`, naming `metadata.namespace`) unless "
+            "`PGSCHED_ALLOW_OPERATOR_NAMESPACE` (see [security-chart](security-chart.md))."
+        ),
+        shown="",
+    ),
+    Variable(
+        "PGSCHED_ALLOW_OPERATOR_NAMESPACE",
+        setting="jobs.policy.allow_operator_namespace",
+        read=flag,
+        meaning=(
+            "`true` lets jobs run in the operator's namespace; its ServiceAccount and "
+            "Secrets stay forbidden to them there."
+        ),
+    ),
+    Variable(
+        "PGSCHED_OPERATOR_SERVICE_ACCOUNT",
+        setting="jobs.policy.operator_service_account",
+        read=text,
+        meaning=(
+            "The operator's ServiceAccount, which no jobTemplate may name in the operator's "
+            "namespace."
+        ),
+        shown="",
+    ),
+    Variable(
+        "PGSCHED_OPERATOR_SECRETS",
+        setting="jobs.policy.operator_secrets",
+        read=name_list,
+        meaning=(
+            "Comma-separated Secrets of the operator (its database Secret), which no "
+            "jobTemplate may name in the operator's namespace."
+        ),
+        shown="",
+    ),
+    Variable(
+        "PGSCHED_JOB_SERVICE_ACCOUNTS",
+        setting="jobs.policy.service_accounts",
+        read=name_list,
+        meaning=(
+            "Comma-separated ServiceAccounts a jobTemplate may run as, in every namespace "
+            "(`*`: any); a namespace's `pgsched.dev/allowed-service-accounts` annotation "
+            "narrows it further."
+        ),
+    ),
+    Variable(
+        "PGSCHED_JOB_SECRETS",
+        setting="jobs.policy.secrets",
+        read=name_list,
+        meaning=(
+            "Comma-separated Secrets a jobTemplate may name (volumes, projected sources, "
+            "`env` `secretKeyRef`, `envFrom` `secretRef`, `imagePullSecrets`; `*`: any); a "
+            "namespace's `pgsched.dev/allowed-secrets` annotation narrows it further. "
+            "Per-run lease Secrets (`*-lease`) are never allowed."
+        ),
+    ),
+    Variable(
+        "PGSCHED_TICK_INTERVAL_SECONDS",
+        setting="tick.interval_seconds",
+        read=number(minimum=0.05),
+        meaning=(
+            "How often every replica tries to lead a tick (0.05..3600). Ticks start ~20 ms "
+            "after each whole multiple of it on the database clock, so runs due on a whole "
+            "second start within milliseconds; also the scheduling resolution."
+        ),
+    ),
+    Variable(
+        "PGSCHED_DISPATCH_BATCH",
+        setting="tick.dispatch_batch",
+        read=number(minimum=1, integer=True),
+        meaning=(
+            "Runs claimed per tick at most (1..10000); a full batch makes the next tick "
+            "start at once."
+        ),
+    ),
+    Variable(
+        "PGSCHED_LEADER_LOCK",
+        setting="tick.lock_name",
+        read=text,
+        meaning=(
+            "Name of the advisory lock the tick leader holds. Two pgsched installations "
+            "sharing one database need different names."
+        ),
+    ),
+    Variable(
+        "PGSCHED_API_QPS",
+        setting="api_qps",
+        read=number(minimum=0.1),
+        meaning=(
+            "Client-side rate limit of pgsched's own Kubernetes API calls (requests per "
+            "second). Creating Jobs comes first: Events, status patches, cleanup and lease "
+            "Secret hand-overs use the tokens launching leaves over (above half the burst, "
+            "which stays for Jobs), and while launching keeps the bucket empty they still "
+            "get 1/40 of the rate, so in a burst of due runs they lag behind the Jobs but "
+            "keep moving."
+        ),
+    ),
+    Variable(
+        "PGSCHED_API_BURST",
+        setting="api_burst",
+        read=number(minimum=1, integer=True),
+        meaning="Burst above that rate. 429 answers are additionally honoured with Retry-After.",
+    ),
+    Variable(
+        "PGSCHED_PUBLISH_INTERVAL_SECONDS",
+        setting="publish_interval_seconds",
+        read=number(minimum=0.05),
+        meaning="How often the publisher turns run status changes into Events and status patches.",
+    ),
+    Variable(
+        "PGSCHED_RESYNC_INTERVAL_SECONDS",
+        setting="resync_interval_seconds",
+        read=number(minimum=1),
+        meaning=(
+            "How often one replica compares RUNNING runs with their Jobs, to record outcomes "
+            "the Job watch missed (e.g. while the operator was down)."
+        ),
+    ),
+    Variable(
+        "PGSCHED_GAUGE_INTERVAL_SECONDS",
+        setting="gauge_interval_seconds",
+        read=number(minimum=0.5),
+        meaning=(
+            "How often every replica reads the gauges from the database: queue depth, "
+            "failure streaks, automatic suspensions (at least 0.5)."
+        ),
+    ),
+    Variable(
+        "PGSCHED_HISTORY_RETENTION",
+        setting="history_retention",
+        read=retention,
+        meaning=(
+            "How long run history is kept, e.g. `90d` or `36h`; empty keeps it forever. "
+            "Whole months of runs (one partition each) that ended longer ago are dropped, "
+            "never deleted row by row; a month still holding a QUEUED, RUNNING or unsettled "
+            "run is kept until it has none (see "
+            "[operations](operations.md#run-history-partitions-and-retention))."
+        ),
+    ),
+    Variable(
+        "PGSCHED_VERDICT_INTERVAL_SECONDS",
+        setting="verdict_interval_seconds",
+        read=number(minimum=0.1),
+        meaning=(
+            "How often the API is asked for the verdicts of silent container runs (their "
+            "Job's outcome, see [operations](operations.md)); a verdict is late by at most "
+            "this (at least 0.1). The same interval paces the check for a new WAL timeline "
+            "after a failover, whose runs from before it are then compared with their Jobs "
+            "(see [operations](operations.md#what-a-failover-can-lose))."
+        ),
+    ),
+    Variable(
+        "PGSCHED_HEALTH_BIND",
+        setting="health_bind",
+        read=bind,
+        meaning=(
+            "Address of the liveness endpoint `/healthz` (fails when a thread died or no "
+            "tick finished for max(60 s, 20 ticks))."
+        ),
+    ),
+    Variable(
+        "PGSCHED_METRICS_BIND",
+        setting="metrics_bind",
+        read=bind,
+        meaning="Address of the Prometheus endpoint `/metrics` (see [monitoring](monitoring.md)).",
+    ),
+    Variable(
+        "PGSCHED_UI_BIND",
+        setting="ui_bind",
+        read=bind,
+        meaning=(
+            "Address of the read-only [web UI](ui.md) (e.g. `0.0.0.0:8090`; the chart binds "
+            "every address of the pod, so that `kubectl port-forward` reaches it); empty: no "
+            "UI. Visitors sign in with a Kubernetes token for `PGSCHED_UI_AUDIENCE` and see "
+            "only namespaces where they may `get scheduledjobs`."
+        ),
+    ),
+    Variable(
+        "PGSCHED_UI_AUDIENCE",
+        setting="ui_audience",
+        read=text_or_default,
+        meaning=(
+            "The audience visitors' tokens must be issued for (`kubectl create token NAME "
+            "--audience pgsched-ui`): such a token is worthless against the API server. "
+            "Empty: the default."
+        ),
+    ),
+    # Fills no setting of its own: when true, ui_audience is None (from_environment).
+    Variable(
+        "PGSCHED_UI_API_SERVER_TOKENS",
+        setting=None,
+        read=flag,
+        meaning=(
+            "`true` accepts tokens for the API server's own audience instead of "
+            "`PGSCHED_UI_AUDIENCE` (e.g. OIDC tokens); every visitor then hands the UI a "
+            "credential valid against the API server."
+        ),
+        given_default=False,
+    ),
+    Variable(
+        "PGSCHED_UI_TLS_CERT_FILE",
+        setting="ui_tls_cert_file",
+        read=text,
+        meaning=(
+            "PEM certificate chain of the UI's TLS listener (with "
+            "`PGSCHED_UI_TLS_KEY_FILE`); empty: plain HTTP. Read at start."
+        ),
+    ),
+    Variable(
+        "PGSCHED_UI_TLS_KEY_FILE",
+        setting="ui_tls_key_file",
+        read=text,
+        meaning="PEM private key of `PGSCHED_UI_TLS_CERT_FILE`.",
+    ),
+    Variable(
+        "PGSCHED_UI_COOKIE_SECURE",
+        setting="ui_cookie_secure",
+        read=choice(names.UI_COOKIE_SECURE, said=f"one of {', '.join(names.UI_COOKIE_SECURE)}"),
+        meaning=(
+            "When the sign-in cookie is `Secure`: `auto` (over TLS — the UI's own listener "
+            "or a proxy's `X-Forwarded-Proto: https`; over plain HTTP only on a loopback "
+            "address, and sign-in over plain HTTP from elsewhere is refused), `always`, or "
+            "`never`."
+        ),
+    ),
+    Variable(
+        "PGSCHED_WEBHOOK_BIND",
+        setting="webhook.bind",
+        read=bind,
+        meaning=(
+            "Address of the validating [admission webhook](admission.md)'s HTTPS server "
+            "(e.g. `0.0.0.0:9443`); empty: no webhook."
+        ),
+    ),
+    Variable(
+        "PGSCHED_WEBHOOK_CERT_DIR",
+        setting="webhook.cert_dir",
+        read=text,
+        meaning=(
+            "Folder of the webhook's certificate, laid out as a mounted TLS Secret: "
+            "`tls.crt`, `tls.key` and `ca.crt` (the CA the API server is told to trust; "
+            "without it the certificate is its own). Required with `PGSCHED_WEBHOOK_BIND`."
+        ),
+    ),
+    Variable(
+        "PGSCHED_WEBHOOK_CONFIGURATION",
+        setting="webhook.configuration",
+        read=text,
+        meaning=(
+            "Name of the ValidatingWebhookConfiguration the operator (kopf) creates and "
+            "keeps pointing at its server (`url` of `PGSCHED_WEBHOOK_BIND`): for an operator "
+            "outside a cluster. Empty: someone else writes it, as the Helm chart does."
+        ),
+    ),
+    Variable(
+        "PGSCHED_DB_POOL_SIZE",
+        setting="pool_size",
+        read=number(minimum=2, integer=True),
+        meaning=(
+            "Database connections of the watches' workers (at least 2): syncing "
+            "ScheduledJobs and ConcurrencyPools, writing their statuses, recording Job "
+            "outcomes. The tick and the publisher have one session each."
+        ),
+    ),
+    # read by cli.main
+    Variable(
+        "PGSCHED_LOG_LEVEL",
+        setting=None,
+        read=None,
+        meaning=(
+            "`DEBUG`, `INFO`, `WARNING` or `ERROR` (flag `--log-level`; every `pgsched` command)."
+        ),
+        given_default="INFO",
+    ),
+    # read by cli.main
+    Variable(
+        "PGSCHED_LOG_FORMAT",
+        setting=None,
+        read=None,
+        meaning=(
+            "`text`, or `json`: one object per line with `timestamp`, `level`, `logger`, "
+            "`message`, and `run_id`, `definition` (`namespace/name`), `attempt` on every "
+            "line about a run (flag `--log-format`)."
+        ),
+        given_default="text",
+    ),
+)
+_VARIABLE_OF = {variable.setting: variable.name for variable in VARIABLES if variable.setting}
+
+
+def _check_together(values: Mapping[str, Any], problems: Problems) -> None:
+    """The checks that involve two variables."""
+    namespaces, every = values["PGSCHED_NAMESPACES"], values["PGSCHED_ALL_NAMESPACES"]
+    if not namespaces and not every:
         problems.add(
-            "PGSCHED_HISTORY_RETENTION",
-            f"{raw!r} must be a positive number of days or hours (or empty: keep forever)",
-            "PGSCHED_HISTORY_RETENTION=90d",
+            "PGSCHED_NAMESPACES",
+            "is empty and PGSCHED_ALL_NAMESPACES is not true: say which namespaces to watch",
+            "PGSCHED_NAMESPACES=jobs,reports",
         )
-        return None
-    count = int(found.group(1))
-    return timedelta(days=count) if found.group(2) == "d" else timedelta(hours=count)
+    if namespaces and every:
+        problems.add("PGSCHED_NAMESPACES", "set it or PGSCHED_ALL_NAMESPACES=true, not both")
+    if bool(values["PGSCHED_UI_TLS_CERT_FILE"]) != bool(values["PGSCHED_UI_TLS_KEY_FILE"]):
+        problems.add(
+            "PGSCHED_UI_TLS_CERT_FILE",
+            "and PGSCHED_UI_TLS_KEY_FILE must be set together (or neither)",
+            "PGSCHED_UI_TLS_CERT_FILE=/tls/tls.crt PGSCHED_UI_TLS_KEY_FILE=/tls/tls.key",
+        )
+    if values["PGSCHED_WEBHOOK_BIND"] and not values["PGSCHED_WEBHOOK_CERT_DIR"]:
+        problems.add(
+            "PGSCHED_WEBHOOK_CERT_DIR",
+            "is required with PGSCHED_WEBHOOK_BIND: the folder of the webhook's TLS Secret",
+            "PGSCHED_WEBHOOK_CERT_DIR=/etc/pgsched/webhook",
+        )
+
+
+def _section(values: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """The values of one section's own settings, by field (``jobs``: not ``jobs.policy``'s)."""
+    return {
+        path.rpartition(".")[2]: value
+        for path, value in values.items()
+        if path.rpartition(".")[0] == section
+    }
