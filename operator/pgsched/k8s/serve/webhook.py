@@ -18,7 +18,9 @@ block ``kubectl apply`` where an outage does not. The controller judges every sp
 
 kopf keeps a memory per object it is asked about on update; with no watch to tell it of a
 deletion, that memory would never be freed (a fleet's worth over time). ``_Forgetful``
-keeps none, as kopf does for creations.
+keeps none, as kopf does for creations. It subclasses a class kopf does not export, the
+only way to that memory, so kopf is pinned exactly and tests/unit/test_webhook_kopf.py
+checks the class's shape (docs/architecture.md, "Why kopf serves admission only").
 """
 
 from __future__ import annotations
