@@ -4,8 +4,10 @@ outage blocks nothing (failurePolicy Ignore) and the controller still judges wha
 through.
 
 The operator runs as a host process here, as in every cluster test: kopf serves the
-webhook on 127.0.0.1 (relayed into the node's namespace, where the API server runs) and
-manages the ValidatingWebhookConfiguration, with a certificate made like the cluster's.
+webhook on 127.0.0.1 and manages the ValidatingWebhookConfiguration, with a certificate
+made like the cluster's. The API server is this module's own, without the node (no pod
+runs here): the configuration kopf manages is cluster-wide, and on a cluster shared with
+other tests it would refuse their deliberately invalid ScheduledJobs at apply.
 """
 
 from __future__ import annotations
@@ -24,14 +26,33 @@ import pytest
 import yaml
 
 from devenv import pki
+from devenv.controlplane import ControlPlane
 from devenv.processes import free_port
 from devenv.waiting import wait_for
 from pgsched import spec as spec_module
+from plugins.cluster import host_only_cluster
 from plugins.operator import busybox
 
-# Alone on the cluster: the webhook configuration kopf manages is cluster-wide, and it
-# would refuse other tests' deliberately invalid ScheduledJobs at apply.
-pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
+pytestmark = pytest.mark.api_only
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ControlPlane]:
+    """An API server of this module's own, with pgsched's CRDs (module docstring)."""
+    with host_only_cluster() as control_plane:
+        yield control_plane
+
+
+@pytest.fixture
+def crd() -> None:
+    """The module's cluster has the CRDs from its start."""
+
+
+@pytest.fixture
+def job_dsn_secret() -> str:
+    """No pod runs here, so none needs the database."""
+    return ""
+
 
 CRON = {"schedule": "0 8 * * *"}
 
