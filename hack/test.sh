@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite in three pytest runs, two of them at once, because the tests
-# want different things of a 2-core machine:
+# `make test`: the whole suite in three pytest runs, two at a time, because the tests want
+# different things of a 2-core machine:
 #
 # - the others (unit, database, UI, the database chaos) mostly compute: one process, in the
 #   background from the start;
-# - the tests on the machine's one Kubernetes node (marker `cluster`) and those with an API
-#   server of their own (`api_only`) mostly wait, for pods, timeouts and minute boundaries:
-#   PGSCHED_TEST_WORKERS pytest-xdist workers (default 3) attached to one shared cluster
-#   (`python -m devenv.controlplane up --state-file`), each test in a namespace of its own;
-# - then, alone on the node, the tests that need the cluster to themselves (`exclusive`:
-#   API server and node restarts, cluster-wide admission, latency) and those that start a
-#   cluster of their own (`own_cluster`).
+# - beside them, alone on the machine's one Kubernetes node, the tests that need the
+#   cluster to themselves (`exclusive`: API server and node restarts, the cluster chaos,
+#   cluster-wide admission, latency) and those that start a cluster of their own
+#   (`own_cluster`): these mostly wait;
+# - then the tests on the node (marker `cluster`) and those with an API server of their
+#   own (`api_only`): PGSCHED_TEST_WORKERS pytest-xdist workers (default 3) attached to
+#   one shared cluster (`python -m devenv.controlplane up --state-file`), each test in a
+#   namespace of its own, the longest modules first (tests/plugins/ordering.py).
 #
-# Every run writes a JUnit report to .cache/test-reports/ (hack/test_durations.py makes
-# docs/development.md's table of the slowest tests from them). The cluster runs print as
-# they go; the others' output follows when all are done. The exit status is the first
-# non-zero one (5, "no tests collected", counts as success: arguments may select tests of
-# one group only). Arguments go to every pytest run.
+# Every run writes a JUnit report to .cache/test-reports/ (the previous run's stay in
+# previous/; hack/test_durations.py sums them and makes docs/development.md's table of the
+# slowest tests). The cluster runs print as they go; the others' output follows when all
+# are done. The exit status is the first non-zero one (5, "no tests collected", counts as
+# success: arguments may select tests of one group only). Arguments go to every run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export PGSCHED_REQUIRE_CLUSTER=1
 workers=${PGSCHED_TEST_WORKERS:-3}
 reports=.cache/test-reports
-mkdir -p "$reports"
-rm -f "$reports"/*.xml
+# The previous run's reports stay for tests/plugins/ordering.py (longest modules first).
+mkdir -p "$reports/previous"
+if compgen -G "$reports/*.xml" >/dev/null; then
+    rm -f "$reports"/previous/*.xml
+    mv "$reports"/*.xml "$reports/previous/"
+fi
 log=$(mktemp /tmp/pgsched-test-rest.XXXXXX)
 state=$(mktemp -u /tmp/pgsched-shared-cluster.XXXXXX)
 cluster_pid=
@@ -50,15 +55,23 @@ started=$(date +%s)
     --junitxml="$reports/rest.xml" "$@" >"$log" 2>&1 &
 rest=$!
 
+# Alone on the node first: these mostly wait (chaos, restarts, clusters of their own) while
+# the tests without the cluster compute; the parallel phase, which computes too, follows
+# once those are nearly done and has the cores to itself.
+.venv/bin/pytest -m "exclusive or own_cluster" --junitxml="$reports/alone.xml" "$@"
+alone_status=$?
+echo "test: the cluster tests that run alone ended after $(($(date +%s) - started))s (status $alone_status)"
+
 # The parallel phase: one shared cluster, started once and stopped after.
 .venv/bin/python -m devenv.controlplane up --state-file "$state" --crds crds >/dev/null &
 cluster_pid=$!
+cluster_started=$(date +%s)
 while [ ! -s "$state" ]; do
     if ! kill -0 "$cluster_pid" 2>/dev/null; then
         echo "test: the shared cluster did not start (python -m devenv.controlplane up)" >&2
         exit 1
     fi
-    if [ $(($(date +%s) - started)) -gt 300 ]; then
+    if [ $(($(date +%s) - cluster_started)) -gt 300 ]; then
         echo "test: the shared cluster was not ready within 300 s" >&2
         exit 1
     fi
@@ -71,10 +84,6 @@ PGSCHED_SHARED_CLUSTER="$state" .venv/bin/pytest -n "$workers" --dist loadscope 
 parallel_status=$?
 stop_shared_cluster
 echo "test: the parallel cluster tests ended after $(($(date +%s) - started))s (status $parallel_status)"
-
-.venv/bin/pytest -m "exclusive or own_cluster" --junitxml="$reports/alone.xml" "$@"
-alone_status=$?
-echo "test: the cluster tests that run alone ended after $(($(date +%s) - started))s (status $alone_status)"
 
 wait "$rest"
 rest_status=$?

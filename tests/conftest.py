@@ -5,4 +5,5 @@ pytest_plugins = [
     "plugins.cluster",
     "plugins.operator",
     "plugins.kueue",
+    "plugins.ordering",
 ]

@@ -1,0 +1,52 @@
+"""In parallel workers, the longest test modules first, by the durations the previous ``make test`` recorded.
+
+pytest-xdist (``--dist loadscope``) hands whole modules to its workers in collection order,
+so a long module collected last runs alone at the end while the other workers idle (seen:
+a 112 s notification test ran by itself for the last two minutes of the parallel phase).
+Longest first keeps the workers busy until the end. The durations are the JUnit reports
+``hack/test.sh`` keeps from the previous run in ``.cache/test-reports/previous``; without
+them the order is pytest's own. Every worker reads the same file, so all collect the same
+order, which xdist requires.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+PREVIOUS = Path(__file__).resolve().parents[2] / ".cache" / "test-reports" / "previous"
+
+
+def module_seconds(folder: Path) -> Counter[str]:
+    """Seconds per test module (``tests/cluster/test_x.py``) in the reports of ``folder``."""
+    seconds: Counter[str] = Counter()
+    for report in folder.glob("*.xml"):
+        try:
+            cases = ElementTree.parse(report).iter("testcase")
+            for case in cases:
+                parts = case.get("classname", "").split(".")
+                if parts and parts[-1].startswith("Test"):  # a test class's methods
+                    parts.pop()
+                module = "/".join(parts) + ".py"
+                seconds[module] += float(case.get("time", 0))
+        except (ElementTree.ParseError, ValueError):
+            continue  # a report cut short by an interrupted run: order by the others
+    return seconds
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process runs everything in turn: the order changes nothing
+    seconds = module_seconds(PREVIOUS)
+    if not seconds:
+        return
+
+    def cost(item: pytest.Item) -> float:
+        return seconds.get(item.nodeid.split("::", 1)[0], 0.0)
+
+    items.sort(key=cost, reverse=True)  # stable: a module's tests keep their order
