@@ -158,3 +158,25 @@ def test_the_sidecar_watches_the_workload_exit_only_in_a_pod_sharing_its_process
     plain_init = {"name": "setup", "image": "busybox"}
     with_init = shared({"shareProcessNamespace": True, "initContainers": [plain_init]})
     assert with_init["PGSCHED_SHARED_PROCESS_NAMESPACE"] == "true"
+
+
+def pod_spec_of(**accounts):
+    template = json.loads(json.dumps(TEMPLATE))
+    template["spec"]["template"]["spec"].update(accounts)
+    built = jobs.build(definition(spec={"jobTemplate": template}), run(), SETTINGS)
+    return built["spec"]["template"]["spec"]
+
+
+def test_the_job_names_the_service_account_the_policy_judged_and_drops_the_deprecated_field():
+    """The API server runs a pod whose serviceAccountName is empty as its deprecated
+    serviceAccount, and one with both as serviceAccountName: the built Job says exactly
+    that account, in serviceAccountName alone, so what runs is what was judged."""
+    alias = pod_spec_of(serviceAccountName="", serviceAccount="reports")
+    assert alias["serviceAccountName"] == "reports" and "serviceAccount" not in alias
+    both = pod_spec_of(serviceAccountName="reports", serviceAccount="admin")
+    assert both["serviceAccountName"] == "reports" and "serviceAccount" not in both
+    alone = pod_spec_of(serviceAccount="reports")
+    assert alone["serviceAccountName"] == "reports" and "serviceAccount" not in alone
+    default = pod_spec_of(serviceAccountName="", serviceAccount="")
+    assert "serviceAccountName" not in default and "serviceAccount" not in default
+    assert "serviceAccountName" not in pod_spec_of()

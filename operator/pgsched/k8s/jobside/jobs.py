@@ -3,8 +3,9 @@
 The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs: a deterministic name
 (``<scheduledjob>-<run-id>``, so launching twice is one Job), the ScheduledJob as owner, the
 run's labels and annotations, no pod restarts (a retry is a new run and a new Job), the
-shared ``/pgsched`` volume, the heartbeat sidecar or the SDK runner, and the run's
-parameters as ``PGSCHED_PARAM_<NAME>``.
+shared ``/pgsched`` volume, the heartbeat sidecar or the SDK runner, the run's parameters
+as ``PGSCHED_PARAM_<NAME>``, and the ServiceAccount the jobTemplate policy judged
+(``jobpolicy.service_account``), in ``serviceAccountName`` alone.
 
 The run's database credentials come from a Secret of the narrow job role in the job's
 namespace, and its lease token from a per-run Secret (:func:`lease_secret`), so neither the
@@ -65,6 +66,13 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
     if definition.active_deadline_seconds:
         job_spec["activeDeadlineSeconds"] = definition.active_deadline_seconds
     pod_spec["restartPolicy"] = "Never"
+    # The account the jobTemplate policy judged, in the one field the API server reads
+    # first: never an empty serviceAccountName beside a deprecated serviceAccount.
+    account = jobpolicy.service_account(pod_spec)[1]
+    pod_spec.pop("serviceAccount", None)
+    pod_spec.pop("serviceAccountName", None)
+    if account is not None:
+        pod_spec["serviceAccountName"] = account
     # No API token in the pod unless the jobTemplate asks for one: pgsched's own containers
     # never call the API, and most workloads do not either.
     pod_spec.setdefault("automountServiceAccountToken", False)
