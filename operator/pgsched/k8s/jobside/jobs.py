@@ -4,8 +4,9 @@ The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs: a determi
 (``<scheduledjob>-<run-id>``, so launching twice is one Job), the ScheduledJob as owner, the
 run's labels and annotations, no pod restarts (a retry is a new run and a new Job), the
 shared ``/pgsched`` volume, the heartbeat sidecar or the SDK runner, the run's parameters
-as ``PGSCHED_PARAM_<NAME>``, and the ServiceAccount the jobTemplate policy judged
-(``jobpolicy.service_account``), in ``serviceAccountName`` alone.
+as ``PGSCHED_PARAM_<NAME>`` (escaped for kubelet's ``$(VAR)`` expansion: :func:`_literal`),
+and the ServiceAccount the jobTemplate policy judged (``jobpolicy.service_account``), in
+``serviceAccountName`` alone.
 
 The run's database credentials come from a Secret of the narrow job role in the job's
 namespace, and its lease token from a per-run Secret (:func:`lease_secret`), so neither the
@@ -93,7 +94,7 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
     values = parameters.environment(declared, run.parameters)
     if containers and values:
         containers[0]["env"] += [
-            {"name": item.env_name, "value": values[item.name]}
+            {"name": item.env_name, "value": _literal(values[item.name])}
             for item in declared
             if item.name in values
         ]
@@ -194,6 +195,15 @@ def owner(api_version: str, kind: str, name: str, uid: object, *, block: bool = 
     }
 
 
+def _literal(value: str) -> str:
+    """A parameter's value as kubelet must pass it on. kubelet expands ``$(NAME)`` in a
+    container's env values, command and args with the pod's variables, and reads ``$$``
+    as ``$``: a value ``$(DB_PASSWORD)`` would reach the workload as the password. Every
+    ``$`` doubled is the documented escape, and the exact inverse of that expansion
+    (doubling only ``$(`` would let ``$$(X)`` through as ``$`` and then ``$(X)``)."""
+    return value.replace("$", "$$")
+
+
 def _workload_env(run: Run) -> list[Obj]:
     return [
         {"name": "PGSCHED_RUN_ID", "value": str(run.id)},
@@ -231,7 +241,7 @@ def _lease_env(definition: Definition, run: Run, settings: JobSettings) -> list[
 def _sdk_env(job: Obj, values: dict[str, str]) -> list[Obj]:
     """The SDK runner's contract; the run's parameters are keyword arguments too, over
     ``spec.job.args``."""
-    arguments = {**(job.get("args") or {}), **values}
+    arguments = {**(job.get("args") or {}), **{k: _literal(v) for k, v in values.items()}}
     return [
         {"name": "PGSCHED_JOB_KIND", "value": str(job["kind"])},
         {"name": "PGSCHED_JOB_ARGS", "value": json.dumps(arguments)},
