@@ -34,6 +34,8 @@ from devenv.adminclient import ApiError as AdminApiError
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from factories import RecordingLauncher, define, no_database
+from k8sfixtures import definition as fixture_definition
+from k8sfixtures import run as fixture_run
 from pgsched.engine import dispatch, runs
 from pgsched.engine.launcher import LaunchError
 from pgsched.k8s import names
@@ -239,6 +241,87 @@ def test_a_namespace_annotation_narrows_the_service_accounts_and_tenants_cannot_
         cluster.kubectl(
             "annotate", "namespace", release.jobs, f"{jobpolicy.ANNOTATION_SERVICE_ACCOUNTS}-"
         )
+
+
+def dry_run_job(cluster: ControlPlane, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The Job as the API server would store it (its defaulting applied), not stored."""
+    return cluster.api.request(
+        "POST",
+        api.path_of(group="batch", version="v1", namespace=namespace, plural="jobs"),
+        body=job,
+        query={"dryRun": "All"},
+    )
+
+
+def test_an_empty_service_account_name_cannot_smuggle_the_deprecated_field_past_the_policy(
+    cluster, release
+):
+    """``serviceAccountName: ""`` beside the deprecated ``serviceAccount: admin``: the API
+    server runs such a pod as admin, so the admission policy judges admin, and the Job
+    pgsched builds names the account the operator's policy judged, and only that one."""
+    smuggling = {"serviceAccountName": "", "serviceAccount": "admin"}
+    # The premise, from the API server itself: its defaulting copies the deprecated field
+    # over an empty serviceAccountName (checked on a Job's pod template, dry run).
+    plain = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"smuggler-{secrets.token_hex(3)}"},
+        "spec": busybox("true", restartPolicy="Never", **smuggling)["spec"],
+    }
+    defaulted = dry_run_job(cluster, release.jobs, plain)["spec"]["template"]["spec"]
+    assert defaulted["serviceAccountName"] == "admin"
+
+    cluster.kubectl(
+        "annotate",
+        "namespace",
+        release.jobs,
+        f"{jobpolicy.ANNOTATION_SERVICE_ACCOUNTS}=default,reports",
+        "--overwrite",
+    )
+    try:
+        # Each probe a new object: one accepted before the annotation applied would not be
+        # checked again while its spec stays the same.
+        wait_for(
+            lambda: refused_apply(
+                cluster,
+                release.jobs,
+                f"probe-{secrets.token_hex(3)}",
+                busybox("true", serviceAccountName="admin"),
+            ),
+            30,
+            describe="the namespace's annotation to apply",
+        )
+        refusal = refused_apply(cluster, release.jobs, "smuggler", busybox("true", **smuggling))
+        assert refusal is not None
+        assert (
+            f"{POD}.serviceAccount: admin is not allowed in namespace {release.jobs}"
+        ) in refusal
+        assert cluster.kubectl("get", "sj", "smuggler", "-n", release.jobs, check=False).returncode
+        # The operator's policy judges the same account (before launch, and where no
+        # admission policy is installed).
+        found = jobpolicy.refusal(
+            jobpolicy.JobPolicy(),
+            namespace=release.jobs,
+            spec={"jobTemplate": busybox("true", **smuggling)},
+            annotations={jobpolicy.ANNOTATION_SERVICE_ACCOUNTS: "default,reports"},
+        )
+        assert found is not None and f"{POD}.serviceAccount: 'admin' is not allowed" in found
+    finally:
+        cluster.kubectl(
+            "annotate", "namespace", release.jobs, f"{jobpolicy.ANNOTATION_SERVICE_ACCOUNTS}-"
+        )
+
+    # What pgsched builds runs as what was judged: serviceAccountName wins over the
+    # deprecated field in the API server, and the built Job carries serviceAccountName alone.
+    judged = busybox("true", serviceAccountName="reports", serviceAccount="admin")
+    built = jobs.build(
+        fixture_definition(namespace=release.jobs, spec={"jobTemplate": judged}),
+        fixture_run(),
+        jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev"),
+    )
+    assert "serviceAccount" not in built["spec"]["template"]["spec"]
+    stored = dry_run_job(cluster, release.jobs, built)["spec"]["template"]["spec"]
+    assert (stored["serviceAccountName"], stored.get("serviceAccount")) == ("reports", "reports")
 
 
 # -- the operator's own Secret writes ------------------------------------------------------------

@@ -13,6 +13,7 @@ from pgsched.k8s.jobside.jobpolicy import (
     JobPolicy,
     refusals,
     secret_references,
+    service_account,
 )
 
 CHART = JobPolicy(
@@ -165,3 +166,52 @@ def test_an_unset_service_account_is_the_namespaces_default_one():
 def test_the_deprecated_service_account_field_is_checked_too():
     found = messages(JobPolicy(service_accounts=("reports",)), "jobs", spec(serviceAccount="admin"))
     assert f"{POD}.serviceAccount: 'admin' is not allowed" in found
+
+
+@pytest.mark.parametrize("empty", ["", None])
+def test_an_empty_service_account_name_beside_the_deprecated_field_is_judged_as_the_deprecated_one(
+    empty,
+):
+    """The API server runs the pod as serviceAccount when serviceAccountName is empty (its
+    defaulting copies the deprecated field over): that is the account the policy judges."""
+    found = messages(
+        JobPolicy(service_accounts=("reports",)),
+        "jobs",
+        spec(serviceAccountName=empty, serviceAccount="admin"),
+    )
+    assert found == (
+        f"{POD}.serviceAccount: 'admin' is not allowed in namespace jobs (allowed: reports)"
+        " (example: reports)"
+    )
+
+
+def test_the_operators_account_in_the_deprecated_field_is_refused_in_its_namespace():
+    policy = JobPolicy(
+        operator_namespace="pgsched",
+        operator_service_account="pgsched",
+        allow_operator_namespace=True,
+    )
+    found = messages(policy, "pgsched", spec(serviceAccountName="", serviceAccount="pgsched"))
+    assert f"{POD}.serviceAccount: 'pgsched' is not allowed in namespace pgsched" in found
+
+
+def test_service_account_name_wins_over_the_deprecated_field_as_in_the_api_server():
+    policy = JobPolicy(service_accounts=("reports",))
+    assert messages(policy, "jobs", spec(serviceAccountName="reports", serviceAccount="x")) == ""
+    found = messages(policy, "jobs", spec(serviceAccountName="admin", serviceAccount="reports"))
+    assert f"{POD}.serviceAccountName: 'admin' is not allowed" in found
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "account"),
+    [
+        ({}, ("serviceAccountName", None)),
+        ({"serviceAccountName": "", "serviceAccount": ""}, ("serviceAccountName", None)),
+        ({"serviceAccount": "reports"}, ("serviceAccount", "reports")),
+        ({"serviceAccountName": "", "serviceAccount": "reports"}, ("serviceAccount", "reports")),
+        ({"serviceAccountName": None, "serviceAccount": "reports"}, ("serviceAccount", "reports")),
+        ({"serviceAccountName": "a", "serviceAccount": "b"}, ("serviceAccountName", "a")),
+    ],
+)
+def test_the_effective_service_account_is_the_api_servers(pod_spec, account):
+    assert service_account(pod_spec) == account

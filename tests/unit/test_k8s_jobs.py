@@ -158,3 +158,82 @@ def test_the_sidecar_watches_the_workload_exit_only_in_a_pod_sharing_its_process
     plain_init = {"name": "setup", "image": "busybox"}
     with_init = shared({"shareProcessNamespace": True, "initContainers": [plain_init]})
     assert with_init["PGSCHED_SHARED_PROCESS_NAMESPACE"] == "true"
+
+
+def pod_spec_of(**accounts):
+    template = json.loads(json.dumps(TEMPLATE))
+    template["spec"]["template"]["spec"].update(accounts)
+    built = jobs.build(definition(spec={"jobTemplate": template}), run(), SETTINGS)
+    return built["spec"]["template"]["spec"]
+
+
+def test_the_job_names_the_service_account_the_policy_judged_and_drops_the_deprecated_field():
+    """The API server runs a pod whose serviceAccountName is empty as its deprecated
+    serviceAccount, and one with both as serviceAccountName: the built Job says exactly
+    that account, in serviceAccountName alone, so what runs is what was judged."""
+    alias = pod_spec_of(serviceAccountName="", serviceAccount="reports")
+    assert alias["serviceAccountName"] == "reports" and "serviceAccount" not in alias
+    both = pod_spec_of(serviceAccountName="reports", serviceAccount="admin")
+    assert both["serviceAccountName"] == "reports" and "serviceAccount" not in both
+    alone = pod_spec_of(serviceAccount="reports")
+    assert alone["serviceAccountName"] == "reports" and "serviceAccount" not in alone
+    default = pod_spec_of(serviceAccountName="", serviceAccount="")
+    assert "serviceAccountName" not in default and "serviceAccount" not in default
+    assert "serviceAccountName" not in pod_spec_of()
+
+
+def kubelet_expand(text: str, variables: dict[str, str]) -> str:
+    """kubelet's expansion of a container's env values, command and args (Kubernetes'
+    third_party/forked/golang/expansion): ``$(NAME)`` becomes the variable's value when
+    it is defined, ``$$`` becomes ``$``, anything else stays as written."""
+    out, index = [], 0
+    while index < len(text):
+        if text[index] != "$" or index + 1 == len(text):
+            out.append(text[index])
+            index += 1
+        elif text[index + 1] == "$":
+            out.append("$")
+            index += 2
+        elif text[index + 1] == "(" and ")" in text[index + 2 :]:
+            end = text.index(")", index + 2)
+            name = text[index + 2 : end]
+            out.append(variables.get(name, f"$({name})"))
+            index = end + 1
+        else:
+            out.append(text[index : index + 2])
+            index += 2
+    return "".join(out)
+
+
+POD_ENV = {"DB_PASSWORD": "hunter2", "HOME": "/tmp"}
+LITERALS = {"day": "$(DB_PASSWORD)", "note": "$$(HOME) costs $5, $", "plain": "eu-west-1"}
+
+
+def test_kubelet_expand_follows_kubernetes_rules():
+    assert kubelet_expand("$(DB_PASSWORD)", POD_ENV) == "hunter2"
+    assert kubelet_expand("$$(DB_PASSWORD)", POD_ENV) == "$(DB_PASSWORD)"
+    assert kubelet_expand("$$$(HOME) $(NOPE) $x $", POD_ENV) == "$/tmp $(NOPE) $x $"
+
+
+def parameters_spec(**extra):
+    template = json.loads(json.dumps(TEMPLATE))
+    declared = [{"name": name} for name in LITERALS]
+    return definition(spec={"jobTemplate": template, "parameters": declared, **extra})
+
+
+def test_parameter_values_reach_the_workload_as_given_not_expanded_by_kubelet():
+    """A value such as $(DB_PASSWORD) would be replaced by kubelet with the pod's variable
+    of that name: the Job carries it escaped ($ doubled), so the workload reads it as given."""
+    built = jobs.build(parameters_spec(), run(parameters=LITERALS), SETTINGS)
+    env = env_of(built["spec"]["template"]["spec"]["containers"][0])
+    assert env["PGSCHED_PARAM_DAY"] == "$$(DB_PASSWORD)"
+    for name, value in LITERALS.items():
+        assert kubelet_expand(env[f"PGSCHED_PARAM_{name.upper()}"], POD_ENV) == value
+
+
+def test_sdk_keyword_arguments_from_parameters_are_escaped_too():
+    job = {"kind": "report", "args": {"n": 2}}
+    built = jobs.build(parameters_spec(job=job), run(parameters=LITERALS), SETTINGS)
+    env = env_of(built["spec"]["template"]["spec"]["containers"][0])
+    arguments = json.loads(kubelet_expand(env["PGSCHED_JOB_ARGS"], POD_ENV))
+    assert arguments == {"n": 2, **LITERALS}

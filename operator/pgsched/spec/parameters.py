@@ -37,6 +37,7 @@ def validate(check: Checker) -> None:
         check.fail(_FIELD, f"declares {len(value)} parameters, at most {MAX_PARAMETERS}", EXAMPLE)
         return
     seen: set[str] = set()
+    spent = 0  # RE2 instructions of the patterns so far (engine.parameters.MAX_INSTRUCTIONS)
     for index, item in enumerate(value):
         path = f"{_FIELD}[{index}]"
         if not isinstance(item, Mapping):
@@ -81,16 +82,26 @@ def validate(check: Checker) -> None:
         pattern = texts["pattern"]
         if pattern is not None:
             try:
-                re.compile(pattern)
-            except re.error as error:
-                check.fail(
-                    f"{path}.pattern",
-                    f"{parameters.quoted(pattern)} is not a regular expression: {error}",
-                    EXAMPLE,
-                )
+                size = parameters.program_size(pattern)
+            except ValueError as error:
+                check.fail(f"{path}.pattern", str(error), EXAMPLE)
                 pattern = None
+            else:
+                spent += size
+                if spent > parameters.MAX_INSTRUCTIONS:
+                    check.fail(f"{path}.pattern", _too_large(pattern, size, spent), EXAMPLE)
+                    pattern = None
         default = texts["default"]
         if default is not None:
             entry = parameters.Declared(name, default, pattern)
             for problem in parameters.check([entry], {name: default}):
                 check.fail(f"{path}.default", problem.message, EXAMPLE)
+
+
+def _too_large(pattern: str, size: int, spent: int) -> str:
+    return (
+        f"{parameters.quoted(pattern)} compiles to {size} RE2 instructions, which brings the"
+        f" spec's patterns to {spent}, more than {parameters.MAX_INSTRUCTIONS} (matching costs"
+        " time per character for each instruction): use unbounded repetition where the length"
+        " does not matter, '[a-z]+' rather than '[a-z]{1,200}'"
+    )

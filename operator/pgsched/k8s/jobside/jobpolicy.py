@@ -81,14 +81,11 @@ def refusals(
         )
         return problems.errors
     pod_spec = _pod_spec(spec)
-    # serviceAccount is the deprecated alias the API server still honours when it is alone.
-    alias = "serviceAccount" in pod_spec and "serviceAccountName" not in pod_spec
-    account_field = "serviceAccount" if alias else "serviceAccountName"
-    account = str(pod_spec.get(account_field) or "default")
+    account_field, account = service_account(pod_spec)
     _require_allowed(
         problems,
         f"{POD_SPEC}.{account_field}",
-        account,
+        account or "default",
         _allowed(policy.service_accounts, annotations.get(ANNOTATION_SERVICE_ACCOUNTS)),
         forbidden=(policy.operator_service_account,) if home else (),
         namespace=namespace,
@@ -115,6 +112,19 @@ def refusals(
                 fallback="reports-credentials",
             )
     return problems.errors
+
+
+def service_account(pod_spec: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The field that names the ServiceAccount a pod runs as, and that account (None: the
+    namespace's ``default``), as the API server decides it: ``serviceAccountName`` unless
+    it is empty, then the deprecated ``serviceAccount`` (the API server's defaulting
+    copies it over an empty ``serviceAccountName``: judging ``serviceAccountName: ""`` as
+    ``default`` would let ``serviceAccount: admin`` through). The Job builder writes this
+    account back as ``serviceAccountName`` alone, so what runs is what was judged."""
+    for field in ("serviceAccountName", "serviceAccount"):
+        if pod_spec.get(field):
+            return field, str(pod_spec[field])
+    return "serviceAccountName", None
 
 
 def secret_references(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

@@ -3,8 +3,10 @@
 The Job is the ScheduledJob's ``jobTemplate`` plus what pgsched needs: a deterministic name
 (``<scheduledjob>-<run-id>``, so launching twice is one Job), the ScheduledJob as owner, the
 run's labels and annotations, no pod restarts (a retry is a new run and a new Job), the
-shared ``/pgsched`` volume, the heartbeat sidecar or the SDK runner, and the run's
-parameters as ``PGSCHED_PARAM_<NAME>``.
+shared ``/pgsched`` volume, the heartbeat sidecar or the SDK runner, the run's parameters
+as ``PGSCHED_PARAM_<NAME>`` (escaped for kubelet's ``$(VAR)`` expansion: :func:`_literal`),
+and the ServiceAccount the jobTemplate policy judged (``jobpolicy.service_account``), in
+``serviceAccountName`` alone.
 
 The run's database credentials come from a Secret of the narrow job role in the job's
 namespace, and its lease token from a per-run Secret (:func:`lease_secret`), so neither the
@@ -65,6 +67,13 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
     if definition.active_deadline_seconds:
         job_spec["activeDeadlineSeconds"] = definition.active_deadline_seconds
     pod_spec["restartPolicy"] = "Never"
+    # The account the jobTemplate policy judged, in the one field the API server reads
+    # first: never an empty serviceAccountName beside a deprecated serviceAccount.
+    account = jobpolicy.service_account(pod_spec)[1]
+    pod_spec.pop("serviceAccount", None)
+    pod_spec.pop("serviceAccountName", None)
+    if account is not None:
+        pod_spec["serviceAccountName"] = account
     # No API token in the pod unless the jobTemplate asks for one: pgsched's own containers
     # never call the API, and most workloads do not either.
     pod_spec.setdefault("automountServiceAccountToken", False)
@@ -85,7 +94,7 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
     values = parameters.environment(declared, run.parameters)
     if containers and values:
         containers[0]["env"] += [
-            {"name": item.env_name, "value": values[item.name]}
+            {"name": item.env_name, "value": _literal(values[item.name])}
             for item in declared
             if item.name in values
         ]
@@ -186,6 +195,15 @@ def owner(api_version: str, kind: str, name: str, uid: object, *, block: bool = 
     }
 
 
+def _literal(value: str) -> str:
+    """A parameter's value as kubelet must pass it on. kubelet expands ``$(NAME)`` in a
+    container's env values, command and args with the pod's variables, and reads ``$$``
+    as ``$``: a value ``$(DB_PASSWORD)`` would reach the workload as the password. Every
+    ``$`` doubled is the documented escape, and the exact inverse of that expansion
+    (doubling only ``$(`` would let ``$$(X)`` through as ``$`` and then ``$(X)``)."""
+    return value.replace("$", "$$")
+
+
 def _workload_env(run: Run) -> list[Obj]:
     return [
         {"name": "PGSCHED_RUN_ID", "value": str(run.id)},
@@ -223,7 +241,7 @@ def _lease_env(definition: Definition, run: Run, settings: JobSettings) -> list[
 def _sdk_env(job: Obj, values: dict[str, str]) -> list[Obj]:
     """The SDK runner's contract; the run's parameters are keyword arguments too, over
     ``spec.job.args``."""
-    arguments = {**(job.get("args") or {}), **values}
+    arguments = {**(job.get("args") or {}), **{k: _literal(v) for k, v in values.items()}}
     return [
         {"name": "PGSCHED_JOB_KIND", "value": str(job["kind"])},
         {"name": "PGSCHED_JOB_ARGS", "value": json.dumps(arguments)},

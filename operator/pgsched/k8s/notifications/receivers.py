@@ -3,7 +3,10 @@
 Three target types (docs/notifications.md has the schemas):
 
 - ``Webhook``: the notification's JSON payload, signed;
-- ``Slack``: ``{"text": ...}``, what a Slack-compatible incoming webhook takes;
+- ``Slack``: ``{"text": ...}``, what a Slack-compatible incoming webhook takes, with
+  ``&``, ``<`` and ``>`` escaped as Slack's formatting rules ask: the text carries a
+  job's own words (its error, its reason), and unescaped ``<!channel>`` would ping a
+  channel and ``<http://evil|bank>`` show one link as another;
 - ``CloudEvents``: CloudEvents 1.0 in structured mode (``application/cloudevents+json``),
   ``id`` the idempotency key; signed too when the target names a signing key.
 
@@ -69,10 +72,16 @@ def message(payload: Mapping[str, Any]) -> str:
     return f"{line}: {detail}" if detail and payload["event"] != "recovered" else line
 
 
+def slack_escaped(text: str) -> str:
+    """``text`` as Slack's mrkdwn shows it literally: ``&``, ``<``, ``>`` as entities (only
+    these three; Slack decodes no others)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def body_of(kind: str, payload: Mapping[str, Any]) -> tuple[bytes, str]:
     """The request body of a target type, and its content type."""
     if kind == "Slack":
-        document: dict[str, Any] = {"text": message(payload)}
+        document: dict[str, Any] = {"text": slack_escaped(message(payload))}
         content_type = "application/json"
     elif kind == "CloudEvents":
         job = payload["scheduledJob"]
