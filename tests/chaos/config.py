@@ -49,6 +49,11 @@ class ChaosConfig:
     fault_kinds: tuple[str, ...] | None = None
     # A safeguard switched off on purpose (self-tests only): see ``planted`` in the drivers.
     planted: str | None = None
+    # Faults the run must have injected to mean anything: past ``seconds`` the driver goes
+    # on injecting until it has, for at most ``seconds`` more. Slow faults (a failover
+    # waits for a workload to start, then for its lag) may not fit twice in a CI-length
+    # run on a loaded machine (seen: one failover in 90 s, at 55 s).
+    min_faults: int = 0
     report_dir: Path = field(default_factory=_report_dir)
 
     @property

@@ -288,9 +288,17 @@ class ChaosDriver:
             {kind: weight for kind, (weight, _) in catalog.items()},
             last=self.late_fault_kinds,
         )
-        while time.monotonic() < deadline:
-            time.sleep(min(self.rng.uniform(*self.config.fault_gap), deadline - time.monotonic()))
-            if time.monotonic() >= deadline:
+        # Past the deadline only while too few faults were injected, up to one more length.
+        latest = deadline + self.config.seconds
+
+        def until() -> float:
+            short = sum(self.fault_log.counts().values()) < self.config.min_faults
+            return latest if short else deadline
+
+        while time.monotonic() < until():
+            gap = self.rng.uniform(*self.config.fault_gap)
+            time.sleep(max(0.0, min(gap, until() - time.monotonic())))
+            if time.monotonic() >= until():
                 return
             kind = plan.next()
             try:

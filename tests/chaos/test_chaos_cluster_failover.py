@@ -57,6 +57,7 @@ def failover_chaos(
             seconds=seconds,
             fault_kinds=("failover",),
             fault_gap=(25.0, 45.0),
+            min_faults=5 if seconds >= LONG_SECONDS else 2,
             drain_timeout=300,
             planted=planted,
         )
