@@ -155,7 +155,7 @@ class ControlPlane:
         if self._attached:
             raise SharedClusterError(
                 f"{what} would change the cluster under the tests other workers run on it:"
-                " mark the test `exclusive` (it then runs after the parallel ones, alone)"
+                " mark the test `exclusive` (it then runs alone on the node, not beside the parallel ones)"
             )
 
     # -- lifecycle -------------------------------------------------------------------------
