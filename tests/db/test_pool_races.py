@@ -15,7 +15,9 @@ from test_races import race, race_by_worker
 import invariants
 import racers
 from bench import planted
+from devenv.postgres import PostgresServer
 from pgsched.db import connection
+from plugins.postgres import TEMPLATE
 
 WORKERS = 8
 POOLS = {"warehouse": 2, "licence": 3, "api": 5}
@@ -109,18 +111,37 @@ def test_sessions_killed_mid_claim_lose_nothing_and_break_no_limit(dsn):
         assert invariants.every_attempt_terminal(conn) == []
 
 
-def test_the_checks_catch_a_claim_that_ignores_pools(dsn):
+def test_the_checks_catch_a_claim_that_ignores_pools(postgres):
     """The experiment can fail: a planted claim (created here) that keeps its locks and
-    caps but ignores pools' limits overshoots them, and both checks see it."""
-    with connection.connect(dsn) as conn:
-        seed_pooled(conn, count=20, runs_each=20, seed=23)
-        planted.install_poolless_claim(conn)
+    caps but ignores pools' limits overshoots them, and both checks see it.
 
-    launched, _, live_violations = race(
-        dsn, racers.dispatcher, 4, seconds=120, unlocked=True, try_locks=False
-    )
+    The live sampler must catch two dispatchers' claims in the same pool at one instant,
+    which a saturated machine makes rarer (seen once in make test, the node's tests beside
+    it): up to three races, each on a fresh database, until it does; none may launch a
+    run twice, and the final check must see the overshoot of the race the sampler caught."""
+    for _attempt in range(3):
+        dsn = fresh_database(postgres)
+        with connection.connect(dsn) as conn:
+            seed_pooled(conn, count=20, runs_each=20, seed=23)
+            planted.install_poolless_claim(conn)
 
-    assert invariants.no_double_launch(launched) == []
+        launched, _, live_violations = race(
+            dsn, racers.dispatcher, 4, seconds=120, unlocked=True, try_locks=False
+        )
+
+        assert invariants.no_double_launch(launched) == []
+        if any("pool" in violation for violation in live_violations):
+            break
+
     assert any("pool" in violation for violation in live_violations)
     with connection.connect(dsn) as conn:
         assert invariants.never_over_pool_limit(conn) != []
+
+
+def fresh_database(postgres: PostgresServer) -> str:
+    """A migrated database of its own (as the ``dsn`` fixture makes one), left for the
+    session's server to remove."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with connection.connect(postgres.dsn()) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    return postgres.dsn(name)
