@@ -15,9 +15,8 @@ from test_races import race, race_by_worker
 import invariants
 import racers
 from bench import planted
-from devenv.postgres import PostgresServer
 from pgsched.db import connection
-from plugins.postgres import TEMPLATE
+from plugins.postgres import migrated_database
 
 WORKERS = 8
 POOLS = {"warehouse": 2, "licence": 3, "api": 5}
@@ -120,7 +119,7 @@ def test_the_checks_catch_a_claim_that_ignores_pools(postgres):
     it): up to three races, each on a fresh database, until it does; none may launch a
     run twice, and the final check must see the overshoot of the race the sampler caught."""
     for _attempt in range(3):
-        dsn = fresh_database(postgres)
+        dsn = migrated_database(postgres)
         with connection.connect(dsn) as conn:
             seed_pooled(conn, count=20, runs_each=20, seed=23)
             planted.install_poolless_claim(conn)
@@ -136,12 +135,3 @@ def test_the_checks_catch_a_claim_that_ignores_pools(postgres):
     assert any("pool" in violation for violation in live_violations)
     with connection.connect(dsn) as conn:
         assert invariants.never_over_pool_limit(conn) != []
-
-
-def fresh_database(postgres: PostgresServer) -> str:
-    """A migrated database of its own (as the ``dsn`` fixture makes one), left for the
-    session's server to remove."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with connection.connect(postgres.dsn()) as admin:
-        admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    return postgres.dsn(name)

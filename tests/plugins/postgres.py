@@ -34,13 +34,20 @@ def postgres() -> Iterator[PostgresServer]:
         server.cleanup()
 
 
-@pytest.fixture
-def dsn(postgres: PostgresServer) -> Iterator[str]:
-    """A connection string to a freshly migrated database of this test's own."""
+def migrated_database(postgres: PostgresServer) -> str:
+    """A connection string to a new database copied from the migrated template."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     with connection.connect(postgres.dsn()) as admin:
         admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    yield postgres.dsn(name)
+    return postgres.dsn(name)
+
+
+@pytest.fixture
+def dsn(postgres: PostgresServer) -> Iterator[str]:
+    """A connection string to a freshly migrated database of this test's own."""
+    found = migrated_database(postgres)
+    yield found
+    name = found.rsplit("dbname=", 1)[1]
     with connection.connect(postgres.dsn()) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
