@@ -46,6 +46,28 @@ class WebhookSettings:
 
 
 @dataclass(frozen=True)
+class RunApiSettings:
+    """The run API job pods talk to (``pgsched.runapi``, docs/run-api.md)."""
+
+    # host:port of its HTTPS server.
+    bind: str = "0.0.0.0:8443"
+    # A folder with tls.crt, tls.key and ca.crt: a mounted TLS Secret. Pods are given
+    # ca.crt (PGSCHED_RUN_API_CA) to trust.
+    cert_dir: str = ""
+    # The address pods are given (PGSCHED_RUN_API_URL): the Service in front of every
+    # replica's server.
+    url: str = ""
+    # Per namespace (I14): requests a second and bursts, database calls in flight, open
+    # long polls.
+    namespace_rate: float = 50.0
+    namespace_burst: int = 100
+    namespace_concurrency: int = 4
+    namespace_waiters: int = 2000
+    # Database connections of the run API (its own pool, beside the watches').
+    pool_size: int = 4
+
+
+@dataclass(frozen=True)
 class OperatorSettings:
     dsn: str
     jobs: JobSettings
@@ -74,6 +96,7 @@ class OperatorSettings:
     # How long run history is kept (engine/history.py); None: forever.
     history_retention: timedelta | None = None
     webhook: WebhookSettings = WebhookSettings()
+    run_api: RunApiSettings = RunApiSettings()
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -112,6 +135,7 @@ class OperatorSettings:
             jobs=JobSettings(**_section(chosen, "jobs"), policy=policy),
             tick=tick,
             webhook=WebhookSettings(**_section(chosen, "webhook")),
+            run_api=RunApiSettings(**_section(chosen, "run_api")),
             **_section(chosen, ""),
         )
         problems.raise_if_any(SettingsError, title="invalid operator settings:")
@@ -227,6 +251,7 @@ _SECTIONS: dict[str, type] = {
     "jobs.policy": JobPolicy,
     "tick": TickSettings,
     "webhook": WebhookSettings,
+    "run_api": RunApiSettings,
 }
 
 
@@ -610,6 +635,74 @@ VARIABLES: tuple[Variable, ...] = (
         ),
     ),
     Variable(
+        "PGSCHED_RUN_API_BIND",
+        setting="run_api.bind",
+        read=bind,
+        meaning=(
+            "Address of the [run API](run-api.md)'s HTTPS server, which job pods talk to "
+            "instead of the database."
+        ),
+    ),
+    Variable(
+        "PGSCHED_RUN_API_CERT_DIR",
+        setting="run_api.cert_dir",
+        read=text,
+        meaning=(
+            "Folder of the run API's certificate, laid out as a mounted TLS Secret: "
+            "`tls.crt`, `tls.key` and `ca.crt` (given to every job pod to trust). Required."
+        ),
+        shown="required",
+    ),
+    Variable(
+        "PGSCHED_RUN_API_URL",
+        setting="run_api.url",
+        read=text,
+        meaning=(
+            "The run API's address as job pods reach it (the chart: its Service, "
+            "`https://<release>-run-api.<namespace>.svc`). Required."
+        ),
+        shown="required",
+    ),
+    Variable(
+        "PGSCHED_RUN_API_NAMESPACE_RATE",
+        setting="run_api.namespace_rate",
+        read=number(minimum=0.1),
+        meaning=(
+            "Run API requests a second one namespace may make (a token bucket); more are "
+            "answered 429. A run heartbeats once per `heartbeat.intervalSeconds`."
+        ),
+    ),
+    Variable(
+        "PGSCHED_RUN_API_NAMESPACE_BURST",
+        setting="run_api.namespace_burst",
+        read=number(minimum=1, integer=True),
+        meaning="Requests one namespace may make at once above its rate (the bucket's size).",
+    ),
+    Variable(
+        "PGSCHED_RUN_API_NAMESPACE_CONCURRENCY",
+        setting="run_api.namespace_concurrency",
+        read=number(minimum=1, integer=True),
+        meaning="Database calls the run API makes for one namespace at a time; more: 429.",
+    ),
+    Variable(
+        "PGSCHED_RUN_API_NAMESPACE_WAITERS",
+        setting="run_api.namespace_waiters",
+        read=number(minimum=1, integer=True),
+        meaning=(
+            "Cancel long polls one namespace may keep open (one per running run is "
+            "normal); more: 429."
+        ),
+    ),
+    Variable(
+        "PGSCHED_RUN_API_POOL_SIZE",
+        setting="run_api.pool_size",
+        read=number(minimum=1, integer=True),
+        meaning=(
+            "Database connections of the run API: its own, whatever the number of running "
+            "pods."
+        ),
+    ),
+    Variable(
         "PGSCHED_DB_POOL_SIZE",
         setting="pool_size",
         read=number(minimum=2, integer=True),
@@ -662,6 +755,14 @@ def _check_together(values: Mapping[str, Any], problems: Problems) -> None:
             "and PGSCHED_UI_TLS_KEY_FILE must be set together (or neither)",
             "PGSCHED_UI_TLS_CERT_FILE=/tls/tls.crt PGSCHED_UI_TLS_KEY_FILE=/tls/tls.key",
         )
+    for name, example in (
+        ("PGSCHED_RUN_API_CERT_DIR", "/etc/pgsched/run-api"),
+        ("PGSCHED_RUN_API_URL", "https://pgsched-run-api.pgsched.svc"),
+    ):
+        if not values[name]:
+            problems.add(
+                name, "is required: job pods reach pgsched through the run API", f"{name}={example}"
+            )
     if values["PGSCHED_WEBHOOK_BIND"] and not values["PGSCHED_WEBHOOK_CERT_DIR"]:
         problems.add(
             "PGSCHED_WEBHOOK_CERT_DIR",
