@@ -14,6 +14,8 @@ BASE = {
     "PGSCHED_DSN": "host=db",
     "PGSCHED_NAMESPACES": "jobs, reports",
     "PGSCHED_IMAGE": "pgsched:dev",
+    "PGSCHED_RUN_API_CERT_DIR": "/etc/pgsched/run-api",
+    "PGSCHED_RUN_API_URL": "https://pgsched-run-api.pgsched.svc",
 }
 
 
@@ -22,6 +24,7 @@ def test_settings_come_from_the_environment_with_defaults():
     assert settings.namespaces == ("jobs", "reports")
     assert (settings.api_qps, settings.api_burst, settings.tick.interval_seconds) == (20.0, 40, 1.0)
     assert settings.jobs.dsn_secret == "pgsched-job-dsn"
+    assert (settings.run_api.bind, settings.run_api.namespace_rate) == ("0.0.0.0:8443", 50.0)
 
 
 def test_every_bad_setting_is_named_with_an_example():
@@ -38,6 +41,7 @@ def test_every_bad_setting_is_named_with_an_example():
         "PGSCHED_DSN: is required",
         "PGSCHED_IMAGE: is required",
         "PGSCHED_NAMESPACES: is empty",
+        "PGSCHED_RUN_API_URL: is required: job pods reach pgsched through the run API",
         "PGSCHED_API_QPS: 'fast' is not a number (example: PGSCHED_API_QPS=20)",
         "PGSCHED_METRICS_BIND: '9090' must be host:port",
         "PGSCHED_IMAGE_PULL_POLICY: 'Sometimes'",

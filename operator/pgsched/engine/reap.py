@@ -17,10 +17,14 @@ The signatures: docs/architecture.md, "The reaper's signatures".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
+
+# A run API presence older than this means no replica serves it now (a replica stamps
+# every runapi.presence.INTERVAL_SECONDS; this allows two missed stamps and slow commits).
+RUN_API_GAP = timedelta(seconds=10)
 
 _SILENCE = {
     "heartbeat_lost": "reap_stale_heartbeats",
@@ -62,7 +66,7 @@ def run_once(
         # an idle tick waits for the network once here, not once per signature.
         with conn.pipeline():
             answers = {
-                signature: conn.execute(queries.get(query), {"now": at})
+                signature: conn.execute(queries.get(query), {"now": at, "api_gap": RUN_API_GAP})
                 for signature, query in {**silence, **_SILENCE, **_SIGNATURES}.items()
             }
         for signature, answer in answers.items():

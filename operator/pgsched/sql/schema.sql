@@ -1220,6 +1220,7 @@ CREATE FUNCTION pgsched.notify_lease_holder() RETURNS trigger
     AS $$
 BEGIN
     PERFORM pg_notify(pgsched.lease_channel(NEW.lease_token), '');
+    PERFORM pg_notify('pgsched_run_stopping', NEW.id::text);
     RETURN NULL;
 END;
 $$;
@@ -1463,6 +1464,23 @@ BEGIN
             clock_timestamp(), clock_timestamp(), job_name);
     RETURN QUERY SELECT 'restored'::text, duplicate.id, duplicate.status;
 END;
+$$;
+
+--
+-- Name: silent_since(timestamp with time zone, timestamp with time zone, interval); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.silent_since(beat timestamp with time zone, now timestamp with time zone, gap interval) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT CASE
+               WHEN p.only_row IS NULL THEN beat
+               WHEN p.seen_at < now - gap THEN now
+               ELSE greatest(beat, p.available_since)
+           END
+    FROM (SELECT true) AS one
+    LEFT JOIN pgsched.run_api_presence AS p ON true;
 $$;
 
 --
@@ -1877,6 +1895,17 @@ CREATE TABLE pgsched.published_generations (
 );
 
 --
+-- Name: run_api_presence; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_api_presence (
+    only_row boolean DEFAULT true NOT NULL,
+    available_since timestamp with time zone NOT NULL,
+    seen_at timestamp with time zone NOT NULL,
+    CONSTRAINT run_api_presence_only_row_check CHECK (only_row)
+);
+
+--
 -- Name: run_deadlines; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -2126,6 +2155,13 @@ ALTER TABLE ONLY pgsched.pool_member_refreshes
 
 ALTER TABLE ONLY pgsched.published_generations
     ADD CONSTRAINT published_generations_pkey PRIMARY KEY (definition_id);
+
+--
+-- Name: run_api_presence run_api_presence_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_api_presence
+    ADD CONSTRAINT run_api_presence_pkey PRIMARY KEY (only_row);
 
 --
 -- Name: run_deadlines run_deadlines_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -2997,6 +3033,12 @@ REVOKE ALL ON FUNCTION pgsched.reestablish_claim(run_id bigint, lease uuid) FROM
 --
 
 REVOKE ALL ON FUNCTION pgsched.restore_lost_run(run_id bigint, lease uuid, namespace text, job_name text, definition_id uuid, run_trigger text, scheduled_for timestamp with time zone, attempt integer, retry_of bigint, upstream_run_id bigint, request_token text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION silent_since(beat timestamp with time zone, now timestamp with time zone, gap interval); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.silent_since(beat timestamp with time zone, now timestamp with time zone, gap interval) FROM PUBLIC;
 
 --
 -- Name: FUNCTION try_lead(lock_name text, hold_seconds double precision); Type: ACL; Schema: pgsched; Owner: -

@@ -20,10 +20,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -49,6 +51,8 @@ from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
 from pgsched.k8s.serve import gauges, health
 from pgsched.k8s.serve.settings import OperatorSettings
+from pgsched.runapi.limits import Limits
+from pgsched.runapi.serving import Serving
 
 if TYPE_CHECKING:
     from pgsched.k8s.serve import webhook
@@ -345,6 +349,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         pool, kube.background(), publisher, clock=clock
     )
     admission = _webhook(settings)
+    run_api = _run_api(settings, clock)
     controllers = [
         Controller(
             names.PLURAL,
@@ -382,6 +387,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             dead.append(writes.name)
         if admission is not None and not admission.alive():
             dead.append("pgsched-webhook")
+        if not run_api.alive():
+            dead.append("pgsched-run-api")
         if dead:
             raise health.Unhealthy(f"threads died: {', '.join(dead)}")
         found["listed"] = all(item.listed() for item in controllers)
@@ -397,6 +404,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         settings.api_qps,
         settings.api_burst,
     )
+    run_api.start()  # first: pods of runs launched before a restart beat again at once
     threads.start()
     writes.start()
     if admission is not None:
@@ -415,6 +423,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             controller.stop(SHUTDOWN_SECONDS)
         writes.stop(SHUTDOWN_SECONDS)
         threads.shutdown()
+        run_api.stop(SHUTDOWN_SECONDS)
         pool.close()
 
 
@@ -447,6 +456,31 @@ def _webhook(settings: OperatorSettings) -> webhook.Webhook | None:
         return webhook.Webhook(settings.webhook)
     except webhook.WebhookError as error:
         raise StartupError(str(error)) from None
+
+
+def _run_api(settings: OperatorSettings, clock: Callable[[], datetime | None]) -> Serving:
+    """The run API job pods talk to (docs/run-api.md); a certificate that cannot be
+    loaded stops the start, naming the folder."""
+    found = settings.run_api
+    try:
+        return Serving(
+            dsn=settings.dsn,
+            bind=found.bind,
+            cert_dir=Path(found.cert_dir),
+            limits=Limits(
+                rate=found.namespace_rate,
+                burst=found.namespace_burst,
+                concurrency=found.namespace_concurrency,
+                waiters=found.namespace_waiters,
+            ),
+            pool_size=found.pool_size,
+            clock=clock,
+        )
+    except (OSError, ssl.SSLError) as error:
+        raise StartupError(
+            f"PGSCHED_RUN_API_CERT_DIR={found.cert_dir}: cannot load the run API's"
+            f" certificate (tls.crt and tls.key, a mounted TLS Secret): {error}"
+        ) from None
 
 
 def _sync(

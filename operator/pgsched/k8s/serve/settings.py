@@ -698,8 +698,7 @@ VARIABLES: tuple[Variable, ...] = (
         setting="run_api.pool_size",
         read=number(minimum=1, integer=True),
         meaning=(
-            "Database connections of the run API: its own, whatever the number of running "
-            "pods."
+            "Database connections of the run API: its own, whatever the number of running pods."
         ),
     ),
     Variable(

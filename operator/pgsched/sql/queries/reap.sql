@@ -10,6 +10,8 @@
 -- pod last looked like: the sidecar starts before the workload and beats while the workload
 -- pulls, so its silence means the pod or its node died, and a dead node's pods keep their
 -- last status in the API for as long as the node is away.
+-- Silence is counted from pgsched.silent_since: never across a time when no operator
+-- replica served the run API, through which pods beat (docs/run-api.md).
 
 -- name: await_verdicts_of_silent_runs
 -- A silent run with a launched workload (a Job) may have finished unseen: ask for its verdict.
@@ -22,9 +24,12 @@ WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
   AND r.outcome_pending_at IS NULL
   AND (r.k8s_job_name IS NOT NULL OR r.heartbeat_at IS NOT NULL)
-  AND (r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
+  AND ((r.heartbeat_at IS NOT NULL
+        AND pgsched.silent_since(r.heartbeat_at, %(now)s, %(api_gap)s)
+            < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds))
        OR (r.heartbeat_at IS NULL
-           AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)
+           AND pgsched.silent_since(r.started_at, %(now)s, %(api_gap)s)
+               < %(now)s - make_interval(secs => d.orphan_timeout_seconds)
            AND NOT pgsched.observed_launching(
                r.id, %(now)s - make_interval(secs => d.heartbeat_timeout_seconds))))
 RETURNING r.id;
@@ -49,7 +54,9 @@ FROM pgsched.job_definitions AS d
 WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
   AND r.outcome_pending_at IS NULL
-  AND r.heartbeat_at < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
+  AND r.heartbeat_at IS NOT NULL
+  AND pgsched.silent_since(r.heartbeat_at, %(now)s, %(api_gap)s)
+      < %(now)s - make_interval(secs => d.heartbeat_timeout_seconds)
 RETURNING r.id;
 
 -- name: reap_never_heartbeated
@@ -64,7 +71,8 @@ WHERE r.definition_id = d.id
   AND r.status = 'RUNNING'
   AND r.outcome_pending_at IS NULL
   AND r.heartbeat_at IS NULL
-  AND r.started_at < %(now)s - make_interval(secs => d.orphan_timeout_seconds)
+  AND pgsched.silent_since(r.started_at, %(now)s, %(api_gap)s)
+      < %(now)s - make_interval(secs => d.orphan_timeout_seconds)
   AND NOT pgsched.observed_launching(r.id, %(now)s - make_interval(secs => d.heartbeat_timeout_seconds))
 RETURNING r.id;
 

@@ -1,0 +1,119 @@
+"""Each namespace's budget on the run API (I14): one tenant's flood is its own.
+
+A namespace has a token bucket (requests a second, and bursts) and two counters: database
+calls in flight and open long polls. A request over any of them is refused at once (429,
+with how long to wait), before it costs the database anything, so a namespace that floods
+spends its own budget and never another's. Requests whose lease failed its check have one
+budget of their own (:data:`UNVERIFIED`): a forger cannot spend a real namespace's.
+
+Used from the server's event loop alone, so nothing here locks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# The budget of requests whose lease failed its check (no namespace can be trusted).
+UNVERIFIED = ""
+
+
+class TokenBucket:
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self) -> float:
+        """Take a token: 0.0 when there was one, else the seconds until there is."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
+
+@dataclass(frozen=True)
+class Limits:
+    rate: float
+    burst: int
+    concurrency: int
+    waiters: int
+
+
+@dataclass
+class Budget:
+    bucket: TokenBucket
+    in_flight: int = 0
+    waiting: int = 0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request was refused, and when to come back (``Retry-After``)."""
+
+    reason: str
+    retry_after_seconds: float
+
+
+@dataclass
+class Budgets:
+    limits: Limits
+    clock: Callable[[], float] = time.monotonic
+    _budgets: dict[str, Budget] = field(default_factory=dict)
+
+    def budget(self, namespace: str) -> Budget:
+        found = self._budgets.get(namespace)
+        if found is None:
+            bucket = TokenBucket(self.limits.rate, self.limits.burst, self.clock)
+            found = self._budgets[namespace] = Budget(bucket)
+        return found
+
+    def admit(self, namespace: str) -> Refusal | None:
+        """Spend one request of ``namespace``'s rate; a refusal if it has none left."""
+        wait = self.budget(namespace).bucket.take()
+        if wait > 0:
+            return Refusal(
+                f"namespace {_shown(namespace)} is over its {self.limits.rate:g} requests a"
+                f" second (PGSCHED_RUN_API_NAMESPACE_RATE)",
+                wait,
+            )
+        return None
+
+    def start_call(self, namespace: str) -> Refusal | None:
+        """Take a database call slot; :meth:`end_call` gives it back."""
+        budget = self.budget(namespace)
+        if budget.in_flight >= self.limits.concurrency:
+            return Refusal(
+                f"namespace {_shown(namespace)} has {budget.in_flight} run API calls in"
+                f" flight, its limit (PGSCHED_RUN_API_NAMESPACE_CONCURRENCY)",
+                0.1,
+            )
+        budget.in_flight += 1
+        return None
+
+    def end_call(self, namespace: str) -> None:
+        self.budget(namespace).in_flight -= 1
+
+    def start_wait(self, namespace: str) -> Refusal | None:
+        budget = self.budget(namespace)
+        if budget.waiting >= self.limits.waiters:
+            return Refusal(
+                f"namespace {_shown(namespace)} has {budget.waiting} cancel long polls open,"
+                f" its limit (PGSCHED_RUN_API_NAMESPACE_WAITERS)",
+                1.0,
+            )
+        budget.waiting += 1
+        return None
+
+    def end_wait(self, namespace: str) -> None:
+        self.budget(namespace).waiting -= 1
+
+
+def _shown(namespace: str) -> str:
+    return repr(namespace) if namespace != UNVERIFIED else "(unverified leases)"

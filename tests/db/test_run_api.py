@@ -1,0 +1,158 @@
+"""The run API against the real server on a real database: what a pod gets, and what a
+hostile tenant's pod gets when it tries what a database session allowed (docs/run-api.md)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+from factories import RecordingLauncher, define
+from pgsched.engine import dispatch, runs
+from pgsched.engine.lease import Lease
+from pgsched.runapi.limits import Limits
+from plugins.runapi import start_run_api
+
+
+def start(conn, job, token):
+    runs.run_now(conn, job.id, token=token)
+    [run] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id]).claimed
+    return Lease(run.id, run.lease_token)
+
+
+def beat(run_api, run_lease, lease_text=None):
+    return run_api.request(
+        "POST",
+        f"/v1/runs/{run_lease.run_id}/heartbeat",
+        lease=lease_text if lease_text is not None else run_lease.token,
+    )
+
+
+def row(conn, run_id):
+    return conn.execute("SELECT * FROM pgsched.job_runs WHERE id = %s", (run_id,)).fetchone()
+
+
+def test_a_pod_heartbeats_notes_its_end_and_finishes_through_the_api(conn, run_api):
+    job = define(conn, maxConcurrentRuns=5)
+    mine = start(conn, job, "mine")
+    assert beat(run_api, mine).body == {"state": "active"}
+    assert row(conn, mine.run_id)["heartbeat_at"] is not None
+    ended = run_api.request("POST", f"/v1/runs/{mine.run_id}/workload-ended", lease=mine.token)
+    assert ended.body == {"marked": True}
+    body = json.dumps({"status": "FAILED", "reason": "Boom", "error": "e" * 10, "exitCode": 3})
+    finished = run_api.request(
+        "POST", f"/v1/runs/{mine.run_id}/finish", lease=mine.token, body=body.encode()
+    )
+    assert (finished.status, finished.body) == (200, {"finished": True})
+    found = row(conn, mine.run_id)
+    assert (found["status"], found["reason"], found["exit_code"]) == ("FAILED", "Boom", 3)
+    # Ended: the same lease now learns it lost the run, and changes nothing.
+    assert beat(run_api, mine).body == {"state": "lost"}
+
+
+def test_a_made_up_lease_or_another_runs_lease_is_refused_and_changes_nothing(conn, run_api):
+    job = define(conn, maxConcurrentRuns=5)
+    mine = start(conn, job, "mine")
+    other = start(conn, job, "other")
+    for lease_text in (uuid.uuid4(), mine.token, "not-a-uuid", ""):
+        answer = beat(run_api, other, lease_text)
+        assert answer.status == 401, answer
+        assert "lease" in answer.body["error"]
+    finish = json.dumps({"status": "COMPLETED"}).encode()
+    stolen = run_api.request(
+        "POST", f"/v1/runs/{other.run_id}/finish", lease=mine.token, body=finish
+    )
+    assert stolen.status == 401
+    missing = run_api.request("POST", f"/v1/runs/{other.run_id}/heartbeat")
+    assert missing.status == 401
+    found = row(conn, other.run_id)
+    assert (found["status"], found["heartbeat_at"]) == ("RUNNING", None)
+
+
+def test_a_ten_megabyte_body_is_refused_with_413_and_changes_nothing(conn, run_api):
+    job = define(conn, maxConcurrentRuns=5)
+    mine = start(conn, job, "mine")
+    huge = json.dumps({"status": "COMPLETED", "error": "x" * 10_000_000}).encode()
+    answer = run_api.request("POST", f"/v1/runs/{mine.run_id}/finish", lease=mine.token, body=huge)
+    assert answer.status == 413
+    assert row(conn, mine.run_id)["status"] == "RUNNING"
+    # The server is still there for the next request.
+    assert beat(run_api, mine).body == {"state": "active"}
+
+
+def test_bad_bodies_and_queries_get_a_message_naming_the_field(conn, run_api):
+    job = define(conn, maxConcurrentRuns=5)
+    mine = start(conn, job, "mine")
+    path = f"/v1/runs/{mine.run_id}/finish"
+    for body, field in (
+        (b"[1]", "JSON object"),
+        (b"{", "JSON object"),
+        (json.dumps({"status": "DONE"}).encode(), "status"),
+        (json.dumps({"status": "FAILED", "exitCode": 1e9}).encode(), "exitCode"),
+        (json.dumps({"status": "FAILED", "retryHint": "always"}).encode(), "retryHint"),
+        (json.dumps({"status": "FAILED", "reason": 7}).encode(), "reason"),
+    ):
+        answer = run_api.request("POST", path, lease=mine.token, body=body)
+        assert answer.status == 400 and field in answer.body["error"], (body, answer)
+    bad_wait = run_api.request(
+        "GET", f"/v1/runs/{mine.run_id}/lease?state=active&wait=soon", lease=mine.token
+    )
+    assert bad_wait.status == 400 and "wait" in bad_wait.body["error"]
+    assert run_api.request("GET", "/v1/runs/-1/lease", lease=mine.token).status == 404
+    assert run_api.request("GET", f"/v1/runs/{'9' * 40}/lease", lease=mine.token).status == 404
+    assert row(conn, mine.run_id)["status"] == "RUNNING"
+
+
+def test_a_cancel_ends_the_long_poll_at_once(conn, run_api):
+    job = define(conn, maxConcurrentRuns=5)
+    mine = start(conn, job, "mine")
+    answers = []
+
+    def poll():
+        started = time.monotonic()
+        answer = run_api.request(
+            "GET", f"/v1/runs/{mine.run_id}/lease?state=active&wait=25", lease=mine.token
+        )
+        answers.append((answer, time.monotonic() - started))
+
+    waiter = threading.Thread(target=poll)
+    waiter.start()
+    time.sleep(1.0)  # the poll is waiting
+    requested = time.monotonic()
+    runs.cancel_run(conn, mine.run_id, by=runs.BY_CLI)
+    waiter.join(30)
+    heard = time.monotonic() - requested
+    [(answer, _took)] = answers
+    assert answer.body == {"state": "cancel_requested"}
+    assert heard < 1.0, f"the long poll answered {heard:.2f}s after the cancel"
+
+
+def test_a_long_poll_with_nothing_to_tell_answers_at_its_wait(conn, run_api):
+    job = define(conn, maxConcurrentRuns=5)
+    mine = start(conn, job, "mine")
+    started = time.monotonic()
+    answer = run_api.request(
+        "GET", f"/v1/runs/{mine.run_id}/lease?state=active&wait=1", lease=mine.token
+    )
+    assert answer.body == {"state": "active"}
+    assert 0.9 < time.monotonic() - started < 5
+
+
+def test_a_namespace_over_its_rate_gets_429_and_another_namespace_does_not(conn, dsn, tmp_path):
+    api = start_run_api(dsn, tmp_path / "tls", Limits(rate=5.0, burst=5, concurrency=4, waiters=10))
+    try:
+        flooder = start(conn, define(conn, "flood", namespace="team-a"), "a")
+        neighbour = start(conn, define(conn, "calm", namespace="team-b"), "b")
+        codes = [beat(api, flooder).status for _ in range(30)]
+        assert codes.count(429) >= 20, codes
+        refused = beat(api, flooder)
+        assert refused.status == 429 and "team-a" in refused.body["error"]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert beat(api, neighbour).status == 200
+        # Forged leases spend a budget of their own, not team-b's.
+        for _ in range(30):
+            beat(api, neighbour, uuid.uuid4())
+        assert beat(api, neighbour).status == 200
+    finally:
+        api.serving.stop(timeout=10)
