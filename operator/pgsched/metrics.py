@@ -154,3 +154,17 @@ NOTIFICATIONS_DEAD = Gauge(
     " same value: aggregate with max()).",
     ["namespace"],
 )
+# The run API job pods talk to (runapi/server.py).
+RUN_API_REQUESTS = Histogram(
+    "pgsched_run_api_request_seconds",
+    "Run API requests answered by this replica, from arrival to the answer, by request and"
+    " status code (a cancel long poll counts its wait).",
+    ["request", "code"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+RUN_API_REFUSED = Counter(
+    "pgsched_run_api_refused_total",
+    "Run API requests refused 429 for a namespace's budget (namespace empty: leases that"
+    " failed their check), by why: rate, concurrency, waiters.",
+    ["namespace", "why"],
+)

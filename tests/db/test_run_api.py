@@ -8,6 +8,8 @@ import threading
 import time
 import uuid
 
+from prometheus_client import REGISTRY
+
 from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, runs
 from pgsched.engine.lease import Lease
@@ -27,6 +29,13 @@ def beat(run_api, run_lease, lease_text=None):
         f"/v1/runs/{run_lease.run_id}/heartbeat",
         lease=lease_text if lease_text is not None else run_lease.token,
     )
+
+
+def refused_count(namespace):
+    found = REGISTRY.get_sample_value(
+        "pgsched_run_api_refused_total", {"namespace": namespace, "why": "rate"}
+    )
+    return found or 0.0
 
 
 def row(conn, run_id):
@@ -144,8 +153,10 @@ def test_a_namespace_over_its_rate_gets_429_and_another_namespace_does_not(conn,
     try:
         flooder = start(conn, define(conn, "flood", namespace="team-a"), "a")
         neighbour = start(conn, define(conn, "calm", namespace="team-b"), "b")
+        before = refused_count("team-a")
         codes = [beat(api, flooder).status for _ in range(30)]
         assert codes.count(429) >= 20, codes
+        assert refused_count("team-a") - before == codes.count(429)  # what the operator sees
         refused = beat(api, flooder)
         assert refused.status == 429 and "team-a" in refused.body["error"]
         assert int(refused.headers["retry-after"]) >= 1

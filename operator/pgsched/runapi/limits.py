@@ -55,8 +55,10 @@ class Budget:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a request was refused, and when to come back (``Retry-After``)."""
+    """Why a request was refused (``why``: the budget's part, for the metric), and when to
+    come back (``Retry-After``)."""
 
+    why: str
     reason: str
     retry_after_seconds: float
 
@@ -79,6 +81,7 @@ class Budgets:
         wait = self.budget(namespace).bucket.take()
         if wait > 0:
             return Refusal(
+                "rate",
                 f"namespace {_shown(namespace)} is over its {self.limits.rate:g} requests a"
                 f" second (PGSCHED_RUN_API_NAMESPACE_RATE)",
                 wait,
@@ -90,6 +93,7 @@ class Budgets:
         budget = self.budget(namespace)
         if budget.in_flight >= self.limits.concurrency:
             return Refusal(
+                "concurrency",
                 f"namespace {_shown(namespace)} has {budget.in_flight} run API calls in"
                 f" flight, its limit (PGSCHED_RUN_API_NAMESPACE_CONCURRENCY)",
                 0.1,
@@ -104,6 +108,7 @@ class Budgets:
         budget = self.budget(namespace)
         if budget.waiting >= self.limits.waiters:
             return Refusal(
+                "waiters",
                 f"namespace {_shown(namespace)} has {budget.waiting} cancel long polls open,"
                 f" its limit (PGSCHED_RUN_API_NAMESPACE_WAITERS)",
                 1.0,

@@ -14,6 +14,7 @@ import json
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from uuid import UUID
 
 from aiohttp import web
 
+from pgsched import metrics
 from pgsched.engine.lease import FinalStatus, Lease
 from pgsched.runapi import limits, protocol
 from pgsched.runapi.leases import LeaseKey
@@ -84,7 +86,7 @@ class RunApi:
             ("POST", protocol.FINISH, self.finish),
         )
         for method, path, handler in routes:
-            app.router.add_route(method, path, _answering(handler))
+            app.router.add_route(method, path, _answering(handler.__name__, handler))
         return app
 
     async def heartbeat(self, request: web.Request) -> dict[str, Any]:
@@ -100,7 +102,7 @@ class RunApi:
             return {"state": await self._call(caller, lambda: self._store.state(caller.lease))}
         refusal = self._budgets.start_wait(caller.namespace)
         if refusal is not None:
-            raise _too_many(refusal)
+            raise _too_many(caller.namespace, refusal)
         run_id = caller.lease.run_id
         try:
             # Registered before the read: a change between the two still wakes us.
@@ -166,7 +168,7 @@ class RunApi:
         if run_lease is None or not self._key.genuine(run_id, run_lease.token):
             refusal = self._budgets.admit(limits.UNVERIFIED)
             if refusal is not None:
-                raise _too_many(refusal)
+                raise _too_many(limits.UNVERIFIED, refusal)
             raise Refused(
                 401,
                 "the request must carry this run's lease: Authorization: Bearer <the"
@@ -176,14 +178,14 @@ class RunApi:
         caller = Caller(run_lease, namespace if namespace is not None else limits.UNVERIFIED)
         refusal = self._budgets.admit(caller.namespace)
         if refusal is not None:
-            raise _too_many(refusal)
+            raise _too_many(limits.UNVERIFIED, refusal)
         return caller
 
     async def _call(self, caller: Caller, operation: Callable[[], T]) -> T:
         """``operation`` on the database thread pool, in one of the namespace's slots."""
         refusal = self._budgets.start_call(caller.namespace)
         if refusal is not None:
-            raise _too_many(refusal)
+            raise _too_many(caller.namespace, refusal)
         try:
             return await self._loop_call(operation)
         finally:
@@ -197,20 +199,32 @@ class RunApi:
 
 
 def _answering(
+    name: str,
     handler: Callable[[web.Request], Awaitable[dict[str, Any]]],
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def answer(request: web.Request) -> web.StreamResponse:
-        length = request.content_length
-        if length is not None and length > protocol.MAX_BODY_BYTES:
-            return _error(413, f"the body may have at most {protocol.MAX_BODY_BYTES} bytes")
-        try:
-            return web.json_response(await handler(request))
-        except Refused as refused:
-            return _error(refused.status, str(refused), refused.retry_after)
-        except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"the body may have at most {protocol.MAX_BODY_BYTES} bytes")
+        started = time.monotonic()
+        response = await _answer(request, handler)
+        metrics.RUN_API_REQUESTS.labels(name, str(response.status)).observe(
+            time.monotonic() - started
+        )
+        return response
 
     return answer
+
+
+async def _answer(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[dict[str, Any]]]
+) -> web.StreamResponse:
+    length = request.content_length
+    if length is not None and length > protocol.MAX_BODY_BYTES:
+        return _error(413, f"the body may have at most {protocol.MAX_BODY_BYTES} bytes")
+    try:
+        return web.json_response(await handler(request))
+    except Refused as refused:
+        return _error(refused.status, str(refused), refused.retry_after)
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"the body may have at most {protocol.MAX_BODY_BYTES} bytes")
 
 
 def _error(status: int, message: str, retry_after: float | None = None) -> web.Response:
@@ -218,7 +232,8 @@ def _error(status: int, message: str, retry_after: float | None = None) -> web.R
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
-def _too_many(refusal: Refusal) -> Refused:
+def _too_many(namespace: str, refusal: Refusal) -> Refused:
+    metrics.RUN_API_REFUSED.labels(namespace, refusal.why).inc()
     return Refused(429, f"{refusal.reason}; retry later", refusal.retry_after_seconds)
 
 
