@@ -178,7 +178,7 @@ class RunApi:
         caller = Caller(run_lease, namespace if namespace is not None else limits.UNVERIFIED)
         refusal = self._budgets.admit(caller.namespace)
         if refusal is not None:
-            raise _too_many(limits.UNVERIFIED, refusal)
+            raise _too_many(caller.namespace, refusal)
         return caller
 
     async def _call(self, caller: Caller, operation: Callable[[], T]) -> T:
