@@ -5,5 +5,6 @@ pytest_plugins = [
     "plugins.cluster",
     "plugins.operator",
     "plugins.kueue",
+    "plugins.runapi",
     "plugins.ordering",
 ]

@@ -5,14 +5,9 @@ broken or hostile server cannot make it do (trust another CA, read without bound
 from __future__ import annotations
 
 import json
-import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -25,119 +20,31 @@ from pgsched.runner.runapi_client import (
     address,
     trusting,
 )
+from scripted_run_api import reply, then_hang_up
 
 LEASE = Lease(42, uuid.UUID("3f2c6a9e-8d1b-4c55-9a57-0e7d2b1c4f10"))
 
-Answer = Callable[[BaseHTTPRequestHandler], None]
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-    port: int  # the client's: one per connection
-
-
-@dataclass
-class RunApi:
-    """Answers each request with the next of ``answers`` (then ``{"state": "active"}``)."""
-
-    url: str
-    answers: list[Answer] = field(default_factory=list)
-    seen: list[Seen] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)  # ends stalls
-
-    def handle(self, handler: BaseHTTPRequestHandler) -> None:
-        length = int(handler.headers.get("Content-Length") or 0)
-        self.seen.append(
-            Seen(
-                handler.command,
-                handler.path,
-                dict(handler.headers.items()),
-                handler.rfile.read(length),
-                handler.client_address[1],
-            )
-        )
-        answer = self.answers.pop(0) if self.answers else reply(200, {"state": "active"})
-        answer(handler)
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as the operator's server
-
-    def do_GET(self) -> None:
-        self.server.api.handle(self)  # type: ignore[attr-defined]
-
-    do_POST = do_GET
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-def reply(status: int, body: object, **headers: str) -> Answer:
-    def answer(handler: BaseHTTPRequestHandler) -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        for name, value in headers.items():
-            handler.send_header(name.replace("_", "-"), value)
-        handler.end_headers()
-        handler.wfile.write(data)
-
-    return answer
-
-
-def then_hang_up(answer: Answer) -> Answer:
-    """Answer, then close the connection without saying so (an idle timeout's doing)."""
-
-    def hang_up(handler: BaseHTTPRequestHandler) -> None:
-        answer(handler)
-        handler.close_connection = True
-
-    return hang_up
-
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The operator's CA and certificate for 127.0.0.1 (ca.crt, tls.crt, tls.key)."""
-    return pki.webhook_tls(tmp_path_factory.mktemp("run-api-tls"), ip="127.0.0.1")
-
-
-@pytest.fixture(scope="module")
-def other_ca(tmp_path_factory: pytest.TempPathFactory) -> str:
+def other_ca(tmp_path_factory):
     """Some other CA's certificate: a pod given it must trust nobody it meets here."""
-    return (
-        pki.webhook_tls(tmp_path_factory.mktemp("other-tls"), ip="127.0.0.1") / "ca.crt"
-    ).read_text()
+    tls = pki.webhook_tls(tmp_path_factory.mktemp("other-tls"), ip="127.0.0.1")
+    return (tls / "ca.crt").read_text()
 
 
 @pytest.fixture
-def api(tls: Path) -> Iterator[RunApi]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(tls / "tls.crt", tls / "tls.key")
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    server.daemon_threads = True
-    run_api = RunApi(f"https://127.0.0.1:{server.server_address[1]}")
-    server.api = run_api  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield run_api
-    run_api.release.set()
-    server.shutdown()
-    server.server_close()
+def api(scripted_api):
+    """The operator's side, scripted (tests/scripted_run_api.py)."""
+    return scripted_api
 
 
-def client_of(api: RunApi, tls: Path, **options: float) -> RunApiClient:
-    return RunApiClient(api.url, (tls / "ca.crt").read_text(), LEASE, **options)
+def client_of(api, **options):
+    return RunApiClient(api.url, api.ca, LEASE, **options)
 
 
-def test_a_heartbeat_speaks_for_its_run_with_the_lease_and_keeps_its_connection(api, tls):
+def test_a_heartbeat_speaks_for_its_run_with_the_lease_and_keeps_its_connection(api):
     api.answers = [reply(200, {"state": "active"}), reply(200, {"state": "cancel_requested"})]
-    client = client_of(api, tls)
+    client = client_of(api)
 
     assert client.heartbeat() == "active"
     assert client.heartbeat() == "cancel_requested"
@@ -148,9 +55,9 @@ def test_a_heartbeat_speaks_for_its_run_with_the_lease_and_keeps_its_connection(
     assert first.port == second.port  # kept alive
 
 
-def test_the_final_write_sends_the_outcome_as_the_protocol_names_it(api, tls):
+def test_the_final_write_sends_the_outcome_as_the_protocol_names_it(api):
     api.answers = [reply(200, {"finished": True}), reply(200, {"finished": False})]
-    client = client_of(api, tls)
+    client = client_of(api)
 
     assert client.finish(
         "FAILED", reason="KeyError", error="KeyError: 'x'", exit_code=1, retry_hint="never"
@@ -169,9 +76,9 @@ def test_the_final_write_sends_the_outcome_as_the_protocol_names_it(api, tls):
     assert json.loads(short.body) == {"status": "COMPLETED", "exitCode": 0}
 
 
-def test_the_long_poll_names_the_state_it_knows_and_never_asks_to_wait_over_30_s(api, tls):
+def test_the_long_poll_names_the_state_it_knows_and_never_asks_to_wait_over_30_s(api):
     api.answers = [reply(200, {"state": "lost"}), reply(200, {"state": "active"})]
-    client = client_of(api, tls)
+    client = client_of(api)
 
     assert client.wait_while("cancel_requested", 45) == "lost"
     assert client.lease_state() == "active"
@@ -182,13 +89,13 @@ def test_the_long_poll_names_the_state_it_knows_and_never_asks_to_wait_over_30_s
     ]
 
 
-def test_a_refusal_says_whether_to_retry_and_a_retry_after_is_capped(api, tls):
+def test_a_refusal_says_whether_to_retry_and_a_retry_after_is_capped(api):
     api.answers = [
         reply(503, {"error": "the database did not answer in time"}),
         reply(429, {}, Retry_After="3600"),
         reply(429, {}, Retry_After="Wed, 21 Oct 2026 07:28:00 GMT"),
     ]
-    client = client_of(api, tls)
+    client = client_of(api)
     errors = []
     for _ in range(3):
         with pytest.raises(RunApiError) as raised:
@@ -206,7 +113,7 @@ def test_a_refusal_says_whether_to_retry_and_a_retry_after_is_capped(api, tls):
     )
 
 
-def test_an_answer_over_64_kib_is_not_read_when_it_says_so(api, tls):
+def test_an_answer_over_64_kib_is_not_read_when_it_says_so(api):
     def announce_a_gigabyte(handler):
         handler.send_response(200)
         handler.send_header("Content-Length", str(2**30))
@@ -216,11 +123,11 @@ def test_an_answer_over_64_kib_is_not_read_when_it_says_so(api, tls):
 
     api.answers = [announce_a_gigabyte]
     with pytest.raises(RunApiError, match="larger than 65536 bytes") as raised:
-        client_of(api, tls).heartbeat()
+        client_of(api).heartbeat()
     assert not raised.value.transient
 
 
-def test_an_endless_chunked_answer_is_read_no_further_than_64_kib(api, tls):
+def test_an_endless_chunked_answer_is_read_no_further_than_64_kib(api):
     written = []
 
     def stream_forever(handler):
@@ -237,13 +144,13 @@ def test_an_endless_chunked_answer_is_read_no_further_than_64_kib(api, tls):
 
     api.answers = [stream_forever]
     with pytest.raises(RunApiError, match="larger than 65536 bytes"):
-        client_of(api, tls).heartbeat()
+        client_of(api).heartbeat()
     time.sleep(0.2)
     assert sum(written) < 100 * MAX_RESPONSE_BYTES  # what the socket buffers held, no more
 
 
 @pytest.mark.parametrize("stall", ["before answering", "in the middle of the answer"])
-def test_a_stalled_server_fails_the_request_after_its_timeout(api, tls, stall):
+def test_a_stalled_server_fails_the_request_after_its_timeout(api, stall):
     def answer_then_stall(handler):
         if stall == "in the middle of the answer":
             handler.send_response(200)
@@ -254,7 +161,7 @@ def test_a_stalled_server_fails_the_request_after_its_timeout(api, tls, stall):
         api.release.wait(10)
 
     api.answers = [answer_then_stall]
-    client = client_of(api, tls, timeout_seconds=0.5)
+    client = client_of(api, timeout_seconds=0.5)
     started = time.monotonic()
     with pytest.raises(RunApiError, match=r"no answer within 0\.5s") as raised:
         client.heartbeat()
@@ -262,13 +169,13 @@ def test_a_stalled_server_fails_the_request_after_its_timeout(api, tls, stall):
     assert raised.value.transient
 
 
-def test_a_long_poll_is_given_its_wait_on_top_of_the_timeout(api, tls):
+def test_a_long_poll_is_given_its_wait_on_top_of_the_timeout(api):
     def answer_late(handler):
         time.sleep(1.0)
         reply(200, {"state": "cancel_requested"})(handler)
 
     api.answers = [answer_late]
-    client = client_of(api, tls, timeout_seconds=0.5)
+    client = client_of(api, timeout_seconds=0.5)
     assert client.wait_while("active", 2) == "cancel_requested"
 
 
@@ -282,20 +189,20 @@ def test_a_certificate_from_another_ca_is_refused_and_nothing_is_sent(api, other
     assert api.seen == []
 
 
-def test_a_certificate_for_another_host_is_refused(api, tls):
+def test_a_certificate_for_another_host_is_refused(api):
     """The operator's certificate is for 127.0.0.1; "localhost" resolves there, but it is
     not a name the certificate carries."""
     url = api.url.replace("127.0.0.1", "localhost")
-    client = RunApiClient(url, (tls / "ca.crt").read_text(), LEASE)
+    client = RunApiClient(url, api.ca, LEASE)
 
     with pytest.raises(RunApiError, match="not valid for 'localhost'"):
         client.heartbeat()
     assert api.seen == []
 
 
-def test_a_connection_the_server_closed_while_idle_is_retried_once_for_a_heartbeat(api, tls):
+def test_a_connection_the_server_closed_while_idle_is_retried_once_for_a_heartbeat(api):
     api.answers = [then_hang_up(reply(200, {"state": "active"})), reply(200, {"state": "lost"})]
-    client = client_of(api, tls)
+    client = client_of(api)
     assert client.heartbeat() == "active"
     time.sleep(0.2)  # the server has hung up
 
@@ -303,11 +210,11 @@ def test_a_connection_the_server_closed_while_idle_is_retried_once_for_a_heartbe
     assert len(api.seen) == 2 and api.seen[0].port != api.seen[1].port
 
 
-def test_a_final_write_is_not_repeated_behind_its_callers_back(api, tls):
+def test_a_final_write_is_not_repeated_behind_its_callers_back(api):
     """Its callers count the attempts: a finish whose answer was lost may have committed
     (outcome.record)."""
     api.answers = [then_hang_up(reply(200, {"state": "active"})), reply(200, {"finished": True})]
-    client = client_of(api, tls)
+    client = client_of(api)
     client.heartbeat()
     time.sleep(0.2)
 
@@ -317,15 +224,15 @@ def test_a_final_write_is_not_repeated_behind_its_callers_back(api, tls):
     assert client.finish("COMPLETED")
 
 
-def test_no_server_at_all_is_a_transient_error(tls):
-    client = RunApiClient("https://127.0.0.1:1", (tls / "ca.crt").read_text(), LEASE)
+def test_no_server_at_all_is_a_transient_error(api):
+    client = RunApiClient("https://127.0.0.1:1", api.ca, LEASE)
     with pytest.raises(RunApiError, match="ConnectionRefusedError") as raised:
         client.heartbeat()
     assert raised.value.transient
 
 
-def test_each_thread_talks_on_a_connection_of_its_own(api, tls):
-    client = client_of(api, tls)
+def test_each_thread_talks_on_a_connection_of_its_own(api):
+    client = client_of(api)
     client.heartbeat()
     other = threading.Thread(target=client.heartbeat)
     other.start()
@@ -336,9 +243,9 @@ def test_each_thread_talks_on_a_connection_of_its_own(api, tls):
     assert ports[0] == ports[2] != ports[1]
 
 
-def test_an_answer_that_is_not_the_protocols_is_an_error(api, tls):
+def test_an_answer_that_is_not_the_protocols_is_an_error(api):
     api.answers = [reply(200, {"state": "paused"}), reply(200, b"<html>")]
-    client = client_of(api, tls)
+    client = client_of(api)
     with pytest.raises(RunApiError, match="unknown lease state 'paused'"):
         client.heartbeat()
     with pytest.raises(RunApiError, match="not a JSON object"):
@@ -369,8 +276,8 @@ def test_addresses_name_a_host_and_maybe_a_port_and_a_path():
     )
 
 
-def test_only_a_pem_certificate_is_trusted_and_never_the_systems_cas_instead(tls):
-    assert trusting((tls / "ca.crt").read_text()).get_ca_certs()[0]["subject"] == (
+def test_only_a_pem_certificate_is_trusted_and_never_the_systems_cas_instead(api):
+    assert trusting(api.ca).get_ca_certs()[0]["subject"] == (
         (("commonName", "pgsched-webhook-ca"),),
     )
     with pytest.raises(ValueError, match="not PEM text of a certificate"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import threading
 from typing import Any, Literal, cast, get_args
@@ -72,7 +73,8 @@ def trusting(ca_pem: str) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cadata=ca_pem)
     except (ssl.SSLError, ValueError) as error:
-        raise ValueError(f"cannot be loaded as a CA certificate ({error})") from None
+        reason = re.sub(r" \(_ssl\.c:\d+\)$", "", str(error))  # not where in CPython
+        raise ValueError(f"cannot be loaded as a CA certificate ({reason})") from None
 
 
 class RunApiClient:
