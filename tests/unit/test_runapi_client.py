@@ -13,6 +13,7 @@ import pytest
 
 from devenv import pki
 from pgsched.engine.lease import Lease
+from pgsched.runner import patience
 from pgsched.runner.runapi_client import (
     MAX_RESPONSE_BYTES,
     RunApiClient,
@@ -89,6 +90,28 @@ def test_the_long_poll_names_the_state_it_knows_and_never_asks_to_wait_over_30_s
     ]
 
 
+def test_503_and_429_are_retried_on_fresh_connections_after_the_servers_retry_after(api):
+    api.answers = [
+        reply(503, {"error": "the database did not answer in time"}),
+        reply(429, {"error": "namespace over its rate"}, Retry_After="2"),
+        reply(200, {"finished": True}),
+    ]
+    client = client_of(api)
+    pauses: list[float] = []
+
+    tried = patience.write(
+        lambda: client.finish("COMPLETED", exit_code=0),
+        what="recording COMPLETED",
+        run_id=42,
+        timeout_seconds=60,
+        sleep=pauses.append,
+    )
+
+    assert (tried.value, tried.attempts) == (True, 3)
+    assert pauses == [patience.FIRST_PAUSE_SECONDS, 2.0]  # the server's wait, being longer
+    assert len({seen.port for seen in api.seen}) == 3
+
+
 def test_a_refusal_says_whether_to_retry_and_a_retry_after_is_capped(api):
     api.answers = [
         reply(503, {"error": "the database did not answer in time"}),
@@ -111,6 +134,24 @@ def test_a_refusal_says_whether_to_retry_and_a_retry_after_is_capped(api):
         f"POST {api.url}/v1/runs/42/heartbeat: 503 Service Unavailable: the database did not"
         " answer in time"
     )
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 413])
+def test_a_refused_request_is_not_retried(api, status):
+    api.answers = [reply(status, {"error": "no"})]
+    client = client_of(api)
+
+    tried = patience.write(
+        client.workload_ended,
+        what="noting that the workload ended",
+        run_id=42,
+        timeout_seconds=60,
+        sleep=lambda _: pytest.fail("a refusal was retried"),
+    )
+
+    assert tried.error is not None and not tried.error.transient
+    assert f": {status} " in str(tried.error)
+    assert (tried.attempts, len(api.seen)) == (1, 1)
 
 
 def test_an_answer_over_64_kib_is_not_read_when_it_says_so(api):
