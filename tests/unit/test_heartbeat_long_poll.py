@@ -31,6 +31,8 @@ class LeaseHeld:
         self.beats = 0
         self.polls: list[tuple[str, int]] = []
         self.poll_error: RunApiError | None = None
+        self.beat_error: RunApiError | None = None
+        self.checks = 0  # read-only lease_state calls
         self.beat_gate: threading.Event | None = None  # set: a beat waits for it
         self.closed = threading.Event()
         self._changed = threading.Condition()
@@ -42,11 +44,14 @@ class LeaseHeld:
 
     def heartbeat(self) -> str:
         self.beats += 1
+        if self.beat_error is not None:
+            raise self.beat_error
         if self.beat_gate is not None:
             self.beat_gate.wait(10)
         return self.state
 
     def lease_state(self) -> str:
+        self.checks += 1
         return self.state
 
     def wait_while(self, state: str, seconds: int) -> str:
@@ -186,16 +191,29 @@ def test_a_checkpoint_asks_itself_when_the_loops_answer_is_stale(lease):
     with pytest.raises(Cancelled) as raised:
         watch.checkpoint()
     assert raised.value.cause == "cancelled"
-    assert lease.beats == 0  # the check only read
+    assert lease.beats == 0 and lease.checks > 0  # the check only read
 
 
-def test_a_checkpoint_carries_on_when_the_run_api_cannot_be_asked(run_api_tls):
+def test_a_checkpoint_does_not_ask_while_the_loops_beats_fail(lease):
+    """The run API is away: a check of its own would only hold the job up until it failed
+    too (a server whose database is away takes seconds to say so)."""
+    lease.beat_error = RunApiError("503 Service Unavailable", True)
+    loop = HeartbeatLoop(lease, interval_seconds=0.05)
+    assert loop.beat_once().error is not None
+    watch = CancellationWatch(loop, lease)
+    for _ in range(3):
+        watch.checkpoint()
+        time.sleep(0.06)  # past the interval: a check would be due each time
+    assert lease.checks == 0
+
+
+def test_a_checkpoint_carries_on_when_the_run_api_cannot_be_asked(run_api_tls, caplog):
     ca = (run_api_tls / "ca.crt").read_text()
     client = RunApiClient("https://127.0.0.1:1", ca, Lease(7, uuid.uuid4()))
-    loop = HeartbeatLoop(client, interval_seconds=0.05)
+    loop = HeartbeatLoop(client, interval_seconds=0.05)  # no beat yet: the checkpoint asks
     watch = CancellationWatch(loop, client)
-    assert loop.beat_once().error is not None
     watch.checkpoint()  # no answer is not a reason to stop
+    assert "could not check the lease" in caplog.text
     watch.terminate()
     with pytest.raises(Cancelled) as raised:
         watch.checkpoint()

@@ -7,12 +7,12 @@ Three signals can stop a run, in this order of precedence:
 3. the runner received SIGTERM (``terminated``) — the pod is being stopped.
 
 The first two come from the heartbeat loop's latest answer, so a checkpoint normally costs
-a lock and a comparison and can be called once per row. When that answer is stale (the
-heartbeat thread is stuck or the run API is unreachable) the checkpoint asks the run API
-itself, read-only (``GET .../lease``) — at most once per heartbeat interval, so a tight
-loop of checkpoints during an outage does not turn into a storm of requests. A failed
-check is logged and treated as "carry on" (I6): only an *answer* stops work, never its
-absence.
+a lock and a comparison and can be called once per row. When that answer is stale and the
+loop does not know why (no beat yet, or one that hangs) the checkpoint asks the run API
+itself, read-only (``GET .../lease``), at most once per heartbeat interval. Not while the
+loop's beats fail: the run API is away, and a check would only hold the job up until it
+failed too (a server whose database is away takes seconds to say so). A failed check is
+logged and treated as "carry on" (I6): only an *answer* stops work, never its absence.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class CancellationWatch:
 
     def cause(self) -> CancelCause | None:
         age = self._loop.seconds_since_confirmed()
-        if (age is None or age > self._stale_after) and self._may_check():
+        stale = age is None or age > self._stale_after
+        if stale and not self._loop.failing and self._may_check():
             self.refresh()
         state = self._loop.state
         if state == "lost":

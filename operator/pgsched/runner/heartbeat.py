@@ -71,6 +71,11 @@ class HeartbeatLoop:
     def interval_seconds(self) -> float:
         return self._interval
 
+    @property
+    def failing(self) -> bool:
+        """Whether the latest beat failed: the run API (or its database) is away."""
+        return self._failures > 0
+
     def seconds_since_confirmed(self) -> float | None:
         """How old the latest answer from the run API is; None before the first one."""
         with self._lock:
