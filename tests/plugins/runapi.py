@@ -24,6 +24,7 @@ from pgsched.runner.runapi_client import RunApiClient
 class RunApiAddress:
     url: str
     ca: str  # PEM
+    dsn: str  # the database it serves
 
     def client(self, run_lease: Lease) -> RunApiClient:
         return RunApiClient(self.url, self.ca, run_lease)

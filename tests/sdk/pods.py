@@ -121,6 +121,9 @@ def contract(run_api: RunApiAddress, run: Run, **extra: str) -> dict[str, str]:
         PGSCHED_ATTEMPT=str(run.attempt),
         PGSCHED_RUN_API_URL=run_api.url,
         PGSCHED_RUN_API_CA=run_api.ca,
+        # The example kinds keep their data in a database their jobTemplate names
+        # (examples/ledger-import.yaml): here the test's, which the run API serves.
+        PGSCHED_EXAMPLES_DSN=run_api.dsn,
         PGSCHED_HEARTBEAT_INTERVAL_SECONDS="0.1",
     )
     env.update(extra)
