@@ -21,7 +21,6 @@ from pgsched.db import connection
 from pgsched.engine import dispatch, lease, reap, runs, settle
 from pgsched.engine.tick import Ticker, TickSettings
 from pgsched.runner import sidecar
-from pgsched.runner.settings import RunnerSettings
 from plugins.postgres import terminate_backends
 
 pytestmark = pytest.mark.timeout(120)
@@ -244,7 +243,9 @@ def test_heartbeats_fail_during_a_database_outage_and_the_work_continues(private
         assert runs_of(conn, job)[0]["status"] == "COMPLETED"
 
 
-def test_the_sidecar_notes_the_workloads_end_through_a_database_restart(private_postgres):
+def test_the_sidecar_notes_the_workloads_end_through_a_database_restart(
+    private_postgres, start_run_api
+):
     """Kubelet's SIGTERM (the workload ended) comes while the database restarts: the
     sidecar keeps trying within the pod's termination grace, so the note lands once the
     server is back. Without it a cancellation that came after the end could be told from
@@ -255,9 +256,9 @@ def test_the_sidecar_notes_the_workloads_end_through_a_database_restart(private_
         job = define(conn, heartbeat={"intervalSeconds": 5, "timeoutSeconds": 60})
         runs.run_now(conn, job.id, token="once")
         [run] = dispatch.run_once(conn, RecordingLauncher()).claimed
-    settings = RunnerSettings(run_id=run.id, lease_token=run.lease_token, dsn=dsn)
+    client = start_run_api(dsn).client(lease.Lease(run.id, run.lease_token))
     private_postgres.stop()
-    noting = threading.Thread(target=sidecar.mark_ended, args=(settings,))
+    noting = threading.Thread(target=sidecar.mark_ended, args=(client,))
     noting.start()
     time.sleep(2.0)
     assert noting.is_alive(), "the sidecar gave up while the database was away"

@@ -14,7 +14,6 @@ from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, runs
 from pgsched.engine.lease import Lease
 from pgsched.runapi.limits import Limits
-from plugins.runapi import start_run_api
 
 
 def start(conn, job, token):
@@ -148,22 +147,21 @@ def test_a_long_poll_with_nothing_to_tell_answers_at_its_wait(conn, run_api):
     assert 0.9 < time.monotonic() - started < 5
 
 
-def test_a_namespace_over_its_rate_gets_429_and_another_namespace_does_not(conn, dsn, tmp_path):
-    api = start_run_api(dsn, tmp_path / "tls", Limits(rate=5.0, burst=5, concurrency=4, waiters=10))
-    try:
-        flooder = start(conn, define(conn, "flood", namespace="team-a"), "a")
-        neighbour = start(conn, define(conn, "calm", namespace="team-b"), "b")
-        before = refused_count("team-a")
-        codes = [beat(api, flooder).status for _ in range(30)]
-        assert codes.count(429) >= 20, codes
-        assert refused_count("team-a") - before == codes.count(429)  # what the operator sees
-        refused = beat(api, flooder)
-        assert refused.status == 429 and "team-a" in refused.body["error"]
-        assert int(refused.headers["retry-after"]) >= 1
-        assert beat(api, neighbour).status == 200
-        # Forged leases spend a budget of their own, not team-b's.
-        for _ in range(30):
-            beat(api, neighbour, uuid.uuid4())
-        assert beat(api, neighbour).status == 200
-    finally:
-        api.serving.stop(timeout=10)
+def test_a_namespace_over_its_rate_gets_429_and_another_namespace_does_not(
+    conn, dsn, start_run_api
+):
+    api = start_run_api(dsn, limits=Limits(rate=5.0, burst=5, concurrency=4, waiters=10))
+    flooder = start(conn, define(conn, "flood", namespace="team-a"), "a")
+    neighbour = start(conn, define(conn, "calm", namespace="team-b"), "b")
+    before = refused_count("team-a")
+    codes = [beat(api, flooder).status for _ in range(30)]
+    assert codes.count(429) >= 20, codes
+    assert refused_count("team-a") - before == codes.count(429)  # what the operator sees
+    refused = beat(api, flooder)
+    assert refused.status == 429 and "team-a" in refused.body["error"]
+    assert int(refused.headers["retry-after"]) >= 1
+    assert beat(api, neighbour).status == 200
+    # Forged leases spend a budget of their own, not team-b's.
+    for _ in range(30):
+        beat(api, neighbour, uuid.uuid4())
+    assert beat(api, neighbour).status == 200

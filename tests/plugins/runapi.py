@@ -1,8 +1,15 @@
-"""The run API served for a test: the real server on the test's database, over TLS.
+"""The run API as job pods reach it (docs/run-api.md): the real server on a test's database.
 
-- ``run_api``: a started ``pgsched.runapi.serving.Serving`` on a free local port with a
-  certificate of its own CA; ``.url``, ``.ca`` (the PEM pods are given), ``.request()``
-  for raw HTTPS requests that show exactly what a pod (or an attacker) gets back.
+- ``run_api_tls`` (session): a CA and a certificate it signed for 127.0.0.1 (ca.crt,
+  tls.crt, tls.key).
+- ``start_run_api(dsn, limits=...)``: start ``pgsched.runapi.serving.Serving`` on a free
+  local port for that database (the test's ``dsn``, or a ``private_postgres`` the test
+  restarts); stopped at the test's end.
+- ``run_api``: one serving the test's own database.
+
+A handle has the ``url`` and ``ca`` pods are given, ``client(lease)`` (the pods' own
+client) and ``request()`` for raw HTTPS requests that show exactly what a pod, or an
+attacker, gets back.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +26,10 @@ import pytest
 
 from devenv import pki
 from devenv.processes import free_port
+from pgsched.engine.lease import Lease
 from pgsched.runapi.limits import Limits
 from pgsched.runapi.serving import Serving
+from pgsched.runner.runapi_client import RunApiClient
 
 # Generous limits: the tests that are about limits pass their own.
 TEST_LIMITS = Limits(rate=1000.0, burst=1000, concurrency=8, waiters=1000)
@@ -37,14 +46,15 @@ class Answer:
 class RunApiHandle:
     serving: Serving
     port: int
-    ca: str
+    ca: str  # PEM
+    dsn: str  # the database it serves
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cadata=self.ca)
+    def client(self, run_lease: Lease) -> RunApiClient:
+        return RunApiClient(self.url, self.ca, run_lease)
 
     def request(
         self,
@@ -57,7 +67,10 @@ class RunApiHandle:
         timeout: float = 40.0,
     ) -> Answer:
         conn = http.client.HTTPSConnection(
-            "127.0.0.1", self.port, context=self.context(), timeout=timeout
+            "127.0.0.1",
+            self.port,
+            context=ssl.create_default_context(cadata=self.ca),
+            timeout=timeout,
         )
         sent = dict(headers or {})
         if lease is not None:
@@ -77,16 +90,33 @@ class RunApiHandle:
             conn.close()
 
 
-def start_run_api(dsn: str, directory: Path, limits: Limits = TEST_LIMITS) -> RunApiHandle:
-    certs = pki.webhook_tls(directory, ip="127.0.0.1")
-    port = free_port()
-    serving = Serving(dsn=dsn, bind=f"127.0.0.1:{port}", cert_dir=certs, limits=limits, pool_size=4)
-    serving.start()
-    return RunApiHandle(serving, port, (certs / "ca.crt").read_text())
+StartRunApi = Callable[..., RunApiHandle]
+
+
+@pytest.fixture(scope="session")
+def run_api_tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pki.webhook_tls(tmp_path_factory.mktemp("run-api-tls"), ip="127.0.0.1")
 
 
 @pytest.fixture
-def run_api(dsn: str, tmp_path: Path) -> Iterator[RunApiHandle]:
-    handle = start_run_api(dsn, tmp_path / "run-api-tls")
-    yield handle
-    handle.serving.stop(timeout=10)
+def start_run_api(run_api_tls: Path) -> Iterator[StartRunApi]:
+    started: list[RunApiHandle] = []
+
+    def start(dsn: str, *, limits: Limits = TEST_LIMITS) -> RunApiHandle:
+        port = free_port()
+        serving = Serving(
+            dsn=dsn, bind=f"127.0.0.1:{port}", cert_dir=run_api_tls, limits=limits, pool_size=4
+        )
+        serving.start()
+        handle = RunApiHandle(serving, port, (run_api_tls / "ca.crt").read_text(), dsn)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.serving.stop(timeout=10)
+
+
+@pytest.fixture
+def run_api(start_run_api: StartRunApi, dsn: str) -> RunApiHandle:
+    return start_run_api(dsn)

@@ -26,6 +26,7 @@ from factories import RecordingLauncher, define
 from pgsched.db.connection import Connection
 from pgsched.engine import dispatch, runs
 from pgsched.engine.models import Definition, Run
+from plugins.runapi import RunApiAddress
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -109,7 +110,7 @@ class Pod:
             self.process.wait(10)
 
 
-def contract(dsn: str, run: Run, **extra: str) -> dict[str, str]:
+def contract(run_api: RunApiAddress, run: Run, **extra: str) -> dict[str, str]:
     """The environment the operator gives a job pod."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PGSCHED_")}
     env.update(
@@ -118,7 +119,11 @@ def contract(dsn: str, run: Run, **extra: str) -> dict[str, str]:
         PGSCHED_RUN_ID=str(run.id),
         PGSCHED_LEASE_TOKEN=str(run.lease_token),
         PGSCHED_ATTEMPT=str(run.attempt),
-        PGSCHED_DSN=dsn,
+        PGSCHED_RUN_API_URL=run_api.url,
+        PGSCHED_RUN_API_CA=run_api.ca,
+        # The example kinds keep their data in a database their jobTemplate names
+        # (examples/ledger-import.yaml): here the test's, which the run API serves.
+        PGSCHED_EXAMPLES_DSN=run_api.dsn,
         PGSCHED_HEARTBEAT_INTERVAL_SECONDS="0.1",
     )
     env.update(extra)
@@ -127,7 +132,7 @@ def contract(dsn: str, run: Run, **extra: str) -> dict[str, str]:
 
 def start_job(
     pods: Callable[..., Pod],
-    dsn: str,
+    run_api: RunApiAddress,
     run: Run,
     kind: str,
     args: dict[str, Any] | None = None,
@@ -136,7 +141,7 @@ def start_job(
     **extra: str,
 ) -> Pod:
     env = contract(
-        dsn,
+        run_api,
         run,
         PGSCHED_JOB_KIND=kind,
         PGSCHED_JOB_ARGS=json.dumps(args or {}),

@@ -1,4 +1,6 @@
-"""The heartbeat loop and the checkpoint's view of it, in-process against the real database."""
+"""The heartbeat loop and the checkpoint's view of it, in-process, through the run API
+against the real database. (The loop's own logic, with a stand-in for the run API:
+tests/unit/test_heartbeat_long_poll.py.)"""
 
 from __future__ import annotations
 
@@ -9,13 +11,11 @@ import time
 import pytest
 from pods import claim, run_row, sdk_job, wait_for
 
-from pgsched.db.session import Session
 from pgsched.engine import runs
 from pgsched.engine.lease import Lease
 from pgsched.runner.checkpoint import CancellationWatch
 from pgsched.runner.heartbeat import HeartbeatLoop
 from pgsched.sdk import Cancelled
-from plugins.postgres import terminate_backends
 
 
 class Observed:
@@ -35,14 +35,13 @@ def running(conn):
     return run, Lease(run.id, run.lease_token)
 
 
-def test_loop_reports_cancellation_once_and_keeps_beating_while_the_job_stops(dsn, conn, running):
+def test_loop_reports_cancellation_once_and_keeps_beating_while_the_job_stops(
+    run_api, conn, running
+):
     run, run_lease = running
     observed = Observed()
     loop = HeartbeatLoop(
-        Session.for_dsn(dsn, application_name="hb-test"),
-        run_lease,
-        interval_seconds=0.05,
-        on_change=observed,
+        run_api.client(run_lease), interval_seconds=0.05, on_change=observed
     ).start()
     try:
         first = wait_for(lambda: run_row(conn, run)["heartbeat_at"], what="a heartbeat")
@@ -60,34 +59,12 @@ def test_loop_reports_cancellation_once_and_keeps_beating_while_the_job_stops(ds
         loop.stop(5)
 
 
-def test_loop_reconnects_after_its_session_is_killed_and_the_work_is_not_told(dsn, conn, running):
-    run, run_lease = running
-    observed = Observed()
-    loop = HeartbeatLoop(
-        Session.for_dsn(dsn, application_name="hb-victim"),
-        run_lease,
-        interval_seconds=0.05,
-        on_change=observed,
-    ).start()
-    try:
-        wait_for(lambda: run_row(conn, run)["heartbeat_at"], what="a heartbeat")
-        assert terminate_backends(dsn, application_name="hb-victim") == 1
-        before = run_row(conn, run)["heartbeat_at"]
-        wait_for(
-            lambda: run_row(conn, run)["heartbeat_at"] > before, what="a beat on a new session"
-        )
-        assert loop.state == "active" and observed.states == []
-    finally:
-        loop.stop(5)
-
-
-def test_checkpoint_asks_the_database_itself_when_heartbeats_are_stale(dsn, conn, running):
+def test_checkpoint_asks_the_run_api_itself_when_heartbeats_are_stale(run_api, conn, running):
     run, run_lease = running
     # A loop that never beats (not started): its answer is always stale.
-    loop = HeartbeatLoop(
-        Session.for_dsn(dsn, application_name="hb-idle"), run_lease, interval_seconds=0.05
-    )
-    watch = CancellationWatch(loop, Session.for_dsn(dsn, application_name="checkpoint"), run_lease)
+    client = run_api.client(run_lease)
+    loop = HeartbeatLoop(client, interval_seconds=0.05)
+    watch = CancellationWatch(loop, client)
     watch.checkpoint()  # active: returns
 
     runs.cancel_run(conn, run.id, by=runs.BY_CLI)
@@ -99,38 +76,23 @@ def test_checkpoint_asks_the_database_itself_when_heartbeats_are_stale(dsn, conn
     assert run_row(conn, run)["heartbeat_at"] is None  # the check only read
 
 
-def test_checkpoint_carries_on_when_the_database_cannot_be_asked(running):
-    _, run_lease = running
-    nowhere = "host=127.0.0.1 port=1 user=nobody dbname=nothing"
-    loop = HeartbeatLoop(
-        Session.for_dsn(nowhere, application_name="x"), run_lease, interval_seconds=0.05
-    )
-    watch = CancellationWatch(loop, Session.for_dsn(nowhere, application_name="y"), run_lease)
-    assert loop.beat_once().error is not None
-    watch.checkpoint()  # no answer is not a reason to stop
-    watch.terminate()
-    with pytest.raises(Cancelled) as raised:
-        watch.checkpoint()
-    assert raised.value.cause == "terminated"
-
-
-def test_a_cancel_reaches_the_loop_in_well_under_a_second_not_at_the_next_beat(dsn, conn):
+def test_a_cancel_reaches_the_loop_in_well_under_a_second_not_at_the_next_beat(run_api, conn):
     """Cancel request → the loop's observer sees it, over 20 runs (goal: at most 1 s).
 
-    The beat interval is 60 s, so without the notification each would take a minute."""
+    The beat interval is 60 s, so without the long poll each would take a minute."""
     job = sdk_job(conn, maxConcurrentRuns=20)
     latencies = []
     for number in range(20):
         run = claim(conn, job, token=f"run-{number}")
         observed = Observed()
         loop = HeartbeatLoop(
-            Session.for_dsn(dsn, application_name="hb-latency"),
-            Lease(run.id, run.lease_token),
+            run_api.client(Lease(run.id, run.lease_token)),
             interval_seconds=60,
             on_change=observed,
         ).start()
         try:
-            wait_for(lambda: listeners(conn) > 0, timeout=10, what="the loop to listen")
+            wait_for(lambda run=run: run_row(conn, run)["heartbeat_at"], what="a first beat")
+            time.sleep(0.05)  # the long poll is open (were it not, it would answer at once)
             asked = time.monotonic()
             runs.cancel_run(conn, run.id, by=runs.BY_CLI)
             assert observed.changed.wait(10), "the cancel never reached the loop"
@@ -143,11 +105,3 @@ def test_a_cancel_reaches_the_loop_in_well_under_a_second_not_at_the_next_beat(d
     print(f"\ncancel → loop: median {median * 1000:.1f} ms, max {worst * 1000:.1f} ms (20 runs)")
     assert observed.states == ["cancel_requested"]
     assert median < 0.5 and worst < 1.0, latencies
-
-
-def listeners(conn):
-    row = conn.execute(
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'hb-latency'"
-        " AND query LIKE '%listen_for_cancel%'"
-    ).fetchone()
-    return row["n"]

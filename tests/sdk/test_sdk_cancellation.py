@@ -34,8 +34,8 @@ def entries_of(conn, run):
     return row["n"]
 
 
-def started_import(conn, pods, dsn, run, *, at_least=2, **extra):
-    pod = start_job(pods, dsn, run, "ledger-import", SLOW_IMPORT, **extra)
+def started_import(conn, pods, run_api, run, *, at_least=2, **extra):
+    pod = start_job(pods, run_api, run, "ledger-import", SLOW_IMPORT, **extra)
     wait_for(
         lambda: batch_table_exists(conn) and batches(conn, run) >= at_least,
         what=f"{at_least} batches",
@@ -44,10 +44,10 @@ def started_import(conn, pods, dsn, run, *, at_least=2, **extra):
 
 
 def test_cancel_mid_import_stops_at_the_next_checkpoint_compensates_and_ends_cancelled(
-    dsn, conn, pods
+    run_api, conn, pods
 ):
     run = claim(conn, sdk_job(conn, retryPolicy={"retryOn": ["*"]}))
-    pod = started_import(conn, pods, dsn, run)
+    pod = started_import(conn, pods, run_api, run)
 
     written_before_cancel = batches(conn, run)
     runs.cancel_run(conn, run.id, by=runs.BY_CLI)
@@ -64,12 +64,14 @@ def test_cancel_mid_import_stops_at_the_next_checkpoint_compensates_and_ends_can
     assert settle.run_once(conn).retried == []
 
 
-def test_cancelled_read_only_report_stops_and_ends_cancelled_without_compensation(dsn, conn, pods):
+def test_cancelled_read_only_report_stops_and_ends_cancelled_without_compensation(
+    run_api, conn, pods
+):
     importer = claim(conn, sdk_job(conn, "importer"))
     args = {"source": "big", "total": 400, "batch_size": 200, "accounts": 40}
-    assert start_job(pods, dsn, importer, "ledger-import", args).wait() == 0
+    assert start_job(pods, run_api, importer, "ledger-import", args).wait() == 0
     run = claim(conn, sdk_job(conn, "report"))
-    pod = start_job(pods, dsn, run, "ledger-report", {"source": "big", "pause_seconds": 0.2})
+    pod = start_job(pods, run_api, run, "ledger-report", {"source": "big", "pause_seconds": 0.2})
     pod.wait_for_line(r"acct-001: ")
 
     runs.cancel_run(conn, run.id, by=runs.BY_CLI)
@@ -84,9 +86,9 @@ def test_cancelled_read_only_report_stops_and_ends_cancelled_without_compensatio
     assert entries_of(conn, importer) == 400  # the report changed nothing
 
 
-def test_failed_compensation_is_recorded_and_never_masks_the_cancellation(dsn, conn, pods):
+def test_failed_compensation_is_recorded_and_never_masks_the_cancellation(run_api, conn, pods):
     run = claim(conn, sdk_job(conn))
-    pod = start_job(pods, dsn, run, "fragile-undo", {"seconds": 30}, modules=TEST_MODULES)
+    pod = start_job(pods, run_api, run, "fragile-undo", {"seconds": 30}, modules=TEST_MODULES)
     pod.wait_for_line("starting job kind 'fragile-undo'")
 
     runs.cancel_run(conn, run.id, by=runs.BY_CLI)
@@ -99,10 +101,10 @@ def test_failed_compensation_is_recorded_and_never_masks_the_cancellation(dsn, c
 
 
 def test_sigterm_without_a_cancel_request_stops_compensates_and_ends_failed_terminated(
-    dsn, conn, pods
+    run_api, conn, pods
 ):
     run = claim(conn, sdk_job(conn))
-    pod = started_import(conn, pods, dsn, run)
+    pod = started_import(conn, pods, run_api, run)
 
     pod.process.send_signal(signal.SIGTERM)
 
@@ -114,13 +116,13 @@ def test_sigterm_without_a_cancel_request_stops_compensates_and_ends_failed_term
     assert batches(conn, run, "compensated") < ALL_BATCHES
 
 
-def test_sigterm_for_a_run_cancelled_in_the_database_ends_cancelled(dsn, conn, pods):
+def test_sigterm_for_a_run_cancelled_in_the_database_ends_cancelled(run_api, conn, pods):
     # The operator deletes the Job of a cancelled run after the grace period. With a slow
     # heartbeat, and no notification (a pod whose listening connection is gone: planted
     # by switching the trigger off), the runner hears SIGTERM first and must ask the
     # database who wanted it.
     run = claim(conn, sdk_job(conn))
-    pod = started_import(conn, pods, dsn, run, PGSCHED_HEARTBEAT_INTERVAL_SECONDS="60")
+    pod = started_import(conn, pods, run_api, run, PGSCHED_HEARTBEAT_INTERVAL_SECONDS="60")
     conn.execute("ALTER TABLE pgsched.job_runs DISABLE TRIGGER job_runs_notify_lease_holder")
     runs.cancel_run(conn, run.id, by=runs.BY_CLI)
 

@@ -13,10 +13,10 @@ def batches_of(conn, run):
     ).fetchall()
 
 
-def test_mutating_example_imports_every_batch_and_completes(dsn, conn, pods):
+def test_mutating_example_imports_every_batch_and_completes(run_api, conn, pods):
     run = claim(conn, sdk_job(conn))
     pod = start_job(
-        pods, dsn, run, "ledger-import", {"source": "nov", "total": 250, "batch_size": 100}
+        pods, run_api, run, "ledger-import", {"source": "nov", "total": 250, "batch_size": 100}
     )
 
     assert pod.wait() == 0, pod.output
@@ -35,13 +35,13 @@ def test_mutating_example_imports_every_batch_and_completes(dsn, conn, pods):
     ]
 
 
-def test_read_only_example_reports_every_account_with_the_run_in_each_log_line(dsn, conn, pods):
+def test_read_only_example_reports_every_account_with_the_run_in_each_log_line(run_api, conn, pods):
     importer = claim(conn, sdk_job(conn, "importer"))
     args = {"source": "dec", "total": 30, "accounts": 3}
-    assert start_job(pods, dsn, importer, "ledger-import", args).wait() == 0
+    assert start_job(pods, run_api, importer, "ledger-import", args).wait() == 0
     run = claim(conn, sdk_job(conn, "report"))
 
-    pod = start_job(pods, dsn, run, "ledger-report", {"source": "dec"})
+    pod = start_job(pods, run_api, run, "ledger-report", {"source": "dec"})
 
     assert pod.wait() == 0, pod.output
     assert run_row(conn, run)["status"] == "COMPLETED"

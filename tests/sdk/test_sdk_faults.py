@@ -32,7 +32,7 @@ def step(progress):
 
 
 def test_database_blip_does_not_stop_the_job_and_its_outcome_is_recorded_once_back(
-    private_postgres, pods, tmp_path
+    private_postgres, start_run_api, pods, tmp_path
 ):
     dsn = private_postgres.dsn()
     with connection.connect(dsn) as conn:
@@ -40,7 +40,7 @@ def test_database_blip_does_not_stop_the_job_and_its_outcome_is_recorded_once_ba
     progress = tmp_path / "progress"
     pod = start_job(
         pods,
-        dsn,
+        start_run_api(dsn),
         run,
         "steps",
         {"count": 40, "seconds": 0.05, "progress": str(progress)},
@@ -65,11 +65,11 @@ def test_database_blip_does_not_stop_the_job_and_its_outcome_is_recorded_once_ba
     assert (row["status"], row["exit_code"]) == ("COMPLETED", 0)
 
 
-def test_reaped_zombie_runner_records_nothing_and_exits_lease_lost(dsn, conn, pods, tmp_path):
+def test_reaped_zombie_runner_records_nothing_and_exits_lease_lost(run_api, conn, pods, tmp_path):
     job = sdk_job(conn)
     run = claim(conn, job)
     go = tmp_path / "go"
-    pod = start_job(pods, dsn, run, "wait-for-file", {"path": str(go)}, modules=TEST_MODULES)
+    pod = start_job(pods, run_api, run, "wait-for-file", {"path": str(go)}, modules=TEST_MODULES)
     pod.wait_for_line("waiting for")
     wait_for(lambda: run_row(conn, run)["heartbeat_at"] is not None, what="a first heartbeat")
 
@@ -90,10 +90,12 @@ def test_reaped_zombie_runner_records_nothing_and_exits_lease_lost(dsn, conn, po
     assert (retry["status"], retry["attempt"], retry["retry_of"]) == ("QUEUED", 2, run.id)
 
 
-def test_lease_lost_mid_run_stops_the_job_at_its_next_checkpoint_and_compensates(dsn, conn, pods):
+def test_lease_lost_mid_run_stops_the_job_at_its_next_checkpoint_and_compensates(
+    run_api, conn, pods
+):
     run = claim(conn, sdk_job(conn))
     args = {"source": "zombie", "total": 2000, "batch_size": 50, "pause_seconds": 0.2}
-    pod = start_job(pods, dsn, run, "ledger-import", args)
+    pod = start_job(pods, run_api, run, "ledger-import", args)
     pod.wait_for_line("batch 1: ")
 
     reap_as_if_much_later(conn)

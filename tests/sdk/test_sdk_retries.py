@@ -21,10 +21,10 @@ from pgsched.engine import settle
 BACKOFF = {"initialSeconds": 30, "jitter": 0}
 
 
-def fail_with(conn, dsn, pods, error, name="job", **retry_policy):
+def fail_with(conn, run_api, pods, error, name="job", **retry_policy):
     job = sdk_job(conn, name, retryPolicy={"backoff": BACKOFF, **retry_policy})
     run = claim(conn, job)
-    pod = start_job(pods, dsn, run, "fail", {"error": error}, modules=TEST_MODULES)
+    pod = start_job(pods, run_api, run, "fail", {"error": error}, modules=TEST_MODULES)
     assert pod.wait() == 1, pod.output
     return job, run
 
@@ -34,8 +34,10 @@ def fail_with(conn, dsn, pods, error, name="job", **retry_policy):
     ["TransientError", "FlakyNetwork", "TimeoutError"],
     ids=["listed", "subclass-of-listed", "builtin-listed"],
 )
-def test_exception_on_the_allow_list_is_retried_as_a_new_row_with_backoff(dsn, conn, pods, error):
-    job, run = fail_with(conn, dsn, pods, error)
+def test_exception_on_the_allow_list_is_retried_as_a_new_row_with_backoff(
+    run_api, conn, pods, error
+):
+    job, run = fail_with(conn, run_api, pods, error)
     failed = run_row(conn, run)
     assert (failed["status"], failed["reason"], failed["retry_hint"]) == ("FAILED", error, "retry")
     assert failed["error"].startswith(f"{error}: it broke")
@@ -60,11 +62,11 @@ def test_exception_on_the_allow_list_is_retried_as_a_new_row_with_backoff(dsn, c
     "error", ["BudgetExhausted", "DailyBudgetExhausted"], ids=["listed", "subclass-of-listed"]
 )
 def test_exception_on_the_deny_list_is_never_retried_even_when_allowed_everywhere(
-    dsn, conn, pods, error
+    run_api, conn, pods, error
 ):
     # BudgetExhausted is also a TransientError (the kind's retry_on), and the definition
     # allows every reason: the deny list still wins.
-    job, run = fail_with(conn, dsn, pods, error, retryOn=["*"])
+    job, run = fail_with(conn, run_api, pods, error, retryOn=["*"])
     assert (run_row(conn, run)["reason"], run_row(conn, run)["retry_hint"]) == (error, "never")
 
     result = settle.run_once(conn)
@@ -74,17 +76,17 @@ def test_exception_on_the_deny_list_is_never_retried_even_when_allowed_everywher
 
 
 def test_exception_on_neither_list_is_retried_only_if_the_definition_allows_its_name(
-    dsn, conn, pods
+    run_api, conn, pods
 ):
-    _, plain = fail_with(conn, dsn, pods, "Unlisted")
+    _, plain = fail_with(conn, run_api, pods, "Unlisted")
     assert run_row(conn, plain)["retry_hint"] is None
     assert settle.run_once(conn).retried == []
 
-    _, allowed = fail_with(conn, dsn, pods, "Unlisted", "allowed", retryOn=["Unlisted"])
+    _, allowed = fail_with(conn, run_api, pods, "Unlisted", "allowed", retryOn=["Unlisted"])
     assert [retried.failed.id for retried in settle.run_once(conn).retried] == [allowed.id]
 
 
-def test_definition_deny_list_wins_over_the_kinds_allow_list(dsn, conn, pods):
-    job, _ = fail_with(conn, dsn, pods, "TransientError", neverRetryOn=["TransientError"])
+def test_definition_deny_list_wins_over_the_kinds_allow_list(run_api, conn, pods):
+    job, _ = fail_with(conn, run_api, pods, "TransientError", neverRetryOn=["TransientError"])
     assert settle.run_once(conn).retried == []
     assert len(runs_of(conn, job)) == 1

@@ -11,10 +11,10 @@ from pods import EXAMPLE_MODULES, claim, contract, run_row, sdk_job, start_job
 from pgsched.engine import settle
 
 
-def test_unregistered_kind_fails_fast_listing_the_registered_kinds(dsn, conn, pods):
+def test_unregistered_kind_fails_fast_listing_the_registered_kinds(run_api, conn, pods):
     run = claim(conn, sdk_job(conn, retryPolicy={"retryOn": ["*"]}))
 
-    pod = start_job(pods, dsn, run, "ledger-imprt", {"source": "x", "total": 1})
+    pod = start_job(pods, run_api, run, "ledger-imprt", {"source": "x", "total": 1})
 
     assert pod.wait() == 2, pod.output
     message = (
@@ -33,11 +33,11 @@ def test_unregistered_kind_fails_fast_listing_the_registered_kinds(dsn, conn, po
     assert settle.run_once(conn).retried == []  # even though retryOn allows everything
 
 
-def test_bad_arguments_fail_fast_naming_every_problem_and_the_signature(dsn, conn, pods):
+def test_bad_arguments_fail_fast_naming_every_problem_and_the_signature(run_api, conn, pods):
     run = claim(conn, sdk_job(conn))
     args = {"total": "1000", "batch_size": 2.5, "souce": "nov"}
 
-    pod = start_job(pods, dsn, run, "ledger-import", args)
+    pod = start_job(pods, run_api, run, "ledger-import", args)
 
     assert pod.wait() == 2, pod.output
     row = run_row(conn, run)
@@ -59,10 +59,10 @@ def test_bad_arguments_fail_fast_naming_every_problem_and_the_signature(dsn, con
     assert "batch 0" not in pod.output  # nothing was imported
 
 
-def test_unimportable_job_module_fails_fast_naming_the_module(dsn, conn, pods):
+def test_unimportable_job_module_fails_fast_naming_the_module(run_api, conn, pods):
     run = claim(conn, sdk_job(conn))
 
-    pod = start_job(pods, dsn, run, "ledger-import", modules="pgsched_examples.nope")
+    pod = start_job(pods, run_api, run, "ledger-import", modules="pgsched_examples.nope")
 
     assert pod.wait() == 2, pod.output
     row = run_row(conn, run)
@@ -73,9 +73,11 @@ def test_unimportable_job_module_fails_fast_naming_the_module(dsn, conn, pods):
     )
 
 
-def test_broken_contract_exits_2_naming_every_missing_or_bad_variable(dsn, conn, pods):
+def test_broken_contract_exits_2_naming_every_missing_or_bad_variable(run_api, conn, pods):
     run = claim(conn, sdk_job(conn))
-    env = contract(dsn, run, PGSCHED_JOB_ARGS="[1, 2]", PGSCHED_HEARTBEAT_INTERVAL_SECONDS="soon")
+    env = contract(
+        run_api, run, PGSCHED_JOB_ARGS="[1, 2]", PGSCHED_HEARTBEAT_INTERVAL_SECONDS="soon"
+    )
     del env["PGSCHED_LEASE_TOKEN"], env["PGSCHED_ATTEMPT"]
 
     pod = pods("run", env)
@@ -100,9 +102,9 @@ def test_broken_contract_exits_2_naming_every_missing_or_bad_variable(dsn, conn,
     assert run_row(conn, run)["status"] == "RUNNING"  # nothing could be recorded
 
 
-def test_flags_override_the_environment(dsn, conn, pods):
+def test_flags_override_the_environment(run_api, conn, pods):
     run = claim(conn, sdk_job(conn))
-    env = contract(dsn, run, PGSCHED_JOB_KIND="nope", PGSCHED_JOB_MODULES="nope")
+    env = contract(run_api, run, PGSCHED_JOB_KIND="nope", PGSCHED_JOB_MODULES="nope")
 
     pod = pods(
         "run",

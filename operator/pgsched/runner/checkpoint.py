@@ -3,16 +3,16 @@
 Three signals can stop a run, in this order of precedence:
 
 1. the lease was lost (``lease-lost``) — the run is not ours any more;
-2. cancellation was requested in the database (``cancelled``);
+2. cancellation was requested (``cancelled``);
 3. the runner received SIGTERM (``terminated``) — the pod is being stopped.
 
 The first two come from the heartbeat loop's latest answer, so a checkpoint normally costs
-a lock and a comparison and can be called once per row. When that answer is stale (the
-heartbeat thread is stuck or the database is unreachable) the checkpoint asks the database
-itself with the read-only ``pgsched.lease_state`` — at most once per heartbeat interval, so
-a tight loop of checkpoints during an outage does not turn into a storm of connection
-attempts. A failed check is logged and treated as "carry on" (I6): only a database
-*answer* stops work, never its absence.
+a lock and a comparison and can be called once per row. When that answer is stale and the
+loop does not know why (no beat yet, or one that hangs) the checkpoint asks the run API
+itself, read-only (``GET .../lease``), at most once per heartbeat interval. Not while the
+loop's beats fail: the run API is away, and a check would only hold the job up until it
+failed too (a server whose database is away takes seconds to say so). A failed check is
+logged and treated as "carry on" (I6): only an *answer* stops work, never its absence.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from pgsched.db.session import Session, describe_error
-from pgsched.engine import lease
-from pgsched.engine.lease import Lease
 from pgsched.runner.heartbeat import HeartbeatLoop
+from pgsched.runner.runapi_client import RunApiClient, RunApiError
 from pgsched.sdk import CancelCause, Cancelled
 
 log = logging.getLogger(__name__)
@@ -35,14 +33,12 @@ class CancellationWatch:
     def __init__(
         self,
         loop: HeartbeatLoop,
-        session: Session,
-        run_lease: Lease,
+        client: RunApiClient,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._loop = loop
-        self._session = session
-        self._lease = run_lease
+        self._client = client
         self._clock = clock
         # Stale: no answer for two intervals, i.e. at least one beat is overdue.
         self._stale_after = 2 * loop.interval_seconds
@@ -60,7 +56,8 @@ class CancellationWatch:
 
     def cause(self) -> CancelCause | None:
         age = self._loop.seconds_since_confirmed()
-        if (age is None or age > self._stale_after) and self._may_check():
+        stale = age is None or age > self._stale_after
+        if stale and not self._loop.failing and self._may_check():
             self.refresh()
         state = self._loop.state
         if state == "lost":
@@ -70,15 +67,13 @@ class CancellationWatch:
         return "terminated" if self._terminated.is_set() else None
 
     def refresh(self) -> None:
-        """Ask the database now (read-only); a failure is logged, never raised."""
+        """Ask the run API now (read-only); a failure is logged, never raised."""
         self._checked_at = self._clock()
         try:
-            state = self._session.run(lambda conn: lease.state(conn, self._lease))
-        except Exception as error:
+            state = self._client.lease_state()
+        except RunApiError as error:
             log.warning(
-                "run %s: could not check the lease (%s); carrying on",
-                self._lease.run_id,
-                describe_error(error),
+                "run %s: could not check the lease (%s); carrying on", self._client.run_id, error
             )
             return
         self._loop.observe(state)

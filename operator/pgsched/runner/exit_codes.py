@@ -1,8 +1,8 @@
-"""Exit codes of ``pgsched run``: the outcome, readable without the database.
+"""Exit codes of ``pgsched run``: the outcome, readable without the run API.
 
 The runner records the outcome itself (fenced by the lease), and the code says the same
 thing, so whoever only sees the container status — the operator's Job watch, ``kubectl``,
-a human — reaches the same conclusion. If the final write could not reach the database
+a human — reaches the same conclusion. If the final write could not reach the run API
 (see ``PGSCHED_FINISH_TIMEOUT_SECONDS``) the code is the operator's only source, which is
 why it mirrors the outcome rather than whether the write succeeded.
 

@@ -3,14 +3,13 @@
 One implementation serves both in-pod programs: the SDK runner (``pgsched run``) and the
 sidecar next to arbitrary containers (``pgsched heartbeat``).
 
-Every ``interval`` the loop calls ``pgsched.heartbeat(run_id, lease_token)`` on a session
-of its own and keeps the answer, the lease state (``active``, ``cancel_requested``,
-``lost``; it only moves forward), for the work to read. Between beats its session LISTENs
-on the run's lease channel, so a cancel reaches the work within a round trip or two, not at
-the next beat. A failed heartbeat is logged and retried on a fresh connection; it never
-stops or fails the work (I6).
+Every ``interval`` the loop heartbeats through the run API and keeps the answer, the lease
+state (``active``, ``cancel_requested``, ``lost``; it only moves forward), for the work to
+read. Between beats it holds the run API's cancel long poll open, so a cancel reaches the
+work within a round trip, not at the next beat. A failed heartbeat is logged and retried
+on a fresh connection; it never stops or fails the work (I6).
 
-The states, the listening and the failures: docs/architecture.md, "The heartbeat loop".
+The states, the long poll and the failures: docs/architecture.md, "The heartbeat loop".
 """
 
 from __future__ import annotations
@@ -22,13 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
-import psycopg
-
-from pgsched.db import notices
-from pgsched.db.connection import Connection
-from pgsched.db.session import Session, describe_error
-from pgsched.engine import lease
-from pgsched.engine.lease import Lease, LeaseState
+from pgsched.engine.lease import LeaseState
+from pgsched.runner.runapi_client import RunApiClient, RunApiError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +33,7 @@ RETRY_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class Beat:
-    """The result of one heartbeat: the state the database answered, or the error."""
+    """The result of one heartbeat: the state the run API answered, or the error."""
 
     state: LeaseState | None
     error: str | None = None
@@ -48,15 +42,14 @@ class Beat:
 class HeartbeatLoop:
     def __init__(
         self,
-        session: Session,
-        run_lease: Lease,
+        client: RunApiClient,
         *,
         interval_seconds: float,
         on_change: Callable[[LeaseState], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._session = session
-        self._lease = run_lease
+        self._client = client
+        self._run_id = client.run_id
         self._interval = interval_seconds
         self._on_change = on_change
         self._clock = clock
@@ -64,9 +57,10 @@ class HeartbeatLoop:
         self._state: LeaseState = "active"
         self._confirmed_at: float | None = None
         self._failures = 0
+        self._poll_failures = 0
         self._stop = threading.Event()
+        self._beating = threading.Lock()  # held while a beat is in flight
         self._thread: threading.Thread | None = None
-        self._listening: Connection | None = None  # the connection subscribed to the channel
 
     @property
     def state(self) -> LeaseState:
@@ -77,13 +71,18 @@ class HeartbeatLoop:
     def interval_seconds(self) -> float:
         return self._interval
 
+    @property
+    def failing(self) -> bool:
+        """Whether the latest beat failed: the run API (or its database) is away."""
+        return self._failures > 0
+
     def seconds_since_confirmed(self) -> float | None:
-        """How old the latest answer from the database is; None before the first one."""
+        """How old the latest answer from the run API is; None before the first one."""
         with self._lock:
             return None if self._confirmed_at is None else self._clock() - self._confirmed_at
 
     def observe(self, state: LeaseState) -> None:
-        """Record a lease state learnt from the database (a beat, or a checkpoint's check)."""
+        """Record a lease state the run API answered (a beat, the long poll, a checkpoint)."""
         with self._lock:
             self._confirmed_at = self._clock()
             previous = self._state
@@ -91,38 +90,33 @@ class HeartbeatLoop:
                 return
             self._state = state
         if state == "cancel_requested":  # routine: pgsched cancel, Replace, a deadline
-            log.info("run %s: cancellation requested", self._lease.run_id)
+            log.info("run %s: cancellation requested", self._run_id)
         else:
-            log.warning(
-                "run %s: lease lost (the run was reaped or ended elsewhere)", self._lease.run_id
-            )
+            log.warning("run %s: lease lost (the run was reaped or ended elsewhere)", self._run_id)
         if self._on_change is not None:
             try:
                 self._on_change(state)
             except Exception:
-                log.exception("run %s: heartbeat state observer failed", self._lease.run_id)
+                log.exception("run %s: heartbeat state observer failed", self._run_id)
 
     def beat_once(self) -> Beat:
         """One heartbeat. Never raises: a failure is returned (and logged)."""
         try:
-            state = self._session.run(lambda conn: lease.heartbeat(conn, self._lease))
-        except Exception as error:
+            state = self._client.heartbeat()
+        except RunApiError as error:
             self._failures += 1
-            message = describe_error(error)
-            # 1st, 2nd, 4th, 8th... failure: an outage is visible without flooding the log.
-            level = logging.WARNING if self._failures & (self._failures - 1) == 0 else logging.DEBUG
             log.log(
-                level,
+                _sparingly(self._failures),
                 "run %s: heartbeat failed (%s in a row), the work goes on; retrying: %s",
-                self._lease.run_id,
+                self._run_id,
                 self._failures,
-                message,
+                error,
             )
-            return Beat(None, message)
+            return Beat(None, str(error))
         if self._failures:
             log.info(
                 "run %s: heartbeat restored after %s failed attempts",
-                self._lease.run_id,
+                self._run_id,
                 self._failures,
             )
             self._failures = 0
@@ -131,43 +125,76 @@ class HeartbeatLoop:
 
     def start(self) -> Self:
         self._thread = threading.Thread(
-            target=self._run, name=f"pgsched-heartbeat-{self._lease.run_id}", daemon=True
+            target=self._run, name=f"pgsched-heartbeat-{self._run_id}", daemon=True
         )
         self._thread.start()
         return self
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop beating and wait for an in-flight beat (at most ``timeout`` seconds)."""
+        """Stop beating, and wait for a beat in flight (at most ``timeout`` seconds).
+
+        A long poll in flight is not waited for: it only reads, its answer is dropped,
+        and the thread ends when it returns (at the latest its wait plus a request
+        timeout later)."""
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        if self._thread is None or self._thread is threading.current_thread():
+            return
+        if self._beating.acquire(timeout=-1 if timeout is None else timeout):
+            self._beating.release()
 
     def _run(self) -> None:
         try:
-            while not self._stop.is_set():
-                beat = self.beat_once()
-                if self.state == "lost":
+            while True:
+                with self._beating:
+                    if self._stop.is_set():
+                        return
+                    beat = self.beat_once()
+                if beat.state == "lost":
                     return
                 delay = self._interval if beat.error is None else min(self._interval, RETRY_SECONDS)
                 self._wait(delay)
+                if self.state == "lost":  # the long poll told: nothing left to keep alive
+                    return
         finally:
-            self._session.close()
+            self._client.close()
 
     def _wait(self, seconds: float) -> None:
-        """Until the next beat is due, or the database notified the lease's channel."""
+        """Until the next beat is due, the loop is stopped, or the lease is lost; meanwhile
+        the long poll brings a cancel as soon as it is asked for."""
         deadline = time.monotonic() + seconds
-        conn = self._session.connected()  # never connect just to listen: the beat does
-        if conn is not None:
+        while not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining < 1:  # the long poll waits whole seconds
+                break
+            asked, started = self.state, time.monotonic()
             try:
-                if self._listening is not conn:
-                    state = lease.listen(conn, self._lease)
-                    self._listening = conn
-                    if state != "active":
-                        return  # asked to stop before we listened: beat (and tell) now
-                notices.wait(conn, deadline - time.monotonic(), self._stop)
+                answer = self._client.wait_while(asked, int(remaining))
+            except RunApiError as error:
+                self._poll_failures += 1
+                log.log(
+                    # An outage shows in the beats' own lines; a refusal is worth telling.
+                    logging.DEBUG if error.transient else _sparingly(self._poll_failures),
+                    "run %s: waiting for a cancel failed (%s in a row); the next beat will"
+                    " tell: %s",
+                    self._run_id,
+                    self._poll_failures,
+                    error,
+                )
+                break  # never spin on failures: sleep until the beat
+            self._poll_failures = 0
+            if self._stop.is_set():
+                return  # the work has ended: news of the lease is no longer ours to tell
+            self.observe(answer)
+            if self.state == "lost":
                 return
-            except psycopg.Error as error:
-                self._listening = None
-                self._session.close()
-                log.debug("run %s: waiting for notifications failed: %s", self._lease.run_id, error)
+            if self.state == asked and time.monotonic() - started < 1:
+                # Nothing new, and at once (a server that does not wait, or an answer
+                # behind what we know): asking again would only repeat it. Sleep.
+                break
         self._stop.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _sparingly(failures: int) -> int:
+    """The log level of the ``failures``-th failure in a row: the 1st, 2nd, 4th, 8th...
+    are warnings, so an outage is visible without flooding the log."""
+    return logging.WARNING if failures & (failures - 1) == 0 else logging.DEBUG

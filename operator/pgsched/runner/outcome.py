@@ -1,14 +1,15 @@
 """The end of a run: what the job's result means, and writing it — fenced, and patiently.
 
-The terminal write goes through ``pgsched.finish_run``, which updates the row only while it
-is still ``RUNNING`` under our lease token. So a runner that was reaped while it worked (a
-zombie) changes nothing, and learns it: :func:`record` returns ``lease-lost``.
+The terminal write goes through the run API's ``finish`` (``pgsched.finish_run``), which
+updates the row only while it is still ``RUNNING`` under our lease. So a runner that was
+reaped while it worked (a zombie) changes nothing, and learns it: :func:`record` returns
+``lease-lost``.
 
-The database may be briefly away exactly when the job ends (a restart, a failover). The
-write is then retried (``pgsched.runner.patience``) for up to
-``PGSCHED_FINISH_TIMEOUT_SECONDS``. If the outcome
-cannot be written the runner still exits with the code that states it (see
-``exit_codes``), so the operator's Job watch can record it instead.
+The run API may be briefly away exactly when the job ends (an operator rollout, a database
+failover). The write is then retried (``pgsched.runner.patience``) for up to
+``PGSCHED_FINISH_TIMEOUT_SECONDS``. If the outcome cannot be written the runner still exits
+with the code that states it (see ``exit_codes``), so the operator's Job watch can record
+it instead.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from pgsched.db.session import Session, describe_error
-from pgsched.engine import lease
-from pgsched.engine.lease import FinalStatus, Lease
+from pgsched.engine.lease import FinalStatus
 from pgsched.runner import patience
 from pgsched.runner.exit_codes import ExitCode
+from pgsched.runner.runapi_client import RunApiClient
 from pgsched.sdk.kinds import RetryHint
 
 log = logging.getLogger(__name__)
@@ -57,19 +57,16 @@ def describe_exception(error: BaseException) -> str:
 
 
 def record(
-    session: Session,
-    run_lease: Lease,
+    client: RunApiClient,
     outcome: Outcome,
     *,
     timeout_seconds: float,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Recorded:
+    run_id = client.run_id
     tried = patience.write(
-        session,
-        lambda conn: lease.finish(
-            conn,
-            run_lease,
+        lambda: client.finish(
             outcome.status,
             reason=outcome.reason,
             error=outcome.error,
@@ -77,34 +74,34 @@ def record(
             retry_hint=outcome.retry_hint,
         ),
         what=f"recording {outcome.status}",
-        run_id=run_lease.run_id,
+        run_id=run_id,
         timeout_seconds=timeout_seconds,
         clock=clock,
         sleep=sleep,
     )
     if tried.error is not None:
-        if tried.transient:
+        if tried.error.transient:
             log.error(
                 "run %s: could not record %s after %s attempts (%s); the exit code %s"
                 " states the outcome",
-                run_lease.run_id,
+                run_id,
                 outcome.status,
                 tried.attempts,
-                describe_error(tried.error),
+                tried.error,
                 int(outcome.exit_code),
             )
         else:
             log.error(
                 "run %s: recording %s failed and will not succeed by retrying: %s",
-                run_lease.run_id,
+                run_id,
                 outcome.status,
-                describe_error(tried.error),
+                tried.error,
             )
         return "unrecorded"
     if tried.value:
         log.info(
             "run %s: recorded %s%s",
-            run_lease.run_id,
+            run_id,
             outcome.status,
             f" ({outcome.reason})" if outcome.reason else "",
         )
@@ -118,7 +115,7 @@ def record(
         log.warning(
             "run %s: the run had already ended when %s was retried: most likely by the"
             " earlier attempt, whose answer was lost",
-            run_lease.run_id,
+            run_id,
             outcome.status,
         )
         return "recorded"

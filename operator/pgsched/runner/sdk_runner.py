@@ -27,12 +27,12 @@ from collections.abc import Callable
 from types import FrameType
 
 from pgsched import sdk
-from pgsched.db.session import Session
 from pgsched.runner import outcome as outcomes
 from pgsched.runner.checkpoint import CancellationWatch
 from pgsched.runner.exit_codes import ExitCode
 from pgsched.runner.heartbeat import HeartbeatLoop
 from pgsched.runner.outcome import Outcome
+from pgsched.runner.runapi_client import RunApiClient
 from pgsched.runner.settings import JobSelection, RunnerSettings
 from pgsched.sdk import arguments
 from pgsched.sdk.context import run_logger
@@ -40,7 +40,7 @@ from pgsched.sdk.kinds import JobKind, Registry
 
 log = logging.getLogger(__name__)
 
-# Long enough for an in-flight heartbeat to finish or time out (see ``session``).
+# Long enough for an in-flight heartbeat to finish or time out (REQUEST_TIMEOUT_SECONDS).
 _STOP_SECONDS = 15.0
 
 
@@ -54,24 +54,21 @@ class SetupError(Exception):
 
 def run(settings: RunnerSettings, *, registry: Registry = sdk.registry) -> ExitCode:
     assert settings.job is not None, "the SDK runner needs a job selection"
-    run_lease = settings.lease
-    loop = HeartbeatLoop(
-        Session.for_dsn(settings.dsn, application_name=f"pgsched-heartbeat-{settings.run_id}"),
-        run_lease,
-        interval_seconds=settings.heartbeat_interval_seconds,
-    ).start()
-    session = Session.for_dsn(settings.dsn, application_name=f"pgsched-run-{settings.run_id}")
-    watch = CancellationWatch(loop, session, run_lease)
+    # One client for every thread: each has a connection of its own (the loop's beats and
+    # long polls, the checkpoints' checks and the final write here).
+    client = RunApiClient(settings.run_api_url, settings.run_api_ca, settings.lease)
+    loop = HeartbeatLoop(client, interval_seconds=settings.heartbeat_interval_seconds).start()
+    watch = CancellationWatch(loop, client)
     restore = _on_sigterm(watch)
     try:
         result = _execute(settings, settings.job, registry, watch)
         # Stop beating first: a beat after our own final write would read "lost".
         loop.stop(timeout=_STOP_SECONDS)
-        return _conclude(settings, session, result, loop)
+        return _conclude(settings, client, result, loop)
     finally:
         restore()
         loop.stop(timeout=_STOP_SECONDS)
-        session.close()
+        client.close()
 
 
 def prepare(selection: JobSelection, registry: Registry) -> tuple[JobKind, dict[str, object]]:
@@ -188,7 +185,7 @@ def _compensate(kind: JobKind, ctx: sdk.JobContext, cancelled: sdk.Cancelled) ->
 
 
 def _conclude(
-    settings: RunnerSettings, session: Session, result: Outcome | None, loop: HeartbeatLoop
+    settings: RunnerSettings, client: RunApiClient, result: Outcome | None, loop: HeartbeatLoop
 ) -> ExitCode:
     if result is None or loop.state == "lost":
         log.warning(
@@ -196,12 +193,7 @@ def _conclude(
             settings.run_id,
         )
         return ExitCode.LEASE_LOST
-    recorded = outcomes.record(
-        session,
-        settings.lease,
-        result,
-        timeout_seconds=settings.finish_timeout_seconds,
-    )
+    recorded = outcomes.record(client, result, timeout_seconds=settings.finish_timeout_seconds)
     if recorded == "lease-lost":
         return ExitCode.LEASE_LOST
     return result.exit_code

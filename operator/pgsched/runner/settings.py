@@ -4,7 +4,8 @@ Everything arrives as environment variables (the operator sets them on the conta
 any of them can be overridden by a command-line flag for local runs. They are read once,
 at start-up, into a frozen :class:`RunnerSettings` that validates itself; a pod started
 with a broken contract stops at once with every problem listed (``validation``), naming
-the variable, what is wrong and an example of a right value — before it touches the database or user code.
+the variable, what is wrong and an example of a right value — before it makes a request or
+imports user code.
 
 The table of variables lives here, once: the CLI builds its flags from it and
 ``docs/sdk.md`` documents the same names.
@@ -22,11 +23,14 @@ from uuid import UUID
 
 from pgsched import names
 from pgsched.engine.lease import Lease
+from pgsched.runner import runapi_client
 from pgsched.validation import FieldError, Problems, SettingsError
 
 DEFAULT_CANCEL_FILE = Path("/pgsched/cancel")
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 10.0
 DEFAULT_FINISH_TIMEOUT_SECONDS = 300.0
+# Messages quote a wrong value up to this long.
+_SHOWN_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,17 @@ LEASE_TOKEN = Variable(
     "the run's lease token from its claim; fences every write",
     "3f2c6a9e-8d1b-4c55-9a57-0e7d2b1c4f10",
 )
-DSN = Variable(
-    "PGSCHED_DSN",
-    "--dsn",
-    "connection string of the job database role",
-    "'host=db user=pgsched_job dbname=pgsched'",
+RUN_API_URL = Variable(
+    "PGSCHED_RUN_API_URL",
+    "--run-api-url",
+    "address of the run API the pod talks to (docs/run-api.md)",
+    "https://pgsched-run-api.pgsched.svc",
+)
+RUN_API_CA = Variable(
+    "PGSCHED_RUN_API_CA",
+    "--run-api-ca",
+    "PEM text of the CA certificate of the run API's server, the only one trusted",
+    '"$(cat ca.crt)"',
 )
 HEARTBEAT_INTERVAL = Variable(
     "PGSCHED_HEARTBEAT_INTERVAL_SECONDS",
@@ -90,12 +100,12 @@ JOB_MODULES = Variable(
 FINISH_TIMEOUT = Variable(
     "PGSCHED_FINISH_TIMEOUT_SECONDS",
     "--finish-timeout",
-    "how long to keep retrying the final status write while the database is unreachable"
+    "how long to keep retrying the final status write while the run API is unreachable"
     f" (default {DEFAULT_FINISH_TIMEOUT_SECONDS:g})",
     "300",
 )
 
-_LEASE = (RUN_ID, LEASE_TOKEN, DSN, HEARTBEAT_INTERVAL)
+_LEASE = (RUN_ID, LEASE_TOKEN, RUN_API_URL, RUN_API_CA, HEARTBEAT_INTERVAL)
 SIDECAR_VARIABLES = (*_LEASE, CANCEL_FILE, SHARED_PROCESS_NAMESPACE)  # pgsched heartbeat
 RUNNER_VARIABLES = (
     *_LEASE,
@@ -145,7 +155,8 @@ class JobSelection:
 class RunnerSettings:
     run_id: int
     lease_token: UUID
-    dsn: str = field(repr=False)  # may carry a password
+    run_api_url: str
+    run_api_ca: str = field(repr=False)  # a page of PEM
     heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
     cancel_file: Path = DEFAULT_CANCEL_FILE
     shared_process_namespace: bool = False
@@ -157,8 +168,14 @@ class RunnerSettings:
         problems: list[FieldError] = []
         if self.run_id < 1:
             problems.append(_bad(RUN_ID, self.run_id, "must be a positive integer"))
-        if not self.dsn.strip():
-            problems.append(_bad(DSN, self.dsn, "must not be empty"))
+        try:
+            runapi_client.address(self.run_api_url)
+        except ValueError as error:
+            problems.append(_bad(RUN_API_URL, self.run_api_url, str(error)))
+        try:
+            runapi_client.trusting(self.run_api_ca)
+        except ValueError as error:
+            problems.append(_bad(RUN_API_CA, self.run_api_ca, str(error)))
         if not 0.05 <= self.heartbeat_interval_seconds <= 3600:
             problems.append(
                 _bad(
@@ -208,7 +225,8 @@ def from_environment(
     reader = _Reader(values)
     run_id = reader.integer(RUN_ID)
     token = reader.uuid(LEASE_TOKEN)
-    dsn = reader.required(DSN)
+    run_api_url = reader.required(RUN_API_URL)
+    run_api_ca = reader.required(RUN_API_CA)
     interval = reader.number(HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_INTERVAL_SECONDS)
     cancel_file = Path(values.get(CANCEL_FILE.env) or DEFAULT_CANCEL_FILE)
     shared = reader.boolean(SHARED_PROCESS_NAMESPACE)
@@ -230,7 +248,8 @@ def from_environment(
     return RunnerSettings(
         run_id=run_id,
         lease_token=token,
-        dsn=dsn,
+        run_api_url=run_api_url,
+        run_api_ca=run_api_ca,
         heartbeat_interval_seconds=interval,
         cancel_file=cancel_file,
         shared_process_namespace=shared,
@@ -312,5 +331,7 @@ class _Reader:
 
 
 def _bad(variable: Variable, value: object, problem: str) -> FieldError:
-    shown = "(hidden)" if variable is DSN else repr(value)
+    shown = repr(value)
+    if len(shown) > _SHOWN_CHARS:  # a page of PEM, say: its start is enough to recognise it
+        shown = shown[: _SHOWN_CHARS - 3] + "..."
     return FieldError(variable.label, f"{shown} {problem}", f"{variable.env}={variable.example}")

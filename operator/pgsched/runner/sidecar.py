@@ -7,7 +7,7 @@ must stop, tells the workload with a file on a shared ``emptyDir``
 
 It never writes a terminal status: the outcome is visible to the operator's Job watch, not
 inside the pod, and terminal statuses are final (I4). It records the one fact it knows,
-that the workload ended (``pgsched.workload_ended``). It does not exit on its own, because
+that the workload ended (the run API's ``workload-ended``). It does not exit on its own, because
 kubelet restarts a native sidecar that exits; it waits for SIGTERM, and announces when its
 handler is installed (:func:`announce_listening`) so the workload waits for it.
 
@@ -26,11 +26,10 @@ from pathlib import Path
 
 from pgsched import names
 from pgsched.db import clock
-from pgsched.db.session import Session, describe_error
-from pgsched.engine import lease
 from pgsched.engine.lease import LeaseState
 from pgsched.runner import patience, workload_exit
 from pgsched.runner.heartbeat import HeartbeatLoop
+from pgsched.runner.runapi_client import RunApiClient
 from pgsched.runner.settings import RunnerSettings
 
 log = logging.getLogger(__name__)
@@ -40,9 +39,9 @@ _WORDS: dict[LeaseState, str] = {"cancel_requested": "cancelled", "lost": "lease
 
 def run(settings: RunnerSettings, stop: threading.Event) -> int:
     """Heartbeat until ``stop`` is set (SIGTERM); returns the exit code, always 0."""
+    client = RunApiClient(settings.run_api_url, settings.run_api_ca, settings.lease)
     loop = HeartbeatLoop(
-        _session(settings),
-        settings.lease,
+        client,
         interval_seconds=settings.heartbeat_interval_seconds,
         on_change=lambda state: signal_workload(settings.cancel_file, state),
     ).start()
@@ -52,14 +51,13 @@ def run(settings: RunnerSettings, stop: threading.Event) -> int:
         settings.heartbeat_interval_seconds,
         settings.cancel_file,
     )
-    ended = _EndNote(settings)
+    ended = _EndNote(client)
     if settings.shared_process_namespace:
         workload_exit.start(ended.note, stop)
     stop.wait()
-    # Note the end first, only then wait for the loop: its wait for notifications checks
-    # for stop every 0.5 s, and a run asked to stop ends CANCELLED at this note
-    # (sql/functions/workload_ended_pinned.sql) — a Replace's next run waits for it. No
-    # beat starts after the flag is set.
+    # Note the end first, only then wait for a beat in flight (up to a request timeout): a
+    # run asked to stop ends CANCELLED at this note (sql/functions/workload_ended_pinned.sql)
+    # and a Replace's next run waits for it. No beat starts after the flag is set.
     loop.stop(timeout=0)
     ended.note()
     loop.stop(timeout=settings.heartbeat_interval_seconds + 10)
@@ -82,17 +80,13 @@ def announce_listening(settings: RunnerSettings) -> None:
         log.error("cannot create %s (the workload starts 30 s late): %s", path, error)
 
 
-def _session(settings: RunnerSettings) -> Session:
-    return Session.for_dsn(settings.dsn, application_name=f"pgsched-sidecar-{settings.run_id}")
-
-
 class _EndNote:
     """The workload's end, noted once: when the sidecar sees its processes end (a shared
     process namespace, :mod:`pgsched.runner.workload_exit`) or at SIGTERM, whichever
     comes first."""
 
-    def __init__(self, settings: RunnerSettings) -> None:
-        self._settings = settings
+    def __init__(self, client: RunApiClient) -> None:
+        self._client = client
         self._lock = threading.Lock()
         self._noted = False
 
@@ -100,49 +94,46 @@ class _EndNote:
         with self._lock:
             if not self._noted:
                 self._noted = True
-                mark_ended(self._settings)
+                mark_ended(self._client)
 
 
-# How long the sidecar keeps trying to note the workload's end while the database is
+# How long the sidecar keeps trying to note the workload's end while the run API is
 # away: inside the pod's default termination grace (30 s), after which kubelet kills it.
 END_NOTE_TIMEOUT_SECONDS = 15.0
 
 
 def mark_ended(
-    settings: RunnerSettings,
+    client: RunApiClient,
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Tell the engine the workload ended, on a session of its own (the loop's thread may
-    still hold its session), patiently (``pgsched.runner.patience``): without the note, a
-    cancellation that came after the end can be told from one that stopped the work only
-    by the end its pod reports, to the second. A failure is logged (the operator still
-    reads the Job, only with less to go on while the API server is away)."""
-    session = _session(settings)
+    """Tell the engine the workload ended, patiently (``pgsched.runner.patience``), on the
+    calling thread's connection, closed afterwards (the watch of the workload's processes
+    calls this from a thread of its own): without the note, a cancellation that came after
+    the end can be told from one that stopped the work only by the end its pod reports, to
+    the second. A failure is logged (the operator still reads the Job, only with less to go
+    on while the API server is away)."""
     try:
         tried = patience.write(
-            session,
-            lambda conn: lease.workload_ended(conn, settings.lease),
+            client.workload_ended,
             what="noting that the workload ended",
-            run_id=settings.run_id,
+            run_id=client.run_id,
             timeout_seconds=END_NOTE_TIMEOUT_SECONDS,
             clock=clock,
             sleep=sleep,
         )
     except Exception as error:  # logged: the sidecar exits 0 whatever happens
-        log.warning("run %s: could not note that the workload ended: %s", settings.run_id, error)
+        log.warning("run %s: could not note that the workload ended: %s", client.run_id, error)
         return
     finally:
-        session.close()
+        client.close()
     if tried.error is not None:
         log.warning(
-            "run %s: could not note that the workload ended: %s",
-            settings.run_id,
-            describe_error(tried.error),
+            "run %s: could not note that the workload ended: %s", client.run_id, tried.error
         )
     elif tried.value:
-        log.info("run %s: noted that the workload ended", settings.run_id)
+        log.info("run %s: noted that the workload ended", client.run_id)
 
 
 def signal_workload(path: Path, state: LeaseState, *, now: datetime | None = None) -> None:
