@@ -654,8 +654,8 @@ VARIABLES: tuple[Variable, ...] = (
         setting="run_api.url",
         read=text,
         meaning=(
-            "The run API's address as job pods reach it (the chart: its Service, "
-            "`https://<release>-run-api.<namespace>.svc`). Required."
+            "The run API's address as job pods reach it, given to every Job (the chart: its "
+            "Service, `https://<fullname>-run-api.<namespace>.svc`, or `runApi.url`). Required."
         ),
         shown="required",
     ),
