@@ -78,7 +78,7 @@ class RunApiHandle:
 
 
 def start_run_api(dsn: str, directory: Path, limits: Limits = TEST_LIMITS) -> RunApiHandle:
-    certs = pki.webhook_tls(directory, ip="127.0.0.1")
+    certs = pki.serving_tls(directory, ips=["127.0.0.1"], ca_name="pgsched-run-api-ca")
     port = free_port()
     serving = Serving(dsn=dsn, bind=f"127.0.0.1:{port}", cert_dir=certs, limits=limits, pool_size=4)
     serving.start()
