@@ -59,7 +59,6 @@ def run(ctx: Context) -> Report:
     )
     dsn = ctx.env.create_database("footprint")
     with kube.cluster() as bench:
-        kube.job_dsn_secret(bench, dsn)
         baseline = bench.operator(dsn, name="baseline")
         empty = measure(baseline, window)
         baseline.stop()

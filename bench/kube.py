@@ -27,6 +27,7 @@ import yaml
 from devenv.binaries import Binaries
 from devenv.controlplane import ControlPlane
 from devenv.operators import OperatorProcess, start_operator
+from devenv.run_api import RunApi
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.engine.models import Run
@@ -58,7 +59,7 @@ class Cluster:
         self, dsn: str, name: str = "operator", *, namespaces: str = NAMESPACE, **env: str
     ) -> OperatorProcess:
         return start_operator(
-            kubeconfig=self.control_plane.kubeconfig,
+            self.control_plane,
             dsn=dsn,
             namespaces=namespaces,
             log_path=self.work_dir / f"{name}.log",
@@ -113,25 +114,6 @@ def wait_for_count(
             interval=interval,
             describe=lambda: f"{what} ({counted()} so far)",
         )
-
-
-def job_dsn_secret(bench: Cluster, dsn: str) -> None:
-    """The job pods' narrow database role and its Secret, as the chart wires them."""
-    with connection.connect(dsn) as conn:
-        conn.execute(
-            "DO $$ BEGIN CREATE ROLE bench_job LOGIN IN ROLE pgsched_job;"
-            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-        )
-    job_dsn = bench.control_plane.in_cluster_dsn(dsn).replace("user=postgres", "user=bench_job")
-    bench.kubectl(
-        "create",
-        "secret",
-        "generic",
-        "pgsched-job-dsn",
-        "-n",
-        NAMESPACE,
-        f"--from-literal=dsn={job_dsn}",
-    )
 
 
 def job_template(command: str) -> dict[str, Any]:
@@ -258,16 +240,27 @@ def api_client(bench: Cluster) -> Any:
 
 
 def create_plain_jobs(
-    bench: Cluster, definition: Any, count: int, *, namespace: str, qps: float, burst: int
+    bench: Cluster,
+    definition: Any,
+    count: int,
+    *,
+    namespace: str,
+    qps: float,
+    burst: int,
+    run_api: RunApi,
 ) -> None:
-    """What the launcher creates for ``count`` runs of ``definition`` (each run's lease
-    Secret, then its Job: the same builders, client class and limits), one by one, in
-    ``namespace``, by a plain client. Its hand-over of the Secret to the Job is a background
-    request, left out here."""
+    """What the launcher of the operator serving ``run_api`` creates for ``count`` runs of
+    ``definition`` (each run's lease Secret, then its Job: the same builders, client class
+    and limits), one by one, in ``namespace``, by a plain client. Its hand-over of the
+    Secret to the Job is a background request, left out here."""
     client = api.KubeApi.from_environment(
         qps=qps, burst=burst, kubeconfig=str(bench.control_plane.kubeconfig)
     )
-    settings = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev")
+    settings = jobs.JobSettings(
+        image="ghcr.io/pgsched/pgsched:dev",
+        run_api_url=run_api.url,
+        run_api_ca=(run_api.cert_dir / "ca.crt").read_text(),
+    )
     now = datetime.now(UTC)
     manifests = []
     for index in range(count):

@@ -48,7 +48,6 @@ def run(ctx: Context) -> Report:
     arms: dict[str, dict[str, Any]] = {}
     try:
         with kube.cluster() as bench:
-            kube.job_dsn_secret(bench, dsn)
             bench.kubectl(
                 "create", "secret", "generic", SECRET, "-n", kube.NAMESPACE,
                 "--from-literal=hmac=bench-signing-key",

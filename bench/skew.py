@@ -88,7 +88,6 @@ def skew(ctx: Context, report: Report) -> None:
     idle, due, minutes = (50, 5, 1) if ctx.quick else (1000, 20, 3)
     dsn = ctx.env.create_database("skew")
     with kube.cluster() as bench:
-        kube.job_dsn_secret(bench, dsn)
         arrivals = kube.JobArrivals(bench, kube.NAMESPACE)
         operator = bench.operator(dsn, PGSCHED_API_QPS="100", PGSCHED_API_BURST="200")
         try:
@@ -162,7 +161,6 @@ def burst(ctx: Context, report: Report) -> None:
     count = 100 if ctx.quick else 1000
     dsn = ctx.env.create_database("burst")
     with kube.cluster(node=False) as bench:
-        kube.job_dsn_secret(bench, dsn)
         bench.kubectl("create", "namespace", PLAIN_NAMESPACE)
         operator = bench.operator(
             dsn,
@@ -198,6 +196,7 @@ def burst(ctx: Context, report: Report) -> None:
                 namespace=PLAIN_NAMESPACE,
                 qps=float(BURST_QPS),
                 burst=int(BURST_BURST),
+                run_api=operator.run_api,
             )
             plain_arrivals = plain.wait(count, 600)
         finally:

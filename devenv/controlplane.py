@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 
 from devenv import commands, kubeconfig, node, pki, processes
-from devenv.adminclient import AdminClient, ApiError, Obj
+from devenv.adminclient import AdminClient, ApiError, ApiUnreachable, Obj
 from devenv.binaries import Binaries, image_index, warn_if_images_stale
 from devenv.node import NODE_IP, RealNode, in_netns
 
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's ClusterIP, first address of the range
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# The port name of the Services in front of relays (a Service and its EndpointSlices name
+# a port alike).
+RELAYED_PORT = "relayed"
 # After SIGTERM the API server stops listening and drains ordinary requests within
 # milliseconds, then waits up to a minute for its own loopback watch connections to close.
 # Nothing is lost by not waiting for those.
@@ -113,6 +116,8 @@ class ControlPlane:
         self._relays: list[processes.ManagedProcess] = []
         # name -> (relay, the Service's ClusterIP, the server's socket it relays to)
         self._postgres_relays: dict[str, tuple[processes.ManagedProcess, str, Path]] = {}
+        # (Service, port) -> the relays of a host port published as one of its endpoints
+        self._endpoint_relays: dict[tuple[str, int], list[processes.ManagedProcess]] = {}
         self._etcd: processes.ManagedProcess | None = None
         self._apiserver: processes.ManagedProcess | None = None
         self._controller_manager: processes.ManagedProcess | None = None
@@ -244,6 +249,9 @@ class ControlPlane:
         for relay, _, _ in self._postgres_relays.values():
             relay.stop(grace=1.0)
         self._postgres_relays.clear()
+        for key in list(self._endpoint_relays):
+            for relay in self._endpoint_relays.pop(key, []):
+                relay.stop(grace=1.0)
         for relay in self._relays:
             relay.stop(grace=1.0)
         self._relays.clear()
@@ -430,69 +438,117 @@ class ControlPlane:
             log_path=self.work_dir / "logs" / f"relay-{name}.log",
         )
         relay.start()
-        cluster_ip = known[1] if known is not None else self._relay_service(name, port)
+        if known is None:
+            cluster_ip = self._selectorless_service(name, 5432)
+            self._endpoint_slice(name, f"{name}-relay", port)
+        else:
+            cluster_ip = known[1]
         self._postgres_relays[name] = (relay, cluster_ip, socket)
         return cluster_ip
 
-    def _relay_service(self, name: str, port: int) -> str:
-        """The Service (and its EndpointSlice) in ``default`` that sends ``name:5432`` to the
-        relay on the node's ``port``; created, or found made by an earlier test process."""
+    def publish_host_port(self, service: str, port: int, *, service_port: int) -> str:
+        """Make a server of this host at ``127.0.0.1:port`` one endpoint of the
+        selector-less Service ``service`` in ``default`` (created unless it exists, on
+        ``service_port`` of its ClusterIP): relays from the node's IP and that port in the
+        node's namespace to the host, and an EndpointSlice of its own, ``<service>-<port>``
+        (each endpoint of the Service may have its own port number; kube-proxy balances
+        connections over all of them). Returns the ClusterIP; :meth:`withdraw_host_port`
+        undoes it, and stopping the control plane stops the relays."""
+        self._endpoint_relays[(service, port)] = self._host_port_relays(port, bind=NODE_IP)
+        cluster_ip = self._selectorless_service(service, service_port)
+        self._endpoint_slice(service, f"{service}-{port}", port)
+        return cluster_ip
+
+    def withdraw_host_port(self, service: str, port: int) -> None:
+        """Undo :meth:`publish_host_port`: the EndpointSlice deleted (kube-proxy stops
+        sending connections there), then the relays stopped. With the API server down the
+        slice stays, and connections to it are refused until it is back."""
+        relays = self._endpoint_relays.pop((service, port), None)
+        if relays is None:
+            return
+        try:
+            self.api.delete(
+                f"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/{service}-{port}"
+            )
+        except ApiUnreachable:
+            log.warning("EndpointSlice %s-%s left behind: the API server is down", service, port)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+        finally:
+            for relay in relays:
+                relay.stop(grace=1.0)
+
+    def _selectorless_service(self, name: str, port: int) -> str:
+        """The Service ``name`` in ``default`` on ``port``, whose endpoints are ours to
+        write (EndpointSlices labelled with its name); created, or found made by an earlier
+        test process. Returns its ClusterIP."""
         service: Obj = {
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": name},
-            "spec": {"ports": [{"name": "postgres", "port": 5432, "targetPort": port}]},
+            "spec": {"ports": [{"name": RELAYED_PORT, "port": port}]},
         }
-        endpoints: Obj = {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {"name": f"{name}-relay", "labels": {"kubernetes.io/service-name": name}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
-            "ports": [{"name": "postgres", "port": port, "protocol": "TCP"}],
-        }
-        for path, body in (
-            ("/api/v1/namespaces/default/services", service),
-            ("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", endpoints),
-        ):
-            try:
-                self.api.create(path, body)
-            except ApiError as error:
-                if error.status != 409:
-                    raise
+        self._create_unless_there("/api/v1/namespaces/default/services", service)
         found = self.api.get(f"/api/v1/namespaces/default/services/{name}")
         return str(found["spec"]["clusterIP"])
 
+    def _endpoint_slice(self, service: str, name: str, port: int) -> None:
+        """An EndpointSlice of ``service``: the node's IP and ``port``, where a relay is."""
+        endpoints: Obj = {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+            "ports": [{"name": RELAYED_PORT, "port": port, "protocol": "TCP"}],
+        }
+        self._create_unless_there(
+            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", endpoints
+        )
+
+    def _create_unless_there(self, path: str, body: Obj) -> None:
+        try:
+            self.api.create(path, body)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
     def reach_host_port(self, port: int) -> None:
         """Let the API server reach a server of this host at ``127.0.0.1:port`` by that same
-        address (an admission webhook the operator, a host process, serves): a relay from
-        the node's namespace to the host through a UNIX socket, the apiserver relay's way
-        reversed. Nothing to do host-only; stopped with the control plane."""
+        address (an admission webhook the operator, a host process, serves). Nothing to do
+        host-only; stopped with the control plane."""
         if self.host_only:
             return
+        self._relays += self._host_port_relays(port, bind="127.0.0.1")
+
+    def _host_port_relays(self, port: int, *, bind: str) -> list[processes.ManagedProcess]:
+        """Relays from ``bind:port`` in the node's namespace to ``127.0.0.1:port`` of the
+        host, through a UNIX socket: the apiserver relay's way reversed. Started."""
         node.RUN_DIR.mkdir(parents=True, exist_ok=True)
-        sock = node.RUN_DIR / f"host-{port}.sock"
+        sock = node.RUN_DIR / f"host-{bind}-{port}.sock"
+        log_path = self.work_dir / "logs" / f"relay-host-{bind}-{port}.log"
         relays = [
             processes.ManagedProcess(
                 f"host port {port} relay (host side)",
                 ["socat", f"UNIX-LISTEN:{sock},fork,unlink-early", f"TCP:127.0.0.1:{port}"],
-                log_path=self.work_dir / "logs" / f"relay-host-{port}.log",
+                log_path=log_path,
             ),
             processes.ManagedProcess(
-                f"host port {port} relay (namespace side)",
+                f"host port {port} relay ({bind} in the namespace)",
                 in_netns(
                     [
                         "socat",
-                        f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr",
+                        f"TCP-LISTEN:{port},bind={bind},fork,reuseaddr",
                         f"UNIX-CONNECT:{sock}",
                     ]
                 ),
-                log_path=self.work_dir / "logs" / f"relay-host-{port}.log",
+                log_path=log_path,
             ),
         ]
         for relay in relays:
             relay.start()
-        self._relays += relays
+        return relays
 
     def in_cluster_dsn(self, dsn: str) -> str:
         """The same database as ``dsn`` (a Postgres on this host), as pods must reach it:

@@ -3,12 +3,13 @@
 1. a local Kubernetes cluster with one real node, kubelet + containerd + runc
    (``devenv.controlplane``), running the images ``make images`` built from this checkout;
 2. a throwaway Postgres with the roles a real installation uses (``ROLES_SQL``): the
-   operator's role owns the database and the schema but cannot create roles; job pods log
-   in as a member of ``pgsched_job``; the example jobs bring a role of their own;
+   operator's role owns the database and the schema but cannot create roles; the example
+   jobs bring a role of their own; job pods need none (they talk to the operator's run API);
 3. two namespaces that enforce Pod Security ``restricted``: ``pgsched-system`` for the
    operator, ``pgsched-demo`` for the ScheduledJobs;
-4. ``helm install`` of ``charts/pgsched`` from the checkout with the two connection
-   strings (at the Service through which pods reach this host's Postgres) and the chart's
+4. ``helm install`` of ``charts/pgsched`` from the checkout with the operator's connection
+   string (at the Service through which pods reach this host's Postgres), the run API's
+   address as job pods reach it without DNS (``devenv.run_api.chart_url``) and the chart's
    default image, ``ghcr.io/pgsched/pgsched:<appVersion>``, built from the root Dockerfile;
 5. ``kubectl apply`` of every ``examples/*.yaml``, then ``kubectl get sj`` until each
    example that asks for an immediate run (``pgsched.dev/run-now``) shows COMPLETED.
@@ -34,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from devenv import run_api
 from devenv.adminclient import ApiError
 from devenv.binaries import REPO_ROOT
 from devenv.commands import CommandError
@@ -50,12 +52,12 @@ EXAMPLES_SECRET = "pgsched-examples-dsn"
 RUN_NOW = "pgsched.dev/run-now"
 
 # What a database administrator runs once (docs/install.md has the same statements).
-# Passwords are omitted: the throwaway server trusts local connections.
+# Passwords are omitted: the throwaway server trusts local connections. pgsched_job, which
+# no one logs in as any more, is still granted to by the migrations (docs/install.md).
 ROLES_SQL = (
     "CREATE ROLE pgsched LOGIN",
     "CREATE DATABASE pgsched OWNER pgsched",
     "CREATE ROLE pgsched_job NOLOGIN",
-    "CREATE ROLE pgsched_job_login LOGIN IN ROLE pgsched_job",
     "CREATE ROLE pgsched_examples LOGIN",
     "GRANT CREATE ON DATABASE pgsched TO pgsched_examples",
 )
@@ -69,7 +71,6 @@ class DemoError(RuntimeError):
 class Connections:
     admin: str
     operator: str
-    job: str
     examples: str
 
 
@@ -92,7 +93,6 @@ def create_roles(server: PostgresServer) -> Connections:
     return Connections(
         admin=server.dsn("pgsched"),
         operator=server.dsn("pgsched", user="pgsched"),
-        job=server.dsn("pgsched", user="pgsched_job_login"),
         examples=server.dsn("pgsched", user="pgsched_examples"),
     )
 
@@ -117,7 +117,7 @@ def install_chart(cp: ControlPlane, dsns: Connections, work_dir: Path) -> None:
     values = {
         "watchNamespaces": [JOBS_NAMESPACE],
         "database": {"dsn": cp.in_cluster_dsn(dsns.operator)},
-        "jobDatabase": {"dsn": cp.in_cluster_dsn(dsns.job)},
+        "runApi": {"url": run_api.chart_url(cp, release=RELEASE, namespace=SYSTEM_NAMESPACE)},
     }
     values_file = work_dir / "demo-values.yaml"
     values_file.write_text(yaml.safe_dump(values))
@@ -317,7 +317,7 @@ def run(*, once: bool, timeout: float, work_dir: Path | None) -> int:
         say(clock, f"cluster ready with node-1 (kubelet + containerd); kubeconfig: {cp.kubeconfig}")
         with PostgresServer() as server:
             dsns = create_roles(server)
-            say(clock, f"Postgres {server.port} ready: roles pgsched, pgsched_job_login, examples")
+            say(clock, f"Postgres {server.port} ready: roles pgsched, pgsched_examples")
             create_namespaces(cp)
             say(clock, f"helm install {RELEASE} charts/pgsched -n {SYSTEM_NAMESPACE}")
             install_chart(cp, dsns, cp.work_dir)

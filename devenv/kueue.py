@@ -125,7 +125,9 @@ class Kueue:
 
     def start(self, *, timeout: float = 90.0) -> None:
         self.cluster.apply_crds(self.built / "crd", server_side=True)  # Workload's: 1.4 MB
-        certs = pki.webhook_tls(self.work_dir / "certs", ip="127.0.0.1")
+        certs = pki.serving_tls(
+            self.work_dir / "certs", ips=["127.0.0.1"], ca_name="kueue-webhook-ca"
+        )
         # What /etc/kueue/metrics/certs shows Kueue (see the module's docstring).
         etc = self.work_dir / "etc"
         metrics_certs = etc / "kueue" / "metrics" / "certs"

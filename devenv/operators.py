@@ -1,10 +1,11 @@
 """Operator replicas as local processes, for tests and benchmarks.
 
 ``start_operator`` runs ``pgsched operator`` (the real entry point, in this checkout's
-environment) against a kubeconfig and a database, with its own free health and metrics
-ports and its log in a file, and waits until ``/healthz`` answers. Tests use it through the
-``operators`` fixture; the Kubernetes benchmarks use it directly. (The Helm chart path —
-operator pods on the real node under real RBAC — is ``make demo`` and the chart tests.)
+environment) against a local cluster and a database, with its own free health and metrics
+ports, its run API published to the cluster's pods (``devenv.run_api``) and its log in a
+file, and waits until ``/healthz`` answers. Tests use it through the ``operators`` fixture;
+the Kubernetes benchmarks use it directly. (The Helm chart path — operator pods on the real
+node under real RBAC — is ``make demo`` and the chart tests.)
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from devenv import run_api
+from devenv.controlplane import ControlPlane
 from devenv.processes import free_port
+from devenv.run_api import RunApi
 from devenv.waiting import wait_for
 
 # The image `make images` builds from the root Dockerfile (also tagged with the chart's
@@ -32,6 +37,9 @@ class OperatorProcess:
     log_path: Path
     health_port: int
     metrics_port: int
+    run_api: RunApi
+    # Waits for the process to end, however it ends, then withdraws its run API endpoint.
+    watcher: threading.Thread
 
     @property
     def pid(self) -> int:
@@ -70,16 +78,18 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.watcher.join()
         return self.process.returncode
 
     def kill(self) -> None:
         self.process.kill()
         self.process.wait()
+        self.watcher.join()
 
 
 def start_operator(
+    cluster: ControlPlane,
     *,
-    kubeconfig: Path,
     dsn: str,
     namespaces: str,
     log_path: Path,
@@ -87,16 +97,19 @@ def start_operator(
     timeout: float = 60,
     **env: str,
 ) -> OperatorProcess:
-    """Start one replica; ``env`` adds or overrides PGSCHED_* settings."""
+    """Start one replica of the installation on ``dsn``; ``env`` adds or overrides
+    PGSCHED_* settings."""
     health, metrics = free_port(), free_port()
+    published = run_api.publish(cluster, dsn)
     environment = {
         **os.environ,
-        "KUBECONFIG": str(kubeconfig),
+        "KUBECONFIG": str(cluster.kubeconfig),
         "PGSCHED_DSN": dsn,
         "PGSCHED_NAMESPACES": namespaces,
         "PGSCHED_IMAGE": IMAGE,
         "PGSCHED_HEALTH_BIND": f"127.0.0.1:{health}",
         "PGSCHED_METRICS_BIND": f"127.0.0.1:{metrics}",
+        **published.environment(),
         **env,
     }
     environment.pop("KUBERNETES_SERVICE_HOST", None)  # never mistake the host for a pod
@@ -107,7 +120,16 @@ def start_operator(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    handle = OperatorProcess(process, log_path, health, metrics)
+
+    def withdraw_when_ended() -> None:
+        process.wait()
+        run_api.withdraw(cluster, published)
+
+    watcher = threading.Thread(
+        target=withdraw_when_ended, name=f"run API of operator {process.pid}", daemon=True
+    )
+    watcher.start()
+    handle = OperatorProcess(process, log_path, health, metrics, published, watcher)
     if wait:
         wait_for(
             lambda: handle.healthy() or process.poll() is not None,

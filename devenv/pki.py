@@ -9,6 +9,7 @@ the same users and groups it would on a real cluster.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,17 +134,18 @@ def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) ->
     )
 
 
-def webhook_tls(directory: Path, *, ip: str) -> Path:
-    """A CA and a serving certificate for ``ip``, laid out as a TLS Secret mounts them
-    (``ca.crt``, ``tls.crt``, ``tls.key``): what ``PGSCHED_WEBHOOK_CERT_DIR`` names."""
-    ca = _ca(directory, "pgsched-webhook-ca")
+def serving_tls(directory: Path, *, ips: Sequence[str], ca_name: str) -> Path:
+    """A CA ``ca_name`` and a serving certificate for ``ips`` (the first is its subject),
+    laid out as a TLS Secret mounts them (``ca.crt``, ``tls.crt``, ``tls.key``): what
+    ``PGSCHED_WEBHOOK_CERT_DIR``, ``PGSCHED_RUN_API_CERT_DIR`` and Kueue's webhook name."""
+    ca = _ca(directory, ca_name)
     _issue(
         directory,
         "tls",
         ca,
-        subject=f"/CN={ip}",
+        subject=f"/CN={ips[0]}",
         usage="serverAuth",
-        sans=f"IP:{ip}",
+        sans=",".join(f"IP:{ip}" for ip in ips),
     )
     return directory
 

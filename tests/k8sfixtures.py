@@ -4,11 +4,44 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pgsched.engine.models import Definition, Run
+from pgsched.k8s.jobside.jobs import JobSettings
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+# The run API as the chart gives it: its Service's address, and a CA certificate made for
+# these tests (its key was thrown away). Pods built with them reach no run API: the tests
+# that use them look at the Job, not at what its pod says.
+RUN_API_URL = "https://pgsched-run-api.pgsched.svc"
+RUN_API_CA = """-----BEGIN CERTIFICATE-----
+MIIBrDCCAVGgAwIBAgIUHqgYGBe1zEfLJt9/LC0nzFd3YLwwCgYIKoZIzj0EAwIw
+IjEgMB4GA1UEAwwXcGdzY2hlZC10ZXN0LXJ1bi1hcGktY2EwIBcNMjYxMjA2MDcz
+NjI1WhgPMjEyNjExMTIwNzM2MjVaMCIxIDAeBgNVBAMMF3Bnc2NoZWQtdGVzdC1y
+dW4tYXBpLWNhMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEKZE4sXshA+H6wX6o
+NdSi8GL94hwSB5SGMYIdqUWjI72RaIF5X/OKdJp1xbEwzKNb1+EV64xvNxMfMxhC
+cwFN16NjMGEwHQYDVR0OBBYEFM6x8Ql0l9uVMgEU9582ne272w4eMB8GA1UdIwQY
+MBaAFM6x8Ql0l9uVMgEU9582ne272w4eMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0P
+AQH/BAQDAgEGMAoGCCqGSM49BAMCA0kAMEYCIQDWGNro4sHtbmeWfcA9ynzvGLE/
+Zwe0QHHz744URMxjCAIhAOWW7Gtv2uU4I7zW5MCtOcnXDPGLPO/nMay2n5WimG9w
+-----END CERTIFICATE-----
+"""
+
+
+def job_settings(image: str = "ghcr.io/pgsched/pgsched:0.1.0", **overrides: Any) -> JobSettings:
+    """The Job builder's settings, with the run API above."""
+    return JobSettings(image=image, run_api_url=RUN_API_URL, run_api_ca=RUN_API_CA, **overrides)
+
+
+def run_api_cert_dir(directory: Path) -> Path:
+    """``directory`` laid out as the run API's TLS Secret is mounted, as far as the
+    operator's settings read it: ``ca.crt`` alone (the server reads the pair)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_text(RUN_API_CA)
+    return directory
+
 
 TEMPLATE = {
     "metadata": {"labels": {"team": "data"}},

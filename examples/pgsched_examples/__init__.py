@@ -8,8 +8,9 @@
 Run them with ``PGSCHED_JOB_MODULES=pgsched_examples.ledger_import,pgsched_examples.ledger_report``
 (this directory on ``PYTHONPATH``). They keep their data in the ``pgsched_examples`` schema
 of the database named by ``PGSCHED_EXAMPLES_DSN``; when that is unset they use
-``PGSCHED_DSN``, which is fine for a demo and wrong for production: the job role pgsched
-gives pods may only heartbeat and finish its run — your jobs bring their own credentials.
+``PGSCHED_DSN``, which is fine for a local run and absent from pods: pgsched gives them no
+database connection (they talk to the operator's run API) — your jobs bring their own
+credentials.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from pgsched.db.connection import Connection
 from pgsched.k8s import names
 from pgsched.k8s.jobside import verdicts
 from pgsched.k8s.jobside.outcomes import POD_END_MARGIN
-from plugins.operator import Operators, busybox, create_job_dsn_secret
+from plugins.operator import Operators, busybox
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,6 @@ class ClusterChaos(ChaosDriver):
             invariants.install_run_audit(conn)
             if self.config.planted == "no-adoption":
                 conn.execute(_NO_LEASE_IS_GENUINE)
-        create_job_dsn_secret(self.cluster, self.namespace, self.dsn)
         self._recorder = jobside.JobRecorder(self.cluster.api, self.namespace)
         self._pods = jobside.PodRecorder(self.cluster.api, self.namespace)
 

@@ -48,12 +48,6 @@ def crd() -> None:
     """The module's cluster has the CRDs from its start."""
 
 
-@pytest.fixture
-def job_dsn_secret() -> str:
-    """No pod runs here, so none needs the database."""
-    return ""
-
-
 CRON = {"schedule": "0 8 * * *"}
 
 
@@ -66,7 +60,9 @@ def webhook(cluster, tmp_path: Path) -> Iterator[dict[str, str]]:
     configuration = f"pgsched-test-{uuid.uuid4().hex[:8]}.pgsched.dev"
     yield {
         "PGSCHED_WEBHOOK_BIND": f"127.0.0.1:{port}",
-        "PGSCHED_WEBHOOK_CERT_DIR": str(pki.webhook_tls(tmp_path / "webhook", ip="127.0.0.1")),
+        "PGSCHED_WEBHOOK_CERT_DIR": str(
+            pki.serving_tls(tmp_path / "webhook", ips=["127.0.0.1"], ca_name="pgsched-webhook-ca")
+        ),
         "PGSCHED_WEBHOOK_CONFIGURATION": configuration,
     }
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):

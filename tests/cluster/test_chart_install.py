@@ -2,13 +2,14 @@
 
 The tests of this module share one cluster and one release and run in file order, like an
 operator's day: install into a namespace that enforces Pod Security ``restricted``, run
-an example, prove the job pods' database role, upgrade, uninstall. The cluster is the
-module's own, not the session's: a new user's cluster has no ScheduledJob CRD yet, so the
-chart's CRD template (and its keep policy) is exercised for real.
+an example, prove that job pods talk to the run API and hold no database session,
+upgrade, uninstall. The cluster is the module's own, not the session's: a new user's
+cluster has no ScheduledJob CRD yet, so the chart's CRD template (and its keep policy) is
+exercised for real.
 
 The database is set up as docs/install.md tells an administrator to: the operator's role
-owns the database but may not create roles; the job pods' login role is a member of
-``pgsched_job``.
+owns the database but may not create roles; ``pgsched_job`` exists, and no one logs in as
+a member of it.
 """
 
 from __future__ import annotations
@@ -21,15 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 
+from devenv import run_api
 from devenv.controlplane import ControlPlane
 from devenv.postgres import PostgresServer
 from devenv.waiting import wait_for
 from pgsched.db import connection, migrate
-from pgsched.engine import lease
 from plugins.cluster import require_binaries
 
 pytestmark = [pytest.mark.cluster, pytest.mark.own_cluster]
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pgsched"
 RELEASE = "pgsched"
 NAMESPACE = "pgsched-e2e"
-JOB_SECRET = "pgsched-job-dsn"
+RUN_API_SECRET = f"{RELEASE}-run-api-tls"
 OPERATOR_KINDS = (
     "deployments.apps",
     "replicasets.apps",
@@ -57,8 +57,6 @@ OPERATOR_KINDS = (
 class Database:
     admin: str  # superuser, for assertions
     operator: str
-    job: str
-    job_user: str
     operator_user: str
 
 
@@ -67,6 +65,7 @@ class Setup:
     cp: ControlPlane
     db: Database
     install_output: str = ""
+    run_api_url: str = ""
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return self.cp.kubectl(*args, input=input).stdout
@@ -107,22 +106,19 @@ def ready(pods: list[dict[str, Any]]) -> bool:
 @pytest.fixture(scope="module")
 def database(postgres: PostgresServer) -> Database:
     suffix = uuid.uuid4().hex[:8]
-    name, operator_user, job_user = f"chart_{suffix}", f"op_{suffix}", f"jobs_{suffix}"
+    name, operator_user = f"chart_{suffix}", f"op_{suffix}"
     with connection.connect(postgres.dsn()) as admin:
         admin.execute(f"CREATE ROLE {operator_user} LOGIN")
         admin.execute(f"CREATE DATABASE {name} OWNER {operator_user}")
-        # Normally created by the administrator; the session's template migration (as a
-        # superuser) created it on this server already.
+        # Normally created by the administrator (the migrations still grant to it); the
+        # session's template migration (as a superuser) created it on this server already.
         admin.execute(
             "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'pgsched_job')"
             " THEN CREATE ROLE pgsched_job NOLOGIN; END IF; END $$"
         )
-        admin.execute(f"CREATE ROLE {job_user} LOGIN IN ROLE pgsched_job")
     return Database(
         admin=postgres.dsn(name),
         operator=postgres.dsn(name, user=operator_user),
-        job=postgres.dsn(name, user=job_user),
-        job_user=job_user,
         operator_user=operator_user,
     )
 
@@ -150,14 +146,16 @@ def setup(database: Database) -> Iterator[Setup]:
 
 @pytest.fixture(scope="module")
 def installed(setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    setup.run_api_url = run_api.chart_url(setup.cp, release=RELEASE, namespace=NAMESPACE)
     values = {
         # Jobs run beside the operator here, as the administrator allows explicitly (the
         # chart's default refuses it: tests/cluster/test_tenant_chart.py).
         "watchNamespaces": [NAMESPACE],
         "allowReleaseNamespace": True,
-        # The operator and job pods reach the host's Postgres through a Service.
+        # The operator reaches the host's Postgres through a Service.
         "database": {"dsn": setup.cp.in_cluster_dsn(setup.db.operator)},
-        "jobDatabase": {"dsn": setup.cp.in_cluster_dsn(setup.db.job)},
+        # No DNS here: job pods reach the run API at an IP the certificate names.
+        "runApi": {"url": setup.run_api_url},
         "config": {"tickIntervalSeconds": 0.5, "publishIntervalSeconds": 0.2},
     }
     values_file = tmp_path_factory.mktemp("chart") / "values.yaml"
@@ -224,7 +222,8 @@ def test_each_replica_serves_health_and_metrics_on_its_pod_ip(installed):
 def test_install_notes_tell_the_user_what_to_do_next(installed):
     notes = installed.install_output
     assert f"It serves ScheduledJobs in: {NAMESPACE}." in notes
-    assert f"Secret {JOB_SECRET} was created in: {NAMESPACE}." in notes
+    assert "Job pods need no database connection" in notes
+    assert installed.run_api_url in notes
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{RELEASE}" in notes
     assert f"kubectl -n {NAMESPACE} get scheduledjobs -w" in notes
 
@@ -268,17 +267,12 @@ def test_the_installed_webhook_refuses_an_invalid_scheduled_job_at_apply(install
     )
 
 
-# -- the job pods' database role -------------------------------------------------------------------
-
-
-def secret_value(setup: Setup, name: str, key: str) -> str:
-    secret = setup.get("secret", name)
-    return base64.b64decode(secret["data"][key]).decode()
+# -- job pods and the run API -------------------------------------------------------------------
 
 
 def heartbeating_run(setup: Setup, name: str) -> dict[str, Any]:
     """The run once its sidecar has sent the first heartbeat; the next is 600 s away, so the
-    row holds still while a test pokes at it."""
+    row holds still while a test looks at it."""
 
     def found() -> list[dict[str, Any]]:
         return [
@@ -290,64 +284,31 @@ def heartbeating_run(setup: Setup, name: str) -> dict[str, Any]:
     return wait_for(found, 60, describe=lambda: f"{name} heartbeating: {setup.runs(name)}")[0]
 
 
-def test_job_pods_get_the_narrow_role_from_the_chart_secret(installed):
-    for name in ("sleeper-a", "sleeper-b"):
-        apply(installed, sleeper(name))
-    running = {name: heartbeating_run(installed, name) for name in ("sleeper-a", "sleeper-b")}
-    a, b = running["sleeper-a"], running["sleeper-b"]
-    job = installed.get("job", a["k8s_job_name"])
+def test_job_pods_heartbeat_through_the_run_api_and_hold_no_database_session(installed):
+    apply(installed, sleeper("sleeper-a"))
+    running = heartbeating_run(installed, "sleeper-a")
+    job = installed.get("job", running["k8s_job_name"])
     [sidecar] = job["spec"]["template"]["spec"]["initContainers"]
-    [dsn_env] = [e for e in sidecar["env"] if e["name"] == "PGSCHED_DSN"]
-    job_dsn = secret_value(installed, JOB_SECRET, "dsn")
+    env = {item["name"]: item for item in sidecar["env"]}
+    secret = installed.get("secret", RUN_API_SECRET)
 
-    assert dsn_env["valueFrom"]["secretKeyRef"] == {"name": JOB_SECRET, "key": "dsn"}
-    assert job_dsn == installed.cp.in_cluster_dsn(installed.db.job)
-    # The same role, from this host (the Secret's address is the Service's, for pods).
-    with connection.connect(installed.db.job) as pod:
-        me = pod.execute(
-            "SELECT current_user AS name, rolsuper, rolcreaterole,"
-            " pg_has_role(current_user, 'pgsched_job', 'MEMBER') AS job_member,"
-            " pg_has_role(current_user, %s, 'MEMBER') AS operator_member"
-            " FROM pg_roles WHERE rolname = current_user",
-            [installed.db.operator_user],
-        ).fetchone()
-        assert me == {
-            "name": installed.db.job_user,
-            "rolsuper": False,
-            "rolcreaterole": False,
-            "job_member": True,
-            "operator_member": False,
+    # The address and the CA the chart made; the lease is the pod's one Secret.
+    assert env["PGSCHED_RUN_API_URL"]["value"] == installed.run_api_url
+    assert env["PGSCHED_RUN_API_CA"]["value"] == base64.b64decode(secret["data"]["ca.crt"]).decode()
+    assert "PGSCHED_DSN" not in env
+    assert [item["name"] for item in sidecar["env"] if "valueFrom" in item] == [
+        "PGSCHED_LEASE_TOKEN"
+    ]
+    # Its heartbeat reached the database through an operator, not a session of its own:
+    # every session on the database is the operator's role (or this test's superuser).
+    with connection.connect(installed.db.admin) as conn:
+        users = {
+            row["usename"]
+            for row in conn.execute(
+                "SELECT usename FROM pg_stat_activity WHERE datname = current_database()"
+            ).fetchall()
         }
-        # The sidecar's own call works: this is the run's own lease.
-        assert lease.heartbeat(pod, lease.Lease(a["id"], a["lease_token"])) == "active"
-        # Someone else's run, a wrong token: nothing happens.
-        assert lease.heartbeat(pod, lease.Lease(b["id"], a["lease_token"])) == "lost"
-        assert lease.heartbeat(pod, lease.Lease(b["id"], uuid.uuid4())) == "lost"
-        assert not lease.finish(pod, lease.Lease(b["id"], a["lease_token"]), "FAILED")
-    [b_after] = [r for r in installed.runs("sleeper-b") if r["id"] == b["id"]]
-    assert {k: b_after[k] for k in ("status", "heartbeat_at", "finished_at", "reason")} == {
-        k: b[k] for k in ("status", "heartbeat_at", "finished_at", "reason")
-    }
-
-
-@pytest.mark.parametrize(
-    "statement",
-    [
-        "SELECT count(*) FROM pgsched.job_runs",
-        "SELECT count(*) FROM pgsched.job_definitions",
-        "UPDATE pgsched.job_runs SET status = 'COMPLETED'",
-        "DELETE FROM pgsched.run_events",
-        "CREATE TABLE pgsched.mine (id int)",
-    ],
-)
-def test_the_chart_job_role_cannot_read_or_write_the_tables(installed, statement):
-    # The Secret's role, from this host (its address is the Service's, for pods).
-    assert secret_value(installed, JOB_SECRET, "dsn") == installed.cp.in_cluster_dsn(
-        installed.db.job
-    )
-    job_dsn = installed.db.job
-    with connection.connect(job_dsn) as pod, pytest.raises(psycopg.errors.InsufficientPrivilege):
-        pod.execute(statement)
+    assert users <= {installed.db.operator_user, "postgres"}, users
 
 
 # -- upgrade -------------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ import pytest
 
 from devenv.waiting import wait_for
 from factories import RecordingLauncher, define, lose_claim
+from k8sfixtures import job_settings
 from pgsched.db import connection
 from pgsched.engine import dispatch, runs
 from pgsched.engine.launcher import Adopted
 from pgsched.k8s import names
 from pgsched.k8s.client import api
-from pgsched.k8s.jobside import jobs, launcher
+from pgsched.k8s.jobside import launcher
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
@@ -90,7 +91,7 @@ def lose_and_claim_again(conn, run):
 
 def launcher_of(cluster, dsn):
     kube = api.KubeApi.from_environment(kubeconfig=str(cluster.kubeconfig))
-    settings = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev")
+    settings = job_settings("ghcr.io/pgsched/pgsched:dev")
     return kube, launcher.KubernetesLauncher(
         kube, settings, connect=lambda: connection.connect(dsn)
     )

@@ -23,7 +23,7 @@ from devenv.commands import CommandError
 from devenv.receiver import Receiver
 from devenv.waiting import wait_for
 from plugins.cluster import create_namespace
-from plugins.operator import ScheduledJobs, busybox, create_job_dsn_secret
+from plugins.operator import ScheduledJobs, busybox
 
 pytestmark = pytest.mark.cluster
 
@@ -51,13 +51,12 @@ FAILING = {"schedule": "0 0 1 1 *", "jobTemplate": busybox("exit 3")}
 
 
 def test_a_policy_notifies_each_failed_run_of_its_namespace_once_and_no_other_namespace(
-    cluster, operators, sj, namespace, conn, dsn
+    cluster, operators, sj, namespace, conn
 ):
     other = f"{namespace[:50]}-b"
     create_namespace(cluster, other)
     receiver_a, receiver_b = Receiver().start(), Receiver().start()
     try:
-        create_job_dsn_secret(cluster, other, dsn)
         signing_secret(cluster, namespace, KEYS["a"])
         signing_secret(cluster, other, KEYS["b"])
         with pytest.raises(CommandError) as refused:

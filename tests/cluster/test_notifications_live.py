@@ -16,7 +16,7 @@ import pytest
 from devenv.receiver import Receiver
 from devenv.waiting import wait_for
 from plugins.cluster import create_namespace
-from plugins.operator import ScheduledJobs, busybox, create_job_dsn_secret
+from plugins.operator import ScheduledJobs, busybox
 
 pytestmark = pytest.mark.cluster
 
@@ -54,13 +54,12 @@ def signing_secret(cluster, namespace: str, key: bytes) -> None:
 
 
 def test_each_failed_run_notifies_its_own_namespace_once_through_a_kill_and_an_outage(
-    cluster, operators, sj, namespace, conn, dsn
+    cluster, operators, sj, namespace, conn
 ):
     other = f"{namespace[:50]}-b"
     create_namespace(cluster, other)
     receiver_a, receiver_b = Receiver().start(), Receiver().start()
     try:
-        create_job_dsn_secret(cluster, other, dsn)
         signing_secret(cluster, namespace, KEYS["a"])
         signing_secret(cluster, other, KEYS["b"])
         operators.namespace = f"{namespace},{other}"

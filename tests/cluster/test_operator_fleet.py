@@ -45,7 +45,7 @@ def admin(host_cluster: ControlPlane) -> AdminClient:
 
 def start(cluster: ControlPlane, dsn: str, namespace: str, log: Path) -> OperatorProcess:
     return start_operator(
-        kubeconfig=cluster.kubeconfig,
+        cluster,
         dsn=dsn,
         namespaces=namespace,
         log_path=log,

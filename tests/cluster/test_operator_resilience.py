@@ -18,10 +18,9 @@ FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 20, "orphanTimeoutSeco
 def test_a_database_outage_mid_run_loses_and_duplicates_nothing(
     cluster, crd, namespace, private_postgres, tmp_path
 ):
-    from plugins.operator import Operators, ScheduledJobs, create_job_dsn_secret
+    from plugins.operator import Operators, ScheduledJobs
 
     dsn = private_postgres.dsn()
-    create_job_dsn_secret(cluster, namespace, dsn)
     group = Operators(cluster, dsn, namespace, tmp_path)
     replica = group.start(PGSCHED_RESYNC_INTERVAL_SECONDS="2")
     try:

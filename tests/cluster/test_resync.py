@@ -6,6 +6,7 @@ import pytest
 
 from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
+from k8sfixtures import job_settings
 from pgsched.engine import dispatch, runs
 from pgsched.k8s.client import api
 from pgsched.k8s.jobside import jobs, resync
@@ -42,7 +43,7 @@ def launch(conn, kube, namespace, command, name):
     )
     runs.run_now(conn, job.id, token="t")
     [run] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id]).claimed
-    manifest = jobs.build(job, run, jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev"))
+    manifest = jobs.build(job, run, job_settings("ghcr.io/pgsched/pgsched:dev"))
     # No heartbeat sidecar: this test is about the Job's outcome alone. And no owner: there
     # is no ScheduledJob object here, and the garbage collector deletes orphans.
     manifest["spec"]["template"]["spec"].pop("initContainers")

@@ -35,6 +35,7 @@ from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from factories import RecordingLauncher, define, no_database
 from k8sfixtures import definition as fixture_definition
+from k8sfixtures import job_settings
 from k8sfixtures import run as fixture_run
 from pgsched.engine import dispatch, runs
 from pgsched.engine.launcher import LaunchError
@@ -317,7 +318,7 @@ def test_an_empty_service_account_name_cannot_smuggle_the_deprecated_field_past_
     built = jobs.build(
         fixture_definition(namespace=release.jobs, spec={"jobTemplate": judged}),
         fixture_run(),
-        jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev"),
+        job_settings("ghcr.io/pgsched/pgsched:dev"),
     )
     assert "serviceAccount" not in built["spec"]["template"]["spec"]
     stored = dry_run_job(cluster, release.jobs, built)["spec"]["template"]["spec"]
@@ -479,7 +480,7 @@ def test_a_launch_the_namespace_policy_forbids_fails_and_creates_nothing(conn, c
     sync checks the operator's lists; the namespace's are read at launch)."""
     kube = api.KubeApi.from_environment(kubeconfig=str(cluster.kubeconfig))
     k8s = launcher.KubernetesLauncher(
-        kube, jobs.JobSettings(image="ghcr.io/pgsched/pgsched:dev"), connect=no_database
+        kube, job_settings("ghcr.io/pgsched/pgsched:dev"), connect=no_database
     )
     template = busybox("true", serviceAccountName="admin")
     sj.apply("older", {"schedule": "0 0 1 1 *", "jobTemplate": template})

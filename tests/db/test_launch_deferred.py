@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from factories import RecordingLauncher, define, no_database, runs_of
+from k8sfixtures import job_settings
 from pgsched.engine import dispatch, reap, runs, settle
 from pgsched.engine.launcher import LaunchDeferred
 from pgsched.k8s.client import api
-from pgsched.k8s.jobside import jobs
 from pgsched.k8s.jobside.launcher import KubernetesLauncher, _failure
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -60,7 +60,7 @@ def test_the_kubernetes_launcher_defers_a_launch_the_api_server_cannot_take(conn
     job = define(conn, schedule="0 0 1 1 *", now=T0)
     runs.run_now(conn, job.id, token="go", scheduled_for=T0)
     launcher = KubernetesLauncher(
-        UnreachableApi(), jobs.JobSettings(image="pgsched:test"), connect=no_database
+        UnreachableApi(), job_settings("pgsched:test"), connect=no_database
     )
     dispatch.run_once(conn, launcher, now=T0)
     settle.run_once(conn, now=T0 + timedelta(seconds=1))

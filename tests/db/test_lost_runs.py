@@ -24,6 +24,7 @@ import pytest
 import test_verdicts as verdicts_api
 
 from factories import RecordingLauncher, define
+from k8sfixtures import job_settings
 from pgsched.db import connection, queries
 from pgsched.engine import definitions, dispatch, materialize, runs
 from pgsched.engine.models import Run
@@ -225,7 +226,7 @@ def test_after_a_failover_the_tick_claims_nothing_until_the_timelines_pass_has_f
         standby.cleanup()
 
 
-SETTINGS = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:0.1.0", dsn_secret="job-dsn")
+SETTINGS = job_settings()
 
 
 class JobsAndLeases:

@@ -15,6 +15,7 @@ import pytest
 from cli_runner import pgsched
 from factories import define
 from k8sfixtures import definition as fixture_definition
+from k8sfixtures import job_settings
 from k8sfixtures import run as fixture_run
 from pgsched.db import connection
 from pgsched.engine import definitions, parameters, runs, settle
@@ -233,7 +234,7 @@ def test_the_main_container_gets_the_values_and_the_defaults_as_environment():
             }
         },
     }
-    settings = jobs.JobSettings(image="pgsched:test", dsn_secret="dsn")
+    settings = job_settings("pgsched:test")
     built = jobs.build(
         fixture_definition(spec=spec), fixture_run(parameters={"day": "3"}), settings
     )
@@ -256,7 +257,7 @@ def test_an_sdk_job_gets_the_values_as_keyword_arguments():
     built = jobs.build(
         fixture_definition(spec=spec),
         fixture_run(parameters={"day": "3"}),
-        jobs.JobSettings(image="pgsched:test", dsn_secret="dsn"),
+        job_settings("pgsched:test"),
     )
     [main] = built["spec"]["template"]["spec"]["containers"]
     env = {item["name"]: item.get("value") for item in main["env"]}

@@ -2,11 +2,10 @@
 
 - ``crd`` (session): the CRDs from ``crds/`` (ScheduledJob, ConcurrencyPool, Calendar) applied and
   established.
-- ``job_dsn_secret``: a database role for job pods (member of ``pgsched_job``) and the
-  ``pgsched-job-dsn`` Secret holding its DSN in the test namespace, as the chart wires it.
 - ``operators``: start ``pgsched operator`` replicas as real processes (``operators.start()``),
-  each with its own health and metrics ports; stopped (and their logs printed on failure)
-  at the end of the test.
+  each with its own health, metrics and run API ports; stopped (and their logs printed on
+  failure) at the end of the test. Job pods talk to the replicas' run API through a Service
+  of the test's own (``devenv.run_api``): they need no database login and no Secret.
 - ``sj``: helpers to apply ScheduledJobs and read runs.
 - ``operators_over_standby``: a primary with a streaming standby and operators that follow
   its promotion (the failover tests).
@@ -17,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,30 +40,6 @@ def crd(cluster: ControlPlane) -> None:
     cluster.apply_crds(CRDS)
 
 
-def create_job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> str:
-    """A login role in ``pgsched_job`` and the Secret with its DSN, as the chart wires them."""
-    user = f"job_{uuid.uuid4().hex[:10]}"
-    with connection.connect(dsn) as conn:
-        conn.execute(f"CREATE ROLE {user} LOGIN IN ROLE pgsched_job")
-    # Pods reach the host's Postgres through a Service (ControlPlane.expose_postgres).
-    job_dsn = cluster.in_cluster_dsn(dsn).replace("user=postgres", f"user={user}")
-    cluster.kubectl(
-        "create",
-        "secret",
-        "generic",
-        "pgsched-job-dsn",
-        "-n",
-        namespace,
-        f"--from-literal=dsn={job_dsn}",
-    )
-    return job_dsn
-
-
-@pytest.fixture
-def job_dsn_secret(cluster: ControlPlane, namespace: str, dsn: str) -> str:
-    return create_job_dsn_secret(cluster, namespace, dsn)
-
-
 @dataclass
 class Operators:
     cluster: ControlPlane
@@ -77,7 +51,7 @@ class Operators:
     def start(self, *, wait: bool = True, **env: str) -> OperatorProcess:
         index = len(self.started)
         handle = start_operator(
-            kubeconfig=self.cluster.kubeconfig,
+            self.cluster,
             dsn=self.dsn,
             namespaces=self.namespace,
             log_path=self.work_dir / f"operator-{index}.log",
@@ -105,7 +79,6 @@ def operators(
     crd: None,
     dsn: str,
     namespace: str,
-    job_dsn_secret: str,
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[Operators]:
@@ -145,16 +118,15 @@ def operators_over_standby(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[Failover]:
-    """A migrated primary with a streaming standby, the job DSN Secret (the primary's), and
-    operators (not started) on a multi-host read-write DSN, the primary first: once the
-    standby is promoted they find it. Stopped and removed after the test."""
+    """A migrated primary with a streaming standby, and operators (not started) on a
+    multi-host read-write DSN, the primary first: once the standby is promoted they find it.
+    Stopped and removed after the test."""
     primary = private_postgres
     standby = standby_of(primary)
     dsn = (
         f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres"
         " dbname=postgres target_session_attrs=read-write"
     )
-    create_job_dsn_secret(cluster, namespace, primary.dsn())
     group = Operators(cluster, dsn, namespace, tmp_path)
     try:
         yield Failover(primary, standby, group)

@@ -95,7 +95,9 @@ StartRunApi = Callable[..., RunApiHandle]
 
 @pytest.fixture(scope="session")
 def run_api_tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return pki.webhook_tls(tmp_path_factory.mktemp("run-api-tls"), ip="127.0.0.1")
+    return pki.serving_tls(
+        tmp_path_factory.mktemp("run-api-tls"), ips=["127.0.0.1"], ca_name="pgsched-run-api-ca"
+    )
 
 
 @pytest.fixture

@@ -7,9 +7,11 @@ and tests/cluster/test_rbac_operator.py.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import yaml
 
 import pgsched
 from devenv.binaries import bin_dir
+from k8sfixtures import run_api_cert_dir
 from pgsched.k8s.serve.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +40,8 @@ Obj = dict[str, Any]
 # The chart serves no namespace unless told which (jobs never run in the release namespace
 # by default): every render below watches this one unless it says otherwise.
 WATCHED = "watchNamespaces={jobs}"
+# Where the Deployment mounts the run API's TLS Secret, whose ca.crt the settings read.
+RUN_API_MOUNT = "/etc/pgsched/run-api"
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +108,12 @@ def container(objects: list[Obj], name: str = "operator") -> Obj:
         (WATCHED,),
         (
             "database.dsn=host=db user=pgsched",
-            "jobDatabase.dsn=host=db user=job",
             "watchNamespaces={a,b}",
             "metrics.serviceMonitor.enabled=true",
             "image.digest=sha256:" + "0" * 64,
+            "runApi.url=https://10.96.0.77",
+            "runApi.certManager.enabled=true",
+            "admissionWebhook.certManager.enabled=true",
         ),
         ("rbac.clusterWide=true", "crds.install=false", "podAntiAffinity=hard"),
         (
@@ -299,27 +306,42 @@ def operator_environment(objects: list[Obj], pod_ip: str = "10.1.2.3") -> dict[s
     return env
 
 
-def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path):
+@pytest.fixture(scope="module")
+def run_api_mount(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for the mounted run API Secret: the settings read its ca.crt."""
+    return run_api_cert_dir(tmp_path_factory.mktemp("run-api"))
+
+
+def read_settings(env: dict[str, str], run_api_mount: Path) -> OperatorSettings:
+    """What the operator makes of the rendered environment, its files where the kubelet
+    would mount them (the connection string aside: a Secret the chart may not make)."""
+    assert env["PGSCHED_RUN_API_CERT_DIR"] == RUN_API_MOUNT
+    return OperatorSettings.from_environment(
+        {**env, "PGSCHED_DSN": "from the Secret", "PGSCHED_RUN_API_CERT_DIR": str(run_api_mount)}
+    )
+
+
+def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path, run_api_mount):
     values = {
         "watchNamespaces": ["jobs", "reports"],
         "image": {"tag": "1.2.3", "pullPolicy": "Always"},
-        "jobDatabase": {"secretName": "job-db", "secretKey": "uri"},
         "config": {"tickIntervalSeconds": 0.5, "dispatchBatch": 20, "apiQps": 7.5},
+        "runApi": {"namespaceRate": 2.5, "poolSize": 6},
     }
     env = operator_environment(render(helm_binary, values=values, tmp=tmp_path))
 
-    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "from the Secret"})
+    settings = read_settings(env, run_api_mount)
 
     assert settings.namespaces == ("jobs", "reports") and not settings.all_namespaces
     assert settings.jobs.image == "ghcr.io/pgsched/pgsched:1.2.3"
     assert settings.jobs.image_pull_policy == "Always"
-    assert (settings.jobs.dsn_secret, settings.jobs.dsn_secret_key) == ("job-db", "uri")
     assert (settings.tick.interval_seconds, settings.tick.dispatch_batch) == (0.5, 20)
     assert settings.api_qps == 7.5
     # Every address of the pod, so that kubectl port-forward reaches them (issue 26).
     assert (settings.health_bind, settings.metrics_bind) == ("0.0.0.0:8080", "0.0.0.0:9090")
+    assert (settings.run_api.namespace_rate, settings.run_api.pool_size) == (2.5, 6)
     wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
-    assert OperatorSettings.from_environment({**wide, "PGSCHED_DSN": "x"}).all_namespaces
+    assert read_settings(wide, run_api_mount).all_namespaces
 
 
 def test_the_chart_sets_every_operator_setting(helm_binary):
@@ -345,7 +367,7 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
 def test_probes_use_the_operators_healthz_on_the_health_port(helm_binary):
     operator = container(render(helm_binary))
     ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
-    assert ports == {"health": 8080, "metrics": 9090, "webhook": 9443}
+    assert ports == {"health": 8080, "metrics": 9090, "run-api": 8443, "webhook": 9443}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
 
@@ -394,6 +416,7 @@ def test_pods_meet_pod_security_restricted_by_default(helm_binary):
             "name": "database",
             "secret": {"secretName": "pgsched-database", "items": [{"key": "dsn", "path": "dsn"}]},
         },
+        {"name": "run-api-tls", "secret": {"secretName": "pgsched-run-api-tls"}},
         {"name": "webhook-tls", "secret": {"secretName": "pgsched-webhook-tls"}},
     ]
 
@@ -404,21 +427,18 @@ def test_pods_meet_pod_security_restricted_by_default(helm_binary):
 def test_namespaced_mode_binds_one_role_per_watched_namespace_and_nothing_cluster_wide(
     helm_binary,
 ):
-    objects = render(
-        helm_binary, sets=("watchNamespaces={jobs,reports}", "jobDatabase.dsn=host=db user=j")
-    )
+    objects = render(helm_binary, sets=("watchNamespaces={jobs,reports}",))
     assert "pgsched-system" not in {
         obj["metadata"].get("namespace") for obj in of_kind(objects, "Role")
     }
 
     roles = {obj["metadata"]["namespace"] for obj in of_kind(objects, "Role")}
     bindings = of_kind(objects, "RoleBinding")
-    job_secrets = {
-        obj["metadata"]["namespace"]
-        for obj in of_kind(objects, "Secret")
-        if obj["metadata"]["name"] == "pgsched-job-dsn"
-    }
-    assert roles == job_secrets == {"jobs", "reports"}
+    assert roles == {"jobs", "reports"}
+    # Job pods need nothing of pgsched's in their namespaces: no Secret, no Service.
+    assert {
+        obj["metadata"]["namespace"] for obj in objects if obj["kind"] in ("Secret", "Service")
+    } == {"pgsched-system"}
     assert {b["metadata"]["namespace"] for b in bindings} == {"jobs", "reports"}
     for binding in bindings:
         assert binding["subjects"] == [
@@ -440,7 +460,7 @@ def test_cluster_wide_mode_is_one_cluster_role_with_the_same_rules(helm_binary):
 
 
 def test_the_ui_is_off_by_default_and_on_adds_only_its_port_service_and_access_reviews(
-    helm_binary,
+    helm_binary, run_api_mount
 ):
     default = render(helm_binary)
     assert "PGSCHED_UI_BIND" not in operator_environment(default)
@@ -450,7 +470,7 @@ def test_the_ui_is_off_by_default_and_on_adds_only_its_port_service_and_access_r
 
     objects = render(helm_binary, sets=("ui.enabled=true",))
     env = operator_environment(objects)
-    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"})
+    settings = read_settings(env, run_api_mount)
     # Every address of the pod, so that kubectl port-forward reaches it (issue 26).
     assert settings.ui_bind == "0.0.0.0:8090"
     assert (settings.ui_audience, settings.ui_cookie_secure) == ("pgsched-ui", "auto")
@@ -483,14 +503,14 @@ def test_the_ui_is_off_by_default_and_on_adds_only_its_port_service_and_access_r
 
 
 def test_the_ui_serves_https_from_a_tls_secret_and_keeps_each_visitor_on_one_replica(
-    helm_binary,
+    helm_binary, run_api_mount
 ):
     objects = render(
         helm_binary,
         sets=("ui.enabled=true", "ui.tls.secretName=ui-cert", "ui.cookieSecure=always"),
     )
     env = operator_environment(objects)
-    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"})
+    settings = read_settings(env, run_api_mount)
     assert (settings.ui_tls_cert_file, settings.ui_tls_key_file) == (
         "/etc/pgsched/ui-tls/tls.crt",
         "/etc/pgsched/ui-tls/tls.key",
@@ -505,22 +525,6 @@ def test_the_ui_serves_https_from_a_tls_secret_and_keeps_each_visitor_on_one_rep
         obj for obj in of_kind(objects, "Service") if obj["metadata"]["name"] == "pgsched-ui"
     ]
     assert service["spec"]["sessionAffinity"] == "ClientIP"
-
-
-def test_per_namespace_job_secrets_are_refused_in_cluster_wide_mode_with_the_fix(helm_binary):
-    result = helm(
-        helm_binary,
-        "template",
-        "pgsched",
-        CHART,
-        "--set",
-        "rbac.clusterWide=true",
-        "--set",
-        "jobDatabase.dsn=host=db",
-    )
-    assert result.returncode != 0
-    assert "jobDatabase.dsn cannot be used with rbac.clusterWide=true" in result.stderr
-    assert "Create the Secret named by jobDatabase.secretName" in result.stderr
 
 
 def test_service_monitor_needs_the_metrics_service(helm_binary):
@@ -583,12 +587,23 @@ def webhook_configuration(objects: list[Obj]) -> Obj:
     return found
 
 
+def tls_secret(objects: list[Obj], name: str) -> Obj:
+    [found] = [obj for obj in of_kind(objects, "Secret") if obj["metadata"]["name"] == name]
+    assert found["type"] == "kubernetes.io/tls"
+    return found
+
+
+def named(objects: list[Obj], kind: str, name: str) -> Obj:
+    [found] = [obj for obj in of_kind(objects, kind) if obj["metadata"]["name"] == name]
+    return found
+
+
 def test_the_webhook_is_on_by_default_fails_open_quickly_and_covers_the_watched_namespaces(
-    helm_binary,
+    helm_binary, run_api_mount
 ):
     objects = render(helm_binary, sets=("watchNamespaces={jobs,reports}",))
     env = operator_environment(objects)
-    settings = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"})
+    settings = read_settings(env, run_api_mount)
     assert settings.webhook.bind == "10.1.2.3:9443"
     assert settings.webhook.cert_dir == "/etc/pgsched/webhook"
     assert settings.webhook.configuration == ""  # the chart writes it, not the operator
@@ -596,7 +611,7 @@ def test_the_webhook_is_on_by_default_fails_open_quickly_and_covers_the_watched_
     assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in operator["ports"]
     [mount] = [item for item in operator["volumeMounts"] if item["name"] == "webhook-tls"]
     assert (mount["mountPath"], mount["readOnly"]) == ("/etc/pgsched/webhook", True)
-    [secret] = [obj for obj in of_kind(objects, "Secret") if obj["type"] == "kubernetes.io/tls"]
+    secret = tls_secret(objects, "pgsched-webhook-tls")
     assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
     volume = next(
         v
@@ -658,16 +673,16 @@ def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(helm_bin
         helm_binary,
         sets=("admissionWebhook.certManager.enabled=true", "admissionWebhook.timeoutSeconds=3"),
     )
-    [certificate] = of_kind(objects, "Certificate")
-    [issuer] = of_kind(objects, "Issuer")
-    assert issuer["spec"] == {"selfSigned": {}}
+    certificate = named(objects, "Certificate", "pgsched-webhook")
     assert certificate["spec"]["secretName"] == "pgsched-webhook-tls"
-    assert certificate["spec"]["issuerRef"] == {
-        "kind": "Issuer",
-        "name": issuer["metadata"]["name"],
-    }
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": "pgsched-webhook"}
     assert "pgsched-webhook.pgsched-system.svc" in certificate["spec"]["dnsNames"]
-    assert not [o for o in of_kind(objects, "Secret") if o["type"] == "kubernetes.io/tls"]
+    assert named(objects, "Issuer", "pgsched-webhook")["spec"] == {
+        "ca": {"secretName": "pgsched-webhook-ca"}
+    }
+    assert not [
+        o for o in of_kind(objects, "Secret") if o["metadata"]["name"].startswith("pgsched-webhook")
+    ]
     configuration = webhook_configuration(objects)
     assert configuration["metadata"]["annotations"] == {
         "cert-manager.io/inject-ca-from": "pgsched-system/pgsched-webhook"
@@ -705,10 +720,123 @@ def test_the_schema_keeps_the_webhook_timeout_within_what_the_api_server_allows(
     assert "/admissionWebhook/timeoutSeconds" in result.stderr
 
 
+# -- the run API -------------------------------------------------------------------------------
+
+
+def handshake(secret: Obj, hostname: str, folder: Path) -> None:
+    """A TLS handshake in memory between a server with the Secret's pair and a client that
+    trusts its ca.crt alone and asks for ``hostname``, as a job pod's does; ssl.SSLError
+    if the pod would refuse it."""
+    data = {key: base64.b64decode(value) for key, value in secret["data"].items()}
+    (folder / "tls.crt").write_bytes(data["tls.crt"])
+    (folder / "tls.key").write_bytes(data["tls.key"])
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(folder / "tls.crt", folder / "tls.key")
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(cadata=data["ca.crt"].decode())
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    sides = [
+        client.wrap_bio(to_client, to_server, server_hostname=hostname),
+        server.wrap_bio(to_server, to_client, server_side=True),
+    ]
+    finished: set[int] = set()
+    for _ in range(10):
+        for index, side in enumerate(sides):
+            try:
+                side.do_handshake()
+                finished.add(index)
+            except ssl.SSLWantReadError:
+                pass
+        if len(finished) == 2:
+            return
+    raise AssertionError("the TLS handshake did not finish")
+
+
+def test_job_pods_reach_the_run_api_through_its_service_trusting_the_charts_ca(
+    helm_binary, tmp_path
+):
+    objects = render(helm_binary)
+    env = operator_environment(objects)
+    secret = tls_secret(objects, "pgsched-run-api-tls")
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    (mounted / "ca.crt").write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+
+    settings = read_settings(env, mounted)
+
+    url = "https://pgsched-run-api.pgsched-system.svc"
+    assert settings.run_api.url == settings.jobs.run_api_url == url
+    # The CA every Job carries is the one that signed the certificate the replicas serve.
+    assert settings.jobs.run_api_ca == (mounted / "ca.crt").read_text()
+    handshake(secret, "pgsched-run-api.pgsched-system.svc", tmp_path)
+    assert settings.run_api.bind == "0.0.0.0:8443"
+    assert {"name": "run-api", "containerPort": 8443, "protocol": "TCP"} in container(objects)[
+        "ports"
+    ]
+    service = named(objects, "Service", "pgsched-run-api")
+    assert service["spec"]["selector"] == deployment(objects)["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [
+        {"name": "run-api", "port": 443, "targetPort": "run-api", "protocol": "TCP"}
+    ]
+    mount = {"name": "run-api-tls", "mountPath": RUN_API_MOUNT, "readOnly": True}
+    assert mount in container(objects)["volumeMounts"]
+    volumes = deployment(objects)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "run-api-tls", "secret": {"secretName": "pgsched-run-api-tls"}} in volumes
+
+
+def test_a_run_api_url_of_its_own_is_given_to_pods_and_named_by_the_certificate(
+    helm_binary, tmp_path, run_api_mount
+):
+    for url, host in (
+        ("https://10.96.0.77", "10.96.0.77"),  # a cluster without DNS
+        ("https://run-api.example.com:8443", "run-api.example.com"),
+    ):
+        objects = render(helm_binary, sets=(f"runApi.url={url}",))
+        assert read_settings(operator_environment(objects), run_api_mount).jobs.run_api_url == url
+        handshake(tls_secret(objects, "pgsched-run-api-tls"), host, tmp_path)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(tls_secret(objects, "pgsched-run-api-tls"), "elsewhere.example.com", tmp_path)
+
+
+def test_cert_manager_signs_the_run_api_certificate_with_a_ca_that_outlives_it(helm_binary):
+    """Pods are given ca.crt when they start: a self-signed serving certificate would be
+    its own CA, and its renewal would cut off every running pod."""
+    objects = render(helm_binary, sets=("runApi.certManager.enabled=true",))
+    ca = named(objects, "Certificate", "pgsched-run-api-ca")
+    assert ca["spec"]["isCA"] is True and ca["spec"]["secretName"] == "pgsched-run-api-ca"
+    assert ca["spec"]["issuerRef"] == {"kind": "Issuer", "name": "pgsched-run-api-selfsigned"}
+    assert named(objects, "Issuer", "pgsched-run-api-selfsigned")["spec"] == {"selfSigned": {}}
+    assert named(objects, "Issuer", "pgsched-run-api")["spec"] == {
+        "ca": {"secretName": "pgsched-run-api-ca"}
+    }
+    serving = named(objects, "Certificate", "pgsched-run-api")
+    assert serving["spec"]["secretName"] == "pgsched-run-api-tls"
+    assert serving["spec"]["issuerRef"] == {"kind": "Issuer", "name": "pgsched-run-api"}
+    assert "pgsched-run-api.pgsched-system.svc" in serving["spec"]["dnsNames"]
+    assert not [
+        o for o in of_kind(objects, "Secret") if o["metadata"]["name"].startswith("pgsched-run")
+    ]
+    own = render(
+        helm_binary,
+        sets=(
+            "runApi.certManager.enabled=true",
+            "runApi.certManager.issuerRef.kind=ClusterIssuer",
+            "runApi.certManager.issuerRef.name=internal-ca",
+            "runApi.url=https://10.96.0.77",
+        ),
+    )
+    [serving] = [c for c in of_kind(own, "Certificate") if "run-api" in c["metadata"]["name"]]
+    assert serving["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "internal-ca"}
+    assert serving["spec"]["ipAddresses"] == ["10.96.0.77"]
+    assert not [i for i in of_kind(own, "Issuer") if "run-api" in i["metadata"]["name"]]
+
+
 # -- tenants: where jobs run, what they may name -------------------------------------------------
 
 
-def test_jobs_never_run_in_the_release_namespace_unless_the_admin_allows_it(helm_binary):
+def test_jobs_never_run_in_the_release_namespace_unless_the_admin_allows_it(
+    helm_binary, run_api_mount
+):
     unset = helm(helm_binary, "template", "pgsched", CHART, "-n", "pgsched-system")
     home = helm(
         helm_binary,
@@ -730,15 +858,17 @@ def test_jobs_never_run_in_the_release_namespace_unless_the_admin_allows_it(helm
         helm_binary, sets=("watchNamespaces={pgsched-system}", "allowReleaseNamespace=true")
     )
     env = operator_environment(allowed)
-    policy = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"}).jobs.policy
+    policy = read_settings(env, run_api_mount).jobs.policy
     assert policy.allow_operator_namespace
 
 
-def test_the_operator_gets_the_job_template_policy_the_admission_policy_enforces(helm_binary):
+def test_the_operator_gets_the_job_template_policy_the_admission_policy_enforces(
+    helm_binary, run_api_mount
+):
     sets = ("jobTemplatePolicy.serviceAccounts={default,reports}", "jobTemplatePolicy.secrets={s}")
     objects = render(helm_binary, sets=sets)
     env = operator_environment(objects)
-    policy = OperatorSettings.from_environment({**env, "PGSCHED_DSN": "x"}).jobs.policy
+    policy = read_settings(env, run_api_mount).jobs.policy
     assert policy.operator_namespace == "pgsched-system"
     assert policy.operator_service_account == "pgsched"
     assert policy.operator_secrets == ("pgsched-database",)
@@ -816,11 +946,13 @@ def test_the_network_policy_admits_only_the_operators_ports(helm_binary):
     assert policy["spec"]["ingress"] == [
         {"ports": [{"port": "health", "protocol": "TCP"}]},
         {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [peer]},
+        # Job pods, from whichever namespace they run in.
+        {"ports": [{"port": "run-api", "protocol": "TCP"}], "from": [{"namespaceSelector": {}}]},
         {"ports": [{"port": "ui", "protocol": "TCP"}]},
         {"ports": [{"port": "webhook", "protocol": "TCP"}]},
     ]
     ports = {port["name"] for port in container(objects)["ports"]}
-    assert ports == {"health", "metrics", "ui", "webhook"}
+    assert ports == {"health", "metrics", "run-api", "ui", "webhook"}
     assert (
         of_kind(render(helm_binary, sets=("networkPolicy.enabled=false",)), "NetworkPolicy") == []
     )

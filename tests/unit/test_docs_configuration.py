@@ -95,8 +95,10 @@ def test_documented_defaults_are_the_code_defaults():
         default = variable.default
         if variable.read is None or default is settings.REQUIRED:
             continue  # read elsewhere: above; required: below
-        if variable.shown is not None:  # an empty cell: unset, no default worth naming
-            if documented[variable.name] != "" or default not in ("", ()):
+        # A cell of its own: empty (unset, no default worth naming), or "required" (an
+        # empty default the settings refuse, with a message of their own).
+        if variable.shown is not None:
+            if documented[variable.name] != variable.shown or default not in ("", ()):
                 wrong[variable.name] = (documented[variable.name], default)
             continue
         shown = ",".join(default) if isinstance(default, tuple) else default

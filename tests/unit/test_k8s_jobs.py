@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from k8sfixtures import T0, TEMPLATE, definition, run
+from k8sfixtures import RUN_API_CA, RUN_API_URL, T0, TEMPLATE, definition, job_settings, run
 from pgsched.k8s import names
 from pgsched.k8s.jobside import jobs
 
 TOKEN = "99999999-8888-7777-6666-555555555555"
 LEASE_REF = {"secretKeyRef": {"name": "nightly-report-42-lease", "key": "lease-token"}}
 
-SETTINGS = jobs.JobSettings(image="ghcr.io/pgsched/pgsched:0.1.0", dsn_secret="job-dsn")
+SETTINGS = job_settings()
 
 
 def env_of(container):
@@ -61,7 +61,7 @@ def test_a_job_carries_what_its_run_row_needs_to_be_restored_after_a_failover():
     assert retry["labels"][names.LABEL_ATTEMPT] == "2"
 
 
-def test_heartbeat_runs_as_a_native_sidecar_with_the_lease_and_the_job_dsn_secret():
+def test_heartbeat_runs_as_a_native_sidecar_with_the_lease_and_the_run_api():
     pod = jobs.build(definition(), run(), SETTINGS)["spec"]["template"]["spec"]
     [sidecar] = pod["initContainers"]
     assert sidecar["restartPolicy"] == "Always"
@@ -70,7 +70,7 @@ def test_heartbeat_runs_as_a_native_sidecar_with_the_lease_and_the_job_dsn_secre
     env = env_of(sidecar)
     assert env["PGSCHED_RUN_ID"] == "42"
     assert env["PGSCHED_LEASE_TOKEN"] == LEASE_REF
-    assert env["PGSCHED_DSN"] == {"secretKeyRef": {"name": "job-dsn", "key": "dsn"}}
+    assert (env["PGSCHED_RUN_API_URL"], env["PGSCHED_RUN_API_CA"]) == (RUN_API_URL, RUN_API_CA)
     assert sidecar["securityContext"]["runAsNonRoot"] is True
     # kubelet starts the workload only once the sidecar says SIGTERM will reach it.
     hook = sidecar["lifecycle"]["postStart"]["exec"]["command"]
@@ -97,6 +97,27 @@ def test_sdk_jobs_run_the_runner_instead_of_a_sidecar():
         "app.jobs",
     )
     assert env["PGSCHED_LEASE_TOKEN"] == LEASE_REF
+    assert (env["PGSCHED_RUN_API_URL"], env["PGSCHED_RUN_API_CA"]) == (RUN_API_URL, RUN_API_CA)
+
+
+def test_pods_get_no_database_connection_and_no_secret_but_their_lease():
+    """Job pods talk to the run API: no connection string, no Secret of pgsched's but the
+    run's own lease, in the sidecar or the SDK runner alike (docs/run-api.md)."""
+    for spec in ({"jobTemplate": TEMPLATE}, {"jobTemplate": TEMPLATE, "job": {"kind": "k"}}):
+        job = jobs.build(definition(spec=spec), run(), SETTINGS)
+        pod = job["spec"]["template"]["spec"]
+        for container in pod["containers"] + pod.get("initContainers", []):
+            assert "PGSCHED_DSN" not in env_of(container)
+            assert "PGSCHED_DSN_FILE" not in env_of(container)
+            assert not container.get("envFrom")
+        references = [
+            item["valueFrom"]["secretKeyRef"]
+            for container in pod["containers"] + pod.get("initContainers", [])
+            for item in container["env"]
+            if "secretKeyRef" in item.get("valueFrom", {})
+        ]
+        assert references == [LEASE_REF["secretKeyRef"]]
+        assert [v for v in pod["volumes"] if "secret" in v] == []
 
 
 def test_the_lease_token_is_nowhere_in_the_job_only_in_its_secret():

@@ -14,10 +14,10 @@ from kubernetes.client import Configuration
 
 from devenv.waiting import wait_for
 from factories import no_database
-from k8sfixtures import definition, run
+from k8sfixtures import definition, job_settings, run
 from pgsched.k8s.client import api
 from pgsched.k8s.client.ratelimit import TokenBucket
-from pgsched.k8s.jobside import jobs, launcher
+from pgsched.k8s.jobside import launcher
 
 PATCH_SECONDS = 0.5
 
@@ -81,9 +81,7 @@ def kube():
 
 
 def test_a_launch_creates_the_secret_and_the_job_and_hands_the_secret_over_later(kube):
-    k8s = launcher.KubernetesLauncher(
-        kube, jobs.JobSettings(image="pgsched:dev"), connect=no_database
-    )
+    k8s = launcher.KubernetesLauncher(kube, job_settings("pgsched:dev"), connect=no_database)
     started = time.monotonic()
     for run_id in range(1, 6):
         k8s.launch(run(id=run_id), definition())

@@ -6,25 +6,69 @@ from datetime import timedelta
 
 import pytest
 
+from k8sfixtures import RUN_API_CA, RUN_API_URL, run_api_cert_dir
 from pgsched.k8s.client.ratelimit import TokenBucket
 from pgsched.k8s.serve.settings import OperatorSettings
 from pgsched.validation import SettingsError
 
-BASE = {
-    "PGSCHED_DSN": "host=db",
-    "PGSCHED_NAMESPACES": "jobs, reports",
-    "PGSCHED_IMAGE": "pgsched:dev",
-    "PGSCHED_RUN_API_CERT_DIR": "/etc/pgsched/run-api",
-    "PGSCHED_RUN_API_URL": "https://pgsched-run-api.pgsched.svc",
-}
+
+@pytest.fixture
+def base(tmp_path) -> dict[str, str]:
+    """What every operator needs set: the database, what to watch, the image, the run API."""
+    return {
+        "PGSCHED_DSN": "host=db",
+        "PGSCHED_NAMESPACES": "jobs, reports",
+        "PGSCHED_IMAGE": "pgsched:dev",
+        "PGSCHED_RUN_API_URL": RUN_API_URL,
+        "PGSCHED_RUN_API_CERT_DIR": str(run_api_cert_dir(tmp_path / "run-api")),
+    }
 
 
-def test_settings_come_from_the_environment_with_defaults():
-    settings = OperatorSettings.from_environment(BASE)
+def test_settings_come_from_the_environment_with_defaults(base):
+    settings = OperatorSettings.from_environment(base)
     assert settings.namespaces == ("jobs", "reports")
     assert (settings.api_qps, settings.api_burst, settings.tick.interval_seconds) == (20.0, 40, 1.0)
-    assert settings.jobs.dsn_secret == "pgsched-job-dsn"
     assert (settings.run_api.bind, settings.run_api.namespace_rate) == ("0.0.0.0:8443", 50.0)
+
+
+def test_jobs_are_given_the_run_api_address_and_the_ca_read_at_start(base, tmp_path):
+    settings = OperatorSettings.from_environment(base)
+    assert (settings.jobs.run_api_url, settings.jobs.run_api_ca) == (RUN_API_URL, RUN_API_CA)
+    # Read once: a CA replaced after the start reaches pods when the operator restarts.
+    (tmp_path / "run-api" / "ca.crt").write_text("replaced")
+    assert settings.jobs.run_api_ca == RUN_API_CA
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "cannot read '{path}': No such file or directory; mount the run API's TLS Secret"),
+        ("not a certificate\n", "'{path}' holds no PEM certificate"),
+        ("", "'{path}' holds no PEM certificate"),
+    ],
+)
+def test_a_missing_or_wrong_run_api_ca_stops_the_start_naming_the_variable_and_path(
+    base, tmp_path, content, problem
+):
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    path = folder / "ca.crt"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment({**base, "PGSCHED_RUN_API_CERT_DIR": str(folder)})
+    message = str(caught.value)
+    assert f"PGSCHED_RUN_API_CERT_DIR: {problem.format(path=path)}" in message
+    assert "(example: PGSCHED_RUN_API_CERT_DIR=/etc/pgsched/run-api)" in message
+
+
+def test_the_run_api_address_and_certificate_are_required(base):
+    environ = {key: value for key, value in base.items() if not key.startswith("PGSCHED_RUN_API_")}
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment(environ)
+    message = str(caught.value)
+    assert "PGSCHED_RUN_API_CERT_DIR: is required: job pods reach pgsched" in message
+    assert "PGSCHED_RUN_API_URL: is required: job pods reach pgsched" in message
 
 
 def test_every_bad_setting_is_named_with_an_example():
@@ -49,9 +93,9 @@ def test_every_bad_setting_is_named_with_an_example():
         assert expected in message
 
 
-def test_a_bad_tick_setting_names_its_variable():
+def test_a_bad_tick_setting_names_its_variable(base):
     with pytest.raises(SettingsError) as caught:
-        OperatorSettings.from_environment({**BASE, "PGSCHED_DISPATCH_BATCH": "20000"})
+        OperatorSettings.from_environment({**base, "PGSCHED_DISPATCH_BATCH": "20000"})
     assert str(caught.value) == (
         "invalid operator settings:\n  PGSCHED_DISPATCH_BATCH: 20000 is out of range 1..10000"
         " (example: PGSCHED_DISPATCH_BATCH=50)"
@@ -61,15 +105,15 @@ def test_a_bad_tick_setting_names_its_variable():
 @pytest.mark.parametrize(
     ("raw", "kept"), [("", None), ("90d", timedelta(days=90)), (" 36h ", timedelta(hours=36))]
 )
-def test_history_retention_is_days_or_hours_or_forever(raw, kept):
-    settings = OperatorSettings.from_environment({**BASE, "PGSCHED_HISTORY_RETENTION": raw})
+def test_history_retention_is_days_or_hours_or_forever(base, raw, kept):
+    settings = OperatorSettings.from_environment({**base, "PGSCHED_HISTORY_RETENTION": raw})
     assert settings.history_retention == kept
 
 
 @pytest.mark.parametrize("raw", ["90", "0d", "3 months", "-1d"])
-def test_a_bad_history_retention_names_the_variable_and_an_example(raw):
+def test_a_bad_history_retention_names_the_variable_and_an_example(base, raw):
     with pytest.raises(SettingsError) as caught:
-        OperatorSettings.from_environment({**BASE, "PGSCHED_HISTORY_RETENTION": raw})
+        OperatorSettings.from_environment({**base, "PGSCHED_HISTORY_RETENTION": raw})
     assert str(caught.value) == (
         f"invalid operator settings:\n  PGSCHED_HISTORY_RETENTION: {raw!r} must be a positive"
         " number of days or hours (or empty: keep forever) (example:"
@@ -184,10 +228,10 @@ def test_launching_jobs_is_not_slowed_by_background_requests():
     assert sum(1 for at in background_done if at < urgent_done[-1]) <= 1, background_done
 
 
-def test_the_connection_string_may_come_from_a_file(tmp_path):
+def test_the_connection_string_may_come_from_a_file(base, tmp_path):
     path = tmp_path / "dsn"
     path.write_text("host=db user=op\n")
-    environ = {**BASE, "PGSCHED_DSN_FILE": str(path)}
+    environ = {**base, "PGSCHED_DSN_FILE": str(path)}
     del environ["PGSCHED_DSN"]
     assert OperatorSettings.from_environment(environ).dsn == "host=db user=op"
 
@@ -196,21 +240,21 @@ def test_the_connection_string_may_come_from_a_file(tmp_path):
     ("content", "problem"),
     [(None, "cannot read '{path}': No such file or directory"), ("  \n", "'{path}' is empty")],
 )
-def test_a_missing_or_empty_connection_string_file_is_named(tmp_path, content, problem):
+def test_a_missing_or_empty_connection_string_file_is_named(base, tmp_path, content, problem):
     path = tmp_path / "dsn"
     if content is not None:
         path.write_text(content)
-    environ = {**BASE, "PGSCHED_DSN_FILE": str(path)}
+    environ = {**base, "PGSCHED_DSN_FILE": str(path)}
     del environ["PGSCHED_DSN"]
     with pytest.raises(SettingsError) as caught:
         OperatorSettings.from_environment(environ)
     assert f"PGSCHED_DSN_FILE: {problem.format(path=path)}" in str(caught.value)
 
 
-def test_the_job_template_policy_comes_from_the_environment():
+def test_the_job_template_policy_comes_from_the_environment(base):
     settings = OperatorSettings.from_environment(
         {
-            **BASE,
+            **base,
             "PGSCHED_OPERATOR_NAMESPACE": "pgsched",
             "PGSCHED_OPERATOR_SERVICE_ACCOUNT": "pgsched",
             "PGSCHED_OPERATOR_SECRETS": "pgsched-database",

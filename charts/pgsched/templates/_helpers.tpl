@@ -95,3 +95,140 @@ httpGet:
   port: health
 {{- toYaml . | nindent 0 }}
 {{- end }}
+
+{{/* The address job pods are given for the run API (docs/run-api.md): runApi.url, else
+its Service's name, which every cluster DNS resolves from any namespace. */}}
+{{- define "pgsched.runApiUrl" -}}
+{{- default (printf "https://%s-run-api.%s.svc" (include "pgsched.fullname" .) .Release.Namespace) .Values.runApi.url }}
+{{- end }}
+
+{{/*
+An HTTPS server every operator replica runs, behind one Service: the admission webhook
+(templates/webhook.yaml) and the run API (templates/run-api.yaml). Renders the Service
+<fullname>-<name> (port 443 to the pods' port named <name>) and the server's certificate,
+in the Secret <fullname>-<name>-tls (tls.crt, tls.key, ca.crt: what the operator mounts).
+
+Without cert-manager the chart makes a CA and a serving certificate for the Service's names,
+valid ten years, and keeps them across upgrades (the Secret is looked up first): a new CA
+on every upgrade would cut off whoever trusts the old one. With cert-manager: the serving
+Certificate is signed by a CA of its own (a CA Certificate from a self-signed Issuer, and a
+CA Issuer), or by certManager.issuerRef; either way ca.crt is a CA that outlives the
+serving certificate's renewals. It must: job pods are given ca.crt when they start, and the
+operator reads it once.
+
+Takes a dict: "root" (the chart's context), "name", "certManager" ({enabled, issuerRef}),
+and optionally "dnsNames" and "ipAddresses" besides the Service's names. Sets "caBundle" in
+that dict (base64 ca.crt of the chart's own certificate; empty with cert-manager) for the
+template that includes it.
+*/}}
+{{- define "pgsched.tlsServer" -}}
+{{- $root := .root }}
+{{- $fullname := include "pgsched.fullname" $root }}
+{{- $namespace := $root.Release.Namespace }}
+{{- $service := printf "%s-%s" $fullname .name }}
+{{- $secret := printf "%s-tls" $service }}
+{{- $hosts := concat (list $service (printf "%s.%s" $service $namespace) (printf "%s.%s.svc" $service $namespace)) (.dnsNames | default list) | uniq }}
+{{- $ips := .ipAddresses | default list }}
+{{- $labels := include "pgsched.labels" $root }}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ $service }}
+  namespace: {{ $namespace }}
+  labels:
+    {{- $labels | nindent 4 }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "pgsched.selectorLabels" $root | nindent 4 }}
+  ports:
+    - name: {{ .name }}
+      port: 443
+      targetPort: {{ .name }}
+      protocol: TCP
+---
+{{- if .certManager.enabled }}
+{{- if not .certManager.issuerRef }}
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: {{ $service }}-selfsigned
+  namespace: {{ $namespace }}
+  labels:
+    {{- $labels | nindent 4 }}
+spec:
+  selfSigned: {}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: {{ $service }}-ca
+  namespace: {{ $namespace }}
+  labels:
+    {{- $labels | nindent 4 }}
+spec:
+  isCA: true
+  commonName: {{ $service }}-ca
+  secretName: {{ $service }}-ca
+  duration: 87600h
+  issuerRef:
+    kind: Issuer
+    name: {{ $service }}-selfsigned
+---
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: {{ $service }}
+  namespace: {{ $namespace }}
+  labels:
+    {{- $labels | nindent 4 }}
+spec:
+  ca:
+    secretName: {{ $service }}-ca
+---
+{{- end }}
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: {{ $service }}
+  namespace: {{ $namespace }}
+  labels:
+    {{- $labels | nindent 4 }}
+spec:
+  secretName: {{ $secret }}
+  dnsNames:
+    {{- toYaml $hosts | nindent 4 }}
+  {{- with $ips }}
+  ipAddresses:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  issuerRef:
+    {{- if .certManager.issuerRef }}
+    {{- toYaml .certManager.issuerRef | nindent 4 }}
+    {{- else }}
+    kind: Issuer
+    name: {{ $service }}
+    {{- end }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" $namespace $secret }}
+{{- $data := dict }}
+{{- if and $existing (index ($existing.data | default dict) "tls.crt") }}
+{{- $data = $existing.data }}
+{{- else }}
+{{- $ca := genCA (printf "%s-ca" $service) 3650 }}
+{{- $cert := genSignedCert (printf "%s.%s.svc" $service $namespace) $ips $hosts 3650 $ca }}
+{{- $data = dict "ca.crt" ($ca.Cert | b64enc) "tls.crt" ($cert.Cert | b64enc) "tls.key" ($cert.Key | b64enc) }}
+{{- end }}
+{{- $_ := set . "caBundle" (index $data "ca.crt") }}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ $secret }}
+  namespace: {{ $namespace }}
+  labels:
+    {{- $labels | nindent 4 }}
+type: kubernetes.io/tls
+data:
+  {{- toYaml $data | nindent 2 }}
+{{- end }}
+{{- end }}

@@ -8,8 +8,9 @@ as ``PGSCHED_PARAM_<NAME>`` (escaped for kubelet's ``$(VAR)`` expansion: :func:`
 and the ServiceAccount the jobTemplate policy judged (``jobpolicy.service_account``), in
 ``serviceAccountName`` alone.
 
-The run's database credentials come from a Secret of the narrow job role in the job's
-namespace, and its lease token from a per-run Secret (:func:`lease_secret`), so neither the
+pgsched's containers talk to the operator's run API (docs/run-api.md), never to the
+database: they are given its address and the CA to trust, both public, and the run's lease
+token, their one credential, from a per-run Secret (:func:`lease_secret`), so neither the
 ScheduledJob nor the Job shows a credential to someone who may only read them.
 
 Each addition and why: docs/architecture.md, "The Job of a run".
@@ -42,9 +43,11 @@ _RESTRICTED: Obj = {
 @dataclass(frozen=True)
 class JobSettings:
     image: str
+    # Where pods reach the run API (the operator's PGSCHED_RUN_API_URL) and the PEM text of
+    # the CA its certificate chains to, the only one they trust.
+    run_api_url: str
+    run_api_ca: str
     image_pull_policy: str = "IfNotPresent"
-    dsn_secret: str = "pgsched-job-dsn"
-    dsn_secret_key: str = "dsn"
     policy: jobpolicy.JobPolicy = field(default_factory=jobpolicy.JobPolicy)
 
 
@@ -225,12 +228,10 @@ def _lease_env(definition: Definition, run: Run, settings: JobSettings) -> list[
                 }
             },
         },
-        {
-            "name": "PGSCHED_DSN",
-            "valueFrom": {
-                "secretKeyRef": {"name": settings.dsn_secret, "key": settings.dsn_secret_key}
-            },
-        },
+        {"name": "PGSCHED_RUN_API_URL", "value": settings.run_api_url},
+        # A certificate is public: the environment is a fine place for it, and the pod needs
+        # no Secret or volume of pgsched's besides its lease.
+        {"name": "PGSCHED_RUN_API_CA", "value": settings.run_api_ca},
         {
             "name": "PGSCHED_HEARTBEAT_INTERVAL_SECONDS",
             "value": str(definition.heartbeat_interval_seconds),

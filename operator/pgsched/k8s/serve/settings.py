@@ -12,7 +12,8 @@ naming the variable, what is wrong and a valid example.
 
 Four rows are read elsewhere and listed for the reference: the connection string
 (``db.dsn``, which every command shares) and the log settings (``cli.main``, for every
-command).
+command). Two files are read with the variables, once: the connection string's
+(``db.dsn``) and the run API's CA (``run_api_ca``), which every Job carries to its pods.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pgsched.db import dsn as dsn_source
 from pgsched.engine.tick import TickSettings
 from pgsched.k8s.jobside.jobpolicy import JobPolicy
 from pgsched.k8s.jobside.jobs import JobSettings
+from pgsched.k8s.serve import run_api_ca
 from pgsched.validation import Problems, SettingsError
 
 
@@ -130,9 +132,16 @@ class OperatorSettings:
                 problems.add(name, found.message, f"{name}={found.example}")
             tick = TickSettings()
         policy = JobPolicy(**_section(chosen, "jobs.policy"))
+        cert_dir = values["PGSCHED_RUN_API_CERT_DIR"]
+        jobs = JobSettings(
+            **_section(chosen, "jobs"),
+            run_api_url=values["PGSCHED_RUN_API_URL"],
+            run_api_ca=run_api_ca.read(cert_dir, problems) if cert_dir else "",
+            policy=policy,
+        )
         settings = cls(
             dsn=dsn,
-            jobs=JobSettings(**_section(chosen, "jobs"), policy=policy),
+            jobs=jobs,
             tick=tick,
             webhook=WebhookSettings(**_section(chosen, "webhook")),
             run_api=RunApiSettings(**_section(chosen, "run_api")),
@@ -358,21 +367,6 @@ VARIABLES: tuple[Variable, ...] = (
         setting="jobs.image_pull_policy",
         read=choice(("Always", "IfNotPresent", "Never"), said="Always, IfNotPresent or Never"),
         meaning="Pull policy of that sidecar: `Always`, `IfNotPresent` or `Never`.",
-    ),
-    Variable(
-        "PGSCHED_JOB_DSN_SECRET",
-        setting="jobs.dsn_secret",
-        read=text,
-        meaning=(
-            "Name of the Secret, in each ScheduledJob's namespace, holding the DSN job pods "
-            "use (a role that may only heartbeat/finish its own run)."
-        ),
-    ),
-    Variable(
-        "PGSCHED_JOB_DSN_SECRET_KEY",
-        setting="jobs.dsn_secret_key",
-        read=text,
-        meaning="Key of the DSN in that Secret.",
     ),
     Variable(
         "PGSCHED_OPERATOR_NAMESPACE",
@@ -649,7 +643,9 @@ VARIABLES: tuple[Variable, ...] = (
         read=text,
         meaning=(
             "Folder of the run API's certificate, laid out as a mounted TLS Secret: "
-            "`tls.crt`, `tls.key` and `ca.crt` (given to every job pod to trust). Required."
+            "`tls.crt`, `tls.key` and `ca.crt` (read once at start and given to every job "
+            "pod to trust: a missing or unreadable one, or one without a PEM certificate, "
+            "stops the start). Required."
         ),
         shown="required",
     ),
@@ -658,8 +654,8 @@ VARIABLES: tuple[Variable, ...] = (
         setting="run_api.url",
         read=text,
         meaning=(
-            "The run API's address as job pods reach it (the chart: its Service, "
-            "`https://<release>-run-api.<namespace>.svc`). Required."
+            "The run API's address as job pods reach it, given to every Job (the chart: its "
+            "Service, `https://<fullname>-run-api.<namespace>.svc`, or `runApi.url`). Required."
         ),
         shown="required",
     ),
