@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 
 from pgsched import spec as spec_module
-from pgsched.db import connection, migrate
+from pgsched.db import clock, connection, migrate
 from pgsched.db.connection import Connection
-from pgsched.engine import definitions
+from pgsched.engine import definitions, reap
 from pgsched.engine.launcher import LaunchError
 from pgsched.engine.models import Definition, Run
 
@@ -153,3 +153,12 @@ def database_at(postgres: Any, name: str, version: int) -> str:
             if migration.version <= version:
                 migrate.apply(conn, migration)
     return str(postgres.dsn(name))
+
+
+def reap_an_hour_later(conn: Connection) -> reap.ReapResult:
+    """The reaper with the clock pinned an hour ahead, so every live heartbeat is stale;
+    the run API counts as served throughout that hour (its presence stamped up to then),
+    so the hour is the pods' silence, not the API's absence (``pgsched.silent_since``)."""
+    later = clock.now(conn) + timedelta(hours=1)
+    conn.execute("UPDATE pgsched.run_api_presence SET seen_at = %s", [later])
+    return reap.run_once(conn, now=later)

@@ -76,7 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serve(tls: Path) -> Iterator[ScriptedRunApi]:
-    """Serve on 127.0.0.1 with ``tls``'s certificate (a ``devenv.pki.webhook_tls`` folder)."""
+    """Serve on 127.0.0.1 with ``tls``'s certificate (a ``devenv.pki.serving_tls`` folder)."""
     server = _Server(("127.0.0.1", 0), _Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(tls / "tls.crt", tls / "tls.key")

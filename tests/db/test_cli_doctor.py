@@ -258,12 +258,14 @@ def test_preflight_accepts_session_pooling_and_direct_connections(session_pooled
     assert _preflight(dsn)["session"].ok
 
 
-def test_the_operator_refuses_to_start_behind_a_transaction_pooler(pooled_dsn):
+def test_the_operator_refuses_to_start_behind_a_transaction_pooler(pooled_dsn, run_api_tls):
     environment = {
         **os.environ,
         "PGSCHED_DSN": pooled_dsn,
         "PGSCHED_NAMESPACES": "default",
         "PGSCHED_IMAGE": "pgsched:test",
+        "PGSCHED_RUN_API_CERT_DIR": str(run_api_tls),
+        "PGSCHED_RUN_API_URL": "https://127.0.0.1:8443",
         "KUBECONFIG": "/nonexistent",  # it must stop before it ever talks to Kubernetes
     }
     result = subprocess.run(

@@ -15,6 +15,7 @@ import pytest
 from devenv.postgres import PostgresServer
 from factories import database_at, job_login
 from pgsched.db import connection, migrate
+from pgsched.engine.reap import RUN_API_GAP
 
 
 def _migrate(dsn: str) -> list[int]:
@@ -177,7 +178,9 @@ def test_claim_and_reap_queries_use_their_partial_indexes_with_a_large_history(c
     )
     assert _uses(conn, claim, "job_runs_queued"), claim
     reap = _plan(
-        conn, queries.get("reap_stale_heartbeats").as_string(conn), {"now": datetime.now(UTC)}
+        conn,
+        queries.get("reap_stale_heartbeats").as_string(conn),
+        {"now": datetime.now(UTC), "api_gap": RUN_API_GAP},
     )
     assert _uses(conn, reap, "job_runs_running"), reap
     settle = _plan(conn, queries.get("unsettled_runs").as_string(conn), {"limit": 500})

@@ -6,6 +6,9 @@
   local port for that database (the test's ``dsn``, or a ``private_postgres`` the test
   restarts); stopped at the test's end.
 - ``run_api``: one serving the test's own database.
+- ``scripted_api``: a scripted server (``scripted_run_api.py``) with the same certificate,
+  for the client's own behaviour on answers the real server never gives (a stall, an
+  endless body).
 
 A handle has the ``url`` and ``ca`` pods are given, ``client(lease)`` (the pods' own
 client) and ``request()`` for raw HTTPS requests that show exactly what a pod, or an
@@ -30,6 +33,7 @@ from pgsched.engine.lease import Lease
 from pgsched.runapi.limits import Limits
 from pgsched.runapi.serving import Serving
 from pgsched.runner.runapi_client import RunApiClient
+from scripted_run_api import ScriptedRunApi, serve
 
 # Generous limits: the tests that are about limits pass their own.
 TEST_LIMITS = Limits(rate=1000.0, burst=1000, concurrency=8, waiters=1000)
@@ -122,3 +126,9 @@ def start_run_api(run_api_tls: Path) -> Iterator[StartRunApi]:
 @pytest.fixture
 def run_api(start_run_api: StartRunApi, dsn: str) -> RunApiHandle:
     return start_run_api(dsn)
+
+
+@pytest.fixture
+def scripted_api(run_api_tls: Path) -> Iterator[ScriptedRunApi]:
+    with serve(run_api_tls) as api:
+        yield api

@@ -26,7 +26,7 @@ from factories import RecordingLauncher, define
 from pgsched.db.connection import Connection
 from pgsched.engine import dispatch, runs
 from pgsched.engine.models import Definition, Run
-from plugins.runapi import RunApiAddress
+from plugins.runapi import RunApiHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -110,7 +110,7 @@ class Pod:
             self.process.wait(10)
 
 
-def contract(run_api: RunApiAddress, run: Run, **extra: str) -> dict[str, str]:
+def contract(run_api: RunApiHandle, run: Run, **extra: str) -> dict[str, str]:
     """The environment the operator gives a job pod."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PGSCHED_")}
     env.update(
@@ -132,7 +132,7 @@ def contract(run_api: RunApiAddress, run: Run, **extra: str) -> dict[str, str]:
 
 def start_job(
     pods: Callable[..., Pod],
-    run_api: RunApiAddress,
+    run_api: RunApiHandle,
     run: Run,
     kind: str,
     args: dict[str, Any] | None = None,

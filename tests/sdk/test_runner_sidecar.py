@@ -8,12 +8,11 @@ import re
 import signal
 import statistics
 import time
-from datetime import timedelta
 
 from pods import PACKAGE_ROOT, claim, contract, run_row, sdk_job, wait_for
 
-from pgsched.db import clock
-from pgsched.engine import reap, runs
+from factories import reap_an_hour_later
+from pgsched.engine import runs
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
@@ -113,7 +112,7 @@ def test_sidecar_writes_lease_lost_when_its_run_is_reaped_and_waits_for_sigterm(
     pod = start_sidecar(pods, run_api, run, cancel_file)
     wait_for(lambda: heartbeats(conn, run), what="a first heartbeat")
 
-    reap.run_once(conn, now=clock.now(conn) + timedelta(hours=1))
+    reap_an_hour_later(conn)
 
     wait_for(cancel_file.exists, what="the cancel file")
     assert re.fullmatch(f"lease-lost {STAMP}\n", cancel_file.read_text())

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import os
 import signal
-from datetime import timedelta
 
 import pytest
 from pods import TEST_MODULES, claim, run_row, sdk_job, start_job, wait_for
 
-from factories import runs_of
-from pgsched.db import clock, connection
-from pgsched.engine import reap, settle
+from factories import reap_an_hour_later, runs_of
+from pgsched.db import connection
+from pgsched.engine import settle
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def reap_as_if_much_later(conn):
-    """The reaper, with the clock pinned an hour ahead: every live heartbeat is stale."""
-    return reap.run_once(conn, now=clock.now(conn) + timedelta(hours=1))
+    return reap_an_hour_later(conn)
 
 
 def step(progress):

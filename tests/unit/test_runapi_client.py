@@ -29,7 +29,9 @@ LEASE = Lease(42, uuid.UUID("3f2c6a9e-8d1b-4c55-9a57-0e7d2b1c4f10"))
 @pytest.fixture(scope="module")
 def other_ca(tmp_path_factory):
     """Some other CA's certificate: a pod given it must trust nobody it meets here."""
-    tls = pki.webhook_tls(tmp_path_factory.mktemp("other-tls"), ip="127.0.0.1")
+    tls = pki.serving_tls(
+        tmp_path_factory.mktemp("other-tls"), ips=["127.0.0.1"], ca_name="another-ca"
+    )
     return (tls / "ca.crt").read_text()
 
 
@@ -319,7 +321,7 @@ def test_addresses_name_a_host_and_maybe_a_port_and_a_path():
 
 def test_only_a_pem_certificate_is_trusted_and_never_the_systems_cas_instead(api):
     assert trusting(api.ca).get_ca_certs()[0]["subject"] == (
-        (("commonName", "pgsched-webhook-ca"),),
+        (("commonName", "pgsched-run-api-ca"),),
     )
     with pytest.raises(ValueError, match="not PEM text of a certificate"):
         trusting("")

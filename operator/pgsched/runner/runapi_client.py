@@ -21,12 +21,11 @@ from typing import Any, Literal, cast, get_args
 from urllib.parse import urlencode, urlsplit
 
 from pgsched.engine.lease import FinalStatus, Lease, LeaseState
+from pgsched.runapi import protocol
 
 # Without an answer after this long a request fails (transient): a stalled server cannot
 # hang the pod. It bounds the connection and every read; a long poll gets its wait on top.
 REQUEST_TIMEOUT_SECONDS = 10.0
-# The protocol's longest long poll.
-MAX_WAIT_SECONDS = 30
 # Bodies the protocol answers are a few dozen bytes; a larger one is a broken (or hostile)
 # server, and is not read.
 MAX_RESPONSE_BYTES = 64 * 1024
@@ -88,8 +87,8 @@ class RunApiClient:
     ) -> None:
         self._host, self._port, prefix = address(url)
         self._context = trusting(ca_pem)
-        self._runs = f"{prefix}/v1/runs/{run_lease.run_id}"
-        self._shown = f"{url.strip().rstrip('/')}/v1/runs/{run_lease.run_id}"  # for messages
+        self._prefix = prefix
+        self._shown = url.strip().rstrip("/")  # for messages
         self._headers = {"Authorization": f"Bearer {run_lease.token}", "Accept": "application/json"}
         self._timeout = timeout_seconds
         self._local = threading.local()  # .conn: this thread's connection
@@ -97,25 +96,25 @@ class RunApiClient:
 
     def heartbeat(self) -> LeaseState:
         """Stamp the run's heartbeat; the lease's state."""
-        return _state(self._call("POST", "heartbeat", repeatable=True))
+        return _state(self._call("POST", protocol.HEARTBEAT, repeatable=True))
 
     def lease_state(self) -> LeaseState:
         """The lease's state, read-only."""
-        return _state(self._call("GET", "lease", repeatable=True))
+        return _state(self._call("GET", protocol.LEASE, repeatable=True))
 
     def wait_while(self, state: LeaseState, seconds: int) -> LeaseState:
         """The lease's state as soon as it is not ``state``, or ``state`` after ``seconds``
-        (1 to :data:`MAX_WAIT_SECONDS`): the cancel long poll."""
-        seconds = max(1, min(seconds, MAX_WAIT_SECONDS))
+        (1 to the protocol's longest wait): the cancel long poll."""
+        seconds = max(1, min(seconds, int(protocol.MAX_WAIT_SECONDS)))
         query = urlencode({"state": state, "wait": seconds})
         answer = self._call(
-            "GET", f"lease?{query}", repeatable=True, timeout=self._timeout + seconds
+            "GET", f"{protocol.LEASE}?{query}", repeatable=True, timeout=self._timeout + seconds
         )
         return _state(answer)
 
     def workload_ended(self) -> bool:
         """Note that the workload ended; False: the lease was lost."""
-        return _flag(self._call("POST", "workload-ended"), "marked")
+        return _flag(self._call("POST", protocol.WORKLOAD_ENDED), "marked")
 
     def finish(
         self,
@@ -135,7 +134,7 @@ class RunApiClient:
             "retryHint": retry_hint,
         }
         body = {key: value for key, value in fields.items() if value is not None}
-        return _flag(self._call("POST", "finish", body), "finished")
+        return _flag(self._call("POST", protocol.FINISH, body), "finished")
 
     def close(self) -> None:
         """Close the calling thread's connection (a later call opens a new one)."""
@@ -156,8 +155,9 @@ class RunApiClient:
         no harm, so a kept-alive connection the server closed meanwhile is retried once on
         a fresh one. Other requests are not: their callers count the attempts (an answer
         lost after the commit, ``outcome.record``)."""
-        target = f"{self._runs}/{path}"
-        what = f"{method} {self._shown}/{path.partition('?')[0]}"
+        path = path.replace("{run}", str(self.run_id))
+        target = f"{self._prefix}{path}"
+        what = f"{method} {self._shown}{path.partition('?')[0]}"
         payload = None if body is None else json.dumps(body).encode()
         headers = dict(self._headers)
         if payload is not None:
