@@ -14,7 +14,7 @@ import pytest
 
 from pgsched.engine.lease import Lease
 from pgsched.runner.checkpoint import CancellationWatch
-from pgsched.runner.heartbeat import HeartbeatLoop
+from pgsched.runner.heartbeat import RETRY_SECONDS, HeartbeatLoop
 from pgsched.runner.runapi_client import RunApiClient, RunApiError
 from pgsched.sdk import Cancelled
 
@@ -147,13 +147,29 @@ def test_stop_waits_for_a_beat_in_flight(lease):
     assert time.monotonic() - asked >= 0.25
 
 
-@pytest.mark.parametrize("transient", [True, False])
-def test_a_failing_long_poll_is_not_asked_again_until_the_next_beat(lease, transient):
-    lease.poll_error = RunApiError("503 Service Unavailable", transient)
+def test_a_refused_long_poll_is_not_asked_again_until_the_next_beat(lease):
+    lease.poll_error = RunApiError("401 Unauthorized", transient=False)
     loop = started(lease, interval=2.5)
     try:
         time.sleep(1.2)
         assert (len(lease.polls), lease.beats) == (1, 1)
+    finally:
+        loop.stop(5)
+
+
+@pytest.mark.parametrize("retry_after", [None, 2.0])
+def test_a_long_poll_that_failed_for_now_is_asked_again_after_a_pause_not_at_the_beat(
+    lease, retry_after
+):
+    """A cancel must not wait out the interval because the API was busy (429) or away;
+    asking again waits a second at least, or what Retry-After says."""
+    lease.poll_error = RunApiError("429 Too Many Requests", True, retry_after)
+    loop = started(lease, interval=30)
+    try:
+        time.sleep(4.5)
+        pause = max(retry_after or 0.0, RETRY_SECONDS)
+        assert lease.beats == 1
+        assert len(lease.polls) == 1 + int(4.5 // pause), lease.polls
     finally:
         loop.stop(5)
 

@@ -1,8 +1,8 @@
 """Each namespace's budget on the run API (I14): one tenant's flood is its own.
 
-A namespace has a token bucket (requests a second, and bursts) and two counters: database
-calls in flight and open long polls. A request over any of them is refused at once (429,
-with how long to wait), before it costs the database anything, so a namespace that floods
+A namespace has a token bucket (requests a second, and bursts), database call slots (a
+request queues briefly for one) and a count of open long polls. A request over any of them
+is refused (429, with how long to wait) before it costs the database anything, so a namespace that floods
 spends its own budget and never another's. Requests whose lease failed its check have one
 budget of their own (:data:`UNVERIFIED`): a forger cannot spend a real namespace's.
 
@@ -11,12 +11,16 @@ Used from the server's event loop alone, so nothing here locks.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # The budget of requests whose lease failed its check (no namespace can be trusted).
 UNVERIFIED = ""
+# How long a request queues for one of its namespace's database call slots before 429.
+# The queue is bounded by the namespace's rate: at most rate x this many requests wait.
+SLOT_WAIT_SECONDS = 2.0
 
 
 class TokenBucket:
@@ -51,6 +55,7 @@ class Budget:
     bucket: TokenBucket
     in_flight: int = 0
     waiting: int = 0
+    slots: asyncio.Semaphore | None = None  # made on the event loop, at first use
 
 
 @dataclass(frozen=True)
@@ -88,21 +93,31 @@ class Budgets:
             )
         return None
 
-    def start_call(self, namespace: str) -> Refusal | None:
-        """Take a database call slot; :meth:`end_call` gives it back."""
+    async def start_call(self, namespace: str) -> Refusal | None:
+        """Take a database call slot, queueing for one up to :data:`SLOT_WAIT_SECONDS` (a
+        burst of cancels wakes every long poll of a namespace at once: they queue, they
+        are not refused); :meth:`end_call` gives it back."""
         budget = self.budget(namespace)
-        if budget.in_flight >= self.limits.concurrency:
+        if budget.slots is None:
+            budget.slots = asyncio.Semaphore(self.limits.concurrency)
+        try:
+            await asyncio.wait_for(budget.slots.acquire(), SLOT_WAIT_SECONDS)
+        except TimeoutError:
             return Refusal(
                 "concurrency",
-                f"namespace {_shown(namespace)} has {budget.in_flight} run API calls in"
-                f" flight, its limit (PGSCHED_RUN_API_NAMESPACE_CONCURRENCY)",
-                0.1,
+                f"namespace {_shown(namespace)} has had {self.limits.concurrency} run API calls"
+                f" in flight for {SLOT_WAIT_SECONDS:g}s, its limit"
+                " (PGSCHED_RUN_API_NAMESPACE_CONCURRENCY)",
+                0.5,
             )
         budget.in_flight += 1
         return None
 
     def end_call(self, namespace: str) -> None:
-        self.budget(namespace).in_flight -= 1
+        budget = self.budget(namespace)
+        budget.in_flight -= 1
+        assert budget.slots is not None
+        budget.slots.release()
 
     def start_wait(self, namespace: str) -> Refusal | None:
         budget = self.budget(namespace)

@@ -183,7 +183,7 @@ class RunApi:
 
     async def _call(self, caller: Caller, operation: Callable[[], T]) -> T:
         """``operation`` on the database thread pool, in one of the namespace's slots."""
-        refusal = self._budgets.start_call(caller.namespace)
+        refusal = await self._budgets.start_call(caller.namespace)
         if refusal is not None:
             raise _too_many(caller.namespace, refusal)
         try:

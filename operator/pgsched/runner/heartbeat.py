@@ -180,7 +180,14 @@ class HeartbeatLoop:
                     self._poll_failures,
                     error,
                 )
-                break  # never spin on failures: sleep until the beat
+                if not error.transient:
+                    break  # a refusal stays a refusal: the next beat will tell
+                # An outage, or the namespace's budget (429): ask again after a pause
+                # (Retry-After when it says), so a cancel does not wait out the interval
+                # — and never sooner than RETRY_SECONDS, so the loop does not spin.
+                pause = max(error.retry_after or 0.0, RETRY_SECONDS)
+                self._stop.wait(min(pause, max(0.0, deadline - time.monotonic())))
+                continue
             self._poll_failures = 0
             if self._stop.is_set():
                 return  # the work has ended: news of the lease is no longer ours to tell

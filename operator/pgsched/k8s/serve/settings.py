@@ -678,7 +678,10 @@ VARIABLES: tuple[Variable, ...] = (
         "PGSCHED_RUN_API_NAMESPACE_CONCURRENCY",
         setting="run_api.namespace_concurrency",
         read=number(minimum=1, integer=True),
-        meaning="Database calls the run API makes for one namespace at a time; more: 429.",
+        meaning=(
+            "Database calls the run API makes for one namespace at a time; more queue "
+            "up to 2 s, then 429."
+        ),
     ),
     Variable(
         "PGSCHED_RUN_API_NAMESPACE_WAITERS",
