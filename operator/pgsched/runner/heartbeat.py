@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 _RANK: dict[LeaseState, int] = {"active": 0, "cancel_requested": 1, "lost": 2}
 # After a failed beat, try again after at most this long (never later than the interval).
 RETRY_SECONDS = 1.0
+# The long poll is held open until the next beat is due, except for its last moment: a
+# poll shorter than this is not worth a request (the beat is about to ask anyway).
+MIN_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -164,11 +167,11 @@ class HeartbeatLoop:
         deadline = time.monotonic() + seconds
         while not self._stop.is_set():
             remaining = deadline - time.monotonic()
-            if remaining < 1:  # the long poll waits whole seconds
+            if remaining < MIN_POLL_SECONDS:
                 break
             asked, started = self.state, time.monotonic()
             try:
-                answer = self._client.wait_while(asked, int(remaining))
+                answer = self._client.wait_while(asked, remaining)
             except RunApiError as error:
                 self._poll_failures += 1
                 log.log(
@@ -194,7 +197,7 @@ class HeartbeatLoop:
             self.observe(answer)
             if self.state == "lost":
                 return
-            if self.state == asked and time.monotonic() - started < 1:
+            if self.state == asked and time.monotonic() - started < min(1.0, remaining / 2):
                 # Nothing new, and at once (a server that does not wait, or an answer
                 # behind what we know): asking again would only repeat it. Sleep.
                 break

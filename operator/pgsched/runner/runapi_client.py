@@ -102,11 +102,11 @@ class RunApiClient:
         """The lease's state, read-only."""
         return _state(self._call("GET", protocol.LEASE, repeatable=True))
 
-    def wait_while(self, state: LeaseState, seconds: int) -> LeaseState:
+    def wait_while(self, state: LeaseState, seconds: float) -> LeaseState:
         """The lease's state as soon as it is not ``state``, or ``state`` after ``seconds``
-        (1 to the protocol's longest wait): the cancel long poll."""
-        seconds = max(1, min(seconds, int(protocol.MAX_WAIT_SECONDS)))
-        query = urlencode({"state": state, "wait": seconds})
+        (to the millisecond, at most the protocol's longest wait): the cancel long poll."""
+        seconds = max(0.001, min(seconds, protocol.MAX_WAIT_SECONDS))
+        query = urlencode({"state": state, "wait": f"{seconds:.3f}".rstrip("0").rstrip(".")})
         answer = self._call(
             "GET", f"{protocol.LEASE}?{query}", repeatable=True, timeout=self._timeout + seconds
         )
