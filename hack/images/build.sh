@@ -5,6 +5,8 @@
 #                                      python:3.11-slim (mmdebstrap + the customize step below)
 #   ghcr.io/pgsched/pgsched:<appVersion> and :dev   the root Dockerfile, unchanged, on that base
 #   busybox:1.36 and busybox:latest    Debian's busybox-static
+#   ghcr.io/pgsched/pgsched:previous   the previous release (hack/previous-release), for the
+#                                      upgrade test
 # Each is exported as a docker-archive tar into ${PGSCHED_CACHE_DIR:-<repo>/.cache}/images/,
 # named by the hash of its inputs, so an unchanged image is never rebuilt; the node imports
 # the tars listed in images/index, one line each: `TAR REFERENCE [MORE TAGS...]`
@@ -146,8 +148,31 @@ if [ ! -f "$pgsched_tar" ]; then
 fi
 index+=("$pgsched_tar $PGSCHED_IMAGE:$app_version $PGSCHED_IMAGE:dev")
 
+# -- the previous release's pgsched, for the upgrade test ---------------------------------------
+# Its pods heartbeat with a database login of their own; tests/cluster/test_upgrade_in_place.py
+# runs them under this release's operator. Built from that commit's tree, once.
+previous=$(grep -v '^#' "$repo/hack/previous-release" | head -1)
+previous_tar=$out/previous-pgsched-$( { echo "$previous"; echo "$base_hash"; } | hash_of).tar
+if [ ! -f "$previous_tar" ]; then
+    echo "images: building $PGSCHED_IMAGE:previous from commit $previous (hack/previous-release)"
+    git -C "$repo" cat-file -e "$previous^{commit}" 2>/dev/null ||
+        fail "commit $previous (hack/previous-release) is not in this clone: git fetch --unshallow"
+    tmp=$(mktemp -d)
+    git -C "$repo" archive "$previous" | tar -x -C "$tmp"
+    (cd "$tmp" && buildah bud --quiet --runtime /usr/sbin/runc --network host --layers \
+        -v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+        --build-arg "PYTHON_IMAGE=$BASE_IMAGE" -t "$PGSCHED_IMAGE:previous" . >/dev/null) ||
+        fail "building the previous release's pgsched image failed (see above)"
+    rm -rf "$tmp"
+    buildah push --quiet "$PGSCHED_IMAGE:previous" \
+        "docker-archive:$previous_tar.part:$PGSCHED_IMAGE:previous"
+    mv "$previous_tar.part" "$previous_tar"
+fi
+index+=("$previous_tar $PGSCHED_IMAGE:previous")
+
 printf '%s\n' "${index[@]}" >"$out/index.part"
 mv "$out/index.part" "$out/index"
 # Older pgsched tars are superseded: keep the cache from growing with every source change.
 find "$out" -maxdepth 1 -name 'pgsched-*.tar' ! -name "*$pgsched_hash*" -delete
 find "$out" -maxdepth 1 -name 'python-base-*.tar' ! -name "*$base_hash*" -delete
+find "$out" -maxdepth 1 -name 'previous-pgsched-*.tar' ! -name "$(basename "$previous_tar")" -delete

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 from k8sfixtures import RUN_API_CA, RUN_API_URL, T0, TEMPLATE, definition, job_settings, run
@@ -98,6 +99,16 @@ def test_sdk_jobs_run_the_runner_instead_of_a_sidecar():
     )
     assert env["PGSCHED_LEASE_TOKEN"] == LEASE_REF
     assert (env["PGSCHED_RUN_API_URL"], env["PGSCHED_RUN_API_CA"]) == (RUN_API_URL, RUN_API_CA)
+    # The runner's last words reach the run's error when it cannot start.
+    assert main["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_an_sdk_containers_own_termination_message_policy_is_kept():
+    template = copy.deepcopy(TEMPLATE)
+    template["spec"]["template"]["spec"]["containers"][0]["terminationMessagePolicy"] = "File"
+    spec = {"jobTemplate": template, "job": {"kind": "report"}}
+    pod = jobs.build(definition(spec=spec), run(), SETTINGS)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["terminationMessagePolicy"] == "File"
 
 
 def test_pods_get_no_database_connection_and_no_secret_but_their_lease():

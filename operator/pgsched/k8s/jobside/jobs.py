@@ -106,6 +106,10 @@ def build(definition: Definition, run: Run, settings: JobSettings) -> Obj:
         main = containers[0]
         main["command"] = ["pgsched", "run"]
         main["args"] = []
+        # A runner that cannot start (bad arguments, an unknown kind, a runner of another
+        # release) says why in its log; the log's tail becomes the container's termination
+        # message, which the run's error quotes (outcomes._failure).
+        main.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
         main["env"] += [*_lease_env(definition, run, settings), *_sdk_env(job, values)]
     else:
         pod_spec["initContainers"] = [
