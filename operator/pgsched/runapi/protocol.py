@@ -7,8 +7,6 @@ from __future__ import annotations
 MAX_BODY_BYTES = 64 * 1024
 # The longest a cancel long poll waits before answering "no change".
 MAX_WAIT_SECONDS = 30.0
-# The database notification channel of runs that must stop (the run id as payload).
-STOPPING_CHANNEL = "pgsched_run_stopping"
 
 HEARTBEAT = "/v1/runs/{run}/heartbeat"
 LEASE = "/v1/runs/{run}/lease"

@@ -17,9 +17,8 @@ from contextlib import closing
 
 import psycopg
 
-from pgsched.db import connection
+from pgsched.db import connection, queries
 from pgsched.db.session import describe_error
-from pgsched.runapi.protocol import STOPPING_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +74,7 @@ class Stops:
                 with connection.connect(
                     self._dsn, application_name="pgsched-run-api-stops"
                 ) as conn:
-                    conn.execute(f"LISTEN {STOPPING_CHANNEL}")
+                    conn.execute(queries.get("listen_for_stopping_runs"))
                     self._listening.set()
                     self._loop.call_soon_threadsafe(self._wake, None)
                     while not self._stop.is_set():

@@ -97,7 +97,9 @@ class RunStore:
     def _call(self, operation: Callable[[Connection], T]) -> T:
         try:
             with self._pool.connection(timeout=POOL_WAIT_SECONDS) as conn, conn.transaction():
-                conn.execute(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")
+                conn.execute(
+                    queries.get("bound_statements"), {"milliseconds": str(STATEMENT_TIMEOUT_MS)}
+                )
                 return operation(conn)
         except PoolTimeout as error:
             raise StoreUnavailable("no database connection was free in time") from error
