@@ -9,10 +9,16 @@ outages while Jobs run (``config.api_outage_seconds``: CI a quarter minute, the 
 1-5 minutes), so Jobs finish while nobody can see them: their runs must await the Job's
 verdict and end with the Job's outcome, never be retried (I8).
 
+Every operator replica is also killed at once and kept down longer than the jobs'
+heartbeat timeout (``replicas_down``, ``config.replicas_down_seconds``), then restarted by
+the supervisor: pods beat through the replicas' run API, so none of them can beat
+meanwhile, and that absence must never be called their silence (``pgsched.silent_since``).
+
 What the cluster adds to the checks: a watch records every Job ever created (a relist
 after an API restart catches up), so I1 also means "one Job per run, carrying the lease of
-its one claim"; and after the drain no Job of an ended run may still be active and no
-process of it still alive (I3: nothing is left running).
+its one claim"; after the drain no Job of an ended run may still be active and no
+process of it still alive (I3: nothing is left running); and no run ended HeartbeatLost or
+Orphaned unless the chaos killed or paused its job's processes (``REAPED_ONLY_IF_HURT``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import invariants
 from chaos import faults, jobside, workload
 from chaos.config import ChaosConfig
 from chaos.driver import ChaosDriver, Fault
+from chaos.faults import HarnessError
 from chaos.replicated import ReplicatedPostgres
 from devenv.adminclient import AdminClient, ApiError, Obj
 from devenv.controlplane import ControlPlane
@@ -47,11 +54,22 @@ log = logging.getLogger(__name__)
 # - ``no-adoption``: no lease is genuine (``pgsched.lease_is_genuine`` answers false), so
 #   nothing a failover lost is taken back from Kubernetes: no claim re-established, no Job
 #   adopted, no lost run restored. With failovers the job side's record must show it.
-PLANTED = ("no-adoption",)
+# - ``presence-blind-reaper``: the reaper counts a run's silence from its last beat whether
+#   or not a replica served the run API meanwhile (``pgsched.silent_since`` answers
+#   ``beat``, as before migration 0039): with every replica down past the heartbeat
+#   timeout, runs whose pods were never touched are judged silent; the check
+#   ``REAPED_ONLY_IF_HURT`` must say so.
+PLANTED = ("no-adoption", "presence-blind-reaper")
 _NO_LEASE_IS_GENUINE = (
     "CREATE OR REPLACE FUNCTION pgsched.lease_is_genuine(run_id bigint, lease uuid)"
     " RETURNS boolean LANGUAGE sql STABLE AS 'SELECT false'"
 )
+_PRESENCE_BLIND_SILENCE = (
+    "CREATE OR REPLACE FUNCTION pgsched.silent_since(beat timestamptz, now timestamptz,"
+    " gap interval) RETURNS timestamptz LANGUAGE sql STABLE AS 'SELECT beat'"
+)
+# The cluster variant's own check: its name in the report.
+REAPED_ONLY_IF_HURT = "reaped only if its job was hurt"
 HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 10, "orphanTimeoutSeconds": 45}
 VERDICT_INTERVAL_SECONDS = 2.0
 OPERATOR_ENV = {
@@ -183,12 +201,15 @@ class ClusterChaos(ChaosDriver):
         self._annotations: Annotations | None = None
         self._pods: jobside.PodRecorder | None = None
         self.outages: list[dict[str, Any]] = []  # the long API server outages injected
+        self.absences: list[dict[str, Any]] = []  # every replicas_down injected
 
     def prepare(self) -> None:
         with connection.connect(self.dsn, application_name="chaos-setup") as conn:
             invariants.install_run_audit(conn)
             if self.config.planted == "no-adoption":
                 conn.execute(_NO_LEASE_IS_GENUINE)
+            elif self.config.planted == "presence-blind-reaper":
+                conn.execute(_PRESENCE_BLIND_SILENCE)
         self._recorder = jobside.JobRecorder(self.cluster.api, self.namespace)
         self._pods = jobside.PodRecorder(self.cluster.api, self.namespace)
 
@@ -249,6 +270,7 @@ class ClusterChaos(ChaosDriver):
         found: dict[str, tuple[float, Fault]] = {
             "apiserver_restart": (1.0, self.restart_apiserver),
             "apiserver_outage": (0.6, self.stop_apiserver_while_jobs_run),
+            "replicas_down": (1.0, self.kill_every_replica),
         }
         if isinstance(self.server, ReplicatedPostgres):
             pair = self.server
@@ -306,6 +328,58 @@ class ClusterChaos(ChaosDriver):
             f" {len(ended)} of them ended during the outage: {sorted(ended)}"
         )
 
+    def kill_every_replica(self, rng: random.Random) -> str | None:
+        """Kill -9 every operator replica at once and keep them down for
+        ``config.replicas_down_seconds`` while pods run (their heartbeats fail throughout:
+        no replica serves the run API), then let the supervisor start them again; done
+        when the run API is available again (``pgsched.run_api_presence``). The absence
+        is recorded from the kill to that moment."""
+        running = self.job_processes()
+        if not running:
+            return None  # owed: an absence no pod had to beat through proves nothing
+        seconds = rng.uniform(*self.config.replicas_down_seconds)
+        with self.replicas_away() as absence:
+            killed = absence[0]
+            with self.supervisor.all_down() as pids:
+                time.sleep(seconds)
+            restarted = time.time()
+            back = absence[1] = self._run_api_back(after=restarted)
+        self.absences.append(
+            {
+                "killed": killed,
+                "restarted": restarted,
+                "back": back,
+                "running": sorted(running),
+            }
+        )
+        return (
+            f"all {len(pids)} replicas (pids {pids}) killed, restarted {restarted - killed:.1f}s"
+            f" later; the run API available again after {back - killed:.1f}s; {len(running)}"
+            f" runs' pods were running: {sorted(running)}"
+        )
+
+    def _run_api_back(self, *, after: float, timeout: float = 180.0) -> float:
+        """When (epoch s, the database's clock) the run API was available again: a replica
+        started after ``after`` stamped its presence. After a gap longer than the reaper's
+        allowance the first stamp moves ``available_since``; it is that moment."""
+
+        def presence(conn: Connection) -> dict[str, Any] | None:
+            return conn.execute(
+                "SELECT extract(epoch FROM available_since)::float8 AS since,"
+                " extract(epoch FROM seen_at)::float8 AS seen FROM pgsched.run_api_presence"
+            ).fetchone()
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            row = self.patiently(presence)
+            if row is not None and row["seen"] > after:
+                return float(max(row["since"], after))
+            time.sleep(0.2)
+        raise HarnessError(
+            f"no operator replica served the run API within {timeout:.0f}s of their restart;"
+            f" logs in {self.work_dir}"
+        )
+
     def launches(self, conn: Connection) -> list[tuple[int, str]]:
         assert self._recorder is not None
         return self._recorder.launches()
@@ -331,6 +405,14 @@ class ClusterChaos(ChaosDriver):
             )
             for invariant, problems in after_failovers.items():
                 found[invariant] = found.get(invariant, []) + problems
+        found[REAPED_ONLY_IF_HURT] = reaps_without_job_fault(
+            conn, self.job_victims, self.replicas_absences()
+        )
+        if "replicas_down" in self._faults() and not self.absences:
+            found[REAPED_ONLY_IF_HURT].append(
+                "replicas_down was among this run's faults and never injected: nothing showed"
+                " that the operator's absence is not taken for its pods' silence"
+            )
         return found
 
     def succeeded_work_kept(self, conn: Connection) -> list[str]:
@@ -401,6 +483,8 @@ class ClusterChaos(ChaosDriver):
             # reported, not yet a violation: a job paused past its timeout whose Job is
             # still active is HeartbeatLost by design, and may finish before it is stopped.
             "runs reaped HeartbeatLost although their Job succeeded": [row["id"] for row in reaped],
+            "every replica down at once (replicas_down)": self._absences(conn),
+            "runs whose job processes the chaos killed or paused": len(self.job_victims),
             "run-now annotations": self._annotations.requested if self._annotations else 0,
             "Jobs seen": len(self._recorder.launched) if self._recorder else 0,
             "ends lost in a failover and recorded again (same outcome)": len(
@@ -413,6 +497,22 @@ class ClusterChaos(ChaosDriver):
             # So that a failed CI run says why each of them ended, without its database.
             "runs FAILED or CANCELLED (first 12)": self._unsuccessful(conn),
         }
+
+    def _absences(self, conn: Connection) -> list[str]:
+        """Each ``replicas_down``: how long, and what became of the runs whose pods ran."""
+        lines = []
+        for absence in self.absences:
+            ended = conn.execute(
+                "SELECT status || coalesce('/' || reason, '') AS what, count(*) AS n"
+                " FROM pgsched.job_runs WHERE id = ANY(%s) GROUP BY 1 ORDER BY 1",
+                [absence["running"]],
+            ).fetchall()
+            lines.append(
+                f"{absence['restarted'] - absence['killed']:.1f}s down, run API back after"
+                f" {absence['back'] - absence['killed']:.1f}s; its {len(absence['running'])}"
+                " running runs ended " + ", ".join(f"{row['what']} {row['n']}" for row in ended)
+            )
+        return lines
 
     def _unsuccessful(self, conn: Connection) -> list[str]:
         rows = conn.execute(
@@ -517,3 +617,68 @@ def succeeded_work_violations(
                 + (again if row["retried_as"] else "")
             )
     return problems
+
+
+def reaps_without_job_fault(
+    conn: Connection,
+    hurt: dict[int, list[str]],
+    absences: list[tuple[float, float]],
+) -> list[str]:
+    """``REAPED_ONLY_IF_HURT``: every run FAILED HeartbeatLost or Orphaned, but those whose
+    job's processes the chaos killed or paused (``hurt``: run id → the faults), is a
+    violation. Nothing else in the chaos touches a pod: the other faults hit the replicas,
+    Postgres and the API server, and pods keep running through all of them, so such a run
+    was judged silent for the operator's (or the database's) trouble, not its own.
+
+    Each is told with its last heartbeat, how long it had been silent when judged (its
+    verdict asked, or it was failed) and the times no replica was there in its silence
+    (``absences``: ``[start, end]``, epoch seconds, from the kill to the run API's return),
+    with how long it had been silent counted from that return: what
+    ``pgsched.silent_since`` counts."""
+    rows = conn.execute(
+        "SELECT r.id, r.reason, r.heartbeat_at, r.started_at, r.outcome_pending_at,"
+        " r.finished_at, d.heartbeat_timeout_seconds AS timeout"
+        " FROM pgsched.job_runs AS r JOIN pgsched.job_definitions AS d ON d.id = r.definition_id"
+        " WHERE r.status = 'FAILED' AND r.reason IN ('HeartbeatLost', 'Orphaned') ORDER BY r.id"
+    ).fetchall()
+    problems = []
+    for row in rows:
+        if row["id"] in hurt:
+            continue
+        since = row["heartbeat_at"] or row["started_at"]
+        judged = row["outcome_pending_at"] or row["finished_at"]
+        gaps = [
+            (start, end)
+            for start, end in absences
+            if start < judged.timestamp() and end > since.timestamp()
+        ]
+        if gaps:
+            returned = max(end for _, end in gaps)
+            where = (
+                "; no replica was there "
+                + ", ".join(
+                    f"{_utc(start)} to {_utc(end)} ({end - start:.1f}s)" for start, end in gaps
+                )
+                + f" in its silence, which when judged had lasted"
+                f" {judged.timestamp() - max(returned, since.timestamp()):.1f}s since the run"
+                " API's return"
+            )
+        else:
+            where = "; every replica was gone at no time of its silence"
+        asked = (
+            f", its verdict asked at {row['outcome_pending_at']}"
+            if row["outcome_pending_at"]
+            else ""
+        )
+        problems.append(
+            f"run {row['id']} ended FAILED/{row['reason']} at {row['finished_at']}{asked},"
+            " and the chaos never killed or paused its job's processes: last heartbeat"
+            f" {row['heartbeat_at'] or 'never'} (claimed {row['started_at']}), silent"
+            f" {(judged - since).total_seconds():.1f}s when judged (timeout"
+            f" {row['timeout']}s){where}"
+        )
+    return problems
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")

@@ -5,15 +5,20 @@ heartbeat sidecar, real containers on the local node), run-now annotations, for
 ``PGSCHED_CHAOS_MINUTES`` (CI: 100 s) while the driver kills and pauses replicas, kills and
 freezes pods, terminates sessions, restarts and crashes Postgres, restarts the API
 server and stops it for outages while Jobs run (CI: 15-30 s; runs of 10 minutes or more:
-1-5 minutes). Then the ScheduledJobs are suspended, everything drains and the database and the
-cluster are checked. See docs/chaos.md.
+1-5 minutes), and kills every operator replica at once for 12-20 s, longer than the
+heartbeat timeout (``replicas_down``). Then the ScheduledJobs are suspended, everything
+drains and the database and the cluster are checked. See docs/chaos.md.
+
+The second test is the self-test of the check that no run is reaped for the operator's
+absence (``REAPED_ONLY_IF_HURT``): the same replicas killed, with the reaper made blind to
+the run API's presence from the test side, and the check must report the runs it reaped.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from chaos.clusterchaos import ClusterChaos
+from chaos.clusterchaos import REAPED_ONLY_IF_HURT, ClusterChaos
 from chaos.config import ChaosConfig, chaos_seconds
 
 # Long enough to inject every kind once, the 15-30 s API outage included.
@@ -39,6 +44,7 @@ FAULT_KINDS = {
     "job_pause",
     "apiserver_restart",
     "apiserver_outage",
+    "replicas_down",
 }
 
 
@@ -53,6 +59,10 @@ def test_three_operators_keep_every_invariant_while_faults_are_injected(
         fault_gap=(2.0, 5.0),
         drain_timeout=300,
         api_outage_seconds=(60.0, 300.0) if long else (15.0, 30.0),
+        # Each kind at least once, or the run goes on (up to its length again) and then
+        # fails: the check that no run is reaped for the operator's absence needs
+        # replicas_down, and a kind is injected once the first round of the plan is done.
+        required_faults=tuple(sorted(FAULT_KINDS)),
     )
     # After an outage of minutes the 2-core node starts the backlog's pods at once and
     # some take minutes to start: the product's default start bound (300 s) lets them, a
@@ -83,3 +93,37 @@ def test_three_operators_keep_every_invariant_while_faults_are_injected(
     # The Job watch saw the Jobs (a relist after an API restart may miss one that came and
     # went meanwhile; most must be there, or the one-Job-per-run check proves nothing).
     assert report.launches >= 0.8 * report.runs["completed"], report.summary()
+
+
+def test_a_reaper_blind_to_the_operators_absence_is_caught(
+    cluster, crd, namespace, chaos_postgres, tmp_path
+):
+    """The self-test of ``REAPED_ONLY_IF_HURT``: ``pgsched.silent_since`` replaced, from the
+    test, by one that counts silence from the last beat whatever the run API's presence
+    (``presence-blind-reaper``), and every replica killed for longer than the heartbeat
+    timeout while pods run. Their runs are judged silent for the operator's absence, and
+    the check must name them, with the absence in their silence."""
+    config = ChaosConfig(
+        "cluster",
+        seconds=25,
+        fault_kinds=("replicas_down",),
+        required_faults=("replicas_down",),
+        fault_gap=(3.0, 5.0),
+        drain_timeout=300,
+        planted="presence-blind-reaper",
+    )
+    chaos = ClusterChaos(
+        config,
+        chaos_postgres,
+        tmp_path,
+        cluster=cluster,
+        namespace=namespace,
+        requests_per_second=1.0,
+    )
+
+    report = chaos.run()
+
+    assert report.faults.get("replicas_down", 0) >= 1, report.summary()
+    found = report.violations[REAPED_ONLY_IF_HURT]
+    assert found, report.summary()
+    assert all("no replica was there" in item for item in found), report.summary()
