@@ -280,7 +280,7 @@ class ChaosDriver:
                     silence_allowance=self._silence_allowance,
                 )
                 for invariant, found in self.variant_checks(conn).items():
-                    violations[invariant] += found
+                    violations[invariant] = violations.get(invariant, []) + found
                 runs = checker.run_counts(conn)
                 failures = checker.infrastructure_failures(conn)
                 stats = self.variant_stats(conn)
