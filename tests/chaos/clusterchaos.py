@@ -11,8 +11,12 @@ verdict and end with the Job's outcome, never be retried (I8).
 
 Every operator replica is also killed at once and kept down longer than the jobs'
 heartbeat timeout (``replicas_down``, ``config.replicas_down_seconds``), then restarted by
-the supervisor: pods beat through the replicas' run API, so none of them can beat
-meanwhile, and that absence must never be called their silence (``pgsched.silent_since``).
+the supervisor; or frozen at once as long (``replicas_pause``: SIGSTOP, then SIGCONT, no
+restart). Pods beat through the replicas' run API, so none of them can beat meanwhile,
+and that absence must never be called their silence (``pgsched.silent_since``). So that
+some pod beats through each absence, a few ScheduledJobs run long (``long_jobs``: 50 s,
+staggered), and either fault waits (is owed) until one of them started recently enough
+to outlast it.
 
 What the cluster adds to the checks: a watch records every Job ever created (a relist
 after an API restart catches up), so I1 also means "one Job per run, carrying the lease of
@@ -37,6 +41,7 @@ from chaos.config import ChaosConfig
 from chaos.driver import ChaosDriver, Fault
 from chaos.faults import HarnessError
 from chaos.replicated import ReplicatedPostgres
+from devenv import run_api
 from devenv.adminclient import AdminClient, ApiError, Obj
 from devenv.controlplane import ControlPlane
 from devenv.operators import OperatorProcess
@@ -71,6 +76,11 @@ _PRESENCE_BLIND_SILENCE = (
 # The cluster variant's own check: its name in the report.
 REAPED_ONLY_IF_HURT = "reaped only if its job was hurt"
 HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 10, "orphanTimeoutSeconds": 45}
+# The long ScheduledJobs' workload, and how long after its run's claim a replicas_down or
+# replicas_pause may still start for the workload to outlast it (the absence, the
+# replicas' start and the run API's return in between).
+LONG_JOB_SECONDS = 50
+OUTLAST_MARGIN_SECONDS = 10.0
 VERDICT_INTERVAL_SECONDS = 2.0
 OPERATOR_ENV = {
     "PGSCHED_RESYNC_INTERVAL_SECONDS": "5",
@@ -94,6 +104,24 @@ def scheduled_job_spec(
         "heartbeat": HEARTBEAT,
         "retryPolicy": workload.RETRY_POLICY,
         "jobTemplate": busybox("sleep $(( PGSCHED_RUN_ID % 10 + 1 ))"),
+    }
+    if start_timeout_seconds is not None:
+        spec["startTimeoutSeconds"] = start_timeout_seconds
+    return spec
+
+
+def long_job_spec(index: int, *, start_timeout_seconds: int | None) -> dict[str, Any]:
+    """One of the long ScheduledJobs: a 50 s workload every minute, the ``index``-th
+    starting 20 s after the one before (with three, one has always started within the
+    last 20 s), never two at once (``Skip``)."""
+    spec: dict[str, Any] = {
+        "rrule": f"FREQ=MINUTELY;BYSECOND={index * 20 % 60}",
+        "maxConcurrentRuns": 1,
+        "concurrencyPolicy": "Skip",
+        "cancelGraceSeconds": 10,
+        "heartbeat": HEARTBEAT,
+        "retryPolicy": workload.RETRY_POLICY,
+        "jobTemplate": busybox(f"sleep {LONG_JOB_SECONDS}"),
     }
     if start_timeout_seconds is not None:
         spec["startTimeoutSeconds"] = start_timeout_seconds
@@ -181,10 +209,12 @@ class ClusterChaos(ChaosDriver):
         scheduled_jobs: int = 24,
         requests_per_second: float = 0.3,
         start_timeout_seconds: int | None = HEARTBEAT["orphanTimeoutSeconds"],
+        long_jobs: int = 0,
     ) -> None:
         """``start_timeout_seconds``: the ScheduledJobs' bound on a launching run (a run
         whose workload has not started is bounded by it, not by the orphan timeout; None:
-        the product's default)."""
+        the product's default). ``long_jobs``: ScheduledJobs of 50 s workloads on top
+        (``long_job_spec``), for pods to beat through the replicas' absences."""
         super().__init__(config, server, work_dir)  # type: ignore[arg-type]
         if config.planted not in (None, *PLANTED):
             raise ValueError(f"unknown planted bug {config.planted!r} (one of {PLANTED})")
@@ -193,8 +223,10 @@ class ClusterChaos(ChaosDriver):
         self._count = scheduled_jobs
         self._per_second = requests_per_second
         self._start_timeout = start_timeout_seconds
+        self._long_jobs = [f"chaos-long-{index}" for index in range(long_jobs)]
         self.operators = Operators(cluster, self.dsn, namespace, work_dir)
         self.handles: dict[int, OperatorProcess] = {}
+        self._started: dict[int, float] = {}  # replica index → when (monotonic) it started
         self._collection = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.PLURAL}"
         self._paths: list[str] = []
         self._recorder: jobside.JobRecorder | None = None
@@ -216,6 +248,7 @@ class ClusterChaos(ChaosDriver):
     def start_replica(self, index: int) -> subprocess.Popen[bytes]:
         handle = self.operators.start(wait=False, **OPERATOR_ENV)
         self.handles[index] = handle
+        self._started[index] = time.monotonic()
         return handle.process
 
     def start_load(self) -> None:
@@ -235,9 +268,19 @@ class ClusterChaos(ChaosDriver):
             }
             self.cluster.api.create(self._collection, manifest)
             self._paths.append(f"{self._collection}/{name}")
+        requested = list(self._paths)  # the long ones get no run-now requests
+        for index, name in enumerate(self._long_jobs):
+            manifest = {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": long_job_spec(index, start_timeout_seconds=self._start_timeout),
+            }
+            self.cluster.api.create(self._collection, manifest)
+            self._paths.append(f"{self._collection}/{name}")
         self._annotations = Annotations(
             self.cluster.api,
-            self._paths,
+            requested,
             random.Random(f"{self.config.seed}:requests"),
             per_second=self._per_second,
         )
@@ -271,6 +314,7 @@ class ClusterChaos(ChaosDriver):
             "apiserver_restart": (1.0, self.restart_apiserver),
             "apiserver_outage": (0.6, self.stop_apiserver_while_jobs_run),
             "replicas_down": (1.0, self.kill_every_replica),
+            "replicas_pause": (0.6, self.freeze_every_replica),
         }
         if isinstance(self.server, ReplicatedPostgres):
             pair = self.server
@@ -334,28 +378,100 @@ class ClusterChaos(ChaosDriver):
         no replica serves the run API), then let the supervisor start them again; done
         when the run API is available again (``pgsched.run_api_presence``). The absence
         is recorded from the kill to that moment."""
-        running = self.job_processes()
-        if not running:
-            return None  # owed: an absence no pod had to beat through proves nothing
         seconds = rng.uniform(*self.config.replicas_down_seconds)
+        beating = self._beating_through(seconds)
+        if not beating:
+            return None  # owed: an absence no pod beats through proves nothing
         with self.replicas_away() as absence:
-            killed = absence[0]
             with self.supervisor.all_down() as pids:
                 time.sleep(seconds)
             restarted = time.time()
             back = absence[1] = self._run_api_back(after=restarted)
+        return self._absent("replicas_down", absence[0], restarted, back, beating) + (
+            f"; all {len(pids)} replicas (pids {pids}) killed, restarted after {seconds:.1f}s"
+        )
+
+    def freeze_every_replica(self, rng: random.Random) -> str | None:
+        """SIGSTOP of every operator replica at once for ``config.replicas_down_seconds``,
+        then SIGCONT: the same absence as ``replicas_down`` for the pods, but the replicas
+        wake where they were, nothing restarted (a frozen node, a paused VM), so nothing
+        but the run API's presence tells the reaper that nobody could beat. Their
+        endpoints leave the Service while they sleep and come back 1-5 s after they wake,
+        as the chart's readiness probe (every 5 s, 2 failures) takes them out and back;
+        the stamps of presence resume at once. Recorded from the freeze to the run API's
+        return as the database has it (the first stamp after the gap). Owed until every
+        replica has run for the verdicts' wait after a start
+        (``verdict_stale_view_seconds``), which would cover a silence on its own."""
+        seconds = rng.uniform(*self.config.replicas_down_seconds)
+        now = time.monotonic()
+        if any(now - at < self.verdict_stale_view_seconds for at in self._started.values()):
+            return None
+        beating = self._beating_through(seconds)
+        if not beating:
+            return None  # owed, as replicas_down
+        handles = [handle for handle in self.handles.values() if handle.process.poll() is None]
+        pids = sorted(handle.pid for handle in handles)
+        unready = rng.uniform(1.0, 5.0)
+        with self.replicas_away() as absence:
+            for pid in pids:
+                self.freezer.freeze(pid, seconds + 5)  # (thawed below; the timer if not)
+            for handle in handles:
+                if handle.run_api.service is not None:
+                    self.cluster.withdraw_host_port(handle.run_api.service, handle.run_api.port)
+            time.sleep(seconds)
+            for pid in pids:
+                self.freezer.thaw(pid)
+            thawed = time.time()
+            back = absence[1] = self._run_api_back(after=thawed)
+            time.sleep(max(0.0, thawed + unready - time.time()))
+            for handle in handles:
+                if handle.run_api.service is not None and handle.process.poll() is None:
+                    self.cluster.publish_host_port(
+                        handle.run_api.service,
+                        handle.run_api.port,
+                        service_port=run_api.SERVICE_PORT,
+                    )
+        return self._absent("replicas_pause", absence[0], thawed, back, beating) + (
+            f"; all {len(pids)} replicas (pids {pids}) frozen {seconds:.1f}s, their endpoints"
+            f" back {unready:.1f}s after they woke"
+        )
+
+    def _beating_through(self, seconds: float) -> list[int]:
+        """Runs whose pods beat now and will still run when every replica is back after
+        ``seconds`` away: long jobs claimed recently enough. Without long jobs, any run
+        whose pod beats now."""
+        window = LONG_JOB_SECONDS - seconds - OUTLAST_MARGIN_SECONDS
+
+        def find(conn: Connection) -> list[int]:
+            rows = conn.execute(
+                "SELECT r.id FROM pgsched.job_runs AS r"
+                " JOIN pgsched.job_definitions AS d ON d.id = r.definition_id"
+                " WHERE r.status = 'RUNNING' AND d.namespace = %(ns)s"
+                " AND r.heartbeat_at > now() - interval '3 seconds'"
+                " AND (%(any)s OR (d.name = ANY(%(long)s)"
+                "      AND r.started_at > now() - make_interval(secs => %(window)s)))"
+                " ORDER BY r.id",
+                {
+                    "ns": self.namespace,
+                    "any": not self._long_jobs,
+                    "long": self._long_jobs,
+                    "window": window,
+                },
+            ).fetchall()
+            return [int(row["id"]) for row in rows]
+
+        return self.patiently(find)
+
+    def _absent(
+        self, kind: str, gone: float, returned: float, back: float, beating: list[int]
+    ) -> str:
+        running = sorted(self.job_processes())
         self.absences.append(
-            {
-                "killed": killed,
-                "restarted": restarted,
-                "back": back,
-                "running": sorted(running),
-            }
+            {"kind": kind, "gone": gone, "returned": returned, "back": back, "beating": beating}
         )
         return (
-            f"all {len(pids)} replicas (pids {pids}) killed, restarted {restarted - killed:.1f}s"
-            f" later; the run API available again after {back - killed:.1f}s; {len(running)}"
-            f" runs' pods were running: {sorted(running)}"
+            f"the run API away {back - gone:.1f}s (replicas back after {returned - gone:.1f}s);"
+            f" runs beating through it: {beating}; runs whose pods run now: {running}"
         )
 
     def _run_api_back(self, *, after: float, timeout: float = 180.0) -> float:
@@ -408,11 +524,13 @@ class ClusterChaos(ChaosDriver):
         found[REAPED_ONLY_IF_HURT] = reaps_without_job_fault(
             conn, self.job_victims, self.replicas_absences()
         )
-        if "replicas_down" in self._faults() and not self.absences:
-            found[REAPED_ONLY_IF_HURT].append(
-                "replicas_down was among this run's faults and never injected: nothing showed"
-                " that the operator's absence is not taken for its pods' silence"
-            )
+        injected = {absence["kind"] for absence in self.absences}
+        for kind in ("replicas_down", "replicas_pause"):
+            if kind in self._faults() and kind not in injected:
+                found[REAPED_ONLY_IF_HURT].append(
+                    f"{kind} was among this run's faults and never injected: nothing showed"
+                    " that the operator's absence is not taken for its pods' silence"
+                )
         return found
 
     def succeeded_work_kept(self, conn: Connection) -> list[str]:
@@ -483,7 +601,7 @@ class ClusterChaos(ChaosDriver):
             # reported, not yet a violation: a job paused past its timeout whose Job is
             # still active is HeartbeatLost by design, and may finish before it is stopped.
             "runs reaped HeartbeatLost although their Job succeeded": [row["id"] for row in reaped],
-            "every replica down at once (replicas_down)": self._absences(conn),
+            "every replica away at once (replicas_down, replicas_pause)": self._absences(conn),
             "runs whose job processes the chaos killed or paused": len(self.job_victims),
             "run-now annotations": self._annotations.requested if self._annotations else 0,
             "Jobs seen": len(self._recorder.launched) if self._recorder else 0,
@@ -499,18 +617,21 @@ class ClusterChaos(ChaosDriver):
         }
 
     def _absences(self, conn: Connection) -> list[str]:
-        """Each ``replicas_down``: how long, and what became of the runs whose pods ran."""
+        """Each ``replicas_down`` or ``replicas_pause``: how long, and what became of the
+        runs whose pods beat through it."""
         lines = []
         for absence in self.absences:
             ended = conn.execute(
                 "SELECT status || coalesce('/' || reason, '') AS what, count(*) AS n"
                 " FROM pgsched.job_runs WHERE id = ANY(%s) GROUP BY 1 ORDER BY 1",
-                [absence["running"]],
+                [absence["beating"]],
             ).fetchall()
             lines.append(
-                f"{absence['restarted'] - absence['killed']:.1f}s down, run API back after"
-                f" {absence['back'] - absence['killed']:.1f}s; its {len(absence['running'])}"
-                " running runs ended " + ", ".join(f"{row['what']} {row['n']}" for row in ended)
+                f"{absence['kind']}: replicas back after"
+                f" {absence['returned'] - absence['gone']:.1f}s, the run API after"
+                f" {absence['back'] - absence['gone']:.1f}s; the {len(absence['beating'])} runs"
+                " beating through it ended "
+                + ", ".join(f"{row['what']} {row['n']}" for row in ended)
             )
         return lines
 
