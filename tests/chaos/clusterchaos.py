@@ -196,7 +196,12 @@ class ClusterChaos(ChaosDriver):
     verdict_stale_view_seconds = verdicts.STALE_VIEW_SECONDS
     # After a long outage the Job controller takes a minute to create pods again: no job
     # to kill or pause meanwhile (two 100 s CI runs missed job_kill/job_pause that way).
-    late_fault_kinds = ("apiserver_outage",)
+    # The replicas' absences wait for a long job's pod to beat through them, and
+    # replicas_pause for every replica to have run 30 s: first the pause (while no
+    # replica was restarted lately), then the kill, then the outage. (Seed 1385038769,
+    # with the kill first: the pause waited 38 s for the restarted replicas, and no
+    # other fault was injected meanwhile.)
+    late_fault_kinds = ("replicas_pause", "replicas_down", "apiserver_outage")
 
     def __init__(
         self,
