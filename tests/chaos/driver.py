@@ -3,7 +3,8 @@
 A run is:
 
 1. ``prepare`` — the variant's schema extras (the audit trigger), workload and job host;
-2. three replicas under a ``Supervisor`` that restarts any that die, like a Deployment;
+2. three replicas under a ``Supervisor`` that restarts any that die, like a Deployment
+   (``Supervisor.all_down``: every one killed at once and none restarted for a while);
    a ``Sampler`` watching the database; the variant's load (run-now requests, cancels);
 3. chaos for ``config.seconds``: a fault every few seconds, drawn by ``FaultPlan``;
 4. recovery: every paused process resumed, the database up, load stopped, schedules
@@ -14,7 +15,8 @@ The faults both variants share live here: kill -9 of the tick leader caught mid-
 SIGSTOP of the tick leader (sometimes with its sessions terminated while it sleeps, so
 another replica leads before it wakes: two "leaders"), ``pg_terminate_backend`` of replica
 sessions, a fast Postgres restart, a Postgres crash (``kill -9`` of the postmaster), and
-kill -9 or SIGSTOP of the processes of running jobs.
+kill -9 or SIGSTOP of the processes of running jobs (their victims are recorded by run
+id, ``job_victims``: the cluster variant's check that nothing else gets a run reaped).
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ database restarts) and reports each violation once:
   (``api_down``: the driver knows its outages) plus the slack; later is a violation.
   A run pending while its Job never finishes is not lost either: the drain waits for
   every run to end and fails the run if one does not;
+- the time no operator replica was there at all (``operator_away``: the driver knows its
+  ``replicas_down`` and ``replicas_pause``) is allowed on top of each bound above: nobody
+  reaps, judges or dispatches then, and the reaper counts no silence across it;
 - I4 live: every terminal row it sees is remembered (status, reason, error, finished_at);
   seeing it again with anything changed — in a later sample, or in the final state — is an
   overwritten terminal status. One exception, across a failover only (the database's WAL
