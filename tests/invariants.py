@@ -168,6 +168,7 @@ def deadlines_kept(
     *,
     slack_seconds: float,
     verdict_allowance: Callable[[datetime, datetime], float] | None = None,
+    silence_allowance: Callable[[datetime, datetime], float] | None = None,
 ) -> list[str]:
     """I3: runs ended within their deadlines, and not before them.
 
@@ -183,7 +184,10 @@ def deadlines_kept(
     API server's downtime in between) plus the slack.
 
     The slack covers the tick interval and every stall the test injected (a paused
-    leader, a database restart): the reaper cannot run while nobody can lead.
+    leader, a database restart): the reaper cannot run while nobody can lead. A run's
+    reaping may also be later by ``silence_allowance(silent since, reaped)`` seconds: the
+    time no operator replica was there meanwhile (the reaper counts no silence across it,
+    ``pgsched.silent_since``); never earlier than its timeout after its last sign of life.
     """
     rows = conn.execute(
         "SELECT r.id, r.status, r.reason, r.started_at, r.heartbeat_at, r.finished_at,"
@@ -194,6 +198,10 @@ def deadlines_kept(
         " OR (r.deadline_at IS NOT NULL AND r.started_at IS NOT NULL)"
     ).fetchall()
     slack = timedelta(seconds=slack_seconds)
+
+    def away_between(since: datetime, until: datetime) -> timedelta:
+        return timedelta(seconds=silence_allowance(since, until) if silence_allowance else 0.0)
+
     problems = []
     for row in rows:
         run = f"run {row['id']}"
@@ -211,20 +219,26 @@ def deadlines_kept(
         if row["reason"] == "HeartbeatLost":
             silent = reaped - row["heartbeat_at"]
             limit = timedelta(seconds=row["timeout"])
-            if not limit <= silent <= limit + slack:
+            away = away_between(row["heartbeat_at"], reaped)
+            if not limit <= silent <= limit + slack + away:
                 problems.append(
                     f"{run} reaped HeartbeatLost {silent.total_seconds():.1f}s after its last"
-                    f" heartbeat (timeout {row['timeout']}s, slack {slack_seconds:g}s)"
+                    f" heartbeat (timeout {row['timeout']}s, slack {slack_seconds:g}s"
+                    + (f", no replica there {away.total_seconds():.1f}s meanwhile" if away else "")
+                    + ")"
                     + (" (when its verdict was asked)" if asked else "")
                 )
         elif row["reason"] == "Orphaned":
             silent = reaped - row["started_at"]
             limit = timedelta(seconds=row["orphan_timeout"])
-            if row["heartbeat_at"] is not None or not limit <= silent <= limit + slack:
+            away = away_between(row["started_at"], reaped)
+            if row["heartbeat_at"] is not None or not limit <= silent <= limit + slack + away:
                 problems.append(
                     f"{run} reaped Orphaned {silent.total_seconds():.1f}s after its claim"
                     f" (heartbeat {row['heartbeat_at']}, orphan timeout"
-                    f" {row['orphan_timeout']}s, slack {slack_seconds:g}s)"
+                    f" {row['orphan_timeout']}s, slack {slack_seconds:g}s"
+                    + (f", no replica there {away.total_seconds():.1f}s meanwhile" if away else "")
+                    + ")"
                     + (" (when its verdict was asked)" if asked else "")
                 )
         elif (

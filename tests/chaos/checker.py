@@ -30,10 +30,12 @@ def check(
     slack_seconds: float,
     executions: Iterable[dict[str, Any]] = (),
     verdict_allowance: Callable[[datetime, datetime], float] | None = None,
+    silence_allowance: Callable[[datetime, datetime], float] | None = None,
 ) -> dict[str, list[str]]:
     """Every invariant over the database; ``launches`` are (run id, lease token) pairs,
     ``executions`` the job side's own log of what it ran (see ``executions_match``),
-    ``verdict_allowance`` what a silent run's verdict may take (see ``deadlines_kept``)."""
+    ``verdict_allowance`` what a silent run's verdict may take and ``silence_allowance``
+    how much later than its timeout a silent run may be reaped (see ``deadlines_kept``)."""
     launched = list(launches)
     return {
         "I8": executions_match(conn, list(executions)),
@@ -43,7 +45,10 @@ def check(
         "I2": invariants.never_over_cap(conn) + sampled.violations["I2"],
         "I3": invariants.every_attempt_terminal(conn)
         + invariants.deadlines_kept(
-            conn, slack_seconds=slack_seconds, verdict_allowance=verdict_allowance
+            conn,
+            slack_seconds=slack_seconds,
+            verdict_allowance=verdict_allowance,
+            silence_allowance=silence_allowance,
         )
         + sampled.violations["I3"],
         "I4": invariants.terminal_statuses_final(conn) + sampled.violations["I4"],
@@ -192,7 +197,8 @@ class Report:
         ]
         for key, value in self.extra.items():
             lines.append(f"  {key}: {value}")
-        for invariant in INVARIANTS:
+        # The invariants every variant checks, then the variant's own checks by name.
+        for invariant in [*INVARIANTS, *sorted(set(self.violations) - set(INVARIANTS))]:
             found = self.violations.get(invariant, [])
             lines.append(f"  {invariant}: {'ok' if not found else f'{len(found)} violations'}")
             lines += [f"    - {item}" for item in found[:10]]

@@ -45,6 +45,9 @@ class ChaosConfig:
     drain_timeout: float = 180.0
     # How long the cluster variant's API server outages last (``apiserver_outage``).
     api_outage_seconds: tuple[float, float] = (15.0, 30.0)
+    # How long every operator replica stays down at once (``replicas_down``): longer than
+    # the workload's heartbeat timeout, so every pod's heartbeats fail for longer than it.
+    replicas_down_seconds: tuple[float, float] = (12.0, 20.0)
     # None: every fault kind of the variant; otherwise only these.
     fault_kinds: tuple[str, ...] | None = None
     # A safeguard switched off on purpose (self-tests only): see ``planted`` in the drivers.
@@ -54,6 +57,11 @@ class ChaosConfig:
     # waits for a workload to start, then for its lag) may not fit twice in a CI-length
     # run on a loaded machine (seen: one failover in 90 s, at 55 s).
     min_faults: int = 0
+    # Kinds the run must have injected (each at least once): past ``seconds`` the driver
+    # goes on injecting until it has, for at most ``seconds`` more, and raises
+    # ``faults.HarnessError`` if one is still missing (a check built on a fault that never
+    # happened proves nothing). Each must be one of the run's kinds.
+    required_faults: tuple[str, ...] = ()
     report_dir: Path = field(default_factory=_report_dir)
 
     @property

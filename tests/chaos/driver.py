@@ -3,7 +3,8 @@
 A run is:
 
 1. ``prepare`` — the variant's schema extras (the audit trigger), workload and job host;
-2. three replicas under a ``Supervisor`` that restarts any that die, like a Deployment;
+2. three replicas under a ``Supervisor`` that restarts any that die, like a Deployment
+   (``Supervisor.all_down``: every one killed at once and none restarted for a while);
    a ``Sampler`` watching the database; the variant's load (run-now requests, cancels);
 3. chaos for ``config.seconds``: a fault every few seconds, drawn by ``FaultPlan``;
 4. recovery: every paused process resumed, the database up, load stopped, schedules
@@ -14,7 +15,8 @@ The faults both variants share live here: kill -9 of the tick leader caught mid-
 SIGSTOP of the tick leader (sometimes with its sessions terminated while it sleeps, so
 another replica leads before it wakes: two "leaders"), ``pg_terminate_backend`` of replica
 sessions, a fast Postgres restart, a Postgres crash (``kill -9`` of the postmaster), and
-kill -9 or SIGSTOP of the processes of running jobs.
+kill -9 or SIGSTOP of the processes of running jobs (their victims are recorded by run
+id, ``job_victims``: the cluster variant's check that nothing else gets a run reaped).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,7 +53,8 @@ QUEUE_BOUND_SECONDS = 180.0
 
 
 class Supervisor(threading.Thread):
-    """Keeps ``count`` replicas running: a dead one is started again after a short delay."""
+    """Keeps ``count`` replicas running: a dead one is started again after a short delay
+    (except while ``holding``: every replica down at once, on purpose)."""
 
     def __init__(
         self, start: Callable[[int], subprocess.Popen[bytes]], *, count: int = REPLICAS
@@ -60,6 +63,7 @@ class Supervisor(threading.Thread):
         self._start = start
         self._count = count
         self._stop_event = threading.Event()
+        self._hold = threading.Event()
         self._lock = threading.Lock()
         self.processes: list[subprocess.Popen[bytes]] = []
         self.restarts = 0
@@ -77,11 +81,31 @@ class Supervisor(threading.Thread):
         while not self._stop_event.wait(0.5):
             for index, process in enumerate(list(self.processes)):
                 if process.poll() is not None and not self._stop_event.is_set():
+                    if self._hold.is_set():
+                        continue
                     log.info("replica %s exited (%s); restarting it", index, process.returncode)
                     self._stop_event.wait(1.0)  # a crash-looping pod is not restarted at once
                     with self._lock:
+                        if self._hold.is_set():  # all were killed meanwhile: stay down
+                            continue
                         self.processes[index] = self._start(index)
                         self.restarts += 1
+
+    @contextlib.contextmanager
+    def all_down(self) -> Iterator[list[int]]:
+        """Kill -9 every replica and restart none while the block runs (it gets their
+        pids); after it the supervisor restarts them as it restarts any dead replica."""
+        self._hold.set()
+        try:
+            with self._lock:  # not while a restart is under way: it would outlive the kill
+                alive = [process for process in self.processes if process.poll() is None]
+                for process in alive:
+                    faults.send(process.pid, signal.SIGKILL)
+            for process in alive:
+                process.wait()
+            yield [process.pid for process in alive]
+        finally:
+            self._hold.clear()
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -123,6 +147,11 @@ class ChaosDriver:
         self.supervisor = Supervisor(self.start_replica)
         # [start, end] (epoch seconds; end inf while it lasts) of every API server outage.
         self._api_outages: list[list[float]] = []
+        # The same for every time no replica was there at all (``replicas_away``): from
+        # the kill to the moment the run API was available again.
+        self._replicas_absences: list[list[float]] = []
+        # Run id → the faults that killed or paused its job's processes ("job_kill at …").
+        self.job_victims: dict[int, list[str]] = {}
         self.sampler = Sampler(
             self.dsn,
             stall_slack_seconds=config.stall_slack_seconds,
@@ -130,6 +159,7 @@ class ChaosDriver:
             evidence=self.verdict_evidence,
             api_down=self.api_down_seconds,
             verdict_interval=self.verdict_interval_seconds,
+            operator_away=self.replicas_away_seconds,
         )
 
     # -- what a variant provides ------------------------------------------------------------
@@ -181,9 +211,27 @@ class ChaosDriver:
 
     def api_down_seconds(self, since: float, until: float) -> float:
         """How long the API server was down between two epoch times."""
-        return sum(
-            max(0.0, min(end, until) - max(start, since)) for start, end in list(self._api_outages)
-        )
+        return _overlap(self._api_outages, since, until)
+
+    @contextlib.contextmanager
+    def replicas_away(self) -> Iterator[list[float]]:
+        """Record a time no replica was there (for the reaper's and verdicts' bounds) while
+        the block runs; the block may move its end (``[start, end]``, epoch seconds) to
+        when the replicas were really back (the run API available again)."""
+        absence = [time.time(), float("inf")]
+        self._replicas_absences.append(absence)
+        try:
+            yield absence
+        finally:
+            if absence[1] == float("inf"):
+                absence[1] = time.time()
+
+    def replicas_away_seconds(self, since: float, until: float) -> float:
+        """How long no operator replica was there between two epoch times."""
+        return _overlap(self._replicas_absences, since, until)
+
+    def replicas_absences(self) -> list[tuple[float, float]]:
+        return [(start, end) for start, end in list(self._replicas_absences)]
 
     def variant_checks(self, conn: Connection) -> dict[str, list[str]]:
         return {}
@@ -231,9 +279,10 @@ class ChaosDriver:
                     slack_seconds=config.stall_slack_seconds,
                     executions=self.executions(),
                     verdict_allowance=self._verdict_allowance,
+                    silence_allowance=self._silence_allowance,
                 )
                 for invariant, found in self.variant_checks(conn).items():
-                    violations[invariant] += found
+                    violations[invariant] = violations.get(invariant, []) + found
                 runs = checker.run_counts(conn)
                 failures = checker.infrastructure_failures(conn)
                 stats = self.variant_stats(conn)
@@ -276,10 +325,22 @@ class ChaosDriver:
             self.verdict_interval_seconds
             + self.verdict_stale_view_seconds
             + self.api_down_seconds(since.timestamp(), until.timestamp())
+            + self.replicas_away_seconds(since.timestamp(), until.timestamp())
         )
+
+    def _silence_allowance(self, since: datetime, until: datetime) -> float:
+        """How much later than its timeout a silent run may be reaped: by the time no
+        replica was there in between (nobody reaps then, and the reaper counts silence
+        only from the run API's return: ``pgsched.silent_since``)."""
+        return self.replicas_away_seconds(since.timestamp(), until.timestamp())
 
     def _inject_until(self, deadline: float) -> None:
         catalog = self._faults()
+        missing = set(self.config.required_faults) - set(catalog)
+        if missing:
+            raise ValueError(
+                f"required fault kinds {sorted(missing)} are not among the run's {sorted(catalog)}"
+            )
         if not catalog:
             time.sleep(max(0.0, deadline - time.monotonic()))
             return
@@ -288,13 +349,32 @@ class ChaosDriver:
             {kind: weight for kind, (weight, _) in catalog.items()},
             last=self.late_fault_kinds,
         )
-        # Past the deadline only while too few faults were injected, up to one more length.
+        # Past the deadline only while too few faults were injected, or a required kind not
+        # yet, up to one more length.
         latest = deadline + self.config.seconds
+
+        def owed() -> list[str]:
+            counts = self.fault_log.counts()
+            return [kind for kind in self.config.required_faults if not counts.get(kind)]
 
         def until() -> float:
             short = sum(self.fault_log.counts().values()) < self.config.min_faults
-            return latest if short else deadline
+            return latest if short or owed() else deadline
 
+        self._inject(catalog, plan, until)
+        if owed():
+            raise faults.HarnessError(
+                f"required faults {owed()} were never injected in"
+                f" {time.monotonic() - self.fault_log.started:.0f}s (injected:"
+                f" {self.fault_log.counts()}): the checks built on them would prove nothing"
+            )
+
+    def _inject(
+        self,
+        catalog: dict[str, tuple[float, Fault]],
+        plan: faults.FaultPlan,
+        until: Callable[[], float],
+    ) -> None:
         while time.monotonic() < until():
             gap = self.rng.uniform(*self.config.fault_gap)
             time.sleep(max(0.0, min(gap, until() - time.monotonic())))
@@ -442,9 +522,14 @@ class ChaosDriver:
         running = sorted(self.job_processes().items())
         return rng.sample(running, k=min(count, len(running)))
 
+    def _hurt(self, run_id: int, how: str) -> None:
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+        self.job_victims.setdefault(run_id, []).append(f"{how} at {stamp}")
+
     def kill_jobs(self, rng: random.Random) -> str | None:
         victims = self._running_jobs(rng, rng.randint(1, 3))
-        for _, pids in victims:
+        for run_id, pids in victims:
+            self._hurt(run_id, "job_kill")
             for pid in pids:
                 faults.send(pid, signal.SIGKILL)
         return f"killed the processes of runs {[run for run, _ in victims]}" if victims else None
@@ -455,6 +540,7 @@ class ChaosDriver:
         details = []
         for run_id, pids in victims:
             seconds = rng.uniform(low, high)
+            self._hurt(run_id, f"job_pause ({seconds:.1f}s)")
             for pid in pids:
                 self.freezer.freeze(pid, seconds)
             details.append(f"run {run_id} for {seconds:.1f}s")
@@ -479,3 +565,9 @@ class ChaosDriver:
                 return True
             time.sleep(1.0)
         return False
+
+
+def _overlap(spans: list[list[float]], since: float, until: float) -> float:
+    """How much of ``[since, until]`` the spans (``[start, end]``, end inf while one
+    lasts) cover, added up."""
+    return sum(max(0.0, min(end, until) - max(start, since)) for start, end in list(spans))

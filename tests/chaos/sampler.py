@@ -22,6 +22,9 @@ database restarts) and reports each violation once:
   (``api_down``: the driver knows its outages) plus the slack; later is a violation.
   A run pending while its Job never finishes is not lost either: the drain waits for
   every run to end and fails the run if one does not;
+- the time no operator replica was there at all (``operator_away``: the driver knows its
+  ``replicas_down`` and ``replicas_pause``) is allowed on top of each bound above: nobody
+  reaps, judges or dispatches then, and the reaper counts no silence across it;
 - I4 live: every terminal row it sees is remembered (status, reason, error, finished_at);
   seeing it again with anything changed — in a later sample, or in the final state — is an
   overwritten terminal status. One exception, across a failover only (the database's WAL
@@ -133,6 +136,7 @@ class Sampler(threading.Thread):
         evidence: Callable[[], dict[int, float]] = dict,
         api_down: Callable[[float, float], float] = lambda since, until: 0.0,
         verdict_interval: float = 0.0,
+        operator_away: Callable[[float, float], float] = lambda since, until: 0.0,
     ) -> None:
         super().__init__(name="chaos-sampler", daemon=True)
         self._session = Session.for_dsn(dsn, application_name="chaos-sampler")
@@ -142,6 +146,7 @@ class Sampler(threading.Thread):
         self._evidence = evidence
         self._api_down = api_down
         self._verdict_interval = verdict_interval
+        self._operator_away = operator_away
         self._stop_event = threading.Event()
         self._seen: set[str] = set()
         # (run id, why) → (definition id, held since, last seen holding), epoch s: runs
@@ -216,15 +221,16 @@ class Sampler(threading.Thread):
             # (RUNNING until their Job's outcome can be read), so a capped run waits too.
             due_at, now = float(row["due_at"]), float(row["now"])
             down = self._api_down(due_at, now)
+            away = self._operator_away(due_at, now)  # nothing dispatches then either
             held = self._held(row["definition_id"], due_at, now)
-            if waited > self._queue_bound + max(down, held):
+            if waited > self._queue_bound + max(down, held) + away:
                 self._report(
                     "I3",
                     f"queued:{row['id']}",
                     f"live: run {row['id']} due and QUEUED for {waited:.0f}s"
                     f" (bound {self._queue_bound:g}s + API server down {down:.0f}s or its"
                     f" job's cap held by runs awaiting verdicts or launching {held:.0f}s"
-                    " meanwhile)",
+                    " meanwhile" + (f", + no replica there {away:.0f}s" if away else "") + ")",
                 )
         for row in terminal:
             self._remember(row, when="later sample")
@@ -250,15 +256,19 @@ class Sampler(threading.Thread):
         return total
 
     def _check_silence(self, row: dict[str, Any]) -> None:
-        overdue = float(row["silent"]) - row["allowed"]
+        # While no replica is there nobody reaps, and the reaper counts no silence across
+        # that time (``pgsched.silent_since``): it is allowed on top.
+        away = self._operator_away(float(row["silent_since"]), float(row["now"]))
+        overdue = float(row["silent"]) - row["allowed"] - away
         self.result.max_overdue_seconds = max(self.result.max_overdue_seconds, overdue)
         if overdue > self._slack:
             self._report(
                 "I3",
                 f"silent:{row['id']}",
                 f"live: run {row['id']} RUNNING and silent for {float(row['silent']):.0f}s"
-                f" (timeout {row['allowed']}s + slack {self._slack:g}s): not reaped, and no"
-                " verdict asked",
+                f" (timeout {row['allowed']}s + slack {self._slack:g}s"
+                + (f" + no replica there {away:.0f}s" if away else "")
+                + "): not reaped, and no verdict asked",
             )
 
     def _check_verdict(self, row: dict[str, Any], recorded: float | None) -> None:
@@ -270,7 +280,8 @@ class Sampler(threading.Thread):
             return  # the Job has no outcome yet: the verdict waits for it
         due = max(recorded, pending_at)
         down = self._api_down(due, now)
-        late = now - due - self._verdict_interval - down
+        away = self._operator_away(due, now)
+        late = now - due - self._verdict_interval - down - away
         result.max_verdict_late_seconds = max(result.max_verdict_late_seconds, late)
         if late > self._slack:
             self._report(
@@ -278,7 +289,9 @@ class Sampler(threading.Thread):
                 f"verdict:{row['id']}",
                 f"live: run {row['id']} still RUNNING awaiting its verdict {now - due:.0f}s"
                 f" after its Job recorded the outcome (verdict interval"
-                f" {self._verdict_interval:g}s + API server down {down:.0f}s meanwhile +"
+                f" {self._verdict_interval:g}s + API server down {down:.0f}s"
+                + (f" + no replica there {away:.0f}s" if away else "")
+                + " meanwhile +"
                 f" slack {self._slack:g}s): not settled",
             )
 
