@@ -2,21 +2,26 @@
 database session per pod.
 
 One throwaway server started with ``max_connections = 50`` (3 of them reserved for
-superusers, as by default), two databases on it, each with the same 2,000 RUNNING runs in
-four namespaces, made by the engine's own functions (``runs.run_now`` and
+superusers, as by default), a database per arm on it, each with the same 2,000 RUNNING
+runs in four namespaces, made by the engine's own functions (``runs.run_now`` and
 ``dispatch.run_once``), every definition with ``heartbeat: {intervalSeconds: 5,
-timeoutSeconds: 15, orphanTimeoutSeconds: 15}``.
+timeoutSeconds: 15, orphanTimeoutSeconds: 15}``. The runs' ``started_at`` is moved to
+their pods' start (making them and starting 25 processes takes longer than a pod's start).
 
-- **Run API** (the new design): the real server (``pgsched.runapi.serving.Serving``, pool
-  size 4) in a process of its own (``bench.runapi_server``); 25 pod processes each drive
-  80 runs' heartbeat loops, a thread and a keep-alive HTTPS connection per run: a beat
-  every 5 s and the cancel long poll between beats, as the in-pod sidecar does. The first
-  beat of each run falls at a random instant of its first interval; the measurement
-  window starts one interval later.
-- **A session per pod** (today's design, the baseline, same server, same run): the same
+- **run API** (the new design): the real server (``pgsched.runapi.serving.Serving``, pool
+  size 4, the operator's default limits but for the rate: see ``RATE``) in a process of its
+  own (``bench.runapi_server``); 25 pod processes each drive 80 runs' heartbeat loops, a
+  thread and a keep-alive HTTPS connection per run: a beat every 5 s and the cancel long
+  poll between beats, as the in-pod sidecar does. The first beat of each run falls at a
+  random instant of its first interval, as after an operator restart; the window starts
+  one interval later.
+- **run API, concurrency 64**: the same with 64 database calls in flight allowed per
+  namespace instead of 4 (full size only): what the design carries when a namespace's
+  calls queue for the pool rather than being refused.
+- **session per pod** (today's design, the baseline, same server, same run): the same
   2,000 runs' pods each try to hold a session of their own as a ``pgsched_job`` login,
   beat with ``pgsched.engine.lease.heartbeat`` and LISTEN between beats; a pod whose
-  connection is refused tries again a second later, as the heartbeat loop does.
+  connection failed tries again a second later, as the heartbeat loop does.
 
 Each second ``pg_stat_activity`` is sampled (the run API's sessions by application name,
 the pods' own sessions, every client backend) and the runs' longest silence is read;
@@ -35,7 +40,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,7 @@ NAMESPACES = ["team-a", "team-b", "team-c", "team-d"]
 INTERVAL = 5.0
 HEARTBEAT = {"intervalSeconds": 5, "timeoutSeconds": 15, "orphanTimeoutSeconds": 15}
 REAP_EVERY = 5.0
+RAMP = 0.0  # seconds over which the pods' first beats spread (at least one interval)
 # The run API's limits: the operator's defaults (RunApiSettings) but for the rate. Each
 # run sends a beat and a long poll every interval, 500 runs a namespace 200 requests a
 # second, which the default of 50 a second (bursts of 100) would refuse.
@@ -83,26 +89,29 @@ class Size:
     runs: int
     processes: int
     seconds: float  # the run API's measurement window
+    wide_seconds: float  # the same with a wider concurrency (0: not measured)
     baseline_seconds: float  # the baseline's (its outcome is settled within seconds)
 
 
-FULL = Size(runs=2000, processes=25, seconds=120.0, baseline_seconds=60.0)
-QUICK = Size(runs=100, processes=4, seconds=20.0, baseline_seconds=20.0)
+FULL = Size(runs=2000, processes=25, seconds=120.0, wide_seconds=60.0, baseline_seconds=60.0)
+QUICK = Size(runs=100, processes=4, seconds=20.0, wide_seconds=0.0, baseline_seconds=16.0)
 
 
 def run(ctx: Context) -> Report:
     size = QUICK if ctx.quick else FULL
     if ctx.minutes:
-        size = Size(size.runs, size.processes, ctx.minutes * 60, size.baseline_seconds)
+        size = replace(size, seconds=ctx.minutes * 60)
     server = PostgresServer(settings={"max_connections": str(MAX_CONNECTIONS)}).start()
     env = Environment(server)
     try:
         with tempfile.TemporaryDirectory(prefix="pgsched-bench-runapi-") as work:
-            api = measure_run_api(env, size, Path(work))
-            sessions = measure_sessions(env, size)
+            arms = [measure_run_api(env, size, Path(work), RUN_API, CONCURRENCY)]
+            if size.wide_seconds:
+                arms.append(measure_run_api(env, size, Path(work), RUN_API_WIDE, WIDE_CONCURRENCY))
+            arms.append(measure_sessions(env, size))
     finally:
         server.cleanup()
-    return report(ctx, size, api, sessions)
+    return report(ctx, size, arms)
 
 
 # -- watching the database ----------------------------------------------------------------
@@ -181,65 +190,105 @@ def _sleep_until(at: float) -> None:
         time.sleep(left)
 
 
-# -- the two designs ----------------------------------------------------------------------
+# -- the designs --------------------------------------------------------------------------
 
 
 @dataclass
 class Arm:
+    label: str
     runs: list[RunRef]
     records: list[Record]
     watched: Watched
-    begin: float  # the window, relative to the pods' start
+    start_at: float
+    begin: float  # the window, in seconds after the pods' start
     end: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    threads_cpu: dict[str, float] = field(default_factory=dict)
+    server_log: str = ""
 
-    def beats(self) -> list[tuple[float, float, str]]:
-        return [beat for record in self.records for beat in record.beats]
+    @property
+    def api(self) -> bool:
+        return self.label != SESSIONS
 
-    def window_beats(self, start_at: float) -> list[tuple[float, float, str]]:
-        begin, end = start_at + self.begin, start_at + self.end
-        return [beat for beat in self.beats() if begin <= beat[0] < end]
+    def window_beats(self) -> list[tuple[float, float, str]]:
+        begin, end = self.start_at + self.begin, self.start_at + self.end
+        return [b for record in self.records for b in record.beats if begin <= b[0] < end]
+
+    def polls(self) -> list[tuple[float, float, str]]:
+        begin, end = self.start_at + self.begin, self.start_at + self.end
+        return [p for record in self.records for p in record.polls if begin <= p[0] < end]
+
+    def would_reap(self) -> set[int]:
+        found = self.watched.would_reap
+        return found.get("heartbeat_lost", set()) | found.get("orphaned", set())
+
+    def most(self, column: str) -> float:
+        values = [s[column] for s in self.watched.samples if s[column] is not None]
+        return max(values) if values else math.nan
+
+
+RUN_API = "run API"
+RUN_API_WIDE = "run API, concurrency 64"
+SESSIONS = "session per pod"
+WIDE_CONCURRENCY = 64
 
 
 def _split(runs: list[RunRef], parts: int) -> list[list[tuple[int, str]]]:
     return [[(run.run_id, run.token) for run in runs[i::parts]] for i in range(parts)]
 
 
-def measure_run_api(env: Environment, size: Size, work: Path) -> Arm:
+class Start:
+    """What happens at the pods' common start: the runs start with them (their
+    ``started_at``, which orphanTimeoutSeconds counts from), and the watch is armed."""
+
+    def __init__(self, dsn: str, watch: Watch, begin: float, end: float) -> None:
+        self._dsn, self._watch, self._begin, self._end = dsn, watch, begin, end
+        self.at = math.nan
+
+    def __call__(self, start_at: float) -> None:
+        with connection.connect(self._dsn, application_name="pgsched-bench-setup") as conn:
+            conn.execute(queries.get("pods_start_now"))
+        self._watch.arm(start_at + self._begin, start_at + self._end)
+        self.at = start_at
+
+
+def measure_run_api(env: Environment, size: Size, work: Path, label: str, concurrency: int) -> Arm:
     dsn = env.create_database("runapi")
     runs = runapi_pods.running_runs(dsn, size.runs, NAMESPACES, heartbeat=HEARTBEAT)
     api = RunApiProcess(
         dsn,
-        work,
+        work / label.replace(" ", "-").replace(",", ""),
         rate=RATE,
         burst=BURST,
-        concurrency=CONCURRENCY,
+        concurrency=concurrency,
         waiters=WAITERS,
         pool_size=POOL_SIZE,
     ).start()
-    warmup = INTERVAL + 1.0
+    warmup = max(INTERVAL, RAMP) + 1.0
+    seconds = size.seconds if label == RUN_API else size.wide_seconds
     tasks = [
-        ApiPods(api.url, api.ca, part, INTERVAL, warmup + size.seconds, seed=i)
+        ApiPods(api.url, api.ca, part, INTERVAL, warmup + seconds, seed=i, ramp=RAMP)
         for i, part in enumerate(_split(runs, size.processes))
     ]
     watch = Watch(dsn, api)
-    started: list[float] = []
-
-    def on_start(start_at: float) -> None:
-        started.append(start_at)
-        watch.arm(start_at + warmup, start_at + warmup + size.seconds)
-
+    on_start = Start(dsn, watch, warmup, warmup + seconds)
     try:
-        records = Fleet().run(tasks, timeout=warmup + size.seconds + 120, on_start=on_start)
+        records = Fleet().run(tasks, timeout=warmup + seconds + 120, on_start=on_start)
         watch.join(timeout=60)
         api.check_alive()
         threads_cpu = api.threads_cpu()
     finally:
         api.stop()
-    log = api.log_tail(40)
-    arm = Arm(runs, records, watch.found, warmup, warmup + size.seconds)
-    arm.extra = {"start_at": started[0], "threads_cpu": threads_cpu, "server_log": log}
-    return arm
+    return Arm(
+        label,
+        runs,
+        records,
+        watch.found,
+        on_start.at,
+        warmup,
+        warmup + seconds,
+        threads_cpu,
+        api.log_tail(40),
+    )
 
 
 def measure_sessions(env: Environment, size: Size) -> Arm:
@@ -256,250 +305,184 @@ def measure_sessions(env: Environment, size: Size) -> Arm:
             )
         )
     job_dsn = dsn.replace("user=postgres", f"user={user}")
-    # The window starts with the pods: whatever they get, they get in the first seconds.
     tasks = [
         SessionPods(job_dsn, part, INTERVAL, size.baseline_seconds, seed=i)
         for i, part in enumerate(_split(runs, size.processes))
     ]
     watch = Watch(dsn)
-    started: list[float] = []
-
-    def on_start(start_at: float) -> None:
-        started.append(start_at)
-        watch.arm(start_at + INTERVAL, start_at + size.baseline_seconds)
-
+    # The window starts one interval in: which pods got a session is settled by then.
+    on_start = Start(dsn, watch, INTERVAL, size.baseline_seconds)
     records = Fleet().run(tasks, timeout=size.baseline_seconds + 120, on_start=on_start)
     watch.join(timeout=60)
-    arm = Arm(runs, records, watch.found, INTERVAL, size.baseline_seconds)
-    arm.extra = {"start_at": started[0]}
-    return arm
+    return Arm(SESSIONS, runs, records, watch.found, on_start.at, INTERVAL, size.baseline_seconds)
 
 
 # -- the report ---------------------------------------------------------------------------
 
 
-def _would_reap(arm: Arm) -> set[int]:
-    found = arm.watched.would_reap
-    return found.get("heartbeat_lost", set()) | found.get("orphaned", set())
+def _ms(beats: list[tuple[float, float, str]]) -> list[float]:
+    return [seconds * 1000 for _, seconds, outcome in beats if outcome == "ok"]
 
 
-def _max(arm: Arm, column: str) -> float:
-    values = [sample[column] for sample in arm.watched.samples if sample[column] is not None]
-    return max(values) if values else math.nan
+def _outcomes(beats: list[tuple[float, float, str]]) -> str:
+    counts = Counter(outcome for _, _, outcome in beats)
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
 
 
-def report(ctx: Context, size: Size, api: Arm, sessions: Arm) -> Report:
-    result = Report(
-        NAME,
-        TITLE,
-        columns=["measure", "run API", "session per pod", "ratio"],
+def report(ctx: Context, size: Size, arms: list[Arm]) -> Report:
+    labels = [arm.label for arm in arms]
+    result = Report(NAME, TITLE, columns=["measure", *labels, "ratio"])
+    new, old = arms[0], arms[-1]
+
+    def row(measure: str, values: list[Any], ratio_of: float | str = "-") -> None:
+        result.add(measure=measure, **dict(zip(labels, values, strict=True)), ratio=ratio_of)
+
+    reaped = [len(arm.would_reap()) for arm in arms]
+    alive = [size.runs - count for count in reaped]
+    row(
+        f"runs kept alive (of {size.runs:,}): none of the reaper's checks would end them",
+        alive,
+        ratio(alive[0], alive[-1]),
     )
-    api_beats = api.window_beats(api.extra["start_at"])
-    api_ok = [seconds * 1000 for _, seconds, outcome in api_beats if outcome == "ok"]
-    api_outcomes = Counter(outcome for _, _, outcome in api_beats)
-    polls = [poll for record in api.records for poll in record.polls]
-    poll_outcomes = Counter(outcome for _, _, outcome in polls)
-    base_beats = sessions.beats()
-    base_ok = [seconds * 1000 for _, seconds, outcome in base_beats if outcome == "ok"]
-    base_outcomes = Counter(outcome for _, _, outcome in base_beats)
-    connected = sum(int(record.notes[0].split()[1]) for record in sessions.records)
-    api_reaped, base_reaped = len(_would_reap(api)), len(_would_reap(sessions))
-    api_alive, base_alive = size.runs - api_reaped, size.runs - base_reaped
-    never_ok_api = size.runs - len({r for rec in api.records for r in rec.first_ok})
-    never_ok_base = size.runs - len({r for rec in sessions.records for r in rec.first_ok})
-    result.add(
-        measure=f"runs kept alive (of {size.runs}): not reaped in any check",
-        **{"run API": api_alive, "session per pod": base_alive},
-        ratio=ratio(api_alive, base_alive),
+    row("runs the reaper would end (HeartbeatLost / Orphaned, any check)", reaped)
+    never = [size.runs - len({r for rec in arm.records for r in rec.first_ok}) for arm in arms]
+    row("runs whose pod never had a beat answered", never)
+    row("runs' longest silence seen (s; timeout 15)", [arm.most("longest_silence") for arm in arms])
+    latencies = [_ms(arm.window_beats()) for arm in arms]
+    row(
+        "heartbeat round trip p50 / p99 (ms)",
+        [f"{median(ms):.1f} / {percentile(ms, 0.99):.1f}" for ms in latencies],
+        ratio(percentile(latencies[0], 0.99), percentile(latencies[-1], 0.99)),
     )
-    result.add(
-        measure="runs the reaper would end (HeartbeatLost / Orphaned, any check)",
-        **{
-            "run API": api_reaped,
-            "session per pod": base_reaped,
-            "ratio": "-",
-        },
+    window = [arm.end - arm.begin for arm in arms]
+    answered = [len(ms) / seconds for ms, seconds in zip(latencies, window, strict=True)]
+    row("beats answered a second in the window", answered, ratio(answered[0], answered[-1]))
+    refused = [
+        sum(1 for *_, o in arm.window_beats() if o.startswith("429")) / seconds
+        for arm, seconds in zip(arms, window, strict=True)
+    ]
+    row("beats refused 429 a second (run API: the exact errors in notes)", refused)
+    connected = [
+        sum(int(record.notes[0].split()[1]) for record in arm.records) if not arm.api else 0
+        for arm in arms
+    ]
+    row("pods that got a database session of their own", connected)
+    too_many = [
+        sum(1 for rec in arm.records for *_, o in rec.beats if o == "too many clients")
+        for arm in arms
+    ]
+    row('connection attempts refused: "too many clients"', too_many)
+    row(
+        "sessions, max: the run API's (pool / stops / presence) or the pods' own",
+        [
+            f"{arm.most('run_api'):.0f} ({arm.most('pool'):.0f} / {arm.most('stops'):.0f} /"
+            f" {arm.most('presence'):.0f})"
+            if arm.api
+            else f"{arm.most('sidecars'):.0f}"
+            for arm in arms
+        ],
+        ratio(new.most("run_api"), old.most("sidecars")),
     )
-    result.add(
-        measure="runs that never got a beat answered",
-        **{"run API": never_ok_api, "session per pod": never_ok_base, "ratio": "-"},
+    row(
+        "client backends, max (all, with the benchmark's 1-2)",
+        [arm.most("client_backends") for arm in arms],
     )
-    result.add(
-        measure="runs' longest silence seen (s; timeout 15)",
-        **{
-            "run API": _max(api, "longest_silence"),
-            "session per pod": _max(sessions, "longest_silence"),
-            "ratio": "-",
-        },
+    row(
+        "run API process CPU in the window (cores)",
+        [
+            arm.watched.server_cpu / seconds if arm.api else "-"
+            for arm, seconds in zip(arms, window, strict=True)
+        ],
     )
-    result.add(
-        measure="heartbeat round trip p50 / p99 (ms)",
-        **{
-            "run API": f"{median(api_ok):.1f} / {percentile(api_ok, 0.99):.1f}",
-            "session per pod": f"{median(base_ok):.1f} / {percentile(base_ok, 0.99):.1f}",
-            "ratio": ratio(percentile(api_ok, 0.99), percentile(base_ok, 0.99)),
-        },
+    row(
+        "pod processes' CPU, whole run (cores)",
+        [sum(record.cpu_seconds for record in arm.records) / arm.end for arm in arms],
     )
-    result.add(
-        measure="beats answered in the window",
-        **{
-            "run API": len(api_ok),
-            "session per pod": len(base_ok),
-            "ratio": ratio(len(api_ok), len(base_ok)),
-        },
-    )
-    result.add(
-        measure="pods that got a database session",
-        **{"run API": 0, "session per pod": connected, "ratio": "-"},
-    )
-    result.add(
-        measure="connection attempts refused: too many clients",
-        **{
-            "run API": 0,
-            "session per pod": base_outcomes.get("too many clients", 0),
-            "ratio": "-",
-        },
-    )
-    result.add(
-        measure="sessions, max: run API (pool / stops / presence) vs pods' own",
-        **{
-            "run API": f"{_max(api, 'run_api'):.0f} ({_max(api, 'pool'):.0f} /"
-            f" {_max(api, 'stops'):.0f} / {_max(api, 'presence'):.0f})",
-            "session per pod": f"{_max(sessions, 'sidecars'):.0f}",
-            "ratio": ratio(_max(api, "run_api"), _max(sessions, "sidecars")),
-        },
-    )
-    result.add(
-        measure="client backends, max (all, with the benchmark's own)",
-        **{
-            "run API": _max(api, "client_backends"),
-            "session per pod": _max(sessions, "client_backends"),
-            "ratio": "-",
-        },
-    )
-    window = api.end - api.begin
-    result.add(
-        measure="run API process CPU over the window (cores)",
-        **{
-            "run API": api.watched.server_cpu / window,
-            "session per pod": "-",
-            "ratio": "-",
-        },
-    )
-    pods_cpu = sum(record.cpu_seconds for record in api.records)
-    base_cpu = sum(record.cpu_seconds for record in sessions.records)
-    result.add(
-        measure="pod processes' CPU (cores, whole run of the pods)",
-        **{
-            "run API": pods_cpu / (api.end + 0.0),
-            "session per pod": base_cpu / sessions.end,
-            "ratio": "-",
-        },
-    )
-    result.floor("runs the reaper would end, run API", api_reaped, 0, higher_is_better=False)
+    result.floor(f"runs the reaper would end, {new.label}", reaped[0], 0, higher_is_better=False)
     result.floor(
-        f"run API pool sessions, max (pool size {POOL_SIZE})",
-        _max(api, "pool"),
+        f"{new.label}: pool sessions, max (pool size {POOL_SIZE})",
+        new.most("pool"),
         POOL_SIZE,
         higher_is_better=False,
     )
     result.floor(
-        "run API sessions, max: pool + stops listener + presence stamps",
-        _max(api, "run_api"),
+        f"{new.label}: sessions, max (pool + stops listener + presence stamps)",
+        new.most("run_api"),
         POOL_SIZE + 2,
         higher_is_better=False,
     )
-    beats_per_namespace = size.runs / len(NAMESPACES) * 2 / INTERVAL
+    per_namespace = size.runs / len(NAMESPACES) * 2 / INTERVAL
     result.notes.append(
-        f"{size.runs} runs in {len(NAMESPACES)} namespaces, {size.processes} pod processes;"
-        f" beat every {INTERVAL:g} s with the cancel long poll between beats; run API"
-        f" window {window:g} s after a {api.begin:g} s warm-up, baseline window"
-        f" {sessions.begin:g}-{sessions.end:g} s of its pods' start; max_connections"
-        f" {MAX_CONNECTIONS}"
+        f"{size.runs:,} runs in {len(NAMESPACES)} namespaces, {size.processes} pod processes;"
+        f" a beat every {INTERVAL:g} s and the cancel long poll between beats; run API"
+        f" windows of {window[0]:g} s after a {new.begin:g} s warm-up (first beats spread"
+        f" over {max(INTERVAL, RAMP):g} s); the baseline's window {old.begin:g}-{old.end:g} s"
+        f" after its pods' start; max_connections {MAX_CONNECTIONS}"
     )
     result.notes.append(
         f"run API limits per namespace: rate {RATE:g}/s (burst {BURST}), {CONCURRENCY}"
-        f" database calls in flight, {WAITERS} long polls; pool {POOL_SIZE}. The operator's"
-        f" default rate, {DEFAULT_RATE:g}/s, is below these pods' {beats_per_namespace:g}"
-        " requests a second per namespace (a beat and a long poll per run per interval):"
-        f" at it a namespace carries ~{DEFAULT_RATE * INTERVAL / 2:.0f} runs beating every"
-        f" {INTERVAL:g} s"
+        f" database calls in flight ('{RUN_API_WIDE}': {WIDE_CONCURRENCY}), {WAITERS} long"
+        f" polls; pool {POOL_SIZE}. The operator's default rate, {DEFAULT_RATE:g}/s, is"
+        f" below these pods' {per_namespace:g} requests a second per namespace (a beat and a"
+        f" long poll per run per interval): at it a namespace carries"
+        f" ~{DEFAULT_RATE * INTERVAL / 2:.0f} runs beating every {INTERVAL:g} s"
     )
-    result.notes.append(
-        "run API beats by outcome: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(api_outcomes.items()))
-        + "; long polls: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(poll_outcomes.items()))
-    )
-    result.notes.append(
-        "session-per-pod attempts by outcome: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(base_outcomes.items()))
-    )
-    for arm_name, arm in (("run API", api), ("session per pod", sessions)):
-        if arm.watched.errors:
-            result.notes.append(f"{arm_name}: the watch failed: {arm.watched.errors}")
-        errors = [note for record in arm.records for note in record.notes[1:]]
+    for arm in arms:
+        result.notes.append(f"{arm.label}: beats {_outcomes(arm.window_beats())}")
+        if arm.api:
+            result.notes.append(f"{arm.label}: long polls {_outcomes(arm.polls())}")
+        errors = sorted({note for record in arm.records for note in record.notes[1:]})
         if errors:
-            result.notes.append(f"{arm_name}: pod errors (first): {errors[:3]}")
+            result.notes.append(f"{arm.label}: errors seen (first 3): {errors[:3]}")
+        if arm.watched.errors:
+            result.notes.append(f"{arm.label}: the watch failed: {arm.watched.errors}")
     result.data = {
         "size": size.__dict__,
-        "run_api": _arm_data(api),
-        "sessions": _arm_data(sessions),
-        "run_api_beats_by_outcome": dict(api_outcomes),
-        "run_api_polls_by_outcome": dict(poll_outcomes),
-        "sessions_by_outcome": dict(base_outcomes),
-        "sessions_connected": connected,
-        "run_api_threads_cpu": api.extra["threads_cpu"],
-        "run_api_server_log_tail": api.extra["server_log"],
+        "arms": {arm.label: _arm_data(arm) for arm in arms},
         "latency_ms": {
-            "run_api_p50": median(api_ok),
-            "run_api_p99": percentile(api_ok, 0.99),
-            "sessions_p50": median(base_ok),
-            "sessions_p99": percentile(base_ok, 0.99),
+            arm.label: {"p50": median(ms), "p99": percentile(ms, 0.99)}
+            for arm, ms in zip(arms, latencies, strict=True)
         },
     }
     if ctx.plots:
-        result.plots.append(plot(ctx, api, sessions))
+        result.plots.append(plot(ctx, arms))
     return result
 
 
 def _arm_data(arm: Arm) -> dict[str, Any]:
     return {
+        "window": [arm.begin, arm.end],
         "samples": arm.watched.samples,
         "reap_checks": arm.watched.reap_checks,
         "would_reap": {k: len(v) for k, v in arm.watched.would_reap.items()},
         "advanced_in_window": arm.watched.advanced,
         "server_cpu_seconds": arm.watched.server_cpu,
+        "threads_cpu_seconds": arm.threads_cpu,
         "late_start_max": max((record.late_start for record in arm.records), default=0.0),
+        "error_texts": sorted({n for record in arm.records for n in record.notes[1:]}),
+        "server_log_tail": arm.server_log,
     }
 
 
-def plot(ctx: Context, api: Arm, sessions: Arm) -> str:
+def plot(ctx: Context, arms: list[Arm]) -> str:
     plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5))
-    for arm, label, column, style in (
-        (api, "run API: its sessions", "run_api", "-"),
-        (api, "run API arm: all client backends", "client_backends", ":"),
-        (sessions, "session per pod: pods' sessions", "sidecars", "-"),
-        (sessions, "session per pod: all client backends", "client_backends", ":"),
-    ):
+    for arm in arms:
         samples = arm.watched.samples
+        column = "run_api" if arm.api else "sidecars"
+        what = "its sessions" if arm.api else "the pods' sessions"
         top.plot(
-            [s["t"] for s in samples], [s[column] for s in samples], style, label=label, marker="."
+            [s["t"] for s in samples], [s[column] for s in samples], label=f"{arm.label}: {what}"
         )
-    top.axhline(MAX_CONNECTIONS, color="red", linewidth=1, label="max_connections")
-    top.set_xlabel("seconds into the window")
-    top.set_ylabel("sessions")
-    top.set_title(f"{len(api.runs):,} RUNNING runs, one PostgreSQL with max_connections 50")
-    top.legend(fontsize=7)
-    top.grid(True, alpha=0.3)
-    for arm, label in ((api, "run API"), (sessions, "session per pod")):
-        samples = arm.watched.samples
         alive = [len(arm.runs) - (s["past_timeout"] or 0) - (s["never_beat"] or 0) for s in samples]
-        bottom.plot([s["t"] for s in samples], alive, label=f"{label}: runs within their timeout")
-    bottom.set_xlabel("seconds into the window")
-    bottom.set_ylabel("runs")
+        bottom.plot([s["t"] for s in samples], alive, label=f"{arm.label}")
+    top.axhline(MAX_CONNECTIONS, color="red", linewidth=1, label="max_connections")
+    top.set_ylabel("sessions")
+    top.set_title(f"{len(arms[0].runs):,} RUNNING runs, one PostgreSQL with max_connections 50")
+    bottom.set_ylabel("runs beating within their timeout")
     bottom.set_ylim(bottom=0)
-    bottom.legend(fontsize=7)
-    bottom.grid(True, alpha=0.3)
+    for axis in (top, bottom):
+        axis.set_xlabel("seconds into the window")
+        axis.legend(fontsize=7)
+        axis.grid(True, alpha=0.3)
     return save_plot(fig, ctx.out_dir, NAME)

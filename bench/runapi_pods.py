@@ -419,7 +419,8 @@ def _loop(client: Any, interval: float) -> Any:
 @dataclass(frozen=True)
 class ApiPods:
     """Heartbeat loops of ``runs`` through the run API at ``url``, from start to ``seconds``
-    later; each run's first beat at a random instant of its first interval."""
+    later; each run's first beat at a random instant of its first interval (or of the
+    first ``ramp`` seconds, if longer)."""
 
     url: str
     ca: str
@@ -427,12 +428,13 @@ class ApiPods:
     interval: float
     seconds: float
     seed: int = 0
+    ramp: float = 0.0
 
     def prepare(self) -> Callable[[float], Record]:
         record, lock = Record(threads=len(self.runs)), threading.Lock()
         clients = [Timed(_client(self.url, self.ca, r, t), record, lock) for r, t in self.runs]
         rng = random.Random(self.seed)
-        offsets = [rng.uniform(0, self.interval) for _ in clients]
+        offsets = [rng.uniform(0, max(self.interval, self.ramp)) for _ in clients]
 
         def go(start_at: float) -> Record:
             _sleep_until(start_at)
