@@ -66,6 +66,7 @@ NAMESPACES = ["team-a", "team-b", "team-c", "team-d"]
 INTERVAL = 5.0
 HEARTBEAT = {"intervalSeconds": 5, "timeoutSeconds": 15, "orphanTimeoutSeconds": 15}
 REAP_EVERY = 5.0
+PODS_NICE = 0  # the run API pods' niceness (scratch runs: pods that yield to the server)
 RAMP = 0.0  # seconds over which the pods' first beats spread (at least one interval)
 # The run API's limits: the operator's defaults (RunApiSettings) but for the rate. Each
 # run sends a beat and a long poll every interval, 500 runs a namespace 200 requests a
@@ -230,6 +231,7 @@ RUN_API = "run API"
 RUN_API_WIDE = "run API, concurrency 64"
 SESSIONS = "session per pod"
 WIDE_CONCURRENCY = 64
+RATIO = f"{RUN_API} / {SESSIONS}"
 
 
 def _split(runs: list[RunRef], parts: int) -> list[list[tuple[int, str]]]:
@@ -266,7 +268,9 @@ def measure_run_api(env: Environment, size: Size, work: Path, label: str, concur
     warmup = max(INTERVAL, RAMP) + 1.0
     seconds = size.seconds if label == RUN_API else size.wide_seconds
     tasks = [
-        ApiPods(api.url, api.ca, part, INTERVAL, warmup + seconds, seed=i, ramp=RAMP)
+        ApiPods(
+            api.url, api.ca, part, INTERVAL, warmup + seconds, seed=i, ramp=RAMP, nice=PODS_NICE
+        )
         for i, part in enumerate(_split(runs, size.processes))
     ]
     watch = Watch(dsn, api)
@@ -331,11 +335,11 @@ def _outcomes(beats: list[tuple[float, float, str]]) -> str:
 
 def report(ctx: Context, size: Size, arms: list[Arm]) -> Report:
     labels = [arm.label for arm in arms]
-    result = Report(NAME, TITLE, columns=["measure", *labels, "ratio"])
+    result = Report(NAME, TITLE, columns=["measure", *labels, RATIO])
     new, old = arms[0], arms[-1]
 
     def row(measure: str, values: list[Any], ratio_of: float | str = "-") -> None:
-        result.add(measure=measure, **dict(zip(labels, values, strict=True)), ratio=ratio_of)
+        result.add(measure=measure, **dict(zip(labels, values, strict=True)), **{RATIO: ratio_of})
 
     reaped = [len(arm.would_reap()) for arm in arms]
     alive = [size.runs - count for count in reaped]
@@ -362,16 +366,13 @@ def report(ctx: Context, size: Size, arms: list[Arm]) -> Report:
         for arm, seconds in zip(arms, window, strict=True)
     ]
     row("beats refused 429 a second (run API: the exact errors in notes)", refused)
-    connected = [
-        sum(int(record.notes[0].split()[1]) for record in arm.records) if not arm.api else 0
-        for arm in arms
-    ]
+    connected = [sum(record.connected for record in arm.records) for arm in arms]
     row("pods that got a database session of their own", connected)
     too_many = [
         sum(1 for rec in arm.records for *_, o in rec.beats if o == "too many clients")
         for arm in arms
     ]
-    row('connection attempts refused: "too many clients"', too_many)
+    row("connection attempts refused for want of a slot (exact error in notes)", too_many)
     row(
         "sessions, max: the run API's (pool / stops / presence) or the pods' own",
         [
@@ -431,13 +432,31 @@ def report(ctx: Context, size: Size, arms: list[Arm]) -> Report:
         result.notes.append(f"{arm.label}: beats {_outcomes(arm.window_beats())}")
         if arm.api:
             result.notes.append(f"{arm.label}: long polls {_outcomes(arm.polls())}")
-        errors = sorted({note for record in arm.records for note in record.notes[1:]})
+        errors = _errors(arm).most_common(3)
         if errors:
-            result.notes.append(f"{arm.label}: errors seen (first 3): {errors[:3]}")
+            result.notes.append(
+                f"{arm.label}: errors, most frequent first: "
+                + "; ".join(f"{count} x {text!r}" for text, count in errors)
+            )
         if arm.watched.errors:
             result.notes.append(f"{arm.label}: the watch failed: {arm.watched.errors}")
     result.data = {
         "size": size.__dict__,
+        "summary": {
+            arm.label: {
+                "alive": alive[i],
+                "would_reap": reaped[i],
+                "p50_ms": median(latencies[i]),
+                "p99_ms": percentile(latencies[i], 0.99),
+                "beats_per_second": answered[i],
+                "refused_429_per_second": refused[i],
+                "sessions_max": arm.most("run_api" if arm.api else "sidecars"),
+                "pool_max": arm.most("pool"),
+                "connected": connected[i],
+                "too_many_clients": too_many[i],
+            }
+            for i, arm in enumerate(arms)
+        },
         "arms": {arm.label: _arm_data(arm) for arm in arms},
         "latency_ms": {
             arm.label: {"p50": median(ms), "p99": percentile(ms, 0.99)}
@@ -447,6 +466,13 @@ def report(ctx: Context, size: Size, arms: list[Arm]) -> Report:
     if ctx.plots:
         result.plots.append(plot(ctx, arms))
     return result
+
+
+def _errors(arm: Arm) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for record in arm.records:
+        found.update(record.errors)
+    return found
 
 
 def _arm_data(arm: Arm) -> dict[str, Any]:
@@ -459,7 +485,7 @@ def _arm_data(arm: Arm) -> dict[str, Any]:
         "server_cpu_seconds": arm.watched.server_cpu,
         "threads_cpu_seconds": arm.threads_cpu,
         "late_start_max": max((record.late_start for record in arm.records), default=0.0),
-        "error_texts": sorted({n for record in arm.records for n in record.notes[1:]}),
+        "errors": dict(_errors(arm).most_common(20)),
         "server_log_tail": arm.server_log,
     }
 

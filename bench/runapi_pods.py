@@ -5,31 +5,26 @@
 - :class:`Fleet` runs tasks in fresh OS processes (spawned, so nothing of the benchmark
   process is shared) that get ready, then start together at one instant of the
   system-wide monotonic clock.
-- :func:`api_pods`: one process drives the heartbeat loops of many runs, each run on a
-  thread of its own with its own keep-alive HTTPS connection, its real interval and its
-  cancel long poll between beats, as the in-pod sidecar does.
-- :func:`session_pods`: today's design, the baseline: each run holds a database session
+- :class:`ApiPods`: one process runs the pods' own code for many runs — a
+  ``pgsched.runner.heartbeat.HeartbeatLoop`` over a
+  ``pgsched.runner.runapi_client.RunApiClient`` each, as the in-pod sidecar does: a thread
+  and a keep-alive HTTPS connection per run, a beat every interval and the cancel long
+  poll between beats; every request timed (:class:`Timed`).
+- :class:`SessionPods`: today's design, the baseline: each run holds a database session
   of its own (a ``pgsched_job`` login), beats with ``pgsched.engine.lease.heartbeat`` and
-  LISTENs for a cancel between beats.
-- :func:`flood`: keep-alive connections sending heartbeats with genuine leases as fast as
-  they can, up to a rate.
-
-STAND-IN: until the branch with ``pgsched.runner.runapi_client`` (the pods' real client)
-and the ``HeartbeatLoop`` that takes it lands on main, :class:`StandInClient` and
-:class:`StandInLoop` speak the protocol of docs/run-api.md with ``http.client`` the way
-that client and loop do (one keep-alive connection per thread, closed on 429/502/503/504
-and on errors; a failed beat retried after at most 1 s; between beats the cancel long poll
-``GET .../lease?state=active&wait=<whole seconds left>``). Swap them for the real ones
-(:data:`USES_REAL_CLIENT`).
+  LISTENs for a cancel between beats, retrying a failure after 1 s as the loop did.
+- :class:`Flood`: keep-alive connections sending heartbeats with genuine leases as fast
+  as they can, up to a rate, never backing off.
 """
 
 from __future__ import annotations
 
 import http.client
-import json
+import logging
 import multiprocessing
 import os
 import random
+import re
 import ssl
 import threading
 import time
@@ -40,14 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 CLOCK = time.CLOCK_MONOTONIC  # system-wide on Linux: comparable across processes
-# The heartbeat loop's retry after a failed beat (pgsched.runner.heartbeat.RETRY_SECONDS).
+# The heartbeat loop's retry after a failed beat, as the session-era loop had it
+# (pgsched.runner.heartbeat.RETRY_SECONDS, unchanged).
 RETRY_SECONDS = 1.0
-REQUEST_TIMEOUT_SECONDS = 10.0
-# False while the pods run the stand-in client and loop (see the module docstring).
-USES_REAL_CLIENT = False
 
 
 def clock() -> float:
@@ -191,157 +184,20 @@ def _entry(task: Any, pipe: Pipe) -> None:
         pipe.send(("failed", traceback.format_exc()))
 
 
-# -- the pod's client and loop (STAND-IN, see the module docstring) -------------------------
-
-
-class StandInError(Exception):
-    """As ``RunApiError``: ``transient`` (worth retrying), ``retry_after`` (seconds)."""
-
-    def __init__(
-        self, message: str, transient: bool, retry_after: float | None = None, status: int = 0
-    ) -> None:
-        super().__init__(message)
-        self.transient = transient
-        self.retry_after = retry_after
-        self.status = status
-
-
-_TRANSIENT = frozenset({429, 502, 503, 504})
-_DROPPED_WHILE_IDLE = (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
-
-
-class StandInClient:
-    """STAND-IN for ``pgsched.runner.runapi_client.RunApiClient`` (one thread's calls)."""
-
-    def __init__(self, url: str, ca_pem: str, run_id: int, token: str) -> None:
-        parts = urlsplit(url)
-        assert parts.hostname is not None
-        self._host, self._port = parts.hostname, parts.port or 443
-        self._context = ssl.create_default_context(cadata=ca_pem)
-        self._runs = f"/v1/runs/{run_id}"
-        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        self._conn: http.client.HTTPSConnection | None = None
-        self.run_id = run_id
-
-    def heartbeat(self) -> str:
-        return self._state(self._call("POST", "heartbeat", REQUEST_TIMEOUT_SECONDS))
-
-    def wait_while(self, state: str, seconds: int) -> str:
-        query = urlencode({"state": state, "wait": max(1, min(seconds, 30))})
-        return self._state(self._call("GET", f"lease?{query}", REQUEST_TIMEOUT_SECONDS + seconds))
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-
-    def _call(self, method: str, path: str, timeout: float) -> dict[str, Any]:
-        if self._conn is None:
-            self._conn = http.client.HTTPSConnection(self._host, self._port, context=self._context)
-        conn = self._conn
-        conn.timeout = timeout
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
-        retried = False
-        while True:
-            reused = conn.sock is not None
-            try:
-                conn.request(method, f"{self._runs}/{path}", headers=self._headers)
-                response = conn.getresponse()
-                data = response.read()
-            except (OSError, http.client.HTTPException) as error:
-                conn.close()
-                if reused and not retried and isinstance(error, _DROPPED_WHILE_IDLE):
-                    retried = True
-                    continue
-                raise StandInError(f"{type(error).__name__}: {error}", transient=True) from None
-            if response.status in _TRANSIENT:
-                conn.close()
-            try:
-                body = json.loads(data)
-            except ValueError:
-                body = {}
-            if response.status == 200:
-                return dict(body)
-            retry_after = response.getheader("Retry-After")
-            raise StandInError(
-                f"{response.status}: {body.get('error', '')}",
-                transient=response.status in _TRANSIENT,
-                retry_after=float(retry_after) if retry_after else None,
-                status=response.status,
-            )
-
-    @staticmethod
-    def _state(answer: dict[str, Any]) -> str:
-        state = answer.get("state")
-        if state not in ("active", "cancel_requested", "lost"):
-            raise StandInError(f"unknown lease state {state!r}", transient=False)
-        return str(state)
-
-
-class StandInLoop:
-    """STAND-IN for ``pgsched.runner.heartbeat.HeartbeatLoop`` over the run API: beat,
-    then hold the cancel long poll until the next beat is due."""
-
-    def __init__(self, client: Any, *, interval_seconds: float) -> None:
-        self._client = client
-        self._interval = interval_seconds
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.state = "active"
-
-    def start(self) -> StandInLoop:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                try:
-                    self.state = self._client.heartbeat()
-                    failed = False
-                except Exception:
-                    failed = True
-                if self.state == "lost":
-                    return
-                self._wait(min(self._interval, RETRY_SECONDS) if failed else self._interval)
-        finally:
-            self._client.close()
-
-    def _wait(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stop.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining < 1:
-                break
-            asked, started = self.state, time.monotonic()
-            try:
-                self.state = self._client.wait_while(asked, int(remaining))
-            except Exception:
-                break
-            if self.state != "active" or time.monotonic() - started < 1:
-                break
-        self._stop.wait(max(0.0, deadline - time.monotonic()))
-
-
 # -- what a pod records -------------------------------------------------------------------
 
 
 def outcome_of(error: BaseException | None) -> str:
     """A short name for how a request ended: ok, 429 rate / in flight / long polls, 503,
-    another status, or a connection error."""
+    another status, a timeout or a connection error."""
     if error is None:
         return "ok"
-    status = getattr(error, "status", 0)
-    if not status:  # the real client's RunApiError carries the status in its message
-        text = str(error)
-        for code in (429, 503, 502, 504, 401, 400, 404):
-            if f": {code} " in text or text.startswith(f"{code}:"):
-                status = code
-                break
+    text = str(error)
+    status = 0
+    for code in (429, 503, 502, 504, 401, 400, 404, 413):  # RunApiError: "...: 429 Too Many"
+        if f": {code} " in text:
+            status = code
+            break
     if status == 429:
         text = str(error)
         if "requests a second" in text:
@@ -353,7 +209,17 @@ def outcome_of(error: BaseException | None) -> str:
         return "429"
     if status:
         return str(status)
+    if "no answer within" in text:
+        return "timeout"
     return "connection error"
+
+
+def shown(error: BaseException) -> str:
+    """An error's text with the run, port and counts taken out, so equal errors count once."""
+    text = re.sub(r"/v1/runs/\d+", "/v1/runs/{run}", str(error))
+    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:{port}", " ".join(text.split()))
+    text = re.sub(r"port \d+", "port {port}", text)
+    return re.sub(r"has \d+ ", "has N ", text)
 
 
 @dataclass
@@ -366,11 +232,12 @@ class Record:
     cpu_seconds: float = 0.0
     late_start: float = 0.0
     threads: int = 0
-    notes: list[str] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)  # shown(error) -> how many
+    connected: int = 0  # session pods: how many got a database session
 
 
 class Timed:
-    """Wraps a client (stand-in or real): every heartbeat and long poll is timed."""
+    """Wraps a pod's ``RunApiClient``: every heartbeat and long poll is timed."""
 
     def __init__(self, client: Any, record: Record, lock: threading.Lock) -> None:
         self._client = client
@@ -394,6 +261,7 @@ class Timed:
         except Exception as error:
             with self._lock:
                 into.append((started, clock() - started, outcome_of(error)))
+                self._record.errors[shown(error)] += 1
             raise
         ended = clock()
         with self._lock:
@@ -404,13 +272,22 @@ class Timed:
 
 
 def _client(url: str, ca: str, run_id: int, token: str) -> Any:
-    if USES_REAL_CLIENT:  # pragma: no cover - switched on once the real client lands
-        raise NotImplementedError
-    return StandInClient(url, ca, run_id, token)
+    from pgsched.engine.lease import Lease
+    from pgsched.runner.runapi_client import RunApiClient
+
+    return RunApiClient(url, ca, Lease(run_id, uuid.UUID(token)))
 
 
 def _loop(client: Any, interval: float) -> Any:
-    return StandInLoop(client, interval_seconds=interval)
+    from pgsched.runner.heartbeat import HeartbeatLoop
+
+    return HeartbeatLoop(client, interval_seconds=interval)
+
+
+def _quiet_pods() -> None:
+    """The pods' own log lines (a warning per failed beat, sparingly) are not collected:
+    counted in :class:`Record` instead."""
+    logging.getLogger("pgsched").setLevel(logging.ERROR)
 
 
 # -- the tasks ----------------------------------------------------------------------------
@@ -429,8 +306,12 @@ class ApiPods:
     seconds: float
     seed: int = 0
     ramp: float = 0.0
+    nice: int = 0
 
     def prepare(self) -> Callable[[float], Record]:
+        if self.nice:
+            os.nice(self.nice)
+        _quiet_pods()
         record, lock = Record(threads=len(self.runs)), threading.Lock()
         clients = [Timed(_client(self.url, self.ca, r, t), record, lock) for r, t in self.runs]
         rng = random.Random(self.seed)
@@ -457,6 +338,7 @@ class ApiPods:
                     record.cpu_seconds,
                     record.late_start,
                     record.threads,
+                    errors=Counter(record.errors),
                 )
 
         return go
@@ -482,7 +364,6 @@ class SessionPods:
         from pgsched.engine import lease
 
         record, lock = Record(threads=len(self.runs)), threading.Lock()
-        refused: Counter[str] = Counter()
         connected: set[int] = set()
         stop = threading.Event()
         rng = random.Random(self.seed)
@@ -518,9 +399,7 @@ class SessionPods:
                     kind = "too many clients" if any(t in text for t in TOO_MANY) else "error"
                     with lock:
                         record.beats.append((started, clock() - started, kind))
-                        refused[kind] += 1
-                        if kind == "error" and len(record.notes) < 5:
-                            record.notes.append(text.strip()[:300])
+                        record.errors[shown(error)[:300]] += 1
                     if conn is not None:
                         conn.close()
                         conn = None
@@ -544,7 +423,7 @@ class SessionPods:
             for thread in threads:
                 thread.join(timeout=10)
             record.cpu_seconds = time.process_time() - cpu
-            record.notes.insert(0, f"connected {len(connected)}")
+            record.connected = len(connected)
             return record
 
         return go

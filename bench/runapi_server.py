@@ -119,7 +119,7 @@ class RunApiProcess:
         pool_size: int = 4,
     ) -> None:
         work_dir.mkdir(parents=True, exist_ok=True)
-        certs = pki.webhook_tls(work_dir / "tls", ip="127.0.0.1")
+        certs = pki.serving_tls(work_dir / "tls", ips=["127.0.0.1"], ca_name="pgsched-run-api-ca")
         self.ca = (certs / "ca.crt").read_text()
         self.port = free_port()
         self.pool_size = pool_size
