@@ -351,10 +351,12 @@ def plot(ctx: Context, timeline: list[Phase], measured: Measured) -> str:
         if phase.kind != BASELINE:
             axis.axvspan(phase.begin, phase.end, color="red", alpha=0.08)
         ok = _ok_ms(_b_beats(measured, phase))
-        axis.hlines(percentile(ok, 0.99), phase.begin, phase.end, colors="black", linewidth=1.5)
+        if ok:
+            axis.hlines(percentile(ok, 0.99), phase.begin, phase.end, colors="black", linewidth=1.5)
     axis.plot([], [], color="black", label="p99 of the phase")
     axis.fill_between([], [], color="red", alpha=0.08, label="A floods (last: profiled)")
-    axis.set_yscale("log")
+    if beats:  # none answered at all: a linear axis shows the empty phases
+        axis.set_yscale("log")
     axis.set_xlabel("seconds since the pods started")
     axis.set_ylabel("ms")
     axis.set_title("Namespace B's heartbeats while namespace A floods the run API")
