@@ -15,9 +15,6 @@ their pods' start (making them and starting 25 processes takes longer than a pod
   poll between beats, as the in-pod sidecar does. The first beat of each run falls at a
   random instant of its first interval, as after an operator restart; the window starts
   one interval later.
-- **run API, concurrency 64**: the same with 64 database calls in flight allowed per
-  namespace instead of 4 (full size only): what the design carries when a namespace's
-  calls queue for the pool rather than being refused.
 - **session per pod** (today's design, the baseline, same server, same run): the same
   2,000 runs' pods each try to hold a session of their own as a ``pgsched_job`` login,
   beat with ``pgsched.engine.lease.heartbeat`` and LISTEN between beats; a pod whose
@@ -90,12 +87,11 @@ class Size:
     runs: int
     processes: int
     seconds: float  # the run API's measurement window
-    wide_seconds: float  # the same with a wider concurrency (0: not measured)
     baseline_seconds: float  # the baseline's (its outcome is settled within seconds)
 
 
-FULL = Size(runs=2000, processes=25, seconds=120.0, wide_seconds=60.0, baseline_seconds=60.0)
-QUICK = Size(runs=100, processes=4, seconds=20.0, wide_seconds=0.0, baseline_seconds=16.0)
+FULL = Size(runs=2000, processes=25, seconds=120.0, baseline_seconds=60.0)
+QUICK = Size(runs=100, processes=4, seconds=20.0, baseline_seconds=16.0)
 
 
 def run(ctx: Context) -> Report:
@@ -106,10 +102,7 @@ def run(ctx: Context) -> Report:
     env = Environment(server)
     try:
         with tempfile.TemporaryDirectory(prefix="pgsched-bench-runapi-") as work:
-            arms = [measure_run_api(env, size, Path(work), RUN_API, CONCURRENCY)]
-            if size.wide_seconds:
-                arms.append(measure_run_api(env, size, Path(work), RUN_API_WIDE, WIDE_CONCURRENCY))
-            arms.append(measure_sessions(env, size))
+            arms = [measure_run_api(env, size, Path(work)), measure_sessions(env, size)]
     finally:
         server.cleanup()
     return report(ctx, size, arms)
@@ -228,9 +221,7 @@ class Arm:
 
 
 RUN_API = "run API"
-RUN_API_WIDE = "run API, concurrency 64"
 SESSIONS = "session per pod"
-WIDE_CONCURRENCY = 64
 RATIO = f"{RUN_API} / {SESSIONS}"
 
 
@@ -253,20 +244,20 @@ class Start:
         self.at = start_at
 
 
-def measure_run_api(env: Environment, size: Size, work: Path, label: str, concurrency: int) -> Arm:
+def measure_run_api(env: Environment, size: Size, work: Path) -> Arm:
     dsn = env.create_database("runapi")
     runs = runapi_pods.running_runs(dsn, size.runs, NAMESPACES, heartbeat=HEARTBEAT)
     api = RunApiProcess(
         dsn,
-        work / label.replace(" ", "-").replace(",", ""),
+        work,
         rate=RATE,
         burst=BURST,
-        concurrency=concurrency,
+        concurrency=CONCURRENCY,
         waiters=WAITERS,
         pool_size=POOL_SIZE,
     ).start()
     warmup = max(INTERVAL, RAMP) + 1.0
-    seconds = size.seconds if label == RUN_API else size.wide_seconds
+    seconds = size.seconds
     tasks = [
         ApiPods(
             api.url, api.ca, part, INTERVAL, warmup + seconds, seed=i, ramp=RAMP, nice=PODS_NICE
@@ -283,7 +274,7 @@ def measure_run_api(env: Environment, size: Size, work: Path, label: str, concur
     finally:
         api.stop()
     return Arm(
-        label,
+        RUN_API,
         runs,
         records,
         watch.found,
@@ -422,7 +413,7 @@ def report(ctx: Context, size: Size, arms: list[Arm]) -> Report:
     )
     result.notes.append(
         f"run API limits per namespace: rate {RATE:g}/s (burst {BURST}), {CONCURRENCY}"
-        f" database calls in flight ('{RUN_API_WIDE}': {WIDE_CONCURRENCY}), {WAITERS} long"
+        f" database calls in flight, {WAITERS} long"
         f" polls; pool {POOL_SIZE}. The operator's default rate, {DEFAULT_RATE:g}/s, is"
         f" below these pods' {per_namespace:g} requests a second per namespace (a beat and a"
         f" long poll per run per interval): at it a namespace carries"

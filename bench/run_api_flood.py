@@ -5,8 +5,11 @@ operator's default limits, ``RunApiSettings``: 50 requests a second per namespac
 of 100, 4 database calls in flight, pool size 4) in a process of its own.
 
 - **B**, the neighbour: 50 RUNNING runs in namespace ``calm-b`` beating every second
-  through the run API from two pod processes (a thread and a keep-alive connection per
-  run, the sidecar's loop: ``bench.runapi_pods``), for the whole run.
+  through the run API from two pod processes (the pods' own ``HeartbeatLoop`` over
+  ``RunApiClient``, a thread and a keep-alive connection per run: ``bench.runapi_pods``),
+  for the whole run. The loop holds the cancel long poll between beats, so B sends about
+  two requests a second per run, over its own default rate: some of B's requests are
+  refused 429 in every phase, flood or not (counted; the latencies are of answered beats).
 - **A**, the flood: 50 RUNNING runs in namespace ``flood-a``, whose genuine leases four
   processes of six keep-alive connections each send ``POST .../heartbeat`` with, as fast
   as they can up to 5,000 requests a second in all: the strongest case, every request
@@ -37,7 +40,7 @@ from bench import runapi_pods
 from bench.context import Context
 from bench.report import Report, pyplot, save_plot
 from bench.runapi_pods import ApiPods, Fleet, Flood, Record, clock
-from bench.runapi_server import RunApiProcess, top_functions
+from bench.runapi_server import RunApiProcess, profile_summary
 from bench.stats import median, percentile, ratio
 from pgsched.k8s.serve.settings import RunApiSettings
 
@@ -96,7 +99,7 @@ def run(ctx: Context) -> Report:
             try:
                 measured = measure(api, calm, flooding, timeline)
                 api.check_alive()
-                profile = top_functions(api.profile_stats())
+                profile = profile_summary(api.profile_stats())
             finally:
                 api.stop()
             measured.server_log = api.log_tail(40)
@@ -195,7 +198,7 @@ def report(
     settings: RunApiSettings,
     timeline: list[Phase],
     measured: Measured,
-    profile: list[dict[str, Any]],
+    profile: dict[str, Any],
 ) -> Report:
     result = Report(
         NAME,
@@ -278,6 +281,7 @@ def report(
         }
     )
     result.floor("B heartbeat p99, flood / baseline (pooled)", pooled, GOAL, higher_is_better=False)
+    threads = _threads_by_kind(timeline, measured)
     result.notes.append(
         f"p99 ratio per pair (phase 2/1, 4/3): {pairs[0]:.2f}, {pairs[1]:.2f};"
         f" {timeline[0].seconds:g} s phases after a {WARMUP:g} s warm-up"
@@ -293,9 +297,21 @@ def report(
         result.notes.append(
             f"B's p99 ratio {pooled:.2f} misses {GOAL:g} by {pooled - GOAL:.2f}"
             f" ({pooled / GOAL - 1:.0%} over); the server's event loop under the flood: see"
-            " data.profile (cProfile of phase 5) and data.threads_cpu"
+            " data.profile (cProfile of phase 5) and data.threads_cpu_cores"
         )
-    threads = _threads_by_kind(timeline, measured)
+    result.notes.append(
+        "event loop CPU under the flood, by part (cProfile, cumulative, parts overlap): "
+        + ", ".join(f"{part} {share:.0%}" for part, share in profile["parts"].items())
+    )
+    loop = {kind: cores.get("pgsched-run-api", 0.0) for kind, cores in threads.items()}
+    pool = {
+        kind: cores.get("pgsched-run-api-db (pool threads)", 0.0) for kind, cores in threads.items()
+    }
+    result.notes.append(
+        "server threads, cores (baseline / flood): event loop"
+        f" {loop.get(BASELINE, 0):.2f} / {loop.get(FLOOD, 0):.2f}, database threads"
+        f" {pool.get(BASELINE, 0):.2f} / {pool.get(FLOOD, 0):.2f}"
+    )
     result.data = {
         "phases": [
             {"kind": p.kind, "begin": p.begin, "end": p.end, **_jsonable(row)}

@@ -215,14 +215,31 @@ def _pythonpath() -> str:
     return os.pathsep.join([*parts, existing] if existing else parts)
 
 
-def top_functions(profile: Path, count: int = 25) -> list[dict[str, Any]]:
-    """The profile's functions by their own time (cProfile's tottime), heaviest first."""
+# Where a request's time goes, by the functions that do each part (their cumulative time).
+PARTS = {
+    "reading and parsing requests (TLS in, HTTP)": ("web_protocol.py", "data_received"),
+    "handling: the handler, from routing to the answer": ("web_app.py", "_handle"),
+    "the caller's check: lease MAC, namespace lookup, rate": ("server.py", "_caller"),
+    "the namespace lookup's hop to the database threads": ("thread.py", "submit"),
+    "the lease's MAC (in memory)": ("leases.py", "genuine"),
+    "the namespace's rate (token bucket)": ("limits.py", "admit"),
+    "metrics (labels, observe)": ("metrics.py", "labels"),
+    "answers as JSON responses": ("web_response.py", "json_response"),
+    "writing answers (TLS out)": ("sslproto.py", "_process_outgoing"),
+}
+
+
+def profile_summary(profile: Path, count: int = 25) -> dict[str, Any]:
+    """The profile's heaviest functions by their own time (cProfile's tottime), and the
+    share of the loop's time in each of :data:`PARTS` (cumulative, so parts overlap)."""
     import pstats
 
     stats = pstats.Stats(str(profile))
-    total = sum(entry[2] for entry in stats.stats.values())  # type: ignore[attr-defined]
+    entries = stats.stats.items()  # type: ignore[attr-defined]
+    total = sum(entry[2] for _, entry in entries)
     rows = []
-    for (file, line, function), entry in stats.stats.items():  # type: ignore[attr-defined]
+    parts = dict.fromkeys(PARTS, 0.0)
+    for (file, line, function), entry in entries:
         _calls, primitive, own, cumulative, _callers = entry
         rows.append(
             {
@@ -233,8 +250,11 @@ def top_functions(profile: Path, count: int = 25) -> list[dict[str, Any]]:
                 "cumulative s": cumulative,
             }
         )
+        for part, (where, name) in PARTS.items():
+            if function == name and file.endswith(where):
+                parts[part] += cumulative / total if total else 0.0
     rows.sort(key=lambda row: row["own s"], reverse=True)
-    return rows[:count]
+    return {"loop_cpu_seconds": total, "parts": parts, "top_own": rows[:count]}
 
 
 def _short(file: str) -> str:
