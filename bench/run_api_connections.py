@@ -48,7 +48,7 @@ from bench.context import Context
 from bench.environment import Environment
 from bench.report import Report, pyplot, save_plot
 from bench.runapi_pods import ApiPods, Fleet, Record, RunRef, SessionPods, clock
-from bench.runapi_server import RunApiProcess
+from bench.runapi_server import DESTROYED, RunApiProcess
 from bench.stats import median, percentile, ratio
 from devenv.postgres import PostgresServer
 from pgsched.db import clock as db_clock
@@ -198,6 +198,7 @@ class Arm:
     end: float
     threads_cpu: dict[str, float] = field(default_factory=dict)
     server_log: str = ""
+    destroyed: int = 0  # requests the server's stop left pending (logged as ERRORs)
 
     @property
     def api(self) -> bool:
@@ -272,7 +273,7 @@ def measure_run_api(env: Environment, size: Size, work: Path) -> Arm:
         api.check_alive()
         threads_cpu = api.threads_cpu()
     finally:
-        api.stop()
+        destroyed = api.stop_and_count()
     return Arm(
         RUN_API,
         runs,
@@ -283,6 +284,7 @@ def measure_run_api(env: Environment, size: Size, work: Path) -> Arm:
         warmup + seconds,
         threads_cpu,
         api.log_tail(40),
+        destroyed,
     )
 
 
@@ -431,6 +433,12 @@ def report(ctx: Context, size: Size, arms: list[Arm]) -> Report:
             )
         if arm.watched.errors:
             result.notes.append(f"{arm.label}: the watch failed: {arm.watched.errors}")
+        if arm.destroyed:
+            result.notes.append(
+                f"{arm.label}: stopping the server (Serving.stop) with the pods' long polls"
+                f" open logged {arm.destroyed} x ERROR '{DESTROYED}' (an aiohttp request"
+                " task each)"
+            )
     result.data = {
         "size": size.__dict__,
         "summary": {
@@ -478,6 +486,7 @@ def _arm_data(arm: Arm) -> dict[str, Any]:
         "late_start_max": max((record.late_start for record in arm.records), default=0.0),
         "errors": dict(_errors(arm).most_common(20)),
         "server_log_tail": arm.server_log,
+        "pending_at_stop": arm.destroyed,
     }
 
 
@@ -496,7 +505,7 @@ def plot(ctx: Context, arms: list[Arm]) -> str:
     top.axhline(MAX_CONNECTIONS, color="red", linewidth=1, label="max_connections")
     top.set_ylabel("sessions")
     top.set_title(f"{len(arms[0].runs):,} RUNNING runs, one PostgreSQL with max_connections 50")
-    bottom.set_ylabel("runs beating within their timeout")
+    bottom.set_ylabel("runs heard from within their timeout")
     bottom.set_ylim(bottom=0)
     for axis in (top, bottom):
         axis.set_xlabel("seconds into the window")

@@ -101,8 +101,9 @@ def run(ctx: Context) -> Report:
                 api.check_alive()
                 profile = profile_summary(api.profile_stats())
             finally:
-                api.stop()
+                destroyed = api.stop_and_count()
             measured.server_log = api.log_tail(40)
+            measured.destroyed = destroyed
     finally:
         ctx.env.drop_databases()
     return report(ctx, settings, timeline, measured, profile)
@@ -115,6 +116,7 @@ class Measured:
     start_at: float
     cpu: list[dict[str, Any]] = field(default_factory=list)  # at each phase boundary
     server_log: str = ""
+    destroyed: int = 0  # requests the server's stop left pending (logged as ERRORs)
 
 
 def measure(
@@ -326,6 +328,7 @@ def report(
         "flood_cpu_seconds": [flood["cpu_seconds"] for flood in measured.floods],
         "b_cpu_seconds": [record.cpu_seconds for record in measured.b],
         "server_log_tail": measured.server_log,
+        "pending_at_stop": measured.destroyed,
     }
     if ctx.plots:
         result.plots.append(plot(ctx, timeline, measured))

@@ -29,6 +29,9 @@ from typing import Any
 from devenv import pki
 from devenv.processes import ManagedProcess, free_port, log_tail
 
+# What asyncio logs (ERROR) for each task still pending when its event loop is closed.
+DESTROYED = "Task was destroyed but it is pending!"
+
 
 @dataclass(frozen=True)
 class Config:
@@ -204,8 +207,18 @@ class RunApiProcess:
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)
 
+    def log_count(self, text: str) -> int:
+        """How many lines of the server's log contain ``text``."""
+        return sum(text in line for line in self.log_path.read_text(errors="replace").splitlines())
+
     def stop(self) -> None:
         self._process.stop(grace=15)
+
+    def stop_and_count(self, text: str = DESTROYED) -> int:
+        """Stop; how many lines of the log contain ``text`` (by default: requests the
+        server's shutdown left pending, each logged by asyncio as an ERROR)."""
+        self.stop()
+        return self.log_count(text)
 
 
 def _pythonpath() -> str:
