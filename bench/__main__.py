@@ -31,6 +31,8 @@ BENCHMARKS = {
     "history": "bench.history",
     "fleet": "bench.fleet",
     "stampede": "bench.stampede",
+    "run_api_connections": "bench.run_api_connections",
+    "run_api_flood": "bench.run_api_flood",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 
@@ -63,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         default=(),
         help="fleet: ScheduledJobs per fleet, comma-separated (1000,10000,100000)",
     )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        help="run_api_connections: the measurement window; run_api_flood: all four phases",
+    )
     parser.add_argument("--out", type=Path, default=report.RESULTS, help="results directory")
     args = parser.parse_args(argv)
     names = args.names or ISSUE_2_SUITE
@@ -80,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             out_dir=args.out,
             snapshot_seconds=args.snapshot_seconds or (4.0 if args.quick else 180.0),
             sizes=args.sizes,
+            minutes=args.minutes,
         )
         for name in names:
             run_one(name, ctx)

@@ -25,6 +25,7 @@ class Context:
     snapshot_seconds: float = 180.0  # bloat: how long the old snapshot is held
     plots: bool = True
     sizes: tuple[int, ...] = ()  # fleet: the fleet sizes (empty: the benchmark's own)
+    minutes: float | None = None  # run_api_*: the measurement's length (None: its own)
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default

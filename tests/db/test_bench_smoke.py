@@ -124,3 +124,42 @@ def test_history_grows_the_table_and_drops_a_month_while_claiming(ctx: Context) 
     retention = written(ctx, "history")["data"]["retention"]
     assert retention["rows"] > 0 and retention["before"] and retention["after"]
     assert len(report.floors) == 2
+
+
+def test_run_api_connections_beats_every_run_on_a_bounded_pool_and_sessions_run_out(
+    ctx: Context,
+) -> None:
+    from bench import run_api_connections as bench
+
+    report = cli.run_one("run_api_connections", ctx)
+    summary = report.data["summary"]
+    api, sessions = summary[bench.RUN_API], summary[bench.SESSIONS]
+    runs = bench.QUICK.runs
+    assert api["alive"] == runs and api["would_reap"] == 0, api
+    assert positive(api["p50_ms"]) and positive(api["p99_ms"]), api
+    assert api["pool_max"] <= bench.POOL_SIZE and api["sessions_max"] <= bench.POOL_SIZE + 2
+    # max_connections 50 holds fewer sessions than 100 pods want: the rest are refused.
+    assert 0 < sessions["connected"] < runs and sessions["too_many_clients"] > 0, sessions
+    assert sessions["would_reap"] > 0 and positive(sessions["p50_ms"]), sessions
+    assert written(ctx, "run_api_connections")["plots"] == ["run_api_connections.png"]
+
+
+def test_run_api_flood_measures_the_neighbours_beats_with_and_without_the_flood(
+    ctx: Context,
+) -> None:
+    report = cli.run_one("run_api_flood", ctx)
+    phases = report.data["phases"]
+    assert [phase["kind"] for phase in phases] == [
+        "baseline",
+        "flood",
+        "baseline",
+        "flood",
+        "flood, profiled",
+    ]
+    for phase in phases:
+        assert phase["B beats"] > 0 and positive(phase["B p99 ms"]), phase
+        if phase["kind"] != "baseline":
+            assert phase["A req/s"] > 0, phase
+    assert positive(report.data["b_p99_ratio_pooled"]) and positive(report.data["a_rate"])
+    assert report.data["profile"], "the profiled phase must leave a profile"
+    assert written(ctx, "run_api_flood")["plots"] == ["run_api_flood.png"]
