@@ -3,7 +3,9 @@ hostile tenant's pod gets when it tries what a database session allowed (docs/ru
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import threading
 import time
 import uuid
@@ -165,3 +167,55 @@ def test_a_namespace_over_its_rate_gets_429_and_another_namespace_does_not(
     for _ in range(30):
         beat(api, neighbour, uuid.uuid4())
     assert beat(api, neighbour).status == 200
+
+
+def test_a_connection_refused_429_is_not_read_again_until_its_retry_after(conn, dsn, start_run_api):
+    """A flood on one keep-alive connection waits in its own buffers (bench run_api_flood);
+    another namespace's requests are answered meanwhile."""
+    api = start_run_api(dsn, limits=Limits(rate=1.0, burst=1, concurrency=4, waiters=10))
+    flooder = start(conn, define(conn, "flood", namespace="team-a"), "a")
+    neighbour = start(conn, define(conn, "calm", namespace="team-b"), "b")
+    kept = http.client.HTTPSConnection(
+        "127.0.0.1", api.port, context=ssl.create_default_context(cadata=api.ca), timeout=10
+    )
+    path, headers = (
+        f"/v1/runs/{flooder.run_id}/heartbeat",
+        {"Authorization": f"Bearer {flooder.token}"},
+    )
+    statuses = []
+    for _ in range(2):
+        kept.request("POST", path, headers=headers)
+        response = kept.getresponse()
+        response.read()
+        statuses.append(response.status)
+    assert statuses == [200, 429]
+    retry_after = float(response.getheader("Retry-After"))
+    sent = time.monotonic()
+    kept.request("POST", path, headers=headers)
+    assert beat(api, neighbour).status == 200  # meanwhile, at once
+    response = kept.getresponse()
+    response.read()
+    assert time.monotonic() - sent >= retry_after - 0.1
+    assert response.status == 200  # a token came back while it waited
+    kept.close()
+
+
+def test_stopping_the_server_answers_its_open_long_polls(conn, dsn, start_run_api, caplog):
+    api = start_run_api(dsn)
+    mine = start(conn, define(conn, maxConcurrentRuns=5), "mine")
+    answers = []
+    poll = threading.Thread(
+        target=lambda: answers.append(
+            api.request(
+                "GET", f"/v1/runs/{mine.run_id}/lease?state=active&wait=25", lease=mine.token
+            )
+        )
+    )
+    poll.start()
+    time.sleep(1.0)
+    stopping = time.monotonic()
+    api.serving.stop(timeout=10)
+    poll.join(10)
+    assert [answer.body for answer in answers] == [{"state": "active"}]
+    assert time.monotonic() - stopping < 5
+    assert "Task was destroyed" not in caplog.text

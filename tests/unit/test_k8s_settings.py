@@ -28,7 +28,7 @@ def test_settings_come_from_the_environment_with_defaults(base):
     settings = OperatorSettings.from_environment(base)
     assert settings.namespaces == ("jobs", "reports")
     assert (settings.api_qps, settings.api_burst, settings.tick.interval_seconds) == (20.0, 40, 1.0)
-    assert (settings.run_api.bind, settings.run_api.namespace_rate) == ("0.0.0.0:8443", 50.0)
+    assert (settings.run_api.bind, settings.run_api.namespace_rate) == ("0.0.0.0:8443", 200.0)
 
 
 def test_jobs_are_given_the_run_api_address_and_the_ca_read_at_start(base, tmp_path):

@@ -61,6 +61,10 @@ class Stops:
             if not waiters:
                 del self._waiters[run_id]
 
+    def wake_all(self) -> None:
+        """Wake every waiter (event loop only): the server is stopping."""
+        self._wake(None)
+
     def _wake(self, run_id: int | None) -> None:
         chosen = list(self._waiters.values()) if run_id is None else [self._waiters.get(run_id)]
         for waiters in chosen:
