@@ -229,7 +229,7 @@ def report(
             for flood in measured.floods:
                 a.update(flood["counts"][w])
         a_total = sum(a.values())
-        cpu_seconds = measured.cpu[index + 1]["process"] - measured.cpu[index]["process"]
+        spanned = _cpu_span(measured, index)
         row = {
             "phase": f"{index + 1}. {phase.kind}",
             "B beats": len(ok),
@@ -239,7 +239,10 @@ def report(
             "A req/s": a_total / phase.seconds if a_total else 0.0,
             "A 429 share": a["429"] / a_total if a_total else "-",
             "A 200": a["200"] if a_total else "-",
-            "server CPU (cores)": cpu_seconds / phase.seconds,
+            # A boundary the sampler missed (a loaded machine): said, not guessed.
+            "server CPU (cores)": "-"
+            if spanned is None
+            else (spanned[1]["process"] - spanned[0]["process"]) / phase.seconds,
         }
         result.add(**row)
         per_phase.append({**row, "A by status": dict(a), "B ms": ok})
@@ -270,15 +273,13 @@ def report(
             "A req/s": "-",
             "A 429 share": "-",
             "A 200": "-",
-            "server CPU (cores)": ratio(
-                median([row["server CPU (cores)"] for row in flood_rows]),
-                median(
-                    [
-                        r["server CPU (cores)"]
-                        for p, r in zip(timeline, per_phase, strict=True)
-                        if p.kind == BASELINE
-                    ]
-                ),
+            "server CPU (cores)": _cpu_ratio(
+                [row["server CPU (cores)"] for row in flood_rows],
+                [
+                    r["server CPU (cores)"]
+                    for p, r in zip(timeline, per_phase, strict=True)
+                    if p.kind == BASELINE
+                ],
             ),
         }
     )
@@ -339,12 +340,29 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key != "B ms"}
 
 
+def _cpu_ratio(flood: list[Any], baseline: list[Any]) -> Any:
+    """Flood / baseline CPU over the phases whose CPU was sampled ("-" if either has none)."""
+    flood = [value for value in flood if value != "-"]
+    baseline = [value for value in baseline if value != "-"]
+    return ratio(median(flood), median(baseline)) if flood and baseline else "-"
+
+
+def _cpu_span(measured: Measured, index: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The CPU samples at the start and end of phase ``index``; None if one is missing."""
+    if index + 1 >= len(measured.cpu):
+        return None
+    return measured.cpu[index], measured.cpu[index + 1]
+
+
 def _threads_by_kind(timeline: list[Phase], measured: Measured) -> dict[str, dict[str, float]]:
     """CPU cores of each server thread, averaged over the phases of each kind."""
     seconds: dict[str, dict[str, float]] = {}
     spans: Counter[str] = Counter()
     for index, phase in enumerate(timeline):
-        before, after = measured.cpu[index]["threads"], measured.cpu[index + 1]["threads"]
+        spanned = _cpu_span(measured, index)
+        if spanned is None:
+            continue
+        before, after = spanned[0]["threads"], spanned[1]["threads"]
         spans[phase.kind] += phase.seconds
         mine = seconds.setdefault(phase.kind, {})
         for name, value in after.items():

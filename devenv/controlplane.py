@@ -457,7 +457,29 @@ class ControlPlane:
         self._endpoint_relays[(service, port)] = self._host_port_relays(port, bind=NODE_IP)
         cluster_ip = self._selectorless_service(service, service_port)
         self._endpoint_slice(service, f"{service}-{port}", port)
+        self._wait_routed(cluster_ip, service_port)
         return cluster_ip
+
+    def _wait_routed(self, cluster_ip: str, port: int, timeout: float = 30.0) -> None:
+        """Until kube-proxy sends connections to ``cluster_ip:port`` somewhere, seen from
+        the node's namespace (where it writes its rules for pods too). A pod started sooner
+        finds its first requests refused: seen on a loaded machine, a 4 s job whose sidecar
+        never got a heartbeat through before the workload ended."""
+        probe = in_netns(
+            [
+                sys.executable,
+                "-c",
+                f"import socket; socket.create_connection(({cluster_ip!r}, {port}), 1).close()",
+            ]
+        )
+        deadline = time.monotonic() + timeout
+        while subprocess.run(probe, capture_output=True, check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                log.warning(
+                    "%s:%s is not routed after %gs; pods will retry", cluster_ip, port, timeout
+                )
+                return
+            time.sleep(0.2)
 
     def withdraw_host_port(self, service: str, port: int) -> None:
         """Undo :meth:`publish_host_port`: the EndpointSlice deleted (kube-proxy stops
