@@ -72,10 +72,15 @@ def test_a_scenario_of_runs_shows_in_counters_histograms_and_gauges(operators, s
         "frozen", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a first heartbeat"
     )
     # The pod is "lost": its last heartbeat is now older than timeoutSeconds (and the next
-    # beat is 30 s away, long after the verdict from the API: the Job is still active).
+    # beat is 30 s away, long after the verdict from the API: the Job is still active),
+    # while the run API was served all along (else its silence would count only from the
+    # API's start a moment ago: pgsched.silent_since).
     sj.conn.execute(
         "UPDATE pgsched.job_runs SET heartbeat_at = now() - interval '1 hour' WHERE id = %s",
         [running["id"]],
+    )
+    sj.conn.execute(
+        "UPDATE pgsched.run_api_presence SET available_since = now() - interval '2 hours'"
     )
     sj.wait_runs("frozen", lambda runs: runs[0]["reason"] == "HeartbeatLost", 30, "the reaper")
     # A database error in the tick: its session is killed under it (it fails open).
