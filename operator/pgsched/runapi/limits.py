@@ -53,7 +53,6 @@ class Limits:
 @dataclass
 class Budget:
     bucket: TokenBucket
-    in_flight: int = 0
     waiting: int = 0
     slots: asyncio.Semaphore | None = None  # made on the event loop, at first use
 
@@ -110,12 +109,10 @@ class Budgets:
                 " (PGSCHED_RUN_API_NAMESPACE_CONCURRENCY)",
                 0.5,
             )
-        budget.in_flight += 1
         return None
 
     def end_call(self, namespace: str) -> None:
         budget = self.budget(namespace)
-        budget.in_flight -= 1
         assert budget.slots is not None
         budget.slots.release()
 

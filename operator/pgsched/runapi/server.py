@@ -174,7 +174,9 @@ class RunApi:
                 "the request must carry this run's lease: Authorization: Bearer <the"
                 " PGSCHED_LEASE_TOKEN of the run's pod>",
             )
-        namespace = await self._loop_call(lambda: self._store.namespace_of(run_id))
+        namespace = self._store.known_namespace(run_id)
+        if namespace is None:  # the run's first request: one lookup, on the pool
+            namespace = await self._loop_call(lambda: self._store.namespace_of(run_id))
         caller = Caller(run_lease, namespace if namespace is not None else limits.UNVERIFIED)
         refusal = self._budgets.admit(caller.namespace)
         if refusal is not None:

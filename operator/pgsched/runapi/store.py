@@ -45,10 +45,15 @@ class RunStore:
         self._namespaces: OrderedDict[int, str] = OrderedDict()
         self._lock = threading.Lock()  # calls run on several threads
 
+    def known_namespace(self, run_id: int) -> str | None:
+        """The run's namespace if it was looked up before (no database work: callable on
+        the event loop, where every request asks first)."""
+        with self._lock:
+            return self._namespaces.get(run_id)
+
     def namespace_of(self, run_id: int) -> str | None:
         """The run's namespace; None when the database has no such run (yet, or any more)."""
-        with self._lock:
-            known = self._namespaces.get(run_id)
+        known = self.known_namespace(run_id)
         if known is not None:
             return known
         row = self._call(
