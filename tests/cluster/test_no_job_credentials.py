@@ -41,12 +41,7 @@ def test_job_pods_and_their_namespace_hold_no_database_credential(operators, sj,
         },
         annotations={names.ANNOTATION_RUN_NOW: "go"},
     )
-    [run] = sj.wait_runs(
-        "nosy",
-        lambda found: found and found[0]["status"] in ("COMPLETED", "FAILED", "CANCELLED"),
-        120,
-        "the run's end",
-    )
+    run = sj.wait_first_run_ended("nosy", 120)
     # It beat through the run API, and its workload found nothing (exit 0).
     assert (run["status"], run["reason"]) == ("COMPLETED", None), run
     assert run["heartbeat_at"] is not None

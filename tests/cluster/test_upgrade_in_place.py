@@ -26,7 +26,7 @@ from devenv.operators import start_operator
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.k8s import names
-from plugins.operator import busybox
+from plugins.operator import ENDED, busybox
 
 pytestmark = pytest.mark.cluster
 
@@ -126,7 +126,7 @@ def test_a_run_started_by_the_previous_release_ends_under_this_one(
                 "the old pod's beats to go on under the new operator",
             )
             wait_until(
-                lambda: the_run()["status"] in ("COMPLETED", "FAILED", "CANCELLED"),
+                lambda: the_run()["status"] in ENDED,
                 120,
                 "the run's end",
             )
@@ -162,12 +162,7 @@ def test_an_sdk_image_with_the_previous_releases_runner_fails_at_once_and_says_w
         },
         annotations={names.ANNOTATION_RUN_NOW: "go"},
     )
-    [run] = sj.wait_runs(
-        "stale-sdk",
-        lambda found: found and found[0]["status"] in ("COMPLETED", "FAILED", "CANCELLED"),
-        90,
-        "the run's end",
-    )
+    run = sj.wait_first_run_ended("stale-sdk", 90)
     print({key: run[key] for key in ("status", "reason", "exit_code", "error", "retry_hint")})
     assert (run["status"], run["reason"], run["exit_code"]) == ("FAILED", "NonZeroExit", 2)
     assert "PGSCHED_DSN" in run["error"], run["error"]  # the old runner's own words

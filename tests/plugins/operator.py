@@ -33,6 +33,7 @@ from standby import standby_of
 
 ROOT = Path(__file__).parents[2]
 CRDS = ROOT / "crds"
+ENDED = ("COMPLETED", "FAILED", "CANCELLED")
 
 
 @pytest.fixture(scope="session")
@@ -212,6 +213,12 @@ class ScheduledJobs:
             "json",
         ).stdout
         return list(json.loads(output)["items"])
+
+    def wait_first_run_ended(self, name: str, timeout: float = 90) -> dict[str, Any]:
+        """The first run of ``name``, once it is COMPLETED, FAILED or CANCELLED."""
+        return self.wait_runs(
+            name, lambda found: found and found[0]["status"] in ENDED, timeout, "the run's end"
+        )[0]
 
     def wait_runs(
         self, name: str, predicate: Any, timeout: float = 60, what: str = "runs"
