@@ -446,18 +446,25 @@ class ControlPlane:
         self._postgres_relays[name] = (relay, cluster_ip, socket)
         return cluster_ip
 
-    def publish_host_port(self, service: str, port: int, *, service_port: int) -> str:
+    def publish_host_port(
+        self, service: str, port: int, *, service_port: int, wait: bool = True
+    ) -> str:
         """Make a server of this host at ``127.0.0.1:port`` one endpoint of the
         selector-less Service ``service`` in ``default`` (created unless it exists, on
         ``service_port`` of its ClusterIP): relays from the node's IP and that port in the
         node's namespace to the host, and an EndpointSlice of its own, ``<service>-<port>``
         (each endpoint of the Service may have its own port number; kube-proxy balances
         connections over all of them). Returns the ClusterIP; :meth:`withdraw_host_port`
-        undoes it, and stopping the control plane stops the relays."""
+        undoes it, and stopping the control plane stops the relays.
+
+        ``wait``: until kube-proxy routes the Service's port (up to 30 s). Not for a
+        replica restarted while its peers are away or the API server is down (chaos):
+        nothing routes it until they are back, and the caller must go on."""
         self._endpoint_relays[(service, port)] = self._host_port_relays(port, bind=NODE_IP)
         cluster_ip = self._selectorless_service(service, service_port)
         self._endpoint_slice(service, f"{service}-{port}", port)
-        self._wait_routed(cluster_ip, service_port)
+        if wait:
+            self._wait_routed(cluster_ip, service_port)
         return cluster_ip
 
     def _wait_routed(self, cluster_ip: str, port: int, timeout: float = 30.0) -> None:

@@ -98,9 +98,9 @@ def start_operator(
     **env: str,
 ) -> OperatorProcess:
     """Start one replica of the installation on ``dsn``; ``env`` adds or overrides
-    PGSCHED_* settings."""
+    PGSCHED_* settings. ``wait``: until it is healthy and its run API routed to pods."""
     health, metrics = free_port(), free_port()
-    published = run_api.publish(cluster, dsn)
+    published = run_api.publish(cluster, dsn, wait=wait)
     environment = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),

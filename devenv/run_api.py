@@ -65,13 +65,14 @@ class RunApi:
         }
 
 
-def publish(cluster: ControlPlane, dsn: str) -> RunApi:
-    """A port for a new replica of the installation on ``dsn``, published to pods."""
+def publish(cluster: ControlPlane, dsn: str, *, wait: bool = True) -> RunApi:
+    """A port for a new replica of the installation on ``dsn``, published to pods
+    (``wait``: until pods can reach it, see ``ControlPlane.publish_host_port``)."""
     port = free_port()
     if cluster.host_only:
         return RunApi(port, certificate(cluster, LOOPBACK), f"https://{LOOPBACK}:{port}", None)
     service = service_name(dsn)
-    cluster_ip = cluster.publish_host_port(service, port, service_port=SERVICE_PORT)
+    cluster_ip = cluster.publish_host_port(service, port, service_port=SERVICE_PORT, wait=wait)
     return RunApi(
         port, certificate(cluster, cluster_ip), f"https://{cluster_ip}:{SERVICE_PORT}", service
     )

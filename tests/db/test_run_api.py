@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, runs
 from pgsched.engine.lease import Lease
+from pgsched.runapi import presence
 from pgsched.runapi.limits import Limits
 
 
@@ -219,3 +220,25 @@ def test_stopping_the_server_answers_its_open_long_polls(conn, dsn, start_run_ap
     assert [answer.body for answer in answers] == [{"state": "active"}]
     assert time.monotonic() - stopping < 5
     assert "Task was destroyed" not in caplog.text
+
+
+def test_a_replica_whose_server_stopped_stamps_no_presence(conn, dsn, start_run_api, caplog):
+    """The presence stamp tells the reaper pods can beat; a replica whose server thread is
+    gone (planted here by stopping the server alone) must stop saying so, and log why."""
+    api = start_run_api(dsn)
+
+    def seen_at():
+        found = conn.execute("SELECT seen_at FROM pgsched.run_api_presence").fetchone()
+        return found and found["seen_at"]
+
+    stamped = seen_at()
+    deadline = time.monotonic() + 10
+    while seen_at() == stamped and time.monotonic() < deadline:  # a second stamp: it beats
+        time.sleep(0.2)
+    assert seen_at() != stamped, "a serving replica stamps its presence"
+    api.serving._server.stop(timeout=10)  # the fault: its server's thread ends
+    time.sleep(presence.INTERVAL_SECONDS)  # a stamp in flight may land
+    last = seen_at()
+    time.sleep(presence.INTERVAL_SECONDS * 2.5)
+    assert seen_at() == last, "no stamp while the server is not running"
+    assert "the run API server has stopped" in caplog.text

@@ -5,12 +5,14 @@ so a long module collected last runs alone at the end while the other workers id
 a 112 s notification test ran by itself for the last two minutes of the parallel phase).
 Longest first keeps the workers busy until the end. The durations are the JUnit reports
 ``hack/test.sh`` keeps from the previous run in ``.cache/test-reports/previous``; without
-them the order is pytest's own. Every worker reads the same file, so all collect the same
-order, which xdist requires.
+them (a fresh clone, as CI's) those of the last full run committed in
+``tests/durations.json`` (``python hack/test_durations.py --write``). Every worker reads
+the same file, so all collect the same order, which xdist requires.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
@@ -18,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-PREVIOUS = Path(__file__).resolve().parents[2] / ".cache" / "test-reports" / "previous"
+ROOT = Path(__file__).resolve().parents[2]
+PREVIOUS = ROOT / ".cache" / "test-reports" / "previous"
+COMMITTED = ROOT / "tests" / "durations.json"
 
 
 def module_seconds(folder: Path) -> Counter[str]:
@@ -38,11 +42,19 @@ def module_seconds(folder: Path) -> Counter[str]:
     return seconds
 
 
+def committed_seconds(path: Path) -> Counter[str]:
+    """Seconds per test module as ``hack/test_durations.py --write`` committed them."""
+    try:
+        return Counter({str(k): float(v) for k, v in json.loads(path.read_text()).items()})
+    except (OSError, ValueError, AttributeError):
+        return Counter()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return  # one process runs everything in turn: the order changes nothing
-    seconds = module_seconds(PREVIOUS)
+    seconds = module_seconds(PREVIOUS) or committed_seconds(COMMITTED)
     if not seconds:
         return
 

@@ -29,7 +29,9 @@ class Published:
         self.live: set[tuple[str, int]] = set()
         self.withdrawn = threading.Event()
 
-    def publish_host_port(self, service: str, port: int, *, service_port: int) -> str:
+    def publish_host_port(
+        self, service: str, port: int, *, service_port: int, wait: bool = True
+    ) -> str:
         assert service_port == 443
         self.live.add((service, port))
         return CLUSTER_IP

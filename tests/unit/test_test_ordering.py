@@ -1,11 +1,15 @@
-"""The parallel phase hands out the longest modules first (tests/plugins/ordering.py), by
-the durations of the previous run's JUnit reports."""
+"""The parallel phases hand out the longest modules first (tests/plugins/ordering.py), by
+the durations of the previous run's JUnit reports, or the committed ones."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
-from plugins.ordering import module_seconds
+from plugins.ordering import COMMITTED, committed_seconds, module_seconds
+
+ROOT = Path(__file__).resolve().parents[2]
 
 REPORT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest">
@@ -29,3 +33,28 @@ def test_a_report_cut_short_is_passed_over(tmp_path: Path) -> None:
     (tmp_path / "parallel.xml").write_text(REPORT)
     (tmp_path / "alone.xml").write_text(REPORT[: len(REPORT) // 2])
     assert module_seconds(tmp_path)["tests/cluster/test_quick.py"] == 1.25
+
+
+def test_a_fresh_clone_orders_by_the_committed_durations(tmp_path: Path) -> None:
+    """CI's clean clone has no previous reports: ``hack/test_durations.py --write`` keeps
+    the last full run's seconds per module in tests/durations.json, which the order reads."""
+    spec = importlib.util.spec_from_file_location("durations", ROOT / "hack/test_durations.py")
+    assert spec is not None and spec.loader is not None
+    durations = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = durations  # its dataclass looks its module up
+    spec.loader.exec_module(durations)
+    (tmp_path / "parallel.xml").write_text(REPORT)
+    committed = tmp_path / "durations.json"
+    committed.write_text(durations.module_durations(durations.cases(tmp_path)))
+    seconds = committed_seconds(committed)
+    assert seconds.most_common(1) == [("tests/cluster/test_slow.py", 120)]  # whole seconds
+    assert seconds["tests/cluster/test_classy.py"] == 7
+    assert committed_seconds(tmp_path / "missing.json") == {}
+
+
+def test_the_committed_durations_name_modules_that_exist() -> None:
+    seconds = committed_seconds(COMMITTED)
+    assert len(seconds) > 50, "python hack/test_durations.py --write after a full make test"
+    assert all((ROOT / module).is_file() for module in seconds), sorted(
+        module for module in seconds if not (ROOT / module).is_file()
+    )

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"
 
 
+class NotServing(RuntimeError):
+    """The replica's run API server is not running."""
+
+
 class Serving:
     """The run API of this replica: serving until :meth:`stop`."""
 
@@ -55,11 +59,15 @@ class Serving:
         self._executor = executor
         self._stop = threading.Event()
         session = Session.for_dsn(dsn, application_name="pgsched-run-api-presence")
-        stamp = loop.Service(
-            "run-api-presence",
-            lambda: session.run(lambda conn: presence.run_once(conn, now=clock())),
-            presence.INTERVAL_SECONDS,
-        )
+
+        def stamp_while_served() -> presence.PresenceResult:
+            # A stamp says pods can beat here: not while the server's thread is gone, or
+            # the reaper would judge their silence as theirs (the shared loop logs this).
+            if not self._server.alive():
+                raise NotServing("the run API server has stopped: presence not stamped")
+            return session.run(lambda conn: presence.run_once(conn, now=clock()))
+
+        stamp = loop.Service("run-api-presence", stamp_while_served, presence.INTERVAL_SECONDS)
         self._presence = threading.Thread(
             target=loop.run,
             args=([stamp], self._stop),
