@@ -12,10 +12,12 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -48,6 +50,8 @@ class Receiver:
     redirect: str | None = None
     huge: int = 0
     host: str = "127.0.0.1"
+    # A folder with tls.crt and tls.key (devenv.pki.serving_tls): serve HTTPS.
+    tls: Path | None = None
     requests: list[Request] = field(default_factory=list)
     port: int = 0
     _server: ThreadingHTTPServer | None = None
@@ -55,7 +59,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/hook"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}/hook"
 
     def start(self) -> Receiver:
         receiver = self
@@ -92,6 +96,10 @@ class Receiver:
         ThreadingHTTPServer.allow_reuse_address = True
         self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls / "tls.crt", self.tls / "tls.key")
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

@@ -21,6 +21,7 @@ from datetime import timedelta
 import pytest
 
 from db.test_notifications import SECRETS, T0, Secrets, fail, outbox
+from devenv import pki
 from devenv.receiver import Receiver, Trickler
 from factories import define
 from pgsched.db import connection
@@ -374,3 +375,44 @@ def test_an_allowed_host_name_reaches_an_in_cluster_receiver(conn, dsn):
         receiver.stop()
     [request] = receiver.received()
     assert request.headers["Host"] == f"hooks.tools.svc.cluster.local:{receiver.port}"
+
+
+@pytest.fixture
+def hooks_test_tls(tmp_path, monkeypatch):
+    """A certificate for hooks.test (and 127.0.0.1), its CA trusted as the system's."""
+    folder = pki.serving_tls(
+        tmp_path / "tls", ips=["127.0.0.1"], ca_name="hooks-ca", names=["hooks.test"]
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(folder / "ca.crt"))
+    return folder
+
+
+def to_loopback(host, port, **kwargs):
+    """A name server that answers 127.0.0.1 for every name."""
+    return socket.getaddrinfo("127.0.0.1", port, **kwargs)
+
+
+@pytest.mark.parametrize(("name", "delivered"), [("hooks.test", True), ("other.test", False)])
+def test_https_is_verified_for_the_urls_host_while_connecting_to_the_checked_address(
+    conn, dsn, hooks_test_tls, name, delivered
+):
+    """The socket goes to the address that was checked; TLS still verifies the name the
+    URL gives (SNI and the certificate), so a checked address cannot be had by a
+    certificate for another name."""
+    receiver = Receiver(tls=hooks_test_tls).start()
+    job = define(conn, now=T0, notify={"targets": [target(f"https://{name}:{receiver.port}/")]})
+    fail(conn, job, T0)
+    try:
+        with delivering(dsn, make(resolver=destinations.Resolver(to_loopback))):
+            wait_until(lambda: first_attempt(conn), 10, "the attempt is recorded")
+    finally:
+        receiver.stop()
+    row = first_attempt(conn)
+    if delivered:
+        assert row["state"] == "DELIVERED"
+        [request] = receiver.received()
+        assert request.headers["Host"] == f"hooks.test:{receiver.port}"
+    else:
+        assert row["state"] == "PENDING" and not receiver.received()
+        assert "SSLCertVerificationError" in row["last_error"]
+        assert "Hostname mismatch" in row["last_error"]

@@ -162,7 +162,11 @@ def post(
     host, port = endpoint(url)
     parts = urllib.parse.urlsplit(url)
     raw = socket.create_connection((address, port), timeout=min(timeout, deadline.left()))
-    handle = raw.dup()  # shut down at the deadline: ends any read on this socket
+    try:
+        handle = raw.dup()  # shut down at the deadline: ends any read on this socket
+    except OSError:
+        raw.close()
+        raise
     cut = threading.Event()
     watchdog = threading.Timer(deadline.remaining(), _cut, args=(handle, cut))
     watchdog.daemon = True
