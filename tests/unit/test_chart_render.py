@@ -959,6 +959,24 @@ def test_the_network_policy_admits_only_the_operators_ports(helm_binary):
     ]
     ports = {port["name"] for port in container(objects)["ports"]}
     assert ports == {"health", "metrics", "run-api", "ui", "webhook"}
+    assert "egress" not in policy["spec"]
     assert (
         of_kind(render(helm_binary, sets=("networkPolicy.enabled=false",)), "NetworkPolicy") == []
     )
+
+
+def test_the_optional_egress_policy_allows_dns_public_receivers_and_the_rules_given(
+    helm_binary, tmp_path
+):
+    api_server = {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}], "ports": [{"port": 443}]}
+    values = {"networkPolicy": {"egress": {"enabled": True, "rules": [api_server]}}}
+    [policy] = of_kind(render(helm_binary, values=values, tmp=tmp_path), "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    dns, public, given = policy["spec"]["egress"]
+    assert {port["port"] for port in dns["ports"]} == {53} and "to" not in dns
+    v4, v6 = (peer["ipBlock"] for peer in public["to"])
+    assert v4["cidr"] == "0.0.0.0/0" and {"10.0.0.0/8", "169.254.0.0/16", "127.0.0.0/8"} <= set(
+        v4["except"]
+    )
+    assert v6 == {"cidr": "::/0", "except": ["::1/128", "fc00::/7", "fe80::/10"]}
+    assert given == api_server
