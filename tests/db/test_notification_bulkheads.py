@@ -20,6 +20,7 @@ from datetime import timedelta
 
 import pytest
 
+from cli_runner import pgsched
 from db.test_notifications import SECRETS, T0, Secrets, fail, outbox
 from devenv import pki
 from devenv.receiver import Receiver, Trickler
@@ -323,10 +324,17 @@ def test_a_refused_destination_is_a_dead_letter_saying_what_to_allow(conn, dsn):
     [dead] = notifications.dead_letters(conn)
     assert dead["attempts"] == 1
     assert dead["last_error"] == (
-        f"{url}: refused: 2130706433 resolves to 127.0.0.1 (loopback): notifications go to"
+        "refused: 2130706433 resolves to 127.0.0.1 (loopback): notifications go to"
         " public addresses only. For a receiver inside the cluster or your network, the"
         " administrator adds its address or host name to PGSCHED_NOTIFY_ALLOW (the chart's"
         " notifications.allowDestinations), e.g. 127.0.0.1/32 or 2130706433"
+    )
+    doctor = pgsched("doctor", "-o", "json", dsn=dsn)
+    [check] = [item for item in doctor.json()["checks"] if item["check"] == "notifications"]
+    assert check["status"] == "warn"
+    assert (
+        "default/job run 1 failed to hook after 1 attempts: refused: 2130706433"
+        in (check["detail"])
     )
 
 

@@ -217,7 +217,8 @@ class Notifier:
         except destinations.Busy:
             return Outcome("deferred")
         except destinations.Refused as error:
-            return Outcome("failed", f"{url}: refused: {error}", final=True)
+            # Not the URL: one kept in a Secret may carry a token, and errors are shown.
+            return Outcome("failed", f"refused: {error}", final=True)
         except (OSError, ValueError) as error:  # ValueError: a bad port
             return Outcome("failed", f"{host}: {type(error).__name__}: {error}")
         if not self._enter(self._address_busy, address, self.per_address_concurrency):
