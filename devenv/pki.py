@@ -134,10 +134,13 @@ def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) ->
     )
 
 
-def serving_tls(directory: Path, *, ips: Sequence[str], ca_name: str) -> Path:
-    """A CA ``ca_name`` and a serving certificate for ``ips`` (the first is its subject),
-    laid out as a TLS Secret mounts them (``ca.crt``, ``tls.crt``, ``tls.key``): what
-    ``PGSCHED_WEBHOOK_CERT_DIR``, ``PGSCHED_RUN_API_CERT_DIR`` and Kueue's webhook name."""
+def serving_tls(
+    directory: Path, *, ips: Sequence[str], ca_name: str, names: Sequence[str] = ()
+) -> Path:
+    """A CA ``ca_name`` and a serving certificate for ``ips`` (the first is its subject) and
+    host ``names``, laid out as a TLS Secret mounts them (``ca.crt``, ``tls.crt``,
+    ``tls.key``): what ``PGSCHED_WEBHOOK_CERT_DIR``, ``PGSCHED_RUN_API_CERT_DIR`` and
+    Kueue's webhook name."""
     ca = _ca(directory, ca_name)
     _issue(
         directory,
@@ -145,7 +148,7 @@ def serving_tls(directory: Path, *, ips: Sequence[str], ca_name: str) -> Path:
         ca,
         subject=f"/CN={ips[0]}",
         usage="serverAuth",
-        sans=",".join(f"IP:{ip}" for ip in ips),
+        sans=",".join([*(f"IP:{ip}" for ip in ips), *(f"DNS:{name}" for name in names)]),
     )
     return directory
 

@@ -27,6 +27,7 @@ from db.test_notifications import (
     end_run,
     fail,
     outbox,
+    receiving,
     webhook,
 )
 from devenv.receiver import Receiver
@@ -36,7 +37,6 @@ from pgsched.engine import notifications
 from pgsched.k8s.client import finalizers
 from pgsched.k8s.client.watch import Event
 from pgsched.k8s.kinds import notificationpolicies
-from pgsched.k8s.notifications import notifier
 from pgsched.k8s.reporting.publisher import Publisher
 
 KEY_B = b"team-b-signing-key"
@@ -56,7 +56,7 @@ def policy(conn, namespace, *targets, **fields):
 
 
 def delivered(conn, *, secrets=None):
-    notify = notifier.Notifier(secrets or Secrets(dict(SECRETS)), timeout=2.0, deadline=3.0)
+    notify = receiving(secrets or Secrets(dict(SECRETS)), timeout=2.0, deadline=3.0)
     try:
         drain(conn, notify)
     finally:

@@ -25,7 +25,7 @@ from factories import RecordingLauncher, define
 from pgsched import metrics
 from pgsched.db import connection
 from pgsched.engine import deadlines, dispatch, lease, materialize, notifications, runs, settle
-from pgsched.k8s.notifications import notifier
+from pgsched.k8s.notifications import destinations, notifier
 from pgsched.k8s.reporting.publisher import Publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -49,6 +49,23 @@ class Secrets:
 
 
 SECRETS = {("default", "hooks", "hmac"): KEY}
+# The receivers listen on this machine's loopback, which the notifier refuses unless it is
+# allowed: what an administrator does for in-cluster receivers (PGSCHED_NOTIFY_ALLOW).
+LOOPBACK = destinations.Allowed.parse(["127.0.0.1/32"])
+
+
+def receiving(secrets, **settings) -> notifier.Notifier:
+    """A notifier for these tests' receivers: on loopback, allowed, and, since all of them
+    share 127.0.0.1 and most jobs one namespace, with per-address and per-namespace bounds
+    that do not make them take turns (tests/db/test_notification_bulkheads.py tests those
+    bounds)."""
+    defaults = {
+        "allowed": LOOPBACK,
+        "per_namespace_concurrency": 8,
+        "per_address_concurrency": 8,
+        "per_address_rate": 100.0,
+    }
+    return notifier.Notifier(secrets, **{**defaults, **settings})
 
 
 @pytest.fixture
@@ -60,7 +77,7 @@ def receiver():
 
 @pytest.fixture
 def notify():
-    found = notifier.Notifier(Secrets(dict(SECRETS)), timeout=2.0, deadline=3.0)
+    found = receiving(Secrets(dict(SECRETS)), timeout=2.0, deadline=3.0)
     yield found
     found.close()
 
@@ -385,9 +402,7 @@ def test_competing_replicas_deliver_each_notification_once_in_order_through_an_o
     }
     assert len(expected) == 20
 
-    replicas = [
-        notifier.Notifier(Secrets(dict(SECRETS)), timeout=1.0, deadline=2.0) for _ in range(2)
-    ]
+    replicas = [receiving(Secrets(dict(SECRETS)), timeout=1.0, deadline=2.0) for _ in range(2)]
     sessions = [connection.connect(dsn) for _ in replicas]
     try:
         for replica, session in zip(replicas, sessions, strict=True):
@@ -438,7 +453,7 @@ def test_competing_replicas_deliver_each_notification_once_in_order_through_an_o
 
 def test_a_hanging_receiver_does_not_delay_another_target(conn, receiver):
     hanging = Receiver(hang=30).start()
-    notify = notifier.Notifier(Secrets(dict(SECRETS)), timeout=2.0, deadline=3.0)
+    notify = receiving(Secrets(dict(SECRETS)), timeout=2.0, deadline=3.0)
     try:
         slow = define(conn, "slow", now=T0, notify={"targets": [webhook(hanging)]})
         fast = define(conn, "fast", now=T0, notify={"targets": [webhook(receiver)]})
@@ -493,7 +508,7 @@ def test_a_huge_answer_is_read_only_in_part(conn, receiver, notify):
 
 def test_server_errors_are_retried_with_backoff_then_dead_lettered(conn, receiver):
     receiver.status = 500
-    notify = notifier.Notifier(Secrets(dict(SECRETS)), max_attempts=3, backoff_seconds=10)
+    notify = receiving(Secrets(dict(SECRETS)), max_attempts=3, backoff_seconds=10)
     try:
         job = define(conn, now=T0, notify={"targets": [webhook(receiver)]})
         fail(conn, job, T0)
@@ -526,7 +541,7 @@ def test_a_refusal_is_a_dead_letter_at_once(conn, receiver, notify):
 
 def test_secrets_are_read_from_the_jobs_own_namespace_only(conn, receiver):
     secrets = Secrets(dict(SECRETS))  # "hooks" exists in default only
-    notify = notifier.Notifier(secrets)
+    notify = receiving(secrets)
     try:
         job = define(conn, namespace="team-b", now=T0, notify={"targets": [webhook(receiver)]})
         fail(conn, job, T0)
@@ -571,7 +586,7 @@ def test_a_url_kept_in_a_secret_is_read_from_it_and_a_bad_one_is_not_followed(co
             ("default", "chat", "bad"): b"file:///x",
         }
     )
-    notify = notifier.Notifier(secrets)
+    notify = receiving(secrets)
     try:
         job = define(
             conn,
@@ -612,7 +627,7 @@ def test_a_replica_lost_after_the_receiver_took_a_notification_means_a_redeliver
     job = define(conn, now=T0, notify={"targets": [webhook(receiver)]})
     fail(conn, job, T0)
     fail(conn, job, T0 + timedelta(minutes=1))
-    lost = notifier.Notifier(Secrets(dict(SECRETS)))
+    lost = receiving(Secrets(dict(SECRETS)))
     assert lost.run_once(conn).claimed == 1  # the head of the line
     wait_until = time.monotonic() + 5
     while not receiver.received() and time.monotonic() < wait_until:
@@ -620,7 +635,7 @@ def test_a_replica_lost_after_the_receiver_took_a_notification_means_a_redeliver
     lost.close()  # dies without recording: the first notification stays leased
     assert [row["state"] for row in outbox(conn)] == ["PENDING", "PENDING"]
 
-    graceful = notifier.Notifier(Secrets(dict(SECRETS)))
+    graceful = receiving(Secrets(dict(SECRETS)))
     assert graceful.run_once(conn).claimed == 0  # the line waits for its leased head
     later = conn.execute("SELECT now() + interval '61 seconds' AS at").fetchone()["at"]
     drain(conn, graceful, now=later)  # the lease ran out
@@ -635,7 +650,7 @@ def test_a_graceful_stop_records_the_delivery_under_way(conn, receiver):
     receiver.hang = 0.5
     job = define(conn, now=T0, notify={"targets": [webhook(receiver)]})
     fail(conn, job, T0)
-    stopping = notifier.Notifier(Secrets(dict(SECRETS)))
+    stopping = receiving(Secrets(dict(SECRETS)))
     assert stopping.run_once(conn).claimed == 1
     assert stopping.close(conn).delivered  # waited for the receiver, then recorded it
     assert [row["state"] for row in outbox(conn)] == ["DELIVERED"]

@@ -60,6 +60,9 @@ class Operators:
             **{
                 "PGSCHED_TICK_INTERVAL_SECONDS": "0.2",
                 "PGSCHED_PUBLISH_INTERVAL_SECONDS": "0.2",
+                # The tests' notification receivers listen on this machine's loopback:
+                # allowed, as an administrator allows in-cluster receivers.
+                "PGSCHED_NOTIFY_ALLOW": "127.0.0.0/8",
                 "PGSCHED_LOG_LEVEL": "DEBUG"
                 if os.environ.get("PGSCHED_DEBUG_OPERATOR")
                 else "INFO",

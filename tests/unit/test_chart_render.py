@@ -154,6 +154,10 @@ def test_schema_accepts_a_known_key_and_rejects_a_misspelled_one_by_name(helm_bi
         ("podAntiAffinity=sometimes", "at '/podAntiAffinity': value must be one of"),
         ("image.digest=latest", "at '/image/digest': 'latest' does not match pattern"),
         ("health.port=70000", "at '/health/port': maximum: got 70,000, want 65,535"),
+        (
+            "notifications.allowDestinations={http://hooks}",
+            "at '/notifications/allowDestinations/0': 'http://hooks' does not match pattern",
+        ),
     ],
 )
 def test_schema_rejects_wrong_types_and_values_with_the_path(helm_binary, setting, message):
@@ -327,6 +331,7 @@ def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path, run_a
         "image": {"tag": "1.2.3", "pullPolicy": "Always"},
         "config": {"tickIntervalSeconds": 0.5, "dispatchBatch": 20, "apiQps": 7.5},
         "runApi": {"namespaceRate": 2.5, "poolSize": 6},
+        "notifications": {"allowDestinations": ["10.0.0.0/8", ".tools.svc.cluster.local"]},
     }
     env = operator_environment(render(helm_binary, values=values, tmp=tmp_path))
 
@@ -340,6 +345,7 @@ def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path, run_a
     # Every address of the pod, so that kubectl port-forward reaches them (issue 26).
     assert (settings.health_bind, settings.metrics_bind) == ("0.0.0.0:8080", "0.0.0.0:9090")
     assert (settings.run_api.namespace_rate, settings.run_api.pool_size) == (2.5, 6)
+    assert settings.notify_allow == ("10.0.0.0/8", ".tools.svc.cluster.local")
     wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
     assert read_settings(wide, run_api_mount).all_namespaces
 
@@ -953,6 +959,24 @@ def test_the_network_policy_admits_only_the_operators_ports(helm_binary):
     ]
     ports = {port["name"] for port in container(objects)["ports"]}
     assert ports == {"health", "metrics", "run-api", "ui", "webhook"}
+    assert "egress" not in policy["spec"]
     assert (
         of_kind(render(helm_binary, sets=("networkPolicy.enabled=false",)), "NetworkPolicy") == []
     )
+
+
+def test_the_optional_egress_policy_allows_dns_public_receivers_and_the_rules_given(
+    helm_binary, tmp_path
+):
+    api_server = {"to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}], "ports": [{"port": 443}]}
+    values = {"networkPolicy": {"egress": {"enabled": True, "rules": [api_server]}}}
+    [policy] = of_kind(render(helm_binary, values=values, tmp=tmp_path), "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    dns, public, given = policy["spec"]["egress"]
+    assert {port["port"] for port in dns["ports"]} == {53} and "to" not in dns
+    v4, v6 = (peer["ipBlock"] for peer in public["to"])
+    assert v4["cidr"] == "0.0.0.0/0" and {"10.0.0.0/8", "169.254.0.0/16", "127.0.0.0/8"} <= set(
+        v4["except"]
+    )
+    assert v6 == {"cidr": "::/0", "except": ["::1/128", "fc00::/7", "fe80::/10"]}
+    assert given == api_server

@@ -121,6 +121,24 @@ def test_a_bad_history_retention_names_the_variable_and_an_example(base, raw):
     )
 
 
+def test_notification_destinations_allowed_are_cidrs_and_host_names(base):
+    assert OperatorSettings.from_environment(base).notify_allow == ()
+    raw = "10.0.0.0/8, hooks.tools.svc.cluster.local,.tools.svc"
+    settings = OperatorSettings.from_environment({**base, "PGSCHED_NOTIFY_ALLOW": raw})
+    assert settings.notify_allow == ("10.0.0.0/8", "hooks.tools.svc.cluster.local", ".tools.svc")
+
+
+def test_a_bad_notification_destination_names_the_variable_and_an_example(base):
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment({**base, "PGSCHED_NOTIFY_ALLOW": "10.0.0.0/8,http://x"})
+    assert str(caught.value) == (
+        "invalid operator settings:\n  PGSCHED_NOTIFY_ALLOW: 'http://x' is neither a CIDR nor"
+        " a host name (examples: 10.0.0.0/8, hooks.tools.svc.cluster.local,"
+        " .tools.svc.cluster.local) (example: PGSCHED_NOTIFY_ALLOW=10.0.0.0/8,"
+        ".tools.svc.cluster.local)"
+    )
+
+
 class FakeClock:
     def __init__(self):
         self.now = 0.0

@@ -5,8 +5,13 @@ finished since its last round, claims as many due notifications as it has idle w
 and hands them to a small pool of worker threads. It never waits for a receiver, so a
 receiver that hangs costs a worker, not the loop, the tick or any other receiver.
 
-Concurrency, rate and request size are bounded per receiver host, so one slow or hostile
-receiver cannot take the others' share. Failed attempts are retried with backoff until the
+Each attempt has one deadline, from resolving the receiver's name to the answer's last
+byte. Concurrency is bounded per namespace (a tenant's receivers, however many hosts and
+ports they use, hold at most that many workers) and per resolved address (with a rate),
+so one slow or hostile receiver cannot take the others' share. Destinations that resolve
+to loopback, link-local, private or other non-public addresses are refused unless the
+administrator allows them (``destinations``): a refusal is a dead letter at once, its
+message saying what to allow. Failed attempts are retried with backoff until the
 row is a dead letter. Delivery is at least once: receivers de-duplicate on
 ``Idempotency-Key``. Secrets are read when sending, from the ScheduledJob's own namespace.
 
@@ -21,6 +26,7 @@ import logging
 import random
 import threading
 import time
+import urllib.parse
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,7 +39,7 @@ from pgsched.db.connection import Connection
 from pgsched.engine import notifications
 from pgsched.engine.notifications import Claimed
 from pgsched.k8s.client import api
-from pgsched.k8s.notifications import receivers
+from pgsched.k8s.notifications import destinations, receivers
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +78,7 @@ class KubeSecrets:
 @dataclass(frozen=True)
 class Outcome:
     """What one attempt came to: ``delivered``, ``failed`` (``final``: never retry) or
-    ``deferred`` (not attempted: a per-host bound)."""
+    ``deferred`` (not attempted: a per-namespace or per-address bound)."""
 
     kind: str
     error: str = ""
@@ -112,8 +118,11 @@ class Notifier:
         secrets: SecretReader,
         *,
         workers: int = 8,
-        per_host_concurrency: int = 2,
-        per_host_rate: float = 5.0,
+        per_namespace_concurrency: int = 2,
+        per_address_concurrency: int = 2,
+        per_address_rate: float = 5.0,
+        allowed: destinations.Allowed = destinations.PUBLIC_ONLY,
+        resolver: destinations.Resolver | None = None,
         timeout: float = 5.0,
         deadline: float = 10.0,
         lease_seconds: float = 60.0,
@@ -124,8 +133,11 @@ class Notifier:
     ) -> None:
         self.secrets = secrets
         self.workers = workers
-        self.per_host_concurrency = per_host_concurrency
-        self.per_host_rate = per_host_rate
+        self.per_namespace_concurrency = per_namespace_concurrency
+        self.per_address_concurrency = per_address_concurrency
+        self.per_address_rate = per_address_rate
+        self.allowed = allowed
+        self.resolver = resolver or destinations.Resolver()
         self.timeout, self.deadline = timeout, deadline
         self.lease_seconds = lease_seconds
         self.max_attempts = max_attempts
@@ -134,7 +146,8 @@ class Notifier:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pgsched-notify")
         self._lock = threading.Lock()
         self._in_flight: dict[Future[Outcome], Claimed] = {}
-        self._host_busy: dict[str, int] = defaultdict(int)
+        self._namespace_busy: dict[str, int] = defaultdict(int)
+        self._address_busy: dict[str, int] = defaultdict(int)
         self._buckets: dict[str, _Bucket] = {}
         self._housekept = float("-inf")
 
@@ -184,11 +197,34 @@ class Notifier:
             key = self._secret(claimed.namespace, signing) if signing else None
         except SecretError as error:
             return Outcome("failed", str(error))
-        host = receivers.host_of(url)
-        if not self._enter(host):
+        if not self._enter(self._namespace_busy, claimed.namespace, self.per_namespace_concurrency):
             return Outcome("deferred")
         try:
-            body, content_type = receivers.body_of(str(target["type"]), claimed.payload)
+            return self._attempt(claimed, url, key)
+        finally:
+            self._leave(self._namespace_busy, claimed.namespace)
+
+    def _attempt(self, claimed: Claimed, url: str, key: bytes | None) -> Outcome:
+        """One attempt within one deadline: resolve, check, connect, send, read."""
+        deadline = destinations.Deadline.starting(self.deadline)
+        host = urllib.parse.urlsplit(url).hostname or url
+        try:
+            host, port = receivers.endpoint(url)
+            found = self.resolver.addresses(
+                host, port, namespace=claimed.namespace, deadline=deadline
+            )
+            address = destinations.permitted(host, found, self.allowed)
+        except destinations.Busy:
+            return Outcome("deferred")
+        except destinations.Refused as error:
+            # Not the URL: one kept in a Secret may carry a token, and errors are shown.
+            return Outcome("failed", f"refused: {error}", final=True)
+        except (OSError, ValueError) as error:  # ValueError: a bad port
+            return Outcome("failed", f"{host}: {type(error).__name__}: {error}")
+        if not self._enter(self._address_busy, address, self.per_address_concurrency):
+            return Outcome("deferred")
+        try:
+            body, content_type = receivers.body_of(str(claimed.target["type"]), claimed.payload)
             headers = receivers.headers_for(
                 idempotency_key=claimed.idempotency_key,
                 content_type=content_type,
@@ -196,12 +232,12 @@ class Notifier:
                 signing_key=key,
             )
             answer = receivers.post(
-                url, body, headers, timeout=self.timeout, deadline=self.deadline
+                url, address, body, headers, timeout=self.timeout, deadline=deadline
             )
-        except (OSError, ValueError, http.client.HTTPException) as error:  # ValueError: a bad port
-            return Outcome("failed", f"{host}: {type(error).__name__}: {error}")
+        except (OSError, http.client.HTTPException) as error:
+            return Outcome("failed", f"{host} ({address}): {type(error).__name__}: {error}")
         finally:
-            self._leave(host)
+            self._leave(self._address_busy, address)
         return _judged(host, answer)
 
     def _url(self, claimed: Claimed) -> str:
@@ -220,21 +256,25 @@ class Notifier:
             raise SecretError("the target's secret reference is not {name, key}")
         return self.secrets.read(namespace, found.name, found.key)
 
-    def _enter(self, host: str) -> bool:
+    def _enter(self, busy: dict[str, int], key: str, limit: int) -> bool:
+        """A slot for ``key`` (a namespace, or an address with its rate too)."""
         with self._lock:
-            if self._host_busy[host] >= self.per_host_concurrency:
+            if busy[key] >= limit:
                 return False
-            bucket = self._buckets.setdefault(
-                host, _Bucket(self.per_host_rate, 2 * self.per_host_rate)
-            )
-            if not bucket.take():
-                return False
-            self._host_busy[host] += 1
+            if busy is self._address_busy:
+                bucket = self._buckets.setdefault(
+                    key, _Bucket(self.per_address_rate, 2 * self.per_address_rate)
+                )
+                if not bucket.take():
+                    return False
+            busy[key] += 1
             return True
 
-    def _leave(self, host: str) -> None:
+    def _leave(self, busy: dict[str, int], key: str) -> None:
         with self._lock:
-            self._host_busy[host] -= 1
+            busy[key] -= 1
+            if not busy[key]:
+                del busy[key]
 
     # -- The loop's part ----------------------------------------------------------------
 

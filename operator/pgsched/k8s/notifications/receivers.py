@@ -17,9 +17,11 @@ receiver that refuses old timestamps refuses replays, and de-duplicates redelive
 the key.
 
 A receiver is untrusted, so ``post`` bounds everything: connecting and each read take at
-most ``timeout`` seconds, the whole exchange at most ``deadline`` (a watchdog shuts the
-socket down under a receiver that trickles its answer), redirects are never followed
-(``http.client`` does not), and at most ``MAX_RESPONSE_BYTES`` of the answer are read.
+most ``timeout`` seconds, the whole attempt, from resolving the host to the answer's last
+byte, at most its deadline (a watchdog shuts the socket down under a receiver that
+trickles its answer), redirects are never followed (``http.client`` does not), and at
+most ``MAX_RESPONSE_BYTES`` of the answer are read. It connects to an address the
+notifier resolved and checked (``destinations``), never to the name again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any
 from pgsched import __version__
 from pgsched.db import clock
 from pgsched.k8s import names
+from pgsched.k8s.notifications import destinations
 
 MAX_RESPONSE_BYTES = 4096
 SIGNATURE_HEADER = "X-Pgsched-Signature"
@@ -127,40 +130,84 @@ def headers_for(
     return headers
 
 
-def host_of(url: str) -> str:
-    """The receiver's host and port: the unit of the per-receiver bounds."""
-    return urllib.parse.urlsplit(url).netloc.lower()
+def endpoint(url: str) -> tuple[str, int]:
+    """The receiver's host name (or address) and port, as the URL gives them."""
+    parts = urllib.parse.urlsplit(url)
+    return str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def post(
-    url: str, body: bytes, headers: Mapping[str, str], *, timeout: float, deadline: float
+    url: str,
+    address: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    timeout: float,
+    deadline: destinations.Deadline,
 ) -> Answer:
-    """POST once; raises ``OSError`` (refused, timed out, cut at the deadline) or
-    ``http.client.HTTPException`` (a malformed answer)."""
+    """POST once to ``address`` (what the URL's host resolved to, already checked); raises
+    ``OSError`` (refused, timed out, cut at the deadline) or ``http.client.HTTPException``
+    (a malformed answer).
+
+    The deadline is kept on the kernel's socket, not on an object http.client holds:
+    ``getresponse()`` drops ``conn.sock`` when the receiver answers "Connection: close",
+    and the response reads on from its own file, so a watchdog that shut ``conn.sock``
+    down cut nothing and a receiver trickling one byte per read timeout held a worker
+    for hours. A duplicate descriptor of the connected socket, kept here, reaches the
+    socket whatever object reads it (TLS included). An asyncio client with a total
+    timeout would bound it too, but means an event loop beside the worker threads for a
+    pool of eight; one timer thread per request is cheaper than that, and measured at
+    the deadline to within a few milliseconds (tests/db/test_notification_bulkheads.py).
+    """
+    host, port = endpoint(url)
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "https":
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-            str(parts.hostname), parts.port, timeout=timeout, context=ssl.create_default_context()
-        )
-    else:
-        conn = http.client.HTTPConnection(str(parts.hostname), parts.port, timeout=timeout)
-    watchdog = threading.Timer(deadline, _cut, args=(conn,))
+    raw = socket.create_connection((address, port), timeout=min(timeout, deadline.left()))
+    try:
+        handle = raw.dup()  # shut down at the deadline: ends any read on this socket
+    except OSError:
+        raw.close()
+        raise
+    cut = threading.Event()
+    watchdog = threading.Timer(deadline.remaining(), _cut, args=(handle, cut))
     watchdog.daemon = True
     watchdog.start()
     try:
-        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        conn.request("POST", target, body=body, headers=dict(headers))
-        response = conn.getresponse()
-        return Answer(
-            response.status, response.read(MAX_RESPONSE_BYTES), response.getheader("Location")
-        )
+        sock: socket.socket = raw
+        if parts.scheme == "https":
+            sock = ssl.create_default_context().wrap_socket(raw, server_hostname=host)
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.sock = sock  # connected, checked, and (https) verified for the URL's host
+        try:
+            target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+            conn.request("POST", target, body=body, headers=dict(headers))
+            response = conn.getresponse()
+            status, location = response.status, response.getheader("Location")
+            # A 2xx settles the attempt: its body is not waited for.
+            text = b"" if 200 <= status < 300 else _some_of(response)
+        finally:
+            conn.close()
+            sock.close()
+    except (OSError, http.client.HTTPException):
+        if cut.is_set():
+            raise TimeoutError(deadline.exceeded()) from None
+        raise
     finally:
         watchdog.cancel()
-        conn.close()
+        handle.close()
+    return Answer(status, text, location)
 
 
-def _cut(conn: http.client.HTTPConnection) -> None:
-    sock = conn.sock
-    if sock is not None:
-        with contextlib.suppress(OSError):  # already closed
-            sock.shutdown(socket.SHUT_RDWR)
+def _some_of(response: http.client.HTTPResponse) -> bytes:
+    """At most ``MAX_RESPONSE_BYTES`` of an answer's body, what came before a cut."""
+    try:
+        return response.read(MAX_RESPONSE_BYTES)
+    except http.client.IncompleteRead as error:
+        return error.partial[:MAX_RESPONSE_BYTES]
+    except OSError:
+        return b""
+
+
+def _cut(handle: socket.socket, cut: threading.Event) -> None:
+    cut.set()
+    with contextlib.suppress(OSError):  # already closed
+        handle.shutdown(socket.SHUT_RDWR)

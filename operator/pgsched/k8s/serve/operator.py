@@ -46,7 +46,7 @@ from pgsched.k8s.failover import revalidation
 from pgsched.k8s.jobside import jobevents, resync, starts, verdicts
 from pgsched.k8s.jobside.launcher import KubernetesLauncher
 from pgsched.k8s.kinds import calendars, concurrencypools, notificationpolicies, pool_status
-from pgsched.k8s.notifications import notifier
+from pgsched.k8s.notifications import destinations, notifier
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
 from pgsched.k8s.serve import gauges, health
@@ -125,7 +125,10 @@ class EngineThreads:
         pools_seen = pool_status.PoolStatus(kube)
         judge = verdicts.Verdicts(kube)
         recovery = starts.Recovery()
-        notify = notifier.Notifier(notifier.KubeSecrets(kube))
+        notify = notifier.Notifier(
+            notifier.KubeSecrets(kube),
+            allowed=destinations.Allowed.parse(settings.notify_allow),
+        )
         services = [
             loop.Service(
                 "publishing run events",

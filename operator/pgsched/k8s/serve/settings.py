@@ -30,6 +30,7 @@ from pgsched.db import dsn as dsn_source
 from pgsched.engine.tick import TickSettings
 from pgsched.k8s.jobside.jobpolicy import JobPolicy
 from pgsched.k8s.jobside.jobs import JobSettings
+from pgsched.k8s.notifications import destinations
 from pgsched.k8s.serve import run_api_ca
 from pgsched.validation import Problems, SettingsError
 
@@ -97,6 +98,9 @@ class OperatorSettings:
     pool_size: int = 4
     # How long run history is kept (engine/history.py); None: forever.
     history_retention: timedelta | None = None
+    # Notification destinations allowed beside public addresses: CIDRs and host names
+    # (k8s/notifications/destinations.py).
+    notify_allow: tuple[str, ...] = ()
     webhook: WebhookSettings = WebhookSettings()
     run_api: RunApiSettings = RunApiSettings()
 
@@ -244,6 +248,17 @@ def retention(name: str, raw: str | None, default: Any, problems: Problems) -> A
 
 
 _RETENTION = re.compile(r"(\d+)([dh])")
+
+
+def destination_list(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """Comma-separated CIDRs and host names; each checked (destinations.Allowed)."""
+    entries = name_list(name, raw, default, problems)
+    try:
+        destinations.Allowed.parse(entries)
+    except ValueError as error:
+        problems.add(name, str(error), f"{name}=10.0.0.0/8,.tools.svc.cluster.local")
+        return default
+    return entries
 
 
 def _is_bind(value: str) -> bool:
@@ -701,6 +716,20 @@ VARIABLES: tuple[Variable, ...] = (
         meaning=(
             "Database connections of the run API: its own, whatever the number of running pods."
         ),
+    ),
+    Variable(
+        "PGSCHED_NOTIFY_ALLOW",
+        setting="notify_allow",
+        read=destination_list,
+        meaning=(
+            "Notification destinations allowed although not public, comma-separated: CIDRs "
+            "(`10.0.0.0/8`, `fd00::/8`), host names (`hooks.tools.svc.cluster.local`) and "
+            "`.domain` for every name under it. Unset: a URL must resolve to a public "
+            "address; loopback, link-local (`169.254.169.254`), private, multicast and "
+            "unspecified addresses are refused, in any spelling, checked where the socket "
+            "connects (see [notifications](notifications.md#destinations))."
+        ),
+        shown="",
     ),
     Variable(
         "PGSCHED_DB_POOL_SIZE",
