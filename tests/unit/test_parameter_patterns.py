@@ -151,6 +151,25 @@ def test_a_pattern_re2_cannot_compile_is_refused_naming_the_field(pattern, probl
     assert error.example == declarations.EXAMPLE
 
 
+@pytest.mark.parametrize("pattern", [r"\pL{1000}", r"(?i)[\pL\pN ]{1,10}"])
+def test_a_pattern_too_large_for_re2_is_refused_saying_so_not_as_syntax(pattern):
+    with pytest.raises(spec.SpecError) as refused:
+        spec.parse(
+            {"schedule": "0 3 * * *", "parameters": [{"name": "a", "pattern": pattern}]},
+            hash_seed="ns/job",
+            anchor=NOW,
+            now=NOW,
+        )
+    [error] = refused.value.errors
+    assert error.path == "spec.parameters[0].pattern"
+    assert error.message == (
+        f"{json.dumps(pattern)} is too large for RE2: its program passes the 64 KiB a pattern"
+        " may take (each counted repetition copies what it repeats): use unbounded repetition"
+        " where the length does not matter, '[a-z]+' rather than '[a-z]{1,200}'"
+    )
+    assert error.example == declarations.EXAMPLE
+
+
 def test_re2_syntax_that_python_lacks_is_accepted():
     """RE2 is also the dialect of Kubernetes' CRD patterns: what a CRD accepts, we accept."""
     declared = [parameters.Declared("day", pattern=r"[[:digit:]]{4}-\pN{2}")]

@@ -3,7 +3,9 @@
 A ScheduledJob names its targets — a generic webhook (signed JSON), a Slack-compatible
 incoming webhook, a CloudEvents 1.0 HTTP receiver — and the events each wants: ``failed``
 (each attempt, or only the final one: ``failedOn``), ``retried``, ``autoSuspended``,
-``skipped``, ``recovered`` (succeeded after a failure) and ``deadlineMissed``.
+``skipped``, ``recovered`` (succeeded after a failure) and ``deadlineMissed``. A target
+that names none gets all but ``skipped``: most skips are plans (a suspension, a holiday),
+and a pager should ring for trouble (docs/notifications.md, "Skipped occurrences").
 
 Nothing here sends anything. The database derives one notification row per matching
 target from the run-events outbox, in the transaction of the change that causes it (the

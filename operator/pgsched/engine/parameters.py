@@ -57,6 +57,9 @@ ENV_PREFIX = "PGSCHED_PARAM_"
 # so spec.parameters bounds all of a spec's patterns together: twenty values of MAX_VALUE
 # characters then cost a few milliseconds at worst (tests/unit/test_parameter_patterns.py).
 MAX_INSTRUCTIONS = 2000
+SMALLER = (
+    "use unbounded repetition where the length does not matter, '[a-z]+' rather than '[a-z]{1,200}'"
+)
 # RE2's options: no error lines on stderr (a refused pattern is the spec's problem, said
 # in its message), no submatches (only whether the whole value matches), and 64 KiB per
 # compiled pattern instead of 8 MiB — room for a program of MAX_INSTRUCTIONS — so that
@@ -142,6 +145,12 @@ def program_size(pattern: str) -> int:
         reason = error.args[0] if error.args else ""
         if isinstance(reason, bytes):
             reason = reason.decode(errors="replace")
+        if reason.startswith("pattern too large"):
+            raise ValueError(
+                f"{quoted(pattern)} is too large for RE2: its program passes the"
+                f" {_OPTIONS.max_mem >> 10} KiB a pattern may take (each counted repetition"
+                f" copies what it repeats): {SMALLER}"
+            ) from None
         raise ValueError(
             f"{quoted(pattern)} is not an RE2 pattern: {reason} (patterns are matched by RE2,"
             " the dialect of Kubernetes' CRD patterns, in linear time: no backreferences and"

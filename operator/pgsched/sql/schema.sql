@@ -609,7 +609,8 @@ BEGIN
     JOIN pgsched.job_runs AS r ON r.id = e.run_id
     LEFT JOIN pgsched.run_deadlines AS m ON m.run_id = e.run_id
     WHERE e.event IS NOT NULL
-      AND (NOT t.target ? 'events' OR t.target->'events' ? e.event)
+      AND CASE WHEN t.target ? 'events' THEN t.target->'events' ? e.event
+               ELSE e.event <> 'skipped' END
     ORDER BY e.id, t.target->>'name'
     ON CONFLICT (idempotency_key) DO NOTHING;
     RETURN NULL;

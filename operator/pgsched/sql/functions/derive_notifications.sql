@@ -1,5 +1,7 @@
 -- Trigger: a run's status change becomes the notifications its job's effective notify
--- configuration asks for.
+-- configuration asks for. A target without an `events` list gets every event but
+-- `skipped`: a skip is a plan (a suspension, a calendar's holiday, a concurrency policy)
+-- more often than trouble, so it is sent only to a target that lists it.
 
 CREATE OR REPLACE FUNCTION pgsched.derive_notifications() RETURNS trigger
     LANGUAGE plpgsql
@@ -56,7 +58,8 @@ BEGIN
     JOIN pgsched.job_runs AS r ON r.id = e.run_id
     LEFT JOIN pgsched.run_deadlines AS m ON m.run_id = e.run_id
     WHERE e.event IS NOT NULL
-      AND (NOT t.target ? 'events' OR t.target->'events' ? e.event)
+      AND CASE WHEN t.target ? 'events' THEN t.target->'events' ? e.event
+               ELSE e.event <> 'skipped' END
     ORDER BY e.id, t.target->>'name'
     ON CONFLICT (idempotency_key) DO NOTHING;
     RETURN NULL;
