@@ -27,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -118,6 +120,7 @@ class ControlPlane:
         self._postgres_relays: dict[str, tuple[processes.ManagedProcess, str, Path]] = {}
         # (Service, port) -> the relays of a host port published as one of its endpoints
         self._endpoint_relays: dict[tuple[str, int], list[processes.ManagedProcess]] = {}
+        self._service_ips: dict[str, str] = {}  # publish_host_port's Services' ClusterIPs
         self._etcd: processes.ManagedProcess | None = None
         self._apiserver: processes.ManagedProcess | None = None
         self._controller_manager: processes.ManagedProcess | None = None
@@ -460,12 +463,44 @@ class ControlPlane:
         ``wait``: until kube-proxy routes the Service's port (up to 30 s). Not for a
         replica restarted while its peers are away or the API server is down (chaos):
         nothing routes it until they are back, and the caller must go on."""
+        cluster_ip = self._service_ips.get(service)
+        if cluster_ip is None:
+            cluster_ip = self._service_ips[service] = self._selectorless_service(
+                service, service_port
+            )
         self._endpoint_relays[(service, port)] = self._host_port_relays(port, bind=NODE_IP)
-        cluster_ip = self._selectorless_service(service, service_port)
-        self._endpoint_slice(service, f"{service}-{port}", port)
+        self._until_the_api_answers(
+            f"EndpointSlice {service}-{port} created",
+            lambda: self._endpoint_slice(service, f"{service}-{port}", port),
+            still_wanted=lambda: (service, port) in self._endpoint_relays,
+        )
         if wait:
             self._wait_routed(cluster_ip, service_port)
         return cluster_ip
+
+    def _until_the_api_answers(
+        self, what: str, write: Callable[[], None], *, still_wanted: Callable[[], bool]
+    ) -> None:
+        """``write`` now, or, while the API server is down (a test's outage), again every
+        half second from a thread of its own until it answers or the write is no longer
+        wanted: a replica restarted during an outage gets its endpoint once the API server
+        is back, as the endpoints controller would give a pod's."""
+        try:
+            write()
+            return
+        except ApiUnreachable:
+            log.info("%s once the API server answers", what)
+
+        def retry() -> None:
+            while still_wanted():
+                time.sleep(0.5)
+                try:
+                    write()
+                    return
+                except ApiUnreachable:
+                    continue
+
+        threading.Thread(target=retry, name=what, daemon=True).start()
 
     def _wait_routed(self, cluster_ip: str, port: int, timeout: float = 30.0) -> None:
         """Until kube-proxy sends connections to ``cluster_ip:port`` somewhere, seen from
@@ -491,19 +526,25 @@ class ControlPlane:
     def withdraw_host_port(self, service: str, port: int) -> None:
         """Undo :meth:`publish_host_port`: the EndpointSlice deleted (kube-proxy stops
         sending connections there), then the relays stopped. With the API server down the
-        slice stays, and connections to it are refused until it is back."""
+        slice goes once it is back; connections to it are refused until then."""
         relays = self._endpoint_relays.pop((service, port), None)
         if relays is None:
             return
+        path = f"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/{service}-{port}"
+
+        def delete() -> None:
+            try:
+                self.api.delete(path)
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+
         try:
-            self.api.delete(
-                f"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/{service}-{port}"
+            self._until_the_api_answers(
+                f"EndpointSlice {service}-{port} deleted",
+                delete,
+                still_wanted=lambda: (service, port) not in self._endpoint_relays,
             )
-        except ApiUnreachable:
-            log.warning("EndpointSlice %s-%s left behind: the API server is down", service, port)
-        except ApiError as error:
-            if error.status != 404:
-                raise
         finally:
             for relay in relays:
                 relay.stop(grace=1.0)
