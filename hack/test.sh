@@ -2,16 +2,17 @@
 # `make test`: the whole suite in three pytest runs, two at a time, because the tests want
 # different things of a 2-core machine:
 #
-# - the others (unit, database, UI, the database chaos) and those with an API server of
-#   their own (`api_only`, no node) mostly compute: PGSCHED_TEST_REST_WORKERS pytest-xdist
-#   workers (default 2), in the background from the start (the tests alone on the node
-#   mostly wait: a core and a half stood idle beside one process);
+# - the others (unit, database, UI, the database chaos) mostly compute: one process, in the
+#   background from the start (two xdist workers there, tried on 2026-12-06, stretched the
+#   tests alone on the node from 28 to 38 min and made the cluster chaos miss its faults:
+#   those judge timings, and one process finishes before them anyway);
 # - beside them, alone on the machine's one Kubernetes node, the tests that need the
 #   cluster to themselves (`exclusive`: API server and node restarts, the cluster chaos,
 #   cluster-wide admission, latency) and those that start a cluster of their own
 #   (`own_cluster`): these mostly wait;
-# - then the tests on the node (marker `cluster`): PGSCHED_TEST_WORKERS pytest-xdist
-#   workers (default 3) attached to one shared cluster (`python -m devenv.controlplane up --state-file`), each test in a
+# - then the tests on the node (marker `cluster`) and those with an API server of their
+#   own (`api_only`): PGSCHED_TEST_WORKERS pytest-xdist workers (default 3) attached to
+#   one shared cluster (`python -m devenv.controlplane up --state-file`), each test in a
 #   namespace of its own, the longest modules first (tests/plugins/ordering.py).
 #
 # Every run writes a JUnit report to .cache/test-reports/ (the previous run's stay in
@@ -24,7 +25,6 @@ cd "$(dirname "$0")/.."
 
 export PGSCHED_REQUIRE_CLUSTER=1
 workers=${PGSCHED_TEST_WORKERS:-3}
-rest_workers=${PGSCHED_TEST_REST_WORKERS:-2}
 reports=.cache/test-reports
 # The previous run's reports stay for tests/plugins/ordering.py (longest modules first).
 mkdir -p "$reports/previous"
@@ -53,7 +53,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 started=$(date +%s)
-.venv/bin/pytest -n "$rest_workers" --dist loadscope -m "not cluster and not own_cluster" \
+.venv/bin/pytest -m "not cluster and not own_cluster and not api_only" \
     --junitxml="$reports/rest.xml" "$@" >"$log" 2>&1 &
 rest=$!
 
@@ -81,7 +81,7 @@ while [ ! -s "$state" ]; do
 done
 echo "test: shared cluster ready after $(($(date +%s) - started))s"
 PGSCHED_SHARED_CLUSTER="$state" .venv/bin/pytest -n "$workers" --dist loadscope \
-    -m "cluster and not exclusive and not own_cluster" \
+    -m "(cluster or api_only) and not exclusive and not own_cluster" \
     --junitxml="$reports/parallel.xml" "$@"
 parallel_status=$?
 stop_shared_cluster
@@ -90,7 +90,7 @@ echo "test: the parallel cluster tests ended after $(($(date +%s) - started))s (
 wait "$rest"
 rest_status=$?
 rest=
-echo "----- the tests without the node (pytest -m 'not cluster and not own_cluster') -----"
+echo "----- the tests without the cluster (pytest -m 'not cluster and not own_cluster and not api_only') -----"
 cat "$log"
 echo "test: all done in $(($(date +%s) - started))s (status $parallel_status, $alone_status, $rest_status)"
 .venv/bin/python hack/test_durations.py

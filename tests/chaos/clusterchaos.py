@@ -215,11 +215,14 @@ class ClusterChaos(ChaosDriver):
         requests_per_second: float = 0.3,
         start_timeout_seconds: int | None = HEARTBEAT["orphanTimeoutSeconds"],
         long_jobs: int = 0,
+        endpoints_back_after: tuple[float, float] = (1.0, 5.0),
     ) -> None:
         """``start_timeout_seconds``: the ScheduledJobs' bound on a launching run (a run
         whose workload has not started is bounded by it, not by the orphan timeout; None:
         the product's default). ``long_jobs``: ScheduledJobs of 50 s workloads on top
-        (``long_job_spec``), for pods to beat through the replicas' absences."""
+        (``long_job_spec``), for pods to beat through the replicas' absences.
+        ``endpoints_back_after``: the range of seconds after ``replicas_pause`` wakes the
+        replicas before their endpoints are back (a readiness probe's delay)."""
         super().__init__(config, server, work_dir)  # type: ignore[arg-type]
         if config.planted not in (None, *PLANTED):
             raise ValueError(f"unknown planted bug {config.planted!r} (one of {PLANTED})")
@@ -229,6 +232,7 @@ class ClusterChaos(ChaosDriver):
         self._per_second = requests_per_second
         self._start_timeout = start_timeout_seconds
         self._long_jobs = [f"chaos-long-{index}" for index in range(long_jobs)]
+        self._endpoints_back_after = endpoints_back_after
         self.operators = Operators(cluster, self.dsn, namespace, work_dir)
         self.handles: dict[int, OperatorProcess] = {}
         self._started: dict[int, float] = {}  # replica index → when (monotonic) it started
@@ -416,7 +420,7 @@ class ClusterChaos(ChaosDriver):
             return None  # owed, as replicas_down
         handles = [handle for handle in self.handles.values() if handle.process.poll() is None]
         pids = sorted(handle.pid for handle in handles)
-        unready = rng.uniform(1.0, 5.0)
+        unready = rng.uniform(*self._endpoints_back_after)
         with self.replicas_away() as absence:
             for pid in pids:
                 self.freezer.freeze(pid, seconds + 5)  # (thawed below; the timer if not)
@@ -431,10 +435,15 @@ class ClusterChaos(ChaosDriver):
             time.sleep(max(0.0, thawed + unready - time.time()))
             for handle in handles:
                 if handle.run_api.service is not None and handle.process.poll() is None:
+                    # Not waiting for kube-proxy to route it: the absence ends when the
+                    # database sees the replicas' presence again (``_run_api_back``), and
+                    # a wait here (30 s at most, seen three times in one loaded run) held
+                    # up the faults still owed.
                     self.cluster.publish_host_port(
                         handle.run_api.service,
                         handle.run_api.port,
                         service_port=run_api.SERVICE_PORT,
+                        wait=False,
                     )
         return self._absent("replicas_pause", absence[0], thawed, back, beating) + (
             f"; all {len(pids)} replicas (pids {pids}) frozen {seconds:.1f}s, their endpoints"

@@ -132,6 +132,10 @@ def test_a_reaper_blind_to_the_operators_absence_is_caught(
         namespace=namespace,
         requests_per_second=1.0,
         long_jobs=LONG_JOBS,
+        # The blind reaper must judge before the pods beat again: on a loaded machine a
+        # wake's first reap came after endpoints back within 1.5 s, and the pods' next
+        # beat cleared every run it had marked (the check then found nothing to name).
+        endpoints_back_after=(4.0, 5.0),
     )
 
     report = chaos.run()

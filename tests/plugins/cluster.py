@@ -10,10 +10,10 @@
   first; tests that start an API server of their own without the node are ``api_only``;
   tests that need the session's cluster to themselves (they restart the API server or the
   node, install cluster-wide admission, or measure latency) are ``exclusive``.
-- ``hack/test.sh`` runs the ``exclusive`` and ``own_cluster`` tests alone on the node (the
-  ``api_only`` ones meanwhile, with the tests that need no cluster), then the ``cluster``
-  ones in parallel workers that attach to one shared cluster (``PGSCHED_SHARED_CLUSTER``);
-  run directly, pytest starts the session's cluster itself.
+- ``hack/test.sh`` runs the ``exclusive`` and ``own_cluster`` tests alone on the node, then
+  the ``cluster`` and ``api_only`` ones in parallel workers that attach to one shared
+  cluster (``PGSCHED_SHARED_CLUSTER``); run directly, pytest starts the session's cluster
+  itself.
 - ``namespace`` (per test): a fresh namespace whose ``default`` ServiceAccount exists,
   deleted afterwards (which also stops its pods).
 - ``kubectl`` / ``helm`` (session): ``kubectl("get", "pods", "-n", ns)`` → CompletedProcess;
