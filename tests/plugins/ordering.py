@@ -5,9 +5,10 @@ so a long module collected last runs alone at the end while the other workers id
 a 112 s notification test ran by itself for the last two minutes of the parallel phase).
 Longest first keeps the workers busy until the end. The durations are the JUnit reports
 ``hack/test.sh`` keeps from the previous run in ``.cache/test-reports/previous``; without
-them (a fresh clone, as CI's) those of the last full run committed in
-``tests/durations.json`` (``python hack/test_durations.py --write``). Every worker reads
-the same file, so all collect the same order, which xdist requires.
+them (a fresh clone, as CI's), or for modules they miss (an interrupted run's), those of
+the last full run committed in ``tests/durations.json`` (``python hack/test_durations.py
+--write``). Every worker reads the same files, so all collect the same order, which
+xdist requires.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def committed_seconds(path: Path) -> Counter[str]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return  # one process runs everything in turn: the order changes nothing
-    seconds = module_seconds(PREVIOUS) or committed_seconds(COMMITTED)
+    # The previous run's figures where it has them (an interrupted run's reports miss
+    # modules), the committed ones for the rest.
+    seconds = {**committed_seconds(COMMITTED), **module_seconds(PREVIOUS)}
     if not seconds:
         return
 

@@ -58,3 +58,33 @@ def test_the_committed_durations_name_modules_that_exist() -> None:
     assert all((ROOT / module).is_file() for module in seconds), sorted(
         module for module in seconds if not (ROOT / module).is_file()
     )
+
+
+def test_an_interrupted_runs_reports_are_completed_by_the_committed_durations(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """An interrupted ``make test`` leaves reports without most modules: those keep the
+    committed durations, and the modules it has take the newer figures."""
+    import plugins.ordering as ordering
+
+    (tmp_path / "previous").mkdir()
+    (tmp_path / "previous" / "parallel.xml").write_text(REPORT)
+    committed = tmp_path / "durations.json"
+    committed.write_text('{"tests/cluster/test_quick.py": 500, "tests/cluster/test_other.py": 300}')
+    monkeypatch.setattr(ordering, "PREVIOUS", tmp_path / "previous")
+    monkeypatch.setattr(ordering, "COMMITTED", committed)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    items = [
+        Item(f"tests/cluster/{name}.py::t") for name in ("test_quick", "test_other", "test_slow")
+    ]
+    ordering.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [item.nodeid.split("/")[-1] for item in items] == [
+        "test_other.py::t",  # 300 s committed, not in the interrupted run
+        "test_slow.py::t",  # 120.5 s in the interrupted run
+        "test_quick.py::t",  # 1.25 s there, newer than the committed 500 s
+    ]
