@@ -1,9 +1,9 @@
 """The Kubernetes benchmarks run at tiny scale on a real control plane, so they don't rot.
 
 Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every comparison were
-measured (pgsched and CronJob, the operator and a plain client, the operator with and
-without ScheduledJobs, each fleet size), not the figures, which mean nothing at this scale
-on a shared machine. The real runs are
+measured (pgsched's and CronJobs' Jobs and their workloads' first instruction, the operator
+and a plain client, the operator with and without ScheduledJobs, each fleet size), not the
+figures, which mean nothing at this scale on a shared machine. The real runs are
 ``python -m bench skew notify_skew footprint fleet stampede``.
 """
 
@@ -55,6 +55,11 @@ class TestSkew:
         assert ours and theirs, "both pgsched and the CronJob controller must have created Jobs"
         assert len(ours) == len(theirs), "the same schedules must give the same number of Jobs"
         assert all(finite(value) for value in ours + theirs)
+        # Each workload's first instruction, on the host's clock: never before its due instant.
+        ours_ran = report.data["skew"]["pgsched_first_instruction"]
+        theirs_ran = report.data["skew"]["cronjob_first_instruction"]
+        assert ours_ran and theirs_ran, "both sides' workloads must have been timed"
+        assert all(finite(value) for value in ours_ran + theirs_ran)
         burst = next(row for row in report.rows if row["measure"].startswith("burst"))
         assert burst["pgsched"] > 0 and burst["baseline"] > 0
         assert json.loads((on_cluster.out_dir / "skew.json").read_text())["floors"]
