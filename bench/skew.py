@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -149,8 +150,11 @@ def skew(ctx: Context, report: Report) -> None:
         [job for job in all_jobs if job["metadata"]["name"] in instructions],
         first,
         last,
-        created=lambda job: instructions[job["metadata"]["name"]],
+        created=lambda job: instructions[job["metadata"]["name"]].ran,
     )
+    after_start = [
+        (found.ran - found.container_started).total_seconds() for found in instructions.values()
+    ]
     report.data["skew"] = {
         "pgsched": ours,
         "cronjob": theirs,
@@ -159,6 +163,7 @@ def skew(ctx: Context, report: Report) -> None:
         "pgsched_started_at": precise,
         "pgsched_first_instruction": first_ours,
         "cronjob_first_instruction": first_theirs,
+        "first_instruction_after_container_start": after_start,
     }
     expected = due * minutes
     report.notes.append(
@@ -167,6 +172,12 @@ def skew(ctx: Context, report: Report) -> None:
         f" the first instruction of {len(first_ours)} and {len(first_theirs)} of their"
         f" workloads read ({FIRST_INSTRUCTION!r}, {UPTIME_RESOLUTION:g} s resolution)"
     )
+    if after_start:
+        report.notes.append(
+            f"the first instructions read lie {min(after_start):.2f} to {max(after_start):.2f} s"
+            " after kubelet's startedAt of their container (whole seconds: 0 to 1 s when the"
+            " container's clock is the host's)"
+        )
     compare(report, "skew {}, Job creationTimestamp (s)", ours, theirs)
     compare(report, "skew {}, Job seen by a watch (s)", seen_ours, seen_theirs)
     compare(
@@ -202,39 +213,49 @@ def compare(report: Report, measure: str, ours: list[float], theirs: list[float]
         )
 
 
+@dataclass(frozen=True)
+class FirstInstruction:
+    ran: datetime  # the workload's reading, on the host's wall clock
+    # kubelet's startedAt of its container (whole seconds): the reading lies 0 to 1 s after
+    # it when the container and the host read one clock.
+    container_started: datetime
+
+
 def first_instructions(
     bench: kube.Cluster, jobs: list[dict[str, Any]], *, timeout: float
-) -> dict[str, datetime]:
-    """When each Job's workload ran its first instruction, on the host's wall clock, by Job
-    name: its pod's log holds :data:`FIRST_INSTRUCTION`'s reading of the boot-time clock.
-    The logs are read once every workload has ended (so reading them takes no core from a
-    pod still starting), or after ``timeout`` seconds, of those that have."""
+) -> dict[str, FirstInstruction]:
+    """When each Job's workload ran its first instruction, by Job name: its pod's log holds
+    :data:`FIRST_INSTRUCTION`'s reading of the boot-time clock. The logs are read once every
+    workload has ended (so reading them takes no core from a pod still starting), or after
+    ``timeout`` seconds, of those that have."""
     wanted = {job["metadata"]["name"] for job in jobs}
     deadline = time.monotonic() + timeout
     while True:
         pods = bench.control_plane.api.get(f"/api/v1/namespaces/{bench.namespace}/pods")
         ended = {
-            pod["metadata"]["labels"][JOB_NAME_LABEL]: pod["metadata"]["name"]
+            pod["metadata"]["labels"][JOB_NAME_LABEL]: (pod["metadata"]["name"], started)
             for pod in pods["items"]
             if pod["metadata"].get("labels", {}).get(JOB_NAME_LABEL) in wanted
-            and workload_ended(pod)
+            and (started := ended_workload_start(pod)) is not None
         }
         if len(ended) == len(wanted) or time.monotonic() > deadline:
             break
         time.sleep(1.0)
-    logs = {
-        job: bench.control_plane.pod_logs(bench.namespace, pod, WORKLOAD)
-        for job, pod in ended.items()
-    }
-    # A workload that could not start at all has ended with an empty log: not timed.
-    return {job: on_wall_clock(float(log.split()[0])) for job, log in logs.items() if log.strip()}
+    found = {}
+    for job, (pod, started) in ended.items():
+        log = bench.control_plane.pod_logs(bench.namespace, pod, WORKLOAD)
+        if log.strip():  # empty: a workload that could not start at all, not timed
+            found[job] = FirstInstruction(on_wall_clock(float(log.split()[0])), started)
+    return found
 
 
-def workload_ended(pod: dict[str, Any]) -> bool:
-    return any(
-        status["name"] == WORKLOAD and "terminated" in status.get("state", {})
-        for status in pod.get("status", {}).get("containerStatuses") or []
-    )
+def ended_workload_start(pod: dict[str, Any]) -> datetime | None:
+    """When the pod's workload container started, if it has ended."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        ended = status.get("state", {}).get("terminated")
+        if status["name"] == WORKLOAD and ended is not None and ended.get("startedAt"):
+            return datetime.fromisoformat(ended["startedAt"].replace("Z", "+00:00"))
+    return None
 
 
 def on_wall_clock(uptime: float) -> datetime:
