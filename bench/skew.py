@@ -175,8 +175,9 @@ def skew(ctx: Context, report: Report) -> None:
     if after_start:
         report.notes.append(
             f"the first instructions read lie {min(after_start):.2f} to {max(after_start):.2f} s"
-            " after kubelet's startedAt of their container (whole seconds: 0 to 1 s when the"
-            " container's clock is the host's)"
+            f" (median {median(after_start):.2f}) after kubelet's startedAt of their container,"
+            " which has whole seconds: about 0 to 1 s, as when the container reads the host's"
+            " clock (an offset would move them all)"
         )
     compare(report, "skew {}, Job creationTimestamp (s)", ours, theirs)
     compare(report, "skew {}, Job seen by a watch (s)", seen_ours, seen_theirs)
@@ -216,8 +217,9 @@ def compare(report: Report, measure: str, ours: list[float], theirs: list[float]
 @dataclass(frozen=True)
 class FirstInstruction:
     ran: datetime  # the workload's reading, on the host's wall clock
-    # kubelet's startedAt of its container (whole seconds): the reading lies 0 to 1 s after
-    # it when the container and the host read one clock.
+    # kubelet's startedAt of its container, in whole seconds: the reading lies about 0 to
+    # 1 s after it when the container and the host read one clock (a little before it, or
+    # more than 1 s after, when the node is slow to record the start or to run the shell).
     container_started: datetime
 
 
