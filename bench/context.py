@@ -3,6 +3,11 @@
 Each benchmark is a module with ``NAME``, ``TITLE`` and ``run(ctx) -> Report``; the
 command line (``python -m bench``) builds one :class:`Context` for all selected ones, so
 they share one PostgreSQL server but each makes its own database.
+
+The Kubernetes benchmarks that run pods start a control plane with the machine's one node
+of their own, unless the context gives them one (``cluster``, with its node and pgsched's
+CRDs: the smoke tests give the session's shared cluster, so those run beside other tests
+instead of alone): then each part works in fresh namespaces of its own (``bench.kube``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Protocol
 
 from bench.environment import Environment
 from bench.report import Report
+from devenv.controlplane import ControlPlane
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,10 @@ class Context:
     plots: bool = True
     sizes: tuple[int, ...] = ()  # fleet: the fleet sizes (empty: the benchmark's own)
     minutes: float | None = None  # run_api_*: the measurement's length (None: its own)
+    cluster: ControlPlane | None = None  # None: a control plane of their own (see above)
+    # On a control plane of their own, the namespace; on a given one, the start of the
+    # name of each fresh namespace.
+    namespace: str = "bench"
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default

@@ -82,7 +82,7 @@ def run(ctx: Context) -> Report:
     sizes = ctx.sizes or (QUICK_SIZES if ctx.quick else SIZES)
     idle_window = 10.0 if ctx.quick else 120.0
     samples: list[FleetSample] = []
-    with kube.cluster(host_only=True) as bench:
+    with kube.cluster(ctx, host_only=True) as bench:
         admin = AdminClient.from_kubeconfig(bench.control_plane.kubeconfig)
         baseline = _measure(ctx, bench, admin, 0, idle_window)
         for size in sizes:

@@ -58,7 +58,7 @@ def run(ctx: Context) -> Report:
         ],
     )
     dsn = ctx.env.create_database("footprint")
-    with kube.cluster() as bench:
+    with kube.cluster(ctx) as bench:
         baseline = bench.operator(dsn, name="baseline")
         empty = measure(baseline, window)
         baseline.stop()

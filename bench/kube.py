@@ -1,16 +1,21 @@
-"""The Kubernetes side of the benchmarks: a local control plane, the CRD, operator replicas.
+"""The Kubernetes side of the benchmarks: a local control plane, the CRDs, operator replicas.
 
 Everything is the real thing the tests use (``devenv``): etcd, kube-apiserver and
 kube-controller-manager (including the CronJob controller, the baseline of the skew
 benchmark), kube-scheduler, the real node (kubelet + containerd, real containers of the images
 ``make images`` builds), and ``pgsched operator`` processes. Job pods run the pgsched
 image's heartbeat sidecar and a busybox shell command.
+
+A benchmark starts that control plane itself, or works on one it is given (the smoke
+tests give the session's shared cluster) in namespaces of its own: so nothing here names a
+namespace but :class:`Cluster`, and the manifests built here have none until applied.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import tempfile
 import threading
 import time
@@ -24,6 +29,7 @@ from typing import Any, Self
 import urllib3
 import yaml
 
+from bench.context import Context
 from devenv.binaries import Binaries
 from devenv.controlplane import ControlPlane
 from devenv.operators import OperatorProcess, start_operator
@@ -36,13 +42,22 @@ from pgsched.k8s.jobside import jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"  # ScheduledJob and ConcurrencyPool: the operator needs both
-NAMESPACE = "bench"
 
 
 @dataclass
 class Cluster:
+    """The benchmark's control plane and its namespace, where :meth:`apply` puts the
+    (namespace-less) manifests of :func:`scheduled_job` and :func:`cron_job`."""
+
     control_plane: ControlPlane
     work_dir: Path
+    namespace: str
+
+    @property
+    def plain_namespace(self) -> str:
+        """Where a plain client creates the Jobs pgsched's are compared with
+        (``cluster(plain=True)`` makes it)."""
+        return f"{self.namespace}-plain"
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return self.control_plane.kubectl(*args, input=input).stdout
@@ -50,39 +65,70 @@ class Cluster:
     def apply(self, documents: list[dict[str, Any]], *, chunk: int = 250) -> None:
         for start in range(0, len(documents), chunk):
             text = "---\n".join(yaml.safe_dump(doc) for doc in documents[start : start + chunk])
-            self.kubectl("apply", "-f", "-", input=text)
+            self.kubectl("apply", "-n", self.namespace, "-f", "-", input=text)
 
     def jobs(self) -> list[dict[str, Any]]:
-        return list(json.loads(self.kubectl("get", "jobs", "-n", NAMESPACE, "-o", "json"))["items"])
+        return list(
+            json.loads(self.kubectl("get", "jobs", "-n", self.namespace, "-o", "json"))["items"]
+        )
 
-    def operator(
-        self, dsn: str, name: str = "operator", *, namespaces: str = NAMESPACE, **env: str
-    ) -> OperatorProcess:
+    def operator(self, dsn: str, name: str = "operator", **env: str) -> OperatorProcess:
+        """An operator replica that watches the benchmark's namespace alone."""
         return start_operator(
             self.control_plane,
             dsn=dsn,
-            namespaces=namespaces,
+            namespaces=self.namespace,
             log_path=self.work_dir / f"{name}.log",
             timeout=120,
             **env,
         )
 
 
-@contextlib.contextmanager
-def cluster(*, node: bool = True, host_only: bool = False) -> Iterator[Cluster]:
-    """A control plane with the CRDs, the ``bench`` namespace and (optionally) a node.
+# A nodeSelector no node matches: the pods of a benchmark that must run none stay Pending,
+# as on a control plane without a node, also on a given cluster that has one.
+NOWHERE = {"pgsched.dev/bench": "no-node"}
 
-    ``host_only``: no node and no network namespace, so no wait for the machine's node
-    lock (``ControlPlane(host_only=True)``), for benchmarks that run no pods."""
-    with (
-        tempfile.TemporaryDirectory(prefix="pgsched-bench-") as work,
-        ControlPlane(binaries=Binaries.locate(), host_only=host_only) as control_plane,
-    ):
-        if node and not host_only:
-            control_plane.add_node("node-1")
-        control_plane.apply_crds(CRDS)
-        control_plane.kubectl("create", "namespace", NAMESPACE)
-        yield Cluster(control_plane, Path(work))
+
+@contextlib.contextmanager
+def cluster(
+    ctx: Context, *, node: bool = True, host_only: bool = False, plain: bool = False
+) -> Iterator[Cluster]:
+    """A control plane with the CRDs, the benchmark's namespace (with ``plain``, its
+    :attr:`Cluster.plain_namespace` too) and (optionally) a node.
+
+    Given one (``ctx.cluster``, which has its node and the CRDs): that one, in fresh
+    namespaces named from ``ctx.namespace`` (two parts of one benchmark never share one),
+    deleted afterwards, which stops their pods and CronJobs; the cluster itself is neither
+    started nor stopped. ``node=False`` cannot take its node away: a benchmark that must
+    run no pods keeps them off it (:data:`NOWHERE`). Otherwise a control plane of its own,
+    stopped afterwards, whose namespace is ``ctx.namespace`` itself.
+
+    ``host_only``: always a control plane of its own, without the node or a network
+    namespace, so no wait for the machine's node lock (``ControlPlane(host_only=True)``),
+    for benchmarks that run no pods."""
+    given = None if host_only else ctx.cluster
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pgsched-bench-")))
+        if given is None:
+            control_plane = stack.enter_context(
+                ControlPlane(binaries=Binaries.locate(), host_only=host_only)
+            )
+            if node and not host_only:
+                control_plane.add_node("node-1")
+            control_plane.apply_crds(CRDS)
+            bench = Cluster(control_plane, work, ctx.namespace)
+        else:
+            bench = Cluster(given, work, f"{ctx.namespace}-{secrets.token_hex(3)}")
+        namespaces = [bench.namespace, *([bench.plain_namespace] if plain else [])]
+        if given is not None:
+            # Once their operator is gone, ScheduledJobs keep a deleted namespace Terminating
+            # (pgsched's finalizer); everything else in it goes, pods and CronJobs first.
+            stack.callback(
+                given.kubectl, "delete", "namespace", *namespaces, "--wait=false", check=False
+            )
+        for namespace in namespaces:
+            bench.kubectl("create", "namespace", namespace)
+        yield bench
 
 
 def wait_for_definitions(dsn: str, count: int, *, timeout: float) -> None:
@@ -135,7 +181,7 @@ def scheduled_job(name: str, schedule: str, command: str = "true", **spec: Any) 
     return {
         "apiVersion": "pgsched.dev/v1alpha1",
         "kind": "ScheduledJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name},
         "spec": {"schedule": schedule, "jobTemplate": job_template(command), **spec},
     }
 
@@ -144,7 +190,7 @@ def cron_job(name: str, schedule: str, command: str = "true") -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name},
         "spec": {
             "schedule": schedule,
             "concurrencyPolicy": "Allow",

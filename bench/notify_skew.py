@@ -47,12 +47,12 @@ def run(ctx: Context) -> Report:
     answering, hanging = Receiver().start(), Receiver(hang=HANG_SECONDS).start()
     arms: dict[str, dict[str, Any]] = {}
     try:
-        with kube.cluster() as bench:
+        with kube.cluster(ctx) as bench:
             bench.kubectl(
-                "create", "secret", "generic", SECRET, "-n", kube.NAMESPACE,
+                "create", "secret", "generic", SECRET, "-n", bench.namespace,
                 "--from-literal=hmac=bench-signing-key",
             )  # fmt: skip
-            arrivals = kube.JobArrivals(bench, kube.NAMESPACE)
+            arrivals = kube.JobArrivals(bench, bench.namespace)
             operator = bench.operator(
                 dsn,
                 PGSCHED_API_QPS="100",
@@ -160,7 +160,7 @@ def policy(receiver: Receiver) -> dict[str, Any]:
     return {
         "apiVersion": "pgsched.dev/v1alpha1",
         "kind": "NotificationPolicy",
-        "metadata": {"name": "default", "namespace": kube.NAMESPACE},
+        "metadata": {"name": "default"},
         "spec": {
             "targets": [
                 {

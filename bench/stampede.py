@@ -48,7 +48,6 @@ NAME = "stampede"
 TITLE = "5,000 ScheduledJobs due at the same second vs a plain client"
 QPS = 200.0
 BURST = 400
-PLAIN_NAMESPACE = "bench-plain"
 OTHERS_LABEL = "bench.pgsched.dev/other"
 CLOCK = Path(devenv.__file__).parent / "shifted_clock"
 AHEAD = 5.0  # seconds between moving the clock and the due instant
@@ -120,8 +119,7 @@ def run(ctx: Context) -> Report:
 
 def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
     dsn = ctx.env.create_database("stampede")
-    with kube.cluster(host_only=True) as bench:
-        bench.kubectl("create", "namespace", PLAIN_NAMESPACE)
+    with kube.cluster(ctx, host_only=True, plain=True) as bench:
         clock_file = bench.work_dir / "clock-offset"
         # The set-up must not cross a top of the hour on the engine's clock: the
         # ScheduledJobs would be due then, or — if the stampede were moved to the hour
@@ -155,6 +153,7 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
             started = time.monotonic()
             _create(
                 setup,
+                bench.namespace,
                 [
                     kube.scheduled_job(f"hourly-{i}", "0 * * * *", heartbeat=QUIET)
                     for i in range(count)
@@ -162,23 +161,24 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
             )
             _create(
                 setup,
+                bench.namespace,
                 [_one_shot(name, at) for name, at in other_due.items()],
             )
             kube.wait_for_definitions(dsn, count + others, timeout=3600)
             setup_seconds = time.monotonic() - started
             with connection.connect(dsn) as conn:
-                definition = definitions.find(conn, kube.NAMESPACE, "hourly-0")
+                definition = definitions.find(conn, bench.namespace, "hourly-0")
             assert definition is not None
             time.sleep(3 if ctx.quick else 15)  # the operator's start-up statuses settle
 
-            plain = kube.JobArrivals(bench, PLAIN_NAMESPACE).start()
+            plain = kube.JobArrivals(bench, bench.plain_namespace).start()
             watchers.append(plain)
             plain_started = time.monotonic()
             kube.create_plain_jobs(
                 bench,
                 definition,
                 count,
-                namespace=PLAIN_NAMESPACE,
+                namespace=bench.plain_namespace,
                 qps=QPS,
                 burst=BURST,
                 run_api=operator.run_api,
@@ -186,7 +186,7 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
             plain_times = [at - plain_started for at in plain.wait(count, 600)]
             time.sleep(3 if ctx.quick else 10)
 
-            jobs = kube.JobArrivals(bench, kube.NAMESPACE).start()
+            jobs = kube.JobArrivals(bench, bench.namespace).start()
             statuses, events = _status_and_event_watchers(bench, set(other_due))
             watchers += [jobs, statuses, events]
             memory = _RssSampler(operator.pid).start()
@@ -252,7 +252,7 @@ def _one_shot(name: str, at: datetime) -> dict[str, Any]:
     return {
         "apiVersion": "pgsched.dev/v1alpha1",
         "kind": "ScheduledJob",
-        "metadata": {"name": name, "namespace": kube.NAMESPACE, "labels": {OTHERS_LABEL: "true"}},
+        "metadata": {"name": name, "labels": {OTHERS_LABEL: "true"}},
         "spec": {
             "runAt": at.isoformat(),
             "heartbeat": QUIET,
@@ -261,10 +261,10 @@ def _one_shot(name: str, at: datetime) -> dict[str, Any]:
     }
 
 
-def _create(client: api.KubeApi, documents: list[dict[str, Any]]) -> None:
+def _create(client: api.KubeApi, namespace: str, documents: list[dict[str, Any]]) -> None:
     """Create ScheduledJobs fast (kubectl apply is a get and a create each, at 50 qps)."""
     path = api.path_of(
-        group=names.GROUP, version=names.VERSION, namespace=kube.NAMESPACE, plural=names.PLURAL
+        group=names.GROUP, version=names.VERSION, namespace=namespace, plural=names.PLURAL
     )
     for document in documents:
         client.create(path, document)
@@ -296,14 +296,14 @@ def _status_and_event_watchers(
         client.CustomObjectsApi(official).list_namespaced_custom_object,
         names.GROUP,
         names.VERSION,
-        kube.NAMESPACE,
+        bench.namespace,
         names.PLURAL,
         label_selector=OTHERS_LABEL,
     )
     events = kube.FirstSeen(
         run_started,
         client.CoreV1Api(official).list_namespaced_event,
-        kube.NAMESPACE,
+        bench.namespace,
         field_selector="reason=RunLaunched",
     )
     return statuses.start(), events.start()

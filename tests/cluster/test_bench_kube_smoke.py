@@ -1,9 +1,9 @@
 """The Kubernetes benchmarks run at tiny scale on a real control plane, so they don't rot.
 
 Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every comparison were
-measured (pgsched and CronJob, the operator and a plain client, the operator with and
-without ScheduledJobs, each fleet size), not the figures, which mean nothing at this scale
-on a shared machine. The real runs are
+measured (pgsched's and CronJobs' Jobs and their workloads' first instruction, the operator
+and a plain client, the operator with and without ScheduledJobs, each fleet size), not the
+figures, which mean nothing at this scale on a shared machine. The real runs are
 ``python -m bench skew notify_skew footprint fleet stampede``.
 """
 
@@ -19,12 +19,14 @@ import pytest
 from bench import __main__ as cli
 from bench.context import Context
 from benchsmoke import quick_context
+from devenv.controlplane import ControlPlane
 from devenv.postgres import PostgresServer
 from plugins.cluster import require_binaries
 
-# skew, notify_skew and footprint run pods: a cluster with the machine's node of their own
-# (own_cluster, alone). fleet and stampede run none: a host-only control plane each, beside
-# anything (api_only).
+# skew, notify_skew and footprint run pods: on the session's cluster, in namespaces of their
+# own (cluster), each in a class of its own because hack/test.sh's parallel workers take a
+# module or a class at a time (--dist loadscope): so the three run at once. fleet and
+# stampede run none: a host-only control plane each, beside anything (api_only).
 
 
 @pytest.fixture
@@ -33,48 +35,65 @@ def ctx(postgres: PostgresServer, tmp_path: Path) -> Context:
     return quick_context(postgres, tmp_path)
 
 
+@pytest.fixture
+def on_cluster(ctx: Context, cluster: ControlPlane, crd: None) -> Context:
+    """The benchmark on the session's cluster (bench.kube makes its namespaces there)."""
+    return dataclasses.replace(ctx, cluster=cluster)
+
+
 def finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value >= 0
 
 
-@pytest.mark.own_cluster
-def test_skew_times_pgsched_and_cronjob_jobs_and_a_burst_against_a_plain_client(
-    ctx: Context,
-) -> None:
-    report = cli.run_one("skew", ctx)
-    ours, theirs = report.data["skew"]["pgsched"], report.data["skew"]["cronjob"]
-    assert ours and theirs, "both pgsched and the CronJob controller must have created Jobs"
-    assert len(ours) == len(theirs), "the same schedules must give the same number of Jobs"
-    assert all(finite(value) for value in ours + theirs)
-    burst = next(row for row in report.rows if row["measure"].startswith("burst"))
-    assert burst["pgsched"] > 0 and burst["baseline"] > 0
-    assert json.loads((ctx.out_dir / "skew.json").read_text())["floors"]
+@pytest.mark.cluster
+class TestSkew:
+    def test_skew_times_pgsched_and_cronjob_jobs_and_a_burst_against_a_plain_client(
+        self, on_cluster: Context
+    ) -> None:
+        report = cli.run_one("skew", on_cluster)
+        ours, theirs = report.data["skew"]["pgsched"], report.data["skew"]["cronjob"]
+        assert ours and theirs, "both pgsched and the CronJob controller must have created Jobs"
+        assert len(ours) == len(theirs), "the same schedules must give the same number of Jobs"
+        assert all(finite(value) for value in ours + theirs)
+        # Each workload's first instruction, on the host's clock: never before its due instant.
+        ours_ran = report.data["skew"]["pgsched_first_instruction"]
+        theirs_ran = report.data["skew"]["cronjob_first_instruction"]
+        assert ours_ran and theirs_ran, "both sides' workloads must have been timed"
+        assert all(finite(value) for value in ours_ran + theirs_ran)
+        burst = next(row for row in report.rows if row["measure"].startswith("burst"))
+        assert burst["pgsched"] > 0 and burst["baseline"] > 0
+        assert json.loads((on_cluster.out_dir / "skew.json").read_text())["floors"]
 
 
-@pytest.mark.own_cluster
-def test_notify_skew_times_the_same_jobs_with_the_receiver_answering_then_hanging(
-    ctx: Context,
-) -> None:
-    report = cli.run_one("notify_skew", ctx)
-    for arm in ("baseline", "hanging"):
-        started = report.data[arm]["started"]
-        assert started and all(finite(value) for value in started), arm
-        assert report.data[arm]["created"], arm
-    # Kubernetes timestamps have whole seconds (a 0 / 0 ratio is NaN); the database's do not.
-    precise = [row for row in report.rows if "started_at" in row["measure"]]
-    assert precise and all(finite(row["ratio"]) for row in precise)
-    assert "the hanging one 0 " not in report.notes[-1], "the hanging receiver was reached"
-    assert (ctx.out_dir / "notify_skew.png").is_file() and report.floors
+@pytest.mark.cluster
+class TestNotifySkew:
+    def test_notify_skew_times_the_same_jobs_with_the_receiver_answering_then_hanging(
+        self, on_cluster: Context
+    ) -> None:
+        report = cli.run_one("notify_skew", on_cluster)
+        for arm in ("baseline", "hanging"):
+            started = report.data[arm]["started"]
+            assert started and all(finite(value) for value in started), arm
+            assert report.data[arm]["created"], arm
+        # Kubernetes timestamps have whole seconds (a 0 / 0 ratio is NaN); the database's
+        # do not.
+        precise = [row for row in report.rows if "started_at" in row["measure"]]
+        assert precise and all(finite(row["ratio"]) for row in precise)
+        assert "the hanging one 0 " not in report.notes[-1], "the hanging receiver was reached"
+        assert (on_cluster.out_dir / "notify_skew.png").is_file() and report.floors
 
 
-@pytest.mark.own_cluster
-def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(ctx: Context) -> None:
-    report = cli.run_one("footprint", ctx)
-    assert len(report.rows) == 2
-    for row in report.rows:
-        assert row["RSS MiB"] > 20 and row["baseline RSS MiB"] > 20, row
-        assert finite(row["CPU %"]) and finite(row["baseline CPU %"]), row
-    assert "300 ScheduledJobs accepted" in report.notes[0]
+@pytest.mark.cluster
+class TestFootprint:
+    def test_footprint_samples_the_operator_with_and_without_scheduled_jobs(
+        self, on_cluster: Context
+    ) -> None:
+        report = cli.run_one("footprint", on_cluster)
+        assert len(report.rows) == 2
+        for row in report.rows:
+            assert row["RSS MiB"] > 20 and row["baseline RSS MiB"] > 20, row
+            assert finite(row["CPU %"]) and finite(row["baseline CPU %"]), row
+        assert "300 ScheduledJobs accepted" in report.notes[0]
 
 
 @pytest.mark.api_only
