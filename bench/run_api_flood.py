@@ -1,15 +1,15 @@
 """One namespace floods the run API; does another namespace's heartbeat notice?
 
 One database, the real run API server (``bench.runapi_server``: ``Serving`` with the
-operator's default limits, ``RunApiSettings``: 50 requests a second per namespace, bursts
-of 100, 4 database calls in flight, pool size 4) in a process of its own.
+operator's default limits, ``RunApiSettings``, printed with the results) in a process of
+its own.
 
 - **B**, the neighbour: 50 RUNNING runs in namespace ``calm-b`` beating every second
   through the run API from two pod processes (the pods' own ``HeartbeatLoop`` over
   ``RunApiClient``, a thread and a keep-alive connection per run: ``bench.runapi_pods``),
   for the whole run. The loop holds the cancel long poll between beats, so B sends about
-  two requests a second per run, over its own default rate: some of B's requests are
-  refused 429 in every phase, flood or not (counted; the latencies are of answered beats).
+  two requests a second per run (any refused 429 by B's own rate are counted; the
+  latencies are of answered beats).
 - **A**, the flood: 50 RUNNING runs in namespace ``flood-a``, whose genuine leases four
   processes of six keep-alive connections each send ``POST .../heartbeat`` with, as fast
   as they can up to 5,000 requests a second in all: the strongest case, every request
