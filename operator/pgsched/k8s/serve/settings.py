@@ -64,7 +64,7 @@ class RunApiSettings:
     # long polls.
     namespace_rate: float = 200.0
     namespace_burst: int = 400
-    namespace_concurrency: int = 4
+    namespace_concurrency: int = 2
     namespace_waiters: int = 2000
     # Database connections of the run API (its own pool, beside the watches').
     pool_size: int = 4
