@@ -24,6 +24,7 @@ from cli_runner import pgsched
 from db.test_notifications import SECRETS, T0, Secrets, fail, outbox
 from devenv import pki
 from devenv.receiver import Receiver, Trickler
+from devenv.waiting import wait_for
 from factories import define
 from pgsched.db import connection
 from pgsched.engine import notifications
@@ -33,6 +34,8 @@ TIMEOUT, DEADLINE = 1.0, 2.0
 # Trickling just within the read timeout: each read succeeds, none ends the answer.
 EVERY = 0.8
 LOOPBACK_NET = destinations.Allowed.parse(["127.0.0.0/8"])
+# Often enough that an attempt's end is seen within hundredths (the tests time it).
+POLL = 0.02
 
 
 def make(**settings) -> notifier.Notifier:
@@ -66,18 +69,28 @@ def delivering(dsn, notify, *, interval=0.05):
         session.close()
 
 
-def wait_until(condition, seconds, what):
-    ends = time.monotonic() + seconds
-    while time.monotonic() < ends:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"not within {seconds} s: {what}")
-
-
 def first_attempt(conn):
     rows = [row for row in outbox(conn) if row["attempts"]]
     return rows[0] if rows else None
+
+
+def seconds_held(conn, dsn, hostile: Trickler) -> float:
+    """How long one failed run's notification to ``hostile`` held a worker: from the
+    notifier's start to its first attempt recorded."""
+    job = define(conn, now=T0, notify={"targets": [target(hostile.url)]})
+    fail(conn, job, T0)
+    started = time.monotonic()
+    try:
+        with delivering(dsn, make()):
+            wait_for(
+                lambda: first_attempt(conn),
+                DEADLINE + 3,
+                describe="the attempt is recorded",
+                interval=POLL,
+            )
+            return time.monotonic() - started
+    finally:
+        hostile.stop()
 
 
 # -- One deadline per attempt ------------------------------------------------------------------
@@ -87,16 +100,7 @@ def first_attempt(conn):
 def test_a_receiver_trickling_after_connection_close_is_cut_at_the_deadline(conn, dsn, status_line):
     """CPython's getresponse() drops conn.sock on "Connection: close": a watchdog that shut
     that down cut nothing, and one byte per read timeout held the worker for hours."""
-    hostile = Trickler(status=500, every=EVERY, status_line=status_line)
-    job = define(conn, now=T0, notify={"targets": [target(hostile.url)]})
-    fail(conn, job, T0)
-    started = time.monotonic()
-    try:
-        with delivering(dsn, make()):
-            wait_until(lambda: first_attempt(conn), DEADLINE + 3, "the attempt is recorded")
-            held = time.monotonic() - started
-    finally:
-        hostile.stop()
+    held = seconds_held(conn, dsn, Trickler(status=500, every=EVERY, status_line=status_line))
     row = first_attempt(conn)
     assert row["state"] == "PENDING"  # a receiver's failure: retried later
     assert held < DEADLINE + 1.0, f"the attempt held a worker {held:.1f} s"
@@ -107,16 +111,7 @@ def test_a_receiver_trickling_after_connection_close_is_cut_at_the_deadline(conn
 
 
 def test_a_success_is_settled_by_its_status_whatever_the_body_does(conn, dsn):
-    hostile = Trickler(status=200, every=EVERY)
-    job = define(conn, now=T0, notify={"targets": [target(hostile.url)]})
-    fail(conn, job, T0)
-    started = time.monotonic()
-    try:
-        with delivering(dsn, make()):
-            wait_until(lambda: first_attempt(conn), DEADLINE + 3, "the attempt is recorded")
-            held = time.monotonic() - started
-    finally:
-        hostile.stop()
+    held = seconds_held(conn, dsn, Trickler(status=200, every=EVERY))
     assert first_attempt(conn)["state"] == "DELIVERED"
     assert held < 1.0
 
@@ -144,7 +139,12 @@ def test_a_slow_name_server_is_inside_the_deadline_and_holds_no_worker(conn, dsn
     started = time.monotonic()
     try:
         with delivering(dsn, make(resolver=resolver)):
-            wait_until(lambda: first_attempt(conn), DEADLINE + 3, "the attempt is recorded")
+            wait_for(
+                lambda: first_attempt(conn),
+                DEADLINE + 3,
+                describe="the attempt is recorded",
+                interval=POLL,
+            )
             held = time.monotonic() - started
     finally:
         released.set()
@@ -184,7 +184,12 @@ def latencies(conn, receiver: Receiver, job, count: int, *, minute0: int) -> lis
         before = len(receiver.received())
         fail(conn, job, T0 + timedelta(minutes=minute0 + index))
         committed = time.monotonic()
-        wait_until(lambda before=before: len(receiver.received()) > before, 30, "the notification")
+        wait_for(
+            lambda before=before: len(receiver.received()) > before,
+            30,
+            describe="the notification",
+            interval=POLL,
+        )
         found.append(receiver.received()[before].at - committed)
     return found
 
@@ -217,7 +222,12 @@ def test_a_hostile_namespace_trickling_on_five_ports_does_not_delay_another(conn
             alone = latencies(conn, team, team_job, 24, minute0=0)
             for job in hostile_jobs:
                 fail(conn, job, T0)
-            wait_until(lambda: sum(len(t.opened) for t in hostiles) >= 2, 10, "hostile load")
+            wait_for(
+                lambda: sum(len(t.opened) for t in hostiles) >= 2,
+                10,
+                describe="hostile load",
+                interval=POLL,
+            )
             beside = latencies(conn, team, team_job, 24, minute0=100)
             held = sum(len(t.opened) - len(t.closed) for t in hostiles)
     finally:
@@ -243,7 +253,12 @@ def test_an_address_takes_its_share_whatever_the_ports(conn, dsn):
         with delivering(dsn, make(deadline=30.0, per_namespace_concurrency=8)):
             for job in jobs:
                 fail(conn, job, T0)
-            wait_until(lambda: sum(len(t.opened) for t in hostiles) >= 2, 10, "hostile load")
+            wait_for(
+                lambda: sum(len(t.opened) for t in hostiles) >= 2,
+                10,
+                describe="hostile load",
+                interval=POLL,
+            )
             time.sleep(1.0)  # rounds enough to take more, were they allowed
             at_once = sum(len(t.opened) - len(t.closed) for t in hostiles)
     finally:
@@ -317,7 +332,9 @@ def test_a_refused_destination_is_a_dead_letter_saying_what_to_allow(conn, dsn):
     fail(conn, job, T0)
     try:
         with delivering(dsn, make(allowed=destinations.PUBLIC_ONLY)):
-            wait_until(lambda: first_attempt(conn), 10, "the attempt is recorded")
+            wait_for(
+                lambda: first_attempt(conn), 10, describe="the attempt is recorded", interval=POLL
+            )
     finally:
         receiver.stop()
     assert not receiver.received()
@@ -357,7 +374,9 @@ def test_a_name_rebound_to_loopback_is_refused_where_the_socket_connects(conn, d
             dsn,
             make(allowed=destinations.PUBLIC_ONLY, resolver=destinations.Resolver(rebinding)),
         ):
-            wait_until(lambda: first_attempt(conn), 10, "the attempt is recorded")
+            wait_for(
+                lambda: first_attempt(conn), 10, describe="the attempt is recorded", interval=POLL
+            )
     finally:
         receiver.stop()
     assert asked == ["hooks.example.com"]
@@ -378,7 +397,7 @@ def test_an_allowed_host_name_reaches_an_in_cluster_receiver(conn, dsn):
     allowed = destinations.Allowed.parse(["hooks.tools.svc.cluster.local"])
     try:
         with delivering(dsn, make(allowed=allowed, resolver=destinations.Resolver(cluster_dns))):
-            wait_until(lambda: receiver.received(), 10, "the notification")
+            wait_for(lambda: receiver.received(), 10, describe="the notification", interval=POLL)
     finally:
         receiver.stop()
     [request] = receiver.received()
@@ -412,7 +431,9 @@ def test_https_is_verified_for_the_urls_host_while_connecting_to_the_checked_add
     fail(conn, job, T0)
     try:
         with delivering(dsn, make(resolver=destinations.Resolver(to_loopback))):
-            wait_until(lambda: first_attempt(conn), 10, "the attempt is recorded")
+            wait_for(
+                lambda: first_attempt(conn), 10, describe="the attempt is recorded", interval=POLL
+            )
     finally:
         receiver.stop()
     row = first_attempt(conn)
