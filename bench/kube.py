@@ -72,12 +72,15 @@ class Cluster:
             json.loads(self.kubectl("get", "jobs", "-n", self.namespace, "-o", "json"))["items"]
         )
 
-    def operator(self, dsn: str, name: str = "operator", **env: str) -> OperatorProcess:
-        """An operator replica that watches the benchmark's namespace alone."""
+    def operator(
+        self, dsn: str, name: str = "operator", *, namespaces: str | None = None, **env: str
+    ) -> OperatorProcess:
+        """An operator replica that watches ``namespaces`` (by default the benchmark's
+        namespace alone)."""
         return start_operator(
             self.control_plane,
             dsn=dsn,
-            namespaces=self.namespace,
+            namespaces=namespaces or self.namespace,
             log_path=self.work_dir / f"{name}.log",
             timeout=120,
             **env,
