@@ -27,6 +27,11 @@ LAUNCHES_DEFERRED = Counter(
     "Launches deferred because the API server was unreachable or answered 5xx/429: the run"
     " went back to QUEUED, its attempt unspent.",
 )
+RELAUNCHES = Counter(
+    "pgsched_relaunches_total",
+    "Runs claimed by a tick that never launched them (its replica stopped in between),"
+    " launched again under the same lease.",
+)
 SCHEDULE_SKEW = Histogram(
     "pgsched_schedule_to_start_seconds",
     "From a run's scheduled time to its claim (start).",

@@ -8,6 +8,7 @@ import pytest
 
 from devenv.waiting import wait_for
 from pgsched.db import connection
+from pgsched.engine import dispatch, runs
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
@@ -165,3 +166,37 @@ def test_a_job_that_succeeds_while_the_api_server_is_down_completes_and_is_never
     time.sleep(3)
     assert len(sj.runs("unseen-success")) == 1, "a succeeded run is never executed again"
     assert replica.process.poll() is None
+
+
+def test_a_run_claimed_by_a_replica_killed_before_launching_it_is_launched_by_the_next_one(
+    operators, sj, conn
+):
+    first = operators.start()
+    sj.apply(
+        "abandoned",
+        {"schedule": "0 0 1 1 *", "heartbeat": FAST_HEARTBEAT, "jobTemplate": busybox("true")},
+    )
+    lookup = "SELECT id FROM pgsched.job_definitions WHERE namespace = %s AND name = %s"
+    wait_for(
+        lambda: conn.execute(lookup, [sj.namespace, "abandoned"]).fetchone() is not None,
+        30,
+        describe="the ScheduledJob stored",
+    )
+    first.kill()
+    # What the killed replica's last tick did: it claimed a run (committed), and died before
+    # creating its Job.
+    [definition] = conn.execute(lookup, [sj.namespace, "abandoned"]).fetchall()
+    runs.run_now(conn, definition["id"], token="claimed-then-killed")
+    [claimed] = dispatch.claim(conn, definition_ids=[definition["id"]]).claimed
+
+    successor = operators.start()
+    [ended] = sj.wait_runs(
+        "abandoned",
+        lambda rows: len(rows) == 1 and rows[0]["status"] == "COMPLETED",
+        120,
+        "the abandoned claim to be launched and complete",
+    )
+    assert (ended["id"], ended["lease_token"]) == (claimed.id, claimed.lease_token)
+    assert [job["metadata"]["name"] for job in sj.jobs("abandoned")] == [ended["k8s_job_name"]]
+    assert f"run {claimed.id}: claimed at" in successor.log()
+    assert "never launched" in successor.log()

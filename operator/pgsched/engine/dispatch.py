@@ -11,7 +11,9 @@ happens to a run at its cap.
 Launching happens after the commit, outside any lock, with each run's definition kept
 between ticks (:class:`Owners`). A failed launch ends the run ``FAILED/LaunchFailed`` for
 settle's retry policy; a deferred one (``LaunchDeferred``, the API server away) puts it
-back to QUEUED with its attempt unspent.
+back to QUEUED with its attempt unspent. Runs an earlier tick claimed and never launched
+(its replica stopped in between; the reaper finds them) are launched again first, under
+their lease (``relaunch``).
 
 Why it is safe: docs/architecture.md, "The mechanism"; the steps: "The claim, step by step".
 """
@@ -19,6 +21,7 @@ Why it is safe: docs/architecture.md, "The mechanism"; the steps: "The claim, st
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,6 +56,8 @@ class DispatchResult:
     at_cap: set[UUID] = field(default_factory=set)
     skipped: list[int] = field(default_factory=list)
     replace_requested: list[int] = field(default_factory=list)
+    # Claimed by an earlier tick that never launched them, launched again (not in claimed).
+    relaunched: list[int] = field(default_factory=list)
 
     def add(self, other: DispatchResult) -> None:
         """Another claim of the same tick, launched after this one's runs."""
@@ -120,15 +125,17 @@ def run_once(
     owners: Owners | None = None,
     on_time_seconds: float | None = None,
     on_time_since: datetime | None = None,
+    relaunch: Sequence[Run] = (),
 ) -> DispatchResult:
-    """Claim and launch up to ``batch_size`` due runs.
+    """Launch ``relaunch`` again, then claim and launch up to ``batch_size`` due runs.
 
     ``definition_ids`` restricts the claim (run-now dispatches its own definition at once).
     ``try_locks`` tries the definitions' locks before waiting (step 2 above). ``owners``
     keeps the launched definitions for the next call (the tick passes its own); without
     it they are read for this call only. ``on_time_seconds`` claims first for definitions
     with a run due that recently, or since ``on_time_since`` if given (the tick's "on time
-    first", above).
+    first", above). ``relaunch``: RUNNING runs an earlier claim never launched
+    (``reap.ReapResult.unlaunched``), launched under the lease they hold.
     """
 
     def claim_some(limit: int, only: list[UUID] | None) -> DispatchResult:
@@ -153,7 +160,36 @@ def run_once(
         result.add(claim_some(batch_size - len(result.claimed), definition_ids))
     if result.claimed:
         launch(conn, launcher, result, now=now, owners=owners)
+    if relaunch:
+        _relaunch(conn, launcher, relaunch, result, now=now, owners=owners)
     return result
+
+
+def _relaunch(
+    conn: Connection,
+    launcher: Launcher,
+    unlaunched: Sequence[Run],
+    result: DispatchResult,
+    *,
+    now: datetime | None,
+    owners: Owners | None,
+) -> None:
+    """Launch runs an earlier claim never launched, under the lease they hold: a launch is
+    idempotent per run and lease, so if their claimant was only frozen and launches them
+    too, the run still gets one workload. Counted into ``result`` but not its ``claimed``."""
+    for run in unlaunched:
+        log.warning(
+            "run %s: claimed at %s and never launched (the replica that claimed it stopped"
+            " before recording the launch); launching it now",
+            run.id,
+            run.started_at.isoformat() if run.started_at else "?",
+        )
+    again = DispatchResult(claimed=list(unlaunched))
+    launch(conn, launcher, again, now=now, owners=owners)
+    result.relaunched += [run.id for run in again.claimed]
+    result.launched += again.launched
+    result.launch_failed += again.launch_failed
+    result.deferred += again.deferred
 
 
 def on_time_definitions(

@@ -50,7 +50,13 @@ class Launcher(Protocol):
     also recorded outside the database (a Job's status) and the launcher's side reads it
     back. The reaper then never fails a silent run as dead: it marks it as awaiting that
     verdict (see ``reap``), because a worker that stopped heartbeating may simply have
-    finished while nobody could see it (I8)."""
+    finished while nobody could see it (I8).
+
+    Optionally with ``records_every_launch: bool``: True when every launch returns a handle
+    and ``launch`` is idempotent per run *and lease* (the same workload, not a second one).
+    A RUNNING run with no handle and no heartbeat some time after its claim was then never
+    launched (its claimant stopped in between), and the tick launches it again
+    (``reap.ReapResult.unlaunched``). Without it such a run waits for its orphan timeout."""
 
     def launch(self, run: Run, definition: Definition) -> str | Adopted | None:
         """Start the run's workload; return a handle to record (the Job name) or None, or

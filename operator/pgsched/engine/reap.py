@@ -11,6 +11,10 @@ Kubernetes launcher, ``await_verdicts``), a silent run may have succeeded unseen
 silence signatures only mark it ``outcome_pending_at`` and the launcher's side settles it
 from its Job (``pgsched.k8s.jobside.verdicts``).
 
+Runs claimed but never launched (their claimant stopped between the claim and the record
+of its launch) are not reaped but found (``relaunch_after``): the tick launches them again
+under their lease, in the same tick's dispatch.
+
 The signatures: docs/architecture.md, "The reaper's signatures".
 """
 
@@ -21,7 +25,10 @@ from datetime import datetime, timedelta
 
 from pgsched.db import clock, queries
 from pgsched.db.connection import Connection
+from pgsched.engine.models import Run
 
+# At most this many unlaunched claims are read per tick (the rest, the next tick).
+RELAUNCH_LIMIT = 50
 # A run API presence older than this means no replica serves it now (a replica stamps
 # every runapi.presence.INTERVAL_SECONDS; this allows two missed stamps and slow commits).
 RUN_API_GAP = timedelta(seconds=10)
@@ -44,6 +51,8 @@ _SIGNATURES = {
 @dataclass(frozen=True)
 class ReapResult:
     run_ids: dict[str, list[int]] = field(default_factory=dict)
+    # Claimed over ``relaunch_after`` ago and never launched: for dispatch to launch again.
+    unlaunched: tuple[Run, ...] = ()
 
     @property
     def total(self) -> int:
@@ -54,21 +63,38 @@ class ReapResult:
 
 
 def run_once(
-    conn: Connection, *, now: datetime | None = None, await_verdicts: bool = False
+    conn: Connection,
+    *,
+    now: datetime | None = None,
+    await_verdicts: bool = False,
+    relaunch_after: timedelta | None = None,
 ) -> ReapResult:
-    """One pass of every signature; ``await_verdicts``: see the module docstring."""
+    """One pass of every signature; ``await_verdicts``: see the module docstring.
+    ``relaunch_after``: also find the runs claimed longer ago than that and never launched
+    (``ReapResult.unlaunched``); only for a launcher that records every launch it makes."""
     found: dict[str, list[int]] = {}
     silence = _AWAITING_VERDICTS if await_verdicts else {}
     with conn.transaction():
-        at = clock.now(conn, now)
+        params = {
+            "now": clock.now(conn, now),
+            "api_gap": RUN_API_GAP,
+            "relaunch_after": relaunch_after,
+            "relaunch_limit": RELAUNCH_LIMIT,
+        }
         # The signatures' statements in one round trip (psycopg's pipeline mode): the
         # server runs them in this order, in this transaction, as one at a time would;
         # an idle tick waits for the network once here, not once per signature.
         with conn.pipeline():
             answers = {
-                signature: conn.execute(queries.get(query), {"now": at, "api_gap": RUN_API_GAP})
+                signature: conn.execute(queries.get(query), params)
                 for signature, query in {**silence, **_SILENCE, **_SIGNATURES}.items()
             }
+            unlaunched = (
+                conn.execute(queries.get("unlaunched_claims"), params)
+                if relaunch_after is not None
+                else None
+            )
         for signature, answer in answers.items():
             found[signature] = [row["id"] for row in answer.fetchall()]
-    return ReapResult(found)
+        claims = () if unlaunched is None else tuple(map(Run.from_row, unlaunched.fetchall()))
+    return ReapResult(found, claims)

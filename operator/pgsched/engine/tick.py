@@ -43,6 +43,11 @@ TICK_MARGIN_SECONDS = 0.02
 # after the previous one ended: a burst of ends is then one tick, and the wakeups cannot
 # keep the tick busy.
 WAKE_GAP_SECONDS = 0.05
+# A claim still unlaunched this long after it was made is launched again (reap.unlaunched):
+# the tick that claims a run launches it and records the launch before the next tick can
+# start, so only a claimant that stopped in between (killed, its session or leadership lost)
+# leaves one. Well inside any orphan timeout a pod's start leaves room for.
+RELAUNCH_AFTER = timedelta(seconds=10)
 
 
 class StalePrimaryError(RuntimeError):
@@ -266,7 +271,14 @@ class Ticker:
             self._materialized_at = result.materialized.at
         with _timed(result, "reap"):
             result.reaped = reap.run_once(
-                conn, now=now, await_verdicts=bool(getattr(self._launcher, "keeps_outcomes", False))
+                conn,
+                now=now,
+                await_verdicts=bool(getattr(self._launcher, "keeps_outcomes", False)),
+                relaunch_after=(
+                    RELAUNCH_AFTER
+                    if getattr(self._launcher, "records_every_launch", False)
+                    else None
+                ),
             )
         with _timed(result, "settle"):
             result.settled = settle.run_once(conn, now=now)
@@ -284,6 +296,7 @@ class Ticker:
                 on_time_since=on_time_since,
                 # The first tick's window, before any materialization: two intervals.
                 on_time_seconds=2 * self.settings.interval_seconds,
+                relaunch=result.reaped.unlaunched,
             )
 
     def _held(self, conn: Connection) -> bool:

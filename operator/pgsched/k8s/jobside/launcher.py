@@ -52,6 +52,9 @@ class KubernetesLauncher:
     parallelism = 8
     # A Job records its pod's outcome: a silent run waits for that verdict (k8s.jobside.verdicts).
     keeps_outcomes = True
+    # Every launch returns the Job's name, and a launch repeated under the same lease finds
+    # the Job it made: a claim that has neither was never launched, and is launched again.
+    records_every_launch = True
 
     def __init__(
         self,

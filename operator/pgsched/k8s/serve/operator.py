@@ -240,6 +240,8 @@ class EngineThreads:
                 metrics.TICK_DURATION.labels(phase).observe(seconds)
         if result.dispatched and result.dispatched.deferred:
             metrics.LAUNCHES_DEFERRED.inc(len(result.dispatched.deferred))
+        if result.dispatched and result.dispatched.relaunched:
+            metrics.RELAUNCHES.inc(len(result.dispatched.relaunched))
         if result.reaped:
             for signature, ids in result.reaped.run_ids.items():
                 if ids:

@@ -120,3 +120,22 @@ SET status = 'SKIPPED',
 WHERE r.status = 'QUEUED'
   AND r.deadline_at <= %(now)s
 RETURNING r.id;
+
+-- name: unlaunched_claims
+-- Runs claimed but never launched: RUNNING with neither a recorded workload (Job name) nor
+-- a heartbeat, claimed over %(relaunch_after)s ago. The tick that claims a run launches it
+-- and records the launch before it ends, so such a run's claimant stopped in between (its
+-- replica killed, its session or its leadership lost). Read, not changed: the tick launches
+-- them again under the same lease (engine/dispatch.py), which a launcher whose launches are
+-- idempotent per run and lease makes safe even if the claimant was only frozen. Runs the
+-- signatures above ended in this transaction are not RUNNING any more.
+SELECT r.*
+FROM pgsched.job_runs AS r
+WHERE r.status = 'RUNNING'
+  AND r.k8s_job_name IS NULL
+  AND r.heartbeat_at IS NULL
+  AND r.outcome_pending_at IS NULL
+  AND NOT r.cancel_requested
+  AND r.started_at < %(now)s - %(relaunch_after)s::interval
+ORDER BY r.started_at, r.id
+LIMIT %(relaunch_limit)s;
