@@ -27,6 +27,13 @@ LAUNCHES_DEFERRED = Counter(
     "Launches deferred because the API server was unreachable or answered 5xx/429: the run"
     " went back to QUEUED, its attempt unspent.",
 )
+PUBLISH_REFUSED = Counter(
+    "pgsched_publish_refused_total",
+    "Run changes of a namespace whose Events or status writes the API server refused for a"
+    " reason of that namespace's (403, a terminating namespace, 4xx): dropped from the"
+    " outbox so every other namespace's go on.",
+    ["namespace", "code"],
+)
 RELAUNCHES = Counter(
     "pgsched_relaunches_total",
     "Runs claimed by a tick that never launched them (its replica stopped in between),"

@@ -25,7 +25,7 @@ import psycopg
 
 from pgsched.cli import common, output, target
 from pgsched.db import boundary, clock, connection, preflight, queries, replication
-from pgsched.engine import leader, notifications
+from pgsched.engine import leader, notifications, starts
 
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
@@ -128,15 +128,24 @@ def _database(args: argparse.Namespace, *, ready: bool) -> list[Finding]:
         findings.append(_auto_suspended(conn))
         findings.append(_dead_letters(conn))
         if ready:
-            findings.append(_rejected(conn))
+            findings.append(_not_ready_in_database(conn))
     return findings
 
 
-def _rejected(conn: Connection) -> Finding:
-    rows = conn.execute(queries.get("rejected_definitions")).fetchall()
-    return _not_ready(
-        [(f"{row['namespace']}/{row['name']}", str(row["rejection"])) for row in rows]
-    )
+def _not_ready_in_database(conn: Connection) -> Finding:
+    """Ready=False as the status renders it, read from the database (no API access)."""
+    rows = conn.execute(
+        queries.get("not_ready_definitions"), {"cannot_start": starts.REASONS_CANNOT_START}
+    ).fetchall()
+    items = []
+    for row in rows:
+        refusal = starts.refusal_in(row)
+        if row["rejection"] is None and refusal is not None:
+            message = starts.refused_message(refusal, row["generation"])
+        else:
+            message = str(row["rejection"])
+        items.append((f"{row['namespace']}/{row['name']}", message))
+    return _not_ready(items)
 
 
 def _not_ready(items: list[tuple[str, str]]) -> Finding:

@@ -17,12 +17,13 @@ The states and bounds: docs/architecture.md, "Workload starts and their bounds".
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgsched.db import queries
-from pgsched.engine.models import Run, Start
+from pgsched.engine.models import Definition, Run, Start
 
 if TYPE_CHECKING:
     from pgsched.db.connection import Connection
@@ -48,11 +49,63 @@ REASONS = frozenset(
         START_TIMEOUT,
     }
 )
+# The reasons that say the job as specified cannot start where it is (the same spec in the
+# same namespace fails the same way): not Unschedulable or the timeouts, which depend on
+# what else runs. A run that ended with one makes the job not Ready (``refusal``).
+LAUNCH_FAILED = "LaunchFailed"
+CANNOT_START = frozenset(
+    {IMAGE_PULL_FAILED, CONTAINER_CONFIG_ERROR, POD_SECURITY_REJECTED, LAUNCH_FAILED}
+)
+REASONS_CANNOT_START = sorted(CANNOT_START)  # as the query's text[]
 # What a launching run waits for while its Job is suspended by an admission queue.
 AWAITING_ADMISSION = "AwaitingAdmission"
 # Run-event statuses (the outbox, not job_runs): the workload started; it cannot start yet.
 STARTED = "STARTED"
 LAUNCHING = "LAUNCHING"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The run whose end says the job cannot start: its id, reason and error."""
+
+    run_id: int
+    reason: str
+    error: str
+
+
+def refusal(conn: Connection, definition: Definition) -> Refusal | None:
+    """Why the job cannot start, if it cannot: the newest of its recent runs with a verdict
+    on its launch ended with a ``CANNOT_START`` reason, since the definition last changed
+    (``sql/functions/cannot_start.sql``). A later run whose workload starts, or a change of
+    the spec, ends it."""
+    row = conn.execute(
+        queries.get("cannot_start"),
+        {
+            "definition_id": definition.id,
+            "since": definition.updated_at,
+            "reasons": REASONS_CANNOT_START,
+        },
+    ).fetchone()
+    return refusal_in(row) if row is not None else None
+
+
+def refusal_in(row: Mapping[str, Any]) -> Refusal | None:
+    """The refusal in a row with ``pgsched.cannot_start``'s columns (None: it has none)."""
+    if row["refused_run"] is None:
+        return None
+    return Refusal(
+        int(row["refused_run"]), str(row["refused_reason"]), str(row["refused_error"] or "")
+    )
+
+
+def refused_message(refusal: Refusal, generation: int) -> str:
+    """The words every screen uses for a job that cannot start: its Ready condition (and
+    so ``kubectl get sj``, describe and doctor) and the UI's health."""
+    return (
+        f"run {refusal.run_id} could not start: {refusal.error or refusal.reason}; runs of"
+        f" generation {generation} are expected to fail the same way until the spec or its"
+        " namespace changes (the next run whose workload starts makes the job Ready again)"
+    )
 
 
 def shown_status(run: Run, start: Start | None) -> str:

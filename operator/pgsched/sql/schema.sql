@@ -101,6 +101,36 @@ BEGIN
 END;
 $$;
 
+--
+-- Name: cannot_start(uuid, timestamp with time zone, text[]); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.cannot_start(definition_id uuid, since timestamp with time zone, reasons text[]) RETURNS TABLE(refused_run bigint, refused_reason text, refused_error text)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    WITH recent AS (
+        SELECT r.id, r.status, r.reason, r.error, r.started_at, r.exit_code
+        FROM pgsched.job_runs AS r
+        WHERE r.definition_id = cannot_start.definition_id
+          AND r.started_at IS NOT NULL
+        ORDER BY r.id DESC
+        LIMIT 20
+    ), verdict AS (
+        SELECT c.*, (c.status = 'FAILED' AND c.reason = ANY(cannot_start.reasons)) AS refused
+        FROM recent AS c
+        LEFT JOIN pgsched.run_starts AS s ON s.run_id = c.id
+        WHERE (c.status = 'FAILED' AND c.reason = ANY(cannot_start.reasons))
+           OR s.workload_started_at IS NOT NULL
+           OR c.status = 'COMPLETED'
+           OR c.exit_code IS NOT NULL
+        ORDER BY c.id DESC
+        LIMIT 1
+    )
+    SELECT v.id, v.reason, v.error FROM verdict AS v
+    WHERE v.refused AND v.started_at >= cannot_start.since
+$$;
+
 SET default_tablespace = '';
 
 --
@@ -2770,6 +2800,12 @@ REVOKE ALL ON FUNCTION pgsched.bounded_error(error text) FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION pgsched.bump_definition_version() FROM PUBLIC;
+
+--
+-- Name: FUNCTION cannot_start(definition_id uuid, since timestamp with time zone, reasons text[]); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.cannot_start(definition_id uuid, since timestamp with time zone, reasons text[]) FROM PUBLIC;
 
 --
 -- Name: FUNCTION claim_for_dispatch(batch_size integer, overshoot integer, at timestamp with time zone, definition_ids uuid[], lock_mode text); Type: ACL; Schema: pgsched; Owner: -

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from pgsched.engine import calendars, definitions, runs
+from pgsched.engine import calendars, definitions, runs, starts
 from pgsched.engine.models import Definition, Run
 from pgsched.schedule import ScheduleError, zones
 from pgsched.schedule.calendars import Calendars
@@ -89,7 +89,7 @@ def overview(ctx: pieces.Context, query: Mapping[str, str]) -> pieces.Page:
                 e(d.namespace),
                 link(pieces.job_url(d), d.name),
                 e(pieces.schedule_words(d)),
-                pieces.health_badge(d, row.health),
+                pieces.health_badge(d, row.health, row.refusal),
                 e(html.local(d.next_run_at, zone)) if not d.is_suspended else "suspended",
                 f"<span class='strip'>{cells}</span>",
                 e(row.queued),
@@ -169,7 +169,10 @@ def job(ctx: pieces.Context, namespace: str, name: str, query: Mapping[str, str]
                     "Schedule",
                     f"{e(pieces.schedule_words(d))} <code>{e(d.schedule_kind)}: {e(d.schedule)}</code>",
                 ),
-                ("Health", pieces.health_badge(d, pieces.health_of(d))),
+                (
+                    "Health",
+                    pieces.health_badge(d, pieces.health_of(d), starts.refusal(ctx.conn, d)),
+                ),
                 ("Next run", e(html.local(d.next_run_at, zone))),
                 (
                     "Concurrency",

@@ -114,7 +114,12 @@ def zone_of(definition: Definition) -> ZoneInfo:
         return ZoneInfo("UTC")
 
 
-def health_badge(definition: Definition, health: str) -> str:
+def health_badge(definition: Definition, health: str, refusal: starts.Refusal | None = None) -> str:
+    """``refusal``: the job cannot start (``starts.refusal``); said in the Ready
+    condition's words, unless it is rejected or suspended, which say more."""
+    if refusal is not None and health in ("ready", "failing"):
+        words = starts.refused_message(refusal, definition.generation)
+        return f"<span class='badge failing'>Cannot start</span> {e(refusal.reason)}: {e(words)}"
     reason = ""
     if health == "suspended":
         reason = definition.suspended_why

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from pgsched.db import queries
 from pgsched.db.connection import Connection
+from pgsched.engine import starts
 from pgsched.engine.models import Definition, Run
 
 
@@ -34,6 +35,7 @@ class Row:
     queued: int
     active: int
     strip: tuple[Cell, ...]
+    refusal: starts.Refusal | None  # why it cannot start, if it cannot
 
 
 def namespaces(conn: Connection) -> list[str]:
@@ -60,6 +62,7 @@ def overview(
             "after_name": after[1],
             "limit": limit,
             "strip": strip,
+            "cannot_start": starts.REASONS_CANNOT_START,
         },
     ).fetchall()
     return [_row(row) for row in rows]
@@ -77,7 +80,14 @@ def _row(row: dict[str, Any]) -> Row:
         )
         for item in row["strip"]
     )
-    return Row(Definition.from_row(row), row["health"], row["queued"], row["active"], cells)
+    return Row(
+        Definition.from_row(row),
+        row["health"],
+        row["queued"],
+        row["active"],
+        cells,
+        starts.refusal_in(row),
+    )
 
 
 def runs_before(

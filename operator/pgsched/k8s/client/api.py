@@ -66,6 +66,13 @@ class ApiError(Exception):
         return self.status == 409
 
     @property
+    def refused(self) -> bool:
+        """The API server refused this request for a reason of its target's (forbidden, a
+        terminating namespace, invalid, quota, an admission webhook's denial): a 4xx other
+        than a conflict (409) or a throttle (429). Sending it again changes nothing."""
+        return 400 <= self.status < 500 and self.status not in (409, 429)
+
+    @property
     def unavailable(self) -> bool:
         """The API server could not be reached, or was overloaded or failing (5xx, 429):
         nothing the request itself got wrong."""

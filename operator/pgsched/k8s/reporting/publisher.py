@@ -11,6 +11,14 @@ once); Events have deterministic names, so a repeat posts nothing twice.
 take turns in the claim (``claim_run_events``) so a run outside a stampede is not published
 after all of it.
 
+A namespace's trouble stays its own: when the API server refuses a ScheduledJob's Event or
+status write for a reason of its namespace's (``ApiError.refused``: 403 because the
+namespace is terminating or the operator's Role in it is gone, quota, a webhook's denial),
+that ScheduledJob's changes leave the outbox unpublished, with a warning and a metric, and
+the batch goes on; retrying them could only hold up every other namespace's. The runs
+themselves are in the database, and the next change re-renders the status whole. The API
+server away (5xx, 429, no answer) still rolls the batch back, to be published again.
+
 Why and how: docs/architecture.md, "Publishing run changes".
 """
 
@@ -70,6 +78,8 @@ BATCH_SECONDS = 1.0
 # Status patches that found the ScheduledJob changed since it was read, before giving up
 # (the batch is then rolled back and published again later).
 CONFLICT_ATTEMPTS = 5
+# A namespace whose changes keep being refused is named in the log once per this long.
+REFUSAL_LOG_SECONDS = 60.0
 
 
 @dataclass
@@ -78,6 +88,8 @@ class PublishResult:
     statuses: int = 0
     jobs_deleted: int = 0
     definitions: set[UUID] = field(default_factory=set)
+    # Namespace -> the API server's refusal: their changes were dropped (see the docstring).
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 class Publisher:
@@ -91,6 +103,7 @@ class Publisher:
         self.kube = kube
         self._batch_size = batch_size
         self._clock = clock  # the pinned "now" of a test, or None: the database's
+        self._refusals_logged: dict[str, float] = {}  # namespace -> monotonic, last warned
 
     def run_once(self, conn: Connection) -> PublishResult:
         """One batch: claim changes in fair turns, publish them a ScheduledJob at a time
@@ -108,9 +121,14 @@ class Publisher:
                 by_definition[row["definition_id"]].append(row)
             published: list[Obj] = []
             for definition_id, changes in by_definition.items():
-                for row in changes:
-                    result.events += self._announce(row)
-                self._refresh(conn, definition_id, changes, result)
+                try:
+                    for row in changes:
+                        result.events += self._announce(row)
+                    self._refresh(conn, definition_id, changes, result)
+                except api.ApiError as error:
+                    if not error.refused:
+                        raise
+                    self._set_aside(changes, error, result)
                 result.definitions.add(definition_id)
                 published += changes
                 if time.monotonic() - started >= BATCH_SECONDS:
@@ -126,6 +144,27 @@ class Publisher:
             )
         return result
 
+    def _set_aside(self, changes: list[Obj], error: api.ApiError, result: PublishResult) -> None:
+        """Drop one ScheduledJob's changes the API server refused (the module's docstring)."""
+        namespace = str(changes[0]["namespace"])
+        metrics.PUBLISH_REFUSED.labels(namespace, str(error.status)).inc(len(changes))
+        result.refused[namespace] = str(error)
+        now = time.monotonic()
+        last = self._refusals_logged.get(namespace)
+        if last is not None and now - last < REFUSAL_LOG_SECONDS:
+            return
+        self._refusals_logged[namespace] = now
+        log.warning(
+            "namespace %s refused the run changes of ScheduledJob %s (%s); they are not"
+            " published there (the runs are recorded; the next change renders its status"
+            " whole), and every other namespace's go on. This warning repeats at most every"
+            " %.0f s per namespace",
+            namespace,
+            changes[0]["name"],
+            error,
+            REFUSAL_LOG_SECONDS,
+        )
+
     # -- Events -------------------------------------------------------------------------
 
     def _announce(self, row: Obj) -> int:
@@ -140,7 +179,7 @@ class Publisher:
 
     def _post_run_event(self, row: Obj) -> bool:
         kind = _event_kind(row)
-        if kind is None:
+        if kind is None or _never_launched(row):
             return False
         event_type, reason = kind
         return self.post_event(
@@ -265,9 +304,11 @@ class Publisher:
         caller writes it, then calls ``announce_transitions``)."""
         old = current.get("status") or {}
         counts, last_run = runs.for_status(conn, definition.id)
+        refusal = starts.refusal(conn, definition)
         now = clock.now(conn, self._clock())
         return status.render(
             definition,
+            refusal=refusal,
             last_run=last_run,
             active=counts.running,
             queued=counts.queued,
@@ -370,6 +411,12 @@ def event_message(row: Obj) -> str:
     if state == "CANCELLED" and row.get("cancelled_by"):
         verb += f" by {row['cancelled_by']}"
     return f"{run} {verb}: {detail}"
+
+
+def _never_launched(row: Obj) -> bool:
+    """A claim whose launch was refused or put off (the run ended or was queued again, and
+    no Job was recorded): its claim is no launch to announce (RunFailed says why)."""
+    return row["status"] == "RUNNING" and not row["k8s_job_name"] and row["run_status"] != "RUNNING"
 
 
 def _count(row: Obj) -> None:

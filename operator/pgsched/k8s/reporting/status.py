@@ -60,6 +60,7 @@ def render(
     calendars: Calendars = NO_CALENDARS,
     finish_by: deadlines.FinishBy | None = None,
     notify: notifications.Effective | None = None,
+    refusal: starts.Refusal | None = None,
 ) -> Obj:
     """The full status of a ScheduledJob whose definition is stored.
 
@@ -78,7 +79,8 @@ def render(
     ``finish_by``: the last run's spec.deadline (``engine.deadlines``), shown as
     ``lastRun.finishBy`` and, once missed, ``lastRun.deadlineMissedAt``. ``notify``: what
     its changes notify and where that comes from (``notifications.effective``), shown as
-    ``notifications``.
+    ``notifications``. ``refusal``: why no run of this spec can start, if none can
+    (``starts.refusal``): the job is not Ready, with that run's reason.
 
     ``lastRun`` is the newest run that has started, any trigger (so LAST STATUS shows
     RUNNING while it runs, and never a SKIPPED occurrence); ``lastRunTime`` its start (LAST
@@ -106,6 +108,7 @@ def render(
         pool_missing=pool_name is not None and not pool_found,
         stranded_by=_stranding_upstreams(definition, links.upstreams if links else []),
         now=now,
+        refusal=refusal,
     )
     if definition.auto_suspended_at is not None:
         suspension = _condition(
@@ -197,7 +200,12 @@ def _stranding_upstreams(definition: Definition, upstreams: list[chain.UpstreamS
 
 
 def _ready(
-    definition: Definition, *, pool_missing: bool, stranded_by: list[str], now: datetime
+    definition: Definition,
+    *,
+    pool_missing: bool,
+    stranded_by: list[str],
+    now: datetime,
+    refusal: starts.Refusal | None = None,
 ) -> Obj:
     generation = definition.generation
     if definition.rejection:
@@ -219,6 +227,10 @@ def _ready(
             f"spec.after names {', '.join(stranded_by)}, which does not exist in namespace"
             f" {definition.namespace} (or its spec was refused: see its status); no run of"
             f" generation {generation} can start until it does",
+        )
+    if refusal is not None:
+        return _condition(
+            "Ready", False, refusal.reason, starts.refused_message(refusal, generation)
         )
     if pool_missing:
         pool = definition.spec["pool"]

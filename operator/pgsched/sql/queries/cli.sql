@@ -163,12 +163,16 @@ WHERE deleted_at IS NULL
 ORDER BY next_run_at
 LIMIT %(limit)s;
 
--- name: rejected_definitions
--- ScheduledJobs whose latest generation was rejected (Ready=False); an older one may run.
-SELECT namespace, name, generation, rejected_generation, rejection
-FROM pgsched.job_definitions
-WHERE deleted_at IS NULL AND rejection IS NOT NULL
-ORDER BY namespace, name;
+-- name: not_ready_definitions
+-- ScheduledJobs that are not Ready, as their status says it: the latest generation was
+-- rejected (an older one may run), or no run of it can start (engine/starts.py, refusal).
+SELECT d.namespace, d.name, d.generation, d.rejected_generation, d.rejection,
+       cs.refused_run, cs.refused_reason, cs.refused_error
+FROM pgsched.job_definitions AS d
+LEFT JOIN LATERAL pgsched.cannot_start(d.id, d.updated_at, %(cannot_start)s::text[]) AS cs
+    ON true
+WHERE d.deleted_at IS NULL AND (d.rejection IS NOT NULL OR cs.refused_run IS NOT NULL)
+ORDER BY d.namespace, d.name;
 
 -- name: auto_suspended_definitions
 SELECT namespace, name, auto_suspended_at, auto_suspend_reason

@@ -81,3 +81,6 @@ SELECT * FROM pgsched.run_starts WHERE run_id = %(run_id)s;
 -- Rows of runs whose history month was dropped (engine/history.py).
 DELETE FROM pgsched.run_starts AS s
 WHERE NOT EXISTS (SELECT FROM pgsched.job_runs AS r WHERE r.id = s.run_id);
+
+-- name: cannot_start
+SELECT * FROM pgsched.cannot_start(%(definition_id)s, %(since)s, %(reasons)s::text[]);

@@ -39,6 +39,7 @@ SELECT p.*,
        coalesce((SELECT n FROM queued WHERE queued.definition_id = p.id), 0) AS queued,
        (SELECT count(*) FROM pgsched.job_runs AS a
         WHERE a.definition_id = p.id AND a.status = 'RUNNING') AS active,
+       cs.refused_run, cs.refused_reason, cs.refused_error,  -- engine/starts.py, refusal
        (SELECT coalesce(json_agg(s ORDER BY s.id), '[]'::json)
         FROM (SELECT r.id, r.status, r.reason, r.trigger, r.attempt, r.scheduled_for
               FROM pgsched.job_runs AS r
@@ -46,6 +47,7 @@ SELECT p.*,
               ORDER BY r.id DESC
               LIMIT %(strip)s) AS s) AS strip
 FROM page AS p
+LEFT JOIN LATERAL pgsched.cannot_start(p.id, p.updated_at, %(cannot_start)s::text[]) AS cs ON true
 ORDER BY p.namespace, p.name;
 
 -- name: ui_runs_before
