@@ -190,6 +190,13 @@ def busybox_with(command: str, security_context: dict[str, Any]) -> dict[str, An
     return template
 
 
+def ready_column(cluster, namespace: str, name: str) -> str:
+    """The READY column of ``kubectl get sj``, as a person reads it."""
+    header, row = cluster.kubectl("get", "sj", name, "-n", namespace).stdout.splitlines()[:2]
+    start = header.index("READY")  # columns are aligned; values may hold spaces
+    return row[start:].split()[0]
+
+
 def test_a_jobtemplate_violating_enforced_pod_security_fails_podsecurityrejected_naming_the_violation(
     operators, sj, cluster, namespace
 ):
@@ -215,6 +222,20 @@ def test_a_jobtemplate_violating_enforced_pod_security_fails_podsecurityrejected
         'privileged (container "main" must not set securityContext.privileged=true)'
         in (failed["error"])
     )
+    # kubectl get sj says it cannot start (READY False, the run's reason) within a
+    # publish round or two, and no Event says it was launched.
+    refused_at = time.monotonic()
+    wait_for(
+        lambda: ready_column(cluster, namespace, "bad") == "False",
+        10,
+        describe=lambda: cluster.kubectl("get", "sj", "bad", "-n", namespace).stdout,
+    )
+    seconds = time.monotonic() - refused_at
+    condition = sj.condition("bad")
+    assert condition is not None and condition["reason"] == "PodSecurityRejected", condition
+    assert f"run {failed['id']} could not start" in condition["message"], condition
+    assert "RunLaunched" not in {event["reason"] for event in sj.events("bad")}
+    print(f"READY False {seconds:.2f}s after the refused run was seen FAILED")
     # Nothing is left of it: no Job whose pods would be refused over and over.
     wait_for(lambda: not sj.jobs("bad"), 15, describe="the refused Job deleted")
     # The namespace's other job is not affected.
@@ -222,6 +243,7 @@ def test_a_jobtemplate_violating_enforced_pod_security_fails_podsecurityrejected
         "good", lambda runs: runs and runs[0]["status"] in ("COMPLETED", "FAILED"), 90, "end"
     )
     assert run["status"] == "COMPLETED", run
+    assert ready_column(cluster, namespace, "good") == "True"
 
     # A level that is only warned about, not enforced, does not stop a run.
     cluster.kubectl(

@@ -113,9 +113,7 @@ def test_a_retry_waiting_for_its_launch_does_not_make_the_job_flap(conn):
     )
     [first] = run_now(conn, job, "a", Refusing(), 1).launch_failed
     settle.run_once(conn, now=T0 + timedelta(seconds=2))
-    retry = conn.execute(
-        "SELECT id FROM pgsched.job_runs WHERE retry_of = %s", [first]
-    ).fetchone()
+    retry = conn.execute("SELECT id FROM pgsched.job_runs WHERE retry_of = %s", [first]).fetchone()
     assert retry is not None, "the policy queued a retry"
     claimed = dispatch.claim(conn, definition_ids=[job.id], now=T0 + timedelta(hours=1)).claimed
     assert [run.id for run in claimed] == [retry["id"]]
