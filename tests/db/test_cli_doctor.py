@@ -94,7 +94,7 @@ def test_doctor_finds_stuck_runs_and_unmaterialized_occurrences(dsn, conn):
     runs.run_now(conn, stuck.id, token="a", scheduled_for=LONG_AGO)
     [orphan] = dispatch.run_once(conn, RecordingLauncher(), now=LONG_AGO).claimed  # never beats
     waiting = define(conn, "waiting", schedule="0 8 * * *", maxConcurrentRuns=2)
-    runs.run_now(conn, waiting.id, token="b", scheduled_for=datetime.now(UTC) - timedelta(hours=1))
+    queued_an_hour_ago(conn, waiting, "b")
 
     with tick_once(dsn):
         result = pgsched("doctor", "-o", "json", dsn=dsn)
@@ -107,11 +107,32 @@ def test_doctor_finds_stuck_runs_and_unmaterialized_occurrences(dsn, conn):
     assert found["materialization"][0] == "FAIL" and "default/stuck" in found["materialization"][1]
 
 
+def queued_an_hour_ago(conn, job, token):
+    """A run of ``job`` due an hour ago and queued then (as the tick would have)."""
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    queued = runs.run_now(conn, job.id, token=token, scheduled_for=an_hour_ago).run
+    conn.execute(
+        "UPDATE pgsched.job_runs SET created_at = %s WHERE id = %s", [an_hour_ago, queued.id]
+    )
+
+
+def test_a_run_asked_for_a_past_instant_is_not_overdue_the_moment_it_is_queued(dsn, conn):
+    job = define(conn, "backfilled", schedule="0 8 * * *", maxConcurrentRuns=2)
+    last_week = datetime.now(UTC) - timedelta(days=7)
+    runs.run_now(conn, job.id, token="last-week", scheduled_for=last_week)
+    with tick_once(dsn):
+        status, detail = checks(pgsched("doctor", "-o", "json", dsn=dsn))["queued runs"]
+    assert status == "ok", detail
+    conn.execute("UPDATE pgsched.job_runs SET created_at = now() - interval '10 minutes'")
+    with tick_once(dsn):
+        status, detail = checks(pgsched("doctor", "-o", "json", dsn=dsn))["queued runs"]
+    assert status == "FAIL" and "default/backfilled (waiting since" in detail, detail
+
+
 def test_doctor_tells_waiting_at_the_cap_from_stuck(dsn, conn):
     job = define(conn, "busy", schedule="0 8 * * *", maxConcurrentRuns=1)
-    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
     for token in "ab":
-        runs.run_now(conn, job.id, token=token, scheduled_for=an_hour_ago)
+        queued_an_hour_ago(conn, job, token)
     [running] = dispatch.run_once(conn, RecordingLauncher()).claimed
     conn.execute("UPDATE pgsched.job_runs SET heartbeat_at = now() WHERE id = %s", [running.id])
     with tick_once(dsn):

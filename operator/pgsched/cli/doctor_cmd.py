@@ -277,7 +277,8 @@ def _stuck(conn: Connection, queued_threshold: int) -> list[Finding]:
     free = [row for row in overdue if row["running"] < row["max_concurrent_runs"]]
     if free:
         examples = ", ".join(
-            f"run {row['id']} {row['namespace']}/{row['name']} (due {output.utc_iso(row['scheduled_for'])})"
+            f"run {row['id']} {row['namespace']}/{row['name']}"
+            f" (waiting since {output.utc_iso(row['waiting_since'])})"
             for row in free[:EXAMPLES]
         )
         findings.append(

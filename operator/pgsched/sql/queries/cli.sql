@@ -141,17 +141,26 @@ ORDER BY r.started_at
 LIMIT %(limit)s;
 
 -- name: overdue_queued_runs
--- QUEUED runs due for longer than the threshold, and whether their definition is at its
--- cap (waiting for a slot is backpressure; waiting with free slots is not).
-SELECT r.id, d.namespace, d.name, r.attempt, r.trigger, r.scheduled_for,
-       d.max_concurrent_runs,
-       (SELECT count(*) FROM pgsched.job_runs AS x
-        WHERE x.definition_id = r.definition_id AND x.status = 'RUNNING') AS running
-FROM pgsched.job_runs AS r
-JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
-WHERE r.status = 'QUEUED'
-  AND r.scheduled_for < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(threshold_seconds)s)
-ORDER BY r.scheduled_for, r.id
+-- QUEUED runs waiting for longer than the threshold, and whether their definition is at
+-- its cap (waiting for a slot is backpressure; waiting with free slots is not). A run waits
+-- from when it could first be claimed: its occurrence, or its queueing if later (a backfill
+-- or a run-now for a past instant is not late the moment it is asked for), or its jittered
+-- start (run_delays).
+SELECT q.* FROM (
+    SELECT r.id, d.namespace, d.name, r.attempt, r.trigger, r.scheduled_for,
+           greatest(r.scheduled_for, r.created_at,
+                    (SELECT j.not_before FROM pgsched.run_delays AS j WHERE j.run_id = r.id))
+               AS waiting_since,
+           d.max_concurrent_runs,
+           (SELECT count(*) FROM pgsched.job_runs AS x
+            WHERE x.definition_id = r.definition_id AND x.status = 'RUNNING') AS running
+    FROM pgsched.job_runs AS r
+    JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
+    WHERE r.status = 'QUEUED'
+      AND r.scheduled_for < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(threshold_seconds)s)
+) AS q
+WHERE q.waiting_since < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(threshold_seconds)s)
+ORDER BY q.waiting_since, q.id
 LIMIT %(limit)s;
 
 -- name: overdue_definitions
