@@ -151,3 +151,16 @@ def test_next_of_a_job_that_only_runs_after_others_says_so(dsn, conn):
     result = pgsched("next", "load", dsn=dsn)
     assert result.code == 0, result.err
     assert "runs only after its upstreams (spec.after)" in result.out
+
+
+def test_next_of_a_job_with_several_schedules_says_them_in_words(dsn, conn):
+    entries = [
+        {"schedule": "30 8 * * 1-5", "timeZone": "Europe/Sofia"},
+        {"schedule": "0 10 * * 6"},
+    ]
+    define(conn, "twice", schedules=entries, now=T0)
+    result = pgsched("next", "twice", "-n", "1", "--after", "2027-03-27", dsn=dsn)
+    assert result.code == 0, result.err
+    heading = result.out.splitlines()[0]
+    assert heading.startswith("default/twice: schedules "), heading
+    assert "{" not in heading and "Europe/Sofia" in heading and " and " in heading, heading

@@ -32,6 +32,7 @@ from pgsched.engine import calendars, definitions
 from pgsched.schedule import ScheduleError, Stream, zones
 from pgsched.schedule import window as windows
 from pgsched.schedule.calendars import NO_CALENDARS, Calendars
+from pgsched.ui import words
 
 MAX_COUNT = 1000
 # Occurrences are listed strictly after ``after`` (what --after says, and what croniter's and
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"{described['subject']}: {described['kind']} {described['schedule']!r} in {zone.key}")
+    print(f"{described['subject']}: {_heading(described, zone.key)}")
     for note in notes:
         print(f"note: {note}")
     if not upcoming:
@@ -142,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _heading(described: dict[str, Any], zone: str) -> str:
+    """The schedule as its expression, or in words for several (``spec.schedules`` is
+    stored as JSON, which is no way to show it)."""
+    if described["kind"] == "union":
+        return f"schedules {words.describe('union', described['schedule'], zone)}"
+    return f"{described['kind']} {described['schedule']!r} in {zone}"
 
 
 def _stored(
