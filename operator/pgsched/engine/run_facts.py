@@ -117,7 +117,14 @@ def _lines(
             cancel += f" by {run.cancelled_by}"
     job = run.k8s_job_name
     duration = None
-    if run.started_at is not None and (run.finished_at or run.status == "RUNNING"):
+    # A launching run has not run yet: its time since the claim is its pod's wait, which
+    # the launching lines say (starts.described), not how long it ran.
+    launching = starts.shown_status(run, start) == starts.LAUNCHING
+    if (
+        run.started_at is not None
+        and (run.finished_at or run.status == "RUNNING")
+        and not launching
+    ):
         duration = (run.finished_at or now) - run.started_at
     return [
         ("Run", run.id),
