@@ -60,3 +60,11 @@ def test_json_targets_get_the_text_as_it_is(kind):
     document = json.loads(raw)
     message = document["message"] if kind == "Webhook" else document["data"]["message"]
     assert HOSTILE_ERROR in message
+
+
+def test_times_in_the_text_are_utc_to_the_second_and_the_fields_keep_their_precision():
+    body = payload(error="exit code 3")
+    body["run"]["scheduledFor"] = "2026-06-02T01:30:00.426113+03:00"
+    assert "scheduled for 2026-06-01T22:30:00Z)" in receivers.message(body)
+    raw, _ = receivers.body_of("Webhook", body)
+    assert json.loads(raw)["run"]["scheduledFor"] == "2026-06-02T01:30:00.426113+03:00"

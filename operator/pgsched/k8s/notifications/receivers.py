@@ -37,9 +37,10 @@ import threading
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from pgsched import __version__
+from pgsched import __version__, wording
 from pgsched.db import clock
 from pgsched.k8s import names
 from pgsched.k8s.notifications import destinations
@@ -69,10 +70,21 @@ def message(payload: Mapping[str, Any]) -> str:
     job, run = payload["scheduledJob"], payload["run"]
     line = (
         f"pgsched: {job['namespace']}/{job['name']} run {run['id']} (attempt {run['attempt']},"
-        f" scheduled for {run['scheduledFor']}) {_DESCRIBED.get(payload['event'], payload['event'])}"
+        f" scheduled for {_moment(run['scheduledFor'])})"
+        f" {_DESCRIBED.get(payload['event'], payload['event'])}"
     )
     detail = ": ".join(str(part) for part in (run.get("reason"), run.get("error")) if part)
     return f"{line}: {detail}" if detail and payload["event"] != "recovered" else line
+
+
+def _moment(value: object) -> str:
+    """A time in the text as people read it: UTC to the second (the payload's fields keep
+    the database's microseconds, for tools); anything else as it came."""
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return str(value) if moment.tzinfo is None else wording.instant(moment)
 
 
 def slack_escaped(text: str) -> str:
