@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from factories import RecordingLauncher, define, runs_of
-from pgsched.engine import dispatch, jitter, materialize, runs
+from pgsched import wording
+from pgsched.engine import dispatch, jitter, materialize, runs, waits
 from pgsched.spec import SpecError
 
 T0 = datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC)
@@ -81,6 +82,10 @@ def test_dispatch_does_not_claim_a_run_before_its_jittered_start(conn):
 
     early = dispatch.run_once(conn, RecordingLauncher(), now=start - timedelta(seconds=1))
     assert early.claimed == []
+    [queued] = [row for row in runs_of(conn, job) if row["status"] == "QUEUED"]
+    said = waits.of_run(conn, queued["id"], now=start - timedelta(seconds=1))
+    assert said is not None and said.reason == waits.JITTERED, said
+    assert said.message.startswith(f"its jittered start, {wording.instant(start)}"), said
     on_time = dispatch.run_once(conn, RecordingLauncher(), now=start)
     assert [run.scheduled_for for run in on_time.claimed] == [due]
     assert runs.get(conn, on_time.claimed[0].id).not_before == start

@@ -36,6 +36,7 @@ def row(**overrides):
         "holding": [],
         "stopping": [],
         "pool_holding": [],
+        "not_before": None,
     }
     return {**base, **overrides}
 
@@ -43,6 +44,9 @@ def row(**overrides):
 def test_every_wait_reason_is_documented_with_the_message_the_engine_writes():
     examples = {
         waits.NOT_DUE: row(scheduled_for=T0 + timedelta(minutes=5)),
+        waits.JITTERED: row(
+            scheduled_for=T0 - timedelta(seconds=5), not_before=T0 + timedelta(seconds=42)
+        ),
         waits.MAX_CONCURRENT_RUNS: row(holding=[17]),
         waits.POOL_NOT_FOUND: row(pool="etl", max_concurrent_runs=5),
         waits.POOL_FULL: row(pool="etl", pool_limit=2, pool_holding=[17, 18]),

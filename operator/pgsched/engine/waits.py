@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 # Why a run waits (status.waiting.reason, the RunWaiting Event's message).
 NOT_DUE = "NotDue"
+JITTERED = "JitteredStart"
 MAX_CONCURRENT_RUNS = "MaxConcurrentRuns"
 POOL_NOT_FOUND = "PoolNotFound"
 POOL_FULL = "PoolFull"
@@ -98,6 +99,11 @@ def _holder(row: dict[str, Any], *, now: datetime) -> tuple[str, str, str]:
         left = wording.seconds((row["scheduled_for"] - now).total_seconds())
         due = f"its time, {wording.instant(row['scheduled_for'])}"
         return NOT_DUE, f"{due} (in {left})", due
+    not_before = row.get("not_before")
+    if not_before is not None and not_before > now:  # spec.jitterSeconds
+        left = wording.seconds((not_before - now).total_seconds())
+        start = f"its jittered start, {wording.instant(not_before)} (spec.jitterSeconds)"
+        return JITTERED, f"{start}, in {left}", start
     holding: list[int] = row["holding"]
     cap = row["max_concurrent_runs"]
     if len(holding) >= cap:

@@ -337,7 +337,9 @@ class Publisher:
         before = (current.get("status") or {}).get("waiting") or {}
         if (
             waiting
-            and waiting["reason"] != waits.DISPATCH
+            # Every run waits a moment for its dispatch, and a jittered job's every run for
+            # its jittered start: expected, not worth an Event each.
+            and waiting["reason"] not in (waits.DISPATCH, waits.JITTERED)
             and waiting["since"] != before.get("since")
         ):
             self.post_event(

@@ -4,8 +4,10 @@
 -- Each named run that waits — QUEUED, or RUNNING with its Job suspended for admission —
 -- with what the claim (pgsched.claim_for_dispatch) would weigh: its definition's cap and the
 -- runs holding it, its pool's limit (NULL: no such pool) and the runs holding that, and
--- the Kueue queue its jobTemplate names. Held runs are listed oldest first.
+-- the Kueue queue its jobTemplate names, and its jittered start (run_delays). Held runs
+-- are listed oldest first.
 SELECT r.id, r.status, r.scheduled_for, r.deadline_at, r.error,
+       (SELECT j.not_before FROM pgsched.run_delays AS j WHERE j.run_id = r.id) AS not_before,
        d.namespace, d.max_concurrent_runs, d.spec ->> 'pool' AS pool,
        d.spec #>> '{jobTemplate,metadata,labels,kueue.x-k8s.io/queue-name}' AS kueue_queue,
        coalesce(s.awaiting_admission, false) AS awaiting_admission,
