@@ -66,6 +66,11 @@ def test_status_says_not_active_until_the_window_opens_and_lists_its_first_runs(
     rendered, condition = ready(job, T0)
     assert condition["reason"] == "NotYetActive"
     assert f"not active until {FROM} (spec.activeFrom)" in condition["message"]
+    [suspended] = [item for item in rendered["conditions"] if item["type"] == "Suspended"]
+    assert (
+        suspended["message"]
+        == f"runs are scheduled once it is active: not active until {FROM} (spec.activeFrom)"
+    )
     assert rendered["nextRuns"][0] == "2027-03-10T08:00:00Z"
 
 
@@ -76,6 +81,10 @@ def test_status_says_the_window_ended_with_no_next_runs(conn):
     assert condition["reason"] == "ActiveWindowEnded"
     assert f"ended at {UNTIL} (spec.activeUntil): no more runs" in condition["message"]
     assert rendered["nextRuns"] == [] and rendered["nextRunAt"] is None
+    # Not suspended, and nothing runs: the Suspended condition does not say otherwise.
+    [suspended] = [item for item in rendered["conditions"] if item["type"] == "Suspended"]
+    assert suspended["status"] == "False" and "runs are scheduled" not in suspended["message"]
+    assert f"its active window ended at {UNTIL}" in suspended["message"], suspended
 
 
 def test_pgsched_next_agrees_with_the_status(dsn, conn):

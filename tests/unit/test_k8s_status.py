@@ -48,6 +48,10 @@ def test_a_rule_whose_occurrences_are_all_past_is_ready_and_says_nothing_more_ru
     assert (ready["status"], ready["reason"]) == ("True", "NoFutureOccurrences")
     assert "no occurrence after 2026-06-01" in ready["message"]
     assert rendered["nextRunAt"] is None and rendered["nextRuns"] == []
+    suspended = conditions(rendered)["Suspended"]
+    assert suspended["message"] == (
+        "not suspended, but its schedule has no occurrence left: no more runs"
+    )
 
 
 def test_a_stored_schedule_this_release_rejects_renders_without_predictions():

@@ -120,7 +120,7 @@ def render(
     elif definition.suspended:
         suspension = _condition("Suspended", True, "SuspendedBySpec", definition.suspended_why)
     else:
-        suspension = _condition("Suspended", False, "Active", "runs are scheduled")
+        suspension = _condition("Suspended", False, "Active", _not_suspended(definition, now))
     conditions = [ready, suspension]
     chain_status: Obj = {}
     if links is not None and links.upstreams:
@@ -197,6 +197,21 @@ def _stranding_upstreams(definition: Definition, upstreams: list[chain.UpstreamS
     if definition.after_mode == "All" or len(missing) == len(upstreams):
         return missing
     return []
+
+
+def _not_suspended(definition: Definition, now: datetime) -> str:
+    """The Suspended=False message: whether runs are still to come, which a finished
+    active window or a schedule without occurrences left settles, suspended or not."""
+    more = definition.next_run_at is not None
+    window = definition.window
+    outside = window.note(now, more=more) if window else None
+    if window is not None and outside is not None:
+        if window.state(now, more=more) == "ActiveWindowEnded":
+            return f"not suspended, but its active window {outside}"
+        return f"runs are scheduled once it is active: {outside}"
+    if not more and definition.schedule_kind != "none":
+        return "not suspended, but its schedule has no occurrence left: no more runs"
+    return "runs are scheduled"
 
 
 def _ready(
