@@ -133,13 +133,17 @@ def start_with_webhook(operators, cluster, namespace: str, webhook: dict[str, st
 def test_apply_of_an_invalid_scheduled_job_fails_with_the_controllers_message(
     operators, cluster, namespace, webhook, spec
 ):
-    start_with_webhook(operators, cluster, namespace, webhook)
+    handle = start_with_webhook(operators, cluster, namespace, webhook)
     spec = {**spec, "jobTemplate": busybox("true")}
     applied = apply(cluster, namespace, "bad", spec)
     assert applied.returncode != 0
     assert "denied the request: " + controller_message(namespace, "bad", spec) in applied.stderr
     found = cluster.kubectl("get", "sj", "bad", "-n", namespace, check=False)
     assert found.returncode != 0  # nothing was stored
+    # A user's typo is no trouble of the operator's: said at INFO, never at ERROR.
+    logged = handle.log()
+    assert f"INFO pgsched.k8s.serve.webhook: refused {namespace}/bad: " in logged
+    assert not [line for line in logged.splitlines() if " ERROR " in line], logged[-2000:]
 
 
 def test_a_past_run_at_is_refused_on_create_and_when_changed_never_when_kept(

@@ -107,6 +107,8 @@ def _judge(body: Mapping[str, Any], check: Callable[[], None]) -> None:
     try:
         check()
     except spec_module.SpecError as error:
+        meta = body.get("metadata") or {}
+        log.info("refused %s/%s: %s", meta.get("namespace"), meta.get("name"), error)
         raise kopf.AdmissionError(str(error), code=INVALID) from None
     except Exception:
         meta = body.get("metadata") or {}
@@ -142,6 +144,18 @@ def kopf_settings(settings: WebhookSettings) -> kopf.OperatorSettings:
     return found
 
 
+class _RefusalsAreNoErrors(logging.Filter):
+    """kopf logs every ``AdmissionError`` as "<handler> failed permanently: ..." at ERROR:
+    a user's typo, refused with its message, is no trouble of the operator's (``_judge``
+    says it at INFO). The webhook's handlers raise no other permanent error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and "failed permanently" in record.getMessage())
+
+
+_REFUSALS_ARE_NO_ERRORS = _RefusalsAreNoErrors()
+
+
 class _Forgetful(inventory.ResourceMemories):
     """Remembers nothing about the objects admitted (see the module's docstring)."""
 
@@ -162,6 +176,7 @@ class Webhook:
     """kopf's operator machinery, admission only, on its own event loop and thread."""
 
     def __init__(self, settings: WebhookSettings) -> None:
+        logging.getLogger("kopf.objects").addFilter(_REFUSALS_ARE_NO_ERRORS)
         self._settings = kopf_settings(settings)
         self._stop = threading.Event()
         self.ready = threading.Event()
