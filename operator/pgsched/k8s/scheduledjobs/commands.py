@@ -144,8 +144,8 @@ def handle(
     for request in requests:
         problem = _requester_problem(request) or _carry_out(conn, definition, request, now=now)
         if problem is not None:
+            # Logged where its Event is posted: by the one replica that posts it.
             refused.append(problem)
-            log.warning("%s: %s", definition.key, problem)
         elif request.annotation == names.ANNOTATION_RESUME:
             resumed = True
     return Answer(tuple(refused), resumed)

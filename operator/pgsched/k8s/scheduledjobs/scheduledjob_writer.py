@@ -51,7 +51,10 @@ def _write(context: Context, writes: Writes) -> None:
     if publish and not _publish(context, writes, version):
         return  # gone
     for note in writes.answers:
-        _post(context, writes, note)
+        # Every replica answers a request it sees; the Event's name is the same on all of
+        # them, so one posts it and says it in its log, and the others find it posted.
+        if _post(context, writes, note) and note.type == "Warning":
+            log.warning("%s/%s: %s", writes.namespace, writes.name, note.message)
     for request in writes.remove:
         _remove_request(kube, path, request)
         context.in_hand.get(writes.uid, set()).discard(request)
