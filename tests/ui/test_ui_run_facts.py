@@ -161,6 +161,11 @@ def test_a_fan_in_run_names_every_upstream_run_on_both_screens(
     assert said["Upstream runs"] == (
         f"{ups[0]} of team-a/extract (COMPLETED), {ups[1]} of team-a/clean (COMPLETED)"
     )
+    # pgsched runs names both too, in its chain column and its JSON.
+    listed = pgsched("runs", "load", "--namespace", "team-a", dsn=dsn).out
+    assert f"← {ups[0]}, {ups[1]}" in listed, listed
+    [shown] = pgsched("runs", "load", "--namespace", "team-a", "-o", "json", dsn=dsn).json()["runs"]
+    assert shown["upstreamRunIds"] == ups
 
 
 def test_why_names_the_exdate_that_removes_an_occurrence(

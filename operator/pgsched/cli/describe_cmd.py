@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         output.emit_json(
             {
-                "run": runs_cmd.summary(facts.run, facts.triggered),
+                "run": runs_cmd.summary(
+                    facts.run, facts.triggered, [item.run_id for item in facts.upstreams]
+                ),
                 "requestedBy": facts.requested_by,
                 "scheduledJob": {
                     "namespace": definition.namespace,

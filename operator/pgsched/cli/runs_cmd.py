@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
         deleted_at = {item.id: item.deleted_at for item in found}
         history = [Run.from_row(row) for row in rows]
         triggered = chain.triggered(conn, [item.id for item in history])
+        upstreams = chain.upstream_run_ids(
+            conn, [item.id for item in history if item.trigger == "upstream"]
+        )
     if args.output == "json":
         output.emit_json(
             {
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                 "scheduledJobs": [{"uid": item.id, "deletedAt": item.deleted_at} for item in found],
                 "runs": [
                     {
-                        **summary(item, triggered.get(item.id, [])),
+                        **summary(item, triggered.get(item.id, []), upstreams.get(item.id)),
                         "scheduledJobUid": item.definition_id,
                     }
                     for item in history
@@ -116,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             output.local_time(item.started_at, zone),
             output.local_time(item.finished_at, zone),
             duration_of(item),
-            chain_of(item, triggered.get(item.id, [])),
+            chain_of(item, triggered.get(item.id, []), upstreams.get(item.id)),
         ]
         if args.include_deleted:
             gone = deleted_at[item.definition_id]
@@ -126,15 +129,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def chain_of(item: Run, triggered: list[chain.Triggered]) -> str | None:
-    """``← upstream run`` and ``→ downstream runs``, for the table."""
-    parts = [f"← {item.upstream_run_id}"] if item.upstream_run_id is not None else []
+def chain_of(
+    item: Run, triggered: list[chain.Triggered], upstreams: list[int] | None = None
+) -> str | None:
+    """``← upstream runs`` (every one of a fan-in) and ``→ downstream runs``, for the table."""
+    ups = upstreams or ([item.upstream_run_id] if item.upstream_run_id is not None else [])
+    parts = [f"← {', '.join(map(str, ups))}"] if ups else []
     parts += [f"→ {down.scheduled_job} {down.run_id}" for down in triggered]
     return ", ".join(parts) or None
 
 
-def summary(item: Run, triggered: list[chain.Triggered] | None = None) -> dict[str, Any]:
-    """A run as JSON: everything but the lease token (a job's credential for its run)."""
+def summary(
+    item: Run,
+    triggered: list[chain.Triggered] | None = None,
+    upstreams: list[int] | None = None,
+) -> dict[str, Any]:
+    """A run as JSON: everything but the lease token (a job's credential for its run).
+    ``upstreams``: every upstream run of a chained run (a fan-in has several)."""
     return {
         "id": item.id,
         "status": item.status,
@@ -156,6 +167,8 @@ def summary(item: Run, triggered: list[chain.Triggered] | None = None) -> dict[s
         "retryDecision": item.retry_decision,
         "jobName": item.k8s_job_name,
         "upstreamRunId": item.upstream_run_id,
+        "upstreamRunIds": upstreams
+        or ([item.upstream_run_id] if item.upstream_run_id is not None else []),
         "triggeredRuns": [
             {"scheduledJob": down.scheduled_job, "runId": down.run_id, "status": down.status}
             for down in triggered or []

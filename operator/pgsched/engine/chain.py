@@ -264,3 +264,12 @@ def upstream_runs(conn: Connection, run_id: int) -> list[UpstreamRun]:
     afterMode Any, each upstream's arrival for fan-in (afterMode All)."""
     rows = conn.execute(queries.get("upstream_runs"), {"id": run_id})
     return [UpstreamRun(row["run_id"], row["name"], row["status"]) for row in rows]
+
+
+def upstream_run_ids(conn: Connection, run_ids: Sequence[int]) -> dict[int, list[int]]:
+    """For each chained run of ``run_ids``, the ids of its upstream runs (as
+    :func:`upstream_runs`), oldest first, in one query."""
+    found: dict[int, list[int]] = {}
+    for row in conn.execute(queries.get("upstream_run_ids"), {"ids": list(run_ids)}):
+        found.setdefault(row["run_id"], []).append(row["upstream_run_id"])
+    return found

@@ -153,3 +153,14 @@ WHERE u.id IN (
     UNION
     SELECT a.upstream_run_id FROM pgsched.chain_arrivals AS a WHERE a.consumed_by = %(id)s)
 ORDER BY u.id;
+
+-- name: upstream_run_ids
+-- upstream_runs for many runs at once (pgsched runs): each chained run's upstream runs.
+SELECT r.id AS run_id, r.upstream_run_id
+FROM pgsched.job_runs AS r
+WHERE r.id = ANY(%(ids)s::bigint[]) AND r.upstream_run_id IS NOT NULL
+UNION
+SELECT a.consumed_by, a.upstream_run_id
+FROM pgsched.chain_arrivals AS a
+WHERE a.consumed_by = ANY(%(ids)s::bigint[])
+ORDER BY 1, 2;
