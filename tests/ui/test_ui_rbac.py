@@ -34,6 +34,7 @@ def test_without_a_token_there_is_only_the_sign_in_page(
             and "name='token'" in page
             and "report" not in page.split("<main>")[1].split("name='token'")[0].replace("/ns/", "")
         )
+        assert "not signed in" in page and "signed in with a token" not in page, page[:600]
     status, _ = token_ui.get("/", token="not-a-token")
     assert status == 401
 
@@ -43,6 +44,7 @@ def test_a_token_without_access_to_a_namespace_sees_nothing_of_it(
 ) -> None:
     found, _ = tenants
     status, page = token_ui.get("/", token=found.viewer)
+    assert "signed in with a token" in page
     assert status == 200
     assert f"/ns/{found.alpha}/report" in page
     assert found.beta not in page and "payroll" not in page

@@ -175,10 +175,11 @@ async def _render(request: web.Request, render: Render) -> web.StreamResponse:
     return _html(request, 200, result.title, result.body)
 
 
-def _who(request: web.Request) -> str:
-    return {"token": "signed in with a token", "kubeconfig": "as your kubeconfig identity"}.get(
-        request.app[_SIGN_IN].access.mode, "database-only view (--no-auth)"
-    )
+def _who(request: web.Request, signed_in: bool) -> str:
+    mode = request.app[_SIGN_IN].access.mode
+    if mode == "token":  # only a visitor whose token was accepted is signed in
+        return "signed in with a token" if signed_in else "not signed in"
+    return {"kubeconfig": "as your kubeconfig identity"}.get(mode, "database-only view (--no-auth)")
 
 
 def _html(request: web.Request, status: int, title: str, body: str) -> web.Response:
@@ -187,7 +188,10 @@ def _html(request: web.Request, status: int, title: str, body: str) -> web.Respo
     return web.Response(
         status=status,
         text=html.page(
-            title, body, who=_who(request), logout=session.csrf if session is not None else None
+            title,
+            body,
+            who=_who(request, signed_in=visitor is not None),
+            logout=session.csrf if session is not None else None,
         ),
         content_type="text/html",
         headers=_HEADERS,
