@@ -45,7 +45,9 @@ def context(dsn: str) -> Iterator[scheduledjobs.Context]:
         )
 
 
-def body(uid: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def body(
+    uid: str, annotations: dict[str, str] | None = None, declared: list[Any] = DECLARED
+) -> dict[str, Any]:
     return {
         "metadata": {
             "name": "report",
@@ -59,7 +61,7 @@ def body(uid: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
         },
         "spec": {
             "schedule": "0 3 * * *",
-            "parameters": DECLARED,
+            "parameters": declared,
             "jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}},
         },
         "status": {"observedGeneration": 1},
@@ -293,3 +295,37 @@ def test_bad_declarations_are_refused_at_apply_naming_the_field(conn, declared, 
     assert message in str(refused.value)
     assert "example: parameters: [{name: region" in str(refused.value)
     assert definitions.find(conn, "default", "job") is None
+
+
+STRICT = [
+    {"name": "day", "pattern": "[0-9]{1,2}"},
+    {"name": "stage", "pattern": "(staging|prod)-[a-z]{3}"},
+]
+
+
+def test_the_example_of_a_refusal_is_a_value_the_patterns_accept_and_it_is_carried_out(
+    context, conn
+):
+    uid = str(uuid.uuid4())
+    scheduledjobs.sync(context, body(uid, declared=STRICT), revalidate=True)
+    bad = {RUN_NOW: "a", RUN_NOW_PARAMETERS: json.dumps({"day": "monday"})}
+    synced = scheduledjobs.sync(context, body(uid, bad, STRICT), revalidate=False)
+    assert synced.writes is not None
+    [note] = synced.writes.answers
+    example = note.message.rsplit(f"(example: {RUN_NOW_PARAMETERS}=", 1)[1].removesuffix(")")
+    values = json.loads(example)
+    assert values == {"day": "1", "stage": "staging-aaa"}, values
+    assert all(parameters.matches(item["pattern"], values[item["name"]]) for item in STRICT)
+    # Doing what the refusal says is accepted.
+    told = {RUN_NOW: "b", RUN_NOW_PARAMETERS: example}
+    synced = scheduledjobs.sync(context, body(uid, told, STRICT), revalidate=False)
+    assert synced.writes is not None and synced.writes.answers == ()
+    assert given(conn, uuid.UUID(uid)) == [values]
+
+
+def test_a_pattern_no_example_can_be_spelled_for_says_what_the_value_must_match():
+    [item] = parameters.declared({"parameters": [{"name": "code", "pattern": "[[:alpha:]]{3}"}]})
+    # RE2's POSIX class: CPython's parser reads it as a set of ":alph" and "]", whose
+    # spelling RE2 refuses; so no example rather than a wrong one.
+    assert parameters.example_value(item) == "<a value matching [[:alpha:]]{3}>"
+    assert parameters.matches(item.pattern, "abc"), "the pattern itself is fine"

@@ -44,6 +44,7 @@ from uuid import UUID
 import re2
 
 from pgsched.db import queries
+from pgsched.engine import pattern_examples
 from pgsched.engine.models import Definition, Run
 
 if TYPE_CHECKING:
@@ -169,8 +170,20 @@ def matches(pattern: str, value: str) -> bool:
 
 
 def example(declarations: Sequence[Declared]) -> dict[str, str]:
-    """A right value for each declared parameter, for messages."""
-    return {item.name: item.default or "value" for item in declarations[:2]} or {"name": "value"}
+    """A right value for each declared parameter (its default, or one its pattern
+    accepts), for messages."""
+    return {item.name: example_value(item) for item in declarations[:2]} or {"name": "value"}
+
+
+def example_value(item: Declared) -> str:
+    """A value ``item`` accepts: its default, else one its pattern matches
+    (``pattern_examples``), else a placeholder that says what it must match."""
+    if item.pattern is None:
+        return item.default or "value"
+    if item.default is not None and matches(item.pattern, item.default):
+        return item.default
+    found = pattern_examples.example_for(item.pattern, matches)
+    return found if found is not None else f"<a value matching {item.pattern}>"
 
 
 def shown(values: Mapping[str, str] | None) -> str | None:
