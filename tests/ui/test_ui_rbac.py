@@ -17,7 +17,7 @@ from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.k8s import names
 from pgsched.k8s.client import api
-from pgsched.ui import access
+from pgsched.ui import access, throttle
 from plugins.cluster import container, job_manifest
 
 pytestmark = pytest.mark.cluster
@@ -37,6 +37,18 @@ def test_without_a_token_there_is_only_the_sign_in_page(
         assert "not signed in" in page and "signed in with a token" not in page, page[:600]
     status, _ = token_ui.get("/", token="not-a-token")
     assert status == 401
+
+
+def test_wrong_tokens_from_one_address_do_not_lock_out_others_behind_the_same_address(
+    token_ui: Served, tenants: tuple[Tenants, str]
+) -> None:
+    """Everyone behind kubectl port-forward has one address: one visitor's wrong tokens
+    are throttled, another's good one signs in (its JWT claims another identity)."""
+    found, _ = tenants
+    answers = [token_ui.get("/", token=f"guess-{n}")[0] for n in range(throttle.PER_CLIENT + 1)]
+    assert answers == [401] * throttle.PER_CLIENT + [429], answers
+    status, page = token_ui.get("/", token=found.viewer)
+    assert status == 200 and found.alpha in page
 
 
 def test_a_token_without_access_to_a_namespace_sees_nothing_of_it(

@@ -185,6 +185,11 @@ class TokenAccess:
             raise Unauthenticated(self._refusal())
         return user
 
+    def known_good(self, token: str) -> bool:
+        """Whether the token's review is cached and accepted it (no review needed)."""
+        cached: User | None = self._users.get(hashlib.sha256(token.encode()).hexdigest())
+        return cached is not None and bool(cached.name)
+
     def _refusal(self) -> str:
         if self._audience is None:
             return "the API server does not accept this token"

@@ -2,8 +2,11 @@
 
 In ``token`` mode a visitor presents a Kubernetes token once — in the sign-in form, or as
 ``Authorization: Bearer`` on every request (scripts) — and each token the UI has not seen
-costs a TokenReview, so presenting tokens is rate-limited per client address
-(``throttle``). A signed-in browser then sends only its session id (``sessions``); its
+costs a TokenReview, so failed presentations are limited (``throttle``) per client address
+*and the identity the token claims* (a JWT's unverified ``sub``; every other token is
+"opaque"): behind ``kubectl port-forward`` everyone has one address, and one visitor's
+wrong tokens must not lock the others out. A token the UI already knows to be good (its
+review is cached) is never throttled: it costs no review. A signed-in browser then sends only its session id (``sessions``); its
 token is re-checked through the TokenReview cache, and a token the API server no longer
 accepts ends the session. The other modes have no sign-in: their ``authenticate`` names
 the one identity they act as.
@@ -14,16 +17,22 @@ threads.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from dataclasses import dataclass
 
 from pgsched.ui import access, sessions, throttle
+
+# A longer token is not read for the identity it claims (Kubernetes' are about 1 KB).
+MAX_READ = 16 * 1024
 
 
 class Throttled(Exception):
     def __init__(self, retry_after: int) -> None:
         super().__init__(
-            f"too many failed sign-ins from your address (or from everyone); try again in"
-            f" {retry_after} s"
+            f"too many failed sign-ins from your address for this identity (or from"
+            f" everyone); try again in {retry_after} s"
         )
         self.retry_after = retry_after
 
@@ -63,15 +72,31 @@ class SignIn:
         """A new session for a token the API server accepts (Unauthenticated otherwise)."""
         if not token:
             raise access.Unauthenticated("no token given")
-        self._review(token, client)
-        return self.sessions.open(token)
+        user = self._review(token, client)
+        return self.sessions.open(token, identity=user.name)
 
     def _review(self, token: str, client: str) -> access.User:
-        wait = self._failed.retry_after(client)
+        known = isinstance(self.access, access.TokenAccess) and self.access.known_good(token)
+        key = f"{client} {claimed_identity(token)}"
+        wait = None if known else self._failed.retry_after(key)
         if wait is not None:
             raise Throttled(wait)  # before the TokenReview: that is what the limit saves
         try:
             return self.access.authenticate(token)
         except access.Unauthenticated:
-            self._failed.failed(client)
+            self._failed.failed(key)
             raise
+
+
+def claimed_identity(token: str) -> str:
+    """The subject a JWT says it is for (unverified: only a key for counting failures),
+    or ``opaque``. Hostile input is bounded: size, base64, JSON, the claim's type."""
+    if len(token) > MAX_READ or token.count(".") != 2:
+        return "opaque"
+    payload = token.split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (binascii.Error, ValueError):
+        return "opaque"
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    return f"sub={subject[:256]}" if isinstance(subject, str) and subject else "opaque"
