@@ -78,6 +78,22 @@ def test_a_database_newer_than_the_code_is_refused(dsn, conn):
         migrate.migrate(conn)
 
 
+def test_a_database_without_a_function_this_code_calls_is_refused_until_migrated(dsn, conn):
+    """A release that changes only sql/functions has no new version number: the preflight
+    (the operator's start, doctor) compares the function ledger too."""
+    from pgsched.db import preflight
+
+    conn.execute("DROP FUNCTION pgsched.cannot_start(uuid, timestamptz, text[])")
+    conn.execute("DELETE FROM pgsched.schema_functions WHERE name = 'cannot_start'")
+    [schema] = [check for check in preflight.run(conn) if check.name == "schema"]
+    assert not schema.ok
+    assert "its SQL functions are not this pgsched's (cannot_start)" in schema.detail
+    assert "run `pgsched migrate`" in schema.detail
+    migrate.migrate(conn)
+    [schema] = [check for check in preflight.run(conn) if check.name == "schema"]
+    assert schema.ok, schema.detail
+
+
 def test_cli_migrate_reports_the_version_and_check_mode(postgres):
     dsn = fresh_database(postgres, "migrate_cli")
     command = [sys.executable, "-m", "pgsched.cli.main"]

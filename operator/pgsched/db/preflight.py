@@ -54,6 +54,19 @@ def _server_version(conn: Connection) -> Check:
 def _schema(conn: Connection) -> Check:
     current, latest = migrate.current_version(conn), migrate.latest_version()
     if current == latest:
+        # A release may change only functions (sql/functions, their own ledger): code that
+        # calls a function the database lacks would fail every call, forever.
+        differ = [function.name for function in migrate.changed_functions(conn)]
+        if differ:
+            shown = ", ".join(differ[:5]) + (
+                f" and {len(differ) - 5} more" if len(differ) > 5 else ""
+            )
+            return Check(
+                "schema",
+                False,
+                f"version {current}, but {len(differ)} of its SQL functions are not this"
+                f" pgsched's ({shown}): run `pgsched migrate` of this version",
+            )
         return Check("schema", True, f"version {current} (up to date)")
     if current < latest:
         return Check(
