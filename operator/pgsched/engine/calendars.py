@@ -6,11 +6,18 @@ loads, for a job, the calendars its ``spec.calendars.exclude`` names — those f
 the names of those missing (a condition on the job, never a silent no-op). A missing
 calendar excludes nothing: the job's occurrences run, and its ``CalendarsReady``
 condition says why they are not checked against it.
+
+A loaded Calendar keeps the days its rules cover, expanded a year at a time; the tick, the
+publisher's status renders and the UI load calendars again and again, so loaded ones are
+kept by their resolved form's digest (:class:`_Kept`): a Calendar's rules are expanded
+once per year and process, not once per status render, whatever a tenant wrote.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +29,37 @@ from pgsched.schedule import calendars as calendar_days
 
 if TYPE_CHECKING:  # `pgsched next --cron` imports this module and must not load psycopg
     from pgsched.db.connection import Connection
+
+
+# Loaded calendars kept (each a few kB, plus its expanded years' ranges).
+KEPT = 512
+
+
+class _Kept:
+    """Calendars by (namespace, name, digest of the resolved form), least recently used
+    forgotten first; shared by every thread of the process."""
+
+    def __init__(self, size: int = KEPT) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, str, str], calendar_days.Calendar] = OrderedDict()
+
+    def get(self, namespace: str, row: Mapping[str, Any]) -> calendar_days.Calendar:
+        key = (namespace, str(row["name"]), str(row["digest"]))
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        found = calendar_days.from_resolved(row["name"], row["resolved"])
+        with self._lock:
+            self._items[key] = found
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return found
+
+
+_KEPT = _Kept()
 
 
 def excluded_names(definition: Definition) -> tuple[str, ...]:
@@ -80,9 +118,7 @@ def load_many(conn: Connection, found: Iterable[Definition]) -> dict[UUID, calen
             queries.get("calendars_by_names"), {"namespace": namespace, "names": sorted(names)}
         )
         for row in rows:
-            stored[namespace, row["name"]] = calendar_days.from_resolved(
-                row["name"], row["resolved"]
-            )
+            stored[namespace, row["name"]] = _KEPT.get(namespace, row)
     return {
         definition_id: calendar_days.Calendars(
             found=tuple(stored[namespace, name] for name in names if (namespace, name) in stored),

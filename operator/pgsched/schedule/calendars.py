@@ -46,19 +46,23 @@ RULE_ANCHOR = datetime(1970, 1, 1)
 
 @dataclass
 class _Rule:
-    """A date-based recurrence covering ``days`` days from each occurrence."""
+    """A date-based recurrence covering ``days`` days from each occurrence; each year's
+    days are kept as merged ranges, expanded once (a daily rule whose occurrences span a
+    year each is ~730 ranges merged into one, not 267,000 days)."""
 
     text: str
     days: int
-    by_year: dict[int, frozenset[date]] = field(default_factory=dict)
+    by_year: dict[int, tuple[tuple[date, date], ...]] = field(default_factory=dict)
 
     def covers(self, day: date) -> bool:
-        return day in self._year(day.year)
+        ranges = self._year(day.year)
+        index = bisect.bisect_right(ranges, (day, date.max))
+        return bool(index) and ranges[index - 1][1] >= day
 
-    def _year(self, year: int) -> frozenset[date]:
+    def _year(self, year: int) -> tuple[tuple[date, date], ...]:
         found = self.by_year.get(year)
         if found is None:
-            found = frozenset(_expand(self.text, self.days, year))
+            found = tuple(_merged(_expand(self.text, self.days, year)))
             self.by_year[year] = found
         return found
 
@@ -119,15 +123,21 @@ def from_resolved(name: str, resolved: Mapping[str, Any]) -> Calendar:
     return Calendar(name, sections["exclude"], sections["include"])
 
 
-def _day_set(section: Mapping[str, Any]) -> DaySet:
+def _merged(ranges: Iterable[tuple[date, date]]) -> list[tuple[date, date]]:
+    """Inclusive day ranges, sorted and merged: none overlaps or touches another."""
     merged: list[tuple[date, date]] = []
-    for start, end in sorted(
-        (date.fromisoformat(a), date.fromisoformat(b)) for a, b in section.get("ranges", [])
-    ):
+    for start, end in sorted(ranges):
         if merged and start <= merged[-1][1] + timedelta(days=1):
             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         else:
             merged.append((start, end))
+    return merged
+
+
+def _day_set(section: Mapping[str, Any]) -> DaySet:
+    merged = _merged(
+        (date.fromisoformat(a), date.fromisoformat(b)) for a, b in section.get("ranges", [])
+    )
     return DaySet(
         dates=frozenset(date.fromisoformat(text) for text in section.get("dates", [])),
         ranges=tuple(merged),
@@ -295,8 +305,9 @@ def check_rule(text: str) -> None:
             )
 
 
-def _expand(text: str, days: int, year: int) -> Iterable[date]:
-    """The days of ``year`` that the rule's occurrences (each covering ``days`` days) touch."""
+def _expand(text: str, days: int, year: int) -> list[tuple[date, date]]:
+    """The days of ``year`` that the rule's occurrences (each covering ``days`` days)
+    touch, as one inclusive range per occurrence, clipped to the year."""
     from pgsched.schedule import rrule
 
     if not budget.FIRST_INSTANT.year < year < budget.LAST_WALL.year:
@@ -305,16 +316,16 @@ def _expand(text: str, days: int, year: int) -> Iterable[date]:
     stop = datetime(year + 1, 1, 1)
     parsed = rrule.parse(text, zone_name="UTC", anchor=RULE_ANCHOR)
     spend = budget.Budget(text)
-    found: set[date] = set()
+    found: list[tuple[date, date]] = []
+    year_start, year_end = date(year, 1, 1), date(year, 12, 31)
     try:
         for wall in parsed.wall_times(first, spend):
             if wall >= stop:
                 break
             spend.found()
-            for offset in range(days):
-                day = wall.date() + timedelta(days=offset)
-                if day.year == year:
-                    found.add(day)
+            start, end = wall.date(), wall.date() + timedelta(days=days - 1)
+            if end >= year_start and start <= year_end:
+                found.append((max(start, year_start), min(end, year_end)))
     except ScheduleError:
         # The search for a next day ran out of budget (a rule whose days are decades
         # apart, or that ended): none within reach, the days found so far are the year's.

@@ -13,8 +13,9 @@ DELETE FROM pgsched.calendars WHERE namespace = %(namespace)s AND name = %(name)
 RETURNING version;
 
 -- name: calendars_by_names
--- The stored calendars of one namespace among %(names)s (those that exist).
-SELECT name, resolved FROM pgsched.calendars
+-- The stored calendars of one namespace among %(names)s (those that exist), with a digest
+-- of each resolved form: engine/calendars.py keeps each one's expansions by it.
+SELECT name, resolved, md5(resolved::text) AS digest FROM pgsched.calendars
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
 -- name: calendar_members
