@@ -341,4 +341,6 @@ def test_a_launching_run_reads_the_same_on_the_run_page_and_in_describe(ui, dsn,
         assert "LAUNCHING" in screen, screen
         assert "ImagePullBackOff: pod p-1, container main: Back-off pulling image" in screen
         assert "Start bound" in screen
+        # It has not run yet: no Duration (its time since the claim is its pod's wait).
+        assert not re.search(r"Duration:?\s+\d", screen), screen
     assert status == 200

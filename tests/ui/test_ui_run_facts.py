@@ -13,7 +13,7 @@ from cli_runner import pgsched
 from conftest import History, Served, insert_run
 from factories import RecordingLauncher, define
 from pgsched.db import connection
-from pgsched.engine import dispatch, pools, runs, starts
+from pgsched.engine import dispatch, pools, runs
 
 _NOTHING = {"-", "—"}
 
@@ -98,27 +98,6 @@ def test_the_run_page_says_what_a_queued_run_waits_for_as_describe_does(
 
     said = assert_same_lines(ui, dsn, waiting.id)
     assert said["Waiting for"] == f"pool etl (1 of 1 running: run {running.id})"
-
-
-def test_a_launching_run_has_no_duration_on_either_screen(
-    ui: Served, dsn: str, conn: connection.Connection
-) -> None:
-    t0 = datetime.now(UTC) - timedelta(minutes=3)
-    job = define(conn, "pulling", namespace="team-a", schedule="0 0 1 1 *", now=t0)
-    runs.run_now(conn, job.id, token="a", scheduled_for=t0)
-    [run] = dispatch.run_once(conn, RecordingLauncher(), definition_ids=[job.id], now=t0).claimed
-    assert run.lease_token is not None
-    starts.observe(
-        conn,
-        run.id,
-        run.lease_token,
-        waiting_reason="ErrImagePull",
-        waiting_message="registry.example/missing:1 not found",
-        now=t0 + timedelta(seconds=5),
-    )
-    said = assert_same_lines(ui, dsn, run.id)
-    assert said["Status"] == "LAUNCHING", said
-    assert said["Duration"] in _NOTHING, "it has not run yet: no duration"
 
 
 def test_a_fan_in_run_names_every_upstream_run_on_both_screens(
