@@ -67,6 +67,11 @@ _EVENTS: dict[str, tuple[str, str]] = {
     "CANCELLED": ("Normal", "RunCancelled"),
     "SKIPPED": ("Warning", "RunSkipped"),
 }
+# Skips that are plans, not trouble (docs/notifications.md, "Skipped occurrences"): their
+# RunSkipped Event is Normal. QueueFull, MissedDowntime and DeadlineMissed stay Warnings.
+PLANNED_SKIPS = frozenset(
+    {"Suspended", "CalendarExcluded", "ConcurrencyPolicy", "DSTGap", "DuplicateOfRestoredRun"}
+)
 # Not run statuses: settle's notes that a definition was suspended automatically, and
 # that a failed run is not retried (the RunNotRetried Event says why).
 AUTO_SUSPENDED = "AUTO_SUSPENDED"
@@ -383,6 +388,8 @@ def _event_kind(row: Obj) -> tuple[str, str] | None:
         return "Warning", "RunDeadlineMissed"
     if row["status"] == "QUEUED":
         return ("Normal", "RunRetrying") if row["trigger"] == "retry" else None
+    if row["status"] == "SKIPPED" and row["reason"] in PLANNED_SKIPS:
+        return "Normal", "RunSkipped"
     return _EVENTS.get(row["status"])
 
 
