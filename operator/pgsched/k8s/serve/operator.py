@@ -127,6 +127,10 @@ class EngineThreads:
         recovery = starts.Recovery()
         notify = notifier.Notifier(
             notifier.KubeSecrets(kube),
+            workers=settings.notify.workers,
+            per_namespace_concurrency=settings.notify.namespace_concurrency,
+            per_address_concurrency=settings.notify.address_concurrency,
+            deadline=settings.notify.deadline_seconds,
             allowed=destinations.Allowed.parse(settings.notify_allow),
         )
         services = [

@@ -71,6 +71,17 @@ class RunApiSettings:
 
 
 @dataclass(frozen=True)
+class NotifySettings:
+    """The notifier's workers, shared by every namespace, and what one may take of them."""
+
+    workers: int = 8
+    namespace_concurrency: int = 2
+    address_concurrency: int = 2
+    # One delivery attempt, whole: name resolution, connect, TLS, request and answer.
+    deadline_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class OperatorSettings:
     dsn: str
     jobs: JobSettings
@@ -101,6 +112,8 @@ class OperatorSettings:
     # Notification destinations allowed beside public addresses: CIDRs and host names
     # (k8s/notifications/destinations.py).
     notify_allow: tuple[str, ...] = ()
+    # The notifier's shared workers and their bulkheads (I14, k8s/notifications/notifier.py).
+    notify: NotifySettings = NotifySettings()
     webhook: WebhookSettings = WebhookSettings()
     run_api: RunApiSettings = RunApiSettings()
 
@@ -149,6 +162,7 @@ class OperatorSettings:
             tick=tick,
             webhook=WebhookSettings(**_section(chosen, "webhook")),
             run_api=RunApiSettings(**_section(chosen, "run_api")),
+            notify=NotifySettings(**_section(chosen, "notify")),
             **_section(chosen, ""),
         )
         problems.raise_if_any(SettingsError, title="invalid operator settings:")
@@ -276,6 +290,7 @@ _SECTIONS: dict[str, type] = {
     "tick": TickSettings,
     "webhook": WebhookSettings,
     "run_api": RunApiSettings,
+    "notify": NotifySettings,
 }
 
 
@@ -730,6 +745,40 @@ VARIABLES: tuple[Variable, ...] = (
             "connects (see [notifications](notifications.md#destinations))."
         ),
         shown="",
+    ),
+    Variable(
+        "PGSCHED_NOTIFY_WORKERS",
+        setting="notify.workers",
+        read=number(minimum=1, integer=True),
+        meaning="Notification deliveries in flight at once, for every namespace together.",
+    ),
+    Variable(
+        "PGSCHED_NOTIFY_NAMESPACE_CONCURRENCY",
+        setting="notify.namespace_concurrency",
+        read=number(minimum=1, integer=True),
+        meaning=(
+            "Of those, how many one namespace's deliveries may hold: a namespace whose "
+            "receivers hang waits for its own, never another's (see "
+            "[notifications](notifications.md))."
+        ),
+    ),
+    Variable(
+        "PGSCHED_NOTIFY_ADDRESS_CONCURRENCY",
+        setting="notify.address_concurrency",
+        read=number(minimum=1, integer=True),
+        meaning=(
+            "Of those, how many may go to one resolved receiver address at once, whatever "
+            "the host names and ports that lead there."
+        ),
+    ),
+    Variable(
+        "PGSCHED_NOTIFY_DEADLINE_SECONDS",
+        setting="notify.deadline_seconds",
+        read=number(minimum=1),
+        meaning=(
+            "One delivery attempt, whole: name resolution, connect, TLS, request and the "
+            "answer; past it the attempt fails and is retried with backoff."
+        ),
     ),
     Variable(
         "PGSCHED_DB_POOL_SIZE",
