@@ -220,6 +220,42 @@ def test_an_active_job_with_a_silent_live_worker_is_heartbeat_lost_and_retried(c
     assert len(settle.run_once(conn, now=SILENT).retried) == 1
 
 
+def launching_run(conn):
+    """A claimed run that never beat (its pod has not started), reaped long after."""
+    definition = define(
+        conn, "slow-start", heartbeat={"intervalSeconds": 5, "timeoutSeconds": 30}, now=T0
+    )
+    runs.run_now(conn, definition.id, token="go", scheduled_for=T0)
+    [run] = dispatch.run_once(
+        conn, RecordingLauncher(), definition_ids=[definition.id], now=T0
+    ).claimed
+    run_lease = lease.Lease(run.id, run.lease_token)
+    assert reap.run_once(conn, now=T0 + timedelta(hours=1), await_verdicts=True).run_ids[
+        "outcome_pending"
+    ] == [run.id]
+    return run_lease
+
+
+@pytest.mark.parametrize("pods", [[], [pod(phase="Pending")]], ids=["no-pod-yet", "pending"])
+def test_a_run_that_never_beat_and_whose_pod_has_not_started_is_launching_not_orphaned(conn, pods):
+    """After an API outage the Job controller and kubelet catch up late: a Job created
+    before it may get its pod long after the run's orphan timeout, while the starts
+    service could not observe it (the reaper's "launching" protection). Its pod is not
+    running yet: the verdict waits; the start bound ends it if it never starts."""
+    run_lease = launching_run(conn)
+    name = job_name(conn, run_lease)
+    verdicts.run_once(conn, Api({name: job()}, {name: pods}))
+    assert row(conn, run_lease)["status"] == "RUNNING"
+
+
+def test_a_run_that_never_beat_though_its_pod_runs_is_orphaned(conn):
+    run_lease = launching_run(conn)
+    name = job_name(conn, run_lease)
+    verdicts.run_once(conn, Api({name: job()}, {name: [pod()]}))
+    found = row(conn, run_lease)
+    assert (found["status"], found["reason"]) == ("FAILED", "Orphaned")
+
+
 def test_a_job_suspended_again_after_its_workload_ran_ends_evicted_and_is_retried(conn):
     """Kueue evicts an admitted workload (preemption, a deactivated Workload) by suspending
     its Job again: the pod goes (the sidecar notes the workload's end) and the Job waits to

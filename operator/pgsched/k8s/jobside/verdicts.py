@@ -86,6 +86,12 @@ def decide(row: Obj, job: Obj | None, pods: list[Obj]) -> Verdict:
         return Verdict(outcomes.Outcome("FAILED", EVICTED, _evicted(job)))
     if row["workload_ended_at"] is not None or any(_pod_ended(pod) for pod in pods):
         return Verdict(why="the workload ended; its Job has not recorded the outcome yet")
+    if row["heartbeat_at"] is None and all(_launching(pod) for pod in pods):
+        # Never beat, and no pod of it has got as far as running (none yet, or Pending: not
+        # scheduled, pulling, initializing): it is launching, not silent, however long
+        # the API server kept the Job controller and the kubelet from it. Its start bound
+        # (k8s.jobside.starts) ends it if it never starts.
+        return Verdict(why="its pod has not started yet (launching, within its start bound)")
     return Verdict(silent=True, why="its Job is still active")
 
 
@@ -98,6 +104,10 @@ def _evicted(job: Obj) -> str:
         " (preemption, or its Workload deactivated) and would start the workload over"
         " under this run; the run ends here and its retry policy decides"
     )
+
+
+def _launching(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in (None, "Pending")
 
 
 def _pod_ended(pod: Obj) -> bool:
