@@ -231,7 +231,9 @@ def test_the_sign_in_after_too_many_failures_gets_429_and_sends_no_token_review(
         assert refused.status == 429 and "too many failed sign-ins" in refused.body
         assert 0 < int(refused.headers["Retry-After"]) <= 60
         assert ui.request("GET", "/", token="guess-by-header").status == 429
-        # Even a good token waits out the window: telling it apart would cost the very
-        # TokenReview the limit saves.
-        assert ui.get("/", token=found.viewer)[0] == 429
-        assert kube.reviews == PER_CLIENT_LIMIT
+        assert kube.reviews == PER_CLIENT_LIMIT, "no TokenReview while the guesses are refused"
+        # The guesses claimed no identity; a token that claims one (a ServiceAccount's JWT)
+        # is counted apart: one review, and it is let in. Behind kubectl port-forward
+        # everyone has this address, and one visitor's guesses lock no one else out.
+        assert ui.get("/", token=found.viewer)[0] == 200
+        assert kube.reviews == PER_CLIENT_LIMIT + 1
