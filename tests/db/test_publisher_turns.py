@@ -154,7 +154,7 @@ def test_a_second_replica_publishes_the_next_turns_while_the_first_holds_its_bat
     launch_stampede(conn, 20)
     with connection.connect(dsn) as first, first.transaction():
         held = first.execute(
-            queries.get("claim_run_events"), {"limit": 10, "launch_wait": 30, "now": None}
+            queries.get("claim_run_events"), {"limit": 10, "launch_wait": 30}
         ).fetchall()
         api = Api(conn)
         Publisher(api).run_once(conn)

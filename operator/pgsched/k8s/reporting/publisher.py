@@ -122,11 +122,7 @@ class Publisher:
         with conn.transaction():
             rows = conn.execute(
                 queries.get("claim_run_events"),
-                {
-                    "limit": self._batch_size,
-                    "launch_wait": LAUNCH_WAIT_SECONDS,
-                    "now": self._clock(),
-                },
+                {"limit": self._batch_size, "launch_wait": LAUNCH_WAIT_SECONDS},
             ).fetchall()
             if not rows:
                 return result
