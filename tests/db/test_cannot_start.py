@@ -149,31 +149,3 @@ def test_a_refused_launch_gets_no_run_launched_event(conn):
 
     Publisher(Events()).run_once(conn)  # type: ignore[arg-type]
     assert "RunLaunched" not in posted and "RunFailed" in posted, posted
-
-
-def test_a_claim_is_announced_once_its_launch_is_recorded_not_while_it_is_made(conn):
-    job = define(conn, "slow-launch", now=T0, schedule="@yearly")
-    runs.run_now(conn, job.id, token="a")
-    [run] = dispatch.claim(conn, definition_ids=[job.id]).claimed  # the launch is being made
-    posted: list[tuple[str, str]] = []
-
-    class Events:
-        def create(self, path, body):
-            posted.append((body["reason"], body["message"]))
-            return body
-
-        def get(self, path, **params):
-            return {"metadata": {"uid": "not this one"}}
-
-    publisher = Publisher(Events())  # type: ignore[arg-type]
-    publisher.run_once(conn)
-    assert "RunLaunched" not in [reason for reason, _ in posted], posted
-    left = conn.execute("SELECT status FROM pgsched.run_events ORDER BY id").fetchall()
-    assert [row["status"] for row in left] == ["RUNNING"], "kept for a later batch"
-    conn.execute(
-        "UPDATE pgsched.job_runs SET k8s_job_name = %s WHERE id = %s",
-        [f"slow-launch-{run.id}", run.id],
-    )
-    publisher.run_once(conn)
-    [launched] = [message for reason, message in posted if reason == "RunLaunched"]
-    assert f"launched as Job slow-launch-{run.id}" in launched

@@ -153,9 +153,7 @@ def test_a_change_during_a_burst_waits_about_a_batch_second_not_for_a_whole_batc
 def test_a_second_replica_publishes_the_next_turns_while_the_first_holds_its_batch(conn, dsn):
     launch_stampede(conn, 20)
     with connection.connect(dsn) as first, first.transaction():
-        held = first.execute(
-            queries.get("claim_run_events"), {"limit": 10, "launch_wait": 30}
-        ).fetchall()
+        held = first.execute(queries.get("claim_run_events"), {"limit": 10}).fetchall()
         api = Api(conn)
         Publisher(api).run_once(conn)
     held_jobs = {row["name"] for row in held}

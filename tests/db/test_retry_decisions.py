@@ -27,9 +27,7 @@ def failed_and_settled(conn, reason, **policy):
 
 
 def outbox(conn, status):
-    rows = conn.execute(
-        queries.get("claim_run_events"), {"limit": 100, "launch_wait": 30}
-    ).fetchall()
+    rows = conn.execute(queries.get("claim_run_events"), {"limit": 100}).fetchall()
     return [row for row in rows if row["status"] == status]
 
 

@@ -83,10 +83,6 @@ BATCH_SECONDS = 1.0
 # Status patches that found the ScheduledJob changed since it was read, before giving up
 # (the batch is then rolled back and published again later).
 CONFLICT_ATTEMPTS = 5
-# How long a claim's RUNNING change waits on the outbox for its launch to be recorded, so
-# that a launch the API server refuses (Pod Security) gets no RunLaunched Event, only its
-# RunFailed. A longer launch (a stampede's tail) is announced "being created" after it.
-LAUNCH_WAIT_SECONDS = 30
 # A namespace whose changes keep being refused is named in the log once per this long.
 REFUSAL_LOG_SECONDS = 60.0
 
@@ -121,8 +117,7 @@ class Publisher:
         started = time.monotonic()
         with conn.transaction():
             rows = conn.execute(
-                queries.get("claim_run_events"),
-                {"limit": self._batch_size, "launch_wait": LAUNCH_WAIT_SECONDS},
+                queries.get("claim_run_events"), {"limit": self._batch_size}
             ).fetchall()
             if not rows:
                 return result
@@ -130,11 +125,7 @@ class Publisher:
             for row in rows:  # in turn order, so the ScheduledJobs are too
                 by_definition[row["definition_id"]].append(row)
             published: list[Obj] = []
-            for definition_id, claimed in by_definition.items():
-                # Left on the outbox for a later batch: claims whose launch is being made.
-                changes = [row for row in claimed if not row["launch_in_flight"]]
-                if not changes:
-                    continue
+            for definition_id, changes in by_definition.items():
                 try:
                     for row in changes:
                         result.events += self._announce(row)

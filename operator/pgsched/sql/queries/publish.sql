@@ -32,10 +32,6 @@ WITH waiting AS (
 SELECT e.id, e.run_id, e.definition_id, e.status, e.reason, e.attempt, e.trigger, e.at,
        r.error, r.scheduled_for, r.started_at, r.finished_at, r.k8s_job_name, r.exit_code,
        r.cancelled_by, r.retry_decision, r.status AS run_status,
-       -- A claim whose launch is still being made (no Job recorded yet, still RUNNING):
-       -- not published until it is, for at most LAUNCH_WAIT (k8s/reporting/publisher.py).
-       (e.status = 'RUNNING' AND r.status = 'RUNNING' AND r.k8s_job_name IS NULL
-        AND e.at > now() - make_interval(secs => %(launch_wait)s)) AS launch_in_flight,
        r.retry_of, (SELECT f.reason FROM pgsched.job_runs AS f WHERE f.id = r.retry_of) AS retry_of_reason,
        (SELECT f.retry_decision FROM pgsched.job_runs AS f WHERE f.id = r.retry_of) AS retry_of_decision,
        d.namespace, d.name, s.waiting_message
