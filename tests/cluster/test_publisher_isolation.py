@@ -84,7 +84,7 @@ def test_a_namespace_being_deleted_does_not_hold_up_another_namespaces_statuses_
     publisher = Publisher(kube)
     with caplog.at_level(logging.WARNING, logger="pgsched.k8s.reporting.publisher"):
         result = publisher.run_once(conn)
-        launched(conn, doomed, "second")
+        runs.run_now(conn, doomed, token="second")  # QUEUED: its job is at its cap
         again = publisher.run_once(conn)
 
     assert calm in result.definitions and list(result.refused) == [terminating]
