@@ -3,7 +3,8 @@ be pulled, the API server refused its Job) is not Ready, in the same words on ev
 its Ready condition (what `kubectl get sj` READY, describe and doctor read), the UI's health
 and doctor from the database. It is Ready again once a run's workload starts or its spec
 changes; a retry waiting to be launched does not make it flap; a job that waits for room on
-the node (Unschedulable) is not "cannot start". A refused launch gets no RunLaunched Event."""
+the node (Unschedulable) is not "cannot start". A refused launch whose claim the publisher
+reads after the refusal gets no RunLaunched Event (docs/operations.md: when it still does)."""
 
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def test_waiting_for_room_on_a_node_is_not_cannot_start(conn):
     assert "Cannot start" not in overview_badge(conn, job.id)
 
 
-def test_a_refused_launch_gets_no_run_launched_event(conn):
+def test_a_refused_launch_published_after_the_refusal_gets_no_run_launched_event(conn):
     job = define(conn, "announced", now=T0, schedule="@yearly")
     run_now(conn, job, "a", Refusing(), 1)
     posted: list[str] = []
