@@ -133,7 +133,7 @@ def chain_of(
     item: Run, triggered: list[chain.Triggered], upstreams: list[int] | None = None
 ) -> str | None:
     """``← upstream runs`` (every one of a fan-in) and ``→ downstream runs``, for the table."""
-    ups = upstreams or ([item.upstream_run_id] if item.upstream_run_id is not None else [])
+    ups = _upstream_ids(item, upstreams)
     parts = [f"← {', '.join(map(str, ups))}"] if ups else []
     parts += [f"→ {down.scheduled_job} {down.run_id}" for down in triggered]
     return ", ".join(parts) or None
@@ -167,13 +167,19 @@ def summary(
         "retryDecision": item.retry_decision,
         "jobName": item.k8s_job_name,
         "upstreamRunId": item.upstream_run_id,
-        "upstreamRunIds": upstreams
-        or ([item.upstream_run_id] if item.upstream_run_id is not None else []),
+        "upstreamRunIds": _upstream_ids(item, upstreams),
         "triggeredRuns": [
             {"scheduledJob": down.scheduled_job, "runId": down.run_id, "status": down.status}
             for down in triggered or []
         ],
     }
+
+
+def _upstream_ids(item: Run, upstreams: list[int] | None) -> list[int]:
+    """Every upstream run of a chained run: those given (a fan-in's), else the one it names."""
+    if upstreams:
+        return upstreams
+    return [item.upstream_run_id] if item.upstream_run_id is not None else []
 
 
 def reason_of(item: Run) -> str | None:

@@ -34,7 +34,13 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import definitions, lease, parameters, waits
-from pgsched.engine.launcher import Adopted, LaunchDeferred, Launcher, LaunchError
+from pgsched.engine.launcher import (
+    LAUNCH_FAILED,
+    Adopted,
+    LaunchDeferred,
+    Launcher,
+    LaunchError,
+)
 from pgsched.engine.models import Definition, Run
 
 log = logging.getLogger(__name__)
@@ -346,7 +352,7 @@ def launch(
                 conn,
                 lease.Lease(run.id, run.lease_token),
                 "FAILED",
-                reason=outcome.reason if isinstance(outcome, LaunchError) else "LaunchFailed",
+                reason=outcome.reason if isinstance(outcome, LaunchError) else LAUNCH_FAILED,
                 error=f"{type(outcome).__name__}: {outcome}",
                 now=now,
                 logger=log_run,

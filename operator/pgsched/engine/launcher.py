@@ -14,13 +14,16 @@ from uuid import UUID
 
 from pgsched.engine.models import Definition, Run
 
+# The reason of a launch the platform refused for the run's own fault (the default below).
+LAUNCH_FAILED = "LaunchFailed"
+
 
 class LaunchError(Exception):
     """The run could not be started; it is failed with ``reason`` (by default
     ``LaunchFailed``; a launcher may name a more precise one of the vocabulary, such as
     ``PodSecurityRejected``)."""
 
-    def __init__(self, message: str, *, reason: str = "LaunchFailed") -> None:
+    def __init__(self, message: str, *, reason: str = LAUNCH_FAILED) -> None:
         super().__init__(message)
         self.reason = reason
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgsched.db import queries
+from pgsched.engine.launcher import LAUNCH_FAILED
 from pgsched.engine.models import Definition, Run, Start
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ REASONS = frozenset(
 # The reasons that say the job as specified cannot start where it is (the same spec in the
 # same namespace fails the same way): not Unschedulable or the timeouts, which depend on
 # what else runs. A run that ended with one makes the job not Ready (``refusal``).
-LAUNCH_FAILED = "LaunchFailed"
 CANNOT_START = frozenset(
     {IMAGE_PULL_FAILED, CONTAINER_CONFIG_ERROR, POD_SECURITY_REJECTED, LAUNCH_FAILED}
 )

@@ -99,7 +99,7 @@ def _holder(row: dict[str, Any], *, now: datetime) -> tuple[str, str, str]:
         left = wording.seconds((row["scheduled_for"] - now).total_seconds())
         due = f"its time, {wording.instant(row['scheduled_for'])}"
         return NOT_DUE, f"{due} (in {left})", due
-    not_before = row.get("not_before")
+    not_before = row["not_before"]
     if not_before is not None and not_before > now:  # spec.jitterSeconds
         left = wording.seconds((not_before - now).total_seconds())
         start = f"its jittered start, {wording.instant(not_before)} (spec.jitterSeconds)"

@@ -176,7 +176,7 @@ class TokenAccess:
     def authenticate(self, token: str | None) -> User:
         if not token:
             raise Unauthenticated("no bearer token")
-        key = hashlib.sha256(token.encode()).hexdigest()
+        key = _token_key(token)
         user: User | None = self._users.get(key)
         if user is None:
             user = self._review(token)
@@ -187,7 +187,7 @@ class TokenAccess:
 
     def known_good(self, token: str) -> bool:
         """Whether the token's review is cached and accepted it (no review needed)."""
-        cached: User | None = self._users.get(hashlib.sha256(token.encode()).hexdigest())
+        cached: User | None = self._users.get(_token_key(token))
         return cached is not None and bool(cached.name)
 
     def _refusal(self) -> str:
@@ -238,3 +238,8 @@ class TokenAccess:
             cached = _allowed(self._kube, SUBJECT_REVIEW, "SubjectAccessReview", spec)
             self._answers.put(key, cached)
         return bool(cached)
+
+
+def _token_key(token: str) -> str:
+    """The TokenReview cache's key of a token (its digest: the cache keeps no token)."""
+    return hashlib.sha256(token.encode()).hexdigest()
