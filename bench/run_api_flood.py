@@ -146,9 +146,16 @@ def measure(
     ]
     cpu: list[dict[str, Any]] = []
     threads: list[threading.Thread] = []
+    failures: list[BaseException] = []
 
     def on_start(start_at: float) -> None:
         def boundaries() -> None:
+            try:
+                mark_boundaries(start_at)
+            except BaseException as error:  # re-raised below, in the measuring thread
+                failures.append(error)
+
+        def mark_boundaries(start_at: float) -> None:
             for index, phase in enumerate(timeline):
                 _sleep_until(start_at + phase.begin)
                 cpu.append(_cpu(api, phase.begin))
@@ -170,6 +177,8 @@ def measure(
     )
     for thread in threads:
         thread.join(timeout=30)
+    if failures:
+        raise RuntimeError("marking the phases' boundaries failed") from failures[0]
     return Measured(b=results[:2], floods=results[2:], start_at=started[0], cpu=cpu)
 
 

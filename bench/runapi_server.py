@@ -97,7 +97,11 @@ def main(argv: list[str]) -> int:
 
 def _write_threads(path: str) -> None:
     names = {thread.native_id: thread.name for thread in threading.enumerate()}
-    Path(path).write_text(json.dumps(names))
+    # Written aside and renamed: the benchmark reads this file while the server rewrites
+    # it every second, and a reader must never see it truncated.
+    partial = Path(f"{path}.partial")
+    partial.write_text(json.dumps(names))
+    os.replace(partial, path)
 
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -200,7 +204,12 @@ class RunApiProcess:
     def profile_stats(self, timeout: float = 10.0) -> Path:
         path = Path(self.config.profile)
         deadline = time.monotonic() + timeout
-        while not path.exists() and time.monotonic() < deadline:
+        while not path.exists():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"the run API wrote no profile to {path} within {timeout:.0f} s of SIGUSR2;"
+                    f" its log ends:\n{self.log_tail()}"
+                )
             time.sleep(0.05)
         return path
 

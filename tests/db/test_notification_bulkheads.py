@@ -34,6 +34,9 @@ TIMEOUT, DEADLINE = 1.0, 2.0
 # Trickling just within the read timeout: each read succeeds, none ends the answer.
 EVERY = 0.8
 LOOPBACK_NET = destinations.Allowed.parse(["127.0.0.0/8"])
+# Far less than a notification sitting behind a hostile's attempt waits (the attempt's
+# deadline: 30 s in the share test), far more than scheduling noise on a busy machine.
+WAITED_FOR_A_WORKER = 0.25
 # Often enough that an attempt's end is seen within hundredths (the tests time it).
 POLL = 0.02
 
@@ -234,12 +237,16 @@ def test_a_hostile_namespace_trickling_on_five_ports_does_not_delay_another(conn
         for hostile in hostiles:
             hostile.stop()
         team.stop()
-    ratio = p99(beside) / p99(alone)
-    print(
-        f"team p99 alone {p99(alone):.3f} s, beside the hostile {p99(beside):.3f} s: {ratio:.2f}x"
-    )
+    delay = p99(beside) - p99(alone)
+    print(f"team p99 alone {p99(alone):.3f} s, beside the hostile {p99(beside):.3f} s")
     assert held <= 2, f"the hostile namespace held {held} workers"
-    assert ratio <= 1.2
+    # A notification that waits for a worker the hostile holds waits for one of its
+    # attempts to end: seconds (the bug: 88 s). What the hostile's tricklers cost in CPU
+    # on a shared 2-core machine is hundredths (a 1.2x bound on a 46 ms p99 failed at 62 ms
+    # in CI). A quarter second tells the two apart by an order of magnitude each way.
+    assert delay < WAITED_FOR_A_WORKER, (
+        f"the team's p99 grew by {delay:.3f} s beside the hostile namespace"
+    )
 
 
 def test_an_address_takes_its_share_whatever_the_ports(conn, dsn):
