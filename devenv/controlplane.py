@@ -264,6 +264,11 @@ class ControlPlane:
         return self._require_pki().ca.cert
 
     @property
+    def certificates(self) -> pki.ControlPlanePKI:
+        """The cluster's key pairs (a test presents the front proxy's, or an admin's)."""
+        return self._require_pki()
+
+    @property
     def api(self) -> AdminClient:
         """An admin client (system:masters) for setup and assertions."""
         if self._api is None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pgsched.cli import common, output, requests, runs_cmd, target
-from pgsched.engine import runs
+from pgsched.cli import common, output, requests, target
+from pgsched.engine import run_json, runs
 
 WHY = "cancelled with `pgsched cancel`"
 
@@ -128,8 +128,8 @@ def _through_database(args: argparse.Namespace, run_id: int | None) -> int:
         output.emit_json(
             {
                 "target": subject,
-                "cancelled": [runs_cmd.summary(item) for item in outcome.cancelled],
-                "askedToStop": [runs_cmd.summary(item) for item in outcome.asked_to_stop],
+                "cancelled": [run_json.summary(item) for item in outcome.cancelled],
+                "askedToStop": [run_json.summary(item) for item in outcome.asked_to_stop],
                 "via": "database",
             }
         )
@@ -150,7 +150,7 @@ def _report_unchanged(args: argparse.Namespace, current: Any) -> int:
                 "target": f"run {current.id}",
                 "cancelled": [],
                 "askedToStop": [],
-                "run": runs_cmd.summary(current),
+                "run": run_json.summary(current),
                 "via": "database",
             }
         )

@@ -13,9 +13,9 @@ import argparse
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgsched.cli import common, output, runs_cmd
+from pgsched.cli import common, output
 from pgsched.db import clock
-from pgsched.engine import definitions, run_facts, runs
+from pgsched.engine import definitions, run_facts, run_json, runs
 from pgsched.engine.models import Start
 from pgsched.schedule import zones
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         output.emit_json(
             {
-                "run": runs_cmd.summary(
+                "run": run_json.summary(
                     facts.run, facts.triggered, [item.run_id for item in facts.upstreams]
                 ),
                 "requestedBy": facts.requested_by,
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
                     "timeZone": definition.time_zone,
                     "deleted": definition.deleted_at is not None,
                 },
-                "retryChain": [runs_cmd.summary(item) for item in facts.attempts],
-                "upstreamRun": runs_cmd.summary(upstream) if upstream else None,
+                "retryChain": [run_json.summary(item) for item in facts.attempts],
+                "upstreamRun": run_json.summary(upstream) if upstream else None,
                 "upstreamRuns": [
                     {
                         "runId": item.run_id,

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import uuid
 
-from pgsched.cli import common, output, requests, runs_cmd, target
-from pgsched.engine import runs
+from pgsched.cli import common, output, requests, target
+from pgsched.engine import run_json, runs
 
 TOKEN_PREFIX = "cli:"
 
@@ -102,7 +102,7 @@ def _through_database(args: argparse.Namespace, token: str, values: dict[str, st
                 "scheduledJob": definition.key,
                 "token": token,
                 "created": enqueued.created,
-                "run": runs_cmd.summary(enqueued.run),
+                "run": run_json.summary(enqueued.run),
                 "via": "database",
             }
         )

@@ -10,11 +10,10 @@ time zone, which is how its schedule is written; ``-o json`` gives UTC instants.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from pgsched.cli import common, output, target
 from pgsched.db import queries
-from pgsched.engine import chain, definitions
+from pgsched.engine import chain, definitions, run_json
 from pgsched.engine.models import Run
 from pgsched.schedule import zones
 
@@ -91,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
                 "scheduledJobs": [{"uid": item.id, "deletedAt": item.deleted_at} for item in found],
                 "runs": [
                     {
-                        **summary(item, triggered.get(item.id, []), upstreams.get(item.id)),
+                        **run_json.summary(
+                            item, triggered.get(item.id, []), upstreams.get(item.id)
+                        ),
                         "scheduledJobUid": item.definition_id,
                     }
                     for item in history
@@ -133,53 +134,10 @@ def chain_of(
     item: Run, triggered: list[chain.Triggered], upstreams: list[int] | None = None
 ) -> str | None:
     """``← upstream runs`` (every one of a fan-in) and ``→ downstream runs``, for the table."""
-    ups = _upstream_ids(item, upstreams)
+    ups = run_json.upstream_ids(item, upstreams)
     parts = [f"← {', '.join(map(str, ups))}"] if ups else []
     parts += [f"→ {down.scheduled_job} {down.run_id}" for down in triggered]
     return ", ".join(parts) or None
-
-
-def summary(
-    item: Run,
-    triggered: list[chain.Triggered] | None = None,
-    upstreams: list[int] | None = None,
-) -> dict[str, Any]:
-    """A run as JSON: everything but the lease token (a job's credential for its run).
-    ``upstreams``: every upstream run of a chained run (a fan-in has several)."""
-    return {
-        "id": item.id,
-        "status": item.status,
-        "reason": item.reason,
-        "error": item.error,
-        "attempt": item.attempt,
-        "trigger": item.trigger,
-        "retryOf": item.retry_of,
-        "scheduledFor": item.scheduled_for,
-        "notBefore": item.not_before,
-        "parameters": item.parameters,
-        "startedAt": item.started_at,
-        "heartbeatAt": item.heartbeat_at,
-        "finishedAt": item.finished_at,
-        "durationSeconds": _seconds(item),
-        "exitCode": item.exit_code,
-        "cancelRequested": item.cancel_requested,
-        "cancelledBy": item.cancelled_by,
-        "retryDecision": item.retry_decision,
-        "jobName": item.k8s_job_name,
-        "upstreamRunId": item.upstream_run_id,
-        "upstreamRunIds": _upstream_ids(item, upstreams),
-        "triggeredRuns": [
-            {"scheduledJob": down.scheduled_job, "runId": down.run_id, "status": down.status}
-            for down in triggered or []
-        ],
-    }
-
-
-def _upstream_ids(item: Run, upstreams: list[int] | None) -> list[int]:
-    """Every upstream run of a chained run: those given (a fan-in's), else the one it names."""
-    if upstreams:
-        return upstreams
-    return [item.upstream_run_id] if item.upstream_run_id is not None else []
 
 
 def reason_of(item: Run) -> str | None:
@@ -196,9 +154,3 @@ def duration_of(item: Run) -> str:
     if item.finished_at is None:
         return "running" if item.status == "RUNNING" else output.NOTHING
     return output.duration(item.finished_at - item.started_at)
-
-
-def _seconds(item: Run) -> float | None:
-    if item.started_at is None or item.finished_at is None:
-        return None
-    return (item.finished_at - item.started_at).total_seconds()

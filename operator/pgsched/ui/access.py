@@ -18,44 +18,21 @@ For users: docs/ui.md, "Who sees what".
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pgsched.k8s import names
+from pgsched.k8s.access import Cache, SubjectReviews, allowed, attributes
+from pgsched.k8s.access import Permission as Permission  # the UI's modules take these here
+from pgsched.k8s.access import Unavailable as Unavailable
+from pgsched.k8s.access import User as User
 from pgsched.k8s.client import api
 
 AUTHENTICATION = "/apis/authentication.k8s.io/v1/tokenreviews"
-SUBJECT_REVIEW = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 SELF_REVIEW = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
-_CACHE_LIMIT = 10_000
 
 
 class Unauthenticated(Exception):
     """No token, or one the API server does not accept."""
-
-
-class Unavailable(Exception):
-    """The API server could not answer an access question (access is refused)."""
-
-
-@dataclass(frozen=True)
-class User:
-    name: str
-    groups: tuple[str, ...] = ()
-    uid: str = ""
-    extra: dict[str, list[str]] = field(default_factory=dict, hash=False, compare=False)
-
-
-@dataclass(frozen=True)
-class Permission:
-    """A resource attribute the UI checks: get scheduledjobs, get pods/log."""
-
-    group: str
-    resource: str
-    subresource: str = ""
-    verb: str = "get"
 
 
 SCHEDULED_JOBS = Permission(names.GROUP, names.PLURAL)
@@ -91,47 +68,6 @@ class OpenAccess:
         return True
 
 
-class _Cache:
-    def __init__(self, ttl: float) -> None:
-        self._ttl = ttl
-        self._lock = threading.Lock()
-        self._items: dict[Any, tuple[float, Any]] = {}
-
-    def get(self, key: Any) -> Any:
-        with self._lock:
-            found = self._items.get(key)
-        if found is None or found[0] < time.monotonic():
-            return None
-        return found[1]
-
-    def put(self, key: Any, value: Any) -> None:
-        with self._lock:
-            if len(self._items) >= _CACHE_LIMIT:
-                self._items.clear()
-            self._items[key] = (time.monotonic() + self._ttl, value)
-
-
-def _attributes(namespace: str, permission: Permission) -> dict[str, str]:
-    attributes = {
-        "namespace": namespace,
-        "verb": permission.verb,
-        "group": permission.group,
-        "resource": permission.resource,
-    }
-    if permission.subresource:
-        attributes["subresource"] = permission.subresource
-    return attributes
-
-
-def _allowed(kube: api.KubeApi, path: str, kind: str, spec: dict[str, Any]) -> bool:
-    body = {"apiVersion": "authorization.k8s.io/v1", "kind": kind, "spec": spec}
-    try:
-        answer = kube.create(path, body)
-    except api.ApiError as error:
-        raise Unavailable(f"cannot check access ({kind}): {error}") from None
-    return bool((answer.get("status") or {}).get("allowed"))
-
-
 class KubeconfigAccess:
     """The local kubeconfig's identity, checked with SelfSubjectAccessReview."""
 
@@ -139,7 +75,7 @@ class KubeconfigAccess:
 
     def __init__(self, kube: api.KubeApi, *, ttl: float = 30.0) -> None:
         self._kube = kube
-        self._cache = _Cache(ttl)
+        self._cache = Cache(ttl)
 
     @property
     def kube(self) -> api.KubeApi:
@@ -152,8 +88,8 @@ class KubeconfigAccess:
         key = (namespace, permission)
         cached = self._cache.get(key)
         if cached is None:
-            spec = {"resourceAttributes": _attributes(namespace, permission)}
-            cached = _allowed(self._kube, SELF_REVIEW, "SelfSubjectAccessReview", spec)
+            spec = {"resourceAttributes": attributes(namespace, permission)}
+            cached = allowed(self._kube, SELF_REVIEW, "SelfSubjectAccessReview", spec)
             self._cache.put(key, cached)
         return bool(cached)
 
@@ -166,8 +102,8 @@ class TokenAccess:
     def __init__(self, kube: api.KubeApi, *, audience: str | None, ttl: float = 30.0) -> None:
         self._kube = kube
         self._audience = audience
-        self._users = _Cache(ttl)
-        self._answers = _Cache(ttl)
+        self._users = Cache(ttl)
+        self._reviews = SubjectReviews(kube, ttl=ttl)
 
     @property
     def kube(self) -> api.KubeApi:
@@ -223,21 +159,7 @@ class TokenAccess:
         )
 
     def allows(self, user: User, namespace: str, permission: Permission = SCHEDULED_JOBS) -> bool:
-        key = (user.name, user.groups, user.uid, namespace, permission)
-        cached = self._answers.get(key)
-        if cached is None:
-            spec: dict[str, Any] = {
-                "user": user.name,
-                "groups": list(user.groups),
-                "resourceAttributes": _attributes(namespace, permission),
-            }
-            if user.uid:
-                spec["uid"] = user.uid
-            if user.extra:
-                spec["extra"] = user.extra
-            cached = _allowed(self._kube, SUBJECT_REVIEW, "SubjectAccessReview", spec)
-            self._answers.put(key, cached)
-        return bool(cached)
+        return self._reviews.allows(user, namespace, permission)
 
 
 def _token_key(token: str) -> str:

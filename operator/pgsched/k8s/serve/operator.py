@@ -48,6 +48,8 @@ from pgsched.k8s.jobside.launcher import KubernetesLauncher
 from pgsched.k8s.kinds import calendars, concurrencypools, notificationpolicies, pool_status
 from pgsched.k8s.notifications import destinations, notifier
 from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.runs_api.frontproxy import FrontProxyError
+from pgsched.k8s.runs_api.serving import RunsApiServing
 from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
 from pgsched.k8s.serve import gauges, health
 from pgsched.k8s.serve.settings import OperatorSettings
@@ -359,6 +361,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     )
     admission = _webhook(settings)
     run_api = _run_api(settings, clock)
+    runs_api = _runs_api(settings, kube)
     controllers = [
         Controller(
             names.PLURAL,
@@ -398,6 +401,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             dead.append("pgsched-webhook")
         if not run_api.alive():
             dead.append("pgsched-run-api")
+        if runs_api is not None and not runs_api.alive():
+            dead.append("pgsched-runs-api")
         if dead:
             raise health.Unhealthy(f"threads died: {', '.join(dead)}")
         found["listed"] = all(item.listed() for item in controllers)
@@ -414,6 +419,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         settings.api_burst,
     )
     run_api.start()  # first: pods of runs launched before a restart beat again at once
+    if runs_api is not None:
+        runs_api.start()
     threads.start()
     writes.start()
     if admission is not None:
@@ -433,6 +440,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         writes.stop(SHUTDOWN_SECONDS)
         threads.shutdown()
         run_api.stop(SHUTDOWN_SECONDS)
+        if runs_api is not None:
+            runs_api.stop(SHUTDOWN_SECONDS)
         pool.close()
 
 
@@ -488,6 +497,30 @@ def _run_api(settings: OperatorSettings, clock: Callable[[], datetime | None]) -
     except (OSError, ssl.SSLError) as error:
         raise StartupError(
             f"PGSCHED_RUN_API_CERT_DIR={found.cert_dir}: cannot load the run API's"
+            f" certificate (tls.crt and tls.key, a mounted TLS Secret): {error}"
+        ) from None
+
+
+def _runs_api(settings: OperatorSettings, kube: api.KubeApi) -> RunsApiServing | None:
+    """The Run API (docs/runs-api.md), if configured; a certificate that cannot be loaded or
+    a cluster without the aggregation layer's front proxy stops the start, saying which."""
+    found = settings.runs_api
+    if not found.bind:
+        return None
+    try:
+        return RunsApiServing(
+            dsn=settings.dsn,
+            kube=kube,
+            bind=found.bind,
+            cert_dir=Path(found.cert_dir),
+            pool_size=found.pool_size,
+            access_ttl=found.access_ttl_seconds,
+        )
+    except FrontProxyError as error:
+        raise StartupError(f"PGSCHED_RUNS_API_BIND={found.bind}: {error}") from None
+    except (OSError, ssl.SSLError) as error:
+        raise StartupError(
+            f"PGSCHED_RUNS_API_CERT_DIR={found.cert_dir}: cannot load the Run API's"
             f" certificate (tls.crt and tls.key, a mounted TLS Secret): {error}"
         ) from None
 

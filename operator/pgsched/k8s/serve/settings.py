@@ -71,6 +71,22 @@ class RunApiSettings:
 
 
 @dataclass(frozen=True)
+class RunsApiSettings:
+    """The Run API: runs as Kubernetes objects through the aggregation layer
+    (``k8s.runs_api``, docs/runs-api.md)."""
+
+    # host:port of its HTTPS server; empty: not served.
+    bind: str = ""
+    # A folder with tls.crt and tls.key: a mounted TLS Secret (the APIService's caBundle
+    # is its CA).
+    cert_dir: str = ""
+    # Database connections of the Run API (its own pool).
+    pool_size: int = 2
+    # How long an access review's answer is kept (a revoked RoleBinding bites after it).
+    access_ttl_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class NotifySettings:
     """The notifier's workers, shared by every namespace, and what one may take of them."""
 
@@ -116,6 +132,7 @@ class OperatorSettings:
     notify: NotifySettings = NotifySettings()
     webhook: WebhookSettings = WebhookSettings()
     run_api: RunApiSettings = RunApiSettings()
+    runs_api: RunsApiSettings = RunsApiSettings()
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -162,6 +179,7 @@ class OperatorSettings:
             tick=tick,
             webhook=WebhookSettings(**_section(chosen, "webhook")),
             run_api=RunApiSettings(**_section(chosen, "run_api")),
+            runs_api=RunsApiSettings(**_section(chosen, "runs_api")),
             notify=NotifySettings(**_section(chosen, "notify")),
             **_section(chosen, ""),
         )
@@ -290,6 +308,7 @@ _SECTIONS: dict[str, type] = {
     "tick": TickSettings,
     "webhook": WebhookSettings,
     "run_api": RunApiSettings,
+    "runs_api": RunsApiSettings,
     "notify": NotifySettings,
 }
 
@@ -733,6 +752,40 @@ VARIABLES: tuple[Variable, ...] = (
         ),
     ),
     Variable(
+        "PGSCHED_RUNS_API_BIND",
+        setting="runs_api.bind",
+        read=bind,
+        meaning=(
+            "Address of the [Run API](runs-api.md)'s HTTPS server, which the API server's"
+            " aggregation layer proxies `kubectl get runs` to. Empty: not served."
+        ),
+    ),
+    Variable(
+        "PGSCHED_RUNS_API_CERT_DIR",
+        setting="runs_api.cert_dir",
+        read=text,
+        meaning=(
+            "Folder of the Run API's serving certificate, laid out as a mounted TLS Secret "
+            "(`tls.crt`, `tls.key`); the APIService's `caBundle` must hold its CA. Required "
+            "with `PGSCHED_RUNS_API_BIND`."
+        ),
+    ),
+    Variable(
+        "PGSCHED_RUNS_API_POOL_SIZE",
+        setting="runs_api.pool_size",
+        read=number(minimum=1, integer=True),
+        meaning="Database connections of the Run API (a pool of its own).",
+    ),
+    Variable(
+        "PGSCHED_RUNS_API_ACCESS_TTL_SECONDS",
+        setting="runs_api.access_ttl_seconds",
+        read=number(minimum=0.0),
+        meaning=(
+            "How long the Run API keeps a SubjectAccessReview's answer: a revoked "
+            "RoleBinding stops showing runs after at most this long."
+        ),
+    ),
+    Variable(
         "PGSCHED_NOTIFY_ALLOW",
         setting="notify_allow",
         read=destination_list,
@@ -841,6 +894,12 @@ def _check_together(values: Mapping[str, Any], problems: Problems) -> None:
             problems.add(
                 name, "is required: job pods reach pgsched through the run API", f"{name}={example}"
             )
+    if values["PGSCHED_RUNS_API_BIND"] and not values["PGSCHED_RUNS_API_CERT_DIR"]:
+        problems.add(
+            "PGSCHED_RUNS_API_CERT_DIR",
+            "is required with PGSCHED_RUNS_API_BIND: the folder of the Run API's TLS Secret",
+            "PGSCHED_RUNS_API_CERT_DIR=/etc/pgsched/runs-api",
+        )
     if values["PGSCHED_WEBHOOK_BIND"] and not values["PGSCHED_WEBHOOK_CERT_DIR"]:
         problems.add(
             "PGSCHED_WEBHOOK_CERT_DIR",

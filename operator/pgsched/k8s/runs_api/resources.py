@@ -1,0 +1,226 @@
+"""Runs as Kubernetes objects: the ``Run`` kind, its list, its Table, and discovery.
+
+A Run's name is its Job's (``<scheduledjob>-<run id>``, ``names.job_name``), so
+``kubectl get runs`` and ``kubectl get jobs`` name a run the same way; the run id is the
+number after the last dash. ``status`` is the run as every other JSON answer gives it
+(``engine.run_json``), with ``phase`` its status, as Pods and Jobs say it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pgsched import wording
+from pgsched.engine import run_json
+from pgsched.engine.models import Run
+from pgsched.k8s import names
+
+GROUP = f"runs.{names.GROUP}"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Run"
+PLURAL = "runs"
+SINGULAR = "run"
+VERBS = ["get", "list"]
+# uids derived from run ids: stable across replicas and restarts, unique per run.
+_UID_NAMESPACE = uuid.UUID("0b6c3f0e-5f1e-4d2a-9a43-7d6a3c1f2e55")
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run and the ScheduledJob it belongs to, as the store reads them."""
+
+    namespace: str
+    scheduled_job: str
+    scheduled_job_deleted_at: datetime | None
+    run: Run
+
+    @property
+    def name(self) -> str:
+        return names.job_name(self.scheduled_job, self.run.id)
+
+
+def run_id_of(name: str) -> int | None:
+    """The run id a Run's name ends with, or None if it ends with none."""
+    tail = name.rpartition("-")[2]
+    return int(tail) if tail.isdigit() and len(tail) <= 18 else None
+
+
+def run_object(found: StoredRun) -> Obj:
+    run = found.run
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": found.name,
+            "namespace": found.namespace,
+            "uid": str(uuid.uuid5(_UID_NAMESPACE, str(run.id))),
+            "creationTimestamp": timestamp(run.created_at),
+            "labels": {names.LABEL_SCHEDULED_JOB: found.scheduled_job},
+        },
+        "spec": {
+            "scheduledJob": found.scheduled_job,
+            "parameters": run.parameters or {},
+        },
+        "status": {
+            "phase": run.status,
+            **{key: _json(value) for key, value in run_json.summary(run).items()},
+            "scheduledJobDeleted": found.scheduled_job_deleted_at is not None,
+        },
+    }
+
+
+def run_list(items: list[Obj], continue_token: str | None) -> Obj:
+    metadata: Obj = {"resourceVersion": ""}
+    if continue_token:
+        metadata["continue"] = continue_token
+    return {"apiVersion": API_VERSION, "kind": "RunList", "metadata": metadata, "items": items}
+
+
+# What `kubectl get runs` prints; priority 1 columns only with -o wide.
+COLUMNS: list[Obj] = [
+    {"name": "Name", "type": "string", "format": "name", "priority": 0},
+    {"name": "ScheduledJob", "type": "string", "priority": 0},
+    {"name": "Status", "type": "string", "priority": 0},
+    {"name": "Reason", "type": "string", "priority": 0},
+    {"name": "Trigger", "type": "string", "priority": 0},
+    {"name": "Attempt", "type": "integer", "priority": 0},
+    {"name": "Scheduled", "type": "string", "priority": 0},
+    {"name": "Started", "type": "string", "priority": 1},
+    {"name": "Duration", "type": "string", "priority": 0},
+    {"name": "Age", "type": "string", "priority": 0},
+    {"name": "Job", "type": "string", "priority": 1},
+    {"name": "Exit code", "type": "integer", "priority": 1},
+    {"name": "Error", "type": "string", "priority": 1},
+]
+_DESCRIPTIONS = {
+    "Name": "the run's name: its Job's, <scheduledjob>-<run id>",
+    "Reason": "why it ended so, or why it was skipped or is waiting",
+    "Scheduled": "the occurrence it runs for (UTC)",
+    "Duration": "from its start to its end, or so far",
+}
+
+
+def table(
+    found: list[StoredRun], *, now: datetime, continue_token: str | None, objects: str
+) -> Obj:
+    """A meta.k8s.io/v1 Table (what kubectl asks for). ``objects``: None, Metadata or
+    Object, as the request's ``includeObject`` says (kubectl's default: Metadata)."""
+    rows = []
+    for item in found:
+        run = item.run
+        row: Obj = {
+            "cells": [
+                item.name,
+                item.scheduled_job,
+                run.status,
+                run.reason or "",
+                run.trigger,
+                run.attempt,
+                timestamp(run.scheduled_for),
+                timestamp(run.started_at) or "",
+                _duration(run, now),
+                wording.duration(now - run.created_at),
+                run.k8s_job_name or "",
+                run.exit_code if run.exit_code is not None else "",
+                (run.error or "")[:120],
+            ]
+        }
+        if objects == "Object":
+            row["object"] = run_object(item)
+        elif objects != "None":
+            row["object"] = {
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadata",
+                "metadata": run_object(item)["metadata"],
+            }
+        rows.append(row)
+    metadata: Obj = {"resourceVersion": ""}
+    if continue_token:
+        metadata["continue"] = continue_token
+    return {
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "Table",
+        "metadata": metadata,
+        "columnDefinitions": [
+            {**column, "description": _DESCRIPTIONS.get(column["name"], "")} for column in COLUMNS
+        ],
+        "rows": rows,
+    }
+
+
+def _duration(run: Run, now: datetime) -> str:
+    if run.started_at is None:
+        return ""
+    if run.finished_at is None:
+        return wording.duration(now - run.started_at) if run.status == "RUNNING" else ""
+    return wording.duration(run.finished_at - run.started_at)
+
+
+def timestamp(instant: datetime | None) -> str | None:
+    """RFC 3339 in UTC, to the second, as Kubernetes writes times."""
+    if instant is None:
+        return None
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return timestamp(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def resource_list() -> Obj:
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": API_VERSION,
+        "resources": [
+            {
+                "name": PLURAL,
+                "singularName": SINGULAR,
+                "namespaced": True,
+                "kind": KIND,
+                "verbs": VERBS,
+                "categories": ["pgsched"],
+            }
+        ],
+    }
+
+
+def group() -> Obj:
+    version = {"groupVersion": API_VERSION, "version": VERSION}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": GROUP,
+        "versions": [version],
+        "preferredVersion": version,
+    }
+
+
+def group_list() -> Obj:
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group()]}
+
+
+def status(code: int, reason: str, message: str, *, details: Obj | None = None) -> Obj:
+    """A meta/v1 Status, the body of every refusal (kubectl prints its message)."""
+    body: Obj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body

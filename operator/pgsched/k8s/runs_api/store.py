@@ -1,0 +1,73 @@
+"""The Run API's reads: pages of runs by keyset, one run, and the namespaces that have any.
+
+Paging is by run id (newest first): the continue token is the last id a page gave, so a
+page costs the same at the end of ten million runs as at the start, and runs that arrive
+while a client pages never shift what it has not read yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from pgsched.db import queries
+from pgsched.engine.models import Run
+from pgsched.k8s.runs_api.resources import StoredRun
+
+# The largest run id PostgreSQL's bigint holds: "before" on a first page.
+_NO_BOUND = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Page:
+    runs: list[StoredRun]
+    next_before: int | None  # the continue token's run id, None on the last page
+
+
+class RunReader:
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self._pool = pool
+
+    def page(
+        self,
+        *,
+        namespaces: list[str] | None,
+        scheduled_job: str | None,
+        statuses: list[str] | None,
+        before: int | None,
+        limit: int,
+    ) -> Page:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                queries.get("runs_api_page"),
+                {
+                    "namespaces": namespaces,
+                    "scheduled_job": scheduled_job,
+                    "statuses": statuses,
+                    "before": _NO_BOUND if before is None else before,
+                    "limit": limit + 1,  # one more says whether another page follows
+                },
+            ).fetchall()
+        found = [_stored(row) for row in rows[:limit]]
+        more = len(rows) > limit
+        return Page(found, found[-1].run.id if more and found else None)
+
+    def one(self, namespace: str, run_id: int) -> StoredRun | None:
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                queries.get("runs_api_one"), {"namespace": namespace, "id": run_id}
+            ).fetchone()
+        return _stored(row) if row else None
+
+    def namespaces(self) -> list[str]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(queries.get("runs_api_namespaces")).fetchall()
+        return [row["namespace"] for row in rows]
+
+
+def _stored(row: dict[str, Any]) -> StoredRun:
+    return StoredRun(
+        row["namespace"], row["scheduled_job"], row["scheduled_job_deleted_at"], Run.from_row(row)
+    )

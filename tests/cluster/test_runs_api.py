@@ -1,0 +1,216 @@
+"""The Run API through the real aggregation layer: `kubectl get runs` answered from the
+database, each user seeing only the namespaces RBAC lets them list, and the server
+believing the API server's user headers only on the API server's front-proxy connection.
+
+Real parts: kube-apiserver with the aggregation layer's front-proxy certificates
+(``devenv.controlplane``), the APIService, Service and endpoints the chart would write
+(``devenv.runs_api``), the operator as a host process serving the Run API, real kubectl
+as ServiceAccounts bound by RBAC, and the database. The API server is this module's own:
+an APIService is cluster-wide, and discovery on a cluster shared with other tests would
+depend on this module's operator being up.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.test_cli_rbac import kubectl_as, user
+from db.test_notifications import claimed_run, end_run
+from devenv import pki
+from devenv import runs_api as registration
+from devenv.controlplane import ControlPlane
+from devenv.waiting import wait_for
+from factories import define
+from plugins.cluster import host_only_cluster
+
+pytestmark = pytest.mark.api_only
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+NEVER_DUE = "0 3 1 1 *"  # the runs here are made by the test, not the schedule
+READ_RUNS = [{"apiGroups": ["runs.pgsched.dev"], "resources": ["runs"], "verbs": ["get", "list"]}]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ControlPlane]:
+    """An API server of this module's own (module docstring)."""
+    with host_only_cluster("team-a", "team-b") as control_plane:
+        yield control_plane
+
+
+@pytest.fixture
+def crd() -> None:
+    """The module's cluster has the CRDs from its start."""
+
+
+@pytest.fixture
+def history(conn) -> dict[str, list[str]]:
+    """Runs of two teams: nightly in team-a (3 completed, 2 failed), export in team-b.
+    Returns each namespace's run names, newest first."""
+    nightly = define(conn, "nightly", namespace="team-a", schedule=NEVER_DUE, now=T0)
+    export = define(conn, "export", namespace="team-b", schedule=NEVER_DUE, now=T0)
+    names: dict[str, list[str]] = {"team-a": [], "team-b": []}
+    outcomes = [("team-a", nightly, "COMPLETED")] * 3 + [("team-a", nightly, "FAILED")] * 2
+    outcomes += [("team-b", export, "COMPLETED")] * 2
+    for index, (namespace, job, status) in enumerate(outcomes):
+        at = T0 + timedelta(minutes=index)
+        run = claimed_run(conn, job, at)
+        reason = "NonZeroExit" if status == "FAILED" else None
+        end_run(conn, run, status, at + timedelta(seconds=30), reason=reason)
+        names[namespace].insert(0, f"{job.name}-{run.id}")
+    return names
+
+
+@pytest.fixture
+def served(operators, cluster, tmp_path: Path) -> Iterator[registration.RunsApi]:
+    """An operator serving the Run API, registered with the API server, once kubectl
+    finds the resource."""
+    registered = registration.register(cluster, tmp_path / "runs-api")
+    try:
+        operators.start(**registered.environment())
+        wait_for(
+            lambda: (
+                "runs"
+                in cluster.kubectl(
+                    "api-resources", "--api-group=runs.pgsched.dev", "-o", "name", check=False
+                ).stdout
+            ),
+            60,
+            describe="the API server to serve runs.pgsched.dev",
+        )
+        yield registered
+    finally:
+        registration.unregister(cluster)
+
+
+@pytest.fixture
+def alice(cluster, tmp_path):
+    return user(cluster, "team-a", "alice", READ_RUNS, tmp_path)
+
+
+def names_in(output: str) -> list[str]:
+    """The NAME column of kubectl's table (the first, or the second with -A)."""
+    lines = output.strip().splitlines()
+    column = 1 if lines and lines[0].startswith("NAMESPACE") else 0
+    return [line.split()[column] for line in lines[1:]]
+
+
+def test_kubectl_get_runs_shows_a_user_only_the_namespaces_they_may_list(
+    cluster, history, served, alice
+):
+    mine = kubectl_as(cluster, alice, "get", "runs", "-n", "team-a")
+    assert mine.returncode == 0, mine.stderr
+    assert names_in(mine.stdout) == history["team-a"]
+    header = mine.stdout.splitlines()[0].split()
+    assert header[:6] == ["NAME", "SCHEDULEDJOB", "STATUS", "REASON", "TRIGGER", "ATTEMPT"]
+    failed_line = next(line for line in mine.stdout.splitlines() if "FAILED" in line)
+    assert "NonZeroExit" in failed_line and "manual" in failed_line
+
+    theirs = kubectl_as(cluster, alice, "get", "runs", "-n", "team-b")
+    assert theirs.returncode != 0 and "forbidden" in theirs.stderr
+    assert not set(history["team-b"]) & set(names_in(theirs.stdout))
+    one = kubectl_as(cluster, alice, "get", "run", history["team-b"][0], "-n", "team-b")
+    assert one.returncode != 0 and "forbidden" in one.stderr
+
+    everywhere = kubectl_as(cluster, alice, "get", "runs", "-A")
+    assert not set(history["team-b"]) & set(names_in(everywhere.stdout))
+
+    admin = cluster.kubectl("get", "runs", "-A").stdout
+    assert set(names_in(admin)) == set(history["team-a"] + history["team-b"])
+
+
+def test_selectors_pages_and_formats_work_as_for_any_kind(cluster, history, served):
+    failed = cluster.kubectl(
+        "get", "runs", "-n", "team-a", "--field-selector", "status.phase=FAILED"
+    ).stdout
+    assert names_in(failed) == history["team-a"][:2]  # the two newest failed
+    of_job = cluster.kubectl("get", "runs", "-A", "-l", "pgsched.dev/scheduledjob=export").stdout
+    assert names_in(of_job) == history["team-b"]
+    paged = cluster.kubectl("get", "runs", "-n", "team-a", "--chunk-size=2").stdout
+    assert names_in(paged) == history["team-a"]  # three pages, nothing lost or repeated
+    wide = cluster.kubectl("get", "runs", "-n", "team-a", "-o", "wide").stdout
+    assert "EXIT CODE" in wide.splitlines()[0] and "JOB" in wide.splitlines()[0]
+
+    newest = history["team-a"][0]
+    found = json.loads(cluster.kubectl("get", "run", newest, "-n", "team-a", "-o", "json").stdout)
+    assert found["kind"] == "Run" and found["metadata"]["name"] == newest
+    assert found["spec"]["scheduledJob"] == "nightly"
+    assert found["status"]["phase"] == "FAILED" and found["status"]["reason"] == "NonZeroExit"
+    assert found["status"]["finishedAt"].endswith("Z")
+    assert "leaseToken" not in json.dumps(found)
+
+    missing = cluster.kubectl("get", "run", "nightly-999999", "-n", "team-a", check=False)
+    assert missing.returncode != 0 and 'runs.runs.pgsched.dev "nightly-999999" not found' in (
+        missing.stderr
+    )
+    wrong = cluster.kubectl(
+        "get", "runs", "-n", "team-a", "--field-selector", "status.color=red", check=False
+    )
+    assert wrong.returncode != 0
+    assert "status.color=red" in wrong.stderr and "status.phase=FAILED" in wrong.stderr
+
+
+# -- straight to the server, past the API server -----------------------------------------
+
+
+def direct(
+    served: registration.RunsApi, path: str, *, client: pki.KeyPair | None, **headers: str
+) -> tuple[int, dict[str, Any]]:
+    """GET ``path`` from the Run API itself, presenting ``client``'s certificate (or none)."""
+    context = ssl.create_default_context(cafile=str(served.cert_dir / "ca.crt"))
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    connection = http.client.HTTPSConnection(
+        served.address, served.port, context=context, timeout=10
+    )
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        connection.close()
+
+
+RUNS = "/apis/runs.pgsched.dev/v1alpha1/namespaces/team-a/runs"
+AS_ADMIN = {"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}
+
+
+def test_user_headers_are_believed_only_from_the_api_servers_front_proxy(
+    cluster, history, served, tmp_path
+):
+    keys = cluster.certificates
+    # The front proxy's own connection: what the API server sends (the control case).
+    status, body = direct(served, RUNS, client=keys.front_proxy_client, **AS_ADMIN)
+    assert (
+        status == 200
+        and [item["metadata"]["name"] for item in body["items"]] == (history["team-a"])
+    )
+    # No certificate: anyone who reaches the port could write these headers.
+    status, body = direct(served, RUNS, client=None, **AS_ADMIN)
+    assert status == 401 and "no client certificate" in body["message"]
+    assert "items" not in body
+    # A certificate of the same CA that is not the front proxy's (an admin's).
+    status, body = direct(served, RUNS, client=keys.admin, **AS_ADMIN)
+    assert status == 401 and "not the front proxy's" in body["message"]
+    # A certificate of another CA fails the handshake.
+    stranger_dir = pki.serving_tls(tmp_path / "stranger", ips=["127.0.0.1"], ca_name="stranger")
+    stranger = pki.KeyPair(stranger_dir / "tls.crt", stranger_dir / "tls.key")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        direct(served, RUNS, client=stranger, **AS_ADMIN)
+    # The front proxy's connection naming a user RBAC does not allow: refused by this
+    # server's own review, in the API server's words.
+    status, body = direct(
+        served, RUNS, client=keys.front_proxy_client, **{"X-Remote-User": "mallory"}
+    )
+    assert status == 403
+    assert body["message"] == (
+        'runs.runs.pgsched.dev is forbidden: User "mallory" cannot list resource "runs"'
+        ' in API group "runs.pgsched.dev" in the namespace "team-a"'
+    )

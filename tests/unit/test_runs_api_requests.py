@@ -1,0 +1,144 @@
+"""The Run API's reading of a request: who the front proxy says is asking, and the
+query's selectors, limit and continue token — each hostile form refused with a message
+that names it and shows a right one."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from multidict import CIMultiDict
+
+from pgsched.k8s.runs_api import resources, server
+from pgsched.k8s.runs_api.frontproxy import FrontProxy, Unauthenticated
+
+PROXY = FrontProxy(
+    client_ca="-----BEGIN CERTIFICATE-----",
+    allowed_names=("front-proxy-client",),
+    username_headers=("X-Remote-User",),
+    group_headers=("X-Remote-Group",),
+    extra_prefixes=("X-Remote-Extra-",),
+)
+
+
+def certificate(common_name: str) -> dict[str, object]:
+    return {"subject": ((("organizationName", "x"),), (("commonName", common_name),))}
+
+
+def test_only_the_allowed_front_proxy_certificate_is_believed():
+    PROXY.proxied(certificate("front-proxy-client"))
+    with pytest.raises(Unauthenticated, match="no client certificate"):
+        PROXY.proxied(None)
+    with pytest.raises(Unauthenticated, match="'admin' is not the front proxy's"):
+        PROXY.proxied(certificate("admin"))
+    # No allowed names configured: any certificate the front-proxy CA signed (Kubernetes').
+    FrontProxy("", (), ("X-Remote-User",), (), ()).proxied(certificate("anyone"))
+
+
+def test_the_user_its_groups_and_extras_come_from_the_configured_headers():
+    headers = CIMultiDict(
+        [
+            ("X-Remote-User", "alice"),
+            ("X-Remote-Group", "team-a"),
+            ("x-remote-group", "system:authenticated"),
+            ("X-Remote-Extra-Scopes", "read"),
+            ("X-Remote-Extra-Scopes", "write"),
+            ("X-Remote-Extra-Acme.com%2Fproject", "42"),
+            ("X-Remote-Userx", "mallory"),  # not a configured header
+        ]
+    )
+    user = PROXY.user(headers)
+    assert user is not None
+    assert user.name == "alice"
+    assert user.groups == ("team-a", "system:authenticated")
+    assert user.extra == {"scopes": ["read", "write"], "acme.com/project": ["42"]}
+    assert PROXY.user(CIMultiDict([("X-Remote-Group", "system:masters")])) is None
+
+
+@pytest.mark.parametrize(
+    ("selector", "found"),
+    [
+        ("", None),
+        ("pgsched.dev/scheduledjob=nightly", "nightly"),
+        ("pgsched.dev/scheduledjob==nightly", "nightly"),
+    ],
+)
+def test_runs_are_selected_by_their_scheduledjob_label(selector, found):
+    assert server._scheduled_job(selector) == found
+
+
+@pytest.mark.parametrize(
+    "selector",
+    ["app=web", "pgsched.dev/scheduledjob!=nightly", "pgsched.dev/scheduledjob", "a=b,c=d"],
+)
+def test_other_label_selectors_are_refused_with_the_one_that_works(selector):
+    with pytest.raises(server.Refused) as refused:
+        server._scheduled_job(selector)
+    assert refused.value.code == 400
+    assert "-l pgsched.dev/scheduledjob=nightly-export" in str(refused.value)
+
+
+def test_field_selectors_phase_and_name():
+    assert server._fields("status.phase=FAILED") == (["FAILED"], None)
+    assert server._fields("metadata.name=a-1,status.phase==QUEUED") == (["QUEUED"], "a-1")
+    for bad in ("status.phase=failed", "status.phase!=FAILED", "spec.x=1", "status.phase"):
+        with pytest.raises(server.Refused) as refused:
+            server._fields(bad)
+        assert refused.value.code == 400 and "status.phase=FAILED" in str(refused.value)
+
+
+def test_a_page_is_bounded_whatever_the_limit_asked():
+    assert server._limit("") == server.MAX_PAGE
+    assert server._limit("50") == 50
+    assert server._limit("99999999999") == server.MAX_PAGE
+    with pytest.raises(server.Refused, match="limit=50"):
+        server._limit("-1")
+
+
+def test_a_continue_token_is_the_servers_own_or_refused():
+    token = server._continue(1234)
+    assert token is not None and server._before(token) == 1234
+    assert server._continue(None) is None
+    forged = [
+        "not base64!",
+        base64.urlsafe_b64encode(b"runs.v1:-5").decode(),
+        base64.urlsafe_b64encode(b"runs.v1:" + b"9" * 40).decode(),
+        base64.urlsafe_b64encode(b"other:12").decode(),
+    ]
+    for bad in forged:
+        with pytest.raises(server.Refused) as refused:
+            server._before(bad)
+        assert refused.value.code == 400 and "list again from the start" in str(refused.value)
+
+
+def test_a_runs_name_is_its_jobs_and_ends_with_its_id():
+    assert resources.run_id_of("nightly-export-42") == 42
+    assert resources.run_id_of("nightly") is None
+    assert resources.run_id_of("x-" + "9" * 30) is None  # beyond a bigint: no run
+
+
+def test_every_table_row_has_a_cell_per_column():
+    from datetime import UTC, datetime
+
+    from pgsched.engine.models import Run
+
+    now = datetime(2026, 12, 6, tzinfo=UTC)
+    run = Run.from_row(
+        {
+            "id": 7, "definition_id": "00000000-0000-0000-0000-000000000001",
+            "status": "FAILED", "trigger": "manual", "scheduled_for": now,
+            "deadline_at": None, "attempt": 1, "retry_of": None, "request_token": None,
+            "lease_token": None, "started_at": now, "heartbeat_at": None,
+            "finished_at": now, "cancel_requested": False, "cancel_requested_at": None,
+            "reason": "NonZeroExit", "error": "exit code 3", "exit_code": 3,
+            "retry_hint": None, "k8s_job_name": "nightly-7", "settled_at": now,
+            "created_at": now, "cancelled_by": None, "retry_decision": None,
+        }
+    )  # fmt: skip
+    stored = resources.StoredRun("team-a", "nightly", None, run)
+    table = resources.table([stored], now=now, continue_token="t", objects="Metadata")
+    [row] = table["rows"]
+    assert len(row["cells"]) == len(table["columnDefinitions"])
+    assert row["object"]["metadata"]["name"] == "nightly-7"
+    assert row["object"]["metadata"]["namespace"] == "team-a"
+    assert table["metadata"]["continue"] == "t"
