@@ -33,6 +33,7 @@ BENCHMARKS = {
     "stampede": "bench.stampede",
     "run_api_connections": "bench.run_api_connections",
     "run_api_flood": "bench.run_api_flood",
+    "runs_api_pages": "bench.runs_api_pages",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 

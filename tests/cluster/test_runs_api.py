@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,10 +27,11 @@ from cluster.test_cli_rbac import kubectl_as, user
 from db.test_notifications import claimed_run, end_run
 from devenv import pki
 from devenv import runs_api as registration
+from devenv.adminclient import ApiError
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from factories import define
-from plugins.cluster import host_only_cluster
+from plugins.cluster import create_namespace, host_only_cluster
 
 pytestmark = pytest.mark.api_only
 
@@ -214,3 +216,49 @@ def test_user_headers_are_believed_only_from_the_api_servers_front_proxy(
         'runs.runs.pgsched.dev is forbidden: User "mallory" cannot list resource "runs"'
         ' in API group "runs.pgsched.dev" in the namespace "team-a"'
     )
+
+
+# -- availability ------------------------------------------------------------------------
+
+
+def available(cluster) -> str:
+    found = cluster.api.get(
+        f"/apis/apiregistration.k8s.io/v1/apiservices/{registration.APISERVICE}"
+    )
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Available"), "Unknown")
+
+
+def namespace_phase(cluster, name: str) -> str | None:
+    try:
+        return str(cluster.api.get(f"/api/v1/namespaces/{name}")["status"]["phase"])
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def test_namespace_deletion_waits_while_the_run_api_is_down_and_ends_once_it_is_back(
+    cluster, operators, served
+):
+    """What docs/runs-api.md says of an outage: with the Run API up a namespace is
+    deleted at once; with every replica down it stays Terminating (the namespace
+    controller cannot discover what it holds), and it goes once a replica is back."""
+    create_namespace(cluster, "goes-at-once")
+    cluster.api.delete("/api/v1/namespaces/goes-at-once")
+    wait_for(lambda: namespace_phase(cluster, "goes-at-once") is None, 60, describe="deleted")
+
+    operators.stop_all()
+    wait_for(lambda: available(cluster) == "False", 90, describe="the APIService unavailable")
+    create_namespace(cluster, "waits")
+    cluster.api.delete("/api/v1/namespaces/waits")
+    time.sleep(10)
+    assert namespace_phase(cluster, "waits") == "Terminating"
+    conditions = cluster.api.get("/api/v1/namespaces/waits")["status"].get("conditions") or []
+    assert any(
+        c["type"] == "NamespaceDeletionDiscoveryFailure" and c["status"] == "True"
+        for c in conditions
+    ), conditions
+
+    operators.start(**served.environment())
+    wait_for(lambda: namespace_phase(cluster, "waits") is None, 180, describe="deleted at last")

@@ -163,3 +163,16 @@ def test_run_api_flood_measures_the_neighbours_beats_with_and_without_the_flood(
     assert positive(report.data["b_p99_ratio_pooled"]) and positive(report.data["a_rate"])
     assert report.data["profile"], "the profiled phase must leave a profile"
     assert written(ctx, "run_api_flood")["plots"] == ["run_api_flood.png"]
+
+
+def test_runs_api_pages_times_three_pages_per_level_and_namespace_size(ctx: Context) -> None:
+    report = cli.run_one("runs_api_pages", ctx)
+    pages = {(row["ScheduledJobs"], row["history rows"], row["page"]) for row in report.rows}
+    assert pages == {
+        (definitions, rows, page)
+        for definitions in (10, 100)
+        for rows in (2_000, 6_000)
+        for page in ("first", "deep", "failed")
+    }
+    assert all(positive(row["p99 ms"]) and positive(row["p99 ratio"]) for row in report.rows)
+    assert written(ctx, "runs_api_pages")["plots"] == ["runs_api_pages.png"]

@@ -142,3 +142,14 @@ def test_every_table_row_has_a_cell_per_column():
     assert row["object"]["metadata"]["name"] == "nightly-7"
     assert row["object"]["metadata"]["namespace"] == "team-a"
     assert table["metadata"]["continue"] == "t"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(0, "0s"), (119, "119s"), (200, "3m20s"), (600, "10m"), (7200, "120m"), (18600, "5h10m"),
+     (72000, "20h"), (273600, "3d4h"), (3456000, "40d")],
+)  # fmt: skip
+def test_age_reads_as_kubectls(seconds, shown):
+    from datetime import timedelta
+
+    assert resources.age(timedelta(seconds=seconds)) == shown

@@ -29,6 +29,9 @@ VERBS = ["get", "list"]
 _UID_NAMESPACE = uuid.UUID("0b6c3f0e-5f1e-4d2a-9a43-7d6a3c1f2e55")
 
 Obj = dict[str, Any]
+# What the JSON of a run says that a Run says elsewhere: its status is the phase, its
+# parameters are in the spec.
+_IN_SPEC_OR_PHASE = frozenset({"status", "parameters"})
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,11 @@ def run_object(found: StoredRun) -> Obj:
         },
         "status": {
             "phase": run.status,
-            **{key: _json(value) for key, value in run_json.summary(run).items()},
+            **{
+                key: _json(value)
+                for key, value in run_json.summary(run).items()
+                if key not in _IN_SPEC_OR_PHASE
+            },
             "scheduledJobDeleted": found.scheduled_job_deleted_at is not None,
         },
     }
@@ -125,7 +132,7 @@ def table(
                 timestamp(run.scheduled_for),
                 timestamp(run.started_at) or "",
                 _duration(run, now),
-                wording.duration(now - run.created_at),
+                age(now - run.created_at),
                 run.k8s_job_name or "",
                 run.exit_code if run.exit_code is not None else "",
                 (run.error or "")[:120],
@@ -160,6 +167,26 @@ def _duration(run: Run, now: datetime) -> str:
     if run.finished_at is None:
         return wording.duration(now - run.started_at) if run.status == "RUNNING" else ""
     return wording.duration(run.finished_at - run.started_at)
+
+
+def age(span: timedelta) -> str:
+    """As kubectl writes an AGE: ``45s``, ``3m20s``, ``12m``, ``5h10m``, ``20h``, ``3d4h``,
+    ``40d`` (the two largest units while the first is small)."""
+    seconds = max(int(span.total_seconds()), 0)
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 120:
+        return f"{seconds}s"
+    if minutes < 10:
+        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if days < 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    return f"{days}d"
 
 
 def timestamp(instant: datetime | None) -> str | None:
