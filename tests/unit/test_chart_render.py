@@ -23,7 +23,7 @@ import yaml
 import pgsched
 from devenv.binaries import bin_dir
 from k8sfixtures import run_api_cert_dir
-from pgsched.k8s.serve.settings import OperatorSettings
+from pgsched.k8s.serve.settings import OperatorSettings, RunsApiSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "pgsched"
@@ -42,6 +42,8 @@ Obj = dict[str, Any]
 WATCHED = "watchNamespaces={jobs}"
 # Where the Deployment mounts the run API's TLS Secret, whose ca.crt the settings read.
 RUN_API_MOUNT = "/etc/pgsched/run-api"
+# Where it mounts the Run API's (runsApi.enabled): the operator reads tls.crt and tls.key.
+RUNS_API_MOUNT = "/etc/pgsched/runs-api"
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +116,15 @@ def container(objects: list[Obj], name: str = "operator") -> Obj:
             "runApi.url=https://10.96.0.77",
             "runApi.certManager.enabled=true",
             "admissionWebhook.certManager.enabled=true",
+            "runsApi.enabled=true",
+            "runsApi.certManager.enabled=true",
         ),
-        ("rbac.clusterWide=true", "crds.install=false", "podAntiAffinity=hard"),
+        (
+            "rbac.clusterWide=true",
+            "crds.install=false",
+            "podAntiAffinity=hard",
+            "runsApi.enabled=true",
+        ),
         (
             "watchNamespaces={pgsched-system,jobs}",
             "allowReleaseNamespace=true",
@@ -154,6 +163,8 @@ def test_schema_accepts_a_known_key_and_rejects_a_misspelled_one_by_name(helm_bi
         ("podAntiAffinity=sometimes", "at '/podAntiAffinity': value must be one of"),
         ("image.digest=latest", "at '/image/digest': 'latest' does not match pattern"),
         ("health.port=70000", "at '/health/port': maximum: got 70,000, want 65,535"),
+        ("runsApi.enabled=yes", "at '/runsApi/enabled': got string, want boolean"),
+        ("runsApi.accessTtlSeconds=-1", "at '/runsApi/accessTtlSeconds': minimum: got -1"),
         (
             "notifications.allowDestinations={http://hooks}",
             "at '/notifications/allowDestinations/0': 'http://hooks' does not match pattern",
@@ -331,6 +342,7 @@ def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path, run_a
         "image": {"tag": "1.2.3", "pullPolicy": "Always"},
         "config": {"tickIntervalSeconds": 0.5, "dispatchBatch": 20, "apiQps": 7.5},
         "runApi": {"namespaceRate": 2.5, "poolSize": 6},
+        "runsApi": {"enabled": True, "poolSize": 3, "accessTtlSeconds": 2.5},
         "notifications": {"allowDestinations": ["10.0.0.0/8", ".tools.svc.cluster.local"]},
     }
     env = operator_environment(render(helm_binary, values=values, tmp=tmp_path))
@@ -345,6 +357,12 @@ def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path, run_a
     # Every address of the pod, so that kubectl port-forward reaches them (issue 26).
     assert (settings.health_bind, settings.metrics_bind) == ("0.0.0.0:8080", "0.0.0.0:9090")
     assert (settings.run_api.namespace_rate, settings.run_api.pool_size) == (2.5, 6)
+    assert settings.runs_api == RunsApiSettings(
+        bind="0.0.0.0:8444",
+        cert_dir=RUNS_API_MOUNT,
+        pool_size=3,
+        access_ttl_seconds=2.5,
+    )
     assert settings.notify_allow == ("10.0.0.0/8", ".tools.svc.cluster.local")
     wide = operator_environment(render(helm_binary, sets=("rbac.clusterWide=true",)))
     assert read_settings(wide, run_api_mount).all_namespaces
@@ -361,7 +379,8 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
     ui = operator_environment(
         render(helm_binary, sets=("ui.enabled=true", "ui.tls.secretName=ui-tls"))
     )
-    chart = {key for key in {*namespaced, *wide, *ui} if key.startswith("PGSCHED_")}
+    runs = operator_environment(render(helm_binary, sets=("runsApi.enabled=true",)))
+    chart = {key for key in {*namespaced, *wide, *ui, *runs} if key.startswith("PGSCHED_")}
     assert "PGSCHED_DSN" not in chart  # a file from the database Secret instead
     chart.add("PGSCHED_DSN")  # read where PGSCHED_DSN_FILE is (db/dsn.py)
     # The chart writes the webhook's configuration itself (templates/webhook.yaml); kopf
@@ -837,6 +856,135 @@ def test_cert_manager_signs_the_run_api_certificate_with_a_ca_that_outlives_it(h
     assert not [i for i in of_kind(own, "Issuer") if "run-api" in i["metadata"]["name"]]
 
 
+# -- the Run API (runs.pgsched.dev, the aggregation layer) ---------------------------------------
+
+
+def api_service(objects: list[Obj]) -> Obj:
+    [found] = of_kind(objects, "APIService")
+    return found
+
+
+def test_the_runs_api_is_off_by_default_and_leaves_no_trace(helm_binary):
+    objects = render(helm_binary)
+    assert of_kind(objects, "APIService") == []
+    assert not [o for o in objects if "runs-api" in o["metadata"]["name"]]
+    assert not [key for key in operator_environment(objects) if "RUNS_API" in key]
+    operator = container(objects)
+    assert "runs-api" not in {port["name"] for port in operator["ports"]}
+    assert "runs-api-tls" not in {mount["name"] for mount in operator["volumeMounts"]}
+    # Nothing cluster-scoped and nothing in kube-system: a namespaced install stays one.
+    assert of_kind(objects, "ClusterRoleBinding") == []
+    assert "kube-system" not in {o["metadata"].get("namespace") for o in objects}
+    [policy] = of_kind(objects, "NetworkPolicy")
+    assert "runs-api" not in str(policy["spec"]["ingress"])
+
+
+def test_the_runs_api_registers_its_service_with_the_charts_ca_and_may_check_callers(
+    helm_binary, tmp_path, run_api_mount
+):
+    objects = render(helm_binary, sets=("runsApi.enabled=true",), namespace="ops")
+    secret = tls_secret(objects, "pgsched-runs-api-tls")
+    assert set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+
+    assert api_service(objects)["metadata"]["name"] == "v1alpha1.runs.pgsched.dev"
+    assert "annotations" not in api_service(objects)["metadata"]
+    assert api_service(objects)["spec"] == {
+        "group": "runs.pgsched.dev",
+        "version": "v1alpha1",
+        "service": {"name": "pgsched-runs-api", "namespace": "ops", "port": 443},
+        "caBundle": secret["data"]["ca.crt"],
+        "groupPriorityMinimum": 1000,
+        "versionPriority": 15,
+    }
+    # The aggregator trusts the caBundle alone and checks the name <service>.<namespace>.svc.
+    handshake(secret, "pgsched-runs-api.ops.svc", tmp_path)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(secret, "pgsched-runs-api.pgsched-system.svc", tmp_path)
+    service = named(objects, "Service", "pgsched-runs-api")
+    assert service["metadata"]["namespace"] == "ops"
+    assert service["spec"]["selector"] == deployment(objects)["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [
+        {"name": "runs-api", "port": 443, "targetPort": "runs-api", "protocol": "TCP"}
+    ]
+
+    account = [{"kind": "ServiceAccount", "name": "pgsched", "namespace": "ops"}]
+    delegator = named(objects, "ClusterRoleBinding", "pgsched-runs-api-auth-delegator")
+    assert delegator["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:auth-delegator",
+    }
+    assert delegator["subjects"] == account
+    reader = named(objects, "RoleBinding", "pgsched-runs-api-auth-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "extension-apiserver-authentication-reader",
+    }
+    assert reader["subjects"] == account
+    # Nothing else cluster-scoped or in kube-system: built-in roles, no rules of the chart's.
+    assert [o["metadata"]["name"] for o in of_kind(objects, "ClusterRoleBinding")] == [
+        "pgsched-runs-api-auth-delegator"
+    ]
+    assert of_kind(objects, "ClusterRole") == []
+    assert [o["kind"] for o in objects if o["metadata"].get("namespace") == "kube-system"] == [
+        "RoleBinding"
+    ]
+
+    settings = read_settings(operator_environment(objects), run_api_mount)
+    assert settings.runs_api == RunsApiSettings(
+        bind="0.0.0.0:8444", cert_dir=RUNS_API_MOUNT, pool_size=2, access_ttl_seconds=10.0
+    )
+    operator = container(objects)
+    assert {"name": "runs-api", "containerPort": 8444, "protocol": "TCP"} in operator["ports"]
+    mount = {"name": "runs-api-tls", "mountPath": RUNS_API_MOUNT, "readOnly": True}
+    assert mount in operator["volumeMounts"]
+    volumes = deployment(objects)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "runs-api-tls", "secret": {"secretName": "pgsched-runs-api-tls"}} in volumes
+    [policy] = of_kind(objects, "NetworkPolicy")
+    assert {"ports": [{"port": "runs-api", "protocol": "TCP"}]} in policy["spec"]["ingress"]
+
+    unbound = render(helm_binary, sets=("runsApi.enabled=true", "rbac.create=false"))
+    assert of_kind(unbound, "ClusterRoleBinding") == of_kind(unbound, "RoleBinding") == []
+    assert api_service(unbound)["spec"]["service"]["name"] == "pgsched-runs-api"
+
+
+def test_cert_manager_issues_the_runs_api_certificate_and_injects_its_ca(helm_binary):
+    objects = render(helm_binary, sets=("runsApi.enabled=true", "runsApi.certManager.enabled=true"))
+    registration = api_service(objects)
+    assert registration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "pgsched-system/pgsched-runs-api"
+    }
+    assert "caBundle" not in registration["spec"]
+    certificate = named(objects, "Certificate", "pgsched-runs-api")
+    assert certificate["spec"]["secretName"] == "pgsched-runs-api-tls"
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": "pgsched-runs-api"}
+    assert "pgsched-runs-api.pgsched-system.svc" in certificate["spec"]["dnsNames"]
+    assert named(objects, "Issuer", "pgsched-runs-api")["spec"] == {
+        "ca": {"secretName": "pgsched-runs-api-ca"}
+    }
+    assert not [
+        o for o in of_kind(objects, "Secret") if o["metadata"]["name"].startswith("pgsched-runs")
+    ]
+    volumes = deployment(objects)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "runs-api-tls", "secret": {"secretName": "pgsched-runs-api-tls"}} in volumes
+
+    own = render(
+        helm_binary,
+        sets=(
+            "runsApi.enabled=true",
+            "runsApi.certManager.enabled=true",
+            "runsApi.certManager.issuerRef.kind=ClusterIssuer",
+            "runsApi.certManager.issuerRef.name=internal-ca",
+        ),
+    )
+    [serving] = [c for c in of_kind(own, "Certificate") if "runs-api" in c["metadata"]["name"]]
+    assert serving["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "internal-ca"}
+    assert not [i for i in of_kind(own, "Issuer") if "runs-api" in i["metadata"]["name"]]
+    assert "cert-manager.io/inject-ca-from" in api_service(own)["metadata"]["annotations"]
+
+
 # -- tenants: where jobs run, what they may name -------------------------------------------------
 
 
@@ -941,6 +1089,7 @@ def test_the_network_policy_admits_only_the_operators_ports(helm_binary):
         helm_binary,
         sets=(
             "ui.enabled=true",
+            "runsApi.enabled=true",
             "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
         ),
     )
@@ -956,9 +1105,11 @@ def test_the_network_policy_admits_only_the_operators_ports(helm_binary):
         {"ports": [{"port": "run-api", "protocol": "TCP"}], "from": [{"namespaceSelector": {}}]},
         {"ports": [{"port": "ui", "protocol": "TCP"}]},
         {"ports": [{"port": "webhook", "protocol": "TCP"}]},
+        # The API server's aggregation layer, as the webhook's caller.
+        {"ports": [{"port": "runs-api", "protocol": "TCP"}]},
     ]
     ports = {port["name"] for port in container(objects)["ports"]}
-    assert ports == {"health", "metrics", "run-api", "ui", "webhook"}
+    assert ports == {"health", "metrics", "run-api", "ui", "webhook", "runs-api"}
     assert "egress" not in policy["spec"]
     assert (
         of_kind(render(helm_binary, sets=("networkPolicy.enabled=false",)), "NetworkPolicy") == []
