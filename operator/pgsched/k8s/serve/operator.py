@@ -20,13 +20,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import signal
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import prometheus_client
@@ -48,16 +46,10 @@ from pgsched.k8s.jobside.launcher import KubernetesLauncher
 from pgsched.k8s.kinds import calendars, concurrencypools, notificationpolicies, pool_status
 from pgsched.k8s.notifications import destinations, notifier
 from pgsched.k8s.reporting.publisher import Publisher
-from pgsched.k8s.runs_api.frontproxy import FrontProxyError
-from pgsched.k8s.runs_api.serving import RunsApiServing
 from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
-from pgsched.k8s.serve import gauges, health
+from pgsched.k8s.serve import gauges, health, servers
+from pgsched.k8s.serve.servers import StartupError as StartupError  # the CLI's to catch
 from pgsched.k8s.serve.settings import OperatorSettings
-from pgsched.runapi.limits import Limits
-from pgsched.runapi.serving import Serving
-
-if TYPE_CHECKING:
-    from pgsched.k8s.serve import webhook
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +66,6 @@ WRITE_WORKERS = 16
 JOB_CAPACITY = 1_000
 JOB_WORKERS = 4
 SHUTDOWN_SECONDS = 30.0
-
-
-class StartupError(RuntimeError):
-    pass
 
 
 class EngineThreads:
@@ -359,9 +347,9 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     policies = notificationpolicies.NotificationPolicies(
         pool, kube.background(), publisher, clock=clock
     )
-    admission = _webhook(settings)
-    run_api = _run_api(settings, clock)
-    runs_api = _runs_api(settings, kube)
+    admission = servers.webhook(settings)
+    run_api = servers.run_api(settings, clock)
+    runs_api = servers.runs_api(settings, kube)
     controllers = [
         Controller(
             names.PLURAL,
@@ -461,68 +449,6 @@ def _settings_controller(
         workers=1,
         capacity=SYNC_CAPACITY,
     )
-
-
-def _webhook(settings: OperatorSettings) -> webhook.Webhook | None:
-    """The admission webhook, if configured; a missing certificate stops the start. kopf is
-    imported only then: an operator without the webhook does not carry it in memory."""
-    if not settings.webhook.bind:
-        return None
-    from pgsched.k8s.serve import webhook
-
-    try:
-        return webhook.Webhook(settings.webhook)
-    except webhook.WebhookError as error:
-        raise StartupError(str(error)) from None
-
-
-def _run_api(settings: OperatorSettings, clock: Callable[[], datetime | None]) -> Serving:
-    """The run API job pods talk to (docs/run-api.md); a certificate that cannot be
-    loaded stops the start, naming the folder."""
-    found = settings.run_api
-    try:
-        return Serving(
-            dsn=settings.dsn,
-            bind=found.bind,
-            cert_dir=Path(found.cert_dir),
-            limits=Limits(
-                rate=found.namespace_rate,
-                burst=found.namespace_burst,
-                concurrency=found.namespace_concurrency,
-                waiters=found.namespace_waiters,
-            ),
-            pool_size=found.pool_size,
-            clock=clock,
-        )
-    except (OSError, ssl.SSLError) as error:
-        raise StartupError(
-            f"PGSCHED_RUN_API_CERT_DIR={found.cert_dir}: cannot load the run API's"
-            f" certificate (tls.crt and tls.key, a mounted TLS Secret): {error}"
-        ) from None
-
-
-def _runs_api(settings: OperatorSettings, kube: api.KubeApi) -> RunsApiServing | None:
-    """The Run API (docs/runs-api.md), if configured; a certificate that cannot be loaded or
-    a cluster without the aggregation layer's front proxy stops the start, saying which."""
-    found = settings.runs_api
-    if not found.bind:
-        return None
-    try:
-        return RunsApiServing(
-            dsn=settings.dsn,
-            kube=kube,
-            bind=found.bind,
-            cert_dir=Path(found.cert_dir),
-            pool_size=found.pool_size,
-            access_ttl=found.access_ttl_seconds,
-        )
-    except FrontProxyError as error:
-        raise StartupError(f"PGSCHED_RUNS_API_BIND={found.bind}: {error}") from None
-    except (OSError, ssl.SSLError) as error:
-        raise StartupError(
-            f"PGSCHED_RUNS_API_CERT_DIR={found.cert_dir}: cannot load the Run API's"
-            f" certificate (tls.crt and tls.key, a mounted TLS Secret): {error}"
-        ) from None
 
 
 def _sync(
