@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import secrets
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cluster.test_cli_rbac import kubectl_as, user
 from db.test_notifications import claimed_run, end_run
@@ -32,6 +35,7 @@ from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from factories import define
 from plugins.cluster import create_namespace, host_only_cluster
+from plugins.operator import busybox
 
 pytestmark = pytest.mark.api_only
 
@@ -94,7 +98,8 @@ def served(operators, cluster, tmp_path: Path) -> Iterator[registration.RunsApi]
 
 @pytest.fixture
 def alice(cluster, tmp_path):
-    return user(cluster, "team-a", "alice", READ_RUNS, tmp_path)
+    """A reader of team-a's runs (a name of her own: the module's cluster outlives tests)."""
+    return user(cluster, "team-a", f"alice-{secrets.token_hex(3)}", READ_RUNS, tmp_path)
 
 
 def names_in(output: str) -> list[str]:
@@ -157,6 +162,105 @@ def test_selectors_pages_and_formats_work_as_for_any_kind(cluster, history, serv
     )
     assert wrong.returncode != 0
     assert "status.color=red" in wrong.stderr and "status.phase=FAILED" in wrong.stderr
+
+
+# -- create = run now, delete = cancel ---------------------------------------------------
+
+RUN_AND_CANCEL = [
+    {
+        "apiGroups": ["runs.pgsched.dev"],
+        "resources": ["runs"],
+        "verbs": ["get", "list", "create", "delete"],
+    }
+]
+
+
+def run_manifest(name: str, scheduled_job: str, **parameters: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "runs.pgsched.dev/v1alpha1",
+            "kind": "Run",
+            "metadata": {"name": name},
+            "spec": {"scheduledJob": scheduled_job, "parameters": parameters},
+        }
+    )
+
+
+def kubectl_with(cluster, who, *args: str, input: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(cluster.binaries.kubectl), "--kubeconfig", str(who.kubeconfig), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_creating_a_run_queues_one_per_name_and_deleting_it_cancels_it(
+    cluster, conn, served, tmp_path
+):
+    define(
+        conn,
+        "report",
+        namespace="team-a",
+        schedule=NEVER_DUE,
+        now=T0,
+        parameters=[{"name": "region", "pattern": "eu|us", "default": "eu"}],
+        jobTemplate=busybox("sleep 600"),  # no node here: launched, it waits for one
+    )
+    dave = user(cluster, "team-a", f"dave-{secrets.token_hex(3)}", RUN_AND_CANCEL, tmp_path)
+    manifest = run_manifest("report-us", "report", region="us")
+    for _ in range(2):
+        created = kubectl_with(cluster, dave, "create", "-f", "-", input=manifest)
+        assert created.returncode == 0, created.stderr
+    tokens = conn.execute(
+        "SELECT count(*) AS n FROM pgsched.job_runs WHERE request_token = %s",
+        ["runs.pgsched.dev/report-us"],
+    ).fetchone()
+    assert tokens["n"] == 1  # the same name twice: one run
+
+    run = json.loads(kubectl_as(cluster, dave, "get", "run", "report-us", "-o", "json").stdout)
+    assert run["spec"] == {"scheduledJob": "report", "parameters": {"region": "us"}}
+    assert run["status"]["trigger"] == "manual"
+    assert run["status"]["requestedBy"] == dave.name
+
+    bad = kubectl_with(
+        cluster,
+        dave,
+        "create",
+        "-f",
+        "-",
+        input=run_manifest("report-mars", "report", region="mars"),
+    )
+    assert bad.returncode != 0
+    assert 'The Run "report-mars" is invalid: spec.parameters.region:' in bad.stderr
+    assert "does not match the pattern" in bad.stderr and "region: eu" in bad.stderr
+    ids = kubectl_with(cluster, dave, "create", "-f", "-", input=run_manifest("report-7", "report"))
+    assert ids.returncode != 0 and "report-manual" in ids.stderr  # names by id are the runs'
+
+    deleted = kubectl_as(cluster, dave, "delete", "run", "report-us")
+    assert deleted.returncode == 0, deleted.stderr
+    after = json.loads(kubectl_as(cluster, dave, "get", "run", "report-us", "-o", "json").stdout)
+    assert after["status"]["phase"] == "CANCELLED" or after["status"]["cancelRequested"]
+    assert after["status"]["cancelledBy"] == f"RunAPI ({dave.name})"
+
+
+def test_a_user_who_may_only_read_runs_can_neither_create_nor_delete_one(
+    cluster, conn, history, served, alice
+):
+    define(conn, "report", namespace="team-a", schedule=NEVER_DUE, now=T0)
+    created = kubectl_with(
+        cluster, alice, "create", "-f", "-", input=run_manifest("report-now", "report")
+    )
+    assert created.returncode != 0 and "forbidden" in created.stderr
+    deleted = kubectl_as(cluster, alice, "delete", "run", history["team-a"][0], "-n", "team-a")
+    assert deleted.returncode != 0 and "forbidden" in deleted.stderr
+    tokens = conn.execute(
+        "SELECT count(*) AS n FROM pgsched.job_runs WHERE request_token IS NOT NULL"
+        " AND request_token LIKE 'runs.pgsched.dev/%%'"
+    ).fetchone()
+    assert tokens["n"] == 0
 
 
 # -- straight to the server, past the API server -----------------------------------------

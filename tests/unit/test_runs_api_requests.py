@@ -153,3 +153,46 @@ def test_age_reads_as_kubectls(seconds, shown):
     from datetime import timedelta
 
     assert resources.age(timedelta(seconds=seconds)) == shown
+
+
+# -- a Run's body ----------------------------------------------------------------------------
+
+
+def test_a_run_body_gives_its_name_scheduledjob_and_parameters():
+    from pgsched.k8s.runs_api import actions
+
+    body = {
+        "apiVersion": "runs.pgsched.dev/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": "nightly-rerun", "namespace": "team-a"},
+        "spec": {"scheduledJob": "nightly", "parameters": {"region": "eu"}},
+    }
+    assert actions._parsed("team-a", body) == ("nightly-rerun", "nightly", {"region": "eu"})
+    generated = {"metadata": {"generateName": "nightly-"}, "spec": {"scheduledJob": "nightly"}}
+    name, _, _ = actions._parsed("team-a", generated)
+    assert name.startswith("nightly-") and name[8:].isalpha() and len(name) == 13
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "(body)"),
+        ({"spec": {"scheduledJob": "x"}}, "metadata.name"),
+        ({"metadata": {"name": "Bad_Name"}, "spec": {"scheduledJob": "x"}}, "metadata.name"),
+        ({"metadata": {"name": "a" * 254}, "spec": {"scheduledJob": "x"}}, "metadata.name"),
+        ({"metadata": {"name": "ok", "namespace": "team-b"}, "spec": {"scheduledJob": "x"}},
+         "metadata.namespace"),
+        ({"metadata": {"name": "ok"}, "spec": {}}, "spec.scheduledJob"),
+        ({"metadata": {"name": "ok"}, "spec": {"scheduledJob": ["x"]}}, "spec.scheduledJob"),
+        ({"metadata": {"name": "ok"}, "spec": {"scheduledJob": "x", "parameters": ["a"]}},
+         "spec.parameters"),
+        ({"kind": "Job", "metadata": {"name": "ok"}, "spec": {"scheduledJob": "x"}}, "kind"),
+    ],
+)  # fmt: skip
+def test_a_hostile_run_body_is_refused_naming_the_field(body, field):
+    from pgsched.k8s.runs_api import actions
+
+    with pytest.raises(actions.Invalid) as refused:
+        actions._parsed("team-a", body)
+    assert field in [cause.field for cause in refused.value.causes]
+    assert all(cause.message for cause in refused.value.causes)

@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import ssl
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from pgsched.runapi.leases import LeaseKey
 from pgsched.runapi.limits import Budgets, Refusal
 from pgsched.runapi.stops import Stops
 from pgsched.runapi.store import RunStore, StoreUnavailable
+from pgsched.runapi.threaded import ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -307,15 +307,10 @@ def _text(body: dict[str, Any], name: str, limit: int) -> str | None:
     return value if len(value) <= limit else value[: limit - 15] + "\n[... truncated]"
 
 
-def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    return context
+class RunApiServer(ThreadedServer):
+    """The run API's server; its cancel long polls (``Stops``) live and end with it."""
 
-
-class RunApiServer:
-    """The server on ``host:port``, on an event loop in a thread of its own."""
+    what = "run API"
 
     def __init__(
         self,
@@ -324,60 +319,24 @@ class RunApiServer:
         tls: ssl.SSLContext,
         build: Callable[[asyncio.AbstractEventLoop], tuple[RunApi, Stops]],
     ) -> None:
-        self._host, self._port, self._tls = host, port, tls
+        super().__init__(host, port, tls, thread_name="pgsched-run-api")
         self._build = build
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, name="pgsched-run-api")
-        self._runner: web.AppRunner | None = None
         self._stops: Stops | None = None
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start serving; raises what kept the server from listening."""
-        self._thread.start()
-        self._ready.wait(timeout)
-        if self._failure is not None:
-            raise self._failure
-        if not self._ready.is_set():
-            raise RuntimeError(f"the run API did not start listening within {timeout:g}s")
+    def _application(self) -> web.Application:
+        api, self._stops = self._build(self._loop)
+        self._stops.start()
+        return api.app()
 
-    def alive(self) -> bool:
-        return self._thread.is_alive() and (self._stops is None or self._stops.alive())
+    def _healthy(self) -> bool:
+        return self._stops is None or self._stops.alive()
 
-    def stop(self, timeout: float) -> None:
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._shut_down(), self._loop)
-            self._thread.join(timeout)
-
-    async def _shut_down(self) -> None:
-        """Answer every open long poll (each reads its state once more), let requests in
-        flight finish, then stop: a pod's poll gets an answer, not a reset connection."""
+    def _before_shutdown(self) -> None:
+        """Answer every open long poll (each reads its state once more) before requests in
+        flight are let finish: a pod's poll gets an answer, not a reset connection."""
         if self._stops is not None:
             self._stops.wake_all()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self._loop.stop()
 
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            api, self._stops = self._build(self._loop)
-            self._stops.start()
-            self._runner = web.AppRunner(
-                api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0
-            )
-            self._loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, self._host, self._port, ssl_context=self._tls)
-            self._loop.run_until_complete(site.start())
-        except BaseException as error:
-            self._failure = error
-            self._ready.set()
-            return
-        log.info("run API listening on https://%s:%s", self._host, self._port)
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
+    def _after_loop(self) -> None:
+        if self._stops is not None:
             self._stops.stop(timeout=2.0)
-            self._loop.close()

@@ -16,9 +16,10 @@ from pgsched.engine import loop
 from pgsched.runapi import presence
 from pgsched.runapi.leases import LeaseKey
 from pgsched.runapi.limits import Budgets, Limits
-from pgsched.runapi.server import RunApi, RunApiServer, tls_context
+from pgsched.runapi.server import RunApi, RunApiServer
 from pgsched.runapi.stops import Stops
 from pgsched.runapi.store import RunStore
+from pgsched.runapi.threaded import tls_context
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgsched import wording
-from pgsched.engine import run_json
+from pgsched.engine import run_json, runs
 from pgsched.engine.models import Run
 from pgsched.k8s import names
 
@@ -24,7 +24,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Run"
 PLURAL = "runs"
 SINGULAR = "run"
-VERBS = ["get", "list"]
+VERBS = ["get", "list", "create", "delete"]
 # uids derived from run ids: stable across replicas and restarts, unique per run.
 _UID_NAMESPACE = uuid.UUID("0b6c3f0e-5f1e-4d2a-9a43-7d6a3c1f2e55")
 
@@ -32,6 +32,11 @@ Obj = dict[str, Any]
 # What the JSON of a run says that a Run says elsewhere: its status is the phase, its
 # parameters are in the spec.
 _IN_SPEC_OR_PHASE = frozenset({"status", "parameters"})
+
+
+# A run created through the Run API is queued with this request token before its name:
+# the name is the idempotency key, and the run keeps it.
+TOKEN_PREFIX = f"{GROUP}/"
 
 
 @dataclass(frozen=True)
@@ -42,9 +47,14 @@ class StoredRun:
     scheduled_job: str
     scheduled_job_deleted_at: datetime | None
     run: Run
+    requested_by: str | None = None  # who asked for a manual run or a backfill
 
     @property
     def name(self) -> str:
+        """The name it was created with through the Run API, else its Job's."""
+        token = self.run.request_token or ""
+        if token.startswith(TOKEN_PREFIX):
+            return token[len(TOKEN_PREFIX) :]
         return names.job_name(self.scheduled_job, self.run.id)
 
 
@@ -78,8 +88,22 @@ def run_object(found: StoredRun) -> Obj:
                 if key not in _IN_SPEC_OR_PHASE
             },
             "scheduledJobDeleted": found.scheduled_job_deleted_at is not None,
+            **_requester(found),
         },
     }
+
+
+def _requester(found: StoredRun) -> Obj:
+    """``requestedBy`` of a run someone asked for (manual, backfill), as describe says it."""
+    if found.run.trigger not in runs.REQUESTED_TRIGGERS:
+        return {}
+    return {"requestedBy": found.requested_by or runs.UNKNOWN_REQUESTER}
+
+
+def cancellation_uid(run_id: int) -> str:
+    """The uid a delete (a cancel) of a run answers with: not the Run's own (module doc of
+    ``server``, ``_delete``)."""
+    return str(uuid.uuid5(_UID_NAMESPACE, f"cancel/{run_id}"))
 
 
 def run_list(items: list[Obj], continue_token: str | None) -> Obj:
@@ -238,16 +262,18 @@ def group_list() -> Obj:
 
 
 def status(code: int, reason: str, message: str, *, details: Obj | None = None) -> Obj:
-    """A meta/v1 Status, the body of every refusal (kubectl prints its message)."""
+    """A meta/v1 Status: a refusal's body (kubectl prints its message), or, with reason ""
+    and code 200, a success's."""
     body: Obj = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
-        "status": "Failure",
+        "status": "Success" if code < 300 else "Failure",
         "message": message,
-        "reason": reason,
         "code": code,
     }
+    if reason:
+        body["reason"] = reason
     if details:
         body["details"] = details
     return body

@@ -15,7 +15,6 @@ import base64
 import binascii
 import logging
 import ssl
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -28,9 +27,18 @@ from pgsched.engine.models import RunStatus
 from pgsched.k8s import names
 from pgsched.k8s.access import Permission, SubjectReviews, Unavailable, User
 from pgsched.k8s.runs_api import resources
+from pgsched.k8s.runs_api.actions import (
+    EXAMPLE_BODY,
+    MAX_BODY_BYTES,
+    Actions,
+    Conflict,
+    Invalid,
+    Missing,
+)
 from pgsched.k8s.runs_api.frontproxy import FrontProxy, Unauthenticated
 from pgsched.k8s.runs_api.resources import Obj
 from pgsched.k8s.runs_api.store import RunReader
+from pgsched.runapi.threaded import ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +65,21 @@ class RunsApi:
     def __init__(
         self,
         reader: RunReader,
+        actions: Actions,
         front_proxy: FrontProxy,
         reviews: SubjectReviews,
         executor: ThreadPoolExecutor,
         now: Callable[[], datetime] = clock.local,
     ) -> None:
         self._reader = reader
+        self._actions = actions
         self._front_proxy = front_proxy
         self._reviews = reviews
         self._executor = executor
         self._now = now
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._refusals])
+        app = web.Application(middlewares=[self._refusals], client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/healthz", _ok)
         app.router.add_get("/livez", _ok)
         app.router.add_get("/readyz", _ok)
@@ -79,6 +89,8 @@ class RunsApi:
         app.router.add_get(f"{BASE}/runs", self._list)
         app.router.add_get(f"{BASE}/namespaces/{{namespace}}/runs", self._list)
         app.router.add_get(f"{BASE}/namespaces/{{namespace}}/runs/{{name}}", self._get)
+        app.router.add_post(f"{BASE}/namespaces/{{namespace}}/runs", self._create)
+        app.router.add_delete(f"{BASE}/namespaces/{{namespace}}/runs/{{name}}", self._delete)
         app.router.add_route("*", "/{tail:.*}", self._unserved)
         return app
 
@@ -95,6 +107,14 @@ class RunsApi:
         except Unavailable as error:
             log.warning("Run API: %s", error)
             return _status(503, "ServiceUnavailable", f"cannot check access now: {error}")
+        except Invalid as invalid:
+            return _invalid(invalid)
+        except Conflict as conflict:
+            return _status(409, "Conflict", str(conflict))
+        except Missing as missing:
+            return _status(404, "NotFound", _not_found(str(missing)))
+        except web.HTTPRequestEntityTooLarge:
+            return _status(413, "RequestEntityTooLarge", f"a Run is at most {MAX_BODY_BYTES} bytes")
 
     def _discovery(self, document: Callable[[], Obj]) -> Callable[[web.Request], Awaitable[Any]]:
         async def answer(request: web.Request) -> web.Response:
@@ -150,12 +170,9 @@ class RunsApi:
         user = self._user(request)
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         await self._call(lambda: self._require(user, namespace, "get"))
-        run_id = resources.run_id_of(name)
-        found = None
-        if run_id is not None:
-            found = await self._call(lambda: self._reader.one(namespace, run_id))
-        if found is None or found.name != name:
-            raise Refused(404, "NotFound", f'runs.{resources.GROUP} "{name}" not found')
+        found = await self._call(lambda: self._reader.named(namespace, name))
+        if found is None:
+            raise Missing(name)
         if _wants_table(request):
             return web.json_response(
                 resources.table(
@@ -167,11 +184,49 @@ class RunsApi:
             )
         return web.json_response(resources.run_object(found))
 
+    async def _create(self, request: web.Request) -> web.Response:
+        """run-now: 201 with the new run, or 200 with the first run of that name."""
+        user = self._user(request)
+        namespace = request.match_info["namespace"]
+        await self._call(lambda: self._require(user, namespace, "create"))
+        if request.query.get("dryRun"):
+            raise Refused(400, "BadRequest", "dry runs of a Run are not served yet")
+        try:
+            body = await request.json()
+        except ValueError:
+            raise Refused(400, "BadRequest", f"the body is not JSON: {EXAMPLE_BODY}") from None
+        found, created = await self._call(lambda: self._actions.create(namespace, body, user))
+        return web.json_response(resources.run_object(found), status=201 if created else 200)
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        """cancel. Answered with a Status naming the cancellation, not the Run: kubectl
+        waits after a delete until the object it was answered with is gone (or another
+        of its name has a different uid), and a Run never goes (it is history). The run
+        as it is after the cancel is what ``get`` shows (CANCELLED, or asked to stop)."""
+        user = self._user(request)
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        await self._call(lambda: self._require(user, namespace, "delete"))
+        found = await self._call(lambda: self._actions.cancel(namespace, name, user))
+        body = resources.status(
+            200,
+            "",
+            f"run {found.name} cancelled ({found.run.status}; get it to follow it)",
+            details={
+                "name": found.name,
+                "group": resources.GROUP,
+                "kind": resources.PLURAL,
+                "uid": resources.cancellation_uid(found.run.id),
+            },
+        )
+        return web.json_response(body)
+
     async def _unserved(self, request: web.Request) -> web.Response:
         self._proxied(request)
         if request.method != "GET" and request.path.startswith(f"{BASE}/"):
             raise Refused(
-                405, "MethodNotAllowed", f"runs support get and list here, not {request.method}"
+                405,
+                "MethodNotAllowed",
+                f"runs support get, list, create and delete, not {request.method}",
             )
         raise Refused(404, "NotFound", f"the Run API serves no {request.path}")
 
@@ -209,12 +264,9 @@ class RunsApi:
         ]
 
     def _named(self, namespaces: list[str] | None, name: str) -> list[resources.StoredRun]:
-        run_id = resources.run_id_of(name)
-        if run_id is None:
-            return []
         candidates = namespaces if namespaces is not None else self._reader.namespaces()
-        found = [self._reader.one(namespace, run_id) for namespace in candidates]
-        return [item for item in found if item is not None and item.name == name]
+        found = [self._reader.named(namespace, name) for namespace in candidates]
+        return [item for item in found if item is not None]
 
     async def _call(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
@@ -318,6 +370,30 @@ def _wants_table(request: web.Request) -> bool:
     return "as=Table" in request.headers.get("Accept", "")
 
 
+def _not_found(name: str) -> str:
+    return f'runs.{resources.GROUP} "{name}" not found'
+
+
+def _invalid(invalid: Invalid) -> web.Response:
+    """422 as the API server words it: kubectl prints the message, tools read the causes."""
+    message = f'{resources.KIND}.{resources.GROUP} "{invalid.name}" is invalid: {invalid}'
+    body = resources.status(
+        422,
+        "Invalid",
+        message,
+        details={
+            "name": invalid.name,
+            "group": resources.GROUP,
+            "kind": resources.KIND,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": cause.message, "field": cause.field}
+                for cause in invalid.causes
+            ],
+        },
+    )
+    return web.json_response(body, status=422)
+
+
 def _status(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(resources.status(code, reason, message), status=code)
 
@@ -326,55 +402,12 @@ async def _ok(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-class RunsApiServer:
-    """The server on ``host:port``, on an event loop in a thread of its own."""
+class RunsApiServer(ThreadedServer):
+    what = "Run API"
 
     def __init__(self, host: str, port: int, tls: ssl.SSLContext, api: RunsApi) -> None:
-        self._host, self._port, self._tls, self._api = host, port, tls, api
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._failure: BaseException | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._serve, name="pgsched-runs-api")
+        super().__init__(host, port, tls, thread_name="pgsched-runs-api")
+        self._api = api
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start serving; raises what kept the server from listening."""
-        self._thread.start()
-        self._ready.wait(timeout)
-        if self._failure is not None:
-            raise self._failure
-        if not self._ready.is_set():
-            raise RuntimeError(f"the Run API did not start listening within {timeout:g}s")
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def stop(self, timeout: float) -> None:
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._shut_down(), self._loop)
-            self._thread.join(timeout)
-
-    async def _shut_down(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self._loop.stop()
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._runner = web.AppRunner(
-                self._api.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0
-            )
-            self._loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, self._host, self._port, ssl_context=self._tls)
-            self._loop.run_until_complete(site.start())
-        except BaseException as error:
-            self._failure = error
-            self._ready.set()
-            return
-        log.info("Run API listening on https://%s:%s", self._host, self._port)
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            self._loop.close()
+    def _application(self) -> web.Application:
+        return self._api.app()

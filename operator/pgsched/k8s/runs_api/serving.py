@@ -8,10 +8,11 @@ from pathlib import Path
 from pgsched.db import connection
 from pgsched.k8s.access import SubjectReviews
 from pgsched.k8s.client import api
+from pgsched.k8s.runs_api.actions import Actions
 from pgsched.k8s.runs_api.frontproxy import FrontProxy
 from pgsched.k8s.runs_api.server import RunsApi, RunsApiServer
 from pgsched.k8s.runs_api.store import RunReader
-from pgsched.runapi.server import tls_context
+from pgsched.runapi.threaded import tls_context
 
 # The files of PGSCHED_RUNS_API_CERT_DIR, a Kubernetes TLS Secret's.
 CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
@@ -37,8 +38,13 @@ class RunsApiServing:
         self._pool = connection.pool(dsn, name="pgsched-runs-api", max_size=pool_size)
         # Beside the reads, access reviews wait on the API server: threads for both.
         self._executor = ThreadPoolExecutor(pool_size * 2, thread_name_prefix="pgsched-runs-api")
+        reader = RunReader(self._pool)
         runs_api = RunsApi(
-            RunReader(self._pool), front_proxy, SubjectReviews(kube, ttl=access_ttl), self._executor
+            reader,
+            Actions(self._pool, reader),
+            front_proxy,
+            SubjectReviews(kube, ttl=access_ttl),
+            self._executor,
         )
         self._server = RunsApiServer(host.strip("[]") or "0.0.0.0", int(port), tls, runs_api)
 

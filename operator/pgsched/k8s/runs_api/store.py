@@ -14,7 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from pgsched.db import queries
 from pgsched.engine.models import Run
-from pgsched.k8s.runs_api.resources import StoredRun
+from pgsched.k8s.runs_api.resources import TOKEN_PREFIX, StoredRun, run_id_of
 
 # The largest run id PostgreSQL's bigint holds: "before" on a first page.
 _NO_BOUND = 2**63 - 1
@@ -61,6 +61,20 @@ class RunReader:
             ).fetchone()
         return _stored(row) if row else None
 
+    def named(self, namespace: str, name: str) -> StoredRun | None:
+        """The run ``name`` names in ``namespace``: one created under that name through the
+        Run API, else the run whose Job's name it is."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                queries.get("runs_api_by_token"),
+                {"namespace": namespace, "token": TOKEN_PREFIX + name},
+            ).fetchone()
+        if row:
+            return _stored(row)
+        run_id = run_id_of(name)
+        found = self.one(namespace, run_id) if run_id is not None else None
+        return found if found is not None and found.name == name else None
+
     def namespaces(self) -> list[str]:
         with self._pool.connection() as conn:
             rows = conn.execute(queries.get("runs_api_namespaces")).fetchall()
@@ -69,5 +83,9 @@ class RunReader:
 
 def _stored(row: dict[str, Any]) -> StoredRun:
     return StoredRun(
-        row["namespace"], row["scheduled_job"], row["scheduled_job_deleted_at"], Run.from_row(row)
+        row["namespace"],
+        row["scheduled_job"],
+        row["scheduled_job_deleted_at"],
+        Run.from_row(row),
+        row.get("requested_by"),
     )
