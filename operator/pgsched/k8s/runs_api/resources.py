@@ -69,13 +69,7 @@ def run_object(found: StoredRun) -> Obj:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {
-            "name": found.name,
-            "namespace": found.namespace,
-            "uid": str(uuid.uuid5(_UID_NAMESPACE, str(run.id))),
-            "creationTimestamp": timestamp(run.created_at),
-            "labels": {names.LABEL_SCHEDULED_JOB: found.scheduled_job},
-        },
+        "metadata": _metadata(found),
         "spec": {
             "scheduledJob": found.scheduled_job,
             "parameters": run.parameters or {},
@@ -90,6 +84,16 @@ def run_object(found: StoredRun) -> Obj:
             "scheduledJobDeleted": found.scheduled_job_deleted_at is not None,
             **_requester(found),
         },
+    }
+
+
+def _metadata(found: StoredRun) -> Obj:
+    return {
+        "name": found.name,
+        "namespace": found.namespace,
+        "uid": str(uuid.uuid5(_UID_NAMESPACE, str(found.run.id))),
+        "creationTimestamp": timestamp(found.run.created_at),
+        "labels": {names.LABEL_SCHEDULED_JOB: found.scheduled_job},
     }
 
 
@@ -168,7 +172,7 @@ def table(
             row["object"] = {
                 "apiVersion": "meta.k8s.io/v1",
                 "kind": "PartialObjectMetadata",
-                "metadata": run_object(item)["metadata"],
+                "metadata": _metadata(item),
             }
         rows.append(row)
     metadata: Obj = {"resourceVersion": ""}

@@ -155,14 +155,7 @@ class RunsApi:
             page_runs, next_before = page.runs, page.next_before
         token = _continue(next_before)
         if _wants_table(request):
-            return web.json_response(
-                resources.table(
-                    page_runs,
-                    now=self._now(),
-                    continue_token=token,
-                    objects=request.query.get("includeObject", "Metadata"),
-                )
-            )
+            return self._table(request, page_runs, token)
         items = [resources.run_object(item) for item in page_runs]
         return web.json_response(resources.run_list(items, token))
 
@@ -174,14 +167,7 @@ class RunsApi:
         if found is None:
             raise Missing(name)
         if _wants_table(request):
-            return web.json_response(
-                resources.table(
-                    [found],
-                    now=self._now(),
-                    continue_token=None,
-                    objects=request.query.get("includeObject", "Metadata"),
-                )
-            )
+            return self._table(request, [found], None)
         return web.json_response(resources.run_object(found))
 
     async def _create(self, request: web.Request) -> web.Response:
@@ -219,6 +205,16 @@ class RunsApi:
             },
         )
         return web.json_response(body)
+
+    def _table(
+        self, request: web.Request, found: list[resources.StoredRun], token: str | None
+    ) -> web.Response:
+        """The Table kubectl asks for, with the objects ``includeObject`` asks (default:
+        their metadata)."""
+        objects = request.query.get("includeObject", "Metadata")
+        return web.json_response(
+            resources.table(found, now=self._now(), continue_token=token, objects=objects)
+        )
 
     async def _unserved(self, request: web.Request) -> web.Response:
         self._proxied(request)
