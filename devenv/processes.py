@@ -134,30 +134,58 @@ def free_port(host: str = "127.0.0.1") -> int:
     suites at once: kube-controller-manager "bind: address already in use"). A port below
     the range is only ever taken by a listener.
 
-    Parallel test workers (pytest-xdist) each draw from their own residue class of ports,
-    so a port one worker used and gave back is never another's: relays into the shared
-    cluster's node are keyed by port (``ControlPlane.expose_postgres``), and one worker's
-    relay may outlive the server it was made for."""
+    Test processes running at once draw from disjoint residue classes of ports, so a port
+    one used and gave back is never another's: ``make test`` runs two pytest phases side by
+    side (``PGSCHED_PORT_SHARE=k/n``, phase k of n; seen in CI: a chaos replica's health port
+    taken by the other phase between the choice and the bind), and pytest-xdist workers
+    split their phase's class again. Relays into the shared cluster's node are keyed by port
+    (``ControlPlane.expose_postgres``), and one worker's relay may outlive the server it was
+    made for. Within a process, a port handed out is not handed out again for
+    ``REUSE_AFTER_SECONDS``: two components given ports before either binds get two."""
     low = _ephemeral_low()
-    share, shares = _worker_share()
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        port -= (port - share) % shares
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
+    share, shares = _port_share()
+    now = time.monotonic()
+    with _handed_lock:
+        for port, given in list(_handed.items()):
+            if now - given > REUSE_AFTER_SECONDS:
+                del _handed[port]
+        for _ in range(200):
+            port = random.randrange(max(1024, low - 12000), low)
+            port -= (port - share) % shares
+            if port in _handed:
                 continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+            _handed[port] = now
             return port
     raise RuntimeError(f"no free TCP port on {host} below {low} in 200 tries")
 
 
-def _worker_share() -> tuple[int, int]:
-    """(this pytest-xdist worker's index, the number of workers), or (0, 1) outside one."""
+REUSE_AFTER_SECONDS = 120.0
+_handed: dict[int, float] = {}
+_handed_lock = threading.Lock()
+
+
+def _port_share() -> tuple[int, int]:
+    """(this process's residue class, the number of classes): the phase's
+    (``PGSCHED_PORT_SHARE``), split among its pytest-xdist workers; (0, 1) outside both."""
+    phase, phases = _fraction(os.environ.get("PGSCHED_PORT_SHARE", ""))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0:
-        return int(worker[2:]) % int(count), int(count)
+        workers = int(count)
+        return phase + phases * (int(worker[2:]) % workers), phases * workers
+    return phase, phases
+
+
+def _fraction(text: str) -> tuple[int, int]:
+    """``"k/n"`` as (k, n) when 0 <= k < n; (0, 1) otherwise."""
+    k, _, n = text.partition("/")
+    if k.isdigit() and n.isdigit() and int(k) < int(n):
+        return int(k), int(n)
     return 0, 1
 
 

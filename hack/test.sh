@@ -24,6 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 export PGSCHED_REQUIRE_CLUSTER=1
+export PGSCHED_PORT_SHARE=1/2  # the cluster phases'; the tests without the cluster take 0/2
 workers=${PGSCHED_TEST_WORKERS:-3}
 reports=.cache/test-reports
 # The previous run's reports stay for tests/plugins/ordering.py (longest modules first).
@@ -53,7 +54,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 started=$(date +%s)
-.venv/bin/pytest -m "not cluster and not own_cluster and not api_only" \
+# The two phases running at once take ports of two residue classes (devenv.processes
+# free_port): a port one of them chose and has not bound yet is never the other's.
+PGSCHED_PORT_SHARE=0/2 .venv/bin/pytest -m "not cluster and not own_cluster and not api_only" \
     --junitxml="$reports/rest.xml" "$@" >"$log" 2>&1 &
 rest=$!
 

@@ -4,6 +4,12 @@ A tick loop that fails every 200 ms during a ten-minute database outage would wr
 identical errors. ``FailureLog`` writes the first failure of a streak, then a reminder at
 most every ``every`` seconds with how long it has lasted, and one line when it recovers —
 so the log says why the operator waited, once, and when it stopped waiting.
+
+A failure the server itself calls passing (``transient=True``: a 429 or 503 while an API
+server's cache fills after a restart or a new CRD, a connection reset) is a WARNING when it
+starts; it becomes an ERROR only when the streak outlasts ``every`` seconds. An ERROR line
+means someone should look, and a watch retried once 50 ms after a CRD was installed does
+not need anyone.
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ class FailureLog:
         self._last: float = 0.0
         self._count = 0
 
-    def failed(self, error: str) -> None:
+    def failed(self, error: str, *, transient: bool = False) -> None:
         now = self._clock()
         self._count += 1
         if self._since is None:
             self._since = self._last = now
-            self._log.error("%s failed, will retry: %s", self._what, error)
+            level = logging.WARNING if transient else logging.ERROR
+            self._log.log(level, "%s failed, will retry: %s", self._what, error)
         elif now - self._last >= self._every:
             self._last = now
             self._log.error(

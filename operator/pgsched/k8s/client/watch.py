@@ -98,7 +98,7 @@ class Watch:
             except (api.ApiError, ValueError, OSError) as error:
                 if self._stopping.is_set():
                     break
-                failures.failed(str(error))
+                failures.failed(str(error), transient=_transient(error))
                 self._stopping.wait(delay * random.uniform(0.5, 1.0))
                 delay = min(BACKOFF_SECONDS[1], delay * 2)
             except Exception:
@@ -172,3 +172,8 @@ class Watch:
             with self._lock:
                 self._stream = None
         return version
+
+
+def _transient(error: Exception) -> bool:
+    """The server could not answer now (unreachable, 429, 5xx) rather than refused."""
+    return isinstance(error, OSError) or (isinstance(error, api.ApiError) and error.unavailable)

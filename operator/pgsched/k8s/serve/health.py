@@ -3,7 +3,9 @@
 200 with a JSON body saying what was checked while every thread of the operator is alive
 and the tick loop makes progress; 500 with the problems otherwise, so the kubelet restarts
 a replica that can no longer do its work. A database or API outage is not a problem here:
-the operator waits it out (I7), and restarting it would not help.
+the operator waits it out (I7), and restarting it would not help. The port is bound before
+the operator starts its threads, so a port taken stops the start at once; until the threads
+run, the answer is 500 ``starting`` (the start-up probe's to wait out).
 """
 
 from __future__ import annotations

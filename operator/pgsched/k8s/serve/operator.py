@@ -313,8 +313,18 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     means the database clock, as in production; a test may pass a pinned or shifted one.
     """
     check_database(settings)
+    # The two plain listeners bind before any thread starts: a port already taken stops the
+    # start with the setting's name, not with a traceback behind running threads.
     host, _, port = settings.metrics_bind.rpartition(":")
-    prometheus_client.start_http_server(int(port), addr=host)
+    try:
+        prometheus_client.start_http_server(int(port), addr=host)
+    except OSError as error:
+        raise StartupError(f"PGSCHED_METRICS_BIND={settings.metrics_bind}: {error}") from None
+    checks: list[Callable[[], dict[str, Any]]] = []  # the operator's, once it has started
+    try:
+        server = health.serve(settings.health_bind, lambda: _healthz(checks))
+    except OSError as error:
+        raise StartupError(f"PGSCHED_HEALTH_BIND={settings.health_bind}: {error}") from None
     kube = api.KubeApi.from_environment(qps=settings.api_qps, burst=settings.api_burst)
     for plural in (
         names.PLURAL,
@@ -406,16 +416,21 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         settings.api_qps,
         settings.api_burst,
     )
-    run_api.start()  # first: pods of runs launched before a restart beat again at once
-    if runs_api is not None:
-        runs_api.start()
+    # The run API first: pods of runs launched before a restart beat again at once.
+    servers.listen(
+        [
+            ("PGSCHED_RUN_API_BIND", settings.run_api.bind, run_api),
+            ("PGSCHED_RUNS_API_BIND", settings.runs_api.bind, runs_api),
+        ],
+        stop_seconds=SHUTDOWN_SECONDS,
+    )
     threads.start()
     writes.start()
     if admission is not None:
         admission.start()
     for controller in controllers:
         controller.start()
-    server = health.serve(settings.health_bind, check)
+    checks.append(check)
     try:
         stop.wait()
         log.info("pgsched operator stopping")
@@ -431,6 +446,12 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         if runs_api is not None:
             runs_api.stop(SHUTDOWN_SECONDS)
         pool.close()
+
+
+def _healthz(checks: list[Callable[[], dict[str, Any]]]) -> dict[str, Any]:
+    if not checks:
+        raise health.Unhealthy("starting")
+    return checks[0]()
 
 
 def _settings_controller(

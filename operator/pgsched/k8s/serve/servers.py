@@ -86,3 +86,21 @@ def runs_api(settings: OperatorSettings, kube: api.KubeApi) -> RunsApiServing | 
             f"PGSCHED_RUNS_API_CERT_DIR={found.cert_dir}: cannot load the Run API's"
             f" certificate (tls.crt and tls.key, a mounted TLS Secret): {error}"
         ) from None
+
+
+def listen(
+    servers: list[tuple[str, str, Serving | RunsApiServing | None]], *, stop_seconds: float
+) -> None:
+    """Start each server; one that cannot listen stops those started and the start, naming
+    its setting (their threads are not daemons: a traceback here would leave them running)."""
+    started: list[Serving | RunsApiServing] = []
+    for setting, bind, server in servers:
+        if server is None:
+            continue
+        try:
+            server.start()
+        except OSError as error:
+            for running in started:
+                running.stop(stop_seconds)
+            raise StartupError(f"{setting}={bind}: {error}") from None
+        started.append(server)
