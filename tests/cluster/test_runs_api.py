@@ -17,6 +17,7 @@ import json
 import secrets
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,8 @@ from devenv.adminclient import ApiError
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from factories import define
+from pgsched.engine import lease
+from pgsched.k8s.runs_api import changes
 from plugins.cluster import create_namespace, host_only_cluster
 from plugins.operator import busybox
 
@@ -162,6 +165,26 @@ def test_selectors_pages_and_formats_work_as_for_any_kind(cluster, history, serv
     )
     assert wrong.returncode != 0
     assert "status.color=red" in wrong.stderr and "status.phase=FAILED" in wrong.stderr
+
+
+def test_kubectl_explain_run_describes_a_run_and_its_fields(cluster, served):
+    # The aggregator fetches an APIService's OpenAPI when it registers it and again when
+    # the document's hash changes, so the first explain may come before it has.
+    explained = wait_for(
+        lambda: (
+            found.stdout
+            if (found := cluster.kubectl("explain", "run", check=False)).returncode == 0
+            else None
+        ),
+        120,
+        describe="kubectl explain run to find the Run's schema",
+    )
+    assert "KIND:       Run" in explained and "VERSION:    v1alpha1" in explained
+    assert "One run of a ScheduledJob" in explained
+    phase = cluster.kubectl("explain", "run.status.phase").stdout
+    assert "QUEUED (waiting to be claimed)" in phase
+    spec = cluster.kubectl("explain", "run.spec", "--recursive").stdout
+    assert "scheduledJob" in spec and "parameters" in spec
 
 
 # -- create = run now, delete = cancel ---------------------------------------------------
@@ -366,3 +389,120 @@ def test_namespace_deletion_waits_while_the_run_api_is_down_and_ends_once_it_is_
 
     operators.start(**served.environment())
     wait_for(lambda: namespace_phase(cluster, "waits") is None, 180, describe="deleted at last")
+
+
+# -- watch -------------------------------------------------------------------------------
+
+WATCH_RUNS = [
+    {"apiGroups": ["runs.pgsched.dev"], "resources": ["runs"], "verbs": ["get", "list", "watch"]}
+]
+
+
+class Watcher:
+    """``kubectl get runs -w --output-watch-events`` as a user; each line with when it came."""
+
+    def __init__(self, cluster: ControlPlane, who: Any, namespace: str) -> None:
+        self.lines: list[tuple[float, list[str]]] = []
+        self._process = subprocess.Popen(
+            [str(cluster.binaries.kubectl), "--kubeconfig", str(who.kubeconfig), "get", "runs",
+             "-n", namespace, "-w", "--output-watch-events"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self.lines.append((time.monotonic(), line.split()))
+
+    def seen(self, name: str, status: str) -> float | None:
+        """When the line saying ``name`` is ``status`` came (EVENT NAME SCHEDULEDJOB STATUS)."""
+        for at, cells in self.lines:
+            if cells[1:2] == [name] and cells[3:4] == [status]:
+                return at
+        return None
+
+    def statuses(self, name: str) -> list[str]:
+        return [cells[3] for _, cells in self.lines if cells[1:2] == [name] and len(cells) > 3]
+
+    def stop(self) -> None:
+        self._process.kill()
+        self._process.wait(10)
+
+
+def finish(conn, run_id: int, status: str) -> float:
+    """End a claimed run as its pod would; when the end was committed."""
+    row = conn.execute(
+        "SELECT lease_token FROM pgsched.job_runs WHERE id = %s", [run_id]
+    ).fetchone()
+    assert lease.finish(conn, lease.Lease(run_id, row["lease_token"]), status)
+    return time.monotonic()
+
+
+def run_id(cluster: ControlPlane, name: str) -> int:
+    found = json.loads(cluster.kubectl("get", "run", name, "-n", "team-a", "-o", "json").stdout)
+    return int(found["status"]["id"])
+
+
+def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothing(
+    cluster, conn, served, alice, tmp_path
+):
+    define(
+        conn, "watched", namespace="team-a", schedule=NEVER_DUE, now=T0,
+        jobTemplate=busybox("sleep 600"),  # no node here: launched, it waits for one
+    )  # fmt: skip
+    wendy = user(cluster, "team-a", f"wendy-{secrets.token_hex(3)}", WATCH_RUNS, tmp_path)
+    watcher = Watcher(cluster, wendy, "team-a")
+    try:
+        time.sleep(2)  # kubectl has listed, and watches from the list's version
+        cluster.kubectl("create", "-f", "-", input=run_manifest("watched-now", "watched"))
+        wait_for(lambda: watcher.seen("watched-now", "RUNNING"), 30,
+                 describe=lambda: f"RUNNING in the watch: {watcher.lines}")  # fmt: skip
+        ended = finish(conn, run_id(cluster, "watched-now"), "COMPLETED")
+        shown = wait_for(lambda: watcher.seen("watched-now", "COMPLETED"), 30,
+                         describe=lambda: f"COMPLETED in the watch: {watcher.lines}")  # fmt: skip
+        # Each change once, in its order (the operator claims a queued run within a tick:
+        # QUEUED and RUNNING may be read together, and each is still shown).
+        assert watcher.statuses("watched-now") == ["QUEUED", "RUNNING", "COMPLETED"], watcher.lines
+        print(f"COMPLETED shown {shown - ended:.2f}s after its commit")
+        assert shown - ended < 5.0  # a latency bound, not a benchmark: 1 s is typical
+    finally:
+        watcher.stop()
+
+    # Resuming: what changed while nobody watched comes from the last version seen.
+    version = cluster.kubectl(
+        "get", "runs", "-n", "team-a", "-o", "jsonpath={.metadata.resourceVersion}"
+    ).stdout
+    assert version.isdigit(), version
+    cluster.kubectl("create", "-f", "-", input=run_manifest("watched-later", "watched"))
+    later = run_id(cluster, "watched-later")
+    wait_for(lambda: conn.execute("SELECT status FROM pgsched.job_runs WHERE id = %s", [later])
+             .fetchone()["status"] == "RUNNING", 30, describe="the later run's claim")  # fmt: skip
+    finish(conn, later, "FAILED")
+    base = "/apis/runs.pgsched.dev/v1alpha1/namespaces/team-a/runs"
+    resumed = cluster.kubectl(
+        "get", "--raw", f"{base}?watch=1&resourceVersion={version}&timeoutSeconds=3"
+    ).stdout
+    events = [json.loads(line) for line in resumed.splitlines() if line.strip()]
+    of_later = [
+        (event["type"], event["object"]["status"]["phase"])
+        for event in events
+        if event["object"]["metadata"]["name"] == "watched-later"
+    ]
+    assert of_later == [("ADDED", "QUEUED"), ("MODIFIED", "RUNNING"), ("MODIFIED", "FAILED")]
+    assert all(event["object"]["metadata"]["name"] != "watched-now" for event in events)
+
+    # A reader who may list but not watch lists, and is refused the watch.
+    refused = kubectl_as(cluster, alice, "get", "runs", "-n", "team-a", "-w",
+                         "--request-timeout=20s")  # fmt: skip
+    assert refused.returncode != 0
+    assert 'cannot watch resource "runs"' in refused.stderr, refused.stderr
+
+    # Older than the changes kept: 410, and the client lists again.
+    changes.prune(conn, keep_seconds=0)
+    expired = cluster.kubectl(
+        "get", "--raw", f"{base}?watch=1&resourceVersion={version}&timeoutSeconds=3", check=False
+    )
+    assert expired.returncode != 0
+    assert f"too old resource version: {version}" in expired.stderr, expired.stderr

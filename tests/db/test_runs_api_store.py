@@ -5,23 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from db.test_notifications import claimed_run, end_run
 from factories import define
-from pgsched.db import connection
 from pgsched.engine import definitions
-from pgsched.k8s.runs_api.store import RunReader
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 NEVER_DUE = "0 3 1 1 *"
-
-
-@pytest.fixture
-def reader(dsn):
-    pool = connection.pool(dsn, name="test-runs-api", max_size=2)
-    yield RunReader(pool)
-    pool.close()
 
 
 def make_runs(conn, job, statuses, start=0):
@@ -34,43 +23,47 @@ def make_runs(conn, job, statuses, start=0):
     return ids
 
 
-def all_pages(reader, **where):
+def all_pages(runs_reader, **where):
     seen, before = [], None
     while True:
-        page = reader.page(before=before, limit=2, **where)
+        page = runs_reader.page(before=before, limit=2, **where)
         seen.append([item.run.id for item in page.runs])
         if page.next_before is None:
             return seen
         before = page.next_before
 
 
-def test_pages_walk_every_scheduledjob_of_a_namespace_newest_first(conn, reader):
+def test_pages_walk_every_scheduledjob_of_a_namespace_newest_first(conn, runs_reader):
     a = define(conn, "a", namespace="team", schedule=NEVER_DUE, now=T0)
     b = define(conn, "b", namespace="team", schedule=NEVER_DUE, now=T0)
     other = define(conn, "a", namespace="other", schedule=NEVER_DUE, now=T0)
     ids = make_runs(conn, a, ["COMPLETED", "FAILED"]) + make_runs(conn, b, ["COMPLETED"], 10)
     ids += make_runs(conn, a, ["FAILED"], 20)
     make_runs(conn, other, ["FAILED"], 30)
-    pages = all_pages(reader, namespaces=["team"], scheduled_job=None, statuses=None)
+    pages = all_pages(runs_reader, namespaces=["team"], scheduled_job=None, statuses=None)
     assert pages == [sorted(ids, reverse=True)[:2], sorted(ids, reverse=True)[2:]]
-    failed = all_pages(reader, namespaces=["team"], scheduled_job=None, statuses=["FAILED"])
+    failed = all_pages(runs_reader, namespaces=["team"], scheduled_job=None, statuses=["FAILED"])
     assert [run for page in failed for run in page] == [ids[3], ids[1]]
-    of_b = reader.page(namespaces=["team"], scheduled_job="b", statuses=None, before=None, limit=5)
+    of_b = runs_reader.page(
+        namespaces=["team"], scheduled_job="b", statuses=None, before=None, limit=5
+    )
     assert [item.run.id for item in of_b.runs] == [ids[2]] and of_b.next_before is None
-    everywhere = reader.page(
+    everywhere = runs_reader.page(
         namespaces=None, scheduled_job="a", statuses=None, before=None, limit=9
     )
     assert {item.namespace for item in everywhere.runs} == {"team", "other"}
 
 
-def test_a_deleted_scheduledjobs_runs_stay_listed_and_say_so(conn, reader):
+def test_a_deleted_scheduledjobs_runs_stay_listed_and_say_so(conn, runs_reader):
     job = define(conn, "gone", namespace="team", schedule=NEVER_DUE, now=T0)
     [run_id] = make_runs(conn, job, ["COMPLETED"])
     definitions.delete(conn, job.id, now=T0 + timedelta(hours=1))
-    page = reader.page(namespaces=["team"], scheduled_job=None, statuses=None, before=None, limit=5)
+    page = runs_reader.page(
+        namespaces=["team"], scheduled_job=None, statuses=None, before=None, limit=5
+    )
     [found] = page.runs
     assert found.run.id == run_id and found.scheduled_job_deleted_at is not None
     assert found.name == f"gone-{run_id}"
-    assert reader.one("team", run_id) is not None
-    assert reader.one("other", run_id) is None  # a run is found only in its own namespace
-    assert reader.namespaces() == ["team"]
+    assert runs_reader.one("team", run_id) is not None
+    assert runs_reader.one("other", run_id) is None  # a run is found only in its own namespace
+    assert runs_reader.namespaces() == ["team"]

@@ -6,6 +6,7 @@
   local port for that database (the test's ``dsn``, or a ``private_postgres`` the test
   restarts); stopped at the test's end.
 - ``run_api``: one serving the test's own database.
+- ``runs_reader``: the Run API's (``kubectl get runs``) reads on the test's database.
 - ``scripted_api``: a scripted server (``scripted_run_api.py``) with the same certificate,
   for the client's own behaviour on answers the real server never gives (a stall, an
   endless body).
@@ -29,7 +30,9 @@ import pytest
 
 from devenv import pki
 from devenv.processes import free_port
+from pgsched.db import connection
 from pgsched.engine.lease import Lease
+from pgsched.k8s.runs_api.store import RunReader
 from pgsched.runapi.limits import Limits
 from pgsched.runapi.serving import Serving
 from pgsched.runner.runapi_client import RunApiClient
@@ -132,3 +135,10 @@ def run_api(start_run_api: StartRunApi, dsn: str) -> RunApiHandle:
 def scripted_api(run_api_tls: Path) -> Iterator[ScriptedRunApi]:
     with serve(run_api_tls) as api:
         yield api
+
+
+@pytest.fixture
+def runs_reader(dsn: str) -> Iterator[RunReader]:
+    pool = connection.pool(dsn, name="test-runs-api", max_size=2)
+    yield RunReader(pool)
+    pool.close()

@@ -9,7 +9,7 @@ import base64
 import pytest
 from multidict import CIMultiDict
 
-from pgsched.k8s.runs_api import resources, server
+from pgsched.k8s.runs_api import params, resources
 from pgsched.k8s.runs_api.frontproxy import FrontProxy, Unauthenticated
 
 PROXY = FrontProxy(
@@ -64,7 +64,7 @@ def test_the_user_its_groups_and_extras_come_from_the_configured_headers():
     ],
 )
 def test_runs_are_selected_by_their_scheduledjob_label(selector, found):
-    assert server._scheduled_job(selector) == found
+    assert params.scheduled_job(selector) == found
 
 
 @pytest.mark.parametrize(
@@ -72,33 +72,33 @@ def test_runs_are_selected_by_their_scheduledjob_label(selector, found):
     ["app=web", "pgsched.dev/scheduledjob!=nightly", "pgsched.dev/scheduledjob", "a=b,c=d"],
 )
 def test_other_label_selectors_are_refused_with_the_one_that_works(selector):
-    with pytest.raises(server.Refused) as refused:
-        server._scheduled_job(selector)
+    with pytest.raises(params.Refused) as refused:
+        params.scheduled_job(selector)
     assert refused.value.code == 400
     assert "-l pgsched.dev/scheduledjob=nightly-export" in str(refused.value)
 
 
 def test_field_selectors_phase_and_name():
-    assert server._fields("status.phase=FAILED") == (["FAILED"], None)
-    assert server._fields("metadata.name=a-1,status.phase==QUEUED") == (["QUEUED"], "a-1")
+    assert params.fields("status.phase=FAILED") == (["FAILED"], None)
+    assert params.fields("metadata.name=a-1,status.phase==QUEUED") == (["QUEUED"], "a-1")
     for bad in ("status.phase=failed", "status.phase!=FAILED", "spec.x=1", "status.phase"):
-        with pytest.raises(server.Refused) as refused:
-            server._fields(bad)
+        with pytest.raises(params.Refused) as refused:
+            params.fields(bad)
         assert refused.value.code == 400 and "status.phase=FAILED" in str(refused.value)
 
 
 def test_a_page_is_bounded_whatever_the_limit_asked():
-    assert server._limit("") == server.MAX_PAGE
-    assert server._limit("50") == 50
-    assert server._limit("99999999999") == server.MAX_PAGE
-    with pytest.raises(server.Refused, match="limit=50"):
-        server._limit("-1")
+    assert params.limit("") == params.MAX_PAGE
+    assert params.limit("50") == 50
+    assert params.limit("99999999999") == params.MAX_PAGE
+    with pytest.raises(params.Refused, match="limit=50"):
+        params.limit("-1")
 
 
 def test_a_continue_token_is_the_servers_own_or_refused():
-    token = server._continue(1234)
-    assert token is not None and server._before(token) == 1234
-    assert server._continue(None) is None
+    token = params.continue_token(1234)
+    assert token is not None and params.before(token) == 1234
+    assert params.continue_token(None) is None
     forged = [
         "not base64!",
         base64.urlsafe_b64encode(b"runs.v1:-5").decode(),
@@ -106,8 +106,8 @@ def test_a_continue_token_is_the_servers_own_or_refused():
         base64.urlsafe_b64encode(b"other:12").decode(),
     ]
     for bad in forged:
-        with pytest.raises(server.Refused) as refused:
-            server._before(bad)
+        with pytest.raises(params.Refused) as refused:
+            params.before(bad)
         assert refused.value.code == 400 and "list again from the start" in str(refused.value)
 
 

@@ -1350,6 +1350,25 @@ END;
 $$;
 
 --
+-- Name: record_run_changes(); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.record_run_changes() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO pgsched.run_changes (run_id, definition_id, status, reason, created)
+    SELECT n.run_id, n.definition_id, n.status, n.reason,
+           coalesce((SELECT r.created_at = now() FROM pgsched.job_runs AS r
+                     WHERE r.id = n.run_id AND r.scheduled_for = n.scheduled_for), false)
+    FROM new_rows AS n
+    ORDER BY n.id;
+    RETURN NULL;
+END;
+$$;
+
+--
 -- Name: record_run_status_changes(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1937,6 +1956,55 @@ CREATE TABLE pgsched.run_api_presence (
 );
 
 --
+-- Name: run_change_horizon; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_change_horizon (
+    only_row boolean DEFAULT true NOT NULL,
+    pruned_through bigint NOT NULL,
+    CONSTRAINT run_change_horizon_only_row_check CHECK (only_row)
+);
+
+--
+-- Name: run_change_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+CREATE SEQUENCE pgsched.run_change_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: run_changes; Type: TABLE; Schema: pgsched; Owner: -
+--
+
+CREATE TABLE pgsched.run_changes (
+    id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    definition_id uuid NOT NULL,
+    status text NOT NULL,
+    reason text,
+    created boolean NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    seq bigint
+);
+
+--
+-- Name: run_changes_id_seq; Type: SEQUENCE; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE pgsched.run_changes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME pgsched.run_changes_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: run_deadlines; Type: TABLE; Schema: pgsched; Owner: -
 --
 
@@ -2193,6 +2261,27 @@ ALTER TABLE ONLY pgsched.published_generations
 
 ALTER TABLE ONLY pgsched.run_api_presence
     ADD CONSTRAINT run_api_presence_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: run_change_horizon run_change_horizon_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_change_horizon
+    ADD CONSTRAINT run_change_horizon_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: run_changes run_changes_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_changes
+    ADD CONSTRAINT run_changes_pkey PRIMARY KEY (id);
+
+--
+-- Name: run_changes run_changes_seq_key; Type: CONSTRAINT; Schema: pgsched; Owner: -
+--
+
+ALTER TABLE ONLY pgsched.run_changes
+    ADD CONSTRAINT run_changes_seq_key UNIQUE (seq);
 
 --
 -- Name: run_deadlines run_deadlines_pkey; Type: CONSTRAINT; Schema: pgsched; Owner: -
@@ -2458,6 +2547,18 @@ CREATE INDEX notifications_finished ON pgsched.notifications USING btree (finish
 CREATE INDEX notifications_pending ON pgsched.notifications USING btree (definition_id, target_name, id) WHERE (state = 'PENDING'::text);
 
 --
+-- Name: run_changes_by_age; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX run_changes_by_age ON pgsched.run_changes USING btree (at);
+
+--
+-- Name: run_changes_unsequenced; Type: INDEX; Schema: pgsched; Owner: -
+--
+
+CREATE INDEX run_changes_unsequenced ON pgsched.run_changes USING btree (id) WHERE (seq IS NULL);
+
+--
 -- Name: run_delays_definition_id; Type: INDEX; Schema: pgsched; Owner: -
 --
 
@@ -2594,6 +2695,12 @@ CREATE TRIGGER job_runs_wake_dispatchers AFTER UPDATE OF status ON pgsched.job_r
 --
 
 CREATE TRIGGER run_events_notify AFTER INSERT ON pgsched.run_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.derive_notifications();
+
+--
+-- Name: run_events run_events_watched; Type: TRIGGER; Schema: pgsched; Owner: -
+--
+
+CREATE TRIGGER run_events_watched AFTER INSERT ON pgsched.run_events REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_run_changes();
 
 --
 -- Name: chain_arrivals chain_arrivals_downstream_id_fkey; Type: FK CONSTRAINT; Schema: pgsched; Owner: -
@@ -3052,6 +3159,12 @@ REVOKE ALL ON FUNCTION pgsched.pools_with_room(cand_defs uuid[], lim_ids uuid[],
 --
 
 REVOKE ALL ON FUNCTION pgsched.record_inserted_runs() FROM PUBLIC;
+
+--
+-- Name: FUNCTION record_run_changes(); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.record_run_changes() FROM PUBLIC;
 
 --
 -- Name: FUNCTION record_run_status_changes(); Type: ACL; Schema: pgsched; Owner: -

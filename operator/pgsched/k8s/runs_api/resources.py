@@ -24,7 +24,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Run"
 PLURAL = "runs"
 SINGULAR = "run"
-VERBS = ["get", "list", "create", "delete"]
+VERBS = ["get", "list", "watch", "create", "delete"]
 # uids derived from run ids: stable across replicas and restarts, unique per run.
 _UID_NAMESPACE = uuid.UUID("0b6c3f0e-5f1e-4d2a-9a43-7d6a3c1f2e55")
 
@@ -64,12 +64,17 @@ def run_id_of(name: str) -> int | None:
     return int(tail) if tail.isdigit() and len(tail) <= 18 else None
 
 
-def run_object(found: StoredRun) -> Obj:
+def run_object(found: StoredRun, resource_version: str = "") -> Obj:
+    """The Run; ``resource_version`` is the place of the change a watch event carries it
+    for (a Run read otherwise has none: nothing updates a Run by its version)."""
     run = found.run
+    metadata = _metadata(found)
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": _metadata(found),
+        "metadata": metadata,
         "spec": {
             "scheduledJob": found.scheduled_job,
             "parameters": run.parameters or {},
@@ -110,8 +115,8 @@ def cancellation_uid(run_id: int) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"cancel/{run_id}"))
 
 
-def run_list(items: list[Obj], continue_token: str | None) -> Obj:
-    metadata: Obj = {"resourceVersion": ""}
+def run_list(items: list[Obj], continue_token: str | None, resource_version: str) -> Obj:
+    metadata: Obj = {"resourceVersion": resource_version}
     if continue_token:
         metadata["continue"] = continue_token
     return {"apiVersion": API_VERSION, "kind": "RunList", "metadata": metadata, "items": items}
@@ -142,7 +147,12 @@ _DESCRIPTIONS = {
 
 
 def table(
-    found: list[StoredRun], *, now: datetime, continue_token: str | None, objects: str
+    found: list[StoredRun],
+    *,
+    now: datetime,
+    continue_token: str | None,
+    objects: str,
+    resource_version: str = "",
 ) -> Obj:
     """A meta.k8s.io/v1 Table (what kubectl asks for). ``objects``: None, Metadata or
     Object, as the request's ``includeObject`` says (kubectl's default: Metadata)."""
@@ -167,15 +177,18 @@ def table(
             ]
         }
         if objects == "Object":
-            row["object"] = run_object(item)
+            row["object"] = run_object(item, resource_version)
         elif objects != "None":
             row["object"] = {
                 "apiVersion": "meta.k8s.io/v1",
                 "kind": "PartialObjectMetadata",
-                "metadata": _metadata(item),
+                "metadata": {
+                    **_metadata(item),
+                    **({"resourceVersion": resource_version} if resource_version else {}),
+                },
             }
         rows.append(row)
-    metadata: Obj = {"resourceVersion": ""}
+    metadata: Obj = {"resourceVersion": resource_version}
     if continue_token:
         metadata["continue"] = continue_token
     return {

@@ -11,22 +11,18 @@ from ever seeing data. Reads run on a thread pool as large as the connection poo
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from pgsched.db import clock
-from pgsched.engine.models import RunStatus
-from pgsched.k8s import names
 from pgsched.k8s.access import Permission, SubjectReviews, Unavailable, User
-from pgsched.k8s.runs_api import resources
+from pgsched.k8s.runs_api import openapi, params, resources, watching
 from pgsched.k8s.runs_api.actions import (
     EXAMPLE_BODY,
     MAX_BODY_BYTES,
@@ -36,29 +32,19 @@ from pgsched.k8s.runs_api.actions import (
     Missing,
 )
 from pgsched.k8s.runs_api.frontproxy import FrontProxy, Unauthenticated
+from pgsched.k8s.runs_api.params import Refused
 from pgsched.k8s.runs_api.resources import Obj
-from pgsched.k8s.runs_api.store import RunReader
+from pgsched.k8s.runs_api.store import RunReader, Versions
 from pgsched.runapi.threaded import ThreadedServer
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 
 BASE = f"/apis/{resources.GROUP}/{resources.VERSION}"
-# Lists come in pages of at most this many runs (kubectl follows metadata.continue):
-# a history has no end, and no request may read it whole.
-MAX_PAGE = 500
-_CONTINUE_PREFIX = "runs.v1:"
-
-
-class Refused(Exception):
-    """A request answered with a Status: HTTP code, reason and message."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason = code, reason
+# Watches one replica serves at once; more are 429 (a watch holds a poll on the database).
+MAX_WATCHES = 100
 
 
 class RunsApi:
@@ -77,6 +63,7 @@ class RunsApi:
         self._reviews = reviews
         self._executor = executor
         self._now = now
+        self._watches = 0
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._refusals], client_max_size=MAX_BODY_BYTES)
@@ -86,6 +73,8 @@ class RunsApi:
         app.router.add_get("/apis", self._discovery(resources.group_list))
         app.router.add_get(f"/apis/{resources.GROUP}", self._discovery(resources.group))
         app.router.add_get(BASE, self._discovery(resources.resource_list))
+        app.router.add_get("/openapi/v3", self._discovery(openapi.discovery))
+        app.router.add_get(f"/openapi/v3/{openapi.PATH}", self._openapi)
         app.router.add_get(f"{BASE}/runs", self._list)
         app.router.add_get(f"{BASE}/namespaces/{{namespace}}/runs", self._list)
         app.router.add_get(f"{BASE}/namespaces/{{namespace}}/runs/{{name}}", self._get)
@@ -127,16 +116,29 @@ class RunsApi:
 
         return answer
 
-    async def _list(self, request: web.Request) -> web.Response:
+    async def _openapi(self, request: web.Request) -> web.Response:
+        """The document ``kubectl explain run`` reads (``openapi``); its URL's hash changes
+        with it, so it may be cached for good."""
+        self._proxied(request)
+        return web.Response(
+            body=openapi.document(),
+            content_type="application/json",
+            headers={"Cache-Control": "public, immutable"} if "hash" in request.query else {},
+        )
+
+    async def _list(self, request: web.Request) -> web.StreamResponse:
         user = self._user(request)
-        if request.query.get("watch") in ("1", "true"):
-            raise Refused(405, "MethodNotAllowed", "watching runs is not served yet")
+        watch = request.query.get("watch") in ("1", "true")
         namespace = request.match_info.get("namespace")
-        scheduled_job = _scheduled_job(request.query.get("labelSelector", ""))
-        statuses, name = _fields(request.query.get("fieldSelector", ""))
-        limit = _limit(request.query.get("limit", ""))
-        before = _before(request.query.get("continue", ""))
-        namespaces = await self._call(lambda: self._listable(user, namespace))
+        scheduled_job = params.scheduled_job(request.query.get("labelSelector", ""))
+        statuses, name = params.fields(request.query.get("fieldSelector", ""))
+        verb = "watch" if watch else "list"
+        namespaces = await self._call(lambda: self._listable(user, namespace, verb))
+        versions = await self._call(self._reader.versions)  # before the rows: none missed
+        if watch:
+            return await self._watch(request, namespaces, scheduled_job, statuses, name, versions)
+        limit = params.limit(request.query.get("limit", ""))
+        before = params.before(request.query.get("continue", ""))
         if name is not None:
             # metadata.name=...: one run at most, the one that name names.
             found = await self._call(lambda: self._named(namespaces, name))
@@ -153,11 +155,44 @@ class RunsApi:
                 )
             )
             page_runs, next_before = page.runs, page.next_before
-        token = _continue(next_before)
+        token = params.continue_token(next_before)
+        version = str(versions.current)
         if _wants_table(request):
-            return self._table(request, page_runs, token)
+            return self._table(request, page_runs, token, version)
         items = [resources.run_object(item) for item in page_runs]
-        return web.json_response(resources.run_list(items, token))
+        return web.json_response(resources.run_list(items, token, version))
+
+    async def _watch(
+        self,
+        request: web.Request,
+        namespaces: list[str] | None,
+        scheduled_job: str | None,
+        statuses: list[str] | None,
+        name: str | None,
+        versions: Versions,
+    ) -> web.StreamResponse:
+        after = params.resource_version(request.query.get("resourceVersion", ""), versions)
+        if self._watches >= MAX_WATCHES:
+            raise Refused(
+                429, "TooManyRequests", f"this replica serves {MAX_WATCHES} watches already"
+            )
+        watch = watching.Watch(
+            namespaces=namespaces,
+            scheduled_job=scheduled_job,
+            statuses=statuses,
+            name=name,
+            after=after,
+            seconds=watching.seconds(request.query.get("timeoutSeconds", "")),
+            bookmarks=request.query.get("allowWatchBookmarks") in ("1", "true"),
+            objects=request.query.get("includeObject", "Metadata")
+            if _wants_table(request)
+            else None,
+        )
+        self._watches += 1
+        try:
+            return await watching.stream(request, watch, self._reader, self._call, self._now)
+        finally:
+            self._watches -= 1
 
     async def _get(self, request: web.Request) -> web.Response:
         user = self._user(request)
@@ -207,13 +242,23 @@ class RunsApi:
         return web.json_response(body)
 
     def _table(
-        self, request: web.Request, found: list[resources.StoredRun], token: str | None
+        self,
+        request: web.Request,
+        found: list[resources.StoredRun],
+        token: str | None,
+        version: str = "",
     ) -> web.Response:
         """The Table kubectl asks for, with the objects ``includeObject`` asks (default:
         their metadata)."""
         objects = request.query.get("includeObject", "Metadata")
         return web.json_response(
-            resources.table(found, now=self._now(), continue_token=token, objects=objects)
+            resources.table(
+                found,
+                now=self._now(),
+                continue_token=token,
+                objects=objects,
+                resource_version=version,
+            )
         )
 
     async def _unserved(self, request: web.Request) -> web.Response:
@@ -244,19 +289,19 @@ class RunsApi:
         if not self._reviews.allows(user, namespace, _permission(verb)):
             raise Refused(403, "Forbidden", _forbidden(user, verb, namespace))
 
-    def _listable(self, user: User, namespace: str | None) -> list[str] | None:
-        """The namespaces whose runs ``user`` may list: ``namespace`` (or 403), or, for a
-        list across namespaces, all (None) if they may list runs cluster-wide, else each
-        namespace with ScheduledJobs where they may."""
+    def _listable(self, user: User, namespace: str | None, verb: str) -> list[str] | None:
+        """The namespaces whose runs ``user`` may list (or watch): ``namespace`` (or 403),
+        or, across namespaces, all (None) if they may cluster-wide, else each namespace with
+        ScheduledJobs where they may."""
         if namespace is not None:
-            self._require(user, namespace, "list")
+            self._require(user, namespace, verb)
             return [namespace]
-        if self._reviews.allows(user, "", _permission("list")):
+        if self._reviews.allows(user, "", _permission(verb)):
             return None
         return [
             each
             for each in self._reader.namespaces()
-            if self._reviews.allows(user, each, _permission("list"))
+            if self._reviews.allows(user, each, _permission(verb))
         ]
 
     def _named(self, namespaces: list[str] | None, name: str) -> list[resources.StoredRun]:
@@ -279,87 +324,6 @@ def _forbidden(user: User, verb: str, namespace: str) -> str:
         f'runs.{resources.GROUP} is forbidden: User "{user.name}" cannot {verb} resource'
         f' "runs" in API group "{resources.GROUP}"{where}'
     )
-
-
-# -- the query's parameters ------------------------------------------------------------------
-
-
-def _scheduled_job(selector: str) -> str | None:
-    """``-l pgsched.dev/scheduledjob=NAME`` (or ``==``): the one label runs carry."""
-    if not selector:
-        return None
-    example = f"-l {names.LABEL_SCHEDULED_JOB}=nightly-export"
-    key, operator, value = _term(selector, "labelSelector", example)
-    if key != names.LABEL_SCHEDULED_JOB or operator == "!=" or "," in value:
-        raise Refused(
-            400,
-            "BadRequest",
-            f"labelSelector {selector!r}: runs carry one label, {names.LABEL_SCHEDULED_JOB};"
-            f" select on it, e.g. {example}",
-        )
-    return value
-
-
-def _fields(selector: str) -> tuple[list[str] | None, str | None]:
-    """``status.phase=FAILED`` and ``metadata.name=...``, comma-separated."""
-    statuses: list[str] | None = None
-    name: str | None = None
-    example = "--field-selector status.phase=FAILED"
-    for term in filter(None, selector.split(",")):
-        key, operator, value = _term(term, "fieldSelector", example)
-        if key == "status.phase" and operator != "!=" and value in RUN_STATUSES:
-            statuses = [value]
-        elif key == "metadata.name" and operator != "!=":
-            name = value
-        else:
-            raise Refused(
-                400,
-                "BadRequest",
-                f"fieldSelector {term!r}: runs are selected by status.phase (one of"
-                f" {', '.join(RUN_STATUSES)}) or metadata.name, e.g. {example}",
-            )
-    return statuses, name
-
-
-def _term(term: str, what: str, example: str) -> tuple[str, str, str]:
-    for operator in ("==", "!=", "="):
-        key, found, value = term.partition(operator)
-        if found:
-            return key.strip(), operator, value.strip()
-    raise Refused(
-        400,
-        "BadRequest",
-        f"{what} {term!r}: only key=value is understood, e.g. {example}",
-    )
-
-
-def _limit(text: str) -> int:
-    if not text or text == "0":
-        return MAX_PAGE
-    if not text.isdigit():
-        raise Refused(400, "BadRequest", f"limit {text!r}: a whole number, e.g. limit=50")
-    return min(int(text), MAX_PAGE)
-
-
-def _continue(before: int | None) -> str | None:
-    if before is None:
-        return None
-    return base64.urlsafe_b64encode(f"{_CONTINUE_PREFIX}{before}".encode()).decode()
-
-
-def _before(token: str) -> int | None:
-    if not token:
-        return None
-    try:
-        text = base64.urlsafe_b64decode(token.encode()).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        text = ""
-    tail = text.removeprefix(_CONTINUE_PREFIX)
-    if not text.startswith(_CONTINUE_PREFIX) or not tail.isdigit() or len(tail) > 18:
-        raise Refused(
-            400, "BadRequest", "continue: not a token this server gave; list again from the start"
-        )
-    return int(tail)
 
 
 def _wants_table(request: web.Request) -> bool:

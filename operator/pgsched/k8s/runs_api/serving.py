@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from pgsched.db import connection
+from pgsched.db.connection import Connection
+from pgsched.engine import loop
 from pgsched.k8s.access import SubjectReviews
 from pgsched.k8s.client import api
+from pgsched.k8s.runs_api import changes
 from pgsched.k8s.runs_api.actions import Actions
 from pgsched.k8s.runs_api.frontproxy import FrontProxy
 from pgsched.k8s.runs_api.server import RunsApi, RunsApiServer
 from pgsched.k8s.runs_api.store import RunReader
 from pgsched.runapi.threaded import tls_context
+
+T = TypeVar("T")
 
 # The files of PGSCHED_RUNS_API_CERT_DIR, a Kubernetes TLS Secret's.
 CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
@@ -47,14 +55,44 @@ class RunsApiServing:
             self._executor,
         )
         self._server = RunsApiServer(host.strip("[]") or "0.0.0.0", int(port), tls, runs_api)
+        self._stop = threading.Event()
+        self._changes = threading.Thread(
+            target=self._order_changes, name="pgsched-runs-api-changes", daemon=True
+        )
 
     def start(self) -> None:
         self._server.start()
+        self._changes.start()
 
     def alive(self) -> bool:
-        return self._server.alive()
+        return self._server.alive() and self._changes.is_alive()
 
     def stop(self, timeout: float) -> None:
+        self._stop.set()
+        self._changes.join(timeout)
         self._server.stop(timeout)
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._pool.close()
+
+    def _order_changes(self) -> None:
+        """The services that give run changes their watch order and forget old ones."""
+        loop.run(
+            [
+                loop.Service(
+                    "ordering run changes for watches",
+                    lambda: self._with_connection(changes.sequence),
+                    changes.SEQUENCE_SECONDS,
+                    again=lambda result: result.more,
+                ),
+                loop.Service(
+                    "pruning run changes",
+                    lambda: self._with_connection(changes.prune),
+                    changes.PRUNE_SECONDS,
+                ),
+            ],
+            self._stop,
+        )
+
+    def _with_connection(self, work: Callable[[Connection], T]) -> T:
+        with self._pool.connection() as conn:
+            return work(conn)

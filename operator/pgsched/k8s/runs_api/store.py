@@ -1,4 +1,5 @@
-"""The Run API's reads: pages of runs by keyset, one run, and the namespaces that have any.
+"""The Run API's reads: pages of runs by keyset, one run, the namespaces that have any, and
+the changes a watch follows (``changes`` module: their order).
 
 Paging is by run id (newest first): the continue token is the last id a page gave, so a
 page costs the same at the end of ten million runs as at the start, and runs that arrive
@@ -24,6 +25,21 @@ _NO_BOUND = 2**63 - 1
 class Page:
     runs: list[StoredRun]
     next_before: int | None  # the continue token's run id, None on the last page
+
+
+@dataclass(frozen=True)
+class Change:
+    seq: int  # its place in the watch order: a resourceVersion
+    run_id: int
+    status: str  # the run's status the change made, or a note (LAUNCHING, STARTED, ...)
+    reason: str | None
+    created: bool  # the run's creation: ADDED, else MODIFIED
+
+
+@dataclass(frozen=True)
+class Versions:
+    current: int  # the last place given: a list's resourceVersion
+    pruned_through: int  # a watch from at or below this one is 410 Gone
 
 
 class RunReader:
@@ -55,11 +71,8 @@ class RunReader:
         return Page(found, found[-1].run.id if more and found else None)
 
     def one(self, namespace: str, run_id: int) -> StoredRun | None:
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                queries.get("runs_api_one"), {"namespace": namespace, "id": run_id}
-            ).fetchone()
-        return _stored(row) if row else None
+        found = self.by_ids([run_id]).get(run_id)
+        return found if found is not None and found.namespace == namespace else None
 
     def named(self, namespace: str, name: str) -> StoredRun | None:
         """The run ``name`` names in ``namespace``: one created under that name through the
@@ -74,6 +87,43 @@ class RunReader:
         run_id = run_id_of(name)
         found = self.one(namespace, run_id) if run_id is not None else None
         return found if found is not None and found.name == name else None
+
+    def versions(self) -> Versions:
+        with self._pool.connection() as conn:
+            row = conn.execute(queries.get("runs_api_resource_version")).fetchone()
+        assert row is not None  # one row, always
+        return Versions(int(row["current"]), int(row["pruned_through"]))
+
+    def changes(
+        self,
+        *,
+        namespaces: list[str] | None,
+        scheduled_job: str | None,
+        after: int,
+        limit: int,
+    ) -> list[Change]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                queries.get("runs_api_changes"),
+                {
+                    "namespaces": namespaces,
+                    "scheduled_job": scheduled_job,
+                    "after": after,
+                    "limit": limit,
+                },
+            ).fetchall()
+        return [
+            Change(row["seq"], row["run_id"], row["status"], row["reason"], row["created"])
+            for row in rows
+        ]
+
+    def by_ids(self, ids: list[int]) -> dict[int, StoredRun]:
+        if not ids:
+            return {}
+        with self._pool.connection() as conn:
+            rows = conn.execute(queries.get("runs_api_by_ids"), {"ids": ids}).fetchall()
+        found = [_stored(row) for row in rows]
+        return {item.run.id: item for item in found}
 
     def namespaces(self) -> list[str]:
         with self._pool.connection() as conn:

@@ -51,16 +51,6 @@ LEFT JOIN pgsched.run_parameters AS p ON p.run_id = r.id
 LEFT JOIN pgsched.run_requesters AS q ON q.run_id = r.id
 ORDER BY r.id DESC;
 
--- name: runs_api_one
--- One run by id, if it belongs to a ScheduledJob (live or deleted) of this namespace.
-SELECT d.namespace, d.name AS scheduled_job, d.deleted_at AS scheduled_job_deleted_at, r.*,
-    p.parameters, q.requested_by
-FROM pgsched.job_runs AS r
-JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
-LEFT JOIN pgsched.run_parameters AS p ON p.run_id = r.id
-LEFT JOIN pgsched.run_requesters AS q ON q.run_id = r.id
-WHERE r.id = %(id)s AND d.namespace = %(namespace)s;
-
 -- name: runs_api_namespaces
 -- The namespaces that have ScheduledJobs, live or deleted: those a list across every
 -- namespace asks the user's access to.
@@ -81,3 +71,65 @@ LIMIT 1;
 -- name: runs_api_scheduledjob_names
 -- The names of this namespace's ScheduledJobs, live or deleted: the stems of its runs' names.
 SELECT DISTINCT d.name FROM pgsched.job_definitions AS d WHERE d.namespace = %(namespace)s;
+
+-- name: lock_run_change_sequencer
+-- One sequencer at a time (migration 0040 says why); held to the end of its transaction.
+SELECT pg_catalog.pg_try_advisory_xact_lock(
+    pg_catalog.hashtextextended('pgsched:run-change-sequencer', 0)) AS locked;
+
+-- name: sequence_run_changes
+-- Give the committed changes without a place the next places, oldest first. Run after
+-- lock_run_change_sequencer in the same transaction: this statement's snapshot is taken
+-- after the lock, so it sees every change the previous sequencer did not.
+UPDATE pgsched.run_changes AS c
+SET seq = pg_catalog.nextval('pgsched.run_change_seq')
+FROM (
+    SELECT u.id FROM pgsched.run_changes AS u
+    WHERE u.seq IS NULL
+    ORDER BY u.id
+    LIMIT %(limit)s
+) AS n
+WHERE c.id = n.id;
+
+-- name: prune_run_changes
+-- Forget changes older than the retention (and those never sequenced, where no Run API
+-- runs), remembering the highest seq forgotten: a watch from before it is 410 Gone.
+WITH gone AS (
+    DELETE FROM pgsched.run_changes AS c
+    WHERE c.at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => %(keep_seconds)s)
+    RETURNING c.seq
+)
+UPDATE pgsched.run_change_horizon AS h
+SET pruned_through = greatest(h.pruned_through, (SELECT max(g.seq) FROM gone AS g))
+WHERE EXISTS (SELECT FROM gone AS g WHERE g.seq IS NOT NULL)
+RETURNING h.pruned_through;
+
+-- name: runs_api_resource_version
+-- The watch order's current end (a list's resourceVersion), and how far back a watch may
+-- resume from.
+SELECT coalesce((SELECT max(c.seq) FROM pgsched.run_changes AS c),
+                (SELECT h.pruned_through FROM pgsched.run_change_horizon AS h)) AS current,
+       (SELECT h.pruned_through FROM pgsched.run_change_horizon AS h) AS pruned_through;
+
+-- name: runs_api_changes
+-- The changes after a resourceVersion of runs of these namespaces (NULL: every namespace)
+-- and optionally one ScheduledJob, in watch order: only recent rows are read (seq is
+-- unique, hence indexed, and a watch asks from where it stopped).
+SELECT c.seq, c.run_id, c.status, c.reason, c.created
+FROM pgsched.run_changes AS c
+JOIN pgsched.job_definitions AS d ON d.id = c.definition_id
+WHERE c.seq > %(after)s
+  AND (%(namespaces)s::text[] IS NULL OR d.namespace = ANY(%(namespaces)s::text[]))
+  AND (%(scheduled_job)s::text IS NULL OR d.name = %(scheduled_job)s::text)
+ORDER BY c.seq
+LIMIT %(limit)s;
+
+-- name: runs_api_by_ids
+-- These runs as the Run API shows them.
+SELECT d.namespace, d.name AS scheduled_job, d.deleted_at AS scheduled_job_deleted_at, r.*,
+    p.parameters, q.requested_by
+FROM pgsched.job_runs AS r
+JOIN pgsched.job_definitions AS d ON d.id = r.definition_id
+LEFT JOIN pgsched.run_parameters AS p ON p.run_id = r.id
+LEFT JOIN pgsched.run_requesters AS q ON q.run_id = r.id
+WHERE r.id = ANY(%(ids)s::bigint[]);
