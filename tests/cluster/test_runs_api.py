@@ -455,7 +455,10 @@ def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothi
     wendy = user(cluster, "team-a", f"wendy-{secrets.token_hex(3)}", WATCH_RUNS, tmp_path)
     watcher = Watcher(cluster, wendy, "team-a")
     try:
-        time.sleep(2)  # kubectl has listed, and watches from the list's version
+        # kubectl lists first ("No resources found" on an empty namespace), then watches
+        # from the list's version.
+        wait_for(lambda: watcher.lines, 30, describe="kubectl get runs -w to list")
+        time.sleep(1)
         cluster.kubectl("create", "-f", "-", input=run_manifest("watched-now", "watched"))
         wait_for(lambda: watcher.seen("watched-now", "RUNNING"), 30,
                  describe=lambda: f"RUNNING in the watch: {watcher.lines}")  # fmt: skip

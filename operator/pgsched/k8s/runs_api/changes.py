@@ -8,8 +8,9 @@ so a watcher that has seen a place has seen every committed change before it (mi
 than ``KEEP_SECONDS``: a watch asking to resume from before that is answered 410 Gone, and
 lists again, as with the API server's compacted revisions.
 
-Both are periodic services in the Run API's own loop (``engine.loop``), run by every
-replica that serves the Run API: the advisory lock makes the others' rounds no-ops.
+Both are periodic services (``engine.loop``): ``sequence`` in the Run API's own loop, on
+every replica that serves it (the advisory lock makes the others' rounds no-ops);
+``prune`` in the operator's, Run API or not, since the trigger keeps changes either way.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ class RunsApiServing:
         self._pool.close()
 
     def _order_changes(self) -> None:
-        """The services that give run changes their watch order and forget old ones."""
+        """The service that gives run changes their watch order (pruning them is the
+        operator's, Run API or not: the trigger keeps them either way)."""
         loop.run(
             [
                 loop.Service(
@@ -83,11 +84,6 @@ class RunsApiServing:
                     lambda: self._with_connection(changes.sequence),
                     changes.SEQUENCE_SECONDS,
                     again=lambda result: result.more,
-                ),
-                loop.Service(
-                    "pruning run changes",
-                    lambda: self._with_connection(changes.prune),
-                    changes.PRUNE_SECONDS,
                 ),
             ],
             self._stop,

@@ -46,6 +46,7 @@ from pgsched.k8s.jobside.launcher import KubernetesLauncher
 from pgsched.k8s.kinds import calendars, concurrencypools, notificationpolicies, pool_status
 from pgsched.k8s.notifications import destinations, notifier
 from pgsched.k8s.reporting.publisher import Publisher
+from pgsched.k8s.runs_api import changes
 from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
 from pgsched.k8s.serve import gauges, health, servers
 from pgsched.k8s.serve.servers import StartupError as StartupError  # the CLI's to catch
@@ -176,6 +177,12 @@ class EngineThreads:
                     session.connection(), retention=settings.history_retention, now=self.clock()
                 ),
                 history.INTERVAL_SECONDS,
+            ),
+            # Run changes are kept for watches of the Run API, served or not: forget old ones.
+            loop.Service(
+                "pruning run changes",
+                lambda: changes.prune(session.connection()),
+                changes.PRUNE_SECONDS,
             ),
             loop.Service(
                 "resync",
