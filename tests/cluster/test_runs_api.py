@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.test_cli_rbac import kubectl_as, user
+from cli_runner import pgsched
+from cluster.test_cli_rbac import as_user, kubectl_as, user
 from db.test_notifications import claimed_run, end_run
 from devenv import pki
 from devenv import runs_api as registration
@@ -509,3 +510,53 @@ def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothi
     )
     assert expired.returncode != 0
     assert f"too old resource version: {version}" in expired.stderr, expired.stderr
+
+
+# -- the CLI through the Run API ---------------------------------------------------------
+
+READ_RUNS_AND_JOBS = [
+    *READ_RUNS,
+    {"apiGroups": ["pgsched.dev"], "resources": ["scheduledjobs"], "verbs": ["get"]},
+]
+
+
+def test_pgsched_runs_reads_through_the_run_api_as_a_tenant_without_a_database(
+    cluster, conn, operators, served, tmp_path
+):
+    manifest = {
+        "apiVersion": "pgsched.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "ledger", "namespace": "team-a"},
+        "spec": {"schedule": NEVER_DUE, "timeZone": "Europe/Paris",
+                 "jobTemplate": busybox("sleep 600")},
+    }  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    wait_for(lambda: conn.execute("SELECT 1 FROM pgsched.job_definitions WHERE"
+                                  " namespace = 'team-a' AND name = 'ledger'").fetchone(),
+             60, describe="the operator to store the ScheduledJob")  # fmt: skip
+    for name, status in (("ledger-a", "COMPLETED"), ("ledger-b", "FAILED")):
+        cluster.kubectl("create", "-f", "-", input=run_manifest(name, "ledger"))
+        ran = run_id(cluster, name)
+        wait_for(lambda ran=ran: conn.execute("SELECT status FROM pgsched.job_runs WHERE id = %s",
+                 [ran]).fetchone()["status"] == "RUNNING", 30, describe=f"{name} claimed")  # fmt: skip
+        finish(conn, ran, status)
+    tess = user(cluster, "team-a", f"tess-{secrets.token_hex(3)}", READ_RUNS_AND_JOBS, tmp_path)
+
+    remote = as_user(tess, "runs", "ledger", "-n", "team-a", "-o", "json")
+    assert remote.code == 0, remote.err
+    local = pgsched("runs", "ledger", "-n", "team-a", "-o", "json", dsn=operators.dsn)
+    assert local.code == 0, local.err
+    same = ("id", "status", "reason", "attempt", "trigger", "exitCode", "cancelRequested")
+    assert [{key: run[key] for key in same} for run in remote.json()["runs"]] == [
+        {key: run[key] for key in same} for run in local.json()["runs"]
+    ]
+    assert [run["status"] for run in remote.json()["runs"]] == ["FAILED", "COMPLETED"]
+    assert remote.json()["timeZone"] == "Europe/Paris"
+    table = as_user(tess, "runs", "ledger", "-n", "team-a")
+    assert table.code == 0, table.err
+    assert table.out.splitlines()[0].split()[:5] == ["id", "status", "reason", "attempt", "trigger"]
+
+    # Another team's runs: the API server says no, and the CLI says what is missing.
+    theirs = as_user(tess, "runs", "ledger", "-n", "team-b")
+    assert theirs.code != 0
+    assert "your kubeconfig's user may not get scheduledjobs in team-b" in theirs.err, theirs.err

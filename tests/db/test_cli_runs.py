@@ -152,7 +152,8 @@ def test_runs_bad_arguments_are_usage_errors(dsn, conn):
 
 def test_runs_without_a_database_is_a_usage_error(conn):
     result = pgsched("runs", "report")
-    assert result.code == 2 and "pass --dsn or set PGSCHED_DSN" in result.err
+    assert result.code == 2, result
+    assert "pass --dsn (or set PGSCHED_DSN), or a kubeconfig" in result.err  # the Run API's
 
 
 def test_describe_shows_the_error_the_job_and_the_retry_chain(dsn, conn):

@@ -47,6 +47,11 @@ def database(args: argparse.Namespace) -> str:
         ) from None
 
 
+def has_database(args: argparse.Namespace) -> bool:
+    """Whether a database is named: ``--dsn``, ``PGSCHED_DSN`` or ``PGSCHED_DSN_FILE``."""
+    return bool(args.dsn or os.environ.get(dsn.VARIABLE) or os.environ.get(dsn.FILE_VARIABLE))
+
+
 def connect(args: argparse.Namespace, *, application_name: str) -> connection.Connection:
     """A connection to the database ``database(args)`` names."""
     found = database(args)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from pgsched.cli import common, output, target
+from pgsched.cli import common, output, runs_remote, target
 from pgsched.db import queries
 from pgsched.engine import chain, definitions, run_json
 from pgsched.engine.models import Run
@@ -60,6 +60,77 @@ def _status(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    found = _read(args)
+    if args.output == "json":
+        output.emit_json(
+            {
+                "scheduledJob": found.key,
+                "timeZone": found.time_zone,
+                "scheduledJobs": [
+                    {"uid": uid, "deletedAt": deleted_at}
+                    for uid, deleted_at in found.scheduled_jobs
+                ],
+                "runs": [
+                    {
+                        **run_json.summary(
+                            item, found.triggered.get(item.id, []), found.upstreams.get(item.id)
+                        ),
+                        "scheduledJobUid": item.definition_id,
+                    }
+                    for item in found.runs
+                ],
+            }
+        )
+        return 0
+    if not found.runs:
+        print(f"no runs of {found.key} yet")
+        return 0
+    zone = zones.load_zone(found.time_zone)
+    deleted_at = dict(found.scheduled_jobs)
+    headers = ["id", "status", "reason", "attempt", "trigger"]
+    headers += ["scheduled", "started", "finished", "duration", "chain"]
+    if args.include_deleted:
+        headers.append("scheduledjob")
+    table = []
+    for item in found.runs:
+        row: list[object] = [
+            item.id,
+            item.status,
+            reason_of(item),
+            item.attempt,
+            item.trigger,
+            output.local_time(item.scheduled_for, zone),
+            output.local_time(item.started_at, zone),
+            output.local_time(item.finished_at, zone),
+            duration_of(item),
+            chain_of(item, found.triggered.get(item.id, []), found.upstreams.get(item.id)),
+        ]
+        if args.include_deleted:
+            gone = deleted_at.get(item.definition_id)
+            row.append(f"deleted {output.local_time(gone, zone)}" if gone else "live")
+        table.append(row)
+    output.table(headers, table)
+    return 0
+
+
+def _read(args: argparse.Namespace) -> runs_remote.History:
+    """From the database when one is given, else through the Run API as the kubeconfig's
+    user (a tenant needs no DSN), else an error saying both ways."""
+    if not common.has_database(args):
+        if not target.has_kubeconfig(args.kubeconfig):
+            raise common.CommandError(
+                "no database and no kubeconfig: pass --dsn (or set PGSCHED_DSN), or a"
+                " kubeconfig (--kubeconfig, KUBECONFIG) to read the runs through the Run API",
+                code=2,
+            )
+        return runs_remote.history(
+            target.kube(args),
+            target.namespace(args),
+            args.name,
+            statuses=args.status,
+            limit=args.limit,
+            include_deleted=args.include_deleted,
+        )
     with common.connect(args, application_name="pgsched-cli") as conn:
         if args.include_deleted:
             found = definitions.find_with_deleted(conn, target.namespace(args), args.name)
@@ -75,59 +146,17 @@ def run(args: argparse.Namespace) -> int:
                 "limit": args.limit,
             },
         ).fetchall()
-        definition = found[0]
-        deleted_at = {item.id: item.deleted_at for item in found}
         history = [Run.from_row(row) for row in rows]
-        triggered = chain.triggered(conn, [item.id for item in history])
-        upstreams = chain.upstream_run_ids(
-            conn, [item.id for item in history if item.trigger == "upstream"]
+        return runs_remote.History(
+            key=found[0].key,
+            time_zone=found[0].time_zone,
+            scheduled_jobs=[(item.id, item.deleted_at) for item in found],
+            runs=history,
+            triggered=chain.triggered(conn, [item.id for item in history]),
+            upstreams=chain.upstream_run_ids(
+                conn, [item.id for item in history if item.trigger == "upstream"]
+            ),
         )
-    if args.output == "json":
-        output.emit_json(
-            {
-                "scheduledJob": definition.key,
-                "timeZone": definition.time_zone,
-                "scheduledJobs": [{"uid": item.id, "deletedAt": item.deleted_at} for item in found],
-                "runs": [
-                    {
-                        **run_json.summary(
-                            item, triggered.get(item.id, []), upstreams.get(item.id)
-                        ),
-                        "scheduledJobUid": item.definition_id,
-                    }
-                    for item in history
-                ],
-            }
-        )
-        return 0
-    if not history:
-        print(f"no runs of {definition.key} yet")
-        return 0
-    zone = zones.load_zone(definition.time_zone)
-    headers = ["id", "status", "reason", "attempt", "trigger"]
-    headers += ["scheduled", "started", "finished", "duration", "chain"]
-    if args.include_deleted:
-        headers.append("scheduledjob")
-    table = []
-    for item in history:
-        row: list[object] = [
-            item.id,
-            item.status,
-            reason_of(item),
-            item.attempt,
-            item.trigger,
-            output.local_time(item.scheduled_for, zone),
-            output.local_time(item.started_at, zone),
-            output.local_time(item.finished_at, zone),
-            duration_of(item),
-            chain_of(item, triggered.get(item.id, []), upstreams.get(item.id)),
-        ]
-        if args.include_deleted:
-            gone = deleted_at[item.definition_id]
-            row.append(f"deleted {output.local_time(gone, zone)}" if gone else "live")
-        table.append(row)
-    output.table(headers, table)
-    return 0
 
 
 def chain_of(

@@ -78,10 +78,15 @@ _STATUS: dict[str, Obj] = {
             },
         },
     },
+    "scheduledJobUid": _string(
+        "The uid of its ScheduledJob: a ScheduledJob deleted and created again under the same"
+        " name is another one, and its runs say which."
+    ),
     "scheduledJobDeleted": {
         "type": "boolean",
         "description": "Its ScheduledJob was deleted; its runs stay, as history.",
     },
+    "scheduledJobDeletedAt": _time("When its ScheduledJob was deleted"),
     "requestedBy": _string("Who asked for a manual run or a backfill."),
 }
 

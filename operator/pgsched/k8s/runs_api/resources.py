@@ -86,7 +86,9 @@ def run_object(found: StoredRun, resource_version: str = "") -> Obj:
                 for key, value in run_json.summary(run).items()
                 if key not in _IN_SPEC_OR_PHASE
             },
+            "scheduledJobUid": str(run.definition_id),
             "scheduledJobDeleted": found.scheduled_job_deleted_at is not None,
+            "scheduledJobDeletedAt": timestamp(found.scheduled_job_deleted_at),
             **_requester(found),
         },
     }

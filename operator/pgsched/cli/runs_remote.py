@@ -1,0 +1,185 @@
+"""``pgsched runs`` without a database: the history through the Run API (docs/runs-api.md).
+
+A tenant has a kubeconfig, not the shared database's password. Given no DSN, ``pgsched
+runs`` asks the API server, as the kubeconfig's user, for the ScheduledJob (its time zone)
+and for its Runs, newest first: RBAC (``list runs`` in the namespace) decides, and the API
+server's audit log records it. The rows are the same as read from the database, so the
+table and ``-o json`` are too; only the instants are whole seconds, as the Kubernetes API
+gives them (durations come from the run's own ``durationSeconds``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from pgsched.cli.common import CommandError
+from pgsched.engine import chain
+from pgsched.engine.models import Run
+from pgsched.k8s import names
+from pgsched.k8s.client import api
+
+RUNS = "/apis/runs.pgsched.dev/v1alpha1/namespaces/{namespace}/runs"
+# Status fields of a Run, by the Run model's names (k8s/runs_api/resources.py writes them).
+_FIELDS = {
+    "id": "id",
+    "reason": "reason",
+    "error": "error",
+    "attempt": "attempt",
+    "trigger": "trigger",
+    "retryOf": "retry_of",
+    "exitCode": "exit_code",
+    "cancelRequested": "cancel_requested",
+    "cancelledBy": "cancelled_by",
+    "retryDecision": "retry_decision",
+    "jobName": "k8s_job_name",
+    "upstreamRunId": "upstream_run_id",
+}
+_INSTANTS = {
+    "scheduledFor": "scheduled_for",
+    "notBefore": "not_before",
+    "startedAt": "started_at",
+    "heartbeatAt": "heartbeat_at",
+    "finishedAt": "finished_at",
+}
+
+
+@dataclass
+class History:
+    """What ``pgsched runs`` shows, wherever it was read."""
+
+    key: str  # namespace/name
+    time_zone: str
+    scheduled_jobs: list[tuple[UUID, datetime | None]]  # (uid, deleted at)
+    runs: list[Run]
+    triggered: dict[int, list[chain.Triggered]] = field(default_factory=dict)
+    upstreams: dict[int, list[int]] = field(default_factory=dict)
+
+
+def history(
+    kube: api.KubeApi,
+    namespace: str,
+    name: str,
+    *,
+    statuses: list[str] | None,
+    limit: int,
+    include_deleted: bool,
+) -> History:
+    key = f"{namespace}/{name}"
+    scheduled_job = _scheduled_job(kube, namespace, name, include_deleted=include_deleted)
+    found: list[dict[str, Any]] = []
+    for status in statuses or [""]:
+        found += _runs(kube, namespace, name, status, limit)
+    live = str(scheduled_job["metadata"]["uid"]) if scheduled_job else None
+    if not include_deleted:
+        found = [item for item in found if item["status"].get("scheduledJobUid") == live]
+    found.sort(key=lambda item: -int(item["status"]["id"]))
+    found = found[:limit]
+    history = History(
+        key=key,
+        time_zone=(scheduled_job or {}).get("spec", {}).get("timeZone") or "UTC",
+        scheduled_jobs=_scheduled_jobs(found, live),
+        runs=[run_from_object(item) for item in found],
+    )
+    for item, run in zip(found, history.runs, strict=True):
+        history.triggered[run.id] = [
+            chain.Triggered(run.id, int(down["runId"]), down["scheduledJob"], down["status"])
+            for down in item["status"].get("triggeredRuns") or []
+        ]
+        history.upstreams[run.id] = [int(up) for up in item["status"].get("upstreamRunIds") or []]
+    return history
+
+
+def run_from_object(found: dict[str, Any]) -> Run:
+    """A Run object as the Run model the CLI renders (no lease token: the API never gives it)."""
+    status = found["status"]
+    row: dict[str, Any] = {model: status.get(key) for key, model in _FIELDS.items()}
+    row.update({model: _instant(status.get(key)) for key, model in _INSTANTS.items()})
+    if row["started_at"] is not None and status.get("durationSeconds") is not None:
+        row["finished_at"] = row["started_at"] + timedelta(seconds=status["durationSeconds"])
+    row.update(
+        status=status["phase"],
+        definition_id=UUID(status["scheduledJobUid"]),
+        created_at=_instant(found["metadata"]["creationTimestamp"]),
+        parameters=found.get("spec", {}).get("parameters") or None,
+        cancel_requested=bool(status.get("cancelRequested")),
+        deadline_at=None,
+        request_token=None,
+        lease_token=None,
+        cancel_requested_at=None,
+        retry_hint=None,
+        settled_at=None,
+    )
+    return Run.from_row(row)
+
+
+def _scheduled_job(
+    kube: api.KubeApi, namespace: str, name: str, *, include_deleted: bool
+) -> dict[str, Any] | None:
+    path = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.PLURAL}/{name}"
+    try:
+        return kube.get(path)
+    except api.ApiError as error:
+        if error.not_found and include_deleted:
+            return None  # deleted: its runs are still listed
+        if error.not_found:
+            raise CommandError(
+                f"no ScheduledJob {namespace}/{name}: check the name and namespace (`kubectl"
+                f" get sj -n {namespace}`); if it was deleted, --include-deleted lists its runs"
+            ) from None
+        raise _refused(error, f"get scheduledjobs in {namespace}") from None
+
+
+def _runs(
+    kube: api.KubeApi, namespace: str, name: str, status: str, limit: int
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` runs of this name (in ``status``, if given), newest first."""
+    params: dict[str, Any] = {"labelSelector": f"{names.LABEL_SCHEDULED_JOB}={name}"}
+    if status:
+        params["fieldSelector"] = f"status.phase={status}"
+    found: list[dict[str, Any]] = []
+    token: str | None = None
+    while len(found) < limit:
+        try:
+            page = kube.get(
+                RUNS.format(namespace=namespace), **params, limit=limit, **{"continue": token}
+            )
+        except api.ApiError as error:
+            raise _refused(error, f"list runs in {namespace}") from None
+        found += page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue") or None
+        if token is None:
+            break
+    return found
+
+
+def _refused(error: api.ApiError, what: str) -> CommandError:
+    if error.status == 404:
+        return CommandError(
+            "this cluster does not serve the Run API (runs.pgsched.dev): ask its platform"
+            " team to install the chart with runsApi.enabled=true, or pass --dsn"
+        )
+    if error.status == 403:
+        return CommandError(
+            f"your kubeconfig's user may not {what}: {error.message} (a Role granting it:"
+            " docs/runs-api.md, 'Who sees what'), or pass --dsn"
+        )
+    return CommandError(f"the API server refused: {error}")
+
+
+def _scheduled_jobs(
+    found: list[dict[str, Any]], live: str | None
+) -> list[tuple[UUID, datetime | None]]:
+    seen: dict[str, datetime | None] = {}
+    for item in found:
+        status = item["status"]
+        seen.setdefault(status["scheduledJobUid"], _instant(status.get("scheduledJobDeletedAt")))
+    if live is not None:
+        seen.setdefault(live, None)
+    return [(UUID(uid), deleted_at) for uid, deleted_at in seen.items()]
+
+
+def _instant(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
