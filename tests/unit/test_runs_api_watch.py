@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from uuid import UUID
 
 import pytest
 
@@ -20,7 +21,7 @@ NOW = datetime(2026, 12, 6, tzinfo=UTC)
 def completed_run(run_id: int = 7) -> resources.StoredRun:
     run = Run.from_row(
         {
-            "id": run_id, "definition_id": "00000000-0000-0000-0000-000000000001",
+            "id": run_id, "definition_id": UUID("00000000-0000-0000-0000-000000000001"),
             "status": "COMPLETED", "trigger": "manual", "scheduled_for": NOW,
             "deadline_at": None, "attempt": 1, "retry_of": None, "request_token": None,
             "lease_token": None, "started_at": NOW, "heartbeat_at": None,

@@ -1,0 +1,33 @@
+"""``pgsched runs`` through the Run API shows what it shows from the database: a Run object
+read back is the run, to the second."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from pgsched.cli import runs_cmd, runs_remote
+from pgsched.k8s.runs_api import resources
+from unit.test_runs_api_watch import NOW, completed_run
+
+
+def test_a_run_read_back_from_its_object_is_the_run():
+    stored = completed_run(41)
+    run = dataclasses.replace(
+        stored.run,
+        status="FAILED",
+        reason="NonZeroExit",
+        exit_code=3,
+        retry_of=40,
+        attempt=2,
+        started_at=NOW,
+        finished_at=NOW + timedelta(seconds=4.25),
+        cancelled_by="RunAPI (alice)",
+        parameters={"region": "eu"},
+    )
+    back = runs_remote.run_from_object(resources.run_object(dataclasses.replace(stored, run=run)))
+    shown = ("id", "status", "reason", "attempt", "trigger", "retry_of", "exit_code",
+             "cancelled_by", "k8s_job_name", "parameters", "definition_id", "scheduled_for")  # fmt: skip
+    assert {key: getattr(back, key) for key in shown} == {key: getattr(run, key) for key in shown}
+    assert runs_cmd.duration_of(back) == runs_cmd.duration_of(run)  # not rounded to seconds
+    assert runs_cmd.reason_of(back) == runs_cmd.reason_of(run)
