@@ -178,7 +178,12 @@ def test_kubectl_explain_run_describes_a_run_and_its_fields(cluster, served):
             else None
         ),
         120,
-        describe="kubectl explain run to find the Run's schema",
+        describe=lambda: (
+            "kubectl explain run to find the Run's schema: "
+            + cluster.kubectl("explain", "run", check=False).stderr
+            + " /openapi/v3 paths: "
+            + ", ".join(json.loads(cluster.kubectl("get", "--raw", "/openapi/v3").stdout)["paths"])
+        ),
     )
     assert "KIND:       Run" in explained and "VERSION:    v1alpha1" in explained
     assert "One run of a ScheduledJob" in explained
@@ -441,29 +446,69 @@ def finish(conn, run_id: int, status: str) -> float:
     return time.monotonic()
 
 
-def run_id(cluster: ControlPlane, name: str) -> int:
-    found = json.loads(cluster.kubectl("get", "run", name, "-n", "team-a", "-o", "json").stdout)
+def run_id(cluster: ControlPlane, name: str, namespace: str) -> int:
+    found = json.loads(cluster.kubectl("get", "run", name, "-n", namespace, "-o", "json").stdout)
     return int(found["status"]["id"])
 
 
+def apply_scheduled_job(cluster, conn, namespace: str, name: str, **spec: Any) -> None:
+    """A ScheduledJob applied for real (its Jobs are owned by it: one only in the database
+    would have them garbage-collected), once the operator has stored it."""
+    manifest = {
+        "apiVersion": "pgsched.dev/v1alpha1",
+        "kind": "ScheduledJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedule": NEVER_DUE, "jobTemplate": busybox("sleep 600"), **spec},
+    }
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    wait_for(
+        lambda: conn.execute(
+            "SELECT 1 FROM pgsched.job_definitions WHERE namespace = %s AND name = %s",
+            [namespace, name],
+        ).fetchone(),
+        60,
+        describe=f"the operator to store ScheduledJob {namespace}/{name}",
+    )
+
+
+def create_run(cluster: ControlPlane, namespace: str, name: str, scheduled_job: str) -> int:
+    """``kubectl create`` a Run; its run id, once the operator has claimed it."""
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=run_manifest(name, scheduled_job))
+    return run_id(cluster, name, namespace)
+
+
+def claimed(conn, run: int) -> None:
+    wait_for(
+        lambda: (
+            conn.execute("SELECT status FROM pgsched.job_runs WHERE id = %s", [run]).fetchone()[
+                "status"
+            ]
+            == "RUNNING"
+        ),
+        30,
+        describe=f"run {run} to be claimed",
+    )
+
+
 def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothing(
-    cluster, conn, served, alice, tmp_path
+    cluster, conn, namespace, served, tmp_path
 ):
-    define(
-        conn, "watched", namespace="team-a", schedule=NEVER_DUE, now=T0,
-        jobTemplate=busybox("sleep 600"),  # no node here: launched, it waits for one
-    )  # fmt: skip
-    wendy = user(cluster, "team-a", f"wendy-{secrets.token_hex(3)}", WATCH_RUNS, tmp_path)
-    watcher = Watcher(cluster, wendy, "team-a")
+    # The first run stays RUNNING beside the others (no node here: launched, it waits).
+    apply_scheduled_job(cluster, conn, namespace, "watched", maxConcurrentRuns=5)
+    wendy = user(cluster, namespace, f"wendy-{secrets.token_hex(3)}", WATCH_RUNS, tmp_path)
+    watcher = Watcher(cluster, wendy, namespace)
     try:
-        # kubectl lists first ("No resources found" on an empty namespace), then watches
-        # from the list's version.
-        wait_for(lambda: watcher.lines, 30, describe="kubectl get runs -w to list")
-        time.sleep(1)
-        cluster.kubectl("create", "-f", "-", input=run_manifest("watched-now", "watched"))
-        wait_for(lambda: watcher.seen("watched-now", "RUNNING"), 30,
-                 describe=lambda: f"RUNNING in the watch: {watcher.lines}")  # fmt: skip
-        ended = finish(conn, run_id(cluster, "watched-now"), "COMPLETED")
+        # kubectl lists, then watches from the list's version: once a run created now is
+        # shown, the watch is live.
+        def live() -> float | None:
+            if not watcher.statuses("watched-first"):
+                create_run(cluster, namespace, "watched-first", "watched")
+            return watcher.seen("watched-first", "RUNNING")
+
+        wait_for(live, 60, describe=lambda: f"the watch to be live: {watcher.lines}")
+        ran = create_run(cluster, namespace, "watched-now", "watched")
+        claimed(conn, ran)
+        ended = finish(conn, ran, "COMPLETED")
         shown = wait_for(lambda: watcher.seen("watched-now", "COMPLETED"), 30,
                          describe=lambda: f"COMPLETED in the watch: {watcher.lines}")  # fmt: skip
         # Each change once, in its order (the operator claims a queued run within a tick:
@@ -475,16 +520,13 @@ def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothi
         watcher.stop()
 
     # Resuming: what changed while nobody watched comes from the last version seen.
-    version = cluster.kubectl(
-        "get", "runs", "-n", "team-a", "-o", "jsonpath={.metadata.resourceVersion}"
-    ).stdout
-    assert version.isdigit(), version
-    cluster.kubectl("create", "-f", "-", input=run_manifest("watched-later", "watched"))
-    later = run_id(cluster, "watched-later")
-    wait_for(lambda: conn.execute("SELECT status FROM pgsched.job_runs WHERE id = %s", [later])
-             .fetchone()["status"] == "RUNNING", 30, describe="the later run's claim")  # fmt: skip
+    base = f"/apis/runs.pgsched.dev/v1alpha1/namespaces/{namespace}/runs"
+    listed = json.loads(cluster.kubectl("get", "--raw", f"{base}?limit=1").stdout)
+    version = listed["metadata"]["resourceVersion"]
+    assert version.isdigit(), listed
+    later = create_run(cluster, namespace, "watched-later", "watched")
+    claimed(conn, later)
     finish(conn, later, "FAILED")
-    base = "/apis/runs.pgsched.dev/v1alpha1/namespaces/team-a/runs"
     resumed = cluster.kubectl(
         "get", "--raw", f"{base}?watch=1&resourceVersion={version}&timeoutSeconds=3"
     ).stdout
@@ -494,11 +536,16 @@ def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothi
         for event in events
         if event["object"]["metadata"]["name"] == "watched-later"
     ]
-    assert of_later == [("ADDED", "QUEUED"), ("MODIFIED", "RUNNING"), ("MODIFIED", "FAILED")]
+    # Each change in order; the failure's settling (retryDecision) is one more MODIFIED.
+    phases = [phase for index, (_, phase) in enumerate(of_later)
+              if index == 0 or of_later[index - 1][1] != phase]  # fmt: skip
+    assert phases == ["QUEUED", "RUNNING", "FAILED"], of_later
+    assert [kind for kind, _ in of_later] == ["ADDED"] + ["MODIFIED"] * (len(of_later) - 1)
     assert all(event["object"]["metadata"]["name"] != "watched-now" for event in events)
 
-    # A reader who may list but not watch lists, and is refused the watch.
-    refused = kubectl_as(cluster, alice, "get", "runs", "-n", "team-a", "-w",
+    # A reader who may list but not watch is refused the watch.
+    reader = user(cluster, namespace, f"rita-{secrets.token_hex(3)}", READ_RUNS, tmp_path)
+    refused = kubectl_as(cluster, reader, "get", "runs", "-n", namespace, "-w",
                          "--request-timeout=20s")  # fmt: skip
     assert refused.returncode != 0
     assert 'cannot watch resource "runs"' in refused.stderr, refused.stderr
@@ -521,30 +568,18 @@ READ_RUNS_AND_JOBS = [
 
 
 def test_pgsched_runs_reads_through_the_run_api_as_a_tenant_without_a_database(
-    cluster, conn, operators, served, tmp_path
+    cluster, conn, operators, namespace, served, tmp_path
 ):
-    manifest = {
-        "apiVersion": "pgsched.dev/v1alpha1",
-        "kind": "ScheduledJob",
-        "metadata": {"name": "ledger", "namespace": "team-a"},
-        "spec": {"schedule": NEVER_DUE, "timeZone": "Europe/Paris",
-                 "jobTemplate": busybox("sleep 600")},
-    }  # fmt: skip
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
-    wait_for(lambda: conn.execute("SELECT 1 FROM pgsched.job_definitions WHERE"
-                                  " namespace = 'team-a' AND name = 'ledger'").fetchone(),
-             60, describe="the operator to store the ScheduledJob")  # fmt: skip
+    apply_scheduled_job(cluster, conn, namespace, "ledger", timeZone="Europe/Paris")
     for name, status in (("ledger-a", "COMPLETED"), ("ledger-b", "FAILED")):
-        cluster.kubectl("create", "-f", "-", input=run_manifest(name, "ledger"))
-        ran = run_id(cluster, name)
-        wait_for(lambda ran=ran: conn.execute("SELECT status FROM pgsched.job_runs WHERE id = %s",
-                 [ran]).fetchone()["status"] == "RUNNING", 30, describe=f"{name} claimed")  # fmt: skip
+        ran = create_run(cluster, namespace, name, "ledger")
+        claimed(conn, ran)
         finish(conn, ran, status)
-    tess = user(cluster, "team-a", f"tess-{secrets.token_hex(3)}", READ_RUNS_AND_JOBS, tmp_path)
+    tess = user(cluster, namespace, f"tess-{secrets.token_hex(3)}", READ_RUNS_AND_JOBS, tmp_path)
 
-    remote = as_user(tess, "runs", "ledger", "-n", "team-a", "-o", "json")
+    remote = as_user(tess, "runs", "ledger", "-n", namespace, "-o", "json")
     assert remote.code == 0, remote.err
-    local = pgsched("runs", "ledger", "-n", "team-a", "-o", "json", dsn=operators.dsn)
+    local = pgsched("runs", "ledger", "-n", namespace, "-o", "json", dsn=operators.dsn)
     assert local.code == 0, local.err
     same = ("id", "status", "reason", "attempt", "trigger", "exitCode", "cancelRequested")
     assert [{key: run[key] for key in same} for run in remote.json()["runs"]] == [
@@ -552,9 +587,10 @@ def test_pgsched_runs_reads_through_the_run_api_as_a_tenant_without_a_database(
     ]
     assert [run["status"] for run in remote.json()["runs"]] == ["FAILED", "COMPLETED"]
     assert remote.json()["timeZone"] == "Europe/Paris"
-    table = as_user(tess, "runs", "ledger", "-n", "team-a")
+    table = as_user(tess, "runs", "ledger", "-n", namespace)
     assert table.code == 0, table.err
-    assert table.out.splitlines()[0].split()[:5] == ["id", "status", "reason", "attempt", "trigger"]
+    header = table.out.splitlines()[0].split()
+    assert header[:5] == ["ID", "STATUS", "REASON", "ATTEMPT", "TRIGGER"], table.out
 
     # Another team's runs: the API server says no, and the CLI says what is missing.
     theirs = as_user(tess, "runs", "ledger", "-n", "team-b")

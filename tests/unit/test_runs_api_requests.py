@@ -196,3 +196,24 @@ def test_a_hostile_run_body_is_refused_naming_the_field(body, field):
         actions._parsed("team-a", body)
     assert field in [cause.field for cause in refused.value.causes]
     assert all(cause.message for cause in refused.value.causes)
+
+
+def test_unknown_fields_of_a_run_body_are_named_by_their_path():
+    body = {
+        "apiVersion": "runs.pgsched.dev/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": "a", "labels": {}, "nmae": "typo"},
+        "spec": {"scheduledJob": "nightly", "shedule": "* * * * *"},
+        "extra": 1,
+    }
+    assert params.unknown_fields(body) == ["extra", "metadata.nmae", "spec.shedule"]
+    assert params.unknown_fields({"spec": {"scheduledJob": "x", "parameters": {}}}) == []
+
+
+@pytest.mark.parametrize(
+    ("given", "mode"), [("", "Warn"), ("Strict", "Strict"), ("Ignore", "Ignore")]
+)
+def test_field_validation_is_the_api_servers(given, mode):
+    assert params.field_validation(given) == mode
+    with pytest.raises(params.Refused, match="one of Ignore, Warn, Strict"):
+        params.field_validation("strict")

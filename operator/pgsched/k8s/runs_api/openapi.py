@@ -6,7 +6,8 @@ serves, each with a URL whose ``hash`` changes when the document does) and proxi
 the Run's schema by its ``x-kubernetes-group-version-kind``; every field a Run carries is
 here with what it means (``tests/unit/test_runs_api_openapi.py`` walks a Run against it).
 References are local to the document, so the object metadata is described here too (the
-fields a Run uses; others are kept as given).
+fields a Run uses; others are kept as given). kubectl explain finds a resource's kind on
+the operations of its paths, then the schema carrying that kind.
 """
 
 from __future__ import annotations
@@ -173,13 +174,69 @@ def _run_list() -> Obj:
     }
 
 
+_FIELD_VALIDATION: Obj = {
+    "name": "fieldValidation",
+    "in": "query",
+    "description": "Unknown fields of a created Run: Strict refuses them, Warn (the default)"
+    " warns, Ignore drops them.",
+    "schema": {"type": "string", "uniqueItems": True},
+}
+
+
+def _operation(action: str, description: str, response: str) -> Obj:
+    """One operation, tagged with the kind kubectl explain looks for on a resource's path."""
+    return {
+        "description": description,
+        "operationId": f"{action}RunsPgschedDevV1alpha1Run",
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": _GVK[0],
+        "responses": {
+            "200": {
+                "description": "OK",
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": f"#/components/schemas/{_PREFIX}.{response}"}
+                    }
+                },
+            }
+        },
+    }
+
+
+def _paths() -> Obj:
+    base = f"/{PATH}"
+    listing = _operation("list", "Runs, newest first (limit/continue pages).", "RunList")
+    return {
+        f"{base}/runs": {"get": listing},
+        f"{base}/namespaces/{{namespace}}/runs": {
+            "get": listing,
+            "post": {
+                **_operation("post", "Run the ScheduledJob now (the name is the key).", "Run"),
+                "parameters": [_FIELD_VALIDATION],
+            },
+        },
+        f"{base}/namespaces/{{namespace}}/runs/{{name}}": {
+            "get": _operation("get", "One run.", "Run"),
+            "delete": _operation("delete", "Cancel the run.", "Run"),
+            # Not served (405): a Run changes as its run does. Declared with the parameter
+            # because kubectl decides from a kind's PATCH whether the server checks fields
+            # (fieldValidation); without it kubectl checks them itself and, as a tenant
+            # who may not list CRDs, cannot create a Run at all.
+            "patch": {
+                **_operation("patch", "Not served: answered 405.", "Run"),
+                "parameters": [_FIELD_VALIDATION],
+            },
+        },
+    }
+
+
 @cache
 def document() -> bytes:
     """The group-version's document, as served."""
     body = {
         "openapi": "3.0.0",
         "info": {"title": "pgsched Run API", "version": VERSION},
-        "paths": {},
+        "paths": _paths(),
         "components": {
             "schemas": {
                 f"{_PREFIX}.Run": _run(),

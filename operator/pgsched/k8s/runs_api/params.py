@@ -125,3 +125,56 @@ def before(token: str) -> int | None:
             400, "BadRequest", "continue: not a token this server gave; list again from the start"
         )
     return int(tail)
+
+
+# What a Run body may hold; anything else is an unknown field, as the API server says of a
+# built-in kind (fieldValidation: Strict refuses it, Warn warns, Ignore drops it).
+_FIELDS: dict[str, frozenset[str]] = {
+    "": frozenset(["apiVersion", "kind", "metadata", "spec", "status"]),
+    "metadata": frozenset(
+        [
+            "name",
+            "generateName",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "labels",
+            "annotations",
+            "ownerReferences",
+            "finalizers",
+            "managedFields",
+            "selfLink",
+        ]
+    ),
+    "spec": frozenset(["scheduledJob", "parameters"]),
+}
+FIELD_VALIDATIONS = ("Ignore", "Warn", "Strict")
+
+
+def field_validation(text: str) -> str:
+    """``fieldValidation``: Strict, Warn (the API server's default) or Ignore."""
+    if not text:
+        return "Warn"
+    if text not in FIELD_VALIDATIONS:
+        raise Refused(
+            400,
+            "BadRequest",
+            f"fieldValidation {text!r}: one of {', '.join(FIELD_VALIDATIONS)}, e.g. Strict",
+        )
+    return text
+
+
+def unknown_fields(body: object) -> list[str]:
+    """The fields of a Run body no Run has (``spec.shedule``), as dotted paths."""
+    if not isinstance(body, dict):
+        return []
+    unknown = [key for key in body if key not in _FIELDS[""]]
+    for part in ("metadata", "spec"):
+        inner = body.get(part)
+        if isinstance(inner, dict):
+            unknown += [f"{part}.{key}" for key in inner if key not in _FIELDS[part]]
+    return unknown

@@ -216,8 +216,20 @@ class RunsApi:
             body = await request.json()
         except ValueError:
             raise Refused(400, "BadRequest", f"the body is not JSON: {EXAMPLE_BODY}") from None
+        validation = params.field_validation(request.query.get("fieldValidation", ""))
+        unknown = [] if validation == "Ignore" else params.unknown_fields(body)
+        if unknown and validation == "Strict":
+            raise Refused(
+                400,
+                "BadRequest",
+                f'Run in version "{resources.VERSION}" cannot be handled as a Run: strict'
+                f" decoding error: {', '.join(f'unknown field {field!r}' for field in unknown)}",
+            )
         found, created = await self._call(lambda: self._actions.create(namespace, body, user))
-        return web.json_response(resources.run_object(found), status=201 if created else 200)
+        answer = web.json_response(resources.run_object(found), status=201 if created else 200)
+        for field in unknown:  # Warn: kubectl prints each "Warning: unknown field ..."
+            answer.headers.add("Warning", f'299 - "unknown field \\"{field}\\""')
+        return answer
 
     async def _delete(self, request: web.Request) -> web.Response:
         """cancel. Answered with a Status naming the cancellation, not the Run: kubectl
