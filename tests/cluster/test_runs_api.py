@@ -265,6 +265,10 @@ def test_creating_a_run_queues_one_per_name_and_deleting_it_cancels_it(
     assert bad.returncode != 0
     assert 'The Run "report-mars" is invalid: spec.parameters.region:' in bad.stderr
     assert "does not match the pattern" in bad.stderr and "region: eu" in bad.stderr
+    typo = yaml.safe_load(run_manifest("report-typo", "report"))
+    typo["spec"]["shedule"] = "now"
+    strict = kubectl_with(cluster, dave, "create", "-f", "-", input=yaml.safe_dump(typo))
+    assert strict.returncode != 0 and "unknown field 'spec.shedule'" in strict.stderr, strict
     ids = kubectl_with(cluster, dave, "create", "-f", "-", input=run_manifest("report-7", "report"))
     assert ids.returncode != 0 and "report-manual" in ids.stderr  # names by id are the runs'
 
