@@ -146,6 +146,8 @@ def test_selectors_pages_and_formats_work_as_for_any_kind(cluster, history, serv
     assert names_in(of_job) == history["team-b"]
     paged = cluster.kubectl("get", "runs", "-n", "team-a", "--chunk-size=2").stdout
     assert names_in(paged) == history["team-a"]  # three pages, nothing lost or repeated
+    oldest_first = cluster.kubectl("get", "runs", "-n", "team-a", "--sort-by=.status.id").stdout
+    assert names_in(oldest_first) == history["team-a"][::-1]  # kubectl sorts the objects
     wide = cluster.kubectl("get", "runs", "-n", "team-a", "-o", "wide").stdout
     assert "EXIT CODE" in wide.splitlines()[0] and "JOB" in wide.splitlines()[0]
 
