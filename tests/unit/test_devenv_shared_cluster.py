@@ -15,6 +15,7 @@ from devenv.controlplane import NODE_IP, SERVICE_IP, ControlPlane, SharedCluster
 
 
 def test_each_worker_draws_ports_no_other_worker_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGSCHED_PORT_SHARE", raising=False)  # one phase: make test's are 2
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
     drawn: dict[int, set[int]] = {}
     for worker in range(3):
@@ -25,6 +26,7 @@ def test_each_worker_draws_ports_no_other_worker_draws(monkeypatch: pytest.Monke
 
 
 def test_outside_a_worker_every_port_may_be_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGSCHED_PORT_SHARE", raising=False)
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     assert {processes.free_port() % 3 for _ in range(60)} == {0, 1, 2}

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from pgsched.cli.common import CommandError
 from pgsched.engine import chain
 from pgsched.engine.models import Run
 from pgsched.k8s import names
-from pgsched.k8s.client import api
+
+if TYPE_CHECKING:  # the Kubernetes client loads only when the API is used (bench.cli_startup)
+    from pgsched.k8s.client import api
 
 RUNS = "/apis/runs.pgsched.dev/v1alpha1/namespaces/{namespace}/runs"
 # Status fields of a Run, by the Run model's names (k8s/runs_api/resources.py writes them).
@@ -118,6 +120,8 @@ def run_from_object(found: dict[str, Any]) -> Run:
 def _scheduled_job(
     kube: api.KubeApi, namespace: str, name: str, *, include_deleted: bool
 ) -> dict[str, Any] | None:
+    from pgsched.k8s.client import api
+
     path = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.PLURAL}/{name}"
     try:
         return kube.get(path)
@@ -136,6 +140,8 @@ def _runs(
     kube: api.KubeApi, namespace: str, name: str, status: str, limit: int
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` runs of this name (in ``status``, if given), newest first."""
+    from pgsched.k8s.client import api
+
     params: dict[str, Any] = {"labelSelector": f"{names.LABEL_SCHEDULED_JOB}={name}"}
     if status:
         params["fieldSelector"] = f"status.phase={status}"

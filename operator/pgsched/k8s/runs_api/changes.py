@@ -16,6 +16,7 @@ every replica that serves it (the advisory lock makes the others' rounds no-ops)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from pgsched.db import queries
 from pgsched.db.connection import Connection
@@ -54,9 +55,12 @@ def sequence(conn: Connection) -> Sequenced:
     return Sequenced(max(placed, 0))
 
 
-def prune(conn: Connection, *, keep_seconds: float = KEEP_SECONDS) -> Pruned:
+def prune(
+    conn: Connection, *, keep_seconds: float = KEEP_SECONDS, now: datetime | None = None
+) -> Pruned:
+    """``now``: the database clock unless given (the operator's "now", as every service)."""
     with conn.transaction():
         row = conn.execute(
-            queries.get("prune_run_changes"), {"keep_seconds": keep_seconds}
+            queries.get("prune_run_changes"), {"keep_seconds": keep_seconds, "now": now}
         ).fetchone()
     return Pruned(row["pruned_through"] if row else None)

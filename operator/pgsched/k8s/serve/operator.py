@@ -181,7 +181,7 @@ class EngineThreads:
             # Run changes are kept for watches of the Run API, served or not: forget old ones.
             loop.Service(
                 "pruning run changes",
-                lambda: changes.prune(session.connection()),
+                lambda: changes.prune(session.connection(), now=self.clock()),
                 changes.PRUNE_SECONDS,
             ),
             loop.Service(

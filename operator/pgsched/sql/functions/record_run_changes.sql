@@ -19,3 +19,10 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION pgsched.record_run_changes() FROM PUBLIC;
+
+-- Attached here, not in a numbered migration (those never name a kept function): replaced
+-- as a whole whenever this file is applied again.
+CREATE OR REPLACE TRIGGER run_events_watched
+    AFTER INSERT ON pgsched.run_events
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_run_changes();

@@ -38,25 +38,5 @@ INSERT INTO pgsched.run_change_horizon (pruned_through) VALUES (0);
 REVOKE ALL ON TABLE pgsched.run_changes, pgsched.run_change_horizon FROM PUBLIC;
 REVOKE ALL ON SEQUENCE pgsched.run_change_seq FROM PUBLIC;
 
--- The trigger's function (its live body: functions/record_run_changes.sql).
-CREATE OR REPLACE FUNCTION pgsched.record_run_changes() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-BEGIN
-    INSERT INTO pgsched.run_changes (run_id, definition_id, status, reason, created)
-    SELECT n.run_id, n.definition_id, n.status, n.reason,
-           coalesce((SELECT r.created_at = now() FROM pgsched.job_runs AS r
-                     WHERE r.id = n.run_id AND r.scheduled_for = n.scheduled_for), false)
-    FROM new_rows AS n
-    ORDER BY n.id;
-    RETURN NULL;
-END;
-$$;
-
-REVOKE ALL ON FUNCTION pgsched.record_run_changes() FROM PUBLIC;
-
-CREATE TRIGGER run_events_watched
-    AFTER INSERT ON pgsched.run_events
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION pgsched.record_run_changes();
+-- The trigger that fills run_changes, and its function, are kept in
+-- functions/record_run_changes.sql (applied after the numbered migrations).

@@ -96,7 +96,7 @@ WHERE c.id = n.id;
 -- runs), remembering the highest seq forgotten: a watch from before it is 410 Gone.
 WITH gone AS (
     DELETE FROM pgsched.run_changes AS c
-    WHERE c.at < pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => %(keep_seconds)s)
+    WHERE c.at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep_seconds)s)
     RETURNING c.seq
 )
 UPDATE pgsched.run_change_horizon AS h
