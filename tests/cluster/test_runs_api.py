@@ -242,6 +242,8 @@ def test_creating_a_run_queues_one_per_name_and_deleting_it_cancels_it(
     )
     dave = user(cluster, "team-a", f"dave-{secrets.token_hex(3)}", RUN_AND_CANCEL, tmp_path)
     manifest = run_manifest("report-us", "report", region="us")
+    tried = kubectl_with(cluster, dave, "create", "--dry-run=server", "-f", "-", input=manifest)
+    assert tried.returncode == 0 and "created (server dry run)" in tried.stdout, tried
     for _ in range(2):
         created = kubectl_with(cluster, dave, "create", "-f", "-", input=manifest)
         assert created.returncode == 0, created.stderr
@@ -274,6 +276,10 @@ def test_creating_a_run_queues_one_per_name_and_deleting_it_cancels_it(
     ids = kubectl_with(cluster, dave, "create", "-f", "-", input=run_manifest("report-7", "report"))
     assert ids.returncode != 0 and "report-manual" in ids.stderr  # names by id are the runs'
 
+    tried = kubectl_as(cluster, dave, "delete", "run", "report-us", "--dry-run=server")
+    assert tried.returncode == 0, tried.stderr
+    still = json.loads(kubectl_as(cluster, dave, "get", "run", "report-us", "-o", "json").stdout)
+    assert not still["status"]["cancelRequested"] and still["status"]["phase"] != "CANCELLED"
     deleted = kubectl_as(cluster, dave, "delete", "run", "report-us")
     assert deleted.returncode == 0, deleted.stderr
     after = json.loads(kubectl_as(cluster, dave, "get", "run", "report-us", "-o", "json").stdout)

@@ -217,3 +217,10 @@ def test_field_validation_is_the_api_servers(given, mode):
     assert params.field_validation(given) == mode
     with pytest.raises(params.Refused, match="one of Ignore, Warn, Strict"):
         params.field_validation("strict")
+
+
+def test_dry_run_is_all_or_nothing():
+    assert params.dry_run("") is False
+    assert params.dry_run("All") is True
+    with pytest.raises(params.Refused, match="the one value is All"):
+        params.dry_run("Some")

@@ -64,8 +64,12 @@ class Actions:
         self._pool = pool
         self._reader = reader
 
-    def create(self, namespace: str, body: Any, user: User) -> tuple[StoredRun, bool]:
-        """The run the body asks for, and whether it is new (False: the name's first)."""
+    def create(
+        self, namespace: str, body: Any, user: User, *, dry_run: bool = False
+    ) -> tuple[StoredRun, bool]:
+        """The run the body asks for, and whether it is new (False: the name's first).
+        ``dry_run``: everything is checked and the run queued, in a transaction rolled
+        back: the answer is the run a create would have queued, and nothing is."""
         name, scheduled_job, values = _parsed(namespace, body)
         with self._pool.connection() as conn:
             _refuse_run_id_names(conn, namespace, name)
@@ -82,20 +86,24 @@ class Actions:
                 )
                 raise Invalid(name, [cause])
             _check_values(name, definition.spec, values)
-            try:
-                enqueued = runs.run_now(
-                    conn,
-                    definition.id,
-                    token=TOKEN_PREFIX + name,
-                    requested_by=user.name,
-                    parameters=values,
-                )
-            except runs.UnknownDefinition:
-                raise Conflict(f"ScheduledJob {scheduled_job} was deleted meanwhile") from None
+            with conn.transaction(force_rollback=dry_run):
+                try:
+                    enqueued = runs.run_now(
+                        conn,
+                        definition.id,
+                        token=TOKEN_PREFIX + name,
+                        requested_by=user.name,
+                        parameters=values,
+                    )
+                except runs.UnknownDefinition:
+                    raise Conflict(f"ScheduledJob {scheduled_job} was deleted meanwhile") from None
+        if dry_run:
+            return StoredRun(namespace, scheduled_job, None, enqueued.run, user.name), True
         found = self._reader.named(namespace, name)
         return (found or StoredRun(namespace, scheduled_job, None, enqueued.run)), enqueued.created
 
-    def cancel(self, namespace: str, name: str, user: User) -> StoredRun:
+    def cancel(self, namespace: str, name: str, user: User, *, dry_run: bool = False) -> StoredRun:
+        """Ask the run to stop; ``dry_run``: only check that it could be."""
         found = self._reader.named(namespace, name)
         if found is None:
             raise Missing(name)
@@ -104,6 +112,8 @@ class Actions:
                 f"run {name} already ended ({found.run.status}): a Run stays in the history;"
                 " delete cancels a queued or running run"
             )
+        if dry_run:
+            return found
         with self._pool.connection() as conn:
             runs.cancel_run(
                 conn,

@@ -178,3 +178,12 @@ def unknown_fields(body: object) -> list[str]:
         if isinstance(inner, dict):
             unknown += [f"{part}.{key}" for key in inner if key not in _FIELDS[part]]
     return unknown
+
+
+def dry_run(text: str) -> bool:
+    """``dryRun``: "All" checks everything and changes nothing; unset is a real request."""
+    if not text:
+        return False
+    if text != "All":
+        raise Refused(400, "BadRequest", f"dryRun {text!r}: the one value is All, e.g. dryRun=All")
+    return True

@@ -11,6 +11,7 @@ from ever seeing data. Reads run on a thread pool as large as the connection poo
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -210,8 +211,7 @@ class RunsApi:
         user = self._user(request)
         namespace = request.match_info["namespace"]
         await self._call(lambda: self._require(user, namespace, "create"))
-        if request.query.get("dryRun"):
-            raise Refused(400, "BadRequest", "dry runs of a Run are not served yet")
+        dry_run = params.dry_run(request.query.get("dryRun", ""))
         try:
             body = await request.json()
         except ValueError:
@@ -225,7 +225,9 @@ class RunsApi:
                 f'Run in version "{resources.VERSION}" cannot be handled as a Run: strict'
                 f" decoding error: {', '.join(f'unknown field {field!r}' for field in unknown)}",
             )
-        found, created = await self._call(lambda: self._actions.create(namespace, body, user))
+        found, created = await self._call(
+            lambda: self._actions.create(namespace, body, user, dry_run=dry_run)
+        )
         answer = web.json_response(resources.run_object(found), status=201 if created else 200)
         for field in unknown:  # Warn: kubectl prints each "Warning: unknown field ..."
             answer.headers.add("Warning", f'299 - "unknown field \\"{field}\\""')
@@ -239,11 +241,22 @@ class RunsApi:
         user = self._user(request)
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         await self._call(lambda: self._require(user, namespace, "delete"))
-        found = await self._call(lambda: self._actions.cancel(namespace, name, user))
+        # kubectl sends --dry-run=server in the DeleteOptions body; other clients may use
+        # the query. Either way a dry run cancels nothing.
+        options = await request.read()
+        try:
+            asked = json.loads(options).get("dryRun") if options else None
+        except (ValueError, AttributeError):
+            raise Refused(400, "BadRequest", "the body is not DeleteOptions") from None
+        dry_run = params.dry_run(request.query.get("dryRun", "") or ",".join(asked or []))
+        found = await self._call(
+            lambda: self._actions.cancel(namespace, name, user, dry_run=dry_run)
+        )
+        done = "would be cancelled (dry run)" if dry_run else "cancelled"
         body = resources.status(
             200,
             "",
-            f"run {found.name} cancelled ({found.run.status}; get it to follow it)",
+            f"run {found.name} {done} ({found.run.status}; get it to follow it)",
             details={
                 "name": found.name,
                 "group": resources.GROUP,
