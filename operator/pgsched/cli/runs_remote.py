@@ -23,7 +23,6 @@ from pgsched.k8s import names
 if TYPE_CHECKING:  # the Kubernetes client loads only when the API is used (bench.cli_startup)
     from pgsched.k8s.client import api
 
-RUNS = "/apis/runs.pgsched.dev/v1alpha1/namespaces/{namespace}/runs"
 # Status fields of a Run, by the Run model's names (k8s/runs_api/resources.py writes them).
 _FIELDS = {
     "id": "id",
@@ -141,7 +140,9 @@ def _runs(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` runs of this name (in ``status``, if given), newest first."""
     from pgsched.k8s.client import api
+    from pgsched.k8s.runs_api import resources
 
+    path = f"/apis/{resources.API_VERSION}/namespaces/{namespace}/{resources.PLURAL}"
     params: dict[str, Any] = {"labelSelector": f"{names.LABEL_SCHEDULED_JOB}={name}"}
     if status:
         params["fieldSelector"] = f"status.phase={status}"
@@ -149,9 +150,7 @@ def _runs(
     token: str | None = None
     while len(found) < limit:
         try:
-            page = kube.get(
-                RUNS.format(namespace=namespace), **params, limit=limit, **{"continue": token}
-            )
+            page = kube.get(path, **params, limit=limit, **{"continue": token})
         except api.ApiError as error:
             raise _refused(error, f"list runs in {namespace}") from None
         found += page.get("items") or []

@@ -68,9 +68,7 @@ def run_object(found: StoredRun, resource_version: str = "") -> Obj:
     """The Run; ``resource_version`` is the place of the change a watch event carries it
     for (a Run read otherwise has none: nothing updates a Run by its version)."""
     run = found.run
-    metadata = _metadata(found)
-    if resource_version:
-        metadata["resourceVersion"] = resource_version
+    metadata = _metadata(found, resource_version)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -94,14 +92,17 @@ def run_object(found: StoredRun, resource_version: str = "") -> Obj:
     }
 
 
-def _metadata(found: StoredRun) -> Obj:
-    return {
+def _metadata(found: StoredRun, resource_version: str = "") -> Obj:
+    metadata: Obj = {
         "name": found.name,
         "namespace": found.namespace,
         "uid": str(uuid.uuid5(_UID_NAMESPACE, str(found.run.id))),
         "creationTimestamp": timestamp(found.run.created_at),
         "labels": {names.LABEL_SCHEDULED_JOB: found.scheduled_job},
     }
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
+    return metadata
 
 
 def _requester(found: StoredRun) -> Obj:
@@ -184,10 +185,7 @@ def table(
             row["object"] = {
                 "apiVersion": "meta.k8s.io/v1",
                 "kind": "PartialObjectMetadata",
-                "metadata": {
-                    **_metadata(item),
-                    **({"resourceVersion": resource_version} if resource_version else {}),
-                },
+                "metadata": _metadata(item, resource_version),
             }
         rows.append(row)
     metadata: Obj = {"resourceVersion": resource_version}

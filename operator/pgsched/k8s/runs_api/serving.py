@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 from pgsched.db import connection
-from pgsched.db.connection import Connection
 from pgsched.engine import loop
 from pgsched.k8s.access import SubjectReviews
 from pgsched.k8s.client import api
@@ -19,8 +16,6 @@ from pgsched.k8s.runs_api.frontproxy import FrontProxy
 from pgsched.k8s.runs_api.server import RunsApi, RunsApiServer
 from pgsched.k8s.runs_api.store import RunReader
 from pgsched.runapi.threaded import tls_context
-
-T = TypeVar("T")
 
 # The files of PGSCHED_RUNS_API_CERT_DIR, a Kubernetes TLS Secret's.
 CERT_FILE, KEY_FILE = "tls.crt", "tls.key"
@@ -81,7 +76,7 @@ class RunsApiServing:
             [
                 loop.Service(
                     "ordering run changes for watches",
-                    lambda: self._with_connection(changes.sequence),
+                    self._sequence,
                     changes.SEQUENCE_SECONDS,
                     again=lambda result: result.more,
                 ),
@@ -89,6 +84,6 @@ class RunsApiServing:
             self._stop,
         )
 
-    def _with_connection(self, work: Callable[[Connection], T]) -> T:
+    def _sequence(self) -> changes.Sequenced:
         with self._pool.connection() as conn:
-            return work(conn)
+            return changes.sequence(conn)

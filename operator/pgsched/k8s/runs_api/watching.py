@@ -26,18 +26,18 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast, get_args
+from typing import Any, cast
 
 from aiohttp import web
 
 from pgsched.engine.models import TERMINAL_STATUSES, Run, RunStatus
 from pgsched.k8s.runs_api import resources
+from pgsched.k8s.runs_api.params import RUN_STATUSES
 from pgsched.k8s.runs_api.resources import Obj, StoredRun
 from pgsched.k8s.runs_api.store import Change, RunReader
 
 log = logging.getLogger(__name__)
 
-RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
 
 Batch = tuple[list[Change], dict[int, StoredRun]]
 

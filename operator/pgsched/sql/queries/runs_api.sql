@@ -107,9 +107,9 @@ RETURNING h.pruned_through;
 -- name: runs_api_resource_version
 -- The watch order's current end (a list's resourceVersion), and how far back a watch may
 -- resume from.
-SELECT coalesce((SELECT max(c.seq) FROM pgsched.run_changes AS c),
-                (SELECT h.pruned_through FROM pgsched.run_change_horizon AS h)) AS current,
-       (SELECT h.pruned_through FROM pgsched.run_change_horizon AS h) AS pruned_through;
+SELECT coalesce((SELECT max(c.seq) FROM pgsched.run_changes AS c), h.pruned_through) AS current,
+       h.pruned_through
+FROM pgsched.run_change_horizon AS h;
 
 -- name: runs_api_changes
 -- The changes after a resourceVersion of runs of these namespaces (NULL: every namespace)
