@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
+import select
 import socket
 import threading
 import time
@@ -193,11 +194,15 @@ def configure(conn: Connection) -> None:
     conn.execute("SET client_connection_check_interval = '2s'")
 
 
-def pool(dsn: str, *, name: str, max_size: int) -> ConnectionPool[Any]:
+def pool(
+    dsn: str, *, name: str, max_size: int, statement_timeout_ms: int | None = None
+) -> ConnectionPool[Any]:
     """An open pool of connections configured like :func:`connect`'s (``name`` is also
-    their application name).
+    their application name; ``statement_timeout_ms``, when given, bounds every statement
+    on them).
 
-    Every connection is checked before it is handed out. After a database restart the
+    A connection is checked before it is handed out when the server has said something
+    on it while it sat idle (:func:`check_when_spoken_to`). After a database restart the
     pool's idle connections are dead; handed out, each would fail its caller once — and
     for a caller that gets one chance, like the handler of a Job's last watch event,
     that failure loses the outcome. Checked, a dead connection is replaced, and while
@@ -205,6 +210,11 @@ def pool(dsn: str, *, name: str, max_size: int) -> ConnectionPool[Any]:
     """
     # Imported here: the operator and the UI pool connections, the CLI never does.
     from psycopg_pool import ConnectionPool
+
+    def configure_pooled(conn: Connection) -> None:
+        configure(conn)
+        if statement_timeout_ms is not None:
+            conn.execute(f"SET statement_timeout = {int(statement_timeout_ms)}")
 
     return ConnectionPool(
         dsn,
@@ -215,6 +225,20 @@ def pool(dsn: str, *, name: str, max_size: int) -> ConnectionPool[Any]:
         kwargs=with_connect_timeout(
             dsn, {"autocommit": True, "application_name": name, "row_factory": dict_row}
         ),
-        configure=configure,
-        check=ConnectionPool.check_connection,
+        configure=configure_pooled,
+        check=check_when_spoken_to,
     )
+
+
+def check_when_spoken_to(conn: Connection) -> None:
+    """The pool's check: a round trip to the server only when the connection's socket has
+    something to read while idle. A server that shuts down or ends the session says so
+    (an error message, then end of file) on every idle connection, so a dead one is always
+    readable; a healthy idle one has nothing to say, and is handed out without the round
+    trip (a run API heartbeat is one statement: the check doubled its round trips)."""
+    from psycopg_pool import ConnectionPool
+
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+    if poller.poll(0):
+        ConnectionPool.check_connection(conn)

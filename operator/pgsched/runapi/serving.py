@@ -18,7 +18,7 @@ from pgsched.runapi.leases import LeaseKey
 from pgsched.runapi.limits import Budgets, Limits
 from pgsched.runapi.server import RunApi, RunApiServer
 from pgsched.runapi.stops import Stops
-from pgsched.runapi.store import RunStore
+from pgsched.runapi.store import STATEMENT_TIMEOUT_MS, RunStore
 from pgsched.runapi.threaded import tls_context
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,12 @@ class Serving:
         clock: Callable[[], datetime | None] = lambda: None,
     ) -> None:
         host, _, port = bind.rpartition(":")
-        self._pool = connection.pool(dsn, name="pgsched-run-api", max_size=pool_size)
+        self._pool = connection.pool(
+            dsn,
+            name="pgsched-run-api",
+            max_size=pool_size,
+            statement_timeout_ms=STATEMENT_TIMEOUT_MS,
+        )
         with self._pool.connection() as conn:
             key = LeaseKey.load(conn)
         executor = ThreadPoolExecutor(pool_size, thread_name_prefix="pgsched-run-api-db")

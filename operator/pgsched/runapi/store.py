@@ -101,10 +101,9 @@ class RunStore:
 
     def _call(self, operation: Callable[[Connection], T]) -> T:
         try:
-            with self._pool.connection(timeout=POOL_WAIT_SECONDS) as conn, conn.transaction():
-                conn.execute(
-                    queries.get("bound_statements"), {"milliseconds": str(STATEMENT_TIMEOUT_MS)}
-                )
+            # One statement, autocommitted: the call's only round trip (the pool's
+            # connections carry STATEMENT_TIMEOUT_MS, see serving.py).
+            with self._pool.connection(timeout=POOL_WAIT_SECONDS) as conn:
                 return operation(conn)
         except PoolTimeout as error:
             raise StoreUnavailable("no database connection was free in time") from error

@@ -20,11 +20,6 @@ SET available_since = CASE WHEN p.seen_at < %(now)s - %(gap)s THEN %(now)s ELSE 
     seen_at = greatest(p.seen_at, %(now)s)
 RETURNING available_since, seen_at;
 
--- name: bound_statements
--- A run API call's statements give up after this long (the transaction's only), so a call
--- that waits on a lock gives its connection back instead of holding it.
-SELECT pg_catalog.set_config('statement_timeout', %(milliseconds)s, true);
-
 -- name: listen_for_stopping_runs
 -- The channel the job_runs trigger notifies with the id of a run that must stop
 -- (sql/functions/notify_lease_holder.sql).
