@@ -554,6 +554,23 @@ def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothi
     assert phases == ["QUEUED", "RUNNING", "FAILED"], of_later
     assert [kind for kind, _ in of_later] == ["ADDED"] + ["MODIFIED"] * (len(of_later) - 1)
     assert all(event["object"]["metadata"]["name"] != "watched-now" for event in events)
+    # Watched by phase, a run enters RUNNING (ADDED) and leaves it (DELETED, as it was), as
+    # the API server does for an object that starts or stops matching a field selector.
+    running = cluster.kubectl(
+        "get",
+        "--raw",
+        f"{base}?watch=1&resourceVersion={version}&timeoutSeconds=3"
+        "&fieldSelector=status.phase%3DRUNNING",
+    ).stdout
+    by_phase = [json.loads(line) for line in running.splitlines() if line.strip()]
+    seen = [
+        (event["type"], event["object"]["status"]["phase"])
+        for event in by_phase
+        if event["object"]["metadata"]["name"] == "watched-later"
+    ]
+    # Between the two, a note while it ran (its launch) is a MODIFIED in the phase.
+    assert seen[:1] == [("ADDED", "RUNNING")] and seen[-1:] == [("DELETED", "RUNNING")], seen
+    assert all(item == ("MODIFIED", "RUNNING") for item in seen[1:-1]), seen
 
     # A reader who may list but not watch is refused the watch.
     reader = user(cluster, namespace, f"rita-{secrets.token_hex(3)}", READ_RUNS, tmp_path)

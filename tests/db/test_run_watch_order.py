@@ -65,6 +65,18 @@ def test_a_runs_creation_is_told_from_its_later_changes(conn, runs_reader):
     assert told[1:] and all(created is False for _, created in told[1:])  # claimed, ended
 
 
+def test_each_status_change_carries_the_status_it_left(conn, runs_reader):
+    """What a watch by phase needs to send a run leaving the phase as DELETED."""
+    job = define(conn, "a", namespace="team", schedule=NEVER_DUE, now=T0)
+    start = runs_reader.versions().current
+    run = claimed_run(conn, job, T0)
+    end_run(conn, run, "FAILED", T0 + timedelta(seconds=1))
+    changes.sequence(conn)
+    found = runs_reader.changes(namespaces=["team"], scheduled_job=None, after=start, limit=100)
+    moves = [(c.previous, c.status) for c in found if c.status in ("QUEUED", "RUNNING", "FAILED")]
+    assert moves == [(None, "QUEUED"), ("QUEUED", "RUNNING"), ("RUNNING", "FAILED")]
+
+
 def test_namespaces_are_kept_apart(conn, runs_reader):
     mine = define(conn, "a", namespace="team", schedule=NEVER_DUE, now=T0)
     theirs = define(conn, "a", namespace="other", schedule=NEVER_DUE, now=T0)

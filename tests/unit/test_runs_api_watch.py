@@ -53,7 +53,7 @@ def test_changes_read_together_are_each_sent_as_they_left_the_run():
     changes = [
         Change(11, 7, "QUEUED", None, True),
         Change(12, 7, "RUNNING", None, False),
-        Change(13, 7, "STARTED", None, False),  # a note: the run as it is
+        Change(13, 7, "STARTED", None, False),  # a note: the run as the change before left it
         Change(14, 7, "COMPLETED", None, False),
     ]
     sent = watching.events(changes, {7: completed_run()}, watch(), NOW)
@@ -64,7 +64,7 @@ def test_changes_read_together_are_each_sent_as_they_left_the_run():
     assert [(kind, phase) for kind, phase, _ in shown] == [
         ("ADDED", "QUEUED"),
         ("MODIFIED", "RUNNING"),
-        ("MODIFIED", "COMPLETED"),
+        ("MODIFIED", "RUNNING"),
         ("MODIFIED", "COMPLETED"),
     ]
     assert [metadata["resourceVersion"] for _, _, metadata in shown] == ["11", "12", "13", "14"]
@@ -72,10 +72,54 @@ def test_changes_read_together_are_each_sent_as_they_left_the_run():
     assert queued.get("startedAt") is None and queued.get("finishedAt") is None
 
 
-def test_a_phase_selector_sends_only_changes_into_that_phase():
+def kinds(sent):
+    return [
+        (
+            event["type"],
+            event["object"]["status"]["phase"],
+            event["object"]["metadata"]["resourceVersion"],
+        )
+        for event in sent
+    ]
+
+
+LIFE = [
+    Change(1, 7, "QUEUED", None, True),
+    Change(2, 7, "RUNNING", None, False, "QUEUED"),
+    Change(3, 7, "STARTED", None, False),  # a note: no phase changes
+    Change(4, 7, "COMPLETED", None, False, "RUNNING"),
+]
+
+
+def test_a_phase_selector_adds_a_run_entering_the_phase_and_deletes_it_as_it_was_on_leaving():
+    """As the API server does for an object that starts or stops matching a watch's field
+    selector: `kubectl get runs -w --field-selector status.phase=RUNNING` shows what is
+    running, and a run that ended leaves it."""
+    sent = watching.events(LIFE, {7: completed_run()}, watch(statuses=["RUNNING"]), NOW)
+    assert kinds(sent) == [
+        ("ADDED", "RUNNING", "2"),
+        ("MODIFIED", "RUNNING", "3"),  # the note: its pod started, while it ran
+        ("DELETED", "RUNNING", "4"),
+    ]
+    deleted = sent[-1]["object"]["status"]
+    assert deleted.get("finishedAt") is None and deleted.get("exitCode") is None
+
+
+def test_a_phase_selector_on_the_end_adds_the_run_once_it_ends():
+    sent = watching.events(LIFE, {7: completed_run()}, watch(statuses=["COMPLETED"]), NOW)
+    assert kinds(sent) == [("ADDED", "COMPLETED", "4")]
+
+
+def test_without_a_selector_a_run_is_added_once_then_modified():
+    sent = watching.events(LIFE, {7: completed_run()}, watch(), NOW)
+    assert [kind for kind, _, _ in kinds(sent)] == ["ADDED", "MODIFIED", "MODIFIED", "MODIFIED"]
+
+
+def test_a_change_whose_previous_status_is_unknown_is_sent_as_a_modification_in_the_phase():
+    """Changes recorded before the database kept the previous status."""
     changes = [Change(1, 7, "RUNNING", None, False), Change(2, 7, "COMPLETED", None, False)]
     sent = watching.events(changes, {7: completed_run()}, watch(statuses=["RUNNING"]), NOW)
-    assert [event["object"]["status"]["phase"] for event in sent] == ["RUNNING"]
+    assert kinds(sent) == [("MODIFIED", "RUNNING", "1")]
 
 
 def test_table_events_carry_one_row_and_the_changes_version():

@@ -1358,10 +1358,11 @@ CREATE FUNCTION pgsched.record_run_changes() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    INSERT INTO pgsched.run_changes (run_id, definition_id, status, reason, created)
+    INSERT INTO pgsched.run_changes (run_id, definition_id, status, reason, created, previous_status)
     SELECT n.run_id, n.definition_id, n.status, n.reason,
            coalesce((SELECT r.created_at = now() FROM pgsched.job_runs AS r
-                     WHERE r.id = n.run_id AND r.scheduled_for = n.scheduled_for), false)
+                     WHERE r.id = n.run_id AND r.scheduled_for = n.scheduled_for), false),
+           n.previous_status
     FROM new_rows AS n
     ORDER BY n.id;
     RETURN NULL;
@@ -1378,8 +1379,9 @@ CREATE FUNCTION pgsched.record_run_status_changes() RETURNS trigger
     AS $$
 BEGIN
     INSERT INTO pgsched.run_events
-        (run_id, definition_id, status, reason, attempt, trigger, scheduled_for)
-    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger, n.scheduled_for
+        (run_id, definition_id, status, reason, attempt, trigger, scheduled_for, previous_status)
+    SELECT n.id, n.definition_id, n.status, n.reason, n.attempt, n.trigger, n.scheduled_for,
+           o.status
     FROM new_rows AS n
     JOIN old_rows AS o ON o.id = n.id
     WHERE o.status IS DISTINCT FROM n.status;
@@ -1988,7 +1990,8 @@ CREATE TABLE pgsched.run_changes (
     reason text,
     created boolean NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    seq bigint
+    seq bigint,
+    previous_status text
 );
 
 --
@@ -2037,7 +2040,8 @@ CREATE TABLE pgsched.run_events (
     attempt integer NOT NULL,
     trigger text NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    scheduled_for timestamp with time zone
+    scheduled_for timestamp with time zone,
+    previous_status text
 );
 
 --

@@ -33,7 +33,10 @@ class Change:
     run_id: int
     status: str  # the run's status the change made, or a note (LAUNCHING, STARTED, ...)
     reason: str | None
-    created: bool  # the run's creation: ADDED, else MODIFIED
+    created: bool  # the run's creation
+    # The status a status change left; None for a creation, a note, or a change recorded
+    # before the database kept it.
+    previous: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,14 @@ class RunReader:
                 },
             ).fetchall()
         return [
-            Change(row["seq"], row["run_id"], row["status"], row["reason"], row["created"])
+            Change(
+                row["seq"],
+                row["run_id"],
+                row["status"],
+                row["reason"],
+                row["created"],
+                row["previous_status"],
+            )
             for row in rows
         ]
 

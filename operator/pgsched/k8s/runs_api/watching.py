@@ -10,9 +10,9 @@ were quiet. A version older than the changes kept is 410 Expired: list again.
 
 What it does not do, and says so (docs/runs-api.md): a watch without a resourceVersion
 starts now and sends no initial ADDED for every existing run (history has no end: list
-first, as kubectl and informers do); a field selector on ``status.phase`` filters what is
-sent by the run's phase now, and a run leaving it is not sent as DELETED; runs are never
-deleted by a change (history retention drops whole months), so no DELETED is sent.
+first, as kubectl and informers do). Runs are never deleted by a change (history
+retention drops whole months): the only DELETED is a run leaving the phase a field
+selector on ``status.phase`` asks for.
 """
 
 from __future__ import annotations
@@ -77,33 +77,68 @@ def events(
 ) -> list[Obj]:
     """One event per change, the run as of it (``as_of``); a note that changes nothing a
     Run shows (``LAUNCHING`` again with the same reason, a settled failure's
-    ``NOT_RETRIED``) is sent as the run is, once per batch."""
+    ``NOT_RETRIED``) is sent once per batch, the run as the batch's status change before
+    it left it (or as it is, when the batch has none).
+
+    With a phase selector a run is ADDED when it enters the phase and DELETED (as it was)
+    when it leaves it, as the API server does for an object that starts or stops matching a
+    watch's field selector."""
     sent = []
     noted: set[int] = set()
+    phase_change: dict[int, Change] = {}  # each run's last status change read so far
     for change in changes:
         item = found.get(change.run_id)
         if item is None:
             continue
-        if change.status not in RUN_STATUSES:
-            if change.run_id in noted:
-                continue
-            noted.add(change.run_id)
-        shown = dataclasses.replace(item, run=as_of(item.run, change))
-        if not _selected(shown, watch):
+        if change.status in RUN_STATUSES:
+            phase_change[change.run_id] = change
+        elif change.run_id in noted:
             continue
-        version = str(change.seq)
-        if watch.objects is None:
-            body = resources.run_object(shown, version)
         else:
-            body = resources.table(
-                [shown],
-                now=now,
-                continue_token=None,
-                objects=watch.objects,
-                resource_version=version,
-            )
-        sent.append({"type": "ADDED" if change.created else "MODIFIED", "object": body})
+            noted.add(change.run_id)
+        shown = dataclasses.replace(
+            item, run=as_of(item.run, phase_change.get(change.run_id, change))
+        )
+        selected = _selected(shown, watch)
+        left = _left(item, change)
+        was_selected = _was_selected(selected, left, change, watch)
+        if selected:
+            kind = "MODIFIED" if was_selected else "ADDED"
+        elif was_selected and left is not None:
+            # Left the selected phase: DELETED, the run as it was, as the API server sends
+            # an object that stopped matching a watch's field selector.
+            kind, shown = "DELETED", left
+        else:
+            continue
+        sent.append({"type": kind, "object": _body(shown, str(change.seq), watch, now)})
     return sent
+
+
+def _left(item: StoredRun, change: Change) -> StoredRun | None:
+    """The run as it was before a status change, when the change says what it was."""
+    if change.previous is None or change.previous not in RUN_STATUSES:
+        return None
+    before = Change(change.seq, change.run_id, change.previous, None, False)
+    return dataclasses.replace(item, run=as_of(item.run, before))
+
+
+def _was_selected(selected: bool, left: StoredRun | None, change: Change, watch: Watch) -> bool:
+    """Whether the watch had the run before this change: never before its creation; as now
+    after a note (it changes no phase) or a change whose previous status is unknown;
+    otherwise as the run was."""
+    if change.created:
+        return False
+    if left is None:
+        return selected
+    return _selected(left, watch)
+
+
+def _body(shown: StoredRun, version: str, watch: Watch, now: datetime) -> Obj:
+    if watch.objects is None:
+        return resources.run_object(shown, version)
+    return resources.table(
+        [shown], now=now, continue_token=None, objects=watch.objects, resource_version=version
+    )
 
 
 def as_of(run: Run, change: Change) -> Run:

@@ -8,10 +8,11 @@ CREATE OR REPLACE FUNCTION pgsched.record_run_changes() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-    INSERT INTO pgsched.run_changes (run_id, definition_id, status, reason, created)
+    INSERT INTO pgsched.run_changes (run_id, definition_id, status, reason, created, previous_status)
     SELECT n.run_id, n.definition_id, n.status, n.reason,
            coalesce((SELECT r.created_at = now() FROM pgsched.job_runs AS r
-                     WHERE r.id = n.run_id AND r.scheduled_for = n.scheduled_for), false)
+                     WHERE r.id = n.run_id AND r.scheduled_for = n.scheduled_for), false),
+           n.previous_status
     FROM new_rows AS n
     ORDER BY n.id;
     RETURN NULL;

@@ -115,7 +115,7 @@ FROM pgsched.run_change_horizon AS h;
 -- The changes after a resourceVersion of runs of these namespaces (NULL: every namespace)
 -- and optionally one ScheduledJob, in watch order: only recent rows are read (seq is
 -- unique, hence indexed, and a watch asks from where it stopped).
-SELECT c.seq, c.run_id, c.status, c.reason, c.created
+SELECT c.seq, c.run_id, c.status, c.reason, c.created, c.previous_status
 FROM pgsched.run_changes AS c
 JOIN pgsched.job_definitions AS d ON d.id = c.definition_id
 WHERE c.seq > %(after)s
