@@ -625,3 +625,19 @@ def test_pgsched_runs_reads_through_the_run_api_as_a_tenant_without_a_database(
     theirs = as_user(tess, "runs", "ledger", "-n", "team-b")
     assert theirs.code != 0
     assert "your kubeconfig's user may not get scheduledjobs in team-b" in theirs.err, theirs.err
+
+    # describe: the same lines and the same JSON as from the database.
+    failed = remote.json()["runs"][0]["id"]
+    for form in ([], ["-o", "json"]):
+        told = as_user(tess, "describe", str(failed), "-n", namespace, *form)
+        assert told.code == 0, told.err
+        direct = pgsched("describe", str(failed), *form, dsn=operators.dsn)
+        assert direct.code == 0, direct.err
+        assert told.out == direct.out
+    assert told.json()["run"]["status"] == "FAILED", told.out  # the last form: JSON
+    elsewhere = as_user(tess, "describe", str(failed), "-n", "team-b")
+    assert elsewhere.code != 0
+    assert "your kubeconfig's user may not list runs in team-b" in elsewhere.err, elsewhere.err
+    missing = as_user(tess, "describe", str(failed + 100000), "-n", namespace)
+    assert missing.code != 0
+    assert f"no run with id {failed + 100000} in namespace {namespace}" in missing.err

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from db.test_notifications import claimed_run, end_run
 from factories import define
-from pgsched.engine import definitions
+from pgsched.engine import definitions, run_description, run_json
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 NEVER_DUE = "0 3 1 1 *"
@@ -67,3 +67,19 @@ def test_a_deleted_scheduledjobs_runs_stay_listed_and_say_so(conn, runs_reader):
     assert runs_reader.one("team", run_id) is not None
     assert runs_reader.one("other", run_id) is None  # a run is found only in its own namespace
     assert runs_reader.namespaces() == ["team"]
+
+
+def test_a_run_got_by_name_carries_what_pgsched_describe_says_of_it(conn, runs_reader):
+    """The Run API gives a tenant's CLI the same document and lines the CLI makes from the
+    database: nothing lost on the way through JSON (times to the microsecond, durations,
+    numbers)."""
+    job = define(conn, "a", namespace="team", schedule=NEVER_DUE, now=T0)
+    [run_id] = make_runs(conn, job, ["FAILED"])
+    described = runs_reader.described(run_id)
+    assert described is not None
+    direct = run_description.of_run(conn, run_id, now=T0 + timedelta(hours=1))
+    assert direct is not None
+    assert run_description.lines_from_json(described.pop("lines")) == run_description.lines(direct)
+    assert described == run_json.plain(run_description.as_json(direct))
+    assert described["run"]["status"] == "FAILED" and described["scheduledJob"]["name"] == "a"
+    assert runs_reader.described(run_id + 1000) is None

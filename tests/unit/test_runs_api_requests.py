@@ -78,10 +78,14 @@ def test_other_label_selectors_are_refused_with_the_one_that_works(selector):
     assert "-l pgsched.dev/scheduledjob=nightly-export" in str(refused.value)
 
 
-def test_field_selectors_phase_and_name():
-    assert params.fields("status.phase=FAILED") == (["FAILED"], None)
-    assert params.fields("metadata.name=a-1,status.phase==QUEUED") == (["QUEUED"], "a-1")
-    for bad in ("status.phase=failed", "status.phase!=FAILED", "spec.x=1", "status.phase"):
+def test_field_selectors_phase_name_and_run_id():
+    assert params.fields("status.phase=FAILED") == params.Fields(statuses=["FAILED"])
+    assert params.fields("metadata.name=a-1,status.phase==QUEUED") == params.Fields(
+        statuses=["QUEUED"], name="a-1"
+    )
+    assert params.fields("status.id=4711") == params.Fields(run_id=4711)
+    for bad in ("status.phase=failed", "status.phase!=FAILED", "spec.x=1", "status.phase",
+                "status.id=abc", "status.id=" + "9" * 30):  # fmt: skip
         with pytest.raises(params.Refused) as refused:
             params.fields(bad)
         assert refused.value.code == 400 and "status.phase=FAILED" in str(refused.value)

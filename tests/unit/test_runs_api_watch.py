@@ -38,8 +38,7 @@ def watch(**overrides: object) -> watching.Watch:
     given: dict[str, object] = {
         "namespaces": ["team-a"],
         "scheduled_job": None,
-        "statuses": None,
-        "name": None,
+        "fields": params.Fields(),
         "after": 0,
         "seconds": 60.0,
         "bookmarks": False,
@@ -95,7 +94,9 @@ def test_a_phase_selector_adds_a_run_entering_the_phase_and_deletes_it_as_it_was
     """As the API server does for an object that starts or stops matching a watch's field
     selector: `kubectl get runs -w --field-selector status.phase=RUNNING` shows what is
     running, and a run that ended leaves it."""
-    sent = watching.events(LIFE, {7: completed_run()}, watch(statuses=["RUNNING"]), NOW)
+    sent = watching.events(
+        LIFE, {7: completed_run()}, watch(fields=params.Fields(statuses=["RUNNING"])), NOW
+    )
     assert kinds(sent) == [
         ("ADDED", "RUNNING", "2"),
         ("MODIFIED", "RUNNING", "3"),  # the note: its pod started, while it ran
@@ -106,7 +107,9 @@ def test_a_phase_selector_adds_a_run_entering_the_phase_and_deletes_it_as_it_was
 
 
 def test_a_phase_selector_on_the_end_adds_the_run_once_it_ends():
-    sent = watching.events(LIFE, {7: completed_run()}, watch(statuses=["COMPLETED"]), NOW)
+    sent = watching.events(
+        LIFE, {7: completed_run()}, watch(fields=params.Fields(statuses=["COMPLETED"])), NOW
+    )
     assert kinds(sent) == [("ADDED", "COMPLETED", "4")]
 
 
@@ -118,7 +121,9 @@ def test_without_a_selector_a_run_is_added_once_then_modified():
 def test_a_change_whose_previous_status_is_unknown_is_sent_as_a_modification_in_the_phase():
     """Changes recorded before the database kept the previous status."""
     changes = [Change(1, 7, "RUNNING", None, False), Change(2, 7, "COMPLETED", None, False)]
-    sent = watching.events(changes, {7: completed_run()}, watch(statuses=["RUNNING"]), NOW)
+    sent = watching.events(
+        changes, {7: completed_run()}, watch(fields=params.Fields(statuses=["RUNNING"])), NOW
+    )
     assert kinds(sent) == [("MODIFIED", "RUNNING", "1")]
 
 
@@ -162,6 +167,6 @@ def test_a_replica_serving_its_most_watches_answers_429_before_streaming():
     api._watches = server.MAX_WATCHES
     request = make_mocked_request("GET", "/apis/runs.pgsched.dev/v1alpha1/runs?watch=1")
     with pytest.raises(params.Refused) as refused:
-        asyncio.run(api._watch(request, None, None, None, None, Versions(40, 0)))
+        asyncio.run(api._watch(request, None, None, params.Fields(), Versions(40, 0)))
     assert (refused.value.code, refused.value.reason) == (429, "TooManyRequests")
     assert f"serves {server.MAX_WATCHES} watches already" in str(refused.value)

@@ -1,22 +1,24 @@
 """``pgsched describe <run-id>``: everything about one run, and its retry chain.
 
-A run id is global (it is the row's key), so no namespace is needed. The retry chain
-shows every attempt of the same occurrence, first to last, so a failure that was retried
-three times reads as one story: reasons, errors and Job names of each attempt. The chain
-of ``spec.after`` shows both ways: the upstream run that queued this one, and the
-downstream runs this one's final outcome queued.
+The retry chain shows every attempt of the same occurrence, first to last, so a failure
+that was retried three times reads as one story: reasons, errors and Job names of each
+attempt. The chain of ``spec.after`` shows both ways: the upstream run that queued this
+one, and the downstream runs this one's final outcome queued.
+
+Read from the database when one is given (a run id is global there), else through the Run
+API as the kubeconfig's user, in the namespace of ``-n`` (RBAC ``get runs``): a tenant
+needs no DSN, and both ways print the same (``engine.run_description``).
 """
 
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgsched.cli import common, output
+from pgsched.cli import common, output, runs_remote, target
 from pgsched.db import clock
-from pgsched.engine import definitions, run_facts, run_json, runs
-from pgsched.engine.models import Start
+from pgsched.engine import run_description
 from pgsched.schedule import zones
 
 
@@ -24,9 +26,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Show one run: its ScheduledJob, status, reason and error, times,"
         " Kubernetes Job, cancellation, who requested it, and every attempt of the same"
-        " occurrence."
+        " occurrence. From the database with --dsn, else through the Run API with the"
+        " kubeconfig (RBAC: get runs in the namespace)."
     )
     parser.add_argument("run_id", metavar="RUN-ID", type=run_id, help="a run id (see `runs`)")
+    target.add_namespace(parser)
+    target.add_kube_flags(parser)
     common.add_dsn(parser)
     output.add_flag(parser)
     parser.set_defaults(handler=run)
@@ -43,86 +48,66 @@ def run_id(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    with common.connect(args, application_name="pgsched-cli") as conn:
-        found = runs.get(conn, args.run_id)
-        if found is None:
-            raise common.CommandError(f"no run with id {args.run_id}")
-        definition = definitions.get(conn, found.definition_id)
-        assert definition is not None  # job_runs.definition_id is a foreign key
-        zone = zones.load_zone(definition.time_zone)
-        facts = run_facts.of_run(conn, found, definition, now=clock.now(conn), zone=zone)
-        upstream = runs.get(conn, found.upstream_run_id) if found.upstream_run_id else None
+    document, lines = _read(args)
     if args.output == "json":
-        output.emit_json(
-            {
-                "run": run_json.summary(
-                    facts.run, facts.triggered, [item.run_id for item in facts.upstreams]
-                ),
-                "requestedBy": facts.requested_by,
-                "scheduledJob": {
-                    "namespace": definition.namespace,
-                    "name": definition.name,
-                    "uid": definition.id,
-                    "timeZone": definition.time_zone,
-                    "deleted": definition.deleted_at is not None,
-                },
-                "retryChain": [run_json.summary(item) for item in facts.attempts],
-                "upstreamRun": run_json.summary(upstream) if upstream else None,
-                "upstreamRuns": [
-                    {
-                        "runId": item.run_id,
-                        "scheduledJob": item.scheduled_job,
-                        "status": item.status,
-                    }
-                    for item in facts.upstreams
-                ],
-                "waitingFor": (
-                    {"reason": facts.wait.reason, "message": facts.wait.message}
-                    if facts.wait
-                    else None
-                ),
-                "start": _start_json(facts.start),
-                "notifications": facts.notify.as_json() if facts.notify else None,
-            }
-        )
+        output.emit_json(document)
         return 0
+    zone = zones.load_zone(document["scheduledJob"]["timeZone"])
 
-    def shown(value: run_facts.Value) -> object:
-        plain = run_facts.text(value)
-        if isinstance(plain, datetime):
-            return f"{output.local_time(plain, zone)}  ({output.utc_iso(plain)})"
-        if isinstance(plain, timedelta):
-            return output.duration(plain)
-        return plain
+    def shown(value: run_description.Plain) -> object:
+        if isinstance(value, datetime):
+            return f"{output.local_time(value, zone)}  ({output.utc_iso(value)})"
+        if isinstance(value, timedelta):
+            return output.duration(value)
+        return value
 
-    output.fields([(label, shown(value)) for label, value in facts.lines])
-    if len(facts.attempts) > 1:
+    output.fields([(label, shown(value)) for label, value in lines])
+    attempts = document["retryChain"]
+    if len(attempts) > 1:
         print("\nRetry chain:")
         output.table(
             ["attempt", "run", "status", "reason", "scheduled", "finished", "job"],
             [
                 [
-                    item.attempt,
-                    f"{item.id}{' *' if item.id == found.id else ''}",
-                    item.status,
-                    item.reason,
-                    output.local_time(item.scheduled_for, zone),
-                    output.local_time(item.finished_at, zone),
-                    item.k8s_job_name,
+                    item["attempt"],
+                    f"{item['id']}{' *' if item['id'] == args.run_id else ''}",
+                    item["status"],
+                    item["reason"],
+                    output.local_time(_moment(item["scheduledFor"]), zone),
+                    output.local_time(_moment(item["finishedAt"]), zone),
+                    item["jobName"],
                 ]
-                for item in facts.attempts
+                for item in attempts
             ],
         )
     return 0
 
 
-def _start_json(start: Start | None) -> dict[str, Any] | None:
-    if start is None:
-        return None
-    return {
-        "workloadStartedAt": start.workload_started_at,
-        "waitingReason": start.waiting_reason,
-        "waitingMessage": start.waiting_message,
-        "awaitingAdmission": start.awaiting_admission,
-        "boundAt": start.bound_at,
-    }
+def _read(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], list[tuple[str, run_description.Plain]]]:
+    """The describe document and lines: from the database when one is given, else through
+    the Run API as the kubeconfig's user, else an error saying both ways."""
+    if common.has_database(args):
+        with common.connect(args, application_name="pgsched-cli") as conn:
+            found = run_description.of_run(conn, args.run_id, now=clock.now(conn))
+        if found is None:
+            raise common.CommandError(f"no run with id {args.run_id}")
+        return run_description.as_json(found), run_description.lines(found)
+    if not target.has_kubeconfig(args.kubeconfig):
+        raise common.CommandError(
+            "no database and no kubeconfig: pass --dsn (or set PGSCHED_DSN), or a kubeconfig"
+            " (--kubeconfig, KUBECONFIG) and -n NAMESPACE to read the run through the Run API",
+            code=2,
+        )
+    document = runs_remote.description(target.kube(args), target.namespace(args), args.run_id)
+    lines = run_description.lines_from_json(document.pop("lines"))
+    return document, lines
+
+
+def _moment(value: datetime | str | None) -> datetime | None:
+    """An instant of a retry chain's run: a datetime read from the database, RFC 3339 text
+    through the Run API."""
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+    return value

@@ -15,12 +15,13 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TextIO
-from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from pgsched import wording
+from pgsched.engine import run_json
+from pgsched.engine.run_json import utc_iso as utc_iso  # the CLI's instants, as in its JSON
 
 FORMATS = ("table", "json")
 NOTHING = "-"
@@ -59,7 +60,7 @@ def fields(pairs: Sequence[tuple[str, Any]], *, out: TextIO | None = None) -> No
 
 
 def emit_json(data: Any, *, out: TextIO | None = None) -> None:
-    print(json.dumps(data, indent=2, default=_json_default), file=out or sys.stdout)
+    print(json.dumps(data, indent=2, default=run_json.encode), file=out or sys.stdout)
 
 
 def cell(value: Any) -> str:
@@ -79,27 +80,9 @@ def local_time(moment: datetime | None, zone: ZoneInfo | None) -> str:
     return NOTHING if moment is None else wording.local(moment, zone or ZoneInfo("UTC"))
 
 
-def utc_iso(moment: datetime | None) -> str | None:
-    """``2026-06-01T06:00:00Z`` (microseconds kept only when there are any)."""
-    if moment is None:
-        return None
-    text = moment.astimezone(UTC).isoformat()
-    return text.replace("+00:00", "Z")
-
-
 def duration(span: timedelta | None) -> str:
     """``850ms``, ``4.2s``, ``3m05s``, ``2h03m``, ``1d02h`` (``wording.duration``)."""
     return NOTHING if span is None else wording.duration(span)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return utc_iso(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, UUID):
-        return str(value)
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 class Progress:

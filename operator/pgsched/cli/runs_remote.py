@@ -1,11 +1,13 @@
-"""``pgsched runs`` without a database: the history through the Run API (docs/runs-api.md).
+"""``pgsched runs`` and ``describe`` without a database: through the Run API (docs/runs-api.md).
 
 A tenant has a kubeconfig, not the shared database's password. Given no DSN, ``pgsched
 runs`` asks the API server, as the kubeconfig's user, for the ScheduledJob (its time zone)
 and for its Runs, newest first: RBAC (``list runs`` in the namespace) decides, and the API
 server's audit log records it. The rows are the same as read from the database, so the
 table and ``-o json`` are too; only the instants are whole seconds, as the Kubernetes API
-gives them (durations come from the run's own ``durationSeconds``).
+gives them (durations come from the run's own ``durationSeconds``). ``describe`` gets the
+one Run, whose ``status.description`` the Run API makes with the database path's own code
+(``engine.run_description``): the same lines and JSON.
 """
 
 from __future__ import annotations
@@ -91,6 +93,37 @@ def history(
         ]
         history.upstreams[run.id] = [int(up) for up in item["status"].get("upstreamRunIds") or []]
     return history
+
+
+def description(kube: api.KubeApi, namespace: str, run_id: int) -> dict[str, Any]:
+    """What ``pgsched describe`` says of run ``run_id`` of ``namespace``, as the Run API
+    gives it (``status.description`` of the Run got by name): the document of ``describe
+    -o json`` and its ``lines``."""
+    from pgsched.k8s.client import api
+    from pgsched.k8s.runs_api import resources
+
+    path = f"/apis/{resources.API_VERSION}/namespaces/{namespace}/{resources.PLURAL}"
+    try:
+        page = kube.get(path, fieldSelector=f"status.id={run_id}", limit=1)
+    except api.ApiError as error:
+        raise _refused(error, f"list runs in {namespace}") from None
+    items = page.get("items") or []
+    if not items:
+        raise CommandError(
+            f"no run with id {run_id} in namespace {namespace}: check the id (`pgsched runs"
+            f" SJ -n {namespace}`) and the namespace (-n NAMESPACE)"
+        )
+    try:
+        found = kube.get(f"{path}/{items[0]['metadata']['name']}")
+    except api.ApiError as error:
+        raise _refused(error, f"get runs in {namespace}") from None
+    described = (found.get("status") or {}).get("description")
+    if not isinstance(described, dict):
+        raise CommandError(
+            "this cluster's Run API gives no description of a run (an older pgsched):"
+            " pass --dsn, or ask its platform team to upgrade"
+        )
+    return described
 
 
 def run_from_object(found: dict[str, Any]) -> Run:

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from pgsched.engine import chain
 from pgsched.engine.models import Run
@@ -57,3 +60,28 @@ def seconds(item: Run) -> float | None:
     if item.started_at is None or item.finished_at is None:
         return None
     return (item.finished_at - item.started_at).total_seconds()
+
+
+def utc_iso(moment: datetime | None) -> str | None:
+    """``2026-06-01T06:00:00Z`` (microseconds kept only when there are any)."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def encode(value: Any) -> Any:
+    """``json.dumps``' default for what runs hold: instants as :func:`utc_iso`, durations
+    as seconds, uuids as text."""
+    if isinstance(value, datetime):
+        return utc_iso(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, UUID):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def plain(data: Any) -> Any:
+    """``data`` as JSON would read back: what an API answers with, written as the CLI
+    writes it."""
+    return json.loads(json.dumps(data, default=encode))

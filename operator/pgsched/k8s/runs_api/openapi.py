@@ -89,6 +89,14 @@ _STATUS: dict[str, Obj] = {
     },
     "scheduledJobDeletedAt": _time("When its ScheduledJob was deleted"),
     "requestedBy": _string("Who asked for a manual run or a backfill."),
+    "description": {
+        "type": "object",
+        "description": "Given when one run is got by name, not in lists or watches: what"
+        " `pgsched describe` shows (why it waits, its pod's start, the retry chain, upstream"
+        " and triggered runs, notifications), as `pgsched describe -o json` gives it, and"
+        " `lines`, the lines it prints.",
+        "x-kubernetes-preserve-unknown-fields": True,
+    },
 }
 
 _OBJECT_META: Obj = {

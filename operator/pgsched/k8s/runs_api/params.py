@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+from dataclasses import dataclass
 from typing import get_args
 
 from pgsched.engine.models import RunStatus
@@ -43,25 +45,36 @@ def scheduled_job(selector: str) -> str | None:
     return value
 
 
-def fields(selector: str) -> tuple[list[str] | None, str | None]:
-    """``status.phase=FAILED`` and ``metadata.name=...``, comma-separated."""
+@dataclass(frozen=True)
+class Fields:
+    """What a field selector asks for: runs in these phases, of this name, of this id."""
+
     statuses: list[str] | None = None
     name: str | None = None
+    run_id: int | None = None
+
+
+def fields(selector: str) -> Fields:
+    """``status.phase=FAILED``, ``metadata.name=...`` and ``status.id=...``, comma-separated."""
+    found = Fields()
     example = "--field-selector status.phase=FAILED"
     for term in filter(None, selector.split(",")):
         key, operator, value = _term(term, "fieldSelector", example)
         if key == "status.phase" and operator != "!=" and value in RUN_STATUSES:
-            statuses = [value]
+            found = dataclasses.replace(found, statuses=[value])
         elif key == "metadata.name" and operator != "!=":
-            name = value
+            found = dataclasses.replace(found, name=value)
+        elif key == "status.id" and operator != "!=" and value.isdigit() and len(value) <= 18:
+            found = dataclasses.replace(found, run_id=int(value))
         else:
             raise Refused(
                 400,
                 "BadRequest",
                 f"fieldSelector {term!r}: runs are selected by status.phase (one of"
-                f" {', '.join(RUN_STATUSES)}) or metadata.name, e.g. {example}",
+                f" {', '.join(RUN_STATUSES)}), metadata.name or status.id (a run id), e.g."
+                f" {example}",
             )
-    return statuses, name
+    return found
 
 
 def _term(term: str, what: str, example: str) -> tuple[str, str, str]:

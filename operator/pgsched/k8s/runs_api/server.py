@@ -132,25 +132,25 @@ class RunsApi:
         watch = request.query.get("watch") in ("1", "true")
         namespace = request.match_info.get("namespace")
         scheduled_job = params.scheduled_job(request.query.get("labelSelector", ""))
-        statuses, name = params.fields(request.query.get("fieldSelector", ""))
+        selected = params.fields(request.query.get("fieldSelector", ""))
         verb = "watch" if watch else "list"
         namespaces = await self._call(lambda: self._listable(user, namespace, verb))
         versions = await self._call(self._reader.versions)  # before the rows: none missed
         if watch:
-            return await self._watch(request, namespaces, scheduled_job, statuses, name, versions)
+            return await self._watch(request, namespaces, scheduled_job, selected, versions)
         limit = params.limit(request.query.get("limit", ""))
         before = params.before(request.query.get("continue", ""))
-        if name is not None:
-            # metadata.name=...: one run at most, the one that name names.
-            found = await self._call(lambda: self._named(namespaces, name))
-            page_runs = [item for item in found if not statuses or item.run.status in statuses]
+        if selected.name is not None or selected.run_id is not None:
+            # metadata.name or status.id: one run at most.
+            found = await self._call(lambda: self._one(namespaces, selected))
+            page_runs = [item for item in found if watching.selected(item, scheduled_job, selected)]
             next_before = None
         else:
             page = await self._call(
                 lambda: self._reader.page(
                     namespaces=namespaces,
                     scheduled_job=scheduled_job,
-                    statuses=statuses,
+                    statuses=selected.statuses,
                     before=before,
                     limit=limit,
                 )
@@ -168,8 +168,7 @@ class RunsApi:
         request: web.Request,
         namespaces: list[str] | None,
         scheduled_job: str | None,
-        statuses: list[str] | None,
-        name: str | None,
+        selected: params.Fields,
         versions: Versions,
     ) -> web.StreamResponse:
         after = params.resource_version(request.query.get("resourceVersion", ""), versions)
@@ -180,8 +179,7 @@ class RunsApi:
         watch = watching.Watch(
             namespaces=namespaces,
             scheduled_job=scheduled_job,
-            statuses=statuses,
-            name=name,
+            fields=selected,
             after=after,
             seconds=watching.seconds(request.query.get("timeoutSeconds", "")),
             bookmarks=request.query.get("allowWatchBookmarks") in ("1", "true"),
@@ -204,7 +202,11 @@ class RunsApi:
             raise Missing(name)
         if _wants_table(request):
             return self._table(request, [found], None)
-        return web.json_response(resources.run_object(found))
+        body = resources.run_object(found)
+        described = await self._call(lambda: self._reader.described(found.run.id))
+        if described is not None:
+            body["status"]["description"] = described
+        return web.json_response(body)
 
     async def _create(self, request: web.Request) -> web.Response:
         """run-now: 201 with the new run, or 200 with the first run of that name."""
@@ -329,10 +331,19 @@ class RunsApi:
             if self._reviews.allows(user, each, _permission(verb))
         ]
 
-    def _named(self, namespaces: list[str] | None, name: str) -> list[resources.StoredRun]:
+    def _one(
+        self, namespaces: list[str] | None, selected: params.Fields
+    ) -> list[resources.StoredRun]:
+        """The run a field selector names by id or name, in the namespaces listed."""
+        if selected.run_id is not None:
+            found = self._reader.by_ids([selected.run_id]).get(selected.run_id)
+            if found is None or (namespaces is not None and found.namespace not in namespaces):
+                return []
+            return [found]
+        assert selected.name is not None
         candidates = namespaces if namespaces is not None else self._reader.namespaces()
-        found = [self._reader.named(namespace, name) for namespace in candidates]
-        return [item for item in found if item is not None]
+        named = [self._reader.named(namespace, selected.name) for namespace in candidates]
+        return [item for item in named if item is not None]
 
     async def _call(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)

@@ -13,7 +13,8 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from pgsched.db import queries
+from pgsched.db import clock, queries
+from pgsched.engine import run_description, run_json
 from pgsched.engine.models import Run
 from pgsched.k8s.runs_api.resources import TOKEN_PREFIX, StoredRun, run_id_of
 
@@ -76,6 +77,16 @@ class RunReader:
     def one(self, namespace: str, run_id: int) -> StoredRun | None:
         found = self.by_ids([run_id]).get(run_id)
         return found if found is not None and found.namespace == namespace else None
+
+    def described(self, run_id: int) -> dict[str, Any] | None:
+        """What ``pgsched describe`` says of the run, as JSON: its ``-o json`` document and
+        its ``lines``, at the database's now, as the CLI reading the database says it."""
+        with self._pool.connection() as conn:
+            found = run_description.of_run(conn, run_id, now=clock.now(conn))
+        if found is None:
+            return None
+        lines = run_description.lines_json(run_description.lines(found))
+        return run_json.plain({**run_description.as_json(found), "lines": lines})  # type: ignore[no-any-return]
 
     def named(self, namespace: str, name: str) -> StoredRun | None:
         """The run ``name`` names in ``namespace``: one created under that name through the

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from pgsched.engine.models import TERMINAL_STATUSES, Run, RunStatus
 from pgsched.k8s.runs_api import resources
-from pgsched.k8s.runs_api.params import RUN_STATUSES
+from pgsched.k8s.runs_api.params import RUN_STATUSES, Fields
 from pgsched.k8s.runs_api.resources import Obj, StoredRun
 from pgsched.k8s.runs_api.store import Change, RunReader
 
@@ -56,8 +56,7 @@ class Watch:
 
     namespaces: list[str] | None
     scheduled_job: str | None
-    statuses: list[str] | None
-    name: str | None
+    fields: Fields
     after: int
     seconds: float
     bookmarks: bool
@@ -215,9 +214,18 @@ def _read(reader: RunReader, watch: Watch, after: int) -> Batch:
 
 
 def _selected(item: StoredRun, watch: Watch) -> bool:
-    if watch.statuses and item.run.status not in watch.statuses:
+    return selected(item, watch.scheduled_job, watch.fields)
+
+
+def selected(item: StoredRun, scheduled_job: str | None, fields: Fields) -> bool:
+    """Whether the run is one a label selector (its ScheduledJob) and a field selector ask for."""
+    if scheduled_job is not None and item.scheduled_job != scheduled_job:
         return False
-    return watch.name is None or item.name == watch.name
+    if fields.statuses and item.run.status not in fields.statuses:
+        return False
+    if fields.run_id is not None and item.run.id != fields.run_id:
+        return False
+    return fields.name is None or item.name == fields.name
 
 
 def _gone(request: web.Request) -> bool:
