@@ -12,7 +12,8 @@ The baseline, on the same API server in the same minutes: ``kubectl get jobs --l
 of a namespace holding ``JOBS`` Jobs (suspended: no pods). Requests go as kubectl's do
 (the Table format, the admin's client certificate), alternating between the pages, so all
 see the same machine. Runs pages: the first, one in the middle of the history and the last
-(continue tokens), and the first of ``--field-selector status.phase=FAILED``; Jobs: the
+(continue tokens), and the first of ``--field-selector status.phase=FAILED``; one run got
+by name as ``pgsched describe`` gets it (JSON, with ``status.description``); Jobs: the
 first page. Measured: each request's round trip from a client on the API server's host
 (the server's time and the aggregator's proxying, plus loopback): p50, p99, and the ratio
 to the Jobs page. A page that costs O(page) costs the same at the end of the history as at
@@ -24,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from bench import history, kube, queries
@@ -35,6 +37,7 @@ from devenv.adminclient import AdminClient, ApiError
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.engine import history as retention
+from pgsched.k8s import names
 from pgsched.k8s.runs_api import params
 
 NAME = "runs_api_kubectl"
@@ -91,13 +94,19 @@ def _prepare(bench: kube.Cluster, dsn: str, rows: int, jobs: int) -> dict[str, A
         conn.execute(queries.get("vacuum_analyze_runs"))
         loaded = time.monotonic() - started
         bounds = conn.execute(queries.get("history_bounds")).fetchone()
+        assert bounds is not None
+        described = conn.execute(
+            queries.get("run_named"), {"id": (bounds["low"] + bounds["high"]) // 2}
+        ).fetchone()
     assert bounds is not None and bounds["n"] == rows, bounds
     for index in range(jobs):
         bench.control_plane.api.create(
             f"/apis/batch/v1/namespaces/{bench.plain_namespace}/jobs",
             _suspended_job(f"job-{index}"),
         )
-    return {**bounds, "load_seconds": loaded, "jobs": jobs}
+    assert described is not None
+    run_name = names.job_name(described["scheduled_job"], described["id"])
+    return {**bounds, "load_seconds": loaded, "jobs": jobs, "described": run_name}
 
 
 def _suspended_job(name: str) -> dict[str, Any]:
@@ -117,8 +126,16 @@ def _suspended_job(name: str) -> dict[str, Any]:
     }
 
 
-def _pages(bench: kube.Cluster, grown: dict[str, Any]) -> dict[str, tuple[str, dict[str, str]]]:
-    """Each page as kubectl asks for it: a path and its query."""
+@dataclass(frozen=True)
+class Page:
+    path: str
+    query: dict[str, str]
+    accept: str = TABLE  # what kubectl get asks for
+    rows: int = PAGE  # rows a Table answer must have; 0: one object, described
+
+
+def _pages(bench: kube.Cluster, grown: dict[str, Any]) -> dict[str, Page]:
+    """Each request as kubectl (or ``pgsched describe``) sends it."""
     runs = f"/apis/runs.pgsched.dev/v1alpha1/namespaces/{bench.namespace}/runs"
     jobs = f"/apis/batch/v1/namespaces/{bench.plain_namespace}/jobs"
     limit = {"limit": str(PAGE)}
@@ -126,34 +143,38 @@ def _pages(bench: kube.Cluster, grown: dict[str, Any]) -> dict[str, tuple[str, d
     last = params.continue_token(grown["low"] + PAGE)
     assert middle is not None and last is not None
     return {
-        "runs: first page": (runs, limit),
-        "runs: middle page": (runs, {**limit, "continue": middle}),
-        "runs: last page": (runs, {**limit, "continue": last}),
-        "runs: first FAILED page": (runs, {**limit, "fieldSelector": "status.phase=FAILED"}),
-        "jobs: first page": (jobs, limit),
+        "runs: first page": Page(runs, limit),
+        "runs: middle page": Page(runs, {**limit, "continue": middle}),
+        "runs: last page": Page(runs, {**limit, "continue": last}),
+        "runs: first FAILED page": Page(runs, {**limit, "fieldSelector": "status.phase=FAILED"}),
+        "runs: one run, described": Page(
+            f"{runs}/{grown['described']}", {}, accept="application/json", rows=0
+        ),
+        "jobs: first page": Page(jobs, limit),
     }
 
 
-def _measure(
-    client: AdminClient, pages: dict[str, tuple[str, dict[str, str]]], repeats: int
-) -> dict[str, list[float]]:
-    """Every page ``repeats`` times, in turns; each answer checked to be a full page."""
-    for path, query in pages.values():
-        wait_for(functools.partial(_answered, client, path, query), 120,
-                 describe=f"{path} to answer")  # fmt: skip
+def _measure(client: AdminClient, pages: dict[str, Page], repeats: int) -> dict[str, list[float]]:
+    """Every request ``repeats`` times, in turns; each answer checked to be what it asks."""
+    for page in pages.values():
+        wait_for(functools.partial(_answered, client, page), 120,
+                 describe=f"{page.path} to answer")  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in pages}
     for _ in range(repeats):
-        for name, (path, query) in pages.items():
+        for name, page in pages.items():
             started = time.perf_counter()
-            table = client.request("GET", path, query=query, accept=TABLE)
+            answer = client.request("GET", page.path, query=page.query, accept=page.accept)
             times[name].append((time.perf_counter() - started) * 1000)
-            assert len(table["rows"]) == PAGE, f"{name}: {len(table['rows'])} rows"
+            if page.rows:
+                assert len(answer["rows"]) == page.rows, f"{name}: {len(answer['rows'])} rows"
+            else:
+                assert answer["status"]["description"]["lines"], f"{name}: not described"
     return times
 
 
-def _answered(client: AdminClient, path: str, query: dict[str, str]) -> bool:
+def _answered(client: AdminClient, page: Page) -> bool:
     try:
-        client.request("GET", path, query=query, accept=TABLE)
+        client.request("GET", page.path, query=page.query, accept=page.accept)
     except ApiError:
         return False  # the APIService not available yet
     return True
@@ -172,7 +193,8 @@ def _report(rows: int, grown: dict[str, Any], times: dict[str, list[float]]) -> 
                 "p50 / jobs p50": ratio(percentile(measured, 0.5), percentile(jobs, 0.5)),
             },
         )
-    runs_rows = [row for row in report.rows if row["page"].startswith("runs")]
+    runs_rows = [row for row in report.rows if row["page"].endswith("page")
+                 and row["page"].startswith("runs")]  # fmt: skip
     worst = max(runs_rows, key=lambda row: row["p99 ms"])
     report.floor(
         f"p99 of a {PAGE}-run page at {rows:,} history rows (worst page, {worst['page']})",

@@ -129,6 +129,7 @@ def test_runs_api_kubectl_times_runs_pages_through_the_api_server_beside_jobs(
         "runs: middle page",
         "runs: last page",
         "runs: first FAILED page",
+        "runs: one run, described",
         "jobs: first page",
     ]
     for row in report.rows:
