@@ -34,6 +34,7 @@ BENCHMARKS = {
     "run_api_connections": "bench.run_api_connections",
     "run_api_flood": "bench.run_api_flood",
     "runs_api_pages": "bench.runs_api_pages",
+    "runs_api_kubectl": "bench.runs_api_kubectl",
 }
 ISSUE_2_SUITE = ["throughput", "latency", "idle_tick", "materialize"]
 

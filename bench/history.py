@@ -80,7 +80,7 @@ def run(ctx: Context) -> Report:
         have = 0
         for level in sizes:
             started = time.monotonic()
-            _load(grown, big, first=have + 1, last=level, total=max(sizes[-1], 1))
+            load(grown, big, first=have + 1, last=level, total=max(sizes[-1], 1))
             load_s = time.monotonic() - started
             have = level
             conns = {"empty": empty, "parts": parts, "many": many, "grown": grown}
@@ -109,7 +109,7 @@ def _prepare(conn: connection.Connection) -> Any:
     return _one(conn, "big_job")["id"]
 
 
-def _load(conn: connection.Connection, big: Any, *, first: int, last: int, total: int) -> None:
+def load(conn: connection.Connection, big: Any, *, first: int, last: int, total: int) -> None:
     """History rows ``first``..``last`` of ``total``, month by month: into the month's
     partition if it exists, else into a new table attached afterwards (its indexes then
     built in bulk: how the history service creates a month, with the rows already in)."""

@@ -112,9 +112,12 @@ class AdminClient:
         body: Obj | list[Obj] | None = None,
         query: Mapping[str, str | int] | None = None,
         content_type: str = "application/json",
+        accept: str | None = None,
     ) -> Obj:
         url = self._url(path, query)
         headers = dict(self._headers)
+        if accept is not None:  # a Table, as kubectl get asks
+            headers["Accept"] = accept
         data = None
         if body is not None:
             headers["Content-Type"] = content_type

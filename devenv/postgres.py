@@ -29,6 +29,9 @@ DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
 # 60 s default, because a 2-core machine running the test suite's two halves and a cluster
 # has taken longer than that (a failed wait must mean a broken server, not a busy machine).
 PATIENCE_SECONDS = 300.0
+# A promotion not finished after this long is asked again (PostgresServer.promote).
+PROMOTE_AGAIN_SECONDS = 5.0
+OUT_OF_RECOVERY = "out of recovery"
 
 
 @dataclass
@@ -92,17 +95,31 @@ class PostgresServer:
             self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop", check=False)
 
     def promote(self, *, timeout: float = PATIENCE_SECONDS) -> None:
-        """Promote this hot standby and return once it accepts writes. ``pg_ctl``'s own
-        default wait is 60 s, which a loaded 2-core machine has exceeded (a promotion
-        replays what the standby holds, then checkpoints); on a give-up the error says
-        whether the server still thought itself in recovery, with its log's tail."""
-        try:
-            self._run("pg_ctl", "-D", str(self.data_dir), "-w", "-t", f"{timeout:.0f}", "promote")
-        except RuntimeError as error:
-            raise RuntimeError(
-                f"promoting the standby on port {self.port} did not finish within"
-                f" {timeout:.0f}s ({self._recovery_state()}): {error}"
-            ) from error
+        """Promote this hot standby and return once it is out of recovery.
+
+        Asked again every ``PROMOTE_AGAIN_SECONDS`` while the standby is still in
+        recovery: ``pg_ctl promote`` leaves a signal file and signals the postmaster, which
+        tells its startup process. A standby restarting after a crash has no startup
+        process for a moment (killing its WAL receiver, as the chaos harness does to lose
+        the WAL in flight, restarts it), and a request that lands then is lost: the
+        standby waits for WAL forever (seen once in a full run: 300 s, then a harness
+        error). Waiting is minutes, not pg_ctl's 60 s, for a loaded 2-core machine; a
+        give-up says whether the server still thought itself in recovery, what pg_ctl
+        said last, and the log's tail."""
+        deadline = time.monotonic() + timeout
+        while True:
+            said = self._run("pg_ctl", "-D", str(self.data_dir), "-W", "promote", check=False)
+            again = min(deadline, time.monotonic() + PROMOTE_AGAIN_SECONDS)
+            while time.monotonic() < again:
+                if self._recovery_state() == OUT_OF_RECOVERY:
+                    return
+                time.sleep(0.2)
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"promoting the standby on port {self.port} did not finish within"
+                    f" {timeout:.0f}s ({self._recovery_state()}; pg_ctl promote said:"
+                    f" {said or 'nothing'})\n{self._log_tail()}"
+                )
 
     def _recovery_state(self) -> str:
         try:
@@ -110,7 +127,7 @@ class PostgresServer:
                 row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
         except psycopg.Error as error:
             return f"not answering: {error}".strip()
-        return "still in recovery" if row and row[0] else "out of recovery"
+        return "still in recovery" if row and row[0] else OUT_OF_RECOVERY
 
     def restart(self) -> None:
         """Stop (fast: terminates every session) and start again on the same port."""
@@ -173,18 +190,23 @@ class PostgresServer:
             os.chown(self.base_dir, user.pw_uid, user.pw_gid)
             self.base_dir.chmod(0o700)
 
-    def _run(self, tool: str, *args: str, check: bool = True) -> None:
+    def _run(self, tool: str, *args: str, check: bool = True) -> str:
+        """Run a PostgreSQL tool as the postgres user; what it said on stderr."""
         command = [str(self.bin_dir / tool), *args]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
         result = subprocess.run(command, capture_output=True, text=True, cwd="/")
         if check and result.returncode != 0:
-            log_tail = ""
-            if self.log_file.exists():
-                log_tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-20:])
             raise RuntimeError(
-                f"{tool} failed (exit {result.returncode}): {result.stderr.strip()}\n{log_tail}"
+                f"{tool} failed (exit {result.returncode}): {result.stderr.strip()}\n"
+                f"{self._log_tail()}"
             )
+        return result.stderr.strip()
+
+    def _log_tail(self, lines: int = 20) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _alive(pid: int) -> bool:

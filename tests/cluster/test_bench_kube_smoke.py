@@ -26,7 +26,8 @@ from plugins.cluster import require_binaries
 # skew, notify_skew and footprint run pods: on the session's cluster, in namespaces of their
 # own (cluster), each in a class of its own because hack/test.sh's parallel workers take a
 # module or a class at a time (--dist loadscope): so the three run at once. fleet and
-# stampede run none: a host-only control plane each, beside anything (api_only).
+# stampede run none: a host-only control plane each, beside anything (api_only), as does
+# runs_api_kubectl (the Run API through the aggregation layer, no pods).
 
 
 @pytest.fixture
@@ -116,3 +117,24 @@ def test_stampede_times_the_due_instant_to_each_job_against_a_plain_client(ctx: 
     assert len(data["others_status"]) == 5, "every other job's status shows its run"
     assert data["rss_peak"] >= data["rss_before"] > 20
     assert json.loads((ctx.out_dir / "stampede.json").read_text())["floors"]
+
+
+@pytest.mark.api_only
+def test_runs_api_kubectl_times_runs_pages_through_the_api_server_beside_jobs(
+    ctx: Context,
+) -> None:
+    report = cli.run_one("runs_api_kubectl", ctx)
+    assert [row["page"] for row in report.rows] == [
+        "runs: first page",
+        "runs: middle page",
+        "runs: last page",
+        "runs: first FAILED page",
+        "runs: one run, described",
+        "jobs: first page",
+    ]
+    for row in report.rows:
+        assert finite(row["p99 ms"]) and finite(row["p99 / jobs p99"]), row
+    measured = report.data["milliseconds"]
+    assert len({len(times) for times in measured.values()}) == 1, "every page, every round"
+    assert all(measured.values())
+    assert report.floors and any("paging to the end" in note for note in report.notes)
