@@ -129,8 +129,13 @@ def test_runs_api_kubectl_times_runs_pages_through_the_api_server_beside_jobs(
         "runs: middle page",
         "runs: last page",
         "runs: first FAILED page",
+        "runs: first page, to the operator directly",
         "runs: one run, described",
         "jobs: first page",
+        "runs: first page (database)",
+        "runs: middle page (database)",
+        "runs: last page (database)",
+        "runs: first FAILED page (database)",
     ]
     for row in report.rows:
         assert finite(row["p99 ms"]) and finite(row["p99 / jobs p99"]), row
