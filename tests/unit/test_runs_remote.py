@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+import pytest
+
 from pgsched.cli import runs_cmd, runs_remote
 from pgsched.k8s.runs_api import resources
 from unit.test_runs_api_watch import NOW, completed_run
@@ -31,3 +33,22 @@ def test_a_run_read_back_from_its_object_is_the_run():
     assert {key: getattr(back, key) for key in shown} == {key: getattr(run, key) for key in shown}
     assert runs_cmd.duration_of(back) == runs_cmd.duration_of(run)  # not rounded to seconds
     assert runs_cmd.reason_of(back) == runs_cmd.reason_of(run)
+
+
+def test_without_a_database_or_a_kubeconfig_the_cli_names_both_ways(monkeypatch, tmp_path):
+    import argparse
+
+    from pgsched.cli.common import CommandError
+
+    for variable in ("PGSCHED_DSN", "PGSCHED_DSN_FILE", "KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    args = argparse.Namespace(dsn=None, kubeconfig=None)
+    with pytest.raises(CommandError) as refused:
+        runs_remote.through_api(args, to="to read the runs through the Run API")
+    assert refused.value.code == 2
+    assert "pass --dsn (or set PGSCHED_DSN), or a kubeconfig" in str(refused.value)
+    args.kubeconfig = str(tmp_path / "config")
+    assert runs_remote.through_api(args, to="...") is True
+    args.dsn = "host=db"
+    assert runs_remote.through_api(args, to="...") is False

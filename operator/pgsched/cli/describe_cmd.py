@@ -13,12 +13,12 @@ needs no DSN, and both ways print the same (``engine.run_description``).
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgsched.cli import common, output, runs_remote, target
 from pgsched.db import clock
-from pgsched.engine import run_description
+from pgsched.engine import run_description, run_json
 from pgsched.schedule import zones
 
 
@@ -88,26 +88,17 @@ def _read(
 ) -> tuple[dict[str, Any], list[tuple[str, run_description.Plain]]]:
     """The describe document and lines: from the database when one is given, else through
     the Run API as the kubeconfig's user, else an error saying both ways."""
-    if common.has_database(args):
-        with common.connect(args, application_name="pgsched-cli") as conn:
-            found = run_description.of_run(conn, args.run_id, now=clock.now(conn))
-        if found is None:
-            raise common.CommandError(f"no run with id {args.run_id}")
-        return run_description.as_json(found), run_description.lines(found)
-    if not target.has_kubeconfig(args.kubeconfig):
-        raise common.CommandError(
-            "no database and no kubeconfig: pass --dsn (or set PGSCHED_DSN), or a kubeconfig"
-            " (--kubeconfig, KUBECONFIG) and -n NAMESPACE to read the run through the Run API",
-            code=2,
-        )
-    document = runs_remote.description(target.kube(args), target.namespace(args), args.run_id)
-    lines = run_description.lines_from_json(document.pop("lines"))
-    return document, lines
+    if runs_remote.through_api(args, to="and -n NAMESPACE to read the run through the Run API"):
+        document = runs_remote.description(target.kube(args), target.namespace(args), args.run_id)
+        return document, run_description.lines_from_json(document.pop("lines"))
+    with common.connect(args, application_name="pgsched-cli") as conn:
+        found = run_description.of_run(conn, args.run_id, now=clock.now(conn))
+    if found is None:
+        raise common.CommandError(f"no run with id {args.run_id}")
+    return run_description.as_json(found), run_description.lines(found)
 
 
 def _moment(value: datetime | str | None) -> datetime | None:
     """An instant of a retry chain's run: a datetime read from the database, RFC 3339 text
     through the Run API."""
-    if isinstance(value, str):
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
-    return value
+    return run_json.from_utc_iso(value) if isinstance(value, str) else value

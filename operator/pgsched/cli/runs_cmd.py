@@ -116,13 +116,7 @@ def run(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace) -> runs_remote.History:
     """From the database when one is given, else through the Run API as the kubeconfig's
     user (a tenant needs no DSN), else an error saying both ways."""
-    if not common.has_database(args):
-        if not target.has_kubeconfig(args.kubeconfig):
-            raise common.CommandError(
-                "no database and no kubeconfig: pass --dsn (or set PGSCHED_DSN), or a"
-                " kubeconfig (--kubeconfig, KUBECONFIG) to read the runs through the Run API",
-                code=2,
-            )
+    if runs_remote.through_api(args, to="to read the runs through the Run API"):
         return runs_remote.history(
             target.kube(args),
             target.namespace(args),

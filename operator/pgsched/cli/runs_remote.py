@@ -12,13 +12,15 @@ one Run, whose ``status.description`` the Run API makes with the database path's
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from pgsched.cli import common, target
 from pgsched.cli.common import CommandError
-from pgsched.engine import chain
+from pgsched.engine import chain, run_json
 from pgsched.engine.models import Run
 from pgsched.k8s import names
 
@@ -61,6 +63,21 @@ class History:
     upstreams: dict[int, list[int]] = field(default_factory=dict)
 
 
+def through_api(args: argparse.Namespace, *, to: str) -> bool:
+    """Whether to read through the Run API: no database is named (``--dsn``,
+    ``PGSCHED_DSN``, ``PGSCHED_DSN_FILE``). Without a kubeconfig either, a usage error saying
+    both ways (``to``: what the kubeconfig is for)."""
+    if common.has_database(args):
+        return False
+    if not target.has_kubeconfig(args.kubeconfig):
+        raise CommandError(
+            "no database and no kubeconfig: pass --dsn (or set PGSCHED_DSN), or a kubeconfig"
+            f" (--kubeconfig, KUBECONFIG) {to}",
+            code=2,
+        )
+    return True
+
+
 def history(
     kube: api.KubeApi,
     namespace: str,
@@ -100,9 +117,8 @@ def description(kube: api.KubeApi, namespace: str, run_id: int) -> dict[str, Any
     gives it (``status.description`` of the Run got by name): the document of ``describe
     -o json`` and its ``lines``."""
     from pgsched.k8s.client import api
-    from pgsched.k8s.runs_api import resources
 
-    path = f"/apis/{resources.API_VERSION}/namespaces/{namespace}/{resources.PLURAL}"
+    path = _runs_path(namespace)
     try:
         page = kube.get(path, fieldSelector=f"status.id={run_id}", limit=1)
     except api.ApiError as error:
@@ -130,13 +146,13 @@ def run_from_object(found: dict[str, Any]) -> Run:
     """A Run object as the Run model the CLI renders (no lease token: the API never gives it)."""
     status = found["status"]
     row: dict[str, Any] = {model: status.get(key) for key, model in _FIELDS.items()}
-    row.update({model: _instant(status.get(key)) for key, model in _INSTANTS.items()})
+    row.update({model: run_json.from_utc_iso(status.get(key)) for key, model in _INSTANTS.items()})
     if row["started_at"] is not None and status.get("durationSeconds") is not None:
         row["finished_at"] = row["started_at"] + timedelta(seconds=status["durationSeconds"])
     row.update(
         status=status["phase"],
         definition_id=UUID(status["scheduledJobUid"]),
-        created_at=_instant(found["metadata"]["creationTimestamp"]),
+        created_at=run_json.from_utc_iso(found["metadata"]["creationTimestamp"]),
         parameters=found.get("spec", {}).get("parameters") or None,
         cancel_requested=bool(status.get("cancelRequested")),
         deadline_at=None,
@@ -173,9 +189,8 @@ def _runs(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` runs of this name (in ``status``, if given), newest first."""
     from pgsched.k8s.client import api
-    from pgsched.k8s.runs_api import resources
 
-    path = f"/apis/{resources.API_VERSION}/namespaces/{namespace}/{resources.PLURAL}"
+    path = _runs_path(namespace)
     params: dict[str, Any] = {"labelSelector": f"{names.LABEL_SCHEDULED_JOB}={name}"}
     if status:
         params["fieldSelector"] = f"status.phase={status}"
@@ -191,6 +206,12 @@ def _runs(
         if token is None:
             break
     return found
+
+
+def _runs_path(namespace: str) -> str:
+    from pgsched.k8s.runs_api import resources
+
+    return f"/apis/{resources.API_VERSION}/namespaces/{namespace}/{resources.PLURAL}"
 
 
 def _refused(error: api.ApiError, what: str) -> CommandError:
@@ -213,11 +234,9 @@ def _scheduled_jobs(
     seen: dict[str, datetime | None] = {}
     for item in found:
         status = item["status"]
-        seen.setdefault(status["scheduledJobUid"], _instant(status.get("scheduledJobDeletedAt")))
+        seen.setdefault(
+            status["scheduledJobUid"], run_json.from_utc_iso(status.get("scheduledJobDeletedAt"))
+        )
     if live is not None:
         seen.setdefault(live, None)
     return [(UUID(uid), deleted_at) for uid, deleted_at in seen.items()]
-
-
-def _instant(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None

@@ -11,7 +11,7 @@ in the ScheduledJob's zone and durations in words.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgsched.engine import definitions, run_facts, run_json, runs
@@ -104,7 +104,7 @@ def lines_from_json(shaped: list[dict[str, Any]]) -> list[tuple[str, Plain]]:
     for line in shaped:
         value: Plain = None
         if line.get("time") is not None:
-            value = datetime.fromisoformat(str(line["time"]).replace("Z", "+00:00")).astimezone(UTC)
+            value = run_json.from_utc_iso(str(line["time"]))
         elif line.get("seconds") is not None:
             value = timedelta(seconds=float(line["seconds"]))
         elif line.get("number") is not None:

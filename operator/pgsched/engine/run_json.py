@@ -69,6 +69,13 @@ def utc_iso(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def from_utc_iso(text: str | None) -> datetime | None:
+    """An instant :func:`utc_iso` (or the Kubernetes API) wrote, read back in UTC."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
 def encode(value: Any) -> Any:
     """``json.dumps``' default for what runs hold: instants as :func:`utc_iso`, durations
     as seconds, uuids as text."""
