@@ -502,6 +502,24 @@ def claimed(conn, run: int) -> None:
     )
 
 
+def raw_watch(cluster: ControlPlane, base: str, version: str, query: str = "") -> list[Any]:
+    """The events of a 3-second raw watch of ``base`` from ``version`` (``query``: more
+    parameters, each starting with ``&``)."""
+    answer = cluster.kubectl(
+        "get", "--raw", f"{base}?watch=1&resourceVersion={version}&timeoutSeconds=3{query}"
+    ).stdout
+    return [json.loads(line) for line in answer.splitlines() if line.strip()]
+
+
+def kinds_and_phases(events: list[Any], name: str) -> list[tuple[str, str]]:
+    """Each event of the Run ``name``: its type and the phase it carries."""
+    return [
+        (event["type"], event["object"]["status"]["phase"])
+        for event in events
+        if event["object"]["metadata"]["name"] == name
+    ]
+
+
 def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothing(
     cluster, conn, namespace, served, tmp_path
 ):
@@ -539,15 +557,8 @@ def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothi
     later = create_run(cluster, namespace, "watched-later", "watched")
     claimed(conn, later)
     finish(conn, later, "FAILED")
-    resumed = cluster.kubectl(
-        "get", "--raw", f"{base}?watch=1&resourceVersion={version}&timeoutSeconds=3"
-    ).stdout
-    events = [json.loads(line) for line in resumed.splitlines() if line.strip()]
-    of_later = [
-        (event["type"], event["object"]["status"]["phase"])
-        for event in events
-        if event["object"]["metadata"]["name"] == "watched-later"
-    ]
+    events = raw_watch(cluster, base, version)
+    of_later = kinds_and_phases(events, "watched-later")
     # Each change in order; the failure's settling (retryDecision) is one more MODIFIED.
     phases = [phase for index, (_, phase) in enumerate(of_later)
               if index == 0 or of_later[index - 1][1] != phase]  # fmt: skip
@@ -556,18 +567,8 @@ def test_kubectl_get_runs_w_follows_each_change_and_a_resumed_watch_misses_nothi
     assert all(event["object"]["metadata"]["name"] != "watched-now" for event in events)
     # Watched by phase, a run enters RUNNING (ADDED) and leaves it (DELETED, as it was), as
     # the API server does for an object that starts or stops matching a field selector.
-    running = cluster.kubectl(
-        "get",
-        "--raw",
-        f"{base}?watch=1&resourceVersion={version}&timeoutSeconds=3"
-        "&fieldSelector=status.phase%3DRUNNING",
-    ).stdout
-    by_phase = [json.loads(line) for line in running.splitlines() if line.strip()]
-    seen = [
-        (event["type"], event["object"]["status"]["phase"])
-        for event in by_phase
-        if event["object"]["metadata"]["name"] == "watched-later"
-    ]
+    by_phase = raw_watch(cluster, base, version, "&fieldSelector=status.phase%3DRUNNING")
+    seen = kinds_and_phases(by_phase, "watched-later")
     # Between the two, a note while it ran (its launch) is a MODIFIED in the phase.
     assert seen[:1] == [("ADDED", "RUNNING")] and seen[-1:] == [("DELETED", "RUNNING")], seen
     assert all(item == ("MODIFIED", "RUNNING") for item in seen[1:-1]), seen

@@ -54,12 +54,19 @@ def test_a_change_committed_late_comes_after_what_a_watcher_saw(conn, dsn, runs_
     assert set(seen_after(runs_reader, seen)) == {(early.id, False)}
 
 
-def test_a_runs_creation_is_told_from_its_later_changes(conn, runs_reader):
+def one_life(conn, runs_reader, status):
+    """A run of a new ScheduledJob queued, claimed and ended ``status``, its changes
+    placed; the run, and the version before its first change."""
     job = define(conn, "a", namespace="team", schedule=NEVER_DUE, now=T0)
     start = runs_reader.versions().current
     run = claimed_run(conn, job, T0)
-    end_run(conn, run, "COMPLETED", T0 + timedelta(seconds=1))
+    end_run(conn, run, status, T0 + timedelta(seconds=1))
     changes.sequence(conn)
+    return run, start
+
+
+def test_a_runs_creation_is_told_from_its_later_changes(conn, runs_reader):
+    run, start = one_life(conn, runs_reader, "COMPLETED")
     told = seen_after(runs_reader, start)
     assert told[0] == (run.id, True)  # queued: the run is new
     assert told[1:] and all(created is False for _, created in told[1:])  # claimed, ended
@@ -67,11 +74,7 @@ def test_a_runs_creation_is_told_from_its_later_changes(conn, runs_reader):
 
 def test_each_status_change_carries_the_status_it_left(conn, runs_reader):
     """What a watch by phase needs to send a run leaving the phase as DELETED."""
-    job = define(conn, "a", namespace="team", schedule=NEVER_DUE, now=T0)
-    start = runs_reader.versions().current
-    run = claimed_run(conn, job, T0)
-    end_run(conn, run, "FAILED", T0 + timedelta(seconds=1))
-    changes.sequence(conn)
+    _, start = one_life(conn, runs_reader, "FAILED")
     found = runs_reader.changes(namespaces=["team"], scheduled_job=None, after=start, limit=100)
     moves = [(c.previous, c.status) for c in found if c.status in ("QUEUED", "RUNNING", "FAILED")]
     assert moves == [(None, "QUEUED"), ("QUEUED", "RUNNING"), ("RUNNING", "FAILED")]
