@@ -461,6 +461,7 @@ def test_the_job_watch_also_keeps_the_outcome_of_work_that_ended_before_the_canc
         job=served.jobs[name],
         pods=lambda: served.pods[name],
         deleted=False,
+        namespace_ending=lambda: False,
     )
 
     assert outcome is not None and outcome.status == "COMPLETED"
@@ -537,7 +538,13 @@ def test_replicas_racing_to_record_one_jobs_outcome_log_no_warning(conn, dsn, ca
     def replica_a_records_first():
         """Replica B has read RUNNING; replica A records before B writes."""
         recorded = outcomes.record(
-            conn, run_lease.run_id, fingerprint, job=finished, pods=lambda: completed, deleted=False
+            conn,
+            run_lease.run_id,
+            fingerprint,
+            job=finished,
+            pods=lambda: completed,
+            deleted=False,
+            namespace_ending=lambda: False,
         )
         assert recorded is not None and recorded.status == "COMPLETED"
         return completed
@@ -550,6 +557,7 @@ def test_replicas_racing_to_record_one_jobs_outcome_log_no_warning(conn, dsn, ca
             job=finished,
             pods=replica_a_records_first,
             deleted=False,
+            namespace_ending=lambda: False,
         )
 
     assert outcome is None
@@ -557,3 +565,64 @@ def test_replicas_racing_to_record_one_jobs_outcome_log_no_warning(conn, dsn, ca
     lost = [record for record in caplog.records if "not recorded" in record.getMessage()]
     assert [record.levelno for record in lost] == [logging.DEBUG], caplog.text
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("finished", "pods", "kept"),
+    [
+        # kubectl delete namespace deleted the Job (and its pods) before pgsched's finalizer
+        # asked the run to stop.
+        (job(), [], "the Job was deleted while the run was running"),
+        # ... or killed the pod first, and the Job controller failed the Job.
+        (
+            job("Failed"),
+            [pod(terminated={"exitCode": 137}, phase="Failed")],
+            "exited with code 137",
+        ),
+    ],
+    ids=["job-deleted", "pod-killed"],
+)
+def test_a_run_the_deletion_of_its_namespace_stopped_is_cancelled_by_it_not_failed(
+    conn, finished, pods, kept
+):
+    _, run_lease = silent_run(conn)
+    finished = {**finished, "metadata": {"namespace": "team-a"}}
+    asked = []
+
+    def ending():
+        asked.append(True)
+        return True
+
+    outcome = outcomes.record(
+        conn,
+        run_lease.run_id,
+        names.lease_fingerprint(str(run_lease.token)),
+        job=finished,
+        pods=lambda: pods,
+        deleted=not finished["status"]["conditions"],
+        namespace_ending=ending,
+    )
+
+    assert outcome is not None and outcome.status == "CANCELLED"
+    ended = row(conn, run_lease)
+    assert (ended["status"], ended["cancelled_by"]) == ("CANCELLED", runs.BY_NAMESPACE_DELETION)
+    assert ended["error"].startswith("stopped by the deletion of namespace team-a (")
+    assert kept in ended["error"]
+    assert asked == [True]
+
+
+def test_a_run_that_completed_is_completed_whatever_its_namespace_is_doing(conn):
+    _, run_lease = silent_run(conn)
+    completed = [pod(terminated={"exitCode": 0, "reason": "Completed"}, phase="Succeeded")]
+
+    outcome = outcomes.record(
+        conn,
+        run_lease.run_id,
+        names.lease_fingerprint(str(run_lease.token)),
+        job=job("Complete"),
+        pods=lambda: completed,
+        deleted=False,
+        namespace_ending=lambda: pytest.fail("asked about the namespace of a success"),
+    )
+
+    assert outcome is not None and outcome.status == "COMPLETED"

@@ -258,16 +258,22 @@ def find_with_deleted(conn: Connection, namespace: str, name: str) -> list[Defin
     return [Definition.from_row(row) for row in rows]
 
 
-def delete(conn: Connection, definition_id: UUID, *, now: datetime | None = None) -> list[Run]:
-    """Mark deleted, cancel queued runs, ask running ones to stop.
+def delete(
+    conn: Connection,
+    definition_id: UUID,
+    *,
+    by: str = runs.BY_DELETION,
+    why: str = "ScheduledJob deleted",
+    now: datetime | None = None,
+) -> list[Run]:
+    """Mark deleted, cancel queued runs, ask running ones to stop (``by`` and ``why``: who
+    cancelled them, and why, as their cancellations record it).
 
     Returns the runs that were asked to stop cooperatively (still RUNNING)."""
     with conn.transaction():
         at = clock.now(conn, now)
         conn.execute(queries.get("mark_definition_deleted"), {"id": definition_id, "now": at})
-        outcome = runs.cancel_definition(
-            conn, definition_id, by=runs.BY_DELETION, why="ScheduledJob deleted", now=at
-        )
+        outcome = runs.cancel_definition(conn, definition_id, by=by, why=why, now=at)
     return outcome.asked_to_stop
 
 

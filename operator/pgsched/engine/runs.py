@@ -35,6 +35,7 @@ BY_REPLACE = "Replace"
 BY_ANNOTATION = "Annotation"
 BY_CLI = "CLI"
 BY_DELETION = "Deletion"
+BY_NAMESPACE_DELETION = "NamespaceDeletion"  # kubectl delete namespace
 BY_RUN_API = "RunAPI"  # kubectl delete run (docs/runs-api.md)
 
 

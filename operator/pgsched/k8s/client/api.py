@@ -409,6 +409,16 @@ def path_of(
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
+def namespace_ending(kube: KubeApi, namespace: str) -> bool:
+    """Whether ``namespace`` is being deleted (Terminating). An error reading it is a no:
+    whoever asks says only what it knows for sure."""
+    try:
+        found = kube.get(path_of(plural="namespaces", name=namespace))
+    except ApiError:
+        return False
+    return bool((found.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def pods_of_job(kube: KubeApi, namespace: str, job_name: str) -> list[Obj]:
     """The pods the Job controller made for ``job_name`` (its ``job-name`` label)."""
     found = kube.get(

@@ -205,6 +205,7 @@ def _compare(
             job=job,
             pods=functools.partial(list, pods),
             deleted=False,
+            namespace_ending=lambda: api.namespace_ending(kube, row["namespace"]),
             logger=run_log,
         )
         said = f"Job {where} says"

@@ -63,6 +63,7 @@ def record(pool: ConnectionPool[Any], kube: api.KubeApi, event: Event) -> float 
                 job=body,
                 pods=lambda: api.pods_of_job(kube, metadata["namespace"], metadata["name"]),
                 deleted=event.type == "DELETED",
+                namespace_ending=lambda: api.namespace_ending(kube, metadata["namespace"]),
                 logger=log_run,
             )
     except (psycopg.Error, api.ApiError) as error:

@@ -185,13 +185,17 @@ def record(
     job: Obj,
     pods: Callable[[], list[Obj]],
     deleted: bool,
+    namespace_ending: Callable[[], bool],
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
 ) -> Outcome | None:
     """Record a finished (or deleted) Job's outcome for its run; None if nothing changed.
 
     ``pods`` reads the Job's pods, only when the run is still this Job's to end (a restart
-    finds many finished Jobs of ended runs: no request for theirs). ``logger`` is the
-    caller's run logger, passed on to the fenced finish."""
+    finds many finished Jobs of ended runs: no request for theirs). ``namespace_ending``
+    says whether the Job's namespace is being deleted, asked only of a run that failed:
+    ``kubectl delete namespace`` deletes the pods and Jobs itself, racing pgsched's
+    finalizer, and a run it stopped is cancelled by the namespace's deletion, not failed.
+    ``logger`` is the caller's run logger, passed on to the fenced finish."""
     run = runs.get(conn, run_id)
     if (
         run is None
@@ -208,6 +212,17 @@ def record(
     outcome = of_job(job, read, deleted=deleted, cancel_requested=cancelled)
     if outcome is None:
         return None
+    if outcome.status == "FAILED" and namespace_ending():
+        namespace = str((job.get("metadata") or {}).get("namespace") or "?")
+        runs.cancel_run(
+            conn, run.id, by=runs.BY_NAMESPACE_DELETION, why=f"namespace {namespace} deleted"
+        )
+        outcome = Outcome(
+            "CANCELLED",
+            "Cancelled",
+            f"stopped by the deletion of namespace {namespace} ({outcome.error})",
+            outcome.exit_code,
+        )
     assert run.lease_token is not None
     recorded = write(conn, lease.Lease(run.id, run.lease_token), outcome, logger=logger)
     return outcome if recorded else None

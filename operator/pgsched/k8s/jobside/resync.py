@@ -57,7 +57,7 @@ def run_once(
         ).fetchall()
         # After a stampede a namespace holds thousands of other Jobs: only these runs' are read.
         for row, jobs, pods in api.jobs_of_rows(kube, rows):
-            _resync_run(conn, row, jobs.get(row["k8s_job_name"]), pods, result)
+            _resync_run(conn, kube, row, jobs.get(row["k8s_job_name"]), pods, result)
         result.checked = len(rows)
     finally:
         conn.execute(queries.get("release_resync_lock"))
@@ -65,7 +65,12 @@ def run_once(
 
 
 def _resync_run(
-    conn: Connection, row: Obj, job: Obj | None, pods: dict[str, list[Obj]], result: ResyncResult
+    conn: Connection,
+    kube: api.KubeApi,
+    row: Obj,
+    job: Obj | None,
+    pods: dict[str, list[Obj]],
+    result: ResyncResult,
 ) -> None:
     if job is not None and not outcomes.finished(job):
         return
@@ -81,6 +86,7 @@ def _resync_run(
         job=job or {},
         pods=functools.partial(list, found),
         deleted=job is None,
+        namespace_ending=lambda: api.namespace_ending(kube, namespace),
         logger=log_run,
     )
     if outcome is not None:
