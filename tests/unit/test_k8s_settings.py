@@ -84,13 +84,53 @@ def test_every_bad_setting_is_named_with_an_example():
     for expected in (
         "PGSCHED_DSN: is required",
         "PGSCHED_IMAGE: is required",
-        "PGSCHED_NAMESPACES: is empty",
+        "PGSCHED_NAMESPACE_SELECTOR: is empty, and so are PGSCHED_NAMESPACES and"
+        " PGSCHED_ALL_NAMESPACES: say which namespaces to serve (example:"
+        " PGSCHED_NAMESPACE_SELECTOR=pgsched.dev/serve=true)",
         "PGSCHED_RUN_API_URL: is required: job pods reach pgsched through the run API",
         "PGSCHED_API_QPS: 'fast' is not a number (example: PGSCHED_API_QPS=20)",
         "PGSCHED_METRICS_BIND: '9090' must be host:port",
         "PGSCHED_IMAGE_PULL_POLICY: 'Sometimes'",
     ):
         assert expected in message
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("pgsched.dev/serve=true", "pgsched.dev/serve=true"),
+        (" team = a , pgsched.dev/serve=true ", "team=a,pgsched.dev/serve=true"),
+        ("example.com/tier=", "example.com/tier="),
+    ],
+)
+def test_served_namespaces_may_be_chosen_by_labels(base, raw, kept):
+    environ = {key: value for key, value in base.items() if key != "PGSCHED_NAMESPACES"}
+    settings = OperatorSettings.from_environment({**environ, "PGSCHED_NAMESPACE_SELECTOR": raw})
+    assert (settings.namespace_selector, settings.namespaces) == (kept, ())
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["pgsched.dev/serve", "serve!=true", "serve in (a,b)", "a=b/c", "-bad=true", "a=" + "x" * 64],
+)
+def test_a_label_selector_that_is_not_key_value_pairs_is_refused_with_an_example(base, raw):
+    environ = {key: value for key, value in base.items() if key != "PGSCHED_NAMESPACES"}
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment({**environ, "PGSCHED_NAMESPACE_SELECTOR": raw})
+    message = str(caught.value)
+    assert "PGSCHED_NAMESPACE_SELECTOR: " in message
+    assert "is not a label key=value" in message
+    assert "(example: PGSCHED_NAMESPACE_SELECTOR=pgsched.dev/serve=true)" in message
+
+
+def test_namespaces_are_chosen_one_way_only(base):
+    with pytest.raises(SettingsError) as caught:
+        OperatorSettings.from_environment(
+            {**base, "PGSCHED_NAMESPACE_SELECTOR": "pgsched.dev/serve=true"}
+        )
+    assert (
+        "PGSCHED_NAMESPACES: set one of PGSCHED_NAMESPACES and PGSCHED_NAMESPACE_SELECTOR, not both"
+    ) in str(caught.value)
 
 
 def test_a_bad_tick_setting_names_its_variable(base):

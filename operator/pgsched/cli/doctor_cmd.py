@@ -457,7 +457,8 @@ def _scheduled_jobs(kube: Any, *, unserved_after: int) -> list[Finding]:
             "warn",
             f"{len(unserved)} ScheduledJob(s) without any status {unserved_after}s after"
             f" creation ({'; '.join(unserved[:EXAMPLES])}): no operator watches"
-            f" {', '.join(spaces)} — add it to the chart's watchNamespaces (or"
-            " PGSCHED_NAMESPACES) — or none is running",
+            f" {', '.join(spaces)} — label it with the chart's namespaceLabels (kubectl"
+            " label namespace NAME pgsched.dev/serve=true), or add it to watchNamespaces"
+            " (PGSCHED_NAMESPACES) — or none is running",
         )
     return [_not_ready(not_ready), served]

@@ -120,7 +120,7 @@ class Controller(Generic[K, V]):
         self._threads = [
             threading.Thread(
                 target=item.run,
-                args=(self._deliver,),
+                args=(self.deliver,),
                 name=f"pgsched-watch-{item.name}",
                 daemon=True,
             )
@@ -146,7 +146,8 @@ class Controller(Generic[K, V]):
         """Every watch has listed its objects once (and handed them to the queue)."""
         return all(item.listed.is_set() for item in self.watches)
 
-    def _deliver(self, events: Sequence[watching.Event]) -> None:
+    def deliver(self, events: Sequence[watching.Event]) -> None:
+        """Hand events over as a watch does (also a namespace's catch-up list)."""
         for event in events:
             selected = self._select(event)
             if selected is not None:

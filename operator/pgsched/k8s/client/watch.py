@@ -107,8 +107,27 @@ class Watch:
                 self._stopping.wait(delay)
                 delay = min(BACKOFF_SECONDS[1], delay * 2)
 
+    def list_once(self, deliver: Callable[[Sequence[Event]], None]) -> bool:
+        """Every object once, handed over as a list's (``listed``), tried again with backoff
+        after an error; False if :meth:`stop` came first."""
+        failures = FailureLog(log, f"listing {self.name}")
+        delay = BACKOFF_SECONDS[0]
+        while not self._stopping.is_set():
+            try:
+                listed = self._list(deliver) is not None
+                failures.succeeded()
+                return listed
+            except Expired:
+                continue  # the continue token expired between chunks: from the start
+            except (api.ApiError, ValueError, OSError) as error:
+                failures.failed(str(error), transient=_transient(error))
+            self._stopping.wait(delay * random.uniform(0.5, 1.0))
+            delay = min(BACKOFF_SECONDS[1], delay * 2)
+        return False
+
     def stop(self) -> None:
-        """End :meth:`run` at once, even while it waits for the server."""
+        """End :meth:`run` (or :meth:`list_once`) at once, even while it waits for the
+        server."""
         self._stopping.set()
         with self._lock:
             if self._stream is not None:

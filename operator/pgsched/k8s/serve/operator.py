@@ -37,8 +37,8 @@ from pgsched.engine import deadlines, history, loop
 from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import names
 from pgsched.k8s.client import api
-from pgsched.k8s.client.controller import Controller, Workers, by_uid
-from pgsched.k8s.client.watch import Event, Watch
+from pgsched.k8s.client.controller import Workers, by_uid
+from pgsched.k8s.client.watch import Event
 from pgsched.k8s.client.workqueue import WorkQueue
 from pgsched.k8s.failover import revalidation
 from pgsched.k8s.jobside import jobevents, resync, starts, verdicts
@@ -48,7 +48,7 @@ from pgsched.k8s.notifications import destinations, notifier
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.runs_api import changes
 from pgsched.k8s.scheduledjobs import scheduledjob_writer, scheduledjobs
-from pgsched.k8s.serve import gauges, health, servers
+from pgsched.k8s.serve import following, gauges, health, servers
 from pgsched.k8s.serve.servers import StartupError as StartupError  # the CLI's to catch
 from pgsched.k8s.serve.settings import OperatorSettings
 
@@ -367,28 +367,44 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     admission = servers.webhook(settings)
     run_api = servers.run_api(settings, clock)
     runs_api = servers.runs_api(settings, kube)
+    where = following.Where.of(kube, settings)
     controllers = [
-        Controller(
+        where.controller(
+            kube,
             names.PLURAL,
-            _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=names.PLURAL),
+            group=names.GROUP,
+            version=names.VERSION,
+            plural=names.PLURAL,
             select=by_uid,
             handle=lambda _uid, event: _sync(context, writes.queue, event),
             workers=SYNC_WORKERS,
             capacity=SYNC_CAPACITY,
             merge=_newest_listed,
         ),
-        Controller(
+        where.controller(
+            kube,
             "jobs",
-            _watches(
-                kube, settings, group="batch", plural="jobs", label_selector=names.LABEL_RUN_ID
-            ),
+            group="batch",
+            plural="jobs",
+            label_selector=names.LABEL_RUN_ID,
             select=jobevents.select,
             handle=lambda _uid, event: jobevents.record(pool, kube, event),
             workers=JOB_WORKERS,
             capacity=JOB_CAPACITY,
         ),
         *(
-            _settings_controller(kube, settings, plural, handle)
+            # Few objects that change rarely: one worker serves each kind.
+            where.controller(
+                kube,
+                plural,
+                group=names.GROUP,
+                version=names.VERSION,
+                plural=plural,
+                select=by_uid,
+                handle=handle,
+                workers=1,
+                capacity=SYNC_CAPACITY,
+            )
             for plural, handle in (
                 (names.POOL_PLURAL, pools.handle),
                 (names.CALENDAR_PLURAL, calendar_handler.handle),
@@ -408,9 +424,13 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             dead.append("pgsched-run-api")
         if runs_api is not None and not runs_api.alive():
             dead.append("pgsched-runs-api")
+        if where.served is not None and not where.served.alive():
+            dead.append("pgsched-watch-namespaces")
         if dead:
             raise health.Unhealthy(f"threads died: {', '.join(dead)}")
         found["listed"] = all(item.listed() for item in controllers)
+        if where.served is not None:
+            found["namespaces"] = where.served.names()
         return found
 
     stop = threading.Event()
@@ -418,11 +438,15 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         signal.signal(signum, lambda *_: stop.set())
     log.info(
         "pgsched operator starting: namespaces=%s, tick every %ss, API %s qps (burst %s)",
-        "all" if settings.all_namespaces else ",".join(settings.namespaces),
+        where.describe(),
         settings.tick.interval_seconds,
         settings.api_qps,
         settings.api_burst,
     )
+    if where.served is not None and not where.served.start(stop):
+        server.shutdown()  # stopped while the first list of namespaces was awaited
+        pool.close()
+        return
     # The run API first: pods of runs launched before a restart beat again at once.
     servers.listen(
         [
@@ -445,6 +469,8 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
         server.shutdown()
         if admission is not None:
             admission.stop(SHUTDOWN_SECONDS)
+        if where.served is not None:
+            where.served.stop(SHUTDOWN_SECONDS)
         for controller in controllers:
             controller.stop(SHUTDOWN_SECONDS)
         writes.stop(SHUTDOWN_SECONDS)
@@ -459,24 +485,6 @@ def _healthz(checks: list[Callable[[], dict[str, Any]]]) -> dict[str, Any]:
     if not checks:
         raise health.Unhealthy("starting")
     return checks[0]()
-
-
-def _settings_controller(
-    kube: api.KubeApi,
-    settings: OperatorSettings,
-    plural: str,
-    handle: Callable[[str, Event], float | None],
-) -> Controller[str, Event]:
-    """A controller of one of pgsched's other kinds (pools, calendars, notification
-    policies): few objects that change rarely, so one worker serves each."""
-    return Controller(
-        plural,
-        _watches(kube, settings, group=names.GROUP, version=names.VERSION, plural=plural),
-        select=by_uid,
-        handle=handle,
-        workers=1,
-        capacity=SYNC_CAPACITY,
-    )
 
 
 def _sync(
@@ -496,25 +504,3 @@ def _sync(
 def _newest_listed(older: Event, newer: Event) -> Event:
     """The newest state of a ScheduledJob, validated afresh if either was listed."""
     return Event(newer.type, newer.object, listed=older.listed or newer.listed)
-
-
-def _watches(
-    kube: api.KubeApi,
-    settings: OperatorSettings,
-    *,
-    group: str,
-    plural: str,
-    version: str = "v1",
-    label_selector: str | None = None,
-) -> list[Watch]:
-    """One watch per watched namespace, or one for all."""
-    namespaces: list[str | None] = [None] if settings.all_namespaces else list(settings.namespaces)
-    return [
-        Watch(
-            kube,
-            api.path_of(group=group, version=version, namespace=namespace, plural=plural),
-            name=f"{plural}@{namespace or '*'}",
-            label_selector=label_selector,
-        )
-        for namespace in namespaces
-    ]

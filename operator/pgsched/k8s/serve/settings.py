@@ -104,6 +104,8 @@ class OperatorSettings:
     tick: TickSettings
     namespaces: tuple[str, ...] = ()
     all_namespaces: bool = False
+    # Namespaces served by their labels (``key=value,...``); empty: by the list above.
+    namespace_selector: str = ""
     api_qps: float = 20.0
     api_burst: int = 40
     publish_interval_seconds: float = 0.5
@@ -293,6 +295,32 @@ def destination_list(name: str, raw: str | None, default: Any, problems: Problem
     return entries
 
 
+def label_selector(name: str, raw: str | None, default: Any, problems: Problems) -> Any:
+    """``key=value`` pairs, comma-separated (a namespace must carry all of them), each a
+    Kubernetes label key and value; normalized to ``key=value,...``; unset or empty: none."""
+    if raw is None or not raw.strip():
+        return default
+    pairs = []
+    for part in raw.split(","):
+        key, equals, value = (item.strip() for item in part.strip().partition("="))
+        if not equals or not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
+            problems.add(
+                name,
+                f"{part.strip()!r} is not a label key=value (a key of letters, digits, '-',"
+                " '_', '.', with an optional DNS prefix and '/'; a value of at most 63 of"
+                " the same, no '/')",
+                f"{name}=pgsched.dev/serve=true",
+            )
+            return default
+        pairs.append(f"{key}={value}")
+    return ",".join(pairs)
+
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}")
+_LABEL_VALUE = re.compile(rf"({_LABEL_NAME})?")
+
+
 def _is_bind(value: str) -> bool:
     host, _, port = value.rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
@@ -392,7 +420,8 @@ VARIABLES: tuple[Variable, ...] = (
         read=name_list,
         meaning=(
             "Comma-separated namespaces whose ScheduledJobs this operator watches, e.g. "
-            "`jobs,reports`. One of this and `PGSCHED_ALL_NAMESPACES` is required."
+            "`jobs,reports`. One of this, `PGSCHED_ALL_NAMESPACES` and"
+            " `PGSCHED_NAMESPACE_SELECTOR` is required."
         ),
         shown="",
     ),
@@ -401,6 +430,18 @@ VARIABLES: tuple[Variable, ...] = (
         setting="all_namespaces",
         read=flag,
         meaning="`true` to watch ScheduledJobs in every namespace (needs cluster-wide RBAC).",
+    ),
+    Variable(
+        "PGSCHED_NAMESPACE_SELECTOR",
+        setting="namespace_selector",
+        read=label_selector,
+        meaning=(
+            "Serve the namespaces that carry these labels, e.g. `pgsched.dev/serve=true`"
+            " (`key=value`, comma-separated: all of them): a namespace labelled later is"
+            " served within seconds, without a restart (needs cluster-wide RBAC; docs/"
+            "namespaces.md). Instead of `PGSCHED_NAMESPACES` and `PGSCHED_ALL_NAMESPACES`."
+        ),
+        shown="",
     ),
     Variable(
         "PGSCHED_IMAGE",
@@ -871,15 +912,20 @@ _VARIABLE_OF = {variable.setting: variable.name for variable in VARIABLES if var
 
 def _check_together(values: Mapping[str, Any], problems: Problems) -> None:
     """The checks that involve two variables."""
-    namespaces, every = values["PGSCHED_NAMESPACES"], values["PGSCHED_ALL_NAMESPACES"]
-    if not namespaces and not every:
+    ways = [
+        name
+        for name in ("PGSCHED_NAMESPACES", "PGSCHED_ALL_NAMESPACES", "PGSCHED_NAMESPACE_SELECTOR")
+        if values[name]
+    ]
+    if not ways:
         problems.add(
-            "PGSCHED_NAMESPACES",
-            "is empty and PGSCHED_ALL_NAMESPACES is not true: say which namespaces to watch",
-            "PGSCHED_NAMESPACES=jobs,reports",
+            "PGSCHED_NAMESPACE_SELECTOR",
+            "is empty, and so are PGSCHED_NAMESPACES and PGSCHED_ALL_NAMESPACES: say which"
+            " namespaces to serve",
+            "PGSCHED_NAMESPACE_SELECTOR=pgsched.dev/serve=true",
         )
-    if namespaces and every:
-        problems.add("PGSCHED_NAMESPACES", "set it or PGSCHED_ALL_NAMESPACES=true, not both")
+    if len(ways) > 1:
+        problems.add(ways[0], f"set one of {' and '.join(ways)}, not both")
     if bool(values["PGSCHED_UI_TLS_CERT_FILE"]) != bool(values["PGSCHED_UI_TLS_KEY_FILE"]):
         problems.add(
             "PGSCHED_UI_TLS_CERT_FILE",
