@@ -107,6 +107,7 @@ def container(objects: list[Obj], name: str = "operator") -> Obj:
 @pytest.mark.parametrize(
     "sets",
     [
+        (),  # no values at all: the namespaces labelled pgsched.dev/serve=true
         (WATCHED,),
         (
             "database.dsn=host=db user=pgsched",
@@ -133,7 +134,7 @@ def container(objects: list[Obj], name: str = "operator") -> Obj:
             "jobTemplatePolicy.serviceAccounts={default,reports}",
         ),
     ],
-    ids=["defaults", "everything-on", "cluster-wide", "everything-off"],
+    ids=["no-values", "a-list", "everything-on", "cluster-wide", "everything-off"],
 )
 def test_chart_passes_helm_lint_strict(helm_binary, sets):
     args = [arg for item in sets for arg in ("--set", item)]
@@ -368,7 +369,7 @@ def test_the_operator_accepts_the_rendered_settings(helm_binary, tmp_path, run_a
     assert read_settings(wide, run_api_mount).all_namespaces
 
 
-def test_the_chart_sets_every_operator_setting(helm_binary):
+def test_the_chart_sets_every_operator_setting(helm_binary, tmp_path):
     read = {
         name
         for source in SETTINGS_SOURCES
@@ -380,7 +381,8 @@ def test_the_chart_sets_every_operator_setting(helm_binary):
         render(helm_binary, sets=("ui.enabled=true", "ui.tls.secretName=ui-tls"))
     )
     runs = operator_environment(render(helm_binary, sets=("runsApi.enabled=true",)))
-    chart = {key for key in {*namespaced, *wide, *ui, *runs} if key.startswith("PGSCHED_")}
+    labels = operator_environment(render(helm_binary, values={"watchNamespaces": []}, tmp=tmp_path))
+    chart = {key for key in {*namespaced, *wide, *ui, *runs, *labels} if key.startswith("PGSCHED_")}
     assert "PGSCHED_DSN" not in chart  # a file from the database Secret instead
     chart.add("PGSCHED_DSN")  # read where PGSCHED_DSN_FILE is (db/dsn.py)
     # The chart writes the webhook's configuration itself (templates/webhook.yaml); kopf
@@ -470,6 +472,73 @@ def test_namespaced_mode_binds_one_role_per_watched_namespace_and_nothing_cluste
             {"kind": "ServiceAccount", "name": "pgsched", "namespace": "pgsched-system"}
         ]
     assert of_kind(objects, "ClusterRole") == of_kind(objects, "ClusterRoleBinding") == []
+
+
+def test_by_default_namespaces_with_the_serve_label_are_served_by_a_narrowed_cluster_role(
+    helm_binary, run_api_mount, tmp_path
+):
+    objects = render(helm_binary, values={"watchNamespaces": []}, tmp=tmp_path)
+    listed = render(helm_binary)
+
+    env = operator_environment(objects)
+    settings = read_settings(env, run_api_mount)
+    assert (settings.namespace_selector, settings.namespaces) == ("pgsched.dev/serve=true", ())
+    assert of_kind(objects, "Role") == of_kind(objects, "RoleBinding") == []
+    [cluster_role] = of_kind(objects, "ClusterRole")
+    [binding] = of_kind(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    [role] = of_kind(listed, "Role")
+    # The same rules, and the labelled Namespaces listed and watched.
+    assert cluster_role["rules"] == [
+        *role["rules"][: role["rules"].index(namespaces_rule(role))],
+        namespaces_rule(role),
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+        *role["rules"][role["rules"].index(namespaces_rule(role)) + 1 :],
+    ]
+    labels = {"matchLabels": {"pgsched.dev/serve": "true"}}
+    for webhook in webhook_configuration(objects)["webhooks"]:
+        assert webhook["namespaceSelector"] == labels
+    bindings = of_kind(objects, "ValidatingAdmissionPolicyBinding")
+    job_template = [b for b in bindings if b["spec"]["policyName"] == "pgsched-job-template"]
+    assert sorted(
+        json.dumps(b["spec"]["matchResources"]["namespaceSelector"]) for b in job_template
+    ) == sorted(
+        [
+            json.dumps(labels),
+            json.dumps(
+                {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": ["pgsched-system"],
+                        }
+                    ]
+                }
+            ),
+        ]
+    )
+    served = named(objects, "ValidatingAdmissionPolicy", "pgsched-served-namespaces")
+    [condition] = served["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:pgsched-system:pgsched'"
+    )
+    [check] = served["spec"]["validations"]
+    assert check["expression"] == (
+        "namespaceObject.metadata.?labels[?'pgsched.dev/serve'].orValue('') == 'true'"
+        " && (false || request.namespace != 'pgsched-system')"
+    )
+    unserved = named(objects, "ValidatingAdmissionPolicy", "pgsched-unserved-namespace")
+    [warning] = unserved["spec"]["validations"]
+    assert (
+        "kubectl label namespace ' + request.namespace + ' pgsched.dev/serve=true'"
+        in (warning["messageExpression"])
+    )
+
+
+def namespaces_rule(role: Obj) -> Obj:
+    [rule] = [r for r in role["rules"] if r["resources"] == ["namespaces"]]
+    return rule
 
 
 def test_cluster_wide_mode_is_one_cluster_role_with_the_same_rules(helm_binary):
@@ -991,7 +1060,16 @@ def test_cert_manager_issues_the_runs_api_certificate_and_injects_its_ca(helm_bi
 def test_jobs_never_run_in_the_release_namespace_unless_the_admin_allows_it(
     helm_binary, run_api_mount
 ):
-    unset = helm(helm_binary, "template", "pgsched", CHART, "-n", "pgsched-system")
+    nothing = helm(
+        helm_binary,
+        "template",
+        "pgsched",
+        CHART,
+        "-n",
+        "pgsched-system",
+        "--set",
+        "namespaceLabels=null",
+    )
     home = helm(
         helm_binary,
         "template",
@@ -1002,9 +1080,9 @@ def test_jobs_never_run_in_the_release_namespace_unless_the_admin_allows_it(
         "--set",
         "watchNamespaces={pgsched-system}",
     )
-    assert unset.returncode != 0
-    assert "watchNamespaces is empty: name the namespaces" in unset.stderr
-    assert "--set watchNamespaces='{jobs}'" in unset.stderr
+    assert nothing.returncode != 0
+    assert "namespaceLabels and watchNamespaces are both empty" in nothing.stderr
+    assert "--set watchNamespaces='{jobs}'" in nothing.stderr
     assert home.returncode != 0
     assert "watchNamespaces includes the release namespace pgsched-system" in home.stderr
     assert "allowReleaseNamespace=true" in home.stderr
@@ -1056,9 +1134,20 @@ def test_admission_policies_bind_to_this_releases_namespaces_and_its_account(hel
             "pgsched-job-template",
             "pgsched-lease-secrets",
             "pgsched-requester",  # templates/requester-policy.yaml, the CLI's requests
+            "pgsched-unserved-namespace",  # a warning at kubectl apply, never a refusal
         }
     )
-    assert all(binding["spec"]["validationActions"] == ["Deny"] for binding in bindings.values())
+    assert {name: binding["spec"]["validationActions"] for name, binding in bindings.items()} == {
+        "pgsched-job-template": ["Deny"],
+        "pgsched-lease-secrets": ["Deny"],
+        "pgsched-requester": ["Deny"],
+        "pgsched-unserved-namespace": ["Warn"],
+    }
+    [unserved] = policies["pgsched-unserved-namespace"]["spec"]["validations"]
+    assert unserved["expression"] == (
+        'request.namespace == \'pgsched-system\' || request.namespace in ["jobs","reports"]'
+    )
+    assert "--set watchNamespaces=" in unserved["messageExpression"]
     selector = bindings["pgsched-job-template"]["spec"]["matchResources"]["namespaceSelector"]
     assert selector["matchExpressions"] == [
         {

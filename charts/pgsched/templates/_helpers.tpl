@@ -49,19 +49,51 @@ app.kubernetes.io/part-of: pgsched
 {{- end }}
 {{- end }}
 
-{{/* Watched namespaces as a JSON list (use with fromJsonArray); [] in cluster-wide mode.
-Jobs run in them, so the release namespace is one only when the admin says so. */}}
-{{- define "pgsched.watchNamespaces" -}}
-{{- if .Values.rbac.clusterWide }}
-{{- list | toJson }}
+{{/* How this release chooses its namespaces: "all" (rbac.clusterWide), "list"
+(watchNamespaces) or "labels" (namespaceLabels, the default). */}}
+{{- define "pgsched.namespaceMode" -}}
+{{- if .Values.rbac.clusterWide }}all
+{{- else if .Values.watchNamespaces }}list
+{{- else if .Values.namespaceLabels }}labels
 {{- else }}
-{{- if not .Values.watchNamespaces }}
-{{- fail (printf "watchNamespaces is empty: name the namespaces whose ScheduledJobs this release serves, e.g. --set watchNamespaces='{jobs}' (or rbac.clusterWide=true). Jobs do not run in the release namespace %s unless allowReleaseNamespace=true." .Release.Namespace) }}
+{{- fail "namespaceLabels and watchNamespaces are both empty: say which namespaces this release serves, e.g. --set namespaceLabels.pgsched\\.dev/serve=true (the default), --set watchNamespaces='{jobs}', or rbac.clusterWide=true." }}
 {{- end }}
+{{- end }}
+
+{{/* Watched namespaces as a JSON list (use with fromJsonArray); [] unless the mode is
+"list". Jobs run in them, so the release namespace is one only when the admin says so. */}}
+{{- define "pgsched.watchNamespaces" -}}
+{{- if eq (include "pgsched.namespaceMode" .) "list" }}
 {{- if and (has .Release.Namespace .Values.watchNamespaces) (not .Values.allowReleaseNamespace) }}
 {{- fail (printf "watchNamespaces includes the release namespace %s, where the operator's ServiceAccount and database Secret live: watch another namespace (e.g. --set watchNamespaces='{jobs}'), or set allowReleaseNamespace=true to run jobs beside the operator." .Release.Namespace) }}
 {{- end }}
 {{- .Values.watchNamespaces | uniq | toJson }}
+{{- else }}
+{{- list | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* namespaceLabels as a label selector: key=value,... (sorted). */}}
+{{- define "pgsched.namespaceSelector" -}}
+{{- $pairs := list }}
+{{- range $key, $value := .Values.namespaceLabels }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/* CEL, in an admission policy: whether the request's namespace is one this release
+serves (for a namespaced request; namespaceObject is the Namespace). */}}
+{{- define "pgsched.servedCel" -}}
+{{- $mode := include "pgsched.namespaceMode" . }}
+{{- if eq $mode "all" }}true
+{{- else if eq $mode "list" }}request.namespace in {{ include "pgsched.watchNamespaces" . }}
+{{- else }}
+{{- $checks := list }}
+{{- range $key, $value := .Values.namespaceLabels }}
+{{- $checks = append $checks (printf "namespaceObject.metadata.?labels[?%s].orValue('') == %s" (squote $key) (squote $value)) }}
+{{- end }}
+{{- join " && " $checks }}
 {{- end }}
 {{- end }}
 
