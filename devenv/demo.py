@@ -103,6 +103,8 @@ def create_namespaces(cp: ControlPlane) -> None:
             f"pod-security.kubernetes.io/{mode}": "restricted"
             for mode in ("enforce", "audit", "warn")
         }
+        if name == JOBS_NAMESPACE:
+            labels["pgsched.dev/serve"] = "true"  # the chart's default namespaceLabels
         cp.api.create(
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
@@ -115,7 +117,6 @@ def create_namespaces(cp: ControlPlane) -> None:
 
 def install_chart(cp: ControlPlane, dsns: Connections, work_dir: Path) -> None:
     values = {
-        "watchNamespaces": [JOBS_NAMESPACE],
         "database": {"dsn": cp.in_cluster_dsn(dsns.operator)},
         "runApi": {"url": run_api.chart_url(cp, release=RELEASE, namespace=SYSTEM_NAMESPACE)},
     }
