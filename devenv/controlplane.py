@@ -318,6 +318,7 @@ class ControlPlane:
                     "--enable-aggregator-routing=true",
                     # The default chain already includes PodSecurity; naming it documents intent.
                     "--enable-admission-plugins=PodSecurity",
+                    f"--admission-control-config-file={self._admission_configuration(keys)}",
                     # Let Pod Security admission, not this flag, be what rejects privileged pods.
                     "--allow-privileged=true",
                     "--profiling=false",
@@ -330,6 +331,51 @@ class ControlPlane:
         )
         self._apiserver.start()
         self._wait_ready(self._apiserver, "/readyz", timeout=timeout)
+
+    def _admission_configuration(self, keys: pki.ControlPlanePKI) -> Path:
+        """The API server's admission configuration: it presents ``webhook_client`` to
+        every admission webhook that asks for a client certificate (a webhook that does
+        not ask, such as Kueue's, sees no difference), as an administrator configures it
+        for pgsched's PGSCHED_WEBHOOK_CLIENT_CA_FILE (docs/admission.md)."""
+        folder = self.work_dir / "admission"
+        folder.mkdir(parents=True, exist_ok=True)
+        credentials = folder / "webhook-kubeconfig.json"
+        credentials.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "users": [
+                        {
+                            "name": "*",  # every webhook
+                            "user": {
+                                "client-certificate": str(keys.webhook_client.cert),
+                                "client-key": str(keys.webhook_client.key),
+                            },
+                        }
+                    ],
+                }
+            )
+        )
+        webhooks = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(credentials),
+        }
+        configuration = folder / "admission-configuration.json"
+        configuration.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {"name": "ValidatingAdmissionWebhook", "configuration": webhooks},
+                        {"name": "MutatingAdmissionWebhook", "configuration": webhooks},
+                    ],
+                }
+            )
+        )
+        return configuration
 
     def stop_apiserver(self) -> None:
         self._alone("stopping the API server")

@@ -43,8 +43,13 @@ class ControlPlanePKI:
     kube_proxy: KeyPair
     service_account_key: Path
     service_account_pub: Path
+    # What the API server presents when it calls an admission webhook (its admission
+    # configuration), signed by a CA of its own: what PGSCHED_WEBHOOK_CLIENT_CA_FILE trusts.
+    webhook_client_ca: Path
+    webhook_client: KeyPair
 
 
+WEBHOOK_CLIENT = "webhook-client"  # the folder of the webhook client CA and certificate
 _NAMES = (
     "ca",
     "apiserver",
@@ -75,6 +80,10 @@ def load(directory: Path) -> ControlPlanePKI:
         proxy,
         directory / "sa.key",
         directory / "sa.pub",
+        directory / WEBHOOK_CLIENT / "ca.crt",
+        KeyPair(
+            directory / WEBHOOK_CLIENT / "client.crt", directory / WEBHOOK_CLIENT / "client.key"
+        ),
     )
 
 
@@ -120,6 +129,14 @@ def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) ->
     sa_key, sa_pub = directory / "sa.key", directory / "sa.pub"
     _genkey(sa_key)
     _openssl(f"pkey -in {sa_key} -pubout -out {sa_pub}")
+    webhook_ca = _ca(directory / WEBHOOK_CLIENT, "pgsched-devenv-webhook-client-ca")
+    webhook_client = _issue(
+        directory / WEBHOOK_CLIENT,
+        "client",
+        webhook_ca,
+        subject="/CN=kube-apiserver-webhook-client",
+        usage="clientAuth",
+    )
     return ControlPlanePKI(
         ca,
         apiserver,
@@ -131,6 +148,8 @@ def create(directory: Path, *, service_ip: str, node_ip: str, node_name: str) ->
         kube_proxy,
         sa_key,
         sa_pub,
+        webhook_ca.cert,
+        webhook_client,
     )
 
 

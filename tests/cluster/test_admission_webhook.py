@@ -321,3 +321,60 @@ def test_the_webhook_costs_little_memory_and_none_per_object_it_admits(
     )
     assert served - without < 40
     assert after - warm < 3  # kopf's own memories kept ~1 KiB each: +4.9 MiB (measured)
+
+
+def ask_directly(webhook: dict[str, str], client: pki.KeyPair | None) -> dict[str, Any]:
+    """An AdmissionReview posted straight to the webhook, as anyone who reaches its port
+    could, presenting ``client``'s certificate (or none)."""
+    host, port = webhook["PGSCHED_WEBHOOK_BIND"].split(":")
+    context = ssl.create_default_context(
+        cafile=str(Path(webhook["PGSCHED_WEBHOOK_CERT_DIR"]) / "ca.crt")
+    )
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+    try:
+        body = review(0, {"schedule": "61 * * * *", "jobTemplate": busybox("true")})
+        connection.request("POST", "/scheduledjobs", body, {"Content-Type": "application/json"})
+        return dict(json.loads(connection.getresponse().read()))
+    finally:
+        connection.close()
+
+
+def test_with_a_client_ca_the_webhook_answers_the_api_server_and_nobody_else(
+    operators, cluster, namespace, webhook
+):
+    """The API server presents its webhook client certificate (its admission
+    configuration, devenv/controlplane.py); any other caller fails the TLS handshake before
+    a byte of its request is read, so no spec reaches the parser's CPU."""
+    keys = cluster.certificates
+    verified = {**webhook, "PGSCHED_WEBHOOK_CLIENT_CA_FILE": str(keys.webhook_client_ca)}
+    start_with_webhook(operators, cluster, namespace, verified)  # the API server is answered
+
+    spec = {"schedule": "61 * * * *", "jobTemplate": busybox("true")}
+    applied = apply(cluster, namespace, "bad", spec)
+    assert applied.returncode != 0
+    assert "denied the request: " + controller_message(namespace, "bad", spec) in applied.stderr
+    for stranger in (None, keys.admin):  # no certificate; one the cluster's own CA signed
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            ask_directly(verified, stranger)
+    answer = ask_directly(verified, keys.webhook_client)  # what the API server holds
+    assert answer["response"]["allowed"] is False
+
+
+def test_without_a_client_ca_anyone_who_reaches_the_port_is_answered(
+    operators, cluster, namespace, webhook
+):
+    """The default, which docs/admission.md tells administrators to close."""
+    start_with_webhook(operators, cluster, namespace, webhook)
+    assert ask_directly(webhook, None)["response"]["allowed"] is False
+
+
+def test_a_client_ca_file_that_is_no_ca_stops_the_start_naming_the_setting(
+    operators, webhook, tmp_path
+):
+    wrong = tmp_path / "not-a-ca.crt"
+    wrong.write_text("not a certificate\n")
+    handle = operators.start(wait=False, **webhook, PGSCHED_WEBHOOK_CLIENT_CA_FILE=str(wrong))
+    assert handle.process.wait(timeout=60) != 0
+    assert f"PGSCHED_WEBHOOK_CLIENT_CA_FILE={wrong}: not a readable PEM CA bundle" in handle.log()

@@ -380,7 +380,12 @@ def test_the_chart_sets_every_operator_setting(helm_binary, tmp_path):
     ui = operator_environment(
         render(helm_binary, sets=("ui.enabled=true", "ui.tls.secretName=ui-tls"))
     )
-    runs = operator_environment(render(helm_binary, sets=("runsApi.enabled=true",)))
+    runs = operator_environment(
+        render(
+            helm_binary,
+            sets=("runsApi.enabled=true", "admissionWebhook.clientCAConfigMap=apiserver-webhook"),
+        )
+    )
     labels = operator_environment(render(helm_binary, values={"watchNamespaces": []}, tmp=tmp_path))
     chart = {key for key in {*namespaced, *wide, *ui, *runs, *labels} if key.startswith("PGSCHED_")}
     assert "PGSCHED_DSN" not in chart  # a file from the database Secret instead
@@ -752,6 +757,21 @@ def test_the_webhook_covers_every_namespace_in_cluster_wide_mode(helm_binary):
     assert all(
         "namespaceSelector" not in hook for hook in webhook_configuration(objects)["webhooks"]
     )
+
+
+def test_a_client_ca_config_map_makes_the_webhook_answer_only_its_certificates(helm_binary):
+    objects = render(helm_binary, sets=("admissionWebhook.clientCAConfigMap=apiserver-webhook",))
+    env = operator_environment(objects)
+    assert env["PGSCHED_WEBHOOK_CLIENT_CA_FILE"] == "/etc/pgsched/webhook-client-ca/ca.crt"
+    volumes = deployment(objects)["spec"]["template"]["spec"]["volumes"]
+    [volume] = [v for v in volumes if v["name"] == "webhook-client-ca"]
+    assert volume["configMap"] == {
+        "name": "apiserver-webhook",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    mounts = {m["name"]: m["mountPath"] for m in container(objects)["volumeMounts"]}
+    assert mounts["webhook-client-ca"] == "/etc/pgsched/webhook-client-ca"
+    assert "PGSCHED_WEBHOOK_CLIENT_CA_FILE" not in operator_environment(render(helm_binary))
 
 
 def test_turning_the_webhook_off_leaves_no_trace_of_it(helm_binary):

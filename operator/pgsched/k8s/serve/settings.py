@@ -46,6 +46,9 @@ class WebhookSettings:
     # The ValidatingWebhookConfiguration kopf creates and keeps pointing at the server;
     # empty: someone else writes it (the Helm chart does).
     configuration: str = ""
+    # The CA bundle whose client certificates alone may call the webhook (the API
+    # server's, docs/admission.md); empty: any caller that reaches the port.
+    client_ca_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -716,6 +719,17 @@ VARIABLES: tuple[Variable, ...] = (
             "Name of the ValidatingWebhookConfiguration the operator (kopf) creates and "
             "keeps pointing at its server (`url` of `PGSCHED_WEBHOOK_BIND`): for an operator "
             "outside a cluster. Empty: someone else writes it, as the Helm chart does."
+        ),
+    ),
+    Variable(
+        "PGSCHED_WEBHOOK_CLIENT_CA_FILE",
+        setting="webhook.client_ca_file",
+        read=text,
+        meaning=(
+            "A PEM CA bundle: the webhook then answers only a caller whose client certificate"
+            " it signed — the API server, given one through its admission configuration"
+            ' ([admission](admission.md), "Who may call the webhook"). Empty: any caller'
+            " that reaches the port."
         ),
     ),
     Variable(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -137,11 +138,28 @@ def kopf_settings(settings: WebhookSettings) -> kopf.OperatorSettings:
         certfile=directory / CERT_FILE,
         pkeyfile=directory / KEY_FILE,
         cafile=ca if ca.is_file() else None,  # None: the certificate is its own CA
+        **_callers(settings.client_ca_file),
     )
     found.admission.managed = settings.configuration or None
     found.scanning.disabled = True
     found.posting.enabled = False
     return found
+
+
+def _callers(client_ca_file: str) -> dict[str, Any]:
+    """Who may call: with a client CA, only a caller presenting a certificate it signed (the
+    TLS handshake fails for any other, before a byte of a request is read); else anyone."""
+    if not client_ca_file:
+        return {}
+    try:
+        ssl.create_default_context(cafile=client_ca_file)
+    except (OSError, ssl.SSLError) as error:
+        raise WebhookError(
+            f"PGSCHED_WEBHOOK_CLIENT_CA_FILE={client_ca_file}: not a readable PEM CA bundle"
+            f" ({error}); mount the CA that signs the API server's webhook client certificate"
+            " (docs/admission.md)"
+        ) from None
+    return {"verify_mode": ssl.CERT_REQUIRED, "verify_cafile": client_ca_file}
 
 
 class _RefusalsAreNoErrors(logging.Filter):
