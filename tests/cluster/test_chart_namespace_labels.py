@@ -23,12 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
-from devenv import kubeconfig
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.k8s import names
 from pgsched.k8s.client import api
-from plugins.cluster import create_namespace
+from plugins.cluster import client_as, create_namespace
 from plugins.operator import busybox
 
 # Alone on the cluster: the release's admission policies are cluster-wide.
@@ -67,7 +66,7 @@ def release(
         create_namespace(cluster, namespace)
     cluster.api.patch(f"/api/v1/namespaces/{found.served}", {"metadata": {"labels": {key: "true"}}})
     values = {
-        "namespaceLabels": {key: "true"},
+        "namespaceLabels": f"{key}=true",
         "database": {"dsn": "host=db.invalid user=pgsched dbname=pgsched"},
         "crds": {"install": False},
         "replicaCount": 0,
@@ -111,7 +110,10 @@ def applied(cluster: ControlPlane, namespace: str, name: str) -> str:
 def test_applying_a_scheduledjob_where_nobody_serves_warns_naming_the_label(cluster, release):
     warning = applied(cluster, release.unserved, "nightly")
 
-    assert f"Warning: namespace {release.unserved} is not served by pgsched" in warning
+    assert f"Warning: Validation failed for ValidatingAdmissionPolicy '{release.account}-" in (
+        warning
+    )
+    assert f"namespace {release.unserved} is not served by pgsched" in warning
     assert f"release {release.name} serves namespaces labelled {release.label}" in warning
     assert f"kubectl label namespace {release.unserved} {release.label}" in warning
     # A warning, not a refusal: the object is there for when the namespace is labelled.
@@ -124,17 +126,7 @@ def as_operator(
     cluster: ControlPlane, release: Release, tmp_path_factory: pytest.TempPathFactory
 ) -> api.KubeApi:
     """An API client authenticated as the release's ServiceAccount, as the operator is."""
-    token = cluster.kubectl(
-        "create", "token", release.account, "-n", release.home, "--duration=1h"
-    ).stdout.strip()
-    path = kubeconfig.write(
-        tmp_path_factory.mktemp("operator") / "kubeconfig",
-        server=cluster.server,
-        ca_file=cluster.ca_file,
-        user=f"system:serviceaccount:{release.home}:{release.account}",
-        token=token,
-    )
-    return api.KubeApi.from_environment(kubeconfig=str(path))
+    return client_as(cluster, release.home, release.account, tmp_path_factory.mktemp("operator"))
 
 
 def lease_secret(run_id: int) -> dict[str, Any]:
@@ -155,7 +147,7 @@ def suspended_job(name: str) -> dict[str, Any]:
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name},
-        "spec": {"suspend": True, **busybox("true", restartPolicy="Never")},
+        "spec": {"suspend": True, **busybox("true", restartPolicy="Never")["spec"]},
     }
 
 

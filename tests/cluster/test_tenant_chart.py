@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 import yaml
 
-from devenv import kubeconfig
 from devenv.adminclient import ApiError as AdminApiError
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
@@ -42,6 +41,7 @@ from pgsched.engine.launcher import LaunchError
 from pgsched.k8s import names
 from pgsched.k8s.client import api
 from pgsched.k8s.jobside import jobpolicy, jobs, launcher
+from plugins.cluster import client_as
 from plugins.operator import busybox
 
 # Alone on the cluster: the chart's admission policies are cluster-wide.
@@ -333,17 +333,7 @@ def as_operator(
     cluster: ControlPlane, release: Release, tmp_path_factory: pytest.TempPathFactory
 ) -> api.KubeApi:
     """An API client authenticated as the release's ServiceAccount, as the operator is."""
-    token = cluster.kubectl(
-        "create", "token", release.account, "-n", release.home, "--duration=1h"
-    ).stdout.strip()
-    path = kubeconfig.write(
-        tmp_path_factory.mktemp("operator") / "kubeconfig",
-        server=cluster.server,
-        ca_file=cluster.ca_file,
-        user=f"system:serviceaccount:{release.home}:{release.account}",
-        token=token,
-    )
-    return api.KubeApi.from_environment(kubeconfig=str(path))
+    return client_as(cluster, release.home, release.account, tmp_path_factory.mktemp("operator"))
 
 
 def secret(name: str, **labels: str) -> dict[str, Any]:

@@ -39,10 +39,12 @@ from typing import NoReturn
 
 import pytest
 
+from devenv import kubeconfig
 from devenv.adminclient import ApiError
 from devenv.binaries import REPO_ROOT, Binaries, MissingBinariesError, image_index
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
+from pgsched.k8s.client import api
 
 Command = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -154,17 +156,38 @@ def create_namespace(cluster: ControlPlane, name: str) -> None:
     )
 
 
+def delete_namespace(cluster: ControlPlane, name: str) -> None:
+    """Delete ``name`` without waiting; gone already is fine (a test may delete it)."""
+    try:
+        cluster.api.delete(f"/api/v1/namespaces/{name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+
+
+def client_as(cluster: ControlPlane, namespace: str, account: str, folder: Path) -> api.KubeApi:
+    """An API client authenticated as ServiceAccount ``namespace/account`` (an hour's
+    token; its kubeconfig in ``folder``), as a pod of that account is."""
+    token = cluster.kubectl(
+        "create", "token", account, "-n", namespace, "--duration=1h"
+    ).stdout.strip()
+    path = kubeconfig.write(
+        folder / "kubeconfig",
+        server=cluster.server,
+        ca_file=cluster.ca_file,
+        user=f"system:serviceaccount:{namespace}:{account}",
+        token=token,
+    )
+    return api.KubeApi.from_environment(kubeconfig=str(path))
+
+
 @pytest.fixture
 def namespace(cluster: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
     name = f"t-{slug[:48].strip('-')}-{secrets.token_hex(3)}"
     create_namespace(cluster, name)
     yield name
-    try:
-        cluster.api.delete(f"/api/v1/namespaces/{name}")
-    except ApiError as error:
-        if error.status != 404:
-            raise
+    delete_namespace(cluster, name)
 
 
 @pytest.fixture(scope="session")

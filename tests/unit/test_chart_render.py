@@ -170,6 +170,10 @@ def test_schema_accepts_a_known_key_and_rejects_a_misspelled_one_by_name(helm_bi
             "notifications.allowDestinations={http://hooks}",
             "at '/notifications/allowDestinations/0': 'http://hooks' does not match pattern",
         ),
+        (
+            "namespaceLabels=pgsched.dev/serve",  # a key without a value
+            "at '/namespaceLabels': 'pgsched.dev/serve' does not match pattern",
+        ),
     ],
 )
 def test_schema_rejects_wrong_types_and_values_with_the_path(helm_binary, setting, message):
@@ -484,6 +488,23 @@ def test_by_default_namespaces_with_the_serve_label_are_served_by_a_narrowed_clu
 ):
     objects = render(helm_binary, values={"watchNamespaces": []}, tmp=tmp_path)
     listed = render(helm_binary)
+    # A value of one's own replaces the default whole (a string, where a map would merge).
+    own = render(
+        helm_binary,
+        values={"watchNamespaces": [], "namespaceLabels": "example.com/tier=batch, team=a"},
+        tmp=tmp_path,
+    )
+    assert operator_environment(own)["PGSCHED_NAMESPACE_SELECTOR"] == (
+        "example.com/tier=batch,team=a"
+    )
+    assert webhook_configuration(own)["webhooks"][0]["namespaceSelector"] == {
+        "matchLabels": {"example.com/tier": "batch", "team": "a"}
+    }
+    served_own = named(own, "ValidatingAdmissionPolicy", "pgsched-served-namespaces")
+    assert served_own["spec"]["validations"][0]["expression"].startswith(
+        "namespaceObject.metadata.?labels[?'example.com/tier'].orValue('') == 'batch'"
+        " && namespaceObject.metadata.?labels[?'team'].orValue('') == 'a'"
+    )
 
     env = operator_environment(objects)
     settings = read_settings(env, run_api_mount)
@@ -1080,26 +1101,13 @@ def test_cert_manager_issues_the_runs_api_certificate_and_injects_its_ca(helm_bi
 def test_jobs_never_run_in_the_release_namespace_unless_the_admin_allows_it(
     helm_binary, run_api_mount
 ):
-    nothing = helm(
-        helm_binary,
-        "template",
-        "pgsched",
-        CHART,
-        "-n",
-        "pgsched-system",
-        "--set",
-        "namespaceLabels=null",
-    )
-    home = helm(
-        helm_binary,
-        "template",
-        "pgsched",
-        CHART,
-        "-n",
-        "pgsched-system",
-        "--set",
-        "watchNamespaces={pgsched-system}",
-    )
+    def template(setting: str) -> subprocess.CompletedProcess[str]:
+        return helm(
+            helm_binary, "template", "pgsched", CHART, "-n", "pgsched-system", "--set", setting
+        )
+
+    nothing = template("namespaceLabels=null")
+    home = template("watchNamespaces={pgsched-system}")
     assert nothing.returncode != 0
     assert "namespaceLabels and watchNamespaces are both empty" in nothing.stderr
     assert "--set watchNamespaces='{jobs}'" in nothing.stderr

@@ -56,7 +56,7 @@ app.kubernetes.io/part-of: pgsched
 {{- else if .Values.watchNamespaces }}list
 {{- else if .Values.namespaceLabels }}labels
 {{- else }}
-{{- fail "namespaceLabels and watchNamespaces are both empty: say which namespaces this release serves, e.g. --set namespaceLabels.pgsched\\.dev/serve=true (the default), --set watchNamespaces='{jobs}', or rbac.clusterWide=true." }}
+{{- fail "namespaceLabels and watchNamespaces are both empty: say which namespaces this release serves, e.g. --set namespaceLabels=pgsched.dev/serve=true (the default), --set watchNamespaces='{jobs}', or rbac.clusterWide=true." }}
 {{- end }}
 {{- end }}
 
@@ -73,10 +73,20 @@ app.kubernetes.io/part-of: pgsched
 {{- end }}
 {{- end }}
 
-{{/* namespaceLabels as a label selector: key=value,... (sorted). */}}
+{{/* namespaceLabels as a map (use with fromJson): the key=value pairs of the string. */}}
+{{- define "pgsched.namespaceLabelMap" -}}
+{{- $labels := dict }}
+{{- range $pair := splitList "," .Values.namespaceLabels }}
+{{- $parts := splitn "=" 2 (trim $pair) }}
+{{- $_ := set $labels (trim $parts._0) (trim (default "" $parts._1)) }}
+{{- end }}
+{{- $labels | toJson }}
+{{- end }}
+
+{{/* namespaceLabels as a label selector: key=value,... (sorted by key). */}}
 {{- define "pgsched.namespaceSelector" -}}
 {{- $pairs := list }}
-{{- range $key, $value := .Values.namespaceLabels }}
+{{- range $key, $value := include "pgsched.namespaceLabelMap" . | fromJson }}
 {{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
 {{- end }}
 {{- join "," $pairs }}
@@ -90,7 +100,7 @@ serves (for a namespaced request; namespaceObject is the Namespace). */}}
 {{- else if eq $mode "list" }}request.namespace in {{ include "pgsched.watchNamespaces" . }}
 {{- else }}
 {{- $checks := list }}
-{{- range $key, $value := .Values.namespaceLabels }}
+{{- range $key, $value := include "pgsched.namespaceLabelMap" . | fromJson }}
 {{- $checks = append $checks (printf "namespaceObject.metadata.?labels[?%s].orValue('') == %s" (squote $key) (squote $value)) }}
 {{- end }}
 {{- join " && " $checks }}
