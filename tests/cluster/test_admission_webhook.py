@@ -244,8 +244,9 @@ def rss_mib(pid: int) -> float:
     )
 
 
-def review(index: int, spec: dict[str, Any]) -> bytes:
-    """An update of ScheduledJob number ``index`` (its own uid), as the API server sends it."""
+def review(index: int, spec: dict[str, Any], *, create: bool = False) -> bytes:
+    """An update (or the creation) of ScheduledJob number ``index`` (its own uid), as the
+    API server sends it."""
     body = {
         "apiVersion": "pgsched.dev/v1alpha1",
         "kind": "ScheduledJob",
@@ -269,10 +270,10 @@ def review(index: int, spec: dict[str, Any]) -> bytes:
                     "version": "v1alpha1",
                     "resource": "scheduledjobs",
                 },
-                "operation": "UPDATE",
+                "operation": "CREATE" if create else "UPDATE",
                 "userInfo": {"username": "gitops"},
                 "object": body,
-                "oldObject": body,
+                "oldObject": None if create else body,
             },
         }
     ).encode()
@@ -334,7 +335,7 @@ def ask_directly(webhook: dict[str, str], client: pki.KeyPair | None) -> dict[st
         context.load_cert_chain(str(client.cert), str(client.key))
     connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
     try:
-        body = review(0, {"schedule": "61 * * * *", "jobTemplate": busybox("true")})
+        body = review(0, {"schedule": "61 * * * *", "jobTemplate": busybox("true")}, create=True)
         connection.request("POST", "/scheduledjobs", body, {"Content-Type": "application/json"})
         return dict(json.loads(connection.getresponse().read()))
     finally:
