@@ -13,18 +13,29 @@ from psycopg.types.json import Jsonb
 
 from pgsched.db import connection
 from pgsched.engine import definitions, runs
+from pgsched.k8s.client import api
 from pgsched.k8s.client.finalizers import FINALIZER
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjobs
 
 
+class NoNamespaceToRead:
+    """The API server as sync meets it here. sync asks it one thing, and only for a
+    ScheduledJob being deleted: whether its whole namespace is going (then its runs are
+    cancelled by NamespaceDeletion). No namespace can be read here, so a deletion is the
+    ScheduledJob's own; any other request fails loudly."""
+
+    def get(self, path: str, **params: object) -> dict[str, object]:
+        assert path.startswith("/api/v1/namespaces/"), path
+        raise api.ApiError("GET", path, 404, {"reason": "NotFound", "message": "not here"})
+
+
 @pytest.fixture
 def context(dsn: str) -> Iterator[scheduledjobs.Context]:
     with connection.pool(dsn, name="pgsched-test-sync", max_size=2) as pool:
-        # sync never talks to the API server: no client is needed (None would fail loudly).
         yield scheduledjobs.Context(
             pool=pool,
-            kube=None,
+            kube=NoNamespaceToRead(),
             publisher=Publisher(None),
             clock=lambda: None,  # type: ignore[arg-type]
         )
