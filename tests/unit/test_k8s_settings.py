@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from k8sfixtures import RUN_API_CA, RUN_API_URL, run_api_cert_dir
-from pgsched.k8s.client.ratelimit import TokenBucket
+from pgsched.k8s.client.ratelimit import Priority, TokenBucket
 from pgsched.k8s.serve.settings import OperatorSettings
 from pgsched.validation import SettingsError
 
@@ -213,9 +213,9 @@ def test_token_bucket_refills_while_idle():
 def test_background_requests_take_spare_tokens_above_the_half_kept_for_urgent_ones():
     clock = FakeClock()
     bucket = TokenBucket(10, 4, clock=clock, sleep=clock.sleep)
-    assert [bucket.acquire(urgent=False) for _ in range(2)] == [0.0, 0.0]  # spare: no wait
+    assert [bucket.acquire(Priority.VISIBLE) for _ in range(2)] == [0.0, 0.0]  # spare: no wait
     # The other half of the burst is kept for urgent requests (the next Jobs)...
-    assert bucket.acquire(urgent=False) == pytest.approx(0.1)  # ...until one more refills
+    assert bucket.acquire(Priority.VISIBLE) == pytest.approx(0.1)  # ...until one more refills
     assert [bucket.acquire() for _ in range(2)] == [0.0, 0.0]
 
 
@@ -238,7 +238,7 @@ def test_background_requests_get_their_share_while_urgent_ones_keep_the_bucket_e
 
     def publisher() -> None:
         while not stop.is_set():
-            bucket.acquire(urgent=False)
+            bucket.acquire(Priority.VISIBLE)
             background.append(time.monotonic())
 
     threads = [threading.Thread(target=launcher) for _ in range(4)]
@@ -273,7 +273,7 @@ def test_launching_jobs_is_not_slowed_by_background_requests():
 
     def publisher() -> None:
         for _ in range(5):
-            bucket.acquire(urgent=False)
+            bucket.acquire(Priority.VISIBLE)
             background_done.append(time.monotonic() - started)
 
     threads = [threading.Thread(target=launcher), threading.Thread(target=publisher)]
@@ -284,6 +284,40 @@ def test_launching_jobs_is_not_slowed_by_background_requests():
     # 15 urgent tokens at 50 qps take 0.3 s: not 0.4 s as if sharing with 5 background ones.
     assert urgent_done[-1] < 0.38, urgent_done
     assert sum(1 for at in background_done if at < urgent_done[-1]) <= 1, background_done
+
+
+def test_statuses_go_before_lease_hand_overs_which_still_get_their_turn():
+    """In a stampede the launcher's lease hand-overs (housekeeping, one per Job) and the
+    publisher's statuses and Events (visible) share the background's tokens: visible ones
+    get most, housekeeping one in HOUSEKEEPING_EVERY — not a share by thread count, which
+    let four hand-over threads' worth of patches hold up another job's status."""
+    import threading
+    import time
+
+    bucket = TokenBucket(400, 1, background_share=0.1)
+    bucket.acquire()  # an empty bucket, as in the middle of a stampede
+    stop = threading.Event()
+    taken: dict[Priority, list[float]] = {priority: [] for priority in Priority}
+
+    def loop(priority: Priority) -> None:
+        while not stop.is_set():
+            bucket.acquire(priority)
+            taken[priority].append(time.monotonic())
+
+    threads = [threading.Thread(target=loop, args=(Priority.URGENT,)) for _ in range(4)]
+    threads.append(threading.Thread(target=loop, args=(Priority.VISIBLE,)))
+    threads += [threading.Thread(target=loop, args=(Priority.HOUSEKEEPING,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    visible, housekeeping = len(taken[Priority.VISIBLE]), len(taken[Priority.HOUSEKEEPING])
+    background = visible + housekeeping
+    assert background >= 20, taken  # 10% of 400 qps for 1.5 s is 60
+    assert visible >= 0.6 * background, (visible, housekeeping)  # 3 in 4 expected
+    assert housekeeping >= 0.1 * background, (visible, housekeeping)  # never starved
 
 
 def test_the_connection_string_may_come_from_a_file(base, tmp_path):

@@ -35,7 +35,7 @@ from kubernetes.client import Configuration
 
 from pgsched import metrics
 from pgsched.k8s import names
-from pgsched.k8s.client.ratelimit import TokenBucket
+from pgsched.k8s.client.ratelimit import Priority, TokenBucket
 from pgsched.k8s.names import Obj
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class KubeApi:
         self._limiter = limiter
         self._retry = retry or RetrySettings()
         self._timeout = timeout
-        self._urgent = True
+        self._priority = Priority.URGENT
         self.reachability = Reachability()
         # Connections kept per API server: the watches hold one each for minutes, and the
         # writers, Job workers and launches each have one in flight; past maxsize urllib3
@@ -164,10 +164,18 @@ class KubeApi:
         return cls(load_configuration(kubeconfig), limiter=TokenBucket(qps, burst))
 
     def background(self) -> KubeApi:
-        """The same client (connections, token bucket) for requests that can wait: they
-        take only tokens no other request is waiting for."""
+        """The same client (connections, token bucket) for requests that can wait (statuses
+        and Events): they take only tokens no urgent request is waiting for."""
+        return self._at(Priority.VISIBLE)
+
+    def housekeeping(self) -> KubeApi:
+        """The same client for requests that can wait longer still (lease hand-overs):
+        after statuses and Events, never starved."""
+        return self._at(Priority.HOUSEKEEPING)
+
+    def _at(self, priority: Priority) -> KubeApi:
         view = copy.copy(self)
-        view._urgent = False
+        view._priority = priority
         return view
 
     def get(self, path: str, **params: Any) -> Obj:
@@ -206,7 +214,7 @@ class KubeApi:
         """A streaming GET (a watch): one attempt, no retries (the caller reconnects).
         Raises :class:`ApiError` for a non-2xx answer or a connection that failed."""
         url = self._configuration.host.rstrip("/") + path + "?" + urlencode(params)
-        self._limiter.acquire(urgent=self._urgent)
+        self._limiter.acquire(self._priority)
         try:
             response = self._pool.request(
                 "GET",
@@ -259,7 +267,7 @@ class KubeApi:
         attempt = 0
         while True:
             attempt += 1
-            waited = self._limiter.acquire(urgent=self._urgent)
+            waited = self._limiter.acquire(self._priority)
             if waited > 0:
                 metrics.KUBE_THROTTLED.labels("client").inc()
                 metrics.KUBE_THROTTLE_SECONDS.labels("client").inc(waited)

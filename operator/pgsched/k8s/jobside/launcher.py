@@ -193,11 +193,11 @@ class KubernetesLauncher:
         self._handovers.put(handover)
 
     def _send_handovers(self) -> None:
-        background = self._kube.background()
+        housekeeping = self._kube.housekeeping()  # after every status and Event
         while True:
             handover = self._handovers.get()
             try:
-                background.merge_patch(handover.secret_path, handover.patch)
+                housekeeping.merge_patch(handover.secret_path, handover.patch)
             except api.ApiError as error:
                 if error.conflict:  # a later claim of the run rewrote it: that claim's now
                     continue
