@@ -219,39 +219,45 @@ def test_background_requests_take_spare_tokens_above_the_half_kept_for_urgent_on
     assert [bucket.acquire() for _ in range(2)] == [0.0, 0.0]
 
 
+def tokens_taken(bucket: TokenBucket, threads: dict[Priority, int]) -> dict[Priority, int]:
+    """How many tokens each priority took in 1.5 s, with ``threads[priority]`` threads each
+    asking for token after token, from an empty bucket (as in the middle of a stampede)."""
+    import threading
+
+    bucket.acquire()
+    stop = threading.Event()
+    taken = dict.fromkeys(Priority, 0)
+    counting = threading.Lock()
+
+    def loop(priority: Priority) -> None:
+        while not stop.is_set():
+            bucket.acquire(priority)
+            with counting:
+                taken[priority] += 1
+
+    started = [
+        threading.Thread(target=loop, args=(priority,))
+        for priority, count in threads.items()
+        for _ in range(count)
+    ]
+    for thread in started:
+        thread.start()
+    stop.wait(1.5)
+    stop.set()
+    for thread in started:
+        thread.join(timeout=10)
+    return taken
+
+
 def test_background_requests_get_their_share_while_urgent_ones_keep_the_bucket_empty():
     """Statuses and Events are not starved by a stampede of Job creations: they get
     ``background_share`` of the rate, the Jobs get the rest."""
-    import threading
-    import time
-
     bucket = TokenBucket(400, 1, background_share=0.05)
-    bucket.acquire()  # an empty bucket, as in the middle of a stampede
-    stop = threading.Event()
-    urgent: list[float] = []
-    background: list[float] = []
-
-    def launcher() -> None:
-        while not stop.is_set():
-            bucket.acquire()
-            urgent.append(time.monotonic())
-
-    def publisher() -> None:
-        while not stop.is_set():
-            bucket.acquire(Priority.VISIBLE)
-            background.append(time.monotonic())
-
-    threads = [threading.Thread(target=launcher) for _ in range(4)]
-    threads.append(threading.Thread(target=publisher))
-    for thread in threads:
-        thread.start()
-    time.sleep(1.5)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=10)
+    taken = tokens_taken(bucket, {Priority.URGENT: 4, Priority.VISIBLE: 1})
+    urgent, background = taken[Priority.URGENT], taken[Priority.VISIBLE]
     # 5% of 400 qps for 1.5 s is 30 tokens; never none, never much more than the share.
-    assert 10 <= len(background) <= 45, (len(background), len(urgent))
-    assert len(urgent) >= 0.9 * (len(urgent) + len(background)), (len(background), len(urgent))
+    assert 10 <= background <= 45, (background, urgent)
+    assert urgent >= 0.9 * (urgent + background), (background, urgent)
 
 
 def test_launching_jobs_is_not_slowed_by_background_requests():
@@ -291,29 +297,11 @@ def test_statuses_go_before_lease_hand_overs_which_still_get_their_turn():
     publisher's statuses and Events (visible) share the background's tokens: visible ones
     get most, housekeeping one in HOUSEKEEPING_EVERY — not a share by thread count, which
     let four hand-over threads' worth of patches hold up another job's status."""
-    import threading
-    import time
-
     bucket = TokenBucket(400, 1, background_share=0.1)
-    bucket.acquire()  # an empty bucket, as in the middle of a stampede
-    stop = threading.Event()
-    taken: dict[Priority, list[float]] = {priority: [] for priority in Priority}
-
-    def loop(priority: Priority) -> None:
-        while not stop.is_set():
-            bucket.acquire(priority)
-            taken[priority].append(time.monotonic())
-
-    threads = [threading.Thread(target=loop, args=(Priority.URGENT,)) for _ in range(4)]
-    threads.append(threading.Thread(target=loop, args=(Priority.VISIBLE,)))
-    threads += [threading.Thread(target=loop, args=(Priority.HOUSEKEEPING,)) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    time.sleep(1.5)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=10)
-    visible, housekeeping = len(taken[Priority.VISIBLE]), len(taken[Priority.HOUSEKEEPING])
+    taken = tokens_taken(
+        bucket, {Priority.URGENT: 4, Priority.VISIBLE: 1, Priority.HOUSEKEEPING: 4}
+    )
+    visible, housekeeping = taken[Priority.VISIBLE], taken[Priority.HOUSEKEEPING]
     background = visible + housekeeping
     assert background >= 20, taken  # 10% of 400 qps for 1.5 s is 60
     assert visible >= 0.6 * background, (visible, housekeeping)  # 3 in 4 expected
