@@ -479,11 +479,12 @@ def _deleting(context: Context, body: Obj) -> Synced:
     definition_id = UUID(meta["uid"])
     context.in_hand.pop(definition_id, None)
     context.unflushed.pop(definition_id, None)
-    by, why = _deletion(context, meta["namespace"])
+    with context.pool.connection() as conn:
+        stored = definitions.get(conn, definition_id)
+    by, why = _deletion(context, meta["namespace"], stored)
     with context.pool.connection() as conn:
         stopping = definitions.delete(conn, definition_id, by=by, why=why)
         running = runs.for_status(conn, definition_id)[0].running
-        stored = definitions.get(conn, definition_id)
         downstreams = chain.downstream_ids(conn, namespace=meta["namespace"], name=meta["name"])
     writes = replace(Writes.of(body), downstreams=tuple(downstreams))
     if stopping:
@@ -507,10 +508,13 @@ def _deleting(context: Context, body: Obj) -> Synced:
     return Synced(replace(writes, release_finalizer=True))
 
 
-def _deletion(context: Context, namespace: str) -> tuple[str, str]:
+def _deletion(context: Context, namespace: str, stored: Definition | None) -> tuple[str, str]:
     """Who deleted a ScheduledJob, as its runs' cancellations say: the whole namespace
     going (``kubectl delete namespace``), or the ScheduledJob alone — a person asking "why
-    was my run cancelled?" should not read that someone deleted this job."""
-    if api.namespace_ending(context.kube, namespace):
+    was my run cancelled?" should not read that someone deleted this job. Asked of the API
+    server on the first pass only: the later ones (every few seconds while runs stop) find
+    nothing left to cancel, so what they would say is never recorded."""
+    first = stored is None or stored.deleted_at is None
+    if first and api.namespace_ending(context.kube, namespace):
         return runs.BY_NAMESPACE_DELETION, f"namespace {namespace} deleted"
     return runs.BY_DELETION, "ScheduledJob deleted"
