@@ -126,10 +126,18 @@ class MachineLock:
 # -- network namespace -------------------------------------------------------------------------
 
 
-def create_netns() -> None:
+def create_netns(service_cidr: str) -> None:
+    """The node's namespace: its IP on ``lo``, and a route for the Services' ClusterIPs.
+
+    The route is for connections made in the namespace itself (the harness's probe that a
+    Service is routed, ``ControlPlane.publish_host_port``): with no route at all, connecting
+    to a ClusterIP fails with "network unreachable" before kube-proxy's rules could rewrite
+    the destination, as a host with no default route would. Pods need none of it (their
+    packets reach kube-proxy's rules on the way in)."""
     _run("ip", "netns", "add", NETNS)
     _run("ip", "-n", NETNS, "link", "set", "lo", "up")
     _run("ip", "-n", NETNS, "addr", "add", f"{NODE_IP}/32", "dev", "lo")
+    _run("ip", "-n", NETNS, "route", "add", service_cidr, "dev", "lo")
 
 
 def write_cni_config(directory: Path) -> None:
