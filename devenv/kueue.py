@@ -14,7 +14,10 @@ Kueue's Deployment needs instead:
   APIService and certificates of its own; ``VisibilityOnDemand`` off);
 - its webhooks — the ones for Jobs and for Kueue's own kinds, from its manifests — rewritten
   from the in-cluster Service to ``url: https://127.0.0.1:<port>/<path>`` with a CA bundle
-  (``devenv.pki``), which the API server reaches through ``ControlPlane.reach_host_port``.
+  (``devenv.pki``), which the API server reaches through ``ControlPlane.reach_host_port``;
+  given ``namespaces``, the Jobs' webhooks are called for Jobs of those namespaces only (a
+  ``namespaceSelector``), so the tests of other namespaces on a shared cluster never wait
+  on Kueue's webhook server, nor fail while it starts or stops.
 
 With its certificate management off Kueue reads its metrics certificate from the fixed path
 ``/etc/kueue/metrics/certs``, where a Deployment mounts a Secret. Here Kueue runs in a
@@ -46,6 +49,9 @@ from devenv.waiting import wait_for
 
 GO_MOD = REPO_ROOT / "hack" / "kueue" / "go.mod"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+NAMESPACE_NAME_LABEL = (
+    "kubernetes.io/metadata.name"  # every Namespace has it, set by the API server
+)
 # The release names its webhook configurations with this prefix (its kustomization).
 WEBHOOK_CONFIGURATIONS = {
     "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
@@ -82,10 +88,13 @@ def locate() -> Path:
     return built
 
 
-def webhook_configurations(manifests: str, *, url: str, ca_bundle: str) -> list[dict[str, Any]]:
+def webhook_configurations(
+    manifests: str, *, url: str, ca_bundle: str, namespaces: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Kueue's Mutating/ValidatingWebhookConfigurations from its ``manifests.yaml``: the
     webhooks for Jobs and for Kueue's own kinds (the integrations this Configuration
-    enables), each calling ``url`` + its path instead of the in-cluster Service. Pure."""
+    enables), each calling ``url`` + its path instead of the in-cluster Service; the Jobs'
+    for ``namespaces`` only when given. Pure."""
     configurations = []
     for document in yaml.safe_load_all(manifests):
         if not document or document.get("kind") not in WEBHOOK_CONFIGURATIONS:
@@ -97,9 +106,14 @@ def webhook_configurations(manifests: str, *, url: str, ca_bundle: str) -> list[
             if not (groups == {"kueue.x-k8s.io"} or (groups, resources) == ({"batch"}, {"jobs"})):
                 continue
             path = webhook["clientConfig"]["service"]["path"]
-            webhooks.append(
-                {**webhook, "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle}}
-            )
+            rewritten = {**webhook, "clientConfig": {"url": f"{url}{path}", "caBundle": ca_bundle}}
+            if namespaces is not None and groups == {"batch"}:
+                rewritten["namespaceSelector"] = {
+                    "matchExpressions": [
+                        {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": namespaces}
+                    ]
+                }
+            webhooks.append(rewritten)
         configurations.append(
             {
                 "apiVersion": document["apiVersion"],
@@ -112,11 +126,15 @@ def webhook_configurations(manifests: str, *, url: str, ca_bundle: str) -> list[
 
 
 class Kueue:
-    """One Kueue controller manager against ``cluster``; ``start()``/``stop()``."""
+    """One Kueue controller manager against ``cluster``; ``start()``/``stop()``. Given
+    ``namespaces``, its webhooks see the Jobs of those namespaces only."""
 
-    def __init__(self, cluster: ControlPlane, *, work_dir: Path) -> None:
+    def __init__(
+        self, cluster: ControlPlane, *, work_dir: Path, namespaces: list[str] | None = None
+    ) -> None:
         self.cluster = cluster
         self.work_dir = work_dir
+        self.namespaces = namespaces
         self.built = locate()
         self.webhook_port = processes.free_port()
         self.health_port = processes.free_port()
@@ -139,7 +157,9 @@ class Kueue:
         ca_bundle = _base64(certs / "ca.crt")
         manifests = (self.built / "webhook" / "manifests.yaml").read_text()
         url = f"https://127.0.0.1:{self.webhook_port}"
-        for configuration in webhook_configurations(manifests, url=url, ca_bundle=ca_bundle):
+        for configuration in webhook_configurations(
+            manifests, url=url, ca_bundle=ca_bundle, namespaces=self.namespaces
+        ):
             self.cluster.kubectl("apply", "-f", "-", input=json.dumps(configuration))
         self.cluster.reach_host_port(self.webhook_port)
         binary = self.built / "bin" / "kueue"

@@ -273,7 +273,6 @@ def workload_of(cluster: Any, namespace: str, job_name: str) -> dict[str, Any]:
     )
 
 
-@pytest.mark.exclusive  # Kueue's webhooks see every Job of the cluster
 def test_a_job_kueue_holds_waits_explained_then_runs_once_admitted(
     kueue, operators, sj, cluster, namespace, dsn
 ):
@@ -358,7 +357,6 @@ def test_a_job_kueue_holds_waits_explained_then_runs_once_admitted(
     assert admitted["status"]["admission"]["clusterQueue"] == cluster_queue, admitted["status"]
 
 
-@pytest.mark.exclusive  # Kueue's webhooks see every Job of the cluster
 def test_a_run_kueue_evicts_after_it_started_ends_evicted_and_its_retry_queues_anew(
     kueue, operators, sj, cluster, namespace
 ):

@@ -2,7 +2,8 @@
 
 ``kueue`` (per test): a Kueue controller manager built from its Go module (``make kueue``)
 running against the session's ``cluster`` (``devenv.kueue``), ready once its webhook
-server listens. At the end its objects and webhook configurations are deleted and it stops,
+server listens. Its webhooks for Jobs see the test's ``namespace`` only, so it may share
+the cluster with other tests (parallel workers): their Jobs never go through it. At the end its objects and webhook configurations are deleted and it stops,
 so the tests after it run on a cluster without Kueue. Ask for it before ``operators`` so
 the operators stop first (nothing launches Jobs for Kueue while it clears up). Without the
 build the test is skipped — failed under ``PGSCHED_REQUIRE_CLUSTER``, as for the cluster.
@@ -22,9 +23,11 @@ from plugins.cluster import missing
 
 
 @pytest.fixture
-def kueue(cluster: ControlPlane, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Kueue]:
+def kueue(
+    cluster: ControlPlane, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Kueue]:
     try:
-        instance = Kueue(cluster, work_dir=tmp_path / "kueue")
+        instance = Kueue(cluster, work_dir=tmp_path / "kueue", namespaces=[namespace])
     except MissingBinariesError as error:
         missing(error, "Kueue")
     try:
