@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
-from pathlib import Path
+from typing import Any
 
 import pytest
 
+from chaos.faults import processes_by_run
+from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from plugins.operator import busybox
 
@@ -17,18 +20,17 @@ pytestmark = pytest.mark.cluster
 FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 3, "orphanTimeoutSeconds": 30}
 
 
-def processes_of_run(run_id: int) -> list[int]:
+def processes_of_run(cluster: ControlPlane, namespace: str, run: dict[str, Any]) -> list[int]:
     """PIDs of the processes of the containers of a run's pod (host PIDs of real
-    containers; each container's environment carries PGSCHED_RUN_ID)."""
-    found = []
-    marker = f"PGSCHED_RUN_ID={run_id}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-    return found
+    containers), found by the pod's cgroup: the run id alone would also match other tests'
+    pods on the shared node (each test's database numbers its runs from 1), and a process of
+    this host that merely carries the variable."""
+    listed = cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={run['k8s_job_name']}",
+        "-o", "json",
+    ).stdout  # fmt: skip
+    uids = [pod["metadata"]["uid"] for pod in json.loads(listed)["items"]]
+    return processes_by_run(uids).get(run["id"], [])
 
 
 def signal_all(pids: list[int], signum: int) -> None:
@@ -37,7 +39,7 @@ def signal_all(pids: list[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def test_a_frozen_pod_is_reaped_heartbeat_lost_and_retried_as_a_new_job(operators, sj):
+def test_a_frozen_pod_is_reaped_heartbeat_lost_and_retried_as_a_new_job(operators, sj, cluster):
     """A pod that stops heartbeating without its node noticing (frozen, or its node gone):
     the reaper fails the run HeartbeatLost, a new attempt row gets a new Job, and the old
     Job is deleted."""
@@ -55,7 +57,9 @@ def test_a_frozen_pod_is_reaped_heartbeat_lost_and_retried_as_a_new_job(operator
     [first] = sj.wait_runs(
         "frozen", lambda runs: runs and runs[0]["heartbeat_at"], 60, "a heartbeat"
     )
-    pids = wait_for(lambda: processes_of_run(first["id"]), 10, describe="the pod's processes")
+    pids = wait_for(
+        lambda: processes_of_run(cluster, sj.namespace, first), 10, describe="the pod's processes"
+    )
     signal_all(pids, signal.SIGSTOP)
     try:
         runs = sj.wait_runs(

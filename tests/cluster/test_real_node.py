@@ -84,8 +84,12 @@ class SidecarStopper:
     """Stops every containerised ``pgsched heartbeat`` for ``seconds`` as soon as it is
     exec'd, before Python can install a SIGTERM handler: a busy node, made certain."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, run_api_url: str) -> None:
         self.seconds = seconds
+        # This test's pods only: other tests share the node (parallel workers), and their
+        # sidecars must not be stopped. A pod's containers carry the run API address of the
+        # operator that launched them, one per test's installation.
+        self._marker = f"PGSCHED_RUN_API_URL={run_api_url}".encode()
         self.stopped: list[int] = []
         self._done = threading.Event()
         self._own_pid_namespace = os.readlink("/proc/self/ns/pid")
@@ -118,7 +122,12 @@ class SidecarStopper:
             return False
         # `pgsched heartbeat` runs as `<python> <bin>/pgsched heartbeat`; cmdline ends in NUL.
         is_sidecar = len(argv) >= 3 and argv[-3].endswith(b"/pgsched") and argv[-2] == b"heartbeat"
-        return is_sidecar and namespace != self._own_pid_namespace
+        if not is_sidecar or namespace == self._own_pid_namespace:
+            return False
+        try:
+            return self._marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
 
 
 def test_a_sidecar_slow_to_start_still_hears_sigterm_so_a_fast_job_completes_promptly(
@@ -130,8 +139,8 @@ def test_a_sidecar_slow_to_start_still_hears_sigterm_so_a_fast_job_completes_pro
     time (a 5-second job started 29 s late in CI). The Job's postStart hook now holds the
     workload back until the sidecar listens; here the sidecar is stopped for 3 s right
     after its exec, so without the hook the workload would always end first."""
-    operators.start()
-    with SidecarStopper(seconds=3) as stopper:
+    operator = operators.start()
+    with SidecarStopper(seconds=3, run_api_url=operator.run_api.url) as stopper:
         run = run_now_until_completed(sj, "fast", "true")
     assert stopper.stopped, "no sidecar was caught before it started (the test proved nothing)"
     delay, grace = main_exit_to_job_complete(cluster, namespace, "fast", run)
