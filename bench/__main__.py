@@ -31,6 +31,7 @@ BENCHMARKS = {
     "history": "bench.history",
     "fleet": "bench.fleet",
     "stampede": "bench.stampede",
+    "namespace_deletion": "bench.namespace_deletion",
     "run_api_connections": "bench.run_api_connections",
     "run_api_flood": "bench.run_api_flood",
     "runs_api_pages": "bench.runs_api_pages",

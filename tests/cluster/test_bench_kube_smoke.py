@@ -4,7 +4,7 @@ Like ``tests/db/test_bench_smoke.py`` this checks that both sides of every compa
 measured (pgsched's and CronJobs' Jobs and their workloads' first instruction, the operator
 and a plain client, the operator with and without ScheduledJobs, each fleet size), not the
 figures, which mean nothing at this scale on a shared machine. The real runs are
-``python -m bench skew notify_skew footprint fleet stampede``.
+``python -m bench skew notify_skew footprint fleet stampede namespace_deletion``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from plugins.cluster import require_binaries
 
 # skew, notify_skew and footprint run pods: on the session's cluster, in namespaces of their
 # own (cluster), each in a class of its own because hack/test.sh's parallel workers take a
-# module or a class at a time (--dist loadscope): so the three run at once. fleet and
-# stampede run none: a host-only control plane each, beside anything (api_only), as does
-# runs_api_kubectl (the Run API through the aggregation layer, no pods).
+# module or a class at a time (--dist loadscope): so the three run at once. fleet, stampede
+# and namespace_deletion run none: a host-only control plane each, beside anything
+# (api_only), as does runs_api_kubectl (the Run API through the aggregation layer, no pods).
 
 
 @pytest.fixture
@@ -117,6 +117,19 @@ def test_stampede_times_the_due_instant_to_each_job_against_a_plain_client(ctx: 
     assert len(data["others_status"]) == 5, "every other job's status shows its run"
     assert data["rss_peak"] >= data["rss_before"] > 20
     assert json.loads((ctx.out_dir / "stampede.json").read_text())["floors"]
+
+
+@pytest.mark.api_only
+def test_namespace_deletion_times_another_namespaces_statuses_quiet_and_while_one_goes(
+    ctx: Context,
+) -> None:
+    report = cli.run_one("namespace_deletion", ctx)
+    data = report.data
+    assert len(data["lag"]["quiet"]) == 2 * 5, "every quiet phase's runs showed in a status"
+    assert len(data["lag"]["deleting"]) >= 2 * 5, "so did the deleting phases' runs"
+    assert all(finite(v) and v >= 0 for v in data["lag"]["quiet"] + data["lag"]["deleting"])
+    assert len(data["gone_after"]) == 2 and all(v > 0 for v in data["gone_after"])
+    assert json.loads((ctx.out_dir / "namespace_deletion.json").read_text())["floors"]
 
 
 @pytest.mark.api_only
