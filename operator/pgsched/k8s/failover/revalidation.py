@@ -45,6 +45,33 @@ DISPATCH_WAIT_SECONDS = 300.0
 
 
 @dataclass
+class Hold:
+    """The pass this replica holds, remembered from one round to the next. A round that
+    fails on the database after its claim (the session gone mid-batch: the primary
+    restarting, the very failover the pass follows) cannot release the hold, and nobody
+    could take the pass before ``HOLD_SECONDS``: a failover's runs then waited a minute for
+    their pass, with dispatch waiting on it. The next round of the same replica releases
+    its own hold first, fenced on the hold's ``claimed_until``."""
+
+    timeline: int | None = None
+    claimed_until: datetime | None = None
+
+    def took(self, timeline: int, claimed_until: datetime) -> None:
+        self.timeline, self.claimed_until = timeline, claimed_until
+
+    def released(self) -> None:
+        self.timeline = self.claimed_until = None
+
+    def release_left_over(self, conn: Connection) -> None:
+        if self.timeline is not None:
+            conn.execute(
+                queries.get("release_revalidation"),
+                {"timeline": self.timeline, "claimed_until": self.claimed_until},
+            )
+            self.released()
+
+
+@dataclass
 class RevalidationResult:
     timeline: int | None = None  # the timeline whose pass this round worked on, if any
     compared: int = 0
@@ -60,17 +87,26 @@ class RevalidationResult:
 
 
 def run_once(
-    conn: Connection, kube: api.KubeApi, *, limit: int = 500, now: datetime | None = None
+    conn: Connection,
+    kube: api.KubeApi,
+    *,
+    hold: Hold | None = None,
+    limit: int = 500,
+    now: datetime | None = None,
 ) -> RevalidationResult:
     """One batch of the current timeline's pass, if one is owed and no other replica holds
-    it; an unreachable API raises ``api.ApiError`` (the batch is done again later)."""
+    it; an unreachable API raises ``api.ApiError`` (the batch is done again later). ``hold``
+    (a replica's, kept across its rounds): a hold an earlier round left is released first."""
     result = RevalidationResult()
+    hold = hold or Hold()
+    hold.release_left_over(conn)
     claimed = conn.execute(
         queries.get("claim_revalidation"), {"hold_seconds": HOLD_SECONDS, "now": now}
     ).fetchone()
     if claimed is None:
         return result
     result.timeline = int(claimed["timeline"])
+    hold.took(result.timeline, claimed["claimed_until"])
     try:
         rows = _batch(conn, claimed["after_id"], limit=limit, now=now, timeline=result.timeline)
         _compare_all(conn, kube, rows, result)
@@ -91,10 +127,12 @@ def run_once(
         # Released, the cursor where it was: this replica or another does the batch again
         # once the API answers, not only after the hold.
         _advance(conn, result.timeline, claimed["after_id"], [], finished=False, now=now)
+        hold.released()
         raise
     result.compared = len(rows)
     result.finished = len(rows) < limit
     _advance(conn, result.timeline, claimed["after_id"], rows, finished=result.finished, now=now)
+    hold.released()
     if result.finished:
         log.info(
             "WAL timeline %s: every run from before it compared with its Job (%s outcomes"

@@ -116,6 +116,7 @@ class EngineThreads:
         pools_seen = pool_status.PoolStatus(kube)
         judge = verdicts.Verdicts(kube)
         recovery = starts.Recovery()
+        revalidation_hold = revalidation.Hold()
         notify = notifier.Notifier(
             notifier.KubeSecrets(kube),
             workers=settings.notify.workers,
@@ -156,7 +157,9 @@ class EngineThreads:
             # After a failover: every run from before it compared with its Job, once.
             loop.Service(
                 "failover revalidation",
-                lambda: revalidation.run_once(session.connection(), kube, now=self.clock()),
+                lambda: revalidation.run_once(
+                    session.connection(), kube, hold=revalidation_hold, now=self.clock()
+                ),
                 settings.verdict_interval_seconds,
                 again=lambda result: result.more,
             ),

@@ -12,9 +12,17 @@ VALUES (pgsched.current_timeline(),
 ON CONFLICT (timeline) DO UPDATE SET claimed_until = excluded.claimed_until
 WHERE t.finished_at IS NULL
   AND (t.claimed_until IS NULL OR t.claimed_until <= coalesce(%(now)s::timestamptz, now()))
-RETURNING t.timeline, t.after_id,
+RETURNING t.timeline, t.after_id, t.claimed_until,
           -- The last id of the timelines before (pgsched.place_run_id): the pass's end.
           (t.timeline - (SELECT b.timeline_id FROM pgsched.run_id_base AS b)) << 40 AS last_id;
+
+-- name: release_revalidation
+-- A hold this replica took and could not release (its round lost its database session
+-- mid-batch): released, if it is still that hold (claimed_until is the claim's own mark).
+UPDATE pgsched.timeline_revalidations AS t
+SET claimed_until = NULL
+WHERE t.timeline = %(timeline)s AND t.claimed_until = %(claimed_until)s
+  AND t.finished_at IS NULL;
 
 -- name: runs_to_revalidate
 -- The next batch after the cursor: RUNNING runs, and due QUEUED runs (a claim could have
