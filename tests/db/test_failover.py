@@ -421,9 +421,10 @@ def test_a_lost_end_frees_its_slot_before_a_lost_claim_of_the_same_job_is_taken_
         standby.cleanup()
 
 
-def test_a_pass_the_api_server_interrupts_is_released_and_done_when_it_answers(primary):
-    """The API server away fails the round and releases the pass at once, not after its
-    hold: the next round, with the API back, does it and records it."""
+@pytest.fixture
+def promoted_with_a_run(primary) -> Iterator[tuple]:
+    """A run claimed on the primary (job ``waiting``), the standby caught up with it, then
+    the primary stopped and the standby promoted: (the new primary, the run)."""
     standby = standby_of(primary)
     try:
         with connection.connect(primary.dsn()) as conn:
@@ -433,60 +434,59 @@ def test_a_pass_the_api_server_interrupts_is_released_and_done_when_it_answers(p
         wait_caught_up(primary, standby)
         primary.stop(mode="immediate")
         promote(standby)
-
-        with connection.connect(standby.dsn()) as conn:
-            with pytest.raises(api.ApiError):
-                revalidation.run_once(conn, verdicts_api.Api(down=True))
-            [record] = conn.execute(
-                "SELECT * FROM pgsched.timeline_revalidations WHERE timeline = 2"
-            ).fetchall()
-            assert (record["claimed_until"], record["after_id"], record["finished_at"]) == (
-                None,
-                0,
-                None,
-            )
-            finished = job_of("waiting", run.id, run.lease_token, "Complete")
-            result = revalidation.run_once(conn, ApiWithSecrets({f"waiting-{run.id}": finished}))
-            assert result.finished and result.recorded == {run.id: "COMPLETED"}
-            assert revalidation.run_once(conn, ApiWithSecrets({})).timeline is None
+        yield standby, run
     finally:
         standby.cleanup()
 
 
-def test_a_pass_whose_round_lost_its_session_is_taken_again_at_once_by_its_replica(primary):
+def test_a_pass_the_api_server_interrupts_is_released_and_done_when_it_answers(
+    promoted_with_a_run,
+):
+    """The API server away fails the round and releases the pass at once, not after its
+    hold: the next round, with the API back, does it and records it."""
+    standby, run = promoted_with_a_run
+    with connection.connect(standby.dsn()) as conn:
+        with pytest.raises(api.ApiError):
+            revalidation.run_once(conn, verdicts_api.Api(down=True))
+        [record] = conn.execute(
+            "SELECT * FROM pgsched.timeline_revalidations WHERE timeline = 2"
+        ).fetchall()
+        assert (record["claimed_until"], record["after_id"], record["finished_at"]) == (
+            None,
+            0,
+            None,
+        )
+        finished = job_of("waiting", run.id, run.lease_token, "Complete")
+        result = revalidation.run_once(conn, ApiWithSecrets({f"waiting-{run.id}": finished}))
+        assert result.finished and result.recorded == {run.id: "COMPLETED"}
+        assert revalidation.run_once(conn, ApiWithSecrets({})).timeline is None
+
+
+def test_a_pass_whose_round_lost_its_session_is_taken_again_at_once_by_its_replica(
+    promoted_with_a_run,
+):
     """A round that loses its database session after taking the pass (the new primary
     restarting under it, as it may right after a promotion) cannot release it. Another
     replica waits for the hold to run out; the same replica's next round releases its own
     hold and does the pass at once, instead of a minute later (seen under load in CI: the
     lost runs were restored 60 s after the promotion, with dispatch waiting on the pass)."""
-    standby = standby_of(primary)
-    try:
-        with connection.connect(primary.dsn()) as conn:
-            job = define(conn, "waiting")
-            runs.run_now(conn, job.id, token="go")
-            [run] = dispatch.run_once(conn, RecordingLauncher()).claimed
-        wait_caught_up(primary, standby)
-        primary.stop(mode="immediate")
-        promote(standby)
-
-        finished = {f"waiting-{run.id}": job_of("waiting", run.id, run.lease_token, "Complete")}
-        hold = revalidation.Hold()
-        with connection.connect(standby.dsn()) as admin, connection.connect(standby.dsn()) as lost:
-            backend = lost.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
-            cutting = ApiWithSecrets(finished)
-            # Its session ends while it asks the API server for the pass's Jobs.
-            cutting.on_get = lambda: admin.execute("SELECT pg_terminate_backend(%s)", [backend])
-            with pytest.raises(psycopg.OperationalError):
-                revalidation.run_once(lost, cutting, hold=hold)
-        with connection.connect(standby.dsn()) as conn:
-            [record] = conn.execute(
-                "SELECT * FROM pgsched.timeline_revalidations WHERE timeline = 2"
-            ).fetchall()
-            assert record["claimed_until"] is not None and record["finished_at"] is None
-            assert revalidation.run_once(conn, ApiWithSecrets(finished)).timeline is None, (
-                "another replica waits for the hold"
-            )
-            result = revalidation.run_once(conn, ApiWithSecrets(finished), hold=hold)
-            assert result.finished and result.recorded == {run.id: "COMPLETED"}
-    finally:
-        standby.cleanup()
+    standby, run = promoted_with_a_run
+    finished = {f"waiting-{run.id}": job_of("waiting", run.id, run.lease_token, "Complete")}
+    hold = revalidation.Hold()
+    with connection.connect(standby.dsn()) as admin, connection.connect(standby.dsn()) as lost:
+        backend = lost.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
+        cutting = ApiWithSecrets(finished)
+        # Its session ends while it asks the API server for the pass's Jobs.
+        cutting.on_get = lambda: admin.execute("SELECT pg_terminate_backend(%s)", [backend])
+        with pytest.raises(psycopg.OperationalError):
+            revalidation.run_once(lost, cutting, hold=hold)
+    with connection.connect(standby.dsn()) as conn:
+        [record] = conn.execute(
+            "SELECT * FROM pgsched.timeline_revalidations WHERE timeline = 2"
+        ).fetchall()
+        assert record["claimed_until"] is not None and record["finished_at"] is None
+        assert revalidation.run_once(conn, ApiWithSecrets(finished)).timeline is None, (
+            "another replica waits for the hold"
+        )
+        result = revalidation.run_once(conn, ApiWithSecrets(finished), hold=hold)
+        assert result.finished and result.recorded == {run.id: "COMPLETED"}
