@@ -37,6 +37,7 @@ from devenv.run_api import RunApi
 from devenv.waiting import wait_for
 from pgsched.db import connection
 from pgsched.engine.models import Run
+from pgsched.k8s import names
 from pgsched.k8s.client import api
 from pgsched.k8s.jobside import jobs
 
@@ -187,6 +188,17 @@ def scheduled_job(name: str, schedule: str, command: str = "true", **spec: Any) 
         "metadata": {"name": name},
         "spec": {"schedule": schedule, "jobTemplate": job_template(command), **spec},
     }
+
+
+def create_scheduled_jobs(
+    client: api.KubeApi, namespace: str, documents: list[dict[str, Any]]
+) -> None:
+    """Create ScheduledJobs fast (kubectl apply is a get and a create each, at 50 qps)."""
+    path = api.path_of(
+        group=names.GROUP, version=names.VERSION, namespace=namespace, plural=names.PLURAL
+    )
+    for document in documents:
+        client.create(path, document)
 
 
 def cron_job(name: str, schedule: str, command: str = "true") -> dict[str, Any]:

@@ -29,6 +29,7 @@ from bench import kube
 from bench.context import Context
 from bench.report import Report
 from bench.stats import median, percentile, ratio
+from devenv.waiting import wait_for
 from pgsched.k8s import names
 from pgsched.k8s.client import api
 
@@ -102,13 +103,15 @@ def measure(ctx: Context, going: int, per_phase: int) -> dict[str, Any]:
         watchers: list[kube.FirstSeen] = []
         try:
             steady = [f"steady-{index}" for index in range(pool * len(PHASES))]
-            for name in steady:
-                _create(setup, staying, kube.scheduled_job(name, NEVER, heartbeat=QUIET))
-            for namespace in doomed:
-                for index in range(going):
-                    name = f"busy-{index}"
-                    _create(setup, namespace, kube.scheduled_job(name, NEVER, heartbeat=QUIET))
-                    _run_now(setup, namespace, name, "setup")
+            kube.create_scheduled_jobs(
+                setup,
+                staying,
+                [kube.scheduled_job(name, NEVER, heartbeat=QUIET) for name in steady],
+            )
+            for namespace in doomed:  # each created with its run asked for
+                kube.create_scheduled_jobs(
+                    setup, namespace, [_busy(f"busy-{index}") for index in range(going)]
+                )
             kube.wait_for_count(
                 dsn,
                 "SELECT count(*) AS n FROM pgsched.job_runs WHERE status = 'RUNNING'"
@@ -149,11 +152,11 @@ def measure(ctx: Context, going: int, per_phase: int) -> dict[str, Any]:
             operator.stop()
     ctx.env.drop_databases()
 
+    job_of = {job.rsplit("-", 1)[0]: job for job in jobs.times}  # one run per ScheduledJob
     lag: dict[str, list[float]] = {"quiet": [], "deleting": []}
     for phase, asked in phases:
         for name in asked:
-            [job] = [job for job in jobs.times if job.rsplit("-", 1)[0] == name]
-            lag[phase].append(statuses.times[job] - jobs.times[job])
+            lag[phase].append(statuses.times[job_of[name]] - jobs.times[job_of[name]])
     return {
         "lag": lag,
         "gone_after": gone_after,
@@ -177,29 +180,19 @@ def _drained(dsn: str) -> float:
     return time.monotonic() - started
 
 
-def _create(client: api.KubeApi, namespace: str, document: dict[str, Any]) -> None:
-    client.create(_path(namespace), document)
-
-
-def _path(namespace: str, name: str | None = None) -> str:
-    return api.path_of(
-        group=names.GROUP,
-        version=names.VERSION,
-        namespace=namespace,
-        plural=names.PLURAL,
-        name=name,
-    )
-
-
-def _run_now(client: api.KubeApi, namespace: str, name: str, value: str) -> None:
-    client.merge_patch(
-        _path(namespace, name), {"metadata": {"annotations": {"pgsched.dev/run-now": value}}}
-    )
+def _busy(name: str) -> dict[str, Any]:
+    """A ScheduledJob of a going namespace, its run asked for as it is created."""
+    document = kube.scheduled_job(name, NEVER, heartbeat=QUIET)
+    document["metadata"]["annotations"] = {names.ANNOTATION_RUN_NOW: "setup"}
+    return document
 
 
 def _ask(client: api.KubeApi, namespace: str, name: str) -> str:
     """A run of ``name`` asked for, then the driver's pause; returns the name."""
-    _run_now(client, namespace, name, "bench")
+    client.merge_patch(
+        api.scheduled_job_path(namespace, name),
+        {"metadata": {"annotations": {names.ANNOTATION_RUN_NOW: "bench"}}},
+    )
     time.sleep(EVERY)
     return name
 
@@ -256,12 +249,15 @@ def _wait_seen(
     jobs: kube.FirstSeen, statuses: kube.FirstSeen, expected: list[str], *, timeout: float
 ) -> None:
     """Until every asked run's Job and its status were seen."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def missing() -> list[str]:
         owners = {job.rsplit("-", 1)[0] for job in jobs.times if job in statuses.times}
-        missing = [name for name in expected if name not in owners]
-        if not missing:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(missing)} staying runs never showed: {missing[:5]}")
-        time.sleep(0.2)
+        return [name for name in expected if name not in owners]
+
+    wait_for(
+        lambda: not missing(),
+        timeout,
+        describe=lambda: (
+            f"every staying run's Job and status ({len(missing())} never showed: {missing()[:5]})"
+        ),
+    )

@@ -151,7 +151,7 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
                 for k in range(others)
             }
             started = time.monotonic()
-            _create(
+            kube.create_scheduled_jobs(
                 setup,
                 bench.namespace,
                 [
@@ -159,7 +159,7 @@ def measure(ctx: Context, count: int, others: int) -> dict[str, Any]:
                     for i in range(count)
                 ],
             )
-            _create(
+            kube.create_scheduled_jobs(
                 setup,
                 bench.namespace,
                 [_one_shot(name, at) for name, at in other_due.items()],
@@ -259,15 +259,6 @@ def _one_shot(name: str, at: datetime) -> dict[str, Any]:
             "jobTemplate": kube.job_template("true"),
         },
     }
-
-
-def _create(client: api.KubeApi, namespace: str, documents: list[dict[str, Any]]) -> None:
-    """Create ScheduledJobs fast (kubectl apply is a get and a create each, at 50 qps)."""
-    path = api.path_of(
-        group=names.GROUP, version=names.VERSION, namespace=namespace, plural=names.PLURAL
-    )
-    for document in documents:
-        client.create(path, document)
 
 
 def _status_and_event_watchers(

@@ -49,9 +49,8 @@ from devenv.waiting import wait_for
 
 GO_MOD = REPO_ROOT / "hack" / "kueue" / "go.mod"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-NAMESPACE_NAME_LABEL = (
-    "kubernetes.io/metadata.name"  # every Namespace has it, set by the API server
-)
+# Every Namespace has it, set by the API server to its name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # The release names its webhook configurations with this prefix (its kustomization).
 WEBHOOK_CONFIGURATIONS = {
     "MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration",
