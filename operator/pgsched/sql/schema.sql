@@ -1226,6 +1226,17 @@ END;
 $$;
 
 --
+-- Name: lock_request(uuid, text); Type: FUNCTION; Schema: pgsched; Owner: -
+--
+
+CREATE FUNCTION pgsched.lock_request(definition_id uuid, token text) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('request:' || definition_id::text || ':' || token, 0));
+$$;
+
+--
 -- Name: name_replace_cancellations(); Type: FUNCTION; Schema: pgsched; Owner: -
 --
 
@@ -1467,6 +1478,24 @@ BEGIN
         RETURN QUERY SELECT 'exists'::text, NULL::bigint, NULL::text;
         RETURN;
     END IF;
+    -- First the lock under which the new primary creates its run for the same work, so
+    -- that a duplicate being created now is seen here once committed, or sees this run
+    -- (no unique key but the occurrence's can span job_runs' partitions): a run-now
+    -- request's lock, the failed run's row (settle's insert_retry holds it), the chain
+    -- lock (settle's insert_chained_runs). An occurrence's duplicate meets this insert on
+    -- job_runs_occurrence_key instead: this call fails, and the pass's next round skips it.
+    CASE run_trigger
+        WHEN 'manual' THEN
+            PERFORM pgsched.lock_request(restore_lost_run.definition_id,
+                                         restore_lost_run.request_token);
+        WHEN 'retry' THEN
+            PERFORM FROM pgsched.job_runs AS f WHERE f.id = restore_lost_run.retry_of
+            FOR NO KEY UPDATE OF f;
+        WHEN 'upstream' THEN
+            PERFORM pgsched.lock_chains(ARRAY[restore_lost_run.definition_id]);
+        ELSE
+            NULL;
+    END CASE;
     -- The new primary's run for the same work: the same occurrence, request, retry or
     -- upstream outcome (each trigger's own key), of the same definition. Its row lock
     -- first, as the claim and reestablish_claim take a run's: a claim of it in flight is
@@ -3115,6 +3144,12 @@ REVOKE ALL ON FUNCTION pgsched.lock_definitions_for_dispatch(definition_ids uuid
 --
 
 REVOKE ALL ON FUNCTION pgsched.lock_for_dispatch(definition_ids uuid[], pool_keys text[]) FROM PUBLIC;
+
+--
+-- Name: FUNCTION lock_request(definition_id uuid, token text); Type: ACL; Schema: pgsched; Owner: -
+--
+
+REVOKE ALL ON FUNCTION pgsched.lock_request(definition_id uuid, token text) FROM PUBLIC;
 
 --
 -- Name: FUNCTION name_replace_cancellations(); Type: ACL; Schema: pgsched; Owner: -

@@ -42,6 +42,24 @@ BEGIN
         RETURN QUERY SELECT 'exists'::text, NULL::bigint, NULL::text;
         RETURN;
     END IF;
+    -- First the lock under which the new primary creates its run for the same work, so
+    -- that a duplicate being created now is seen here once committed, or sees this run
+    -- (no unique key but the occurrence's can span job_runs' partitions): a run-now
+    -- request's lock, the failed run's row (settle's insert_retry holds it), the chain
+    -- lock (settle's insert_chained_runs). An occurrence's duplicate meets this insert on
+    -- job_runs_occurrence_key instead: this call fails, and the pass's next round skips it.
+    CASE run_trigger
+        WHEN 'manual' THEN
+            PERFORM pgsched.lock_request(restore_lost_run.definition_id,
+                                         restore_lost_run.request_token);
+        WHEN 'retry' THEN
+            PERFORM FROM pgsched.job_runs AS f WHERE f.id = restore_lost_run.retry_of
+            FOR NO KEY UPDATE OF f;
+        WHEN 'upstream' THEN
+            PERFORM pgsched.lock_chains(ARRAY[restore_lost_run.definition_id]);
+        ELSE
+            NULL;
+    END CASE;
     -- The new primary's run for the same work: the same occurrence, request, retry or
     -- upstream outcome (each trigger's own key), of the same definition. Its row lock
     -- first, as the claim and reestablish_claim take a run's: a claim of it in flight is

@@ -7,9 +7,9 @@ LEFT JOIN pgsched.run_parameters AS p ON p.run_id = r.id
 WHERE r.id = %(id)s;
 
 -- name: lock_request
--- Run-now requests with one token queue one after the other (see enqueue_manual).
-SELECT pg_catalog.pg_advisory_xact_lock(
-    pg_catalog.hashtextextended('request:' || %(definition_id)s::text || ':' || %(token)s, 0));
+-- Run-now requests with one token queue one after the other (see enqueue_manual), and
+-- after the restore of a lost run of that token (pgsched.restore_lost_run).
+SELECT pgsched.lock_request(%(definition_id)s::uuid, %(token)s::text);
 
 -- name: enqueue_manual
 -- Idempotent per (definition, request token): the second request returns nothing. Run
