@@ -16,6 +16,7 @@ from pgsched.cli import doctor_cmd
 from pgsched.engine import definitions, dispatch, lease, runs, settle, starts
 from pgsched.engine.launcher import LaunchError
 from pgsched.engine.models import Definition, Run
+from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.ui import pieces, store
 
@@ -141,6 +142,8 @@ def test_a_refused_launch_published_after_the_refusal_gets_no_run_launched_event
     posted: list[str] = []
 
     class Events:
+        endings = NamespaceEndings()  # none seen going
+
         def create(self, path, body):
             posted.append(body["reason"])
             return body

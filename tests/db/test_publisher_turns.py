@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from factories import RecordingLauncher, database_at, define
 from pgsched.db import connection, migrate, queries
 from pgsched.engine import dispatch, lease, materialize, runs, settle
+from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.reporting import publisher
 from pgsched.k8s.reporting.publisher import Publisher
 
@@ -33,6 +34,7 @@ class Api:
         self.events: list[tuple[str, str]] = []  # (ScheduledJob, reason)
         self.patched: list[str] = []  # ScheduledJobs, per status patch
         self.seen: dict[str, float] = {}  # ScheduledJob -> when its RunLaunched was posted
+        self.endings = NamespaceEndings()  # none seen going
         self.closed = False
 
     def _request(self):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from factories import define, runs_of
 from pgsched.engine import materialize, reap
+from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.reporting.publisher import Publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -18,6 +19,7 @@ class Events:
 
     def __init__(self) -> None:
         self.posted: list[tuple[str, str, str]] = []  # (type, reason, message)
+        self.endings = NamespaceEndings()  # none seen going
 
     def create(self, path, body):
         self.posted.append((body["type"], body["reason"], body["message"]))

@@ -18,6 +18,7 @@ from pgsched.db import connection
 from pgsched.engine import dispatch, lease, reap, runs, settle
 from pgsched.k8s import names
 from pgsched.k8s.client import api
+from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.jobside import outcomes, verdicts
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -37,6 +38,7 @@ class Api:
         self.on_get = on_get
         self.served = 0
         self.reachability = api.Reachability()  # never away, unless a test says so
+        self.endings = NamespaceEndings()  # no namespace seen going
 
     def get(self, path, **params):
         """Lists, as the verdicts read them: the pending runs' Jobs, and those Jobs' pods."""

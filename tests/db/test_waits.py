@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from cli_runner import pgsched
 from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, pools, runs, starts, waits
+from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.reporting.publisher import Publisher
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -194,6 +195,7 @@ class StatusApi:
     def __init__(self, definition):
         self.object = {"metadata": {"name": definition.name, "uid": str(definition.id)}}
         self.events: list[dict] = []
+        self.endings = NamespaceEndings()  # none seen going
 
     def get(self, path, **params):
         return self.object

@@ -26,6 +26,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -35,6 +36,7 @@ from kubernetes.client import Configuration
 
 from pgsched import metrics
 from pgsched.k8s import names
+from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.client.ratelimit import Priority, TokenBucket
 from pgsched.k8s.names import Obj
 
@@ -55,6 +57,12 @@ class ApiError(Exception):
         self.status = status
         self.reason = str(body.get("reason", ""))
         self.message = str(body.get("message", "")) or json.dumps(body)[:500]
+        details = body.get("details")
+        causes = details.get("causes") if isinstance(details, dict) else None
+        # A StatusCause's type is its "reason" in JSON (metav1.StatusCause).
+        self.causes = [
+            str(cause.get("reason", "")) for cause in causes or [] if isinstance(cause, dict)
+        ]
         super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}")
 
     @property
@@ -71,6 +79,11 @@ class ApiError(Exception):
         terminating namespace, invalid, quota, an admission webhook's denial): a 4xx other
         than a conflict (409) or a throttle (429). Sending it again changes nothing."""
         return 400 <= self.status < 500 and self.status not in (409, 429)
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """Refused because the namespace is being deleted (nothing can be created in it)."""
+        return self.status == 403 and "NamespaceTerminating" in self.causes
 
     @property
     def unavailable(self) -> bool:
@@ -145,6 +158,7 @@ class KubeApi:
         self._timeout = timeout
         self._priority = Priority.URGENT
         self.reachability = Reachability()
+        self.endings = NamespaceEndings()  # namespaces seen going (namespace_ending)
         # Connections kept per API server: the watches hold one each for minutes, and the
         # writers, Job workers and launches each have one in flight; past maxsize urllib3
         # opens and closes a TLS connection per request (a handshake both sides pay for).
@@ -417,14 +431,32 @@ def path_of(
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
-def namespace_ending(kube: KubeApi, namespace: str) -> bool:
-    """Whether ``namespace`` is being deleted (Terminating). An error reading it is a no:
-    whoever asks says only what it knows for sure."""
+def namespace_ending(kube: KubeApi, namespace: str, *, created: str | None) -> bool:
+    """Whether ``namespace`` is being deleted (Terminating), asked for an object of it
+    created at ``created`` (its ``metadata.creationTimestamp``): answered from memory if the
+    namespace was seen going since before then (``k8s.client.endings``). An error reading
+    it is a no: whoever asks says only what it knows for sure."""
+    if kube.endings.known(namespace, parse_timestamp(created)):
+        return True
     try:
         found = kube.get(path_of(plural="namespaces", name=namespace))
     except ApiError:
         return False
-    return bool((found.get("metadata") or {}).get("deletionTimestamp"))
+    since = parse_timestamp((found.get("metadata") or {}).get("deletionTimestamp"))
+    if since is None:
+        return False
+    kube.endings.saw(namespace, since)
+    return True
+
+
+def parse_timestamp(text: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, ``Z``) as an aware instant; None if absent."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def pods_of_job(kube: KubeApi, namespace: str, job_name: str) -> list[Obj]:

@@ -243,7 +243,9 @@ def _compare(
             job=job,
             pods=functools.partial(list, pods),
             deleted=False,
-            namespace_ending=lambda: api.namespace_ending(kube, row["namespace"]),
+            namespace_ending=lambda: api.namespace_ending(
+                kube, row["namespace"], created=job["metadata"].get("creationTimestamp")
+            ),
             logger=run_log,
         )
         said = f"Job {where} says"

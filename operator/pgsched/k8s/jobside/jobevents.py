@@ -61,9 +61,11 @@ def record(pool: ConnectionPool[Any], kube: api.KubeApi, event: Event) -> float 
                 int(run_id),
                 fingerprint,
                 job=body,
-                pods=lambda: api.pods_of_job(kube, metadata["namespace"], metadata["name"]),
+                pods=lambda: _pods(kube, metadata, body),
                 deleted=event.type == "DELETED",
-                namespace_ending=lambda: api.namespace_ending(kube, metadata["namespace"]),
+                namespace_ending=lambda: api.namespace_ending(
+                    kube, metadata["namespace"], created=metadata.get("creationTimestamp")
+                ),
                 logger=log_run,
             )
     except (psycopg.Error, api.ApiError) as error:
@@ -85,3 +87,17 @@ def record(pool: ConnectionPool[Any], kube: api.KubeApi, event: Event) -> float 
             outcome.reason or "",
         )
     return None
+
+
+def _pods(kube: api.KubeApi, metadata: Obj, job: Obj) -> list[Obj]:
+    """The Job's pods; none read for a Job of a namespace seen going
+    (``k8s.client.endings``) that did not succeed: its run ends CANCELLED by the
+    namespace's deletion whatever they say, but for an exit code in its message. Read, a
+    namespace of 200 running runs was 200 urgent requests at once as its pods were deleted
+    and its Jobs failed, ahead of every other namespace's launches and statuses
+    (``bench namespace_deletion``)."""
+    namespace = str(metadata["namespace"])
+    created = api.parse_timestamp(metadata.get("creationTimestamp"))
+    if not outcomes.succeeded(job) and kube.endings.known(namespace, created):
+        return []
+    return api.pods_of_job(kube, namespace, str(metadata["name"]))

@@ -38,10 +38,17 @@ class Outcome:
     exit_code: int | None = None
 
 
+_SUCCEEDED = frozenset({"Complete", "SuccessCriteriaMet"})
+
+
 def finished(job: Obj) -> bool:
     return bool(
         _true_conditions(job) & {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}
     )
+
+
+def succeeded(job: Obj) -> bool:
+    return bool(_true_conditions(job) & _SUCCEEDED)
 
 
 # kubelet reports a container's end to the second (truncated), on the node's clock: a
@@ -95,7 +102,7 @@ def _reported_end(pods: list[Obj]) -> datetime | None:
 def of_job(job: Obj, pods: list[Obj], *, deleted: bool, cancel_requested: bool) -> Outcome | None:
     """The run's outcome, or None while the Job is still running."""
     conditions = _true_conditions(job)
-    succeeded = bool(conditions & {"Complete", "SuccessCriteriaMet"})
+    succeeded = bool(conditions & _SUCCEEDED)
     failed = bool(conditions & {"Failed", "FailureTarget"})
     if not (succeeded or failed or deleted):
         return None

@@ -86,7 +86,9 @@ def _resync_run(
         job=job or {},
         pods=functools.partial(list, found),
         deleted=job is None,
-        namespace_ending=lambda: api.namespace_ending(kube, namespace),
+        namespace_ending=lambda: api.namespace_ending(
+            kube, namespace, created=((job or {}).get("metadata") or {}).get("creationTimestamp")
+        ),
         logger=log_run,
     )
     if outcome is not None:

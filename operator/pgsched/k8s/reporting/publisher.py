@@ -18,6 +18,9 @@ that ScheduledJob's changes leave the outbox unpublished, with a warning and a m
 the batch goes on; retrying them could only hold up every other namespace's. The runs
 themselves are in the database, and the next change re-renders the status whole. The API
 server away (5xx, 429, no answer) still rolls the batch back, to be published again.
+A namespace seen being deleted (``k8s.client.endings``: by a refusal saying so, by the
+finalizer or the outcome watch) gets no request at all for its ScheduledJobs' changes:
+they are counted in the run metrics and leave the outbox.
 
 Why and how: docs/architecture.md, "Publishing run changes".
 """
@@ -83,6 +86,8 @@ BATCH_SECONDS = 1.0
 # Status patches that found the ScheduledJob changed since it was read, before giving up
 # (the batch is then rolled back and published again later).
 CONFLICT_ATTEMPTS = 5
+# What PublishResult.refused says of a namespace seen being deleted (Publisher._going).
+GOING = "the namespace is being deleted"
 # A namespace whose changes keep being refused is named in the log once per this long.
 REFUSAL_LOG_SECONDS = 60.0
 
@@ -126,10 +131,15 @@ class Publisher:
                 by_definition[row["definition_id"]].append(row)
             published: list[Obj] = []
             for definition_id, changes in by_definition.items():
+                definition = definitions.get(conn, definition_id)
+                going = self._going(definition)
                 try:
                     for row in changes:
-                        result.events += self._announce(row)
-                    self._refresh(conn, definition_id, changes, result)
+                        result.events += self._announce(row, post=not going)
+                    if going:
+                        result.refused[str(changes[0]["namespace"])] = GOING
+                    else:
+                        self._refresh(conn, definition, changes, result)
                 except api.ApiError as error:
                     if not error.refused:
                         raise
@@ -142,16 +152,27 @@ class Publisher:
             chained = [row["run_id"] for row in published if row["trigger"] == "upstream"]
             for upstream_id in chain.upstream_definitions(conn, chained) if chained else []:
                 if upstream_id not in result.definitions:
-                    self._refresh(conn, upstream_id, [], result)
+                    self._refresh(conn, definitions.get(conn, upstream_id), [], result)
                     result.definitions.add(upstream_id)
             conn.execute(
                 queries.get("delete_run_events"), {"ids": [row["id"] for row in published]}
             )
         return result
 
+    def _going(self, definition: Definition | None) -> bool:
+        """Whether the ScheduledJob is of a namespace seen being deleted: the API server
+        refuses its Events, its status and Jobs go with it, and asking would only take the
+        API budget every other namespace's statuses share (``k8s.client.endings``)."""
+        return definition is not None and self.kube.endings.known(
+            definition.namespace, definition.created_at
+        )
+
     def _set_aside(self, changes: list[Obj], error: api.ApiError, result: PublishResult) -> None:
         """Drop one ScheduledJob's changes the API server refused (the module's docstring)."""
         namespace = str(changes[0]["namespace"])
+        if error.namespace_terminating:
+            # Terminating since now at the latest: the rest of its changes are not sent.
+            self.kube.endings.saw(namespace, clock.local())
         metrics.PUBLISH_REFUSED.labels(namespace, str(error.status)).inc(len(changes))
         result.refused[namespace] = str(error)
         now = time.monotonic()
@@ -172,15 +193,16 @@ class Publisher:
 
     # -- Events -------------------------------------------------------------------------
 
-    def _announce(self, row: Obj) -> int:
-        """Count one change in the run metrics and post its Event; 1 if one was posted."""
+    def _announce(self, row: Obj, *, post: bool) -> int:
+        """Count one change in the run metrics and (``post``) post its Event; 1 if one was
+        posted."""
         if row["status"] == AUTO_SUSPENDED:
             return 0  # only the status refresh; its Event comes from there
         if row["status"] == DEADLINE_MISSED:
             metrics.DEADLINES_MISSED.labels(row["namespace"]).inc()
         elif row["status"] != NOT_RETRIED:
             _count(row)
-        return 1 if self._post_run_event(row) else 0
+        return 1 if post and self._post_run_event(row) else 0
 
     def _post_run_event(self, row: Obj) -> bool:
         kind = _event_kind(row)
@@ -245,9 +267,12 @@ class Publisher:
     # -- Status and cleanup ---------------------------------------------------------------
 
     def _refresh(
-        self, conn: Connection, definition_id: UUID, changes: list[Obj], result: PublishResult
+        self,
+        conn: Connection,
+        definition: Definition | None,
+        changes: list[Obj],
+        result: PublishResult,
     ) -> None:
-        definition = definitions.get(conn, definition_id)
         if definition is None:
             return
         path = api.scheduled_job_path(definition.namespace, definition.name)
@@ -270,7 +295,7 @@ class Publisher:
         """Re-render these ScheduledJobs' statuses (say, an upstream they name appeared or
         went away: their UpstreamsFound condition changed though none of their runs did)."""
         for definition_id in definition_ids:
-            self._refresh(conn, definition_id, [], PublishResult())
+            self._refresh(conn, definitions.get(conn, definition_id), [], PublishResult())
 
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> None:
         """Render the ScheduledJob's status from the database and merge-patch it, naming

@@ -481,7 +481,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
     context.unflushed.pop(definition_id, None)
     with context.pool.connection() as conn:
         stored = definitions.get(conn, definition_id)
-    by, why = _deletion(context, meta["namespace"], stored)
+    by, why = _deletion(context, meta, stored)
     with context.pool.connection() as conn:
         stopping = definitions.delete(conn, definition_id, by=by, why=why)
         running = runs.for_status(conn, definition_id)[0].running
@@ -508,13 +508,16 @@ def _deleting(context: Context, body: Obj) -> Synced:
     return Synced(replace(writes, release_finalizer=True))
 
 
-def _deletion(context: Context, namespace: str, stored: Definition | None) -> tuple[str, str]:
+def _deletion(context: Context, meta: Obj, stored: Definition | None) -> tuple[str, str]:
     """Who deleted a ScheduledJob, as its runs' cancellations say: the whole namespace
     going (``kubectl delete namespace``), or the ScheduledJob alone — a person asking "why
     was my run cancelled?" should not read that someone deleted this job. Asked of the API
     server on the first pass only: the later ones (every few seconds while runs stop) find
     nothing left to cancel, so what they would say is never recorded."""
+    namespace = str(meta["namespace"])
     first = stored is None or stored.deleted_at is None
-    if first and api.namespace_ending(context.kube, namespace):
+    if first and api.namespace_ending(
+        context.kube, namespace, created=meta.get("creationTimestamp")
+    ):
         return runs.BY_NAMESPACE_DELETION, f"namespace {namespace} deleted"
     return runs.BY_DELETION, "ScheduledJob deleted"
