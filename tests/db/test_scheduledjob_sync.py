@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 from pgsched.db import connection
 from pgsched.engine import definitions, runs
 from pgsched.k8s.client import api
+from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.client.finalizers import FINALIZER
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjobs
@@ -24,6 +25,8 @@ class NoNamespaceToRead:
     ScheduledJob being deleted: whether its whole namespace is going (then its runs are
     cancelled by NamespaceDeletion). No namespace can be read here, so a deletion is the
     ScheduledJob's own; any other request fails loudly."""
+
+    endings = NamespaceEndings()  # none seen going
 
     def get(self, path: str, **params: object) -> dict[str, object]:
         assert path.startswith("/api/v1/namespaces/"), path

@@ -107,6 +107,7 @@ class Writes:
     version: str
     finalizers: tuple[str, ...]
     conditions: tuple[Obj, ...]  # the status's, for transition times and flips
+    created: str | None = None  # metadata.creationTimestamp
     add_finalizer: bool = False
     release_finalizer: bool = False
     # Publish the generation: the status (rendered from the database when written, or
@@ -132,6 +133,7 @@ class Writes:
             version=str(meta.get("resourceVersion") or ""),
             finalizers=tuple(meta.get("finalizers") or ()),
             conditions=tuple((body.get("status") or {}).get("conditions") or ()),
+            created=meta.get("creationTimestamp"),
         )
 
     @property
