@@ -20,11 +20,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from devenv.adminclient import ApiError
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from pgsched.engine import runs
-from plugins.cluster import create_namespace, delete_namespace
+from plugins.cluster import create_namespace, delete_namespace, namespace_gone
 from plugins.operator import ScheduledJobs, busybox
 
 pytestmark = pytest.mark.cluster
@@ -131,16 +130,6 @@ def start_stubborn_run(jobs: ScheduledJobs, name: str) -> dict:  # type: ignore[
         name, lambda found: found and found[0]["heartbeat_at"], 90, "a heartbeat"
     )
     return run
-
-
-def namespace_gone(cluster: ControlPlane, namespace: str) -> bool:
-    try:
-        cluster.api.get(f"/api/v1/namespaces/{namespace}")
-    except ApiError as error:
-        if error.status == 404:
-            return True
-        raise
-    return False
 
 
 def deleted_with_its_runs_cancelled(

@@ -24,7 +24,7 @@ from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, runs
 from pgsched.k8s.client import api
 from pgsched.k8s.reporting.publisher import GOING, Publisher
-from plugins.cluster import create_namespace, delete_namespace
+from plugins.cluster import create_namespace, delete_namespace, namespace_gone
 from plugins.operator import busybox
 
 pytestmark = pytest.mark.cluster
@@ -157,7 +157,7 @@ def test_a_namespace_seen_going_is_not_asked_about_again_until_one_of_its_name_i
         assert api.namespace_ending(kube, name, created=None) and len(asked) == 3
 
         cluster.api.patch(holder, {"metadata": {"finalizers": None}})
-        wait_for(lambda: not namespace_exists(cluster, name), 60, describe=f"{name} gone")
+        wait_for(lambda: namespace_gone(cluster, name), 60, describe=f"{name} gone")
         create_namespace(cluster, name)
         anew = cluster.api.create(
             f"/api/v1/namespaces/{name}/configmaps", {"metadata": {"name": "new"}, "data": {}}
@@ -168,16 +168,6 @@ def test_a_namespace_seen_going_is_not_asked_about_again_until_one_of_its_name_i
         delete_namespace(cluster, name)
         with contextlib.suppress(ApiError):
             cluster.api.patch(holder, {"metadata": {"finalizers": None}})
-
-
-def namespace_exists(cluster: ControlPlane, name: str) -> bool:
-    try:
-        cluster.api.get(f"/api/v1/namespaces/{name}")
-    except ApiError as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
 
 
 def utc_now_text() -> str:

@@ -165,6 +165,16 @@ def delete_namespace(cluster: ControlPlane, name: str) -> None:
             raise
 
 
+def namespace_gone(cluster: ControlPlane, name: str) -> bool:
+    try:
+        cluster.api.get(f"/api/v1/namespaces/{name}")
+    except ApiError as error:
+        if error.status == 404:
+            return True
+        raise
+    return False
+
+
 def client_as(cluster: ControlPlane, namespace: str, account: str, folder: Path) -> api.KubeApi:
     """An API client authenticated as ServiceAccount ``namespace/account`` (an hour's
     token; its kubeconfig in ``folder``), as a pod of that account is."""
