@@ -367,8 +367,12 @@ class ChaosDriver:
         def overdue() -> list[str]:
             """Past the deadline, the required kinds not injected yet go before the plan's
             next: its order (the long faults last) once spent the whole extension on two
-            other long faults (seed 41460276, 205 s, no API server outage)."""
-            return owed() if time.monotonic() >= deadline else []
+            other long faults (seed 41460276, 205 s, no API server outage). They go in the
+            plan's order, which puts the late kinds in the order they need: in the
+            alphabet's, the API server's outage and every replica's restart came first and
+            the replicas' pause then waited out the extension for replicas and long jobs
+            started long enough ago (seed 1296671405, 303 s)."""
+            return plan.in_order(owed()) if time.monotonic() >= deadline else []
 
         self._inject(catalog, plan, until, overdue)
         if owed():

@@ -268,6 +268,12 @@ class FaultPlan:
         kinds = list(self._weights)
         return self._rng.choices(kinds, weights=[self._weights[k] for k in kinds])[0]
 
+    def in_order(self, kinds: list[str]) -> list[str]:
+        """``kinds`` in the order the plan would inject them: those still owed first, in
+        its order (the ``last`` kinds in theirs), then the rest as given."""
+        owed = [kind for kind in self._first if kind in kinds]
+        return owed + [kind for kind in kinds if kind not in owed]
+
     def again(self, kind: str) -> None:
         """``kind`` had nothing to act on (no job running, no tick caught): owe it (still
         before the ``last`` kinds not injected yet)."""
