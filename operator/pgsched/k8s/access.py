@@ -4,11 +4,14 @@ The questions the web UI (``pgsched.ui.access``) and the Run API (``k8s.runs_api
 to the API server about someone else: the same RBAC that answers ``kubectl`` answers
 them, so a multi-tenant cluster's rules carry over unchanged. Answers are kept ``ttl``
 seconds (a revoked RoleBinding takes that long to bite); when the API server cannot
-answer, :class:`Unavailable` is raised and the caller refuses (fail closed).
+answer, :class:`Unavailable` is raised and the caller refuses (fail closed). An answer
+asked for in the second half of its life is asked again in the background, so a user who
+keeps asking never waits for a review: no answer is used older than ``ttl`` either way.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,6 +21,8 @@ from pgsched.k8s.client import api
 
 SUBJECT_REVIEW = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 _CACHE_LIMIT = 10_000
+_REFRESHING = 8  # background refreshes at once
+log = logging.getLogger(__name__)
 
 
 class Unavailable(Exception):
@@ -52,11 +57,17 @@ class Cache:
         self._items: dict[Any, tuple[float, Any]] = {}
 
     def get(self, key: Any) -> Any:
+        found = self.lookup(key)
+        return None if found is None else found[0]
+
+    def lookup(self, key: Any) -> tuple[Any, bool] | None:
+        """The answer and whether it is in the second half of its life; None if none."""
         with self._lock:
             found = self._items.get(key)
-        if found is None or found[0] < time.monotonic():
+        now = time.monotonic()
+        if found is None or found[0] < now:
             return None
-        return found[1]
+        return found[1], found[0] - now < self._ttl / 2
 
     def put(self, key: Any, value: Any) -> None:
         with self._lock:
@@ -93,20 +104,50 @@ class SubjectReviews:
     def __init__(self, kube: api.KubeApi, *, ttl: float = 30.0) -> None:
         self._kube = kube
         self._answers = Cache(ttl)
+        self._lock = threading.Lock()
+        self._refreshing: set[Any] = set()
 
     def allows(self, user: User, namespace: str, permission: Permission) -> bool:
         key = (user.name, user.groups, user.uid, namespace, permission)
-        cached = self._answers.get(key)
-        if cached is None:
-            spec: dict[str, Any] = {
-                "user": user.name,
-                "groups": list(user.groups),
-                "resourceAttributes": attributes(namespace, permission),
-            }
-            if user.uid:
-                spec["uid"] = user.uid
-            if user.extra:
-                spec["extra"] = user.extra
-            cached = allowed(self._kube, SUBJECT_REVIEW, "SubjectAccessReview", spec)
-            self._answers.put(key, cached)
-        return bool(cached)
+        found = self._answers.lookup(key)
+        if found is None:
+            return self._review(key, user, namespace, permission)
+        answer, ageing = found
+        if ageing:
+            self._refresh(key, user, namespace, permission)
+        return bool(answer)
+
+    def _review(self, key: Any, user: User, namespace: str, permission: Permission) -> bool:
+        spec: dict[str, Any] = {
+            "user": user.name,
+            "groups": list(user.groups),
+            "resourceAttributes": attributes(namespace, permission),
+        }
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = user.extra
+        answer = allowed(self._kube, SUBJECT_REVIEW, "SubjectAccessReview", spec)
+        self._answers.put(key, answer)
+        return answer
+
+    def _refresh(self, key: Any, user: User, namespace: str, permission: Permission) -> None:
+        """Ask again in the background, once per question at a time and at most
+        ``_REFRESHING`` questions at once (beyond that, answers just expire)."""
+        with self._lock:
+            if key in self._refreshing or len(self._refreshing) >= _REFRESHING:
+                return
+            self._refreshing.add(key)
+
+        def work() -> None:
+            try:
+                self._review(key, user, namespace, permission)
+            except (Unavailable, OSError) as error:
+                # The answer kept expires at its time; the next question then asks in the
+                # foreground and is refused if the API server still cannot answer.
+                log.debug("access review refresh failed: %s", error)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(key)
+
+        threading.Thread(target=work, name="access-review-refresh", daemon=True).start()

@@ -134,28 +134,36 @@ class RunsApi:
         scheduled_job = params.scheduled_job(request.query.get("labelSelector", ""))
         selected = params.fields(request.query.get("fieldSelector", ""))
         verb = "watch" if watch else "list"
-        namespaces = await self._call(lambda: self._listable(user, namespace, verb))
-        versions = await self._call(self._reader.versions)  # before the rows: none missed
         if watch:
+            namespaces = await self._call(lambda: self._listable(user, namespace, verb))
+            versions = await self._call(self._reader.versions)  # before the changes
             return await self._watch(request, namespaces, scheduled_job, selected, versions)
         limit = params.limit(request.query.get("limit", ""))
         before = params.before(request.query.get("continue", ""))
-        if selected.name is not None or selected.run_id is not None:
-            # metadata.name or status.id: one run at most.
-            found = await self._call(lambda: self._one(namespaces, selected))
-            page_runs = [item for item in found if watching.selected(item, scheduled_job, selected)]
-            next_before = None
-        else:
-            page = await self._call(
-                lambda: self._reader.page(
-                    namespaces=namespaces,
-                    scheduled_job=scheduled_job,
-                    statuses=selected.statuses,
-                    before=before,
-                    limit=limit,
+
+        def read() -> tuple[Versions, list[resources.StoredRun], int | None]:
+            # One trip to the worker threads for the whole page (each costs the event
+            # loop a hand-off and a wake-up, and a page's time is mostly waiting).
+            namespaces = self._listable(user, namespace, verb)
+            versions = self._reader.versions()  # before the rows: none missed
+            if selected.name is not None or selected.run_id is not None:
+                # metadata.name or status.id: one run at most.
+                found = self._one(namespaces, selected)
+                return (
+                    versions,
+                    [item for item in found if watching.selected(item, scheduled_job, selected)],
+                    None,
                 )
+            page = self._reader.page(
+                namespaces=namespaces,
+                scheduled_job=scheduled_job,
+                statuses=selected.statuses,
+                before=before,
+                limit=limit,
             )
-            page_runs, next_before = page.runs, page.next_before
+            return versions, page.runs, page.next_before
+
+        versions, page_runs, next_before = await self._call(read)
         token = params.continue_token(next_before)
         version = str(versions.current)
         if _wants_table(request):
