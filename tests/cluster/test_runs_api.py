@@ -228,9 +228,8 @@ def kubectl_with(cluster, who, *args: str, input: str) -> subprocess.CompletedPr
     )
 
 
-def test_creating_a_run_queues_one_per_name_and_deleting_it_cancels_it(
-    cluster, conn, served, tmp_path
-):
+def define_report(conn) -> None:
+    """team-a's report, with a region parameter (eu or us)."""
     define(
         conn,
         "report",
@@ -240,6 +239,12 @@ def test_creating_a_run_queues_one_per_name_and_deleting_it_cancels_it(
         parameters=[{"name": "region", "pattern": "eu|us", "default": "eu"}],
         jobTemplate=busybox("sleep 600"),  # no node here: launched, it waits for one
     )
+
+
+def test_creating_a_run_queues_one_per_name_and_deleting_it_cancels_it(
+    cluster, conn, served, tmp_path
+):
+    define_report(conn)
     dave = user(cluster, "team-a", f"dave-{secrets.token_hex(3)}", RUN_AND_CANCEL, tmp_path)
     manifest = run_manifest("report-us", "report", region="us")
     tried = kubectl_with(cluster, dave, "create", "--dry-run=server", "-f", "-", input=manifest)
@@ -642,3 +647,71 @@ def test_pgsched_runs_reads_through_the_run_api_as_a_tenant_without_a_database(
     missing = as_user(tess, "describe", str(failed + 100000), "-n", namespace)
     assert missing.code != 0
     assert f"no run with id {failed + 100000} in namespace {namespace}" in missing.err
+
+
+# -- pgsched run-now and cancel through the Run API ------------------------------------
+
+
+def test_pgsched_run_now_and_cancel_via_the_run_api_need_only_create_and_delete_runs(
+    cluster, conn, served, tmp_path, alice
+):
+    """A CI's account that may create and delete runs, and not patch (edit) the job, starts
+    and cancels runs with the CLI, answered at once, one run per token."""
+    define_report(conn)
+    other = define(conn, "other", namespace="team-a", schedule=NEVER_DUE, now=T0)
+    erin = user(cluster, "team-a", f"erin-{secrets.token_hex(3)}", RUN_AND_CANCEL, tmp_path)
+
+    # The annotation path needs patch on the ScheduledJob: refused, nothing queued.
+    annotated = as_user(erin, "run-now", "report", "-n", "team-a", "--timeout", "5")
+    assert annotated.code != 0, annotated.out
+
+    via = ("-n", "team-a", "--via", "runs-api")
+    first = as_user(erin, "run-now", "report", *via, "--token", "deploy-42", "--param",
+                    "region=us", "-o", "json")  # fmt: skip
+    assert first.code == 0, first.err
+    queued = first.json()
+    assert queued["created"] is True and queued["run"] == "deploy-42", queued
+    assert queued["requestedBy"] == erin.name and queued["via"] == "runs-api"
+    again = as_user(erin, "run-now", "report", *via, "--token", "deploy-42")
+    assert again.code == 0, again.err
+    assert f"Run deploy-42 exists already: run {queued['id']} of team-a/report" in again.out
+    assert "nothing new queued" in again.out
+    tokens = conn.execute(
+        "SELECT count(*) AS n FROM pgsched.job_runs WHERE request_token = %s",
+        ["runs.pgsched.dev/deploy-42"],
+    ).fetchone()
+    assert tokens["n"] == 1
+    fresh = as_user(erin, "run-now", "report", *via)
+    assert fresh.code == 0 and "queued as Run report-" in fresh.out, fresh
+
+    bad = as_user(erin, "run-now", "report", *via, "--param", "region=mars")
+    assert bad.code == 2, bad
+    assert "spec.parameters.region" in bad.err and "does not match the pattern" in bad.err
+    badname = as_user(erin, "run-now", "report", *via, "--token", "Deploy 42")
+    assert badname.code == 2 and "metadata.name" in badname.err, badname
+
+    cancelled = as_user(erin, "cancel", "report", str(queued["id"]), *via)
+    assert cancelled.code == 0, cancelled.err
+    assert f"run {queued['id']}:" in cancelled.out
+    assert "now CANCELLED" in cancelled.out or "asked to stop" in cancelled.out, cancelled.out
+    by = conn.execute(
+        "SELECT cancelled_by FROM pgsched.job_runs WHERE id = %s", [queued["id"]]
+    ).fetchone()
+    assert by["cancelled_by"] == f"RunAPI ({erin.name})"
+    twice = as_user(erin, "cancel", "report", str(queued["id"]), *via)
+    assert twice.code == 0, twice.err
+    assert "nothing to cancel" in twice.out or "already requested" in twice.out, twice.out
+
+    theirs = claimed_run(conn, other, T0)
+    wrong = as_user(erin, "cancel", "report", str(theirs.id), *via)
+    assert wrong.code == 1 and f"run {theirs.id} is not a run of report" in wrong.err, wrong
+    every = as_user(erin, "cancel", "report", "--all", *via)
+    assert every.code == 2 and "--all goes through the annotation" in every.err, every
+    both = as_user(erin, "run-now", "report", *via, "--database")
+    assert both.code == 2 and "give one" in both.err, both
+
+    # A reader may neither: the CLI says which permission is missing.
+    reader = as_user(alice, "run-now", "report", *via)
+    assert reader.code == 1 and "may not create runs in team-a" in reader.err, reader
+    stopped = as_user(alice, "cancel", "other", str(theirs.id), *via)
+    assert stopped.code == 1 and "may not delete runs in team-a" in stopped.err, stopped

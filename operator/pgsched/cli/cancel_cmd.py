@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pgsched.cli import common, output, requests, target
+from pgsched.cli import common, output, requests, runs_api_requests, target
 from pgsched.engine import run_json, runs
 
 WHY = "cancelled with `pgsched cancel`"
@@ -33,7 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Cancel a run (queued: at once; running: cooperatively, within the"
         " ScheduledJob's cancelGraceSeconds): pgsched cancel SJ RUN-ID. With --all, every"
         " queued and running run of SJ. Goes through the Kubernetes API server (RBAC: patch"
-        " scheduledjobs) unless --database is given; with --database a run id alone will do."
+        " scheduledjobs; with --via runs-api: delete runs) unless --database is given; with"
+        " --database a run id alone will do."
     )
     parser.add_argument(
         "name", metavar="TARGET", help="a ScheduledJob (or, with --database, a run id)"
@@ -48,12 +49,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     target.add_kube_flags(parser)
     common.add_dsn(parser)
     requests.add_flags(parser)
+    runs_api_requests.add_via_flag(parser, verb="delete")
     output.add_flag(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     run_id = _run_id(args)
+    if runs_api_requests.chosen(args):
+        return _through_runs_api(args, run_id)
     if args.database:
         return _through_database(args, run_id)
     if run_id is not None and args.run_id is None:
@@ -82,6 +86,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         what = f"cancel of run {run_id}" if run_id is not None else "cancel of every run"
         print(requests.describe(sent, what, timeout=args.timeout))
+    return 0
+
+
+def _through_runs_api(args: argparse.Namespace, run_id: int | None) -> int:
+    if run_id is None:
+        # One run per delete: every run of a job at once is the annotation's, which the
+        # operator carries out in one transaction (a run queued meanwhile is not missed).
+        raise common.CommandError(
+            f"--all goes through the annotation: pgsched cancel {args.name} --all"
+            " (without --via runs-api)",
+            code=2,
+        )
+    cancelled = runs_api_requests.cancel(
+        target.kube(args), target.namespace(args), args.name, run_id
+    )
+    if args.output == "json":
+        output.emit_json(
+            {
+                "target": f"run {run_id}",
+                "before": cancelled.before["status"].get("phase"),
+                "status": cancelled.after["status"].get("phase"),
+                "cancelRequested": bool(cancelled.after["status"].get("cancelRequested")),
+                "message": cancelled.message,
+                "via": "runs-api",
+            }
+        )
+    else:
+        print(runs_api_requests.describe_cancelled(cancelled))
     return 0
 
 

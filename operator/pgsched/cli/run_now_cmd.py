@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import uuid
 
-from pgsched.cli import common, output, requests, target
+from pgsched.cli import common, output, requests, runs_api_requests, target
 from pgsched.engine import run_json, runs
 
 TOKEN_PREFIX = "cli:"
@@ -28,18 +28,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Queue one manual run of a ScheduledJob. With --token, repeating the"
         " command (a retried deploy step, say) queues nothing new. Without it a fresh token"
-        " is generated. Goes through the Kubernetes API server (RBAC: patch scheduledjobs)"
-        " unless --database is given."
+        " is generated. Goes through the Kubernetes API server (RBAC: patch scheduledjobs;"
+        " with --via runs-api: create runs) unless --database is given."
     )
     target.add_flags(parser)
     common.add_dsn(parser)
     requests.add_flags(parser)
     output.add_flag(parser)
     requests.add_parameter_flag(parser)
+    runs_api_requests.add_via_flag(parser, verb="create")
     parser.add_argument(
         "--token",
         type=_token,
-        help="idempotency token, e.g. deploy-1234 (default: a new random token)",
+        help="idempotency token, e.g. deploy-1234 (default: a new random token); with"
+        " --via runs-api, the Run's name",
     )
     parser.set_defaults(handler=run)
 
@@ -55,6 +57,8 @@ def _token(text: str) -> str:
 def run(args: argparse.Namespace) -> int:
     token = args.token or uuid.uuid4().hex
     values = requests.parameter_values(args)
+    if runs_api_requests.chosen(args):
+        return _through_runs_api(args, values)
     if args.database:
         return _through_database(args, token, values)
     from pgsched.k8s import names
@@ -76,6 +80,30 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(requests.describe(sent, f"run-now (token {token})", timeout=args.timeout))
+    return 0
+
+
+def _through_runs_api(args: argparse.Namespace, values: dict[str, str]) -> int:
+    namespace = target.namespace(args)
+    created = runs_api_requests.create(
+        target.kube(args), namespace, args.name, token=args.token, parameters=values
+    )
+    if args.output == "json":
+        status = created.run.get("status") or {}
+        output.emit_json(
+            {
+                "scheduledJob": f"{namespace}/{args.name}",
+                "run": created.name,
+                "id": status.get("id"),
+                "status": status.get("phase"),
+                "created": created.created,
+                "requestedBy": status.get("requestedBy"),
+                "parameters": values,
+                "via": "runs-api",
+            }
+        )
+    else:
+        print(runs_api_requests.describe_created(created, namespace))
     return 0
 
 

@@ -118,11 +118,11 @@ def description(kube: api.KubeApi, namespace: str, run_id: int) -> dict[str, Any
     -o json`` and its ``lines``."""
     from pgsched.k8s.client import api
 
-    path = _runs_path(namespace)
+    path = runs_path(namespace)
     try:
         page = kube.get(path, fieldSelector=f"status.id={run_id}", limit=1)
     except api.ApiError as error:
-        raise _refused(error, f"list runs in {namespace}") from None
+        raise refused(error, f"list runs in {namespace}") from None
     items = page.get("items") or []
     if not items:
         raise CommandError(
@@ -132,7 +132,7 @@ def description(kube: api.KubeApi, namespace: str, run_id: int) -> dict[str, Any
     try:
         found = kube.get(f"{path}/{items[0]['metadata']['name']}")
     except api.ApiError as error:
-        raise _refused(error, f"get runs in {namespace}") from None
+        raise refused(error, f"get runs in {namespace}") from None
     described = (found.get("status") or {}).get("description")
     if not isinstance(described, dict):
         raise CommandError(
@@ -181,7 +181,7 @@ def _scheduled_job(
                 f"no ScheduledJob {namespace}/{name}: check the name and namespace (`kubectl"
                 f" get sj -n {namespace}`); if it was deleted, --include-deleted lists its runs"
             ) from None
-        raise _refused(error, f"get scheduledjobs in {namespace}") from None
+        raise refused(error, f"get scheduledjobs in {namespace}") from None
 
 
 def _runs(
@@ -190,7 +190,7 @@ def _runs(
     """Up to ``limit`` runs of this name (in ``status``, if given), newest first."""
     from pgsched.k8s.client import api
 
-    path = _runs_path(namespace)
+    path = runs_path(namespace)
     params: dict[str, Any] = {"labelSelector": f"{names.LABEL_SCHEDULED_JOB}={name}"}
     if status:
         params["fieldSelector"] = f"status.phase={status}"
@@ -200,7 +200,7 @@ def _runs(
         try:
             page = kube.get(path, **params, limit=limit, **{"continue": token})
         except api.ApiError as error:
-            raise _refused(error, f"list runs in {namespace}") from None
+            raise refused(error, f"list runs in {namespace}") from None
         found += page.get("items") or []
         token = (page.get("metadata") or {}).get("continue") or None
         if token is None:
@@ -208,22 +208,24 @@ def _runs(
     return found
 
 
-def _runs_path(namespace: str) -> str:
+def runs_path(namespace: str) -> str:
     from pgsched.k8s.runs_api import resources
 
     return f"/apis/{resources.API_VERSION}/namespaces/{namespace}/{resources.PLURAL}"
 
 
-def _refused(error: api.ApiError, what: str) -> CommandError:
+def refused(error: api.ApiError, what: str, *, otherwise: str = "pass --dsn") -> CommandError:
+    """The Run API's refusal in words: not served, not allowed (``what``), or another
+    error; ``otherwise``: the other way to do it."""
     if error.status == 404:
         return CommandError(
             "this cluster does not serve the Run API (runs.pgsched.dev): ask its platform"
-            " team to install the chart with runsApi.enabled=true, or pass --dsn"
+            f" team to install the chart with runsApi.enabled=true, or {otherwise}"
         )
     if error.status == 403:
         return CommandError(
             f"your kubeconfig's user may not {what}: {error.message} (a Role granting it:"
-            " docs/runs-api.md, 'Who sees what'), or pass --dsn"
+            f" docs/runs-api.md, 'Who sees what'), or {otherwise}"
         )
     return CommandError(f"the API server refused: {error}")
 

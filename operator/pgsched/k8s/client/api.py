@@ -207,6 +207,14 @@ class KubeApi:
         created = json.loads(response.data) if response.data else {}
         return created, warning_texts(response.headers.getlist("Warning"))
 
+    def create_answered(self, path: str, body: Obj) -> tuple[Obj, int]:
+        """``create``, and the answer's status: 201 created, 200 for a create the server
+        answered with what existed (the Run API's idempotent run-now)."""
+        response = self._exchange(
+            "POST", path, body=body, params=None, content_type="application/json"
+        )
+        return (json.loads(response.data) if response.data else {}), response.status
+
     def merge_patch(self, path: str, body: Obj) -> Obj:
         return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
 
