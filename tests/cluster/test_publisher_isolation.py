@@ -22,7 +22,7 @@ from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from factories import RecordingLauncher, define
 from pgsched.engine import dispatch, runs
-from pgsched.k8s.client import api
+from pgsched.k8s.client import api, reads
 from pgsched.k8s.reporting.publisher import GOING, Publisher
 from plugins.cluster import create_namespace, delete_namespace, namespace_gone
 from plugins.operator import busybox
@@ -145,16 +145,16 @@ def test_a_namespace_seen_going_is_not_asked_about_again_until_one_of_its_name_i
             f"/api/v1/namespaces/{name}/configmaps",
             {"metadata": {"name": "hold", "finalizers": [HOLD]}, "data": {}},
         )["metadata"]["creationTimestamp"]
-        assert not api.namespace_ending(kube, name, created=made) and len(asked) == 1
+        assert not reads.namespace_ending(kube, name, created=made) and len(asked) == 1
         # Timestamps have whole seconds: an object of the second the deletion began might
         # be of a namespace created anew in that second, and is asked about.
         wait_for(lambda: utc_now_text() > made, 2, describe="the next second")
         cluster.api.delete(f"/api/v1/namespaces/{name}")
-        assert api.namespace_ending(kube, name, created=made) and len(asked) == 2
+        assert reads.namespace_ending(kube, name, created=made) and len(asked) == 2
         for _ in range(50):  # 200 runs and their ScheduledJobs ask about one namespace
-            assert api.namespace_ending(kube, name, created=made)
+            assert reads.namespace_ending(kube, name, created=made)
         assert len(asked) == 2, "answered from memory"
-        assert api.namespace_ending(kube, name, created=None) and len(asked) == 3
+        assert reads.namespace_ending(kube, name, created=None) and len(asked) == 3
 
         cluster.api.patch(holder, {"metadata": {"finalizers": None}})
         wait_for(lambda: namespace_gone(cluster, name), 60, describe=f"{name} gone")
@@ -162,7 +162,7 @@ def test_a_namespace_seen_going_is_not_asked_about_again_until_one_of_its_name_i
         anew = cluster.api.create(
             f"/api/v1/namespaces/{name}/configmaps", {"metadata": {"name": "new"}, "data": {}}
         )["metadata"]["creationTimestamp"]
-        assert not api.namespace_ending(kube, name, created=anew), "a new namespace, alive"
+        assert not reads.namespace_ending(kube, name, created=anew), "a new namespace, alive"
         assert len(asked) == 4
     finally:
         delete_namespace(cluster, name)

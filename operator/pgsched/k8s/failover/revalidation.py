@@ -27,7 +27,7 @@ from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import lease
 from pgsched.k8s import names
-from pgsched.k8s.client import api
+from pgsched.k8s.client import api, reads
 from pgsched.k8s.failover import restoration
 from pgsched.k8s.jobside import launcher, outcomes, verdicts
 from pgsched.k8s.names import Obj
@@ -200,7 +200,7 @@ def _advance(
 def _with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:
     """Each run that has a Job (by its recorded name, else the deterministic one), with the
     Job and its pods, and each RUNNING run whose recorded Job is gone (None)."""
-    for row, jobs, pods in api.jobs_of_rows(kube, rows):
+    for row, jobs, pods in reads.jobs_of_rows(kube, rows):
         job = jobs.get(row["k8s_job_name"] or names.job_name(row["name"], row["id"]))
         if job is not None:
             yield row, job, pods.get(job["metadata"]["name"], [])
@@ -243,7 +243,7 @@ def _compare(
             job=job,
             pods=functools.partial(list, pods),
             deleted=False,
-            namespace_ending=lambda: api.namespace_ending(
+            namespace_ending=lambda: reads.namespace_ending(
                 kube, row["namespace"], created=job["metadata"].get("creationTimestamp")
             ),
             logger=run_log,

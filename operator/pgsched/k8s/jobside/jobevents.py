@@ -19,7 +19,7 @@ from psycopg_pool import ConnectionPool
 
 from pgsched import logs, metrics
 from pgsched.k8s import names
-from pgsched.k8s.client import api, controller
+from pgsched.k8s.client import api, controller, reads
 from pgsched.k8s.client.watch import Event
 from pgsched.k8s.jobside import outcomes
 from pgsched.k8s.names import Obj
@@ -63,7 +63,7 @@ def record(pool: ConnectionPool[Any], kube: api.KubeApi, event: Event) -> float 
                 job=body,
                 pods=lambda: _pods(kube, metadata, body),
                 deleted=event.type == "DELETED",
-                namespace_ending=lambda: api.namespace_ending(
+                namespace_ending=lambda: reads.namespace_ending(
                     kube, metadata["namespace"], created=metadata.get("creationTimestamp")
                 ),
                 logger=log_run,
@@ -100,4 +100,4 @@ def _pods(kube: api.KubeApi, metadata: Obj, job: Obj) -> list[Obj]:
     created = api.parse_timestamp(metadata.get("creationTimestamp"))
     if not outcomes.succeeded(job) and kube.endings.known(namespace, created):
         return []
-    return api.pods_of_job(kube, namespace, str(metadata["name"]))
+    return reads.pods_of_job(kube, namespace, str(metadata["name"]))

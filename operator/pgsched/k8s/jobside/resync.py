@@ -23,7 +23,7 @@ from pgsched import logs
 from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.k8s import names
-from pgsched.k8s.client import api
+from pgsched.k8s.client import api, reads
 from pgsched.k8s.jobside import outcomes
 from pgsched.k8s.names import Obj
 
@@ -56,7 +56,7 @@ def run_once(
             {"min_age_seconds": min_age_seconds, "limit": limit, "now": now},
         ).fetchall()
         # After a stampede a namespace holds thousands of other Jobs: only these runs' are read.
-        for row, jobs, pods in api.jobs_of_rows(kube, rows):
+        for row, jobs, pods in reads.jobs_of_rows(kube, rows):
             _resync_run(conn, kube, row, jobs.get(row["k8s_job_name"]), pods, result)
         result.checked = len(rows)
     finally:
@@ -86,7 +86,7 @@ def _resync_run(
         job=job or {},
         pods=functools.partial(list, found),
         deleted=job is None,
-        namespace_ending=lambda: api.namespace_ending(
+        namespace_ending=lambda: reads.namespace_ending(
             kube, namespace, created=((job or {}).get("metadata") or {}).get("creationTimestamp")
         ),
         logger=log_run,

@@ -25,7 +25,7 @@ from pgsched.db import queries
 from pgsched.db.connection import Connection
 from pgsched.engine import lease
 from pgsched.k8s import names
-from pgsched.k8s.client import api
+from pgsched.k8s.client import api, reads
 from pgsched.k8s.jobside import outcomes
 from pgsched.k8s.names import Obj
 
@@ -164,8 +164,8 @@ def run_once(
 
 
 def with_jobs(kube: api.KubeApi, rows: list[Obj]) -> Iterator[tuple[Obj, Obj | None, list[Obj]]]:
-    """Each run row with its Job (None: gone) and that Job's pods (``api.jobs_of_rows``)."""
-    for row, jobs, pods in api.jobs_of_rows(kube, rows):
+    """Each run row with its Job (None: gone) and that Job's pods (``reads.jobs_of_rows``)."""
+    for row, jobs, pods in reads.jobs_of_rows(kube, rows):
         job = _job_of(row, jobs)
         yield row, job, pods.get(job["metadata"]["name"], []) if job else []
 

@@ -32,7 +32,7 @@ from pgsched import spec as spec_module
 from pgsched.db import clock, replication
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
-from pgsched.k8s.client import api, controller, finalizers
+from pgsched.k8s.client import api, controller, finalizers, reads
 from pgsched.k8s.jobside import jobpolicy
 from pgsched.k8s.names import Obj
 from pgsched.k8s.reporting import status
@@ -518,7 +518,7 @@ def _deletion(context: Context, meta: Obj, stored: Definition | None) -> tuple[s
     nothing left to cancel, so what they would say is never recorded."""
     namespace = str(meta["namespace"])
     first = stored is None or stored.deleted_at is None
-    if first and api.namespace_ending(
+    if first and reads.namespace_ending(
         context.kube, namespace, created=meta.get("creationTimestamp")
     ):
         return runs.BY_NAMESPACE_DELETION, f"namespace {namespace} deleted"
