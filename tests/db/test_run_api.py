@@ -201,6 +201,51 @@ def test_a_connection_refused_429_is_not_read_again_until_its_retry_after(conn, 
     kept.close()
 
 
+def test_connections_refused_together_are_not_read_again_all_at_once(conn, dsn, start_run_api):
+    """Held back each for its Retry-After and up to half as long again: a flood's
+    connections, refused in the same moment, come back spread out, not in one burst that a
+    neighbour's requests would meet (bench run_api_flood)."""
+    api = start_run_api(dsn, limits=Limits(rate=1.0, burst=1, concurrency=4, waiters=10))
+    flooder = start(conn, define(conn, "flood", namespace="team-a"), "a")
+    context = ssl.create_default_context(cadata=api.ca)
+    kept = [
+        http.client.HTTPSConnection("127.0.0.1", api.port, context=context, timeout=10)
+        for _ in range(10)
+    ]
+    path, headers = (
+        f"/v1/runs/{flooder.run_id}/heartbeat",
+        {"Authorization": f"Bearer {flooder.token}"},
+    )
+    refused_at: dict[int, float] = {}
+    for index, connection_ in enumerate(kept):  # the burst's one token, then refusals
+        connection_.request("POST", path, headers=headers)
+        answer = connection_.getresponse()
+        answer.read()
+        if answer.status == 429:
+            refused_at[index] = time.monotonic()
+            retry_after = float(answer.getheader("Retry-After"))
+    assert len(refused_at) >= 9, refused_at
+    held: dict[int, float] = {}  # connection -> seconds from its refusal to its next answer
+
+    def again(index: int) -> None:
+        kept[index].request("POST", path, headers=headers)
+        kept[index].getresponse().read()
+        held[index] = time.monotonic() - refused_at[index]
+
+    senders = [threading.Thread(target=again, args=(index,)) for index in refused_at]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(10)
+    assert len(held) == len(refused_at)
+    assert min(held.values()) >= retry_after - 0.1, held  # never before its Retry-After
+    assert max(held.values()) <= 1.5 * retry_after + 1.0, held
+    spread = max(held.values()) - min(held.values())
+    assert spread >= 0.15, f"held back {sorted(held.values())}: all for the same time"
+    for connection_ in kept:
+        connection_.close()
+
+
 def test_stopping_the_server_answers_its_open_long_polls(conn, dsn, start_run_api, caplog):
     api = start_run_api(dsn)
     mine = start(conn, define(conn, maxConcurrentRuns=5), "mine")

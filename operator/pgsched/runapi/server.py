@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -232,16 +233,20 @@ async def _answer(
 
 
 def _hold_back(request: web.Request, seconds: float) -> None:
-    """Read nothing more from this connection for ``seconds`` (its Retry-After). A client
-    over its budget that goes on sending on the same connection then waits in its own
-    socket buffers, at no cost to the server, instead of costing the one event loop a
-    decryption, a parse and a refusal per request, the time other namespaces' requests
-    wait for (bench ``run_api_flood``). A pod that honours Retry-After loses nothing."""
+    """Read nothing more from this connection for ``seconds`` (its Retry-After) and up to
+    half as long again. A client over its budget that goes on sending on the same
+    connection then waits in its own socket buffers, at no cost to the server, instead of
+    costing the one event loop a decryption, a parse and a refusal per request, the time
+    other namespaces' requests wait for (bench ``run_api_flood``). A pod that honours
+    Retry-After loses nothing (the run API's client opens a new connection after a 429)."""
     transport = request.transport
     if transport is None or transport.is_closing():
         return
     transport.pause_reading()
-    asyncio.get_running_loop().call_later(seconds, _resume_reading, transport)
+    # Spread over up to half as long again: connections refused together would otherwise
+    # come back together, and a neighbour's requests meet them in one burst.
+    later = seconds * random.uniform(1.0, 1.5)
+    asyncio.get_running_loop().call_later(later, _resume_reading, transport)
 
 
 def _resume_reading(transport: asyncio.BaseTransport) -> None:
