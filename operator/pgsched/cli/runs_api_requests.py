@@ -117,17 +117,9 @@ def cancel(kube: api.KubeApi, namespace: str, scheduled_job: str, run_id: int) -
     from pgsched.k8s.client import api
 
     path = runs_remote.runs_path(namespace)
-    try:
-        page = kube.get(path, fieldSelector=f"status.id={run_id}", limit=1)
-    except api.ApiError as error:
-        raise runs_remote.refused(error, f"list runs in {namespace}", otherwise=OTHERWISE) from None
-    items = page.get("items") or []
-    if not items:
-        raise CommandError(
-            f"no run with id {run_id} in namespace {namespace}: check the id (`pgsched runs"
-            f" {scheduled_job} -n {namespace}`) and the namespace (-n NAMESPACE)"
-        )
-    found = items[0]
+    found = runs_remote.run_by_id(
+        kube, namespace, run_id, scheduled_job=scheduled_job, otherwise=OTHERWISE
+    )
     owner = (found["metadata"].get("labels") or {}).get(names.LABEL_SCHEDULED_JOB)
     if owner != scheduled_job:
         raise CommandError(f"run {run_id} is not a run of {scheduled_job} (it is {owner}'s)")

@@ -119,18 +119,9 @@ def description(kube: api.KubeApi, namespace: str, run_id: int) -> dict[str, Any
     from pgsched.k8s.client import api
 
     path = runs_path(namespace)
+    name = run_by_id(kube, namespace, run_id)["metadata"]["name"]
     try:
-        page = kube.get(path, fieldSelector=f"status.id={run_id}", limit=1)
-    except api.ApiError as error:
-        raise refused(error, f"list runs in {namespace}") from None
-    items = page.get("items") or []
-    if not items:
-        raise CommandError(
-            f"no run with id {run_id} in namespace {namespace}: check the id (`pgsched runs"
-            f" SJ -n {namespace}`) and the namespace (-n NAMESPACE)"
-        )
-    try:
-        found = kube.get(f"{path}/{items[0]['metadata']['name']}")
+        found = kube.get(f"{path}/{name}")
     except api.ApiError as error:
         raise refused(error, f"get runs in {namespace}") from None
     described = (found.get("status") or {}).get("description")
@@ -140,6 +131,31 @@ def description(kube: api.KubeApi, namespace: str, run_id: int) -> dict[str, Any
             " pass --dsn, or ask its platform team to upgrade"
         )
     return described
+
+
+def run_by_id(
+    kube: api.KubeApi,
+    namespace: str,
+    run_id: int,
+    *,
+    scheduled_job: str = "SJ",
+    otherwise: str = "pass --dsn",
+) -> dict[str, Any]:
+    """The Run whose id is ``run_id`` in ``namespace`` (a list by ``status.id``), or a
+    CommandError saying what to check; ``scheduled_job`` and ``otherwise`` fill the advice."""
+    from pgsched.k8s.client import api
+
+    try:
+        page = kube.get(runs_path(namespace), fieldSelector=f"status.id={run_id}", limit=1)
+    except api.ApiError as error:
+        raise refused(error, f"list runs in {namespace}", otherwise=otherwise) from None
+    items = page.get("items") or []
+    if not items:
+        raise CommandError(
+            f"no run with id {run_id} in namespace {namespace}: check the id (`pgsched runs"
+            f" {scheduled_job} -n {namespace}`) and the namespace (-n NAMESPACE)"
+        )
+    return dict(items[0])
 
 
 def run_from_object(found: dict[str, Any]) -> Run:

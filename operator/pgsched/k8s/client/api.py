@@ -200,19 +200,20 @@ class KubeApi:
     def create_with_warnings(self, path: str, body: Obj) -> tuple[Obj, list[str]]:
         """``create``, and the ``Warning`` headers of the answer (admission warnings such as
         Pod Security's about a Job's pod template): the text of each."""
-        response = self._exchange(
-            "POST", path, body=body, params=None, content_type="application/json"
-        )
-        created = json.loads(response.data) if response.data else {}
+        created, response = self._post(path, body)
         return created, warning_texts(response.headers.getlist("Warning"))
 
     def create_answered(self, path: str, body: Obj) -> tuple[Obj, int]:
         """``create``, and the answer's status: 201 created, 200 for a create the server
         answered with what existed (the Run API's idempotent run-now)."""
+        created, response = self._post(path, body)
+        return created, response.status
+
+    def _post(self, path: str, body: Obj) -> tuple[Obj, urllib3.BaseHTTPResponse]:
         response = self._exchange(
             "POST", path, body=body, params=None, content_type="application/json"
         )
-        return (json.loads(response.data) if response.data else {}), response.status
+        return (json.loads(response.data) if response.data else {}), response
 
     def merge_patch(self, path: str, body: Obj) -> Obj:
         return self.request("PATCH", path, body=body, content_type=MERGE_PATCH)

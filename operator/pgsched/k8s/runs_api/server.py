@@ -138,13 +138,13 @@ class RunsApi:
             namespaces = await self._call(lambda: self._listable(user, namespace, verb))
             versions = await self._call(self._reader.versions)  # before the changes
             return await self._watch(request, namespaces, scheduled_job, selected, versions)
-        limit = params.limit(request.query.get("limit", ""))
-        before = params.before(request.query.get("continue", ""))
 
         def read() -> tuple[Versions, list[resources.StoredRun], int | None]:
             # One trip to the worker threads for the whole page (each costs the event
             # loop a hand-off and a wake-up, and a page's time is mostly waiting).
-            namespaces = self._listable(user, namespace, verb)
+            namespaces = self._listable(user, namespace, verb)  # 403 before any 400
+            limit = params.limit(request.query.get("limit", ""))
+            before = params.before(request.query.get("continue", ""))
             versions = self._reader.versions()  # before the rows: none missed
             if selected.name is not None or selected.run_id is not None:
                 # metadata.name or status.id: one run at most.
