@@ -36,7 +36,7 @@ from devenv.adminclient import ApiError
 from devenv.controlplane import ControlPlane
 from devenv.waiting import wait_for
 from factories import define
-from pgsched.engine import lease
+from pgsched.engine import lease, runs
 from pgsched.k8s.runs_api import changes
 from plugins.cluster import create_namespace, host_only_cluster
 from plugins.operator import busybox
@@ -702,7 +702,8 @@ def test_pgsched_run_now_and_cancel_via_the_run_api_need_only_create_and_delete_
     assert twice.code == 0, twice.err
     assert "nothing to cancel" in twice.out or "already requested" in twice.out, twice.out
 
-    theirs = claimed_run(conn, other, T0)
+    # Queued, not claimed here: the operator serving the Run API dispatches it meanwhile.
+    theirs = runs.run_now(conn, other.id, token="theirs", scheduled_for=T0).run
     wrong = as_user(erin, "cancel", "report", str(theirs.id), *via)
     assert wrong.code == 1 and f"run {theirs.id} is not a run of report" in wrong.err, wrong
     every = as_user(erin, "cancel", "report", "--all", *via)
