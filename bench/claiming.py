@@ -24,7 +24,7 @@ from psycopg import conninfo
 from bench import queries, seed
 from bench.environment import Environment
 from bench.stats import median, paired_ratio
-from bench.workers import START_LEAD, Complete, Crew, CrewLost, Method, Task, clock
+from bench.workers import GRACE, START_LEAD, Complete, Crew, CrewLost, Method, Task, clock
 from pgsched.db.connection import Connection
 
 # Below ~30,000 rows the planner may run the seed's `WHERE id IN (subquery)` as a hash
@@ -78,11 +78,13 @@ class Series:
     seconds: float
     env: Environment | None = None  # needed by pgbench arms only
     min_queue: int = MIN_QUEUE  # smaller only for smoke runs, where plans do not matter
+    grace: float = GRACE  # seconds past a window before its workers count as lost
     rates: dict[tuple[Hashable, str], list[float]] = field(
         default_factory=lambda: defaultdict(list)
     )
     at_cap: dict[tuple[Hashable, str], int] = field(default_factory=lambda: defaultdict(int))
     cpu: dict[tuple[Hashable, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    lost: list[str] = field(default_factory=list)  # measurements taken again, and why
     _best: dict[tuple[Hashable, str], float] = field(default_factory=dict)
 
     def cell(
@@ -119,6 +121,7 @@ class Series:
             return self._measure(arm, workers=workers, batch=batch, queue=queue)
         except CrewLost as lost:
             print(f"  ({lost}; measuring again)", flush=True)
+            self.lost.append(f"{arm.name}, {workers} workers, batch {batch}: {lost}")
             return self._measure(arm, workers=workers, batch=batch, queue=queue)
 
     def _measure(self, arm: Arm, *, workers: int, batch: int, queue: int) -> Measurement:
@@ -136,7 +139,7 @@ class Series:
             unlocked=arm.unlocked,
             try_locks=arm.try_locks,
         )
-        outcomes = self.crew.run([task] * workers, timeout=self.seconds + START_LEAD + 120)
+        outcomes = self.crew.run([task] * workers, timeout=self.seconds + START_LEAD + self.grace)
         ended = max(item.ended for item in outcomes)
         return Measurement(
             claims=sum(item.claims for item in outcomes),
@@ -158,7 +161,13 @@ class Series:
             *("-c", str(workers), "-j", str(workers), "-T", str(seconds)),
             str(params["dbname"]),
         ]
-        done = subprocess.run(command, capture_output=True, text=True, cwd="/", check=False)
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, cwd="/", check=False,
+                timeout=seconds + self.grace,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise CrewLost(f"pgbench did not finish within {seconds + self.grace:.0f}s") from None
         if done.returncode != 0:
             raise RuntimeError(f"pgbench failed: {done.stderr.strip()}")
         transactions = int(_grab(r"number of transactions actually processed: (\d+)", done.stdout))
@@ -172,6 +181,14 @@ class Series:
             at_cap=0,
             drained=row["queued"] == 0,
         )
+
+    def lost_notes(self) -> list[str]:
+        """A report's notes on measurements taken again (none when none were)."""
+        if not self.lost:
+            return []
+        return [
+            f"measured again after workers were lost ({len(self.lost)}): " + "; ".join(self.lost)
+        ]
 
     def median(self, cell: Hashable, arm: str) -> float:
         return median(self.rates[(cell, arm)])

@@ -117,6 +117,7 @@ def run(ctx: Context) -> Report:
         f"rounds x {ctx.seconds:g}s; medians; ratio = median of per-round ratios; locks per "
         "call = claim_locks rows one claim on a full queue holds at its commit"
     )
+    report.notes += series.lost_notes()
     report.data = {
         "rates": {str(key): value for key, value in series.rates.items()},
         "cpu_us_per_claim": {str(key): value for key, value in series.cpu.items()},

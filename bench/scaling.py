@@ -117,6 +117,7 @@ def run(ctx: Context) -> Report:
         "of per-round ratios; CPU ratio = raw's CPU per claim (worker + backend) / the "
         "dispatcher's"
     )
+    report.notes += series.lost_notes()
     report.data = {
         "rates": {str(key): value for key, value in series.rates.items()},
         "cpu_us_per_claim": {str(key): value for key, value in series.cpu.items()},

@@ -156,6 +156,7 @@ def run(ctx: Context) -> Report:
         "rounds, ratios medians of per-round ratios; CPU = worker process + its backend, and "
         "CPU ratio = raw's CPU per claim / the arm's (claims per CPU-second, relative)"
     )
+    report.notes += series.lost_notes()
     report.data = {
         "rates": {str(key): value for key, value in series.rates.items()},
         "cpu_us_per_claim": {str(key): value for key, value in series.cpu.items()},

@@ -20,13 +20,17 @@ What a worker does per iteration is named by :class:`Task`:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.pool import Pool
-from typing import Literal, TypeVar
+from multiprocessing.connection import Connection as Channel
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from typing import Any, Literal, TypeVar
 
 Method = Literal["raw", "dispatch", "claim"]
 Complete = Literal["none", "bulk", "lease"]
@@ -35,6 +39,9 @@ T = TypeVar("T")
 R = TypeVar("R")
 CLOCK = time.CLOCK_MONOTONIC  # system-wide on Linux: comparable across processes
 START_LEAD = 0.6  # seconds between handing out tasks and the common start
+# Seconds a measurement may run past its window (its last claim call) before its workers
+# count as lost: the slowest call seen, 16 workers at batch 50, takes well under one.
+GRACE = 30.0
 
 
 def clock() -> float:
@@ -143,26 +150,55 @@ def _warm(_: int) -> None:
 
 
 class CrewLost(RuntimeError):
-    """A measurement did not come back in time: a worker process died or hung."""
+    """A measurement did not come back: a worker process died, or hung past its deadline."""
+
+
+Member = tuple[BaseProcess, Channel]
+
+
+def _serve(channel: Channel) -> None:
+    """A crew member's life: run each ``(function, task)`` it is sent, send back
+    ``(True, result)`` or ``(False, traceback)``; end when sent None or orphaned."""
+    while True:
+        try:
+            job = channel.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        function, task = job
+        try:
+            answer = (True, function(task))
+        except Exception:
+            answer = (False, traceback.format_exc())
+        channel.send(answer)
 
 
 class Crew:
-    """A warm pool of ``size`` claimer processes.
+    """``size`` warm claimer processes, each with a pipe of its own.
 
-    A pool whose worker process dies (killed from outside, say) replaces the process but
-    loses its task, and a plain ``map`` would then wait forever: every call here has a
-    deadline; a late one tears the pool down, builds a new one and raises
-    :class:`CrewLost`, so the caller can set the measurement up again and retry.
+    Why not ``multiprocessing.Pool``: a pool replaces a worker that dies (killed from
+    outside, say) but loses its task, so its ``map`` waits out any deadline; and its
+    ``terminate`` then waits forever for the queue lock a worker killed mid-read still
+    holds. Here a member that dies is seen at once (its process sentinel), a late one is
+    killed at the deadline, and either way the whole crew is replaced and
+    :class:`CrewLost` raised, so the caller can set the measurement up again and retry.
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._pool = self._start()
+        self._members: list[Member] = []
+        self._start()
 
-    def _start(self) -> Pool:
-        pool = multiprocessing.get_context("spawn").Pool(self.size)
-        pool.map_async(_warm, range(self.size), chunksize=1).get(timeout=120)
-        return pool
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        for _ in range(self.size):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=_serve, args=(theirs,), daemon=True)
+            process.start()
+            theirs.close()
+            self._members.append((process, mine))
+        self._gather(_warm, list(range(self.size)), timeout=120)
 
     def run(
         self,
@@ -174,15 +210,65 @@ class Crew:
         """One task per process, all at once (``function`` must be importable by name)."""
         assert len(tasks) <= self.size, "more tasks than processes would serialize them"
         try:
-            return self._pool.map_async(function, tasks, chunksize=1).get(timeout=timeout)
-        except multiprocessing.TimeoutError:
-            self._pool.terminate()
-            self._pool = self._start()
-            raise CrewLost(f"{function.__name__} did not finish within {timeout:.0f}s") from None
+            return self._gather(function, tasks, timeout=timeout)
+        except CrewLost:
+            self._stop()
+            self._start()
+            raise
+
+    def _gather(self, function: Callable[[T], R], tasks: list[T], *, timeout: float) -> list[R]:
+        busy = self._members[: len(tasks)]
+        for (process, channel), task in zip(busy, tasks, strict=True):
+            try:
+                channel.send((function, task))
+            except OSError:  # a broken pipe: the member died while idle
+                raise CrewLost(
+                    f"a worker process died before running {function.__name__}"
+                    f" (exit code {process.exitcode})"
+                ) from None
+        answers: dict[int, tuple[bool, Any]] = {}
+        deadline = time.monotonic() + timeout
+        while len(answers) < len(busy):
+            waiting = [index for index in range(len(busy)) if index not in answers]
+            handles = [busy[i][1] for i in waiting] + [busy[i][0].sentinel for i in waiting]
+            if not wait(handles, timeout=max(0.0, deadline - time.monotonic())):
+                raise CrewLost(f"{function.__name__} did not finish within {timeout:.0f}s")
+            for index in waiting:
+                process, channel = busy[index]
+                with contextlib.suppress(EOFError):  # EOF: it died, said below
+                    if channel.poll():
+                        answers[index] = channel.recv()
+                        continue
+                if not process.is_alive():
+                    process.join()  # its exit code
+                    raise CrewLost(
+                        f"a worker process running {function.__name__} died"
+                        f" (exit code {process.exitcode})"
+                    )
+        failures = [text for ok, text in answers.values() if not ok]
+        if failures:
+            raise RuntimeError(f"{function.__name__} failed in a worker process:\n{failures[0]}")
+        return [answers[index][1] for index in range(len(busy))]
+
+    def _stop(self) -> None:
+        """Kill every member (a late one may be stuck anywhere) and wait for it."""
+        for process, channel in self._members:
+            process.kill()
+            process.join(timeout=10)
+            channel.close()
+        self._members = []
 
     def close(self) -> None:
-        self._pool.close()
-        self._pool.join()
+        for _, channel in self._members:
+            with contextlib.suppress(OSError):
+                channel.send(None)
+        for process, channel in self._members:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=10)
+            channel.close()
+        self._members = []
 
     def __enter__(self) -> Crew:
         return self
