@@ -53,6 +53,20 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# How busy the machine's CPUs were since the last mark: what says whether a phase waited
+# (room for more at once) or computed (the cores were the limit).
+cpu_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+read -r busy_mark total_mark < <(cpu_jiffies)
+read -r busy_start total_start < <(cpu_jiffies)
+cpu_since_mark() {  # sets cpu_note
+    local busy total
+    read -r busy total < <(cpu_jiffies)
+    cpu_note=$(awk -v b=$((busy - busy_mark)) -v t=$((total - total_mark)) -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (t > 0) printf "CPUs %.0f%% busy, %.0f core-seconds", 100 * b / t, b / hz }')
+    busy_mark=$busy
+    total_mark=$total
+}
+
 started=$(date +%s)
 # The two phases running at once take ports of two residue classes (devenv.processes
 # free_port): a port one of them chose and has not bound yet is never the other's.
@@ -65,7 +79,8 @@ rest=$!
 # once those are nearly done and has the cores to itself.
 .venv/bin/pytest -m "exclusive or own_cluster" --junitxml="$reports/alone.xml" "$@"
 alone_status=$?
-echo "test: the cluster tests that run alone ended after $(($(date +%s) - started))s (status $alone_status)"
+cpu_since_mark
+echo "test: the cluster tests that run alone ended after $(($(date +%s) - started))s (status $alone_status; $cpu_note)"
 
 # The parallel phase: one shared cluster, started once and stopped after.
 .venv/bin/python -m devenv.controlplane up --state-file "$state" --crds crds >/dev/null &
@@ -88,14 +103,17 @@ PGSCHED_SHARED_CLUSTER="$state" .venv/bin/pytest -n "$workers" --dist loadscope 
     --junitxml="$reports/parallel.xml" "$@"
 parallel_status=$?
 stop_shared_cluster
-echo "test: the parallel cluster tests ended after $(($(date +%s) - started))s (status $parallel_status)"
+cpu_since_mark
+echo "test: the parallel cluster tests ended after $(($(date +%s) - started))s (status $parallel_status; $cpu_note)"
 
 wait "$rest"
 rest_status=$?
 rest=
 echo "----- the tests without the cluster (pytest -m 'not cluster and not own_cluster and not api_only') -----"
 cat "$log"
-echo "test: all done in $(($(date +%s) - started))s (status $parallel_status, $alone_status, $rest_status)"
+busy_mark=$busy_start total_mark=$total_start
+cpu_since_mark
+echo "test: all done in $(($(date +%s) - started))s (status $parallel_status, $alone_status, $rest_status; $cpu_note)"
 .venv/bin/python hack/test_durations.py
 
 for status in "$parallel_status" "$alone_status" "$rest_status"; do
