@@ -52,6 +52,7 @@ from pgsched.engine import (
 from pgsched.engine.models import TERMINAL_STATUSES, Definition
 from pgsched.k8s import names
 from pgsched.k8s.client import api
+from pgsched.k8s.client.latest import LatestObjects
 from pgsched.k8s.jobside import cleanup
 from pgsched.k8s.names import Obj
 from pgsched.k8s.reporting import status
@@ -109,9 +110,13 @@ class Publisher:
         *,
         batch_size: int = 200,
         clock: Callable[[], datetime | None] = lambda: None,
+        latest: LatestObjects | None = None,
     ) -> None:
         self.kube = kube
         self._batch_size = batch_size
+        # ScheduledJobs as the operator's watch last saw them (or a write answered): a
+        # status write starts from there instead of a GET. None: always read.
+        self._latest = latest
         self._clock = clock  # the pinned "now" of a test, or None: the database's
         self._refusals_logged: dict[str, float] = {}  # namespace -> monotonic, last warned
 
@@ -278,18 +283,28 @@ class Publisher:
         path = api.scheduled_job_path(definition.namespace, definition.name)
         if definition.deleted_at is None:
             try:
-                current = self.kube.get(path)
+                current = self._current(path, definition)
+                if current.get("metadata", {}).get("uid") == str(definition.id):
+                    self.patch_status(conn, definition, current)
+                    result.statuses += 1
             except api.ApiError as error:
-                if error.not_found:
-                    return
-                raise
-            if current.get("metadata", {}).get("uid") == str(definition.id):
-                self.patch_status(conn, definition, current)
-                result.statuses += 1
+                if not error.not_found:
+                    raise
+                if self._latest is not None:
+                    self._latest.forget(path)
+                return  # gone: its deletion's handler cleans up
         if any(change["status"] in TERMINAL_STATUSES for change in changes):
             result.jobs_deleted += cleanup.run_once(
                 conn, self.kube, [definition], now=self._clock()
             ).deleted
+
+    def _current(self, path: str, definition: Definition) -> Obj:
+        """The ScheduledJob to render against: the latest copy of this definition's object
+        if one is kept (a write against a stale one is refused and read again), else read."""
+        copy = self._latest.get(path) if self._latest is not None else None
+        if copy is not None and copy["metadata"].get("uid") == str(definition.id):
+            return copy
+        return self.kube.get(path)  # none kept, or a namesake's: maybe the copy is behind
 
     def refresh_statuses(self, conn: Connection, definition_ids: list[UUID]) -> None:
         """Re-render these ScheduledJobs' statuses (say, an upstream they name appeared or
@@ -315,19 +330,25 @@ class Publisher:
         for _ in range(CONFLICT_ATTEMPTS):
             new = self.render_status(conn, definition, current)
             try:
-                self.kube.merge_patch(status_path, status.versioned_patch(current, new))
+                written = self.kube.merge_patch(status_path, status.versioned_patch(current, new))
             except api.ApiError as error:
                 if not error.conflict:
                     raise
                 current = self.kube.get(path)
+                self._keep(path, current)
                 if current.get("metadata", {}).get("uid") != str(definition.id):
                     return  # deleted and created again: its own definition's to render
                 continue
+            self._keep(path, written)
             self.announce_transitions(definition, current, new)
             return
         raise api.ApiError(
             "PATCH", status_path, 409, {"reason": "Conflict", "message": "the object kept changing"}
         )
+
+    def _keep(self, path: str, obj: Obj) -> None:
+        if self._latest is not None:
+            self._latest.written(path, obj)
 
     def render_status(self, conn: Connection, definition: Definition, current: Obj) -> Obj:
         """The ScheduledJob's status rendered from the database, for a merge patch (the

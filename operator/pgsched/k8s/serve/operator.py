@@ -38,6 +38,7 @@ from pgsched.engine.tick import Ticker, TickResult
 from pgsched.k8s import names
 from pgsched.k8s.client import api
 from pgsched.k8s.client.controller import Workers, by_uid
+from pgsched.k8s.client.latest import LatestObjects
 from pgsched.k8s.client.watch import Event
 from pgsched.k8s.client.workqueue import WorkQueue
 from pgsched.k8s.failover import revalidation
@@ -344,7 +345,9 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
     ):
         require_served(kube, group=names.GROUP, version=names.VERSION, plural=plural)
     # Events, statuses and cleanup take only API tokens that launching Jobs does not need.
-    publisher = Publisher(kube.background(), clock=clock)
+    # ScheduledJobs as their watch last delivered them: a status write needs no GET first.
+    latest = LatestObjects(api.scheduled_job_path)
+    publisher = Publisher(kube.background(), clock=clock, latest=latest)
     pool = connection.pool(settings.dsn, name="pgsched-handlers", max_size=settings.pool_size)
     threads = EngineThreads(settings, kube, publisher, clock=clock)
     context = scheduledjobs.Context(
@@ -378,7 +381,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             group=names.GROUP,
             version=names.VERSION,
             plural=names.PLURAL,
-            select=by_uid,
+            select=latest.observing(by_uid),
             handle=lambda _uid, event: _sync(context, writes.queue, event),
             workers=SYNC_WORKERS,
             capacity=SYNC_CAPACITY,
