@@ -124,9 +124,10 @@ def run(args: argparse.Namespace) -> int:
 def _schedule_of(obj: dict[str, Any], *, now: datetime) -> timeline.Stream:
     """The ScheduledJob's schedule from its spec, as the operator builds it."""
     from pgsched import spec as spec_module
+    from pgsched.k8s import names
 
     meta = obj["metadata"]
-    anchor = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    anchor = names.timestamp(meta["creationTimestamp"])
     try:
         parsed = spec_module.parse(
             obj.get("spec") or {},

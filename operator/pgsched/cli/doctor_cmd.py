@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
@@ -445,7 +445,7 @@ def _scheduled_jobs(kube: Any, *, unserved_after: int) -> list[Finding]:
         ready = next((c for c in conditions if c.get("type") == "Ready"), None)
         if ready is not None and ready.get("status") == "False":
             not_ready.append((where, str(ready.get("message") or ready.get("reason"))))
-        created = datetime.fromisoformat(str(meta.get("creationTimestamp")).replace("Z", "+00:00"))
+        created = names.timestamp(meta.get("creationTimestamp"))
         if ready is None and now - created > timedelta(seconds=unserved_after):
             unserved.append(where)
     if not unserved:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -131,3 +132,12 @@ def label_value(text: str) -> str:
     value = text[:_MAX_NAME].rstrip("-_.")
     assert _LABEL_VALUE.match(value), value
     return value
+
+
+def timestamp(text: object) -> datetime:
+    """A Kubernetes timestamp (RFC 3339 with ``Z``, as the API server writes them) as an
+    aware instant, UTC if it names no offset; ValueError if it is not one."""
+    if not isinstance(text, str):
+        raise ValueError(f"not a timestamp: {text!r}")
+    found = datetime.fromisoformat(text)
+    return found if found.tzinfo else found.replace(tzinfo=UTC)

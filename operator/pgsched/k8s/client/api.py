@@ -437,11 +437,9 @@ def path_of(
 
 
 def parse_timestamp(text: str | None) -> datetime | None:
-    """A Kubernetes timestamp (RFC 3339, ``Z``) as an aware instant; None if absent."""
-    if not text:
-        return None
+    """``names.timestamp``, or None if absent or malformed (a field someone else wrote)."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return names.timestamp(text) if text else None
     except ValueError:
         return None
 

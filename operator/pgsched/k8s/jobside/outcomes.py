@@ -96,7 +96,7 @@ def _reported_end(pods: list[Obj]) -> datetime | None:
     ]
     if not ends or not all(ends):
         return None
-    return max(datetime.fromisoformat(str(end).replace("Z", "+00:00")) for end in ends)
+    return max(names.timestamp(end) for end in ends)
 
 
 def of_job(job: Obj, pods: list[Obj], *, deleted: bool, cancel_requested: bool) -> Outcome | None:

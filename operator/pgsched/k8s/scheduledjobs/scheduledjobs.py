@@ -32,6 +32,7 @@ from pgsched import spec as spec_module
 from pgsched.db import clock, replication
 from pgsched.engine import chain, definitions, runs
 from pgsched.engine.models import Definition
+from pgsched.k8s import names
 from pgsched.k8s.client import api, controller, finalizers, reads
 from pgsched.k8s.jobside import jobpolicy
 from pgsched.k8s.names import Obj
@@ -420,7 +421,7 @@ def _where(meta: Obj) -> str:
 
 
 def _key(meta: Obj, generation: int) -> definitions.DefinitionKey:
-    created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    created = names.timestamp(meta["creationTimestamp"])
     return definitions.DefinitionKey(
         id=UUID(meta["uid"]),
         namespace=meta["namespace"],

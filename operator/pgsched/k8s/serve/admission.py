@@ -21,10 +21,11 @@ What needs the database — a ``spec.after`` that closes a cycle — stays the c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pgsched import spec as spec_module
+from pgsched.k8s import names
 from pgsched.k8s.names import Obj
 
 
@@ -85,5 +86,4 @@ def _created(meta: Mapping[str, Any], now: datetime) -> datetime:
     stamp = meta.get("creationTimestamp")
     if not isinstance(stamp, str):
         return now
-    created = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    return created if created.tzinfo else created.replace(tzinfo=UTC)
+    return names.timestamp(stamp)
