@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 from cluster.test_publisher_isolation import launched
 from devenv.controlplane import ControlPlane
 from factories import define
+from pgsched.engine import runs
 from pgsched.k8s.client import api
 from pgsched.k8s.client.controller import by_uid
 from pgsched.k8s.client.latest import LatestObjects
@@ -76,10 +77,10 @@ def test_a_status_from_the_watched_copy_is_one_patch_and_no_read(
     assert cluster.api.get(path)["status"]["active"] == 1
 
     # The write's answer is the new copy: the next status needs no read either.
-    launched(conn, definition.id, "second")
+    runs.run_now(conn, definition.id, token="second")  # queued behind the first (cap 1)
     gets = requests("GET")
     assert publisher.run_once(conn).statuses == 1 and requests("GET") == gets
-    assert cluster.api.get(path)["status"]["active"] == 2
+    assert cluster.api.get(path)["status"]["queued"] == 1
     assert (
         latest.get(path)["metadata"]["resourceVersion"]
         == (cluster.api.get(path)["metadata"]["resourceVersion"])
