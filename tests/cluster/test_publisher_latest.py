@@ -57,15 +57,20 @@ def watched(latest: LatestObjects, obj: dict, kind: str = "MODIFIED") -> None:
     assert latest.observing(by_uid)(Event(kind, obj)) == (obj["metadata"]["uid"], Event(kind, obj))
 
 
-def test_a_status_from_the_watched_copy_is_one_patch_and_no_read(
-    cluster, crd, conn, namespace, kube
-):
-    path = api.scheduled_job_path(namespace, "report")
+def report_watched(cluster: ControlPlane, conn, namespace: str):
+    """ScheduledJob report, its definition, and copies holding it as the watch delivered it."""
     obj = apply(cluster, namespace, "report")
     definition = define(conn, "report", namespace=namespace, uid=UUID(obj["metadata"]["uid"]),
                         schedule=SCHEDULE)  # fmt: skip
     latest = LatestObjects(api.scheduled_job_path)
     watched(latest, obj, "ADDED")
+    return api.scheduled_job_path(namespace, "report"), definition, latest
+
+
+def test_a_status_from_the_watched_copy_is_one_patch_and_no_read(
+    cluster, crd, conn, namespace, kube
+):
+    path, definition, latest = report_watched(cluster, conn, namespace)
     publisher = Publisher(kube, latest=latest)
 
     launched(conn, definition.id, "first")
@@ -90,12 +95,7 @@ def test_a_status_from_the_watched_copy_is_one_patch_and_no_read(
 def test_a_copy_behind_a_change_is_refused_read_again_and_the_status_is_right(
     cluster, crd, conn, namespace, kube
 ):
-    path = api.scheduled_job_path(namespace, "report")
-    obj = apply(cluster, namespace, "report")
-    definition = define(conn, "report", namespace=namespace, uid=UUID(obj["metadata"]["uid"]),
-                        schedule=SCHEDULE)  # fmt: skip
-    latest = LatestObjects(api.scheduled_job_path)
-    watched(latest, obj, "ADDED")
+    path, definition, latest = report_watched(cluster, conn, namespace)
     # Another writer changed the object since the copy (the watch has not delivered it).
     changed = cluster.api.patch(path, {"metadata": {"labels": {"team": "a"}}})
     publisher = Publisher(kube, latest=latest)
