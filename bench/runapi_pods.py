@@ -245,11 +245,13 @@ class Timed:
         self._lock = lock
         self.run_id = client.run_id
 
-    def heartbeat(self) -> Any:
-        return self._timed(self._record.beats, self._client.heartbeat)
+    def heartbeat(self, *, timeout: float | None = None) -> Any:
+        return self._timed(self._record.beats, lambda: self._client.heartbeat(timeout=timeout))
 
-    def wait_while(self, state: Any, seconds: int) -> Any:
-        return self._timed(self._record.polls, lambda: self._client.wait_while(state, seconds))
+    def wait_while(self, state: Any, seconds: float, *, timeout: float | None = None) -> Any:
+        return self._timed(
+            self._record.polls, lambda: self._client.wait_while(state, seconds, timeout=timeout)
+        )
 
     def close(self) -> None:
         self._client.close()

@@ -42,7 +42,7 @@ class LeaseHeld:
             self.state = state
             self._changed.notify_all()
 
-    def heartbeat(self) -> str:
+    def heartbeat(self, *, timeout: float | None = None) -> str:
         self.beats += 1
         if self.beat_error is not None:
             raise self.beat_error
@@ -54,7 +54,7 @@ class LeaseHeld:
         self.checks += 1
         return self.state
 
-    def wait_while(self, state: str, seconds: float) -> str:
+    def wait_while(self, state: str, seconds: float, *, timeout: float | None = None) -> str:
         self.polls.append((state, seconds))
         if self.poll_error is not None:
             raise self.poll_error

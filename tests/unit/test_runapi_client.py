@@ -12,8 +12,10 @@ import uuid
 import pytest
 
 from devenv import pki
+from devenv.waiting import wait_for
 from pgsched.engine.lease import Lease
 from pgsched.runner import patience
+from pgsched.runner.heartbeat import HeartbeatLoop, request_timeout
 from pgsched.runner.runapi_client import (
     MAX_RESPONSE_BYTES,
     RunApiClient,
@@ -327,3 +329,32 @@ def test_only_a_pem_certificate_is_trusted_and_never_the_systems_cas_instead(api
         trusting("")
     with pytest.raises(ValueError, match="cannot be loaded as a CA certificate"):
         trusting("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+
+
+def test_a_beat_a_frozen_replica_holds_is_given_up_within_the_interval_and_sent_again(api):
+    """A replica paused mid-answer (SIGSTOP, a GC pause) holds the beat's connection: the
+    loop gives the beat up after twice its interval (2.5 s at least: the server may queue
+    a request 2 s for a call slot) and beats again on a fresh connection, which the Service
+    may send to another replica, well before a timeout of three intervals and more. With
+    the general 10 s request timeout a 1 s interval's run went silent for 11 s, and was
+    reaped, in the cluster chaos (seed 947361542)."""
+    beats: list[float] = []
+
+    def frozen(handler):
+        api.release.wait(30)
+
+    def respond(seen):
+        if seen.method == "POST":
+            beats.append(time.monotonic())
+            if len(beats) == 1:
+                return frozen
+        return reply(200, {"state": "active"})
+
+    api.respond = respond
+    loop = HeartbeatLoop(client_of(api), interval_seconds=1).start()
+    try:
+        wait_for(lambda: len(beats) >= 2, 20, describe="a second beat")
+    finally:
+        loop.stop(timeout=1)
+    assert beats[1] - beats[0] < 4.5, f"the next beat came {beats[1] - beats[0]:.1f}s after"
+    assert request_timeout(1) == 2.5 and request_timeout(3) == 6 and request_timeout(30) == 10

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from pgsched.engine.lease import LeaseState
-from pgsched.runner.runapi_client import RunApiClient, RunApiError
+from pgsched.runner.runapi_client import REQUEST_TIMEOUT_SECONDS, RunApiClient, RunApiError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,22 @@ RETRY_SECONDS = 1.0
 # The long poll is held open until the next beat is due, except for its last moment: a
 # poll shorter than this is not worth a request (the beat is about to ask anyway).
 MIN_POLL_SECONDS = 0.2
+# A beat (and the long poll, on top of its wait) is given up after twice the interval,
+# never less than this: the run API may hold a request 2 s for one of its namespace's call
+# slots before it answers 429.
+MIN_BEAT_TIMEOUT_SECONDS = 2.5
+
+
+def request_timeout(interval_seconds: float) -> float:
+    """How long a beat may go unanswered before it is sent again on a fresh connection.
+
+    A replica frozen mid-request (paused, or its node stalled) holds the connection
+    until this runs out, and the run is silent meanwhile: the general request timeout
+    (10 s) is as long as a short heartbeat timeout (``spec.heartbeat.timeoutSeconds`` is
+    at least twice the interval), so a healthy run would be reaped. Twice the interval
+    leaves a fresh connection, which the Service may send to another replica, time to
+    beat before three intervals have passed."""
+    return min(REQUEST_TIMEOUT_SECONDS, max(MIN_BEAT_TIMEOUT_SECONDS, 2 * interval_seconds))
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,7 @@ class HeartbeatLoop:
         self._client = client
         self._run_id = client.run_id
         self._interval = interval_seconds
+        self._timeout = request_timeout(interval_seconds)
         self._on_change = on_change
         self._clock = clock
         self._lock = threading.Lock()
@@ -105,7 +122,7 @@ class HeartbeatLoop:
     def beat_once(self) -> Beat:
         """One heartbeat. Never raises: a failure is returned (and logged)."""
         try:
-            state = self._client.heartbeat()
+            state = self._client.heartbeat(timeout=self._timeout)
         except RunApiError as error:
             self._failures += 1
             log.log(
@@ -171,7 +188,7 @@ class HeartbeatLoop:
                 break
             asked, started = self.state, time.monotonic()
             try:
-                answer = self._client.wait_while(asked, remaining)
+                answer = self._client.wait_while(asked, remaining, timeout=self._timeout)
             except RunApiError as error:
                 self._poll_failures += 1
                 log.log(

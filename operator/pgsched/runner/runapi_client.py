@@ -94,21 +94,28 @@ class RunApiClient:
         self._local = threading.local()  # .conn: this thread's connection
         self.run_id = run_lease.run_id
 
-    def heartbeat(self) -> LeaseState:
-        """Stamp the run's heartbeat; the lease's state."""
-        return _state(self._call("POST", protocol.HEARTBEAT, repeatable=True))
+    def heartbeat(self, *, timeout: float | None = None) -> LeaseState:
+        """Stamp the run's heartbeat; the lease's state. ``timeout``: instead of the
+        client's (the heartbeat loop's is tied to its interval)."""
+        return _state(self._call("POST", protocol.HEARTBEAT, repeatable=True, timeout=timeout))
 
     def lease_state(self) -> LeaseState:
         """The lease's state, read-only."""
         return _state(self._call("GET", protocol.LEASE, repeatable=True))
 
-    def wait_while(self, state: LeaseState, seconds: float) -> LeaseState:
+    def wait_while(
+        self, state: LeaseState, seconds: float, *, timeout: float | None = None
+    ) -> LeaseState:
         """The lease's state as soon as it is not ``state``, or ``state`` after ``seconds``
-        (to the millisecond, at most the protocol's longest wait): the cancel long poll."""
+        (to the millisecond, at most the protocol's longest wait): the cancel long poll,
+        given ``timeout`` (else the client's) on top of its wait."""
         seconds = max(0.001, min(seconds, protocol.MAX_WAIT_SECONDS))
         query = urlencode({"state": state, "wait": f"{seconds:.3f}".rstrip("0").rstrip(".")})
         answer = self._call(
-            "GET", f"{protocol.LEASE}?{query}", repeatable=True, timeout=self._timeout + seconds
+            "GET",
+            f"{protocol.LEASE}?{query}",
+            repeatable=True,
+            timeout=(self._timeout if timeout is None else timeout) + seconds,
         )
         return _state(answer)
 
