@@ -259,16 +259,14 @@ class Crew:
         self._members = []
 
     def close(self) -> None:
+        """Ask every member to end, give each 10 s, then stop the crew (killing a straggler;
+        an ended member is not signalled)."""
         for _, channel in self._members:
             with contextlib.suppress(OSError):
                 channel.send(None)
-        for process, channel in self._members:
+        for process, _ in self._members:
             process.join(timeout=10)
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=10)
-            channel.close()
-        self._members = []
+        self._stop()
 
     def __enter__(self) -> Crew:
         return self

@@ -56,8 +56,8 @@ trap 'exit 130' INT TERM
 # How busy the machine's CPUs were since the last mark: what says whether a phase waited
 # (room for more at once) or computed (the cores were the limit).
 cpu_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
-read -r busy_mark total_mark < <(cpu_jiffies)
 read -r busy_start total_start < <(cpu_jiffies)
+busy_mark=$busy_start total_mark=$total_start
 cpu_since_mark() {  # sets cpu_note
     local busy total
     read -r busy total < <(cpu_jiffies)
