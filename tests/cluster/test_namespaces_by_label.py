@@ -7,7 +7,9 @@ on the real API server and node, with the operator as a process of this checkout
 - ``kubectl delete namespace`` with a run running: the run is cancelled by the namespace's
   deletion (recorded so), the finalizers are released and the namespace is gone within its
   pods' grace plus a few seconds — with two replicas up, and when every replica was down
-  while the deletion began.
+  while the deletion began. With replicas up, the run is asked to stop before Kubernetes
+  begins deleting the namespace's pods (it waits 5 s first), though Kubernetes deletes the
+  ScheduledJob itself only once the pods are gone.
 
 Each test labels with a key of its own: other tests' operators share this cluster.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -38,6 +41,9 @@ FAST_HEARTBEAT = {"intervalSeconds": 1, "timeoutSeconds": 5, "orphanTimeoutSecon
 STUBBORN = "trap '' TERM; sleep 300"
 POD_GRACE_SECONDS = 3
 CANCEL_GRACE_SECONDS = 3
+# The namespace controller waits this long after a namespace's deletion before it deletes
+# anything in it (namespaceDeletionGracePeriod in kube-controller-manager), then the pods.
+KUBERNETES_WAITS_SECONDS = 5.0
 
 
 @pytest.fixture
@@ -154,10 +160,17 @@ def test_deleting_a_served_namespace_cancels_its_runs_and_the_namespace_goes(
     selected(count=2)
     start_stubborn_run(sj, "stubborn")
 
-    asked = time.monotonic()
+    asked, asked_at = time.monotonic(), datetime.now(UTC)
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
     deleted_with_its_runs_cancelled(cluster, sj, asked, namespace)
+    [done] = sj.runs("stubborn")
+    stop_asked = (done["cancel_requested_at"] - asked_at).total_seconds()
+    print(f"run asked to stop {stop_asked:.1f}s after kubectl delete namespace")
+    assert stop_asked < KUBERNETES_WAITS_SECONDS, (
+        f"the run was asked to stop {stop_asked:.1f}s after the namespace's deletion: after"
+        " Kubernetes began deleting its pods"
+    )
 
 
 def test_a_namespace_deleted_while_no_operator_ran_goes_once_one_starts(

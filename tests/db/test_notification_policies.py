@@ -11,7 +11,9 @@ re-renders the statuses of the jobs that follow it.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -188,12 +190,25 @@ class PolicyApi(StatusApi):
     def __init__(self, conn):
         super().__init__(conn)
         self.policy_status: dict = {}
+        self.policy_metadata: list[dict] = []  # finalizer patches
 
     def merge_patch(self, path, body):
         if "/notificationpolicies/" in path:
-            self.policy_status = body.get("status") or {}
+            if "status" in body:
+                self.policy_status = body["status"] or {}
+            else:
+                self.policy_metadata.append(body["metadata"])
             return body
         return super().merge_patch(path, body)
+
+
+@contextmanager
+def policies(dsn: str, api: PolicyApi) -> Iterator[notificationpolicies.NotificationPolicies]:
+    """The NotificationPolicy controller on ``api``, with a pool of its own."""
+    with connection.pool(dsn, name="pgsched-test-policies", max_size=2) as pool:
+        yield notificationpolicies.NotificationPolicies(
+            pool, api, Publisher(api), clock=lambda: None
+        )
 
 
 def policy_event(kind, targets, *, name="default", generation=1):
@@ -206,6 +221,7 @@ def policy_event(kind, targets, *, name="default", generation=1):
                 "uid": "p1",
                 "generation": generation,
                 "resourceVersion": str(generation),
+                "creationTimestamp": "2026-06-01T00:00:00Z",
                 "finalizers": [finalizers.FINALIZER],
             },
             "spec": {"targets": targets},
@@ -224,10 +240,7 @@ def test_the_controller_stores_the_policy_and_re_renders_the_statuses_that_follo
     run = claimed_run(conn, follower, T0)
     end_run(conn, run, "COMPLETED", T0)
     api = PolicyApi(conn)
-    with connection.pool(dsn, name="pgsched-test-policies", max_size=2) as pool:
-        controller = notificationpolicies.NotificationPolicies(
-            pool, api, Publisher(api), clock=lambda: None
-        )
+    with policies(dsn, api) as controller:
         hook = webhook(receivers["policy"], "oncall")
         assert controller.handle("p1", policy_event("ADDED", [hook])) is None
         assert api.statuses["follower"]["notifications"] == {
@@ -265,6 +278,29 @@ def test_the_controller_stores_the_policy_and_re_renders_the_statuses_that_follo
         controller.handle("p1", policy_event("DELETED", [hook, chat], generation=2))
         assert api.statuses["follower"]["notifications"] is None
         assert notifications.effective(conn, follower.id) is None
+
+
+def test_a_policy_whose_namespace_is_going_is_forgotten_and_lets_go_before_it_is_deleted(
+    conn, dsn, receivers
+):
+    """Kubernetes deletes a terminating namespace's objects only once its pods are gone; a
+    finalizer still held then costs the namespace another pass (8 s). Once the Namespace
+    watch has seen the deletion begin, the next event of a policy there is its deletion."""
+    follower = define(conn, "follower", now=T0)
+    api = PolicyApi(conn)
+    with policies(dsn, api) as controller:
+        hook = webhook(receivers["policy"], "oncall")
+        assert controller.handle("p1", policy_event("ADDED", [hook])) is None
+        assert notifications.effective(conn, follower.id) is not None
+        assert api.policy_metadata == []
+
+        api.endings.saw("default", datetime(2026, 6, 2, tzinfo=UTC), watched=True)
+        patched = len(api.patched)
+        assert controller.handle("p1", policy_event("MODIFIED", [hook])) is None
+        assert notifications.effective(conn, follower.id) is None
+        assert api.policy_metadata == [{"finalizers": None, "resourceVersion": "1"}]
+        # Its jobs go with the namespace: no status is re-rendered for them.
+        assert len(api.patched) == patched
 
 
 def test_a_null_spec_notify_follows_the_policy_and_inherit_without_one_keeps_its_own(

@@ -24,6 +24,7 @@ from pgsched.k8s.jobside import jobs
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjobs
 from pgsched.spec import SpecError
+from plugins.no_requests import NoRequests
 
 DECLARED = [
     {"name": "region", "default": "eu-west-1", "pattern": "[a-z]{2}-[a-z]+-[0-9]"},
@@ -39,7 +40,7 @@ def context(dsn: str) -> Iterator[scheduledjobs.Context]:
     with connection.pool(dsn, name="pgsched-test-parameters", max_size=2) as pool:
         yield scheduledjobs.Context(
             pool=pool,
-            kube=None,  # type: ignore[arg-type]
+            kube=NoRequests(),  # type: ignore[arg-type]
             publisher=Publisher(None),  # type: ignore[arg-type]
             clock=lambda: None,
         )

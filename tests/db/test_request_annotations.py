@@ -19,6 +19,7 @@ from pgsched.engine import definitions, runs
 from pgsched.k8s.client.finalizers import FINALIZER
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjobs
+from plugins.no_requests import NoRequests
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def context(dsn: str) -> Iterator[scheduledjobs.Context]:
         # sync never talks to the API server: no client is needed.
         yield scheduledjobs.Context(
             pool=pool,
-            kube=None,  # type: ignore[arg-type]
+            kube=NoRequests(),  # type: ignore[arg-type]
             publisher=Publisher(None),  # type: ignore[arg-type]
             clock=lambda: None,
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from pgsched.k8s.client.endings import NamespaceEndings
 from pgsched.k8s.client.finalizers import FINALIZER
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjobs
+from plugins.no_requests import NoRequests
 
 
 class NoNamespaceToRead:
@@ -176,18 +179,24 @@ def test_a_listed_scheduledjob_is_validated_again_though_its_spec_is_in_force(co
     assert "timeZone" in relisted.writes.rejected_status["conditions"][0]["message"]
 
 
+def started(conn: connection.Connection, uid: uuid.UUID, *, token: str) -> runs.Run:
+    """A run of ``uid`` asked for now and RUNNING, as if its pod had started."""
+    run = runs.run_now(conn, uid, token=token).run
+    conn.execute(
+        "UPDATE pgsched.job_runs SET status = 'RUNNING', started_at = now(),"
+        " lease_token = gen_random_uuid() WHERE id = %s",
+        (run.id,),
+    )
+    return run
+
+
 def test_a_deleted_scheduledjob_waits_for_its_running_runs_then_releases_the_finalizer(
     context, conn
 ):
     new = body(finalizer=True)
     scheduledjobs.sync(context, new, revalidate=True)
     uid = uuid.UUID(new["metadata"]["uid"])
-    queued = runs.run_now(conn, uid, token="t").run
-    conn.execute(
-        "UPDATE pgsched.job_runs SET status = 'RUNNING', started_at = now(),"
-        " lease_token = gen_random_uuid() WHERE id = %s",
-        (queued.id,),
-    )
+    queued = started(conn, uid, token="t")
     deleting = body(uid=str(uid), finalizer=True, deleting=True)
 
     waiting = scheduledjobs.sync(context, deleting, revalidate=False)
@@ -209,13 +218,68 @@ def test_a_deleted_scheduledjob_waits_for_its_running_runs_then_releases_the_fin
     assert done.writes is not None and done.writes.release_finalizer
 
 
+class NamespaceGoing(NoNamespaceToRead):
+    """The API server as the Namespace watch has described it: namespace ``jobs`` is being
+    deleted since 2026-12-02 (the ScheduledJobs of ``body`` were created before)."""
+
+    def __init__(self) -> None:
+        self.endings = NamespaceEndings()
+        self.endings.saw("jobs", datetime(2026, 12, 2, tzinfo=UTC), watched=True)
+
+
+def test_a_scheduledjob_whose_namespace_is_going_is_handled_as_deleted_before_kubernetes_deletes_it(
+    context, conn
+):
+    """Kubernetes deletes a terminating namespace's ScheduledJobs only after its pods: its
+    runs are asked to stop and its finalizer released on the namespace's deletion alone."""
+    live = body(finalizer=True)
+    scheduledjobs.sync(context, live, revalidate=True)
+    uid = uuid.UUID(live["metadata"]["uid"])
+    running = started(conn, uid, token="a")
+    queued = runs.run_now(conn, uid, token="b").run
+    going = replace(context, kube=NamespaceGoing())
+
+    waiting = scheduledjobs.sync(going, live, revalidate=False)  # no deletionTimestamp
+    assert waiting.retry_in == scheduledjobs.DELETION_RECHECK_SECONDS
+    assert waiting.writes is not None and not waiting.writes.release_finalizer
+    stored = definitions.get(conn, uid)
+    assert stored is not None and stored.deleted_at is not None  # nothing new is scheduled
+    rows = {
+        row["id"]: row
+        for row in conn.execute(
+            "SELECT id, status, cancel_requested, cancelled_by FROM pgsched.job_runs"
+            " WHERE definition_id = %s",
+            (uid,),
+        ).fetchall()
+    }
+    assert rows[running.id]["cancel_requested"]
+    assert rows[queued.id]["status"] == "CANCELLED"
+    assert rows[queued.id]["cancelled_by"] == runs.BY_NAMESPACE_DELETION
+
+    conn.execute(
+        "UPDATE pgsched.job_runs SET status = 'CANCELLED', finished_at = now() WHERE id = %s",
+        (running.id,),
+    )
+    done = scheduledjobs.sync(going, live, revalidate=False)
+    assert done.writes is not None and done.writes.release_finalizer
+    # The echo of the release (no finalizer, still no deletionTimestamp) puts nothing back.
+    echo = scheduledjobs.sync(going, body(uid=str(uid)), revalidate=True)
+    assert echo.writes is not None and not echo.writes.add_finalizer
+    assert echo.writes.release_finalizer
+    # A namespace of the same name created since is another namespace: its jobs are served.
+    later = body(finalizer=True)
+    later["metadata"]["creationTimestamp"] = "2026-12-03T00:00:00Z"
+    fresh = scheduledjobs.sync(going, later, revalidate=True)
+    assert fresh.writes is not None and not fresh.writes.release_finalizer
+
+
 def test_a_watch_event_of_a_settled_scheduledjob_does_not_reach_the_database(dsn):
     """Every status patch the publisher makes comes back as a MODIFIED event: with runs
     every minute across a fleet, a database read each would be the sync's steady load."""
     with connection.pool(dsn, name="pgsched-test-sync", max_size=1) as pool:
         context = scheduledjobs.Context(
             pool=pool,
-            kube=None,  # type: ignore[arg-type]
+            kube=NoRequests(),  # type: ignore[arg-type]
             publisher=Publisher(None),  # type: ignore[arg-type]
             clock=lambda: None,
         )

@@ -17,6 +17,7 @@ from pgsched.k8s.client.finalizers import FINALIZER
 from pgsched.k8s.reporting import status
 from pgsched.k8s.reporting.publisher import Publisher
 from pgsched.k8s.scheduledjobs import scheduledjobs, suspension
+from plugins.no_requests import NoRequests
 
 REASON = "pgsched.dev/suspend-reason"
 
@@ -26,7 +27,7 @@ def context(dsn: str) -> Iterator[scheduledjobs.Context]:
     with connection.pool(dsn, name="pgsched-test-suspension", max_size=2) as pool:
         yield scheduledjobs.Context(
             pool=pool,
-            kube=None,  # type: ignore[arg-type]
+            kube=NoRequests(),  # type: ignore[arg-type]
             publisher=Publisher(None),  # type: ignore[arg-type]
             clock=lambda: None,
         )

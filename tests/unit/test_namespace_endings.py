@@ -34,6 +34,24 @@ def test_a_namespace_seen_going_is_forgotten_after_an_hour():
     assert endings.known("other", BEGAN - timedelta(hours=1))
 
 
+def test_a_namespace_the_watch_saw_going_is_kept_until_the_watch_sees_it_gone():
+    """Its objects are handled as deleted however long the deletion takes (a finalizer of
+    someone else's held for a day): forgetting it would put pgsched's finalizers back."""
+    now = [0.0]
+    endings = NamespaceEndings(monotonic=lambda: now[0])
+    endings.saw("stuck", BEGAN, watched=True)
+    now[0] = 24 * REMEMBER_SECONDS
+    endings.saw("other", BEGAN)
+    assert endings.known("stuck", BEGAN - timedelta(hours=1))
+    endings.gone("stuck")  # from now on remembered as any sighting: an hour
+    now[0] += REMEMBER_SECONDS - 1
+    endings.saw("other", BEGAN)
+    assert endings.known("stuck", BEGAN - timedelta(hours=1))
+    now[0] += 2
+    endings.saw("other", BEGAN)
+    assert not endings.known("stuck", BEGAN - timedelta(hours=1))
+
+
 def test_a_refusal_is_of_a_terminating_namespace_only_when_its_cause_says_so():
     """The API server's NamespaceLifecycle answer: the StatusCause's type is "reason" in
     JSON."""

@@ -14,6 +14,13 @@ object created before that instant belongs to the namespace that is going: answe
 without a request. One created after belongs to a namespace of the same name created
 since (nothing can be created in a terminating namespace): asked again. Shared by every
 view of one client (``KubeApi.endings``).
+
+A sighting from the Namespace watch (label mode, ``k8s.serve.served``) is ``watched``: the
+watch says when the namespace is gone, so it is kept until then however long the deletion
+takes. The controllers act on it (``reads.being_deleted``): a ScheduledJob whose namespace
+is going is treated as deleted at once, its finalizer released as soon as no run of it
+runs — Kubernetes deletes a namespace's other objects only after its pods are gone, and
+a finalizer still there then holds the namespace another 8 seconds.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ class NamespaceEndings:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._since: dict[str, tuple[datetime, float]] = {}  # -> deletion began, seen at
+        self._watched: set[str] = set()  # kept until the watch says they are gone
 
     def known(self, namespace: str, created: datetime | None) -> bool:
         """Whether ``namespace`` is known to be going for an object of it created at
@@ -42,11 +50,24 @@ class NamespaceEndings:
             found = self._since.get(namespace)
         return found is not None and created is not None and created < found[0]
 
-    def saw(self, namespace: str, since: datetime) -> None:
-        """``namespace`` is being deleted, since ``since`` (at the latest)."""
+    def saw(self, namespace: str, since: datetime, *, watched: bool = False) -> None:
+        """``namespace`` is being deleted, since ``since`` (at the latest); ``watched``: by
+        the Namespace watch, which calls :meth:`gone` when it is."""
         now = self._monotonic()
         with self._lock:
             for name, (_, seen) in list(self._since.items()):
-                if now - seen > REMEMBER_SECONDS:
+                if now - seen > REMEMBER_SECONDS and name not in self._watched:
                     del self._since[name]
             self._since[namespace] = (since, now)
+            if watched:
+                self._watched.add(namespace)
+
+    def gone(self, namespace: str) -> None:
+        """The watch saw ``namespace`` go: remembered from now on as any other sighting
+        (an object of it still in a queue is answered without a request)."""
+        now = self._monotonic()
+        with self._lock:
+            self._watched.discard(namespace)
+            found = self._since.get(namespace)
+            if found is not None:
+                self._since[namespace] = (found[0], now)

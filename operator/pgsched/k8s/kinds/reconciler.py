@@ -29,7 +29,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from pgsched.db import clock
-from pgsched.k8s.client import api, controller, finalizers
+from pgsched.k8s.client import api, controller, finalizers, reads
 from pgsched.k8s.client.watch import Event
 from pgsched.k8s.kinds import ready as ready_condition
 from pgsched.k8s.names import Obj
@@ -71,7 +71,9 @@ class SettingsReconciler:
         meta = event.object["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         try:
-            if event.type == "DELETED" or meta.get("deletionTimestamp"):
+            # Its namespace going counts as deleted (reads.being_deleted): the finalizer is
+            # then released before Kubernetes comes to the object, after the pods.
+            if event.type == "DELETED" or reads.being_deleted(self._kube, meta):
                 self.forget(namespace, name)
                 if event.type != "DELETED":
                     finalizers.remove(

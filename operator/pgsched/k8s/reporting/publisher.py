@@ -308,9 +308,12 @@ class Publisher:
 
     def refresh_statuses(self, conn: Connection, definition_ids: list[UUID]) -> None:
         """Re-render these ScheduledJobs' statuses (say, an upstream they name appeared or
-        went away: their UpstreamsFound condition changed though none of their runs did)."""
+        went away: their UpstreamsFound condition changed though none of their runs did).
+        Not those of a namespace seen going: they go with it (``_going``)."""
         for definition_id in definition_ids:
-            self._refresh(conn, definitions.get(conn, definition_id), [], PublishResult())
+            definition = definitions.get(conn, definition_id)
+            if not self._going(definition):
+                self._refresh(conn, definition, [], PublishResult())
 
     def patch_status(self, conn: Connection, definition: Definition, current: Obj) -> None:
         """Render the ScheduledJob's status from the database and merge-patch it, naming

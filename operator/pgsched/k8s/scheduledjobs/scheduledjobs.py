@@ -187,7 +187,7 @@ def sync(context: Context, body: Obj, *, revalidate: bool) -> Synced:
     release accepted and this one refuses is rejected on the first start of this one."""
     meta = body["metadata"]
     try:
-        if meta.get("deletionTimestamp"):
+        if reads.being_deleted(context.kube, meta):
             return _deleting(context, body)
         return _reconcile(context, body, revalidate=revalidate)
     except psycopg.Error as error:
@@ -466,7 +466,9 @@ def _reject(
 
 
 def _deleting(context: Context, body: Obj) -> Synced:
-    """The finalizer's work: stop the runs cooperatively, then let the ScheduledJob go.
+    """The finalizer's work: stop the runs cooperatively, then let the ScheduledJob go —
+    once it is deleted, or as soon as its namespace is known going (``reads.being_deleted``:
+    Kubernetes deletes it only after the namespace's pods, too late to ask its runs first).
 
     Marks the definition deleted (nothing new is scheduled), cancels its queued runs and
     asks running ones to stop — the heartbeat writes the cancel file, SDK jobs stop at their
@@ -479,6 +481,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
     (``pgsched runs NAME --include-deleted``)."""
     meta = body["metadata"]
     where = _where(meta)
+    how = "deleted" if meta.get("deletionTimestamp") else "is in a namespace being deleted"
     definition_id = UUID(meta["uid"])
     context.in_hand.pop(definition_id, None)
     context.unflushed.pop(definition_id, None)
@@ -492,8 +495,9 @@ def _deleting(context: Context, body: Obj) -> Synced:
     writes = replace(Writes.of(body), downstreams=tuple(downstreams))
     if stopping:
         log.info(
-            "%s deleted: definition marked deleted, %d running runs asked to stop",
+            "%s %s: definition marked deleted, %d running runs asked to stop",
             where,
+            how,
             len(stopping),
         )
     if running:
@@ -507,7 +511,7 @@ def _deleting(context: Context, body: Obj) -> Synced:
         )
         return Synced(writes, retry_in=DELETION_RECHECK_SECONDS)
     if finalizers.FINALIZER in writes.finalizers:
-        log.info("%s deleted: no run is running, the finalizer is released", where)
+        log.info("%s %s: no run is running, the finalizer is released", where, how)
     return Synced(replace(writes, release_finalizer=True))
 
 

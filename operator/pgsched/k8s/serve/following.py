@@ -52,8 +52,10 @@ class Where:
         workers: int,
         capacity: int,
         merge: Callable[[V, V], V] | None = None,
+        held: bool = False,
     ) -> Controller[K, V]:
-        """A controller of ``plural`` in these namespaces."""
+        """A controller of ``plural`` in these namespaces; ``held``: its objects carry
+        pgsched's finalizer (``served.Source``)."""
         watches = [
             Watch(
                 kube,
@@ -74,5 +76,7 @@ class Where:
             merge=merge,
         )
         if self.served is not None:
-            self.served.follow(Source(group, version, plural, label_selector, controller.deliver))
+            self.served.follow(
+                Source(group, version, plural, label_selector, controller.deliver, held=held)
+            )
         return controller

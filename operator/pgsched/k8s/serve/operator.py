@@ -386,6 +386,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
             workers=SYNC_WORKERS,
             capacity=SYNC_CAPACITY,
             merge=_newest_listed,
+            held=True,
         ),
         where.controller(
             kube,
@@ -410,6 +411,7 @@ def run(settings: OperatorSettings, *, clock: Callable[[], datetime | None] = la
                 handle=handle,
                 workers=1,
                 capacity=SYNC_CAPACITY,
+                held=True,
             )
             for plural, handle in (
                 (names.POOL_PLURAL, pools.handle),

@@ -11,9 +11,12 @@ of those events are its work. So a platform team adds a team by labelling its na
 - **label removed**: a label-selected watch sends DELETED for an object that stops
   matching; its events are ignored from then on (what was stored keeps its schedule:
   docs/namespaces.md says to suspend or delete first);
-- **deleted**: a namespace keeps its labels while it is Terminating, so the finalizers of
-  its ScheduledJobs are released as in any served namespace (their runs cancelled by the
-  deletion first), and only then does it leave.
+- **deleted**: a namespace keeps its labels while it is Terminating, so it stays served
+  until it is gone. The watch hears of the deletion at once; from then on its objects are
+  handled as deleted (``k8s.client.endings``, ``reads.being_deleted``) and the kinds that
+  hold pgsched's finalizer are listed there again so that each is: its runs are asked to
+  stop and its finalizer is released before Kubernetes, which deletes the pods first, comes
+  to it.
 
 One limit, written down rather than hidden: a namespace that lost its label while the
 Namespace watch was down (a 410 and a fresh list) stays served until the operator restarts;
@@ -45,6 +48,8 @@ class Source:
     plural: str
     label_selector: str | None
     deliver: Callable[[Sequence[Event]], None]
+    # Its objects carry pgsched's finalizer: listed again when their namespace starts going.
+    held: bool = False
 
 
 class ServedNamespaces:
@@ -56,6 +61,7 @@ class ServedNamespaces:
         self.watch = Watch(kube, "/api/v1/namespaces", name="namespaces", label_selector=selector)
         self._lock = threading.Lock()
         self._served: set[str] = set()
+        self._going: set[str] = set()  # served and being deleted
         self._catch_ups: dict[str, list[Watch]] = {}
         self._sources: list[Source] = []
         self._thread = threading.Thread(
@@ -112,46 +118,48 @@ class ServedNamespaces:
         return self._thread.is_alive()
 
     def _deliver(self, events: Sequence[Event]) -> None:
+        listed = self.watch.listed.is_set()
         for event in events:
-            name = str(event.object["metadata"]["name"])
+            meta = event.object["metadata"]
+            name = str(meta["name"])
             if event.type == "DELETED":
+                self._kube.endings.gone(name)
                 self._leave(name)
-            else:
-                # Namespaces of the first list are caught up by the kinds' own first lists.
-                self._enter(name, catch_up=self.watch.listed.is_set())
+                continue
+            # Namespaces of the first list are caught up by the kinds' own first lists.
+            self._enter(name, catch_up=listed)
+            since = api.parse_timestamp(meta.get("deletionTimestamp"))
+            if since is not None:
+                # Before the kinds' first lists: what they deliver is then handled as deleted.
+                self._kube.endings.saw(name, since, watched=True)
+                self._ending(name, catch_up=listed)
 
     def _enter(self, namespace: str, *, catch_up: bool) -> None:
         with self._lock:
             if namespace in self._served:
                 return
             self._served.add(namespace)
-            if not catch_up:
+        if catch_up:
+            log.info("namespace %s is now served (labelled %s)", namespace, self.selector)
+            self._list(namespace, self._sources, what="catching up")
+
+    def _ending(self, namespace: str, *, catch_up: bool) -> None:
+        with self._lock:
+            if namespace in self._going:
                 return
-            watches = [
-                Watch(
-                    self._kube,
-                    api.path_of(
-                        group=source.group,
-                        version=source.version,
-                        namespace=namespace,
-                        plural=source.plural,
-                    ),
-                    name=f"{source.plural}@{namespace}",
-                    label_selector=source.label_selector,
-                )
-                for source in self._sources
-            ]
-            self._catch_ups[namespace] = watches
-        log.info("namespace %s is now served (labelled %s)", namespace, self.selector)
-        threading.Thread(
-            target=self._catch_up,
-            args=(namespace, watches),
-            name=f"pgsched-catch-up-{namespace}",
-            daemon=True,
-        ).start()
+            self._going.add(namespace)
+        log.info(
+            "namespace %s is being deleted: its ScheduledJobs' runs are asked to stop and"
+            " pgsched's finalizers released as soon as none runs",
+            namespace,
+        )
+        if catch_up:
+            held = [source for source in self._sources if source.held]
+            self._list(namespace, held, what="listing what holds a finalizer in")
 
     def _leave(self, namespace: str) -> None:
         with self._lock:
+            self._going.discard(namespace)
             if namespace not in self._served:
                 return
             self._served.discard(namespace)
@@ -160,15 +168,46 @@ class ServedNamespaces:
             each.stop()
         log.info("namespace %s is no longer served (not labelled %s)", namespace, self.selector)
 
-    def _catch_up(self, namespace: str, watches: list[Watch]) -> None:
-        """What a newly served namespace already holds, kind by kind, into the queues."""
+    def _list(self, namespace: str, sources: Sequence[Source], *, what: str) -> None:
+        """List ``sources`` in ``namespace`` once, into their queues, on a thread."""
+        watches = [
+            Watch(
+                self._kube,
+                api.path_of(
+                    group=source.group,
+                    version=source.version,
+                    namespace=namespace,
+                    plural=source.plural,
+                ),
+                name=f"{source.plural}@{namespace}",
+                label_selector=source.label_selector,
+            )
+            for source in sources
+        ]
+        with self._lock:
+            self._catch_ups.setdefault(namespace, []).extend(watches)
+        threading.Thread(
+            target=self._list_once,
+            args=(namespace, list(zip(sources, watches, strict=True)), what),
+            name=f"pgsched-list-{namespace}",
+            daemon=True,
+        ).start()
+
+    def _list_once(self, namespace: str, lists: list[tuple[Source, Watch]], what: str) -> None:
         try:
-            for source, each in zip(self._sources, watches, strict=True):
+            for source, each in lists:
                 if not each.list_once(source.deliver):
                     return  # no longer served, or the operator is stopping
         except Exception:
-            log.exception("catching up namespace %s failed", namespace)
+            log.exception("%s namespace %s failed", what, namespace)
         finally:
             with self._lock:
-                if self._catch_ups.get(namespace) is watches:
-                    del self._catch_ups[namespace]
+                left = [
+                    each
+                    for each in self._catch_ups.get(namespace, [])
+                    if all(each is not done for _, done in lists)
+                ]
+                if left:
+                    self._catch_ups[namespace] = left
+                else:
+                    self._catch_ups.pop(namespace, None)
