@@ -200,6 +200,18 @@ def test_a_running_job_whose_claim_was_lost_runs_once_and_its_outcome_is_recorde
     )
     assert (done["id"], done["status"], done["attempt"]) == (run["id"], "COMPLETED", 1)
     assert done["lease_token"] == run["lease_token"]
-    [after] = sj.jobs("survivor")
+
+    # The run ends on the Job's SuccessCriteriaMet; the Job controller counts the pod in
+    # status.succeeded a moment later (it first removes the pod's tracking finalizer).
+    def counted() -> dict:  # type: ignore[type-arg]
+        [after] = sj.jobs("survivor")
+        return after
+
+    wait_for(
+        lambda: counted()["status"].get("succeeded") == 1,
+        30,
+        describe=lambda: f"the Job's pod counted as succeeded: {counted()['status']}",
+    )
+    after = counted()
     assert after["metadata"]["uid"] == job["metadata"]["uid"]  # never deleted and recreated
-    assert after["status"].get("succeeded") == 1 and not after["status"].get("failed")
+    assert after["status"]["succeeded"] == 1 and not after["status"].get("failed")
