@@ -304,6 +304,29 @@ def test_right_after_the_api_was_unreachable_silence_is_not_confirmed_from_its_v
     assert judge.run_once(conn).recorded == {run_lease.run_id: "HeartbeatLost"}
 
 
+def test_an_outage_only_the_replicas_other_requests_met_still_makes_its_view_stale(conn):
+    """The replica that judges after an outage may not be the one that judged during it:
+    its own verdict requests never failed, but its watches and writers did. Seen in the
+    cluster chaos: a run whose workload ended during a 26 s API outage was failed
+    HeartbeatLost 4.5 s after the API's return, its Job still shown active."""
+    _, run_lease = silent_run(conn)
+    reap.run_once(conn, now=SILENT, await_verdicts=True)
+    name = job_name(conn, run_lease)
+    ticks = [1000.0]
+    shown = Api({name: job()}, {name: [pod()]})
+    shown.reachability = api.Reachability(monotonic=lambda: ticks[0])
+    judge = verdicts.Verdicts(shown, clock=lambda: ticks[0])
+    ticks[0] += verdicts.STALE_VIEW_SECONDS  # long since the replica started
+
+    shown.reachability.lost()  # a watch's reconnect refused
+    ticks[0] += 26
+    shown.reachability.answered()  # the API is back
+    ticks[0] += 4.5
+    assert judge.run_once(conn).waiting == [run_lease.run_id]
+    ticks[0] += verdicts.STALE_VIEW_SECONDS - 4.5
+    assert judge.run_once(conn).recorded == {run_lease.run_id: "HeartbeatLost"}
+
+
 def test_a_heartbeat_that_comes_back_clears_the_pending_mark(conn):
     _, run_lease = silent_run(conn)
     reap.run_once(conn, now=SILENT, await_verdicts=True)

@@ -122,7 +122,12 @@ def _pod_ended(pod: Obj) -> bool:
 
 class Verdicts:
     """One replica's verdict service: ``run_once`` that remembers when the API server was
-    last unreachable (initially: when the replica started, which may be mid-outage)."""
+    last unreachable (initially: when the replica started, which may be mid-outage).
+
+    Its own requests are not the only witness: a replica that was not the one judging
+    during an outage never failed a verdict request, yet its watches and writers did
+    (``api.Reachability``, shared by the whole client). Both are asked: a view is fresh
+    only STALE_VIEW_SECONDS after the later of the two."""
 
     def __init__(self, kube: api.KubeApi, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._kube = kube
@@ -130,7 +135,10 @@ class Verdicts:
         self._unreachable_at = clock()
 
     def run_once(self, conn: Connection, *, now: datetime | None = None) -> VerdictResult:
-        fresh = self._clock() - self._unreachable_at >= STALE_VIEW_SECONDS
+        returned = self._kube.reachability.seconds_since_return()
+        fresh = self._clock() - self._unreachable_at >= STALE_VIEW_SECONDS and (
+            returned is None or returned >= STALE_VIEW_SECONDS
+        )
         try:
             return run_once(conn, self._kube, now=now, confirm_silence=fresh)
         except api.ApiError:
