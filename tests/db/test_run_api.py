@@ -157,11 +157,14 @@ def test_a_namespace_over_its_rate_gets_429_and_another_namespace_does_not(
     flooder = start(conn, define(conn, "flood", namespace="team-a"), "a")
     neighbour = start(conn, define(conn, "calm", namespace="team-b"), "b")
     before = refused_count("team-a")
-    codes = [beat(api, flooder).status for _ in range(30)]
+    answers = [beat(api, flooder) for _ in range(30)]
+    codes = [answer.status for answer in answers]
     assert codes.count(429) >= 20, codes
     assert refused_count("team-a") - before == codes.count(429)  # what the operator sees
-    refused = beat(api, flooder)
-    assert refused.status == 429 and "team-a" in refused.body["error"]
+    # One of those refusals, not a 31st beat: on a loaded machine 30 beats take long enough
+    # for the bucket (5 a second) to have a token again.
+    refused = answers[-1] if codes[-1] == 429 else answers[codes.index(429)]
+    assert "team-a" in refused.body["error"]
     assert int(refused.headers["retry-after"]) >= 1
     assert beat(api, neighbour).status == 200
     # Forged leases spend a budget of their own, not team-b's.
