@@ -294,7 +294,7 @@ def test_a_policy_whose_namespace_is_going_is_forgotten_and_lets_go_before_it_is
         assert notifications.effective(conn, follower.id) is not None
         assert api.policy_metadata == []
 
-        api.endings.saw("default", datetime(2026, 6, 2, tzinfo=UTC), watched=True)
+        api.endings.watched("default", datetime(2026, 6, 2, tzinfo=UTC))
         patched = len(api.patched)
         assert controller.handle("p1", policy_event("MODIFIED", [hook])) is None
         assert notifications.effective(conn, follower.id) is None

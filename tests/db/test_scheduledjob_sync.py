@@ -224,7 +224,7 @@ class NamespaceGoing(NoNamespaceToRead):
 
     def __init__(self) -> None:
         self.endings = NamespaceEndings()
-        self.endings.saw("jobs", datetime(2026, 12, 2, tzinfo=UTC), watched=True)
+        self.endings.watched("jobs", datetime(2026, 12, 2, tzinfo=UTC))
 
 
 def test_a_scheduledjob_whose_namespace_is_going_is_handled_as_deleted_before_kubernetes_deletes_it(

@@ -39,7 +39,8 @@ def test_a_namespace_the_watch_saw_going_is_kept_until_the_watch_sees_it_gone():
     someone else's held for a day): forgetting it would put pgsched's finalizers back."""
     now = [0.0]
     endings = NamespaceEndings(monotonic=lambda: now[0])
-    endings.saw("stuck", BEGAN, watched=True)
+    assert endings.watched("stuck", BEGAN)  # news: its objects are listed again once
+    assert not endings.watched("stuck", BEGAN)  # every later event of it is not
     now[0] = 24 * REMEMBER_SECONDS
     endings.saw("other", BEGAN)
     assert endings.known("stuck", BEGAN - timedelta(hours=1))

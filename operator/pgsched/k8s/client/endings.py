@@ -50,17 +50,26 @@ class NamespaceEndings:
             found = self._since.get(namespace)
         return found is not None and created is not None and created < found[0]
 
-    def saw(self, namespace: str, since: datetime, *, watched: bool = False) -> None:
-        """``namespace`` is being deleted, since ``since`` (at the latest); ``watched``: by
-        the Namespace watch, which calls :meth:`gone` when it is."""
-        now = self._monotonic()
+    def saw(self, namespace: str, since: datetime) -> None:
+        """``namespace`` is being deleted, since ``since`` (at the latest)."""
         with self._lock:
-            for name, (_, seen) in list(self._since.items()):
-                if now - seen > REMEMBER_SECONDS and name not in self._watched:
-                    del self._since[name]
-            self._since[namespace] = (since, now)
-            if watched:
-                self._watched.add(namespace)
+            self._remember(namespace, since)
+
+    def watched(self, namespace: str, since: datetime) -> bool:
+        """The Namespace watch saw ``namespace`` being deleted, since ``since``: kept until
+        it calls :meth:`gone`. True the first time the watch says so."""
+        with self._lock:
+            self._remember(namespace, since)
+            news = namespace not in self._watched
+            self._watched.add(namespace)
+        return news
+
+    def _remember(self, namespace: str, since: datetime) -> None:
+        now = self._monotonic()
+        for name, (_, seen) in list(self._since.items()):
+            if now - seen > REMEMBER_SECONDS and name not in self._watched:
+                del self._since[name]
+        self._since[namespace] = (since, now)
 
     def gone(self, namespace: str) -> None:
         """The watch saw ``namespace`` go: remembered from now on as any other sighting

@@ -61,7 +61,6 @@ class ServedNamespaces:
         self.watch = Watch(kube, "/api/v1/namespaces", name="namespaces", label_selector=selector)
         self._lock = threading.Lock()
         self._served: set[str] = set()
-        self._going: set[str] = set()  # served and being deleted
         self._catch_ups: dict[str, list[Watch]] = {}
         self._sources: list[Source] = []
         self._thread = threading.Thread(
@@ -129,9 +128,8 @@ class ServedNamespaces:
             # Namespaces of the first list are caught up by the kinds' own first lists.
             self._enter(name, catch_up=listed)
             since = api.parse_timestamp(meta.get("deletionTimestamp"))
-            if since is not None:
-                # Before the kinds' first lists: what they deliver is then handled as deleted.
-                self._kube.endings.saw(name, since, watched=True)
+            # Recorded before the kinds' first lists: what they deliver is handled as deleted.
+            if since is not None and self._kube.endings.watched(name, since):
                 self._ending(name, catch_up=listed)
 
     def _enter(self, namespace: str, *, catch_up: bool) -> None:
@@ -144,10 +142,6 @@ class ServedNamespaces:
             self._list(namespace, self._sources, what="catching up")
 
     def _ending(self, namespace: str, *, catch_up: bool) -> None:
-        with self._lock:
-            if namespace in self._going:
-                return
-            self._going.add(namespace)
         log.info(
             "namespace %s is being deleted: its ScheduledJobs' runs are asked to stop and"
             " pgsched's finalizers released as soon as none runs",
@@ -159,7 +153,6 @@ class ServedNamespaces:
 
     def _leave(self, namespace: str) -> None:
         with self._lock:
-            self._going.discard(namespace)
             if namespace not in self._served:
                 return
             self._served.discard(namespace)
